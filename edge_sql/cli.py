@@ -1,0 +1,44 @@
+"""The `edge-sql` command line: a thin click group; each subcommand lives in `edge_sql.commands`."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from edge_sql import __version__
+
+# name -> module in edge_sql.commands that defines `command`
+SUBCOMMANDS = {
+    "run": "run",
+    "pull": "pull",
+    "models": "models",
+    "convert": "convert",
+    "quantize": "quantize",
+    "eval": "evaluate",
+    "bench": "bench",
+}
+
+
+class LazyGroup(click.Group):
+    """Imports a subcommand's module only when that subcommand is used (keeps `--help` fast)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module_name = SUBCOMMANDS.get(name)
+        if module_name is None:
+            return None
+        module = importlib.import_module(f"edge_sql.commands.{module_name}")
+        return module.command
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(__version__, prog_name="edge-sql")
+def main() -> None:
+    """edge-sql: ask questions about a SQLite database with a small local model.
+
+    Typical use: `edge-sql pull` once (download, convert, quantize), then
+    `edge-sql run --db app.db`.
+    """
