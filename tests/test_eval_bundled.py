@@ -36,15 +36,19 @@ def test_database_paths_are_the_packaged_files() -> None:
     data = bundled_data_dir()
     assert bundled_questions_file() == data / "eval" / "edge_sql_eval.json"
     paths = {q.db_id: q.db_path for q in QUESTIONS}
-    assert paths == {"chinook": data / "chinook" / "chinook.sqlite",
-                     "northwind": data / "northwind" / "northwind.sqlite"}
+    assert paths == {
+        "chinook": data / "chinook" / "chinook.sqlite",
+        "northwind": data / "northwind" / "northwind.sqlite",
+    }
     assert all(p.is_file() for p in paths.values())
     assert (data / "eval" / "README.md").is_file()
 
 
 def test_file_is_bird_format() -> None:
     raw = json.loads(bundled_questions_file().read_text(encoding="utf-8"))
-    assert all(set(e) == {"question_id", "db_id", "question", "evidence", "SQL", "difficulty"} for e in raw)
+    assert all(
+        set(e) == {"question_id", "db_id", "question", "evidence", "SQL", "difficulty"} for e in raw
+    )
 
 
 @pytest.mark.parametrize("db_id", ["chinook", "northwind"])
@@ -67,7 +71,10 @@ def test_limit_answers_have_no_tie_at_the_cut() -> None:
             continue
         k = int(match.group(1))
         head, order_by = q.gold_sql[: match.start()].rsplit("ORDER BY", 1)
-        keys = [re.sub(r"\s+(ASC|DESC)$", "", key.strip(), flags=re.IGNORECASE) for key in order_by.split(",")]
+        keys = [
+            re.sub(r"\s+(ASC|DESC)$", "", key.strip(), flags=re.IGNORECASE)
+            for key in order_by.split(",")
+        ]
         select_keys = head.replace("SELECT ", "SELECT " + ", ".join(keys) + ", ", 1)
         probe = f"{select_keys} ORDER BY {order_by} LIMIT {k + 1}"
         with ReadOnlyDatabase(q.db_path) as db:
@@ -111,7 +118,8 @@ def test_altered_limit_oracle_loses_exactly_the_limit_questions() -> None:
     assert report.overall.correct == len(QUESTIONS) - sum(altered.values())
     totals = Counter(q.difficulty for q in QUESTIONS)
     assert {d: a.correct for d, a in report.by_difficulty.items()} == {
-        d: totals[d] - altered[d] for d in totals}
+        d: totals[d] - altered[d] for d in totals
+    }
     wrong = {r.id for r in report.results if not r.correct}
     assert wrong == {q.id for q in QUESTIONS if LIMIT.search(q.gold_sql)}
 
@@ -132,7 +140,7 @@ def test_swapped_gold_oracle_is_wrong_everywhere() -> None:
     predictions = {}
     for db_id in ("chinook", "northwind"):
         same_db = [q for q in QUESTIONS if q.db_id == db_id]
-        for q, other in zip(same_db, same_db[1:] + same_db[:1]):
+        for q, other in zip(same_db, same_db[1:] + same_db[:1], strict=True):
             predictions[q.id] = other.gold_sql
     report = evaluate(QUESTIONS, predictions)
     assert report.overall.correct == 0

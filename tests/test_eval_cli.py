@@ -10,6 +10,9 @@ from click.testing import CliRunner
 from edge_sql.cli import main
 from edge_sql.evaluation.datasets import load_bundled
 
+NEVER_ENDS = (
+    "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+)
 SPIDER_SAMPLE = Path(__file__).resolve().parent / "data" / "spider_sample"
 
 
@@ -49,16 +52,31 @@ def test_bundled_with_some_right_some_wrong(tmp_path: Path) -> None:
 
 def test_spider_sample_with_a_timeout(tmp_path: Path) -> None:
     pred_file = tmp_path / "pred.json"
-    pred_file.write_text(json.dumps({
-        "0": "SELECT count(*) FROM student",
-        "1": "SELECT name FROM student WHERE city = 'London' ORDER BY name DESC",
-        "2": "SELECT title FROM course",
-        "3": "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r",
-    }))
+    pred_file.write_text(
+        json.dumps(
+            {
+                "0": "SELECT count(*) FROM student",
+                "1": "SELECT name FROM student WHERE city = 'London' ORDER BY name DESC",
+                "2": "SELECT title FROM course",
+                "3": NEVER_ENDS,
+            }
+        )
+    )
     out = tmp_path / "r.json"
-    result = _run("--dataset", str(SPIDER_SAMPLE / "dev.json"), "--format", "spider",
-                  "--db-root", str(SPIDER_SAMPLE / "database"), "--predictions", str(pred_file),
-                  "--timeout", "0.2", "--json", str(out))
+    result = _run(
+        "--dataset",
+        str(SPIDER_SAMPLE / "dev.json"),
+        "--format",
+        "spider",
+        "--db-root",
+        str(SPIDER_SAMPLE / "database"),
+        "--predictions",
+        str(pred_file),
+        "--timeout",
+        "0.2",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert ["overall", "2", "8", "25.0%"] in [line.split() for line in result.output.splitlines()]
     results = {r["id"]: r for r in json.loads(out.read_text())["results"]}
@@ -72,19 +90,35 @@ def test_missing_files_are_clear_errors(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"Error: predictions file not found: {tmp_path / 'nope.json'}" in result.output
 
-    result = _run("--dataset", str(tmp_path / "dev.json"), "--db-root", str(tmp_path),
-                  "--predictions", str(tmp_path / "nope.json"))
+    result = _run(
+        "--dataset",
+        str(tmp_path / "dev.json"),
+        "--db-root",
+        str(tmp_path),
+        "--predictions",
+        str(tmp_path / "nope.json"),
+    )
     assert result.exit_code == 1 and "questions file not found" in result.output
 
-    result = _run("--dataset", str(SPIDER_SAMPLE / "dev.json"), "--predictions", str(tmp_path / "p.json"))
+    result = _run(
+        "--dataset", str(SPIDER_SAMPLE / "dev.json"), "--predictions", str(tmp_path / "p.json")
+    )
     assert result.exit_code == 1 and "needs --db-root" in result.output
 
 
 def test_missing_database_is_named(tmp_path: Path) -> None:
     pred_file = tmp_path / "pred.json"
     pred_file.write_text("{}")
-    result = _run("--dataset", str(SPIDER_SAMPLE / "dev.json"), "--format", "spider",
-                  "--db-root", str(tmp_path), "--predictions", str(pred_file))
+    result = _run(
+        "--dataset",
+        str(SPIDER_SAMPLE / "dev.json"),
+        "--format",
+        "spider",
+        "--db-root",
+        str(tmp_path),
+        "--predictions",
+        str(pred_file),
+    )
     assert result.exit_code == 1
     assert "2 database(s) missing: 'library' (expected at" in result.output
 

@@ -38,30 +38,60 @@ def db(tmp_path: Path) -> Path:
 CASES = {
     "same query": ("SELECT name FROM people", "SELECT name FROM people", True),
     "row order ignored": (
-        "SELECT name FROM people ORDER BY name DESC", "SELECT name FROM people ORDER BY name", True),
+        "SELECT name FROM people ORDER BY name DESC",
+        "SELECT name FROM people ORDER BY name",
+        True,
+    ),
     "duplicate rows ignored": ("SELECT city FROM people", "SELECT DISTINCT city FROM people", True),
     "a missing row is wrong": (
-        "SELECT name FROM people WHERE id < 4", "SELECT name FROM people", False),
+        "SELECT name FROM people WHERE id < 4",
+        "SELECT name FROM people",
+        False,
+    ),
     "an extra row is wrong": (
-        "SELECT name FROM people", "SELECT name FROM people WHERE id < 4", False),
+        "SELECT name FROM people",
+        "SELECT name FROM people WHERE id < 4",
+        False,
+    ),
     "NULL equals NULL": (
-        "SELECT name, city FROM people WHERE city IS NULL", "SELECT 'Di', NULL", True),
+        "SELECT name, city FROM people WHERE city IS NULL",
+        "SELECT 'Di', NULL",
+        True,
+    ),
     "NULL is not 0": ("SELECT NULL", "SELECT 0", False),
     "NULL is not empty text": ("SELECT NULL", "SELECT ''", False),
     "floats compare exactly": ("SELECT 0.1 + 0.2", "SELECT 0.3", False),
     "rounded float matches": ("SELECT ROUND(0.1 + 0.2, 2)", "SELECT 0.3", True),
     "integer equals equal float": ("SELECT 1", "SELECT 1.0", True),
-    "AVG float equals integer value": ("SELECT AVG(score) * 2 FROM people WHERE id = 2", "SELECT 4", True),
+    "AVG float equals integer value": (
+        "SELECT AVG(score) * 2 FROM people WHERE id = 2",
+        "SELECT 4",
+        True,
+    ),
     "number is not text": ("SELECT 1", "SELECT '1'", False),
     "text column is not its number": (
-        "SELECT code FROM people WHERE id = 1", "SELECT id FROM people WHERE id = 1", False),
-    "column order counts": ("SELECT name, city FROM people", "SELECT city, name FROM people", False),
+        "SELECT code FROM people WHERE id = 1",
+        "SELECT id FROM people WHERE id = 1",
+        False,
+    ),
+    "column order counts": (
+        "SELECT name, city FROM people",
+        "SELECT city, name FROM people",
+        False,
+    ),
     "an extra column is wrong": ("SELECT id, name FROM people", "SELECT name FROM people", False),
     "empty equals empty": (
-        "SELECT name FROM people WHERE id > 99", "SELECT city FROM people WHERE 0", True),
+        "SELECT name FROM people WHERE id > 99",
+        "SELECT city FROM people WHERE 0",
+        True,
+    ),
     "empty is not a NULL row": ("SELECT name FROM people WHERE id > 99", "SELECT NULL", False),
     "text case counts": ("SELECT 'lisbon'", "SELECT 'Lisbon'", False),
-    "column names do not count": ("SELECT name AS who FROM people", "SELECT name FROM people", True),
+    "column names do not count": (
+        "SELECT name AS who FROM people",
+        "SELECT name FROM people",
+        True,
+    ),
 }
 
 
@@ -73,7 +103,7 @@ def test_hand_made_case(db: Path, name: str) -> None:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_agrees_with_birds_own_rule(db: Path, name: str) -> None:
-    """BIRD's evaluation.py: set(cursor.execute(pred).fetchall()) == set(cursor.execute(gold)...)."""
+    """BIRD's evaluation.py: `set(predicted_res) == set(ground_truth_res)` on fetchall()."""
     pred, gold, _ = CASES[name]
     conn = sqlite3.connect(db)
     bird_says = set(conn.execute(pred).fetchall()) == set(conn.execute(gold).fetchall())
@@ -133,8 +163,15 @@ def test_missing_database_is_a_setup_error(tmp_path: Path) -> None:
 
 
 def _question(qid: str, db: Path, gold: str, difficulty: str | None) -> Question:
-    return Question(id=qid, db_id="cases", db_path=db, question=f"q {qid}", evidence=None,
-                    gold_sql=gold, difficulty=difficulty)
+    return Question(
+        id=qid,
+        db_id="cases",
+        db_path=db,
+        question=f"q {qid}",
+        evidence=None,
+        gold_sql=gold,
+        difficulty=difficulty,
+    )
 
 
 def test_evaluate_counts_overall_and_per_difficulty(db: Path) -> None:
@@ -156,7 +193,10 @@ def test_evaluate_counts_overall_and_per_difficulty(db: Path) -> None:
     assert (report.overall.correct, report.overall.total) == (2, 5)
     assert report.overall.percent == pytest.approx(40.0)
     assert {d: (a.correct, a.total) for d, a in report.by_difficulty.items()} == {
-        "simple": (1, 2), "moderate": (0, 1), "challenging": (1, 2)}
+        "simple": (1, 2),
+        "moderate": (0, 1),
+        "challenging": (1, 2),
+    }
     assert list(report.by_difficulty) == ["simple", "moderate", "challenging"]
     by_id = {r.id: r for r in report.results}
     assert by_id["b"].error is None and not by_id["b"].correct

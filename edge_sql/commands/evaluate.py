@@ -56,7 +56,12 @@ from edge_sql.evaluation.scoring import DEFAULT_TIMEOUT_S, evaluate
     help="Also write the full report (every question's result) to this JSON file.",
 )
 def command(
-    dataset: str, fmt: str, db_root: Path | None, predictions: Path, timeout_s: float, json_out: Path | None
+    dataset: str,
+    fmt: str,
+    db_root: Path | None,
+    predictions: Path,
+    timeout_s: float,
+    json_out: Path | None,
 ) -> None:
     """Score predicted SQL by execution accuracy, with BIRD's rules.
 
@@ -70,7 +75,9 @@ def command(
     try:
         questions = load_dataset(dataset, fmt=fmt, db_root=db_root)
         predicted = load_predictions(predictions, questions)
-        report = evaluate(questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True)
+        report = evaluate(
+            questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True
+        )
         if json_out is not None:
             report.write_json(json_out)
     except EdgeSqlError as exc:

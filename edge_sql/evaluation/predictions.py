@@ -48,19 +48,24 @@ def _read_json_object(path: Path) -> dict[str, str]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PredictionsError(f"predictions file {path} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise PredictionsError(f"predictions file {path} must hold a JSON object: question id -> SQL")
+        raise PredictionsError(
+            f"predictions file {path} must hold a JSON object: question id -> SQL"
+        )
     for key, value in data.items():
         if not isinstance(value, str):
             raise PredictionsError(f"{path}: the prediction for '{key}' is not a string of SQL")
     return data
 
 
-def _from_bird_format(raw: dict[str, str], questions: Sequence[Question], path: Path) -> dict[str, str]:
+def _from_bird_format(
+    raw: dict[str, str], questions: Sequence[Question], path: Path
+) -> dict[str, str]:
     predictions: dict[str, str] = {}
     for key, value in raw.items():
         if not (key.isdigit() and int(key) < len(questions)):
             raise PredictionsError(
-                f"{path}: BIRD-format key '{key}' is not a question position (0..{len(questions) - 1})"
+                f"{path}: BIRD-format key '{key}' is not a question position "
+                f"(0..{len(questions) - 1})"
             )
         question = questions[int(key)]
         sql, _, db_id = value.partition(BIRD_SEPARATOR)

@@ -60,7 +60,9 @@ class EvalReport:
         """Accuracy per label: simple, moderate, challenging first, other labels after, sorted.
         Questions without a label (Spider) count only in `overall`."""
         labels = {r.difficulty for r in self.results if r.difficulty}
-        ordered = [d for d in DIFFICULTY_ORDER if d in labels] + sorted(labels - set(DIFFICULTY_ORDER))
+        ordered = [d for d in DIFFICULTY_ORDER if d in labels] + sorted(
+            labels - set(DIFFICULTY_ORDER)
+        )
         return {d: accuracy_of([r for r in self.results if r.difficulty == d]) for d in ordered}
 
     def to_json(self) -> dict[str, Any]:
@@ -84,12 +86,16 @@ class EvalReport:
         )
 
     def write_json(self, path: Path | str) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        Path(path).write_text(
+            json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
 
     def format_table(self) -> str:
         """A plain-text table: one line per difficulty, then the overall line."""
         rows = [(d, a) for d, a in self.by_difficulty.items()] + [("overall", self.overall)]
         width = max(len("difficulty"), *(len(name) for name, _ in rows))
         lines = [f"{'difficulty':<{width}}  correct  total  accuracy"]
-        lines += [f"{name:<{width}}  {a.correct:>7}  {a.total:>5}  {a.percent:>7.1f}%" for name, a in rows]
+        lines += [
+            f"{name:<{width}}  {a.correct:>7}  {a.total:>5}  {a.percent:>7.1f}%" for name, a in rows
+        ]
         return "\n".join(lines)

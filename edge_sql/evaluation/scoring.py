@@ -16,6 +16,11 @@ A prediction scores 0, with the reason recorded, when it is missing or blank, fa
 (syntax error, unknown column, a write the read-only policy refuses), or exceeds the time limit.
 Each query (predicted, then gold) gets its own `timeout_s` (BIRD gives the pair 30 s together).
 A gold query that fails also scores 0, with "gold SQL failed: ..." as the reason.
+
+Two details come from `ReadOnlyDatabase` rather than from BIRD: text that is not valid UTF-8
+is decoded with replacement characters (BIRD's plain sqlite3 would raise), and a statement
+must be a single read-only statement. Spider questions are scored with this same BIRD rule,
+not with Spider's own exact-match or test-suite metrics.
 """
 
 from __future__ import annotations
@@ -50,7 +55,11 @@ def result_set(rows: Sequence[Sequence[Any]]) -> set[tuple[Any, ...]]:
 
 
 def score_on_database(
-    db: ReadOnlyDatabase, pred_sql: str | None, gold_sql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    db: ReadOnlyDatabase,
+    pred_sql: str | None,
+    gold_sql: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Score:
     """Score one prediction on an open database (see the module docstring for the rules)."""
     if pred_sql is None or not pred_sql.strip():
@@ -67,7 +76,11 @@ def score_on_database(
 
 
 def score_prediction(
-    pred_sql: str | None, gold_sql: str, db_path: Path | str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    pred_sql: str | None,
+    gold_sql: str,
+    db_path: Path | str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Score:
     """Score one predicted query against the gold query on the SQLite file `db_path`.
     A missing or unreadable database raises DatabaseError (a setup error, not a wrong answer)."""
@@ -93,11 +106,17 @@ def evaluate(
     open_dbs: dict[Path, ReadOnlyDatabase] = {}
     results: list[QuestionResult] = []
     try:
-        for question in tqdm(questions, desc="scoring", unit="q", file=sys.stderr, disable=not show_progress):
+        for question in tqdm(
+            questions, desc="scoring", unit="q", file=sys.stderr, disable=not show_progress
+        ):
             pred_sql = predictions.get(question.id, predictions.get(base_id(question.id)))
             if question.db_path not in open_dbs:
-                open_dbs[question.db_path] = ReadOnlyDatabase(question.db_path, time_limit_s=timeout_s)
-            score = score_on_database(open_dbs[question.db_path], pred_sql, question.gold_sql, timeout_s=timeout_s)
+                open_dbs[question.db_path] = ReadOnlyDatabase(
+                    question.db_path, time_limit_s=timeout_s
+                )
+            score = score_on_database(
+                open_dbs[question.db_path], pred_sql, question.gold_sql, timeout_s=timeout_s
+            )
             results.append(
                 QuestionResult(
                     id=question.id,
