@@ -1,0 +1,66 @@
+"""`edge-sql models`: list the GGUF files in the local model store."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from edge_sql.errors import EdgeSqlError
+from edge_sql.store import ModelStore, StoredModel
+from edge_sql.store.catalog import load_catalog
+
+
+def human_size(size: int) -> str:
+    """Bytes as a short human-readable string (decimal units, like the hub shows)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def _is_default(entry: StoredModel) -> bool:
+    catalog = load_catalog()
+    return (entry.name, entry.variant) == (catalog.default_model, catalog.default_variant)
+
+
+def render_table(entries: list[StoredModel]) -> str:
+    """The store as an aligned text table; `*` marks the default model (what `run` uses without --model)."""
+    header = ("NAME", "VARIANT", "SIZE", "PATH")
+    rows = [
+        (("* " if _is_default(e) else "  ") + e.name, e.variant, human_size(e.size),
+         str(e.path) + ("" if e.exists else "  (file missing)"))
+        for e in entries
+    ]
+    widths = [max(len(r[i]) for r in [("  " + header[0], *header[1:]), *rows]) for i in range(3)]
+    lines = [f"{'  ' + header[0]:<{widths[0]}}  {header[1]:<{widths[1]}}  {header[2]:>{widths[2]}}  {header[3]}"]
+    lines += [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
+    return "\n".join(lines)
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print the store as JSON (one object per file).")
+def command(as_json: bool) -> None:
+    """List the models in the local store: name, variant, size and path.
+
+    The store is $EDGE_SQL_HOME, or the user data folder (~/.local/share/edge-sql on Linux).
+    `*` marks the default model that `edge-sql run` uses without --model.
+    """
+    store = ModelStore()
+    try:
+        entries = store.list()
+    except EdgeSqlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        payload = [{**e.to_json(), "exists": e.exists, "default": _is_default(e)} for e in entries]
+        click.echo(json.dumps({"store": str(store.root), "models": payload}, indent=2))
+        return
+    if not entries:
+        catalog = load_catalog()
+        known = ", ".join(f"{e.name} ({e.repo})" for e in catalog.entries)
+        click.echo(f"The model store at {store.root} is empty. Get the default model with `edge-sql pull`; "
+                   f"known models: {known}.")
+        return
+    click.echo(render_table(entries))
+    click.echo(f"\nstore: {store.root}")

@@ -1,0 +1,197 @@
+"""`pull`: get a checkpoint (hub or local folder), convert it to BF16 GGUF, quantize, and record."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_sql.errors import EdgeSqlError
+from edge_sql.store.catalog import CatalogEntry, load_catalog
+from edge_sql.store.hub import RepoNotFoundError, Snapshot, download_checkpoint
+from edge_sql.store.index import ModelStore, StoredModel, safe_name
+from edge_sql.store.variants import BASE_VARIANT, CONVERTED_VARIANTS, is_converted, normalize_variant
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class PullSource:
+    """What to pull: hub repositories to try in order, or a local checkpoint folder."""
+
+    name: str
+    repos: tuple[str, ...] = ()
+    folder: Path | None = None
+    default_variant: str | None = None
+
+    @property
+    def basename(self) -> str:
+        """The stem of the GGUF file names (the repository's name, or the store name)."""
+        return self.repos[0].split("/")[-1] if self.repos else self.name
+
+
+@dataclass
+class PullResult:
+    """What a pull did: the entry asked for, whether it already existed, and every file it recorded."""
+
+    model: StoredModel
+    already_present: bool
+    recorded: list[StoredModel] = field(default_factory=list)
+    snapshot: Snapshot | None = None
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """`synsql:Q8_0` -> (`synsql`, `Q8_0`); a spec without a colon has no variant."""
+    name, sep, variant = spec.rpartition(":")
+    if sep and name and variant and "/" not in variant and "\\" not in variant:
+        return name, variant
+    return spec, None
+
+
+def pull_source(spec: str | None, *, name: str | None = None) -> tuple[PullSource, str | None]:
+    """Turns a pull argument into a source and the variant it names (if any).
+
+    `spec` is None (the default model), a short name or repository id from the catalogue (optionally
+    `:VARIANT`), any other `owner/name` hub repository, or a local checkpoint folder.
+    """
+    catalog = load_catalog()
+    if spec is None:
+        entry = catalog.default
+        return _catalog_source(entry, name, catalog.default_variant), None
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise EdgeSqlError(f"{folder} is a folder but has no config.json; point pull at a Hugging Face checkpoint folder")
+        return PullSource(name=safe_name(name or folder.resolve().name), folder=folder.resolve()), None
+    base, variant = split_spec(spec)
+    entry = catalog.find(base)
+    if entry is not None:
+        return _catalog_source(entry, name, catalog.default_variant), variant
+    if _REPO_ID.match(base):
+        return PullSource(name=safe_name(name or base.split("/")[-1]), repos=(base,)), variant
+    if base.endswith(("/", "\\")) or "/" in base or "\\" in base or base.startswith((".", "~")):
+        raise EdgeSqlError(f"no such checkpoint folder: {spec}")
+    known = ", ".join(e.name for e in catalog.entries)
+    raise EdgeSqlError(f"unknown model {spec!r}; use one of {known}, a hub repository id owner/name, or a local checkpoint folder")
+
+
+def _catalog_source(entry: CatalogEntry, name: str | None, default_variant: str) -> PullSource:
+    return PullSource(name=safe_name(name or entry.name), repos=entry.repos, default_variant=default_variant)
+
+
+def pull_model(
+    spec: str | None = None,
+    *,
+    quant: str | None = None,
+    revision: str | None = None,
+    force: bool = False,
+    keep_bf16: bool = True,
+    name: str | None = None,
+    store: ModelStore | None = None,
+    cache_dir: Path | None = None,
+    endpoint: str | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> PullResult:
+    """Makes `spec`'s `quant` variant available in the store and returns its entry.
+
+    Downloads (or reuses the cached download), converts to BF16 GGUF, quantizes, and records each
+    file made. Does nothing when the variant is already there, unless `force`. The BF16 file stays
+    in the store as variant `BF16` (other variants are made from it) unless `keep_bf16` is False.
+    """
+    store = store or ModelStore()
+    source, spec_variant = pull_source(spec, name=name)
+    if quant is not None and spec_variant is not None and normalize_variant(quant) != normalize_variant(spec_variant):
+        raise EdgeSqlError(f"{spec} names variant {spec_variant} but --quant says {quant}; give only one")
+    variant = normalize_variant(quant or spec_variant or source.default_variant or load_catalog().default_variant)
+
+    existing = store.get(source.name, variant)
+    if existing is not None and existing.exists and not force and _same_revision(existing, revision):
+        log(f"{existing.ref} is already in the store ({existing.path}); use --force to pull it again")
+        return PullResult(model=existing, already_present=True)
+
+    snapshot: Snapshot | None = None
+    if source.folder is not None:
+        if revision is not None:
+            raise EdgeSqlError("--revision applies to hub models, not to a local folder")
+        checkpoint, repo, commit, origin = source.folder, None, None, str(source.folder)
+    else:
+        snapshot = _download_first_available(source.repos, revision, cache_dir, endpoint, log)
+        checkpoint, repo, commit, origin = snapshot.folder, snapshot.repo, snapshot.commit, None
+
+    recorded: list[StoredModel] = []
+
+    def record(variant_name: str, path: Path) -> StoredModel:
+        entry = store.add(source.name, variant_name, path, repo=repo, revision=commit, source=origin)
+        recorded.append(entry)
+        log(f"recorded {entry.ref}: {entry.path}")
+        return entry
+
+    target = store.model_path(source.name, variant, basename=source.basename)
+    if is_converted(variant):
+        _convert(checkpoint, target, CONVERTED_VARIANTS[variant], log)
+        return PullResult(model=record(variant, target), already_present=False, recorded=recorded, snapshot=snapshot)
+
+    base = store.get(source.name, BASE_VARIANT)
+    reuse_base = (
+        base is not None and base.exists and not force
+        and (base.repo, base.revision, base.source) == (repo, commit, origin)
+    )
+    if reuse_base:
+        base_path = base.path
+        log(f"quantizing from the stored {base.ref} ({base_path})")
+    elif keep_bf16:
+        base_path = store.model_path(source.name, BASE_VARIANT, basename=source.basename)
+        _convert(checkpoint, base_path, "bf16", log)
+        record(BASE_VARIANT, base_path)
+    else:
+        base_path = target.with_name(f".{target.stem}-work-{BASE_VARIANT}.gguf")
+        _convert(checkpoint, base_path, "bf16", log)
+    try:
+        _quantize(base_path, target, variant, log)
+    finally:
+        if not reuse_base and not keep_bf16:
+            base_path.unlink(missing_ok=True)
+    return PullResult(model=record(variant, target), already_present=False, recorded=recorded, snapshot=snapshot)
+
+
+def _same_revision(entry: StoredModel, revision: str | None) -> bool:
+    """True when no revision is asked for, or the stored commit is (or starts with) the one asked for."""
+    if revision is None or entry.repo is None:
+        return True
+    return entry.revision is not None and entry.revision.startswith(revision)
+
+
+def _download_first_available(
+    repos: tuple[str, ...],
+    revision: str | None,
+    cache_dir: Path | None,
+    endpoint: str | None,
+    log: Callable[[str], None],
+) -> Snapshot:
+    """Downloads from the first of `repos` that the hub has (the catalogue lists mirrors after the primary)."""
+    for i, repo in enumerate(repos):
+        log(f"downloading {repo}" + (f" at {revision}" if revision else ""))
+        try:
+            return download_checkpoint(repo, revision=revision, cache_dir=cache_dir, endpoint=endpoint)
+        except RepoNotFoundError as exc:
+            if i == len(repos) - 1:
+                raise
+            log(f"{exc}; trying the mirror {repos[i + 1]}")
+    raise EdgeSqlError("no repository to download from")
+
+
+def _convert(checkpoint: Path, out: Path, outtype: str, log: Callable[[str], None]) -> None:
+    from convert.hf_to_gguf import convert_checkpoint
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log(f"converting {checkpoint} to {outtype.upper()} GGUF")
+    convert_checkpoint(checkpoint, out, outtype=outtype, force=True, show_progress=True)
+
+
+def _quantize(src: Path, out: Path, variant: str, log: Callable[[str], None]) -> None:
+    from convert.quantize import quantize_gguf
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log(f"quantizing to {variant}")
+    quantize_gguf(src, out, variant, force=True)

@@ -1,0 +1,123 @@
+"""Turning what a user typed (`--model`) into a GGUF path: a file, a store name, or the default."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from edge_sql.errors import ModelFileError
+from edge_sql.store.catalog import load_catalog
+from edge_sql.store.index import ModelStore
+from edge_sql.store.pull import pull_model, split_spec
+from edge_sql.store.variants import normalize_variant
+
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+class ModelNotPulledError(ModelFileError):
+    """The model is known but its variant is not in the store (or its file was deleted)."""
+
+    def __init__(self, message: str, *, name: str, pull_spec: str, variant: str, file_missing: bool) -> None:
+        super().__init__(message)
+        self.name = name
+        self.pull_spec = pull_spec
+        self.variant = variant
+        self.file_missing = file_missing
+
+
+def looks_like_path(spec: str) -> bool:
+    """True when `spec` names a file rather than a store model (`.gguf`, `./x`, `/x`, `~/x`, `C:\\x`)."""
+    return (
+        spec.lower().endswith(".gguf")
+        or spec.startswith(("/", "./", "../", "~", ".\\", "..\\"))
+        or bool(_WINDOWS_DRIVE.match(spec))
+        or Path(spec).is_file()
+    )
+
+
+def resolve_model(spec: str | None, *, store: ModelStore | None = None) -> Path:
+    """The GGUF file for `spec`: an existing `.gguf` path, a store name (`synsql`, `synsql:Q4_K_M`,
+    a repository id), or None for the default model's default variant.
+
+    Raises ModelFileError for a missing file and ModelNotPulledError (a ModelFileError that says
+    which `edge-sql pull` to run) when the model is not in the store.
+    """
+    if spec is not None and looks_like_path(spec):
+        return _existing_file(Path(spec).expanduser())
+    store = store or ModelStore()
+    catalog = load_catalog()
+    base, variant_text = split_spec(spec) if spec is not None else (catalog.default.name, None)
+    variant = normalize_variant(variant_text) if variant_text else catalog.default_variant
+    name, pull_spec = _store_name(base, store)
+    entry = store.get(name, variant)
+    pull_hint = f"edge-sql pull {pull_spec}" + ("" if variant == catalog.default_variant else f" --quant {variant}")
+    if entry is None:
+        others = ", ".join(m.variant for m in store.variants(name))
+        held = f" (the store has {name} as {others})" if others else ""
+        raise ModelNotPulledError(
+            f"{name}:{variant} is not in the model store at {store.root}{held}; run `{pull_hint}`",
+            name=name,
+            pull_spec=pull_spec,
+            variant=variant,
+            file_missing=False,
+        )
+    if not entry.exists:
+        raise ModelNotPulledError(
+            f"the store records {entry.ref} at {entry.path} but that file is gone; run `{pull_hint} --force`",
+            name=name,
+            pull_spec=pull_spec,
+            variant=variant,
+            file_missing=True,
+        )
+    return entry.path
+
+
+def ensure_model(
+    spec: str | None,
+    *,
+    pull_if_missing: bool = True,
+    store: ModelStore | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> Path:
+    """Like `resolve_model`, but pulls the model (download, convert, quantize) when it is missing."""
+    store = store or ModelStore()
+    try:
+        return resolve_model(spec, store=store)
+    except ModelNotPulledError as missing:
+        if not pull_if_missing:
+            raise
+        log(str(missing).split("; run")[0] + "; pulling it now")
+        result = pull_model(
+            missing.pull_spec,
+            quant=missing.variant,
+            name=missing.name,
+            force=missing.file_missing,
+            store=store,
+            log=log,
+        )
+        return result.model.path
+
+
+def _store_name(base: str, store: ModelStore) -> tuple[str, str]:
+    """The store name for `base` (a catalogue name or repo id, a stored name or repo id) and what
+    to give `edge-sql pull` to make it."""
+    entry = load_catalog().find(base)
+    if entry is not None:
+        return entry.name, entry.name
+    stored = store.find_by_repo(base) or store.variants(base)
+    if stored:
+        return stored[0].name, stored[0].repo or stored[0].source or stored[0].name
+    if "/" in base:
+        return base.split("/")[-1], base
+    known = ", ".join(sorted({m.name for m in store.list()} | {e.name for e in load_catalog().entries}))
+    raise ModelFileError(f"unknown model {base!r}: not a .gguf file and not a model name ({known})")
+
+
+def _existing_file(path: Path) -> Path:
+    """`path` itself when it is a file; a clear ModelFileError otherwise."""
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise ModelFileError(f"{path} is a folder, not a GGUF file; to convert a checkpoint folder run `edge-sql pull {path}`")
+    raise ModelFileError(f"no such model file: {path}")
