@@ -1,0 +1,22 @@
+"""The SQLite side of the agent: a read-only connection, the eight tools, result formatting."""
+
+from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase
+from edge_sql.tools.formatting import format_result, format_value
+from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec, render_tool_list
+from edge_sql.tools.toolbox import ToolResult, Toolbox
+
+__all__ = [
+    "TOOL_SPECS",
+    "TOOLS_BY_NAME",
+    "ForeignKey",
+    "QueryError",
+    "QueryResult",
+    "ReadOnlyDatabase",
+    "ToolArg",
+    "ToolResult",
+    "ToolSpec",
+    "Toolbox",
+    "format_result",
+    "format_value",
+    "render_tool_list",
+]

@@ -1,0 +1,215 @@
+"""The eight tools the model calls, over one `ReadOnlyDatabase`. Model mistakes never raise:
+unknown tools, bad arguments, SQL errors, refusals and time-outs come back as `ok=False` text."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase
+from edge_sql.tools.formatting import format_result
+from edge_sql.tools.identifiers import display_identifier, quote_identifier
+from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec
+
+PREVIEW_ROWS = 5
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a call returns to the model: `ok`, the text it reads, and the query result if any."""
+
+    ok: bool
+    output: str
+    query: QueryResult | None = None
+
+
+class ToolCallError(Exception):
+    """A call the model got wrong; its message is shown to the model after `Error: `."""
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(ok=False, output=f"Error: {message}")
+
+
+def _column(table: str, column: str) -> str:
+    return f"{display_identifier(table)}.{display_identifier(column)}"
+
+
+def _fk_line(fk: ForeignKey) -> str:
+    sources = ", ".join(_column(fk.from_table, c) for c in fk.from_columns)
+    targets = ", ".join(_column(fk.to_table, c) for c in fk.to_columns)
+    return f"{sources} -> {targets}"
+
+
+def _join_condition(fk: ForeignKey) -> str:
+    return " AND ".join(
+        f"{_column(fk.from_table, s)} = {_column(fk.to_table, t)}"
+        for s, t in zip(fk.from_columns, fk.to_columns)
+    )
+
+
+class Toolbox:
+    """Runs tool calls by name. `preview_rows` caps the rows `run_query` shows (5 in training)."""
+
+    def __init__(self, db: ReadOnlyDatabase, *, preview_rows: int = PREVIEW_ROWS) -> None:
+        self.db = db
+        self.preview_rows = preview_rows
+        self._tools: dict[str, Callable[..., ToolResult]] = {
+            "list_tables": self.list_tables,
+            "describe_table": self.describe_table,
+            "foreign_keys": self.foreign_keys,
+            "join_path": self.join_path,
+            "sample_rows": self.sample_rows,
+            "distinct_values": self.distinct_values,
+            "run_query": self.run_query,
+            "submit_sql": self.submit_sql,
+        }
+        assert set(self._tools) == set(TOOLS_BY_NAME), "every spec needs an implementation"
+
+    def call(self, name: str, args: dict[str, Any] | None) -> ToolResult:
+        """Run one tool call; every mistake comes back as `ok=False` text, never an exception."""
+        spec = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
+        if spec is None:
+            names = ", ".join(s.name for s in TOOL_SPECS)
+            return _error(f"unknown tool {name!r}; the tools are: {names}")
+        try:
+            kwargs = _checked_args(spec, {} if args is None else args)
+            return self._tools[spec.name](**kwargs)
+        except (ToolCallError, QueryError) as exc:
+            return _error(str(exc))
+
+    # -- the tools -----------------------------------------------------------------------
+
+    def list_tables(self) -> ToolResult:
+        lines = self.db.table_names()
+        lines += [f"{name} (view)" for name in self.db.view_names()]
+        return ToolResult(True, "\n".join(lines))
+
+    def describe_table(self, table_name: str) -> ToolResult:
+        return ToolResult(True, self.db.create_statement(table_name))
+
+    def foreign_keys(self, table_name: str) -> ToolResult:
+        table = self.db.resolve_table(table_name)
+        keys = self.db.foreign_keys()
+        outgoing = [_fk_line(fk) for fk in keys if fk.from_table == table]
+        incoming = [_fk_line(fk) for fk in keys if fk.to_table == table and fk.from_table != table]
+        lines = [f"{display_identifier(table)} references:"] + (outgoing or ["(none)"])
+        lines += ["Referenced by:"] + (incoming or ["(none)"])
+        return ToolResult(True, "\n".join(lines))
+
+    def join_path(self, table_a: str, table_b: str) -> ToolResult:
+        start, goal = self.db.resolve_table(table_a), self.db.resolve_table(table_b)
+        shown_start, shown_goal = display_identifier(start), display_identifier(goal)
+        if start == goal:
+            return ToolResult(True, f"{shown_start} is the same table; no join needed.")
+        path = self._shortest_fk_path(start, goal)
+        if path is None:
+            return ToolResult(True, f"No foreign-key path between {shown_start} and {shown_goal}.")
+        tables = [start] + [step for step, _ in path]
+        lines = [" -> ".join(display_identifier(t) for t in tables), f"FROM {shown_start}"]
+        lines += [f"JOIN {display_identifier(step)} ON {_join_condition(fk)}" for step, fk in path]
+        return ToolResult(True, "\n".join(lines))
+
+    def sample_rows(self, table_name: str, limit: int) -> ToolResult:
+        table = self.db.resolve_table(table_name)
+        return self._query_result(f"SELECT * FROM {quote_identifier(table)}", limit)
+
+    def distinct_values(self, table_name: str, column_name: str, limit: int) -> ToolResult:
+        table = self.db.resolve_table(table_name)
+        column = self.db.resolve_column(table, column_name)
+        sql = f"SELECT DISTINCT {quote_identifier(column)} FROM {quote_identifier(table)}"
+        return self._query_result(sql, limit)
+
+    def run_query(self, sql: str) -> ToolResult:
+        return self._query_result(sql, self.preview_rows)
+
+    def submit_sql(self, sql: str) -> ToolResult:
+        """Checks the final SQL runs; the agent ends the episode on this call."""
+        return self._query_result(sql, self.preview_rows)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _query_result(self, sql: str, max_rows: int) -> ToolResult:
+        result = self.db.execute(sql, max_rows=max_rows)
+        text = format_result(
+            result.columns, result.rows, max_rows=max_rows, more_rows=result.truncated
+        )
+        return ToolResult(True, text, result)
+
+    def _shortest_fk_path(self, start: str, goal: str) -> list[tuple[str, ForeignKey]] | None:
+        """Breadth-first search over foreign keys, followed in either direction."""
+        neighbours: dict[str, list[tuple[str, ForeignKey]]] = {}
+        for fk in self.db.foreign_keys():
+            if fk.from_table != fk.to_table:
+                neighbours.setdefault(fk.from_table, []).append((fk.to_table, fk))
+                neighbours.setdefault(fk.to_table, []).append((fk.from_table, fk))
+        came_from: dict[str, tuple[str, ForeignKey] | None] = {start: None}
+        queue = deque([start])
+        while queue:
+            table = queue.popleft()
+            if table == goal:
+                break
+            for nxt, fk in neighbours.get(table, []):
+                if nxt not in came_from:
+                    came_from[nxt] = (table, fk)
+                    queue.append(nxt)
+        if goal not in came_from:
+            return None
+        path: list[tuple[str, ForeignKey]] = []
+        node = goal
+        while (step := came_from[node]) is not None:
+            path.append((node, step[1]))
+            node = step[0]
+        return path[::-1]
+
+
+def _checked_args(spec: ToolSpec, args: Any) -> dict[str, Any]:
+    """Validate a call's arguments against its spec: required present, types right, no extras;
+    optional integers get their default and are clamped into range."""
+    if not isinstance(args, dict):
+        raise ToolCallError(f"{spec.name} expects its args as a JSON object")
+    unknown = [key for key in args if spec.arg(key) is None]
+    if unknown:
+        allowed = ", ".join(a.name for a in spec.args) or "none"
+        raise ToolCallError(
+            f"{spec.name} got an unexpected argument {unknown[0]!r} (its arguments: {allowed})"
+        )
+    checked = {}
+    for arg in spec.args:
+        if arg.name not in args or args[arg.name] is None:
+            if arg.required:
+                raise ToolCallError(f"{spec.name} needs the argument {arg.name!r}")
+            checked[arg.name] = arg.default
+            continue
+        checked[arg.name] = _checked_value(spec, arg, args[arg.name])
+    return checked
+
+
+def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any) -> Any:
+    if arg.type == "string":
+        if not isinstance(value, str):
+            raise ToolCallError(f"{spec.name}: {arg.name} must be a string")
+        if "\x00" in value:
+            raise ToolCallError(f"{spec.name}: {arg.name} contains a NUL character")
+        return value
+    number = _as_integer(value)
+    if number is None:
+        raise ToolCallError(f"{spec.name}: {arg.name} must be an integer")
+    if arg.minimum is not None:
+        number = max(arg.minimum, number)
+    if arg.maximum is not None:
+        number = min(arg.maximum, number)
+    return number
+
+
+def _as_integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    return None
