@@ -106,6 +106,16 @@ def test_missing_files_are_clear_errors(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "needs --db-root" in result.output
 
 
+def test_unwritable_json_path_is_a_clear_error(tmp_path: Path) -> None:
+    pred_file = tmp_path / "pred.json"
+    pred_file.write_text("{}")
+    target = tmp_path / "no_such_folder" / "r.json"
+    result = _run("--dataset", "bundled", "--predictions", str(pred_file), "--json", str(target))
+    assert result.exit_code == 1
+    assert f"Error: cannot write the report to {target}: No such file or directory" in result.output
+    assert "overall" in result.output  # the table was printed before the write failed
+
+
 def test_missing_database_is_named(tmp_path: Path) -> None:
     pred_file = tmp_path / "pred.json"
     pred_file.write_text("{}")

@@ -78,12 +78,9 @@ def command(
         report = evaluate(
             questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True
         )
+        click.echo(report.format_table())
         if json_out is not None:
             report.write_json(json_out)
+            click.echo(f"report written to {json_out}")
     except EdgeSqlError as exc:
         raise click.ClickException(str(exc)) from exc
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {json_out}: {exc.strerror}") from exc
-    click.echo(report.format_table())
-    if json_out is not None:
-        click.echo(f"report written to {json_out}")

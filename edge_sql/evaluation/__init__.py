@@ -11,7 +11,7 @@ from edge_sql.evaluation.datasets import (
     require_databases,
 )
 from edge_sql.evaluation.predictions import PredictionsError, load_predictions
-from edge_sql.evaluation.report import Accuracy, EvalReport, QuestionResult
+from edge_sql.evaluation.report import Accuracy, EvalReport, QuestionResult, ReportError
 from edge_sql.evaluation.scoring import Score, evaluate, score_on_database, score_prediction
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "PredictionsError",
     "Question",
     "QuestionResult",
+    "ReportError",
     "Score",
     "check_databases",
     "evaluate",

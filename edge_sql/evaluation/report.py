@@ -7,7 +7,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_sql.errors import EdgeSqlError
+
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
+
+
+class ReportError(EdgeSqlError):
+    """A report cannot be written where the user asked."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +92,12 @@ class EvalReport:
         )
 
     def write_json(self, path: Path | str) -> None:
-        Path(path).write_text(
-            json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        """Write `to_json()` to `path`; raises ReportError when the file cannot be written."""
+        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ReportError(f"cannot write the report to {path}: {exc.strerror}") from None
 
     def format_table(self) -> str:
         """A plain-text table: one line per difficulty, then the overall line."""
