@@ -22,14 +22,8 @@ from edge_sql.evaluation.datasets import (
 from edge_sql.evaluation.predictions import PredictionsError, load_predictions
 from edge_sql.evaluation.scoring import evaluate
 
-# CI has the shared data folder beside the checkout, as ../shared
-BIRD_MINIDEV = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "bird_minidev"
-    / "mini_dev_sqlite.json"
-)
+# A copy of BIRD mini-dev's question file (CC BY-SA 4.0, see its README)
+BIRD_MINIDEV = Path(__file__).resolve().parent / "data" / "bird_minidev" / "mini_dev_sqlite.json"
 SPIDER_SAMPLE = Path(__file__).resolve().parent / "data" / "spider_sample"
 
 
