@@ -53,7 +53,8 @@ class RepoFile:
 
     @property
     def lfs_pointer(self) -> bytes:
-        return f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {self.size}\n".encode()
+        spec = "version https://git-lfs.github.com/spec/v1"
+        return f"{spec}\noid sha256:{self.sha256}\nsize {self.size}\n".encode()
 
     @property
     def blob_id(self) -> str:
@@ -293,7 +294,14 @@ class _Handler(BaseHTTPRequestHandler):
                 directory = prefix + "/".join(parts[:depth])
                 if directory not in seen_dirs and (recursive or depth == 1):
                     seen_dirs.add(directory)
-                    entries.append({"type": "directory", "oid": hashlib.sha1(directory.encode()).hexdigest(), "size": 0, "path": directory})
+                    entries.append(
+                        {
+                            "type": "directory",
+                            "oid": hashlib.sha1(directory.encode()).hexdigest(),
+                            "size": 0,
+                            "path": directory,
+                        }
+                    )
             if len(parts) > 1 and not recursive:
                 continue
             entry = {"type": "file", "oid": f.blob_id, "size": f.size, "path": rel}
@@ -393,4 +401,3 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
-

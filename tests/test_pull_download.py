@@ -43,6 +43,12 @@ def dummy_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True)
+def _online(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process downloads talk to the stand-in even when the caller's shell sets HF_HUB_OFFLINE."""
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
 @pytest.fixture
 def hub(dummy_checkpoint: Path):
     with HubStandin() as standin:
@@ -54,27 +60,44 @@ def _download(hub: HubStandin, cache: Path, **kwargs):
     return download_checkpoint(REPO, cache_dir=cache, endpoint=hub.endpoint, **kwargs)
 
 
-def test_download_fetches_only_the_checkpoint_files_into_the_hf_cache_layout(hub: HubStandin, dummy_checkpoint: Path, tmp_path: Path) -> None:
+def test_download_fetches_only_the_checkpoint_files_into_the_hf_cache_layout(
+    hub: HubStandin, dummy_checkpoint: Path, tmp_path: Path
+) -> None:
     snapshot = _download(hub, tmp_path / "cache")
     commit = hub.repos[REPO].commit
     storage = tmp_path / "cache" / "models--owner--dummy-model"
-    assert snapshot.folder == storage / "snapshots" / commit and snapshot.commit == commit and snapshot.repo == REPO
+    assert (
+        snapshot.folder == storage / "snapshots" / commit
+        and snapshot.commit == commit
+        and snapshot.repo == REPO
+    )
     assert (storage / "refs" / "main").read_text() == commit
     assert sorted(p.name for p in snapshot.folder.iterdir()) == sorted(
-        ["config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json", BIG,
-         "model-00002-of-00002.safetensors", "LICENSE"]
+        [
+            "config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "model.safetensors.index.json",
+            BIG,
+            "model-00002-of-00002.safetensors",
+            "LICENSE",
+        ]
     )
     for name in ("config.json", BIG, "LICENSE"):
         assert (snapshot.folder / name).read_bytes() == (dummy_checkpoint / name).read_bytes()
     # LFS files are stored under their sha256, git files under their blob id, as on the real hub
     big = hub.repos[REPO].files[BIG]
     assert (snapshot.folder / BIG).resolve() == storage / "blobs" / big.sha256
-    assert (snapshot.folder / "config.json").resolve() == storage / "blobs" / hub.repos[REPO].files["config.json"].blob_id
+    assert (snapshot.folder / "config.json").resolve() == storage / "blobs" / hub.repos[REPO].files[
+        "config.json"
+    ].blob_id
     assert not hub.downloads_of("optimizer.pt") and not hub.downloads_of("images/plot.png")
     assert [r.server for r in hub.downloads_of(BIG)] == ["cdn"]  # LFS bytes come from the "CDN" origin
 
 
-def test_an_interrupted_download_resumes_with_a_range_request(hub: HubStandin, dummy_checkpoint: Path, tmp_path: Path) -> None:
+def test_an_interrupted_download_resumes_with_a_range_request(
+    hub: HubStandin, dummy_checkpoint: Path, tmp_path: Path
+) -> None:
     hub.drop_after(BIG, 15_000_000)  # the first transfer dies after 15 MB
     snapshot = _download(hub, tmp_path / "cache")
     assert (snapshot.folder / BIG).read_bytes() == (dummy_checkpoint / BIG).read_bytes()
@@ -84,9 +107,13 @@ def test_an_interrupted_download_resumes_with_a_range_request(hub: HubStandin, d
     assert not list((tmp_path / "cache").rglob("*.incomplete"))
 
 
-def test_a_failed_pull_keeps_finished_files_and_the_next_one_fetches_only_the_rest(hub: HubStandin, tmp_path: Path) -> None:
+def test_a_failed_pull_keeps_finished_files_and_the_next_one_fetches_only_the_rest(
+    hub: HubStandin, tmp_path: Path
+) -> None:
     hub.fail_with(BIG, 503)
-    with pytest.raises(HubError, match=r"answered HTTP 503 .*try again later|run the same pull again to resume"):
+    with pytest.raises(
+        HubError, match=r"answered HTTP 503 .*try again later|run the same pull again to resume"
+    ):
         _download(hub, tmp_path / "cache")
     finished_before = {p for p in hub.repos[REPO].files if hub.downloads_of(p)} - {BIG}
     assert "config.json" in finished_before
@@ -106,7 +133,9 @@ def test_a_cached_snapshot_needs_no_file_requests(hub: HubStandin, tmp_path: Pat
     ]
 
 
-def test_a_commit_id_revision_works_and_a_wrong_revision_is_a_clear_error(hub: HubStandin, tmp_path: Path) -> None:
+def test_a_commit_id_revision_works_and_a_wrong_revision_is_a_clear_error(
+    hub: HubStandin, tmp_path: Path
+) -> None:
     commit = hub.repos[REPO].commit
     assert _download(hub, tmp_path / "cache", revision=commit).commit == commit
     with pytest.raises(HubError, match=f"{REPO} has no revision 'v9' on {hub.endpoint}"):
@@ -131,7 +160,9 @@ def test_no_hub_listening_gives_the_offline_message(tmp_path: Path) -> None:
     assert "edge-sql pull /path/to/checkpoint" in message and "edge-sql convert" in message
 
 
-def test_when_the_hub_is_unreachable_a_complete_cached_snapshot_is_used(dummy_checkpoint: Path, tmp_path: Path) -> None:
+def test_when_the_hub_is_unreachable_a_complete_cached_snapshot_is_used(
+    dummy_checkpoint: Path, tmp_path: Path
+) -> None:
     with HubStandin() as hub:
         hub.add_repo(REPO, dummy_checkpoint)
         first = download_checkpoint(REPO, cache_dir=tmp_path / "cache", endpoint=hub.endpoint)
@@ -141,16 +172,27 @@ def test_when_the_hub_is_unreachable_a_complete_cached_snapshot_is_used(dummy_ch
 
 def test_offline_mode_with_the_real_environment_variable(hub: HubStandin, tmp_path: Path) -> None:
     """HF_HUB_OFFLINE is read when huggingface_hub is imported: run the CLI in a fresh process."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "EDGE_SQL_HOME": str(tmp_path / "home"),
-           "HF_ENDPOINT": hub.endpoint, "PYTHONPATH": str(REPO_ROOT)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "EDGE_SQL_HOME": str(tmp_path / "home"),
+        "HF_ENDPOINT": hub.endpoint,
+        "PYTHONPATH": str(REPO_ROOT),
+    }
     run = subprocess.run(
         [sys.executable, "-c", "from edge_sql.cli import main; main()", "pull", REPO],
-        env=env, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
     )
     assert run.returncode == 1
     error_lines = [line for line in run.stderr.splitlines() if line.startswith("Error:")]
     assert error_lines == [
-        f"Error: could not reach the Hugging Face hub at {hub.endpoint} (offline mode: HF_HUB_OFFLINE is set) "
+        f"Error: could not reach the Hugging Face hub at {hub.endpoint} "
+        "(offline mode: HF_HUB_OFFLINE is set) "
         f"and {REPO} is not complete in the local cache; to use a checkpoint you already have, run "
         "`edge-sql pull /path/to/checkpoint` (or `edge-sql convert` then `edge-sql quantize`)"
     ]

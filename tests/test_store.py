@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from edge_sql.errors import EdgeSqlError, ModelFileError
-from edge_sql.store import ModelNotPulledError, ModelStore, ensure_model, load_catalog, resolve_model, store_root
+from edge_sql.store import (
+    ModelNotPulledError,
+    ModelStore,
+    ensure_model,
+    load_catalog,
+    resolve_model,
+    store_root,
+)
 from edge_sql.store.home import user_data_dir
 from edge_sql.store.index import file_sha256
 
@@ -92,8 +99,20 @@ def test_resolve_an_existing_gguf_path(tmp_path: Path, store: ModelStore) -> Non
 
 
 def test_resolve_default_name_variant_and_repo_id(store: ModelStore) -> None:
-    q4 = store.add("synsql", "Q4_K_M", _fake_gguf(store.model_path("synsql", "Q4_K_M")), repo="cwolff/qwen3.5-2b-grpo-synsql", checksum=False)
-    q8 = store.add("synsql", "Q8_0", _fake_gguf(store.model_path("synsql", "Q8_0")), repo="cwolff/qwen3.5-2b-grpo-synsql", checksum=False)
+    q4 = store.add(
+        "synsql",
+        "Q4_K_M",
+        _fake_gguf(store.model_path("synsql", "Q4_K_M")),
+        repo="cwolff/qwen3.5-2b-grpo-synsql",
+        checksum=False,
+    )
+    q8 = store.add(
+        "synsql",
+        "Q8_0",
+        _fake_gguf(store.model_path("synsql", "Q8_0")),
+        repo="cwolff/qwen3.5-2b-grpo-synsql",
+        checksum=False,
+    )
     assert resolve_model(None) == q4.path
     assert resolve_model("synsql") == q4.path
     assert resolve_model("synsql:q8_0") == q8.path
@@ -103,7 +122,10 @@ def test_resolve_default_name_variant_and_repo_id(store: ModelStore) -> None:
 
 def test_resolve_a_model_that_is_not_pulled_says_which_pull_to_run(store: ModelStore) -> None:
     store.add("synsql", "Q8_0", _fake_gguf(store.model_path("synsql", "Q8_0")), checksum=False)
-    with pytest.raises(ModelNotPulledError, match=r"synsql:Q4_K_M is not in the model store .*has synsql as Q8_0.*`edge-sql pull synsql`") as err:
+    with pytest.raises(
+        ModelNotPulledError,
+        match=r"synsql:Q4_K_M is not in the model store .*has synsql as Q8_0.*`edge-sql pull synsql`",
+    ) as err:
         resolve_model(None)
     assert err.value.pull_spec == "synsql" and err.value.variant == "Q4_K_M"
     with pytest.raises(ModelNotPulledError, match=r"`edge-sql pull bird --quant Q6_K`"):
@@ -121,7 +143,10 @@ def test_resolve_a_model_that_is_not_pulled_says_which_pull_to_run(store: ModelS
 def test_resolve_a_deleted_store_file_is_a_clear_error(store: ModelStore) -> None:
     entry = store.add("synsql", "Q4_K_M", _fake_gguf(store.model_path("synsql", "Q4_K_M")), checksum=False)
     entry.path.unlink()
-    with pytest.raises(ModelNotPulledError, match=r"records synsql:Q4_K_M at .* but that file is gone; run `edge-sql pull synsql --force`") as err:
+    with pytest.raises(
+        ModelNotPulledError,
+        match=r"records synsql:Q4_K_M at .* but that file is gone; run `edge-sql pull synsql --force`",
+    ) as err:
         resolve_model("synsql")
     assert err.value.file_missing
 
@@ -134,7 +159,9 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
     empty = CliRunner().invoke(main, ["models"])
     assert empty.exit_code == 0
     assert f"The model store at {store.root} is empty" in empty.output and "edge-sql pull" in empty.output
-    store.add("synsql", "Q4_K_M", _fake_gguf(store.model_path("synsql", "Q4_K_M"), bytes(1_500_000)), checksum=False)
+    store.add(
+        "synsql", "Q4_K_M", _fake_gguf(store.model_path("synsql", "Q4_K_M"), bytes(1_500_000)), checksum=False
+    )
     store.add("bird", "Q8_0", _fake_gguf(store.model_path("bird", "Q8_0")), checksum=False)
     table = CliRunner().invoke(main, ["models"])
     assert table.exit_code == 0

@@ -29,12 +29,18 @@ def render_table(entries: list[StoredModel]) -> str:
     """The store as an aligned text table; `*` marks the default model (what `run` uses without --model)."""
     header = ("NAME", "VARIANT", "SIZE", "PATH")
     rows = [
-        (("* " if _is_default(e) else "  ") + e.name, e.variant, human_size(e.size),
-         str(e.path) + ("" if e.exists else "  (file missing)"))
+        (
+            ("* " if _is_default(e) else "  ") + e.name,
+            e.variant,
+            human_size(e.size),
+            str(e.path) + ("" if e.exists else "  (file missing)"),
+        )
         for e in entries
     ]
     widths = [max(len(r[i]) for r in [("  " + header[0], *header[1:]), *rows]) for i in range(3)]
-    lines = [f"{'  ' + header[0]:<{widths[0]}}  {header[1]:<{widths[1]}}  {header[2]:>{widths[2]}}  {header[3]}"]
+    lines = [
+        f"{'  ' + header[0]:<{widths[0]}}  {header[1]:<{widths[1]}}  {header[2]:>{widths[2]}}  {header[3]}"
+    ]
     lines += [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
     return "\n".join(lines)
 
@@ -59,8 +65,10 @@ def command(as_json: bool) -> None:
     if not entries:
         catalog = load_catalog()
         known = ", ".join(f"{e.name} ({e.repo})" for e in catalog.entries)
-        click.echo(f"The model store at {store.root} is empty. Get the default model with `edge-sql pull`; "
-                   f"known models: {known}.")
+        click.echo(
+            f"The model store at {store.root} is empty. Get the default model with `edge-sql pull`; "
+            f"known models: {known}."
+        )
         return
     click.echo(render_table(entries))
     click.echo(f"\nstore: {store.root}")

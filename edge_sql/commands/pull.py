@@ -15,17 +15,35 @@ def _log(message: str) -> None:
 
 @click.command("pull")
 @click.argument("model", required=False)
-@click.option("--quant", "-q", default=None, metavar="TYPE",
-              help="Variant to make: a quantization type (Q4_K_M, Q8_0, ...), a recipe name, or BF16/F16/F32. "
-                   "Default: Q4_K_M.")
-@click.option("--revision", default=None, metavar="REV", help="Hub branch, tag or commit to download (default: main).")
-@click.option("--force", is_flag=True, help="Download, convert and quantize again even if the variant is in the store.")
-@click.option("--name", default=None, help="Store name to record the model under (default: the catalogue name, "
-                                           "the repository's name, or the folder's name).")
-@click.option("--keep-bf16/--no-keep-bf16", default=True, show_default=True,
-              help="Keep the BF16 GGUF in the store (other variants are quantized from it without converting again).")
-def command(model: str | None, quant: str | None, revision: str | None, force: bool, name: str | None,
-            keep_bf16: bool) -> None:
+@click.option(
+    "--quant",
+    "-q",
+    default=None,
+    metavar="TYPE",
+    help="Variant to make: a quantization type (Q4_K_M, Q8_0, ...), a recipe name, or BF16/F16/F32. "
+    "Default: Q4_K_M.",
+)
+@click.option(
+    "--revision", default=None, metavar="REV", help="Hub branch, tag or commit to download (default: main)."
+)
+@click.option(
+    "--force", is_flag=True, help="Download, convert and quantize again even if the variant is in the store."
+)
+@click.option(
+    "--name",
+    default=None,
+    help="Store name to record the model under (default: the catalogue name, "
+    "the repository's name, or the folder's name).",
+)
+@click.option(
+    "--keep-bf16/--no-keep-bf16",
+    default=True,
+    show_default=True,
+    help="Keep the BF16 GGUF in the store (other variants are quantized from it without converting again).",
+)
+def command(
+    model: str | None, quant: str | None, revision: str | None, force: bool, name: str | None, keep_bf16: bool
+) -> None:
     """Get MODEL into the local model store, ready for `edge-sql run`.
 
     MODEL is a short name (synsql, sqale, bird), optionally with a variant (synsql:Q8_0), a Hugging
@@ -36,13 +54,18 @@ def command(model: str | None, quant: str | None, revision: str | None, force: b
     cache is used; otherwise point pull at a local folder.
     """
     try:
-        result = pull_model(model, quant=quant, revision=revision, force=force, name=name, keep_bf16=keep_bf16,
-                            log=_log)
+        result = pull_model(
+            model, quant=quant, revision=revision, force=force, name=name, keep_bf16=keep_bf16, log=_log
+        )
     except EdgeSqlError as exc:
         raise click.ClickException(str(exc)) from exc
     entry = result.model
     state = "already in the store" if result.already_present else "ready"
     default = load_catalog()
-    hint = "" if (entry.name, entry.variant) == (default.default_model, default.default_variant) else f" --model {entry.ref}"
+    hint = (
+        ""
+        if (entry.name, entry.variant) == (default.default_model, default.default_variant)
+        else f" --model {entry.ref}"
+    )
     click.echo(f"{entry.ref} {state}: {entry.path} ({entry.size / 1e9:.2f} GB)")
     click.echo(f"run it with: edge-sql run{hint} --db DATABASE.sqlite")

@@ -139,7 +139,11 @@ class ModelStore:
             source=source,
             sha256=file_sha256(path) if checksum else None,
         )
-        others = [m for m in self._read() if (m.name.casefold(), m.variant.casefold()) != (name.casefold(), variant.casefold())]
+        others = [
+            m
+            for m in self._read()
+            if (m.name.casefold(), m.variant.casefold()) != (name.casefold(), variant.casefold())
+        ]
         self._write([*others, entry])
         return entry
 
@@ -161,7 +165,9 @@ class ModelStore:
             data = json.loads(self.index_path.read_text(encoding="utf-8"))
             records = data["models"]
         except (ValueError, KeyError, TypeError) as exc:
-            raise EdgeSqlError(f"the store index {self.index_path} is damaged ({exc}); move it away and pull again") from exc
+            raise EdgeSqlError(
+                f"the store index {self.index_path} is damaged ({exc}); move it away and pull again"
+            ) from exc
         return [self._from_record(r) for r in records]
 
     def _from_record(self, record: dict) -> StoredModel:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from edge_sql.errors import EdgeSqlError
 from edge_sql.store.catalog import CatalogEntry, load_catalog
-from edge_sql.store.hub import RepoNotFoundError, Snapshot, download_checkpoint
+from edge_sql.store.hub import HubError, HubUnreachableError, RepoNotFoundError, Snapshot, download_checkpoint
 from edge_sql.store.index import ModelStore, StoredModel, safe_name
 from edge_sql.store.variants import BASE_VARIANT, CONVERTED_VARIANTS, is_converted, normalize_variant
 
@@ -24,6 +24,7 @@ class PullSource:
     repos: tuple[str, ...] = ()
     folder: Path | None = None
     default_variant: str | None = None
+    license: str | None = None
 
     @property
     def basename(self) -> str:
@@ -62,7 +63,9 @@ def pull_source(spec: str | None, *, name: str | None = None) -> tuple[PullSourc
     folder = Path(spec).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").is_file():
-            raise EdgeSqlError(f"{folder} is a folder but has no config.json; point pull at a Hugging Face checkpoint folder")
+            raise EdgeSqlError(
+                f"{folder} is a folder but has no config.json; point pull at a Hugging Face checkpoint folder"
+            )
         return PullSource(name=safe_name(name or folder.resolve().name), folder=folder.resolve()), None
     base, variant = split_spec(spec)
     entry = catalog.find(base)
@@ -73,11 +76,19 @@ def pull_source(spec: str | None, *, name: str | None = None) -> tuple[PullSourc
     if base.endswith(("/", "\\")) or "/" in base or "\\" in base or base.startswith((".", "~")):
         raise EdgeSqlError(f"no such checkpoint folder: {spec}")
     known = ", ".join(e.name for e in catalog.entries)
-    raise EdgeSqlError(f"unknown model {spec!r}; use one of {known}, a hub repository id owner/name, or a local checkpoint folder")
+    raise EdgeSqlError(
+        f"unknown model {spec!r}; use one of {known}, a hub repository id owner/name, "
+        "or a local checkpoint folder"
+    )
 
 
 def _catalog_source(entry: CatalogEntry, name: str | None, default_variant: str) -> PullSource:
-    return PullSource(name=safe_name(name or entry.name), repos=entry.repos, default_variant=default_variant)
+    return PullSource(
+        name=safe_name(name or entry.name),
+        repos=entry.repos,
+        default_variant=default_variant,
+        license=entry.license,
+    )
 
 
 def pull_model(
@@ -101,58 +112,90 @@ def pull_model(
     """
     store = store or ModelStore()
     source, spec_variant = pull_source(spec, name=name)
-    if quant is not None and spec_variant is not None and normalize_variant(quant) != normalize_variant(spec_variant):
+    if (
+        quant is not None
+        and spec_variant is not None
+        and normalize_variant(quant) != normalize_variant(spec_variant)
+    ):
         raise EdgeSqlError(f"{spec} names variant {spec_variant} but --quant says {quant}; give only one")
-    variant = normalize_variant(quant or spec_variant or source.default_variant or load_catalog().default_variant)
+    variant = normalize_variant(
+        quant or spec_variant or source.default_variant or load_catalog().default_variant
+    )
 
     existing = store.get(source.name, variant)
     if existing is not None and existing.exists and not force and _same_revision(existing, revision):
         log(f"{existing.ref} is already in the store ({existing.path}); use --force to pull it again")
         return PullResult(model=existing, already_present=True)
 
-    snapshot: Snapshot | None = None
-    if source.folder is not None:
-        if revision is not None:
-            raise EdgeSqlError("--revision applies to hub models, not to a local folder")
-        checkpoint, repo, commit, origin = source.folder, None, None, str(source.folder)
-    else:
-        snapshot = _download_first_available(source.repos, revision, cache_dir, endpoint, log)
-        checkpoint, repo, commit, origin = snapshot.folder, snapshot.repo, snapshot.commit, None
-
+    checkout = _checkout(source, revision, cache_dir, endpoint, log)
     recorded: list[StoredModel] = []
 
     def record(variant_name: str, path: Path) -> StoredModel:
-        entry = store.add(source.name, variant_name, path, repo=repo, revision=commit, source=origin)
+        entry = store.add(
+            source.name,
+            variant_name,
+            path,
+            repo=checkout.repo,
+            revision=checkout.commit,
+            source=checkout.origin,
+        )
         recorded.append(entry)
         log(f"recorded {entry.ref}: {entry.path}")
         return entry
 
     target = store.model_path(source.name, variant, basename=source.basename)
     if is_converted(variant):
-        _convert(checkpoint, target, CONVERTED_VARIANTS[variant], log)
-        return PullResult(model=record(variant, target), already_present=False, recorded=recorded, snapshot=snapshot)
+        _convert(checkout, target, CONVERTED_VARIANTS[variant], source.license, log)
+        return PullResult(record(variant, target), False, recorded, checkout.snapshot)
 
     base = store.get(source.name, BASE_VARIANT)
-    reuse_base = (
-        base is not None and base.exists and not force
-        and (base.repo, base.revision, base.source) == (repo, commit, origin)
-    )
-    if reuse_base:
-        base_path = base.path
-        log(f"quantizing from the stored {base.ref} ({base_path})")
+    if base is not None and base.exists and not force and checkout.made(base):
+        log(f"quantizing from the stored {base.ref} ({base.path})")
+        _quantize(base.path, target, variant, log)
     elif keep_bf16:
         base_path = store.model_path(source.name, BASE_VARIANT, basename=source.basename)
-        _convert(checkpoint, base_path, "bf16", log)
+        _convert(checkout, base_path, "bf16", source.license, log)
         record(BASE_VARIANT, base_path)
-    else:
-        base_path = target.with_name(f".{target.stem}-work-{BASE_VARIANT}.gguf")
-        _convert(checkpoint, base_path, "bf16", log)
-    try:
         _quantize(base_path, target, variant, log)
-    finally:
-        if not reuse_base and not keep_bf16:
-            base_path.unlink(missing_ok=True)
-    return PullResult(model=record(variant, target), already_present=False, recorded=recorded, snapshot=snapshot)
+    else:
+        work_path = target.with_name(f".{target.stem}-work-{BASE_VARIANT}.gguf")
+        try:
+            _convert(checkout, work_path, "bf16", source.license, log)
+            _quantize(work_path, target, variant, log)
+        finally:
+            work_path.unlink(missing_ok=True)
+    return PullResult(record(variant, target), False, recorded, checkout.snapshot)
+
+
+@dataclass(frozen=True)
+class _Checkout:
+    """The checkpoint folder a pull converts, and its provenance for the store index."""
+
+    folder: Path
+    repo: str | None
+    commit: str | None
+    origin: str | None  # the local folder, for checkpoints not from the hub
+    snapshot: Snapshot | None
+
+    def made(self, entry: StoredModel) -> bool:
+        """True when `entry` was made from this very checkpoint."""
+        return (entry.repo, entry.revision, entry.source) == (self.repo, self.commit, self.origin)
+
+
+def _checkout(
+    source: PullSource,
+    revision: str | None,
+    cache_dir: Path | None,
+    endpoint: str | None,
+    log: Callable[[str], None],
+) -> _Checkout:
+    """The local folder itself, or the hub snapshot downloaded into the Hugging Face cache."""
+    if source.folder is not None:
+        if revision is not None:
+            raise EdgeSqlError("--revision applies to hub models, not to a local folder")
+        return _Checkout(source.folder, None, None, str(source.folder), None)
+    snapshot = _download_first_available(source.repos, revision, cache_dir, endpoint, log)
+    return _Checkout(snapshot.folder, snapshot.repo, snapshot.commit, None, snapshot)
 
 
 def _same_revision(entry: StoredModel, revision: str | None) -> bool:
@@ -169,24 +212,43 @@ def _download_first_available(
     endpoint: str | None,
     log: Callable[[str], None],
 ) -> Snapshot:
-    """Downloads from the first of `repos` that the hub has (the catalogue lists mirrors after the primary)."""
-    for i, repo in enumerate(repos):
+    """Downloads from the first of `repos` the hub has, or the first one cached when the hub is out of
+    reach (the catalogue lists a model's mirrors after its primary repository)."""
+    failures: list[HubError] = []
+    for repo in repos:
         log(f"downloading {repo}" + (f" at {revision}" if revision else ""))
         try:
             return download_checkpoint(repo, revision=revision, cache_dir=cache_dir, endpoint=endpoint)
-        except RepoNotFoundError as exc:
-            if i == len(repos) - 1:
-                raise
-            log(f"{exc}; trying the mirror {repos[i + 1]}")
-    raise EdgeSqlError("no repository to download from")
+        except (RepoNotFoundError, HubUnreachableError) as exc:
+            failures.append(exc)
+            if repo != repos[-1]:
+                why = (
+                    str(exc)
+                    if isinstance(exc, RepoNotFoundError)
+                    else f"{repo} cannot be fetched or found in the cache"
+                )
+                log(f"{why}; trying the mirror {repos[repos.index(repo) + 1]}")
+    unreachable = [e for e in failures if isinstance(e, HubUnreachableError)]
+    raise (unreachable or failures)[0]
 
 
-def _convert(checkpoint: Path, out: Path, outtype: str, log: Callable[[str], None]) -> None:
+def _convert(
+    checkout: _Checkout, out: Path, outtype: str, license: str | None, log: Callable[[str], None]
+) -> None:
     from convert.hf_to_gguf import convert_checkpoint
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    log(f"converting {checkpoint} to {outtype.upper()} GGUF")
-    convert_checkpoint(checkpoint, out, outtype=outtype, force=True, show_progress=True)
+    log(f"converting {checkout.folder} to {outtype.upper()} GGUF")
+    report = convert_checkpoint(
+        checkout.folder,
+        out,
+        outtype=outtype,
+        force=True,
+        show_progress=True,
+        source_repo=checkout.repo,
+        license=license,
+    )
+    log(report.summary())
 
 
 def _quantize(src: Path, out: Path, variant: str, log: Callable[[str], None]) -> None:

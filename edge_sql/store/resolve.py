@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from edge_sql.errors import ModelFileError
 from edge_sql.store.catalog import load_catalog
@@ -51,7 +52,9 @@ def resolve_model(spec: str | None, *, store: ModelStore | None = None) -> Path:
     variant = normalize_variant(variant_text) if variant_text else catalog.default_variant
     name, pull_spec = _store_name(base, store)
     entry = store.get(name, variant)
-    pull_hint = f"edge-sql pull {pull_spec}" + ("" if variant == catalog.default_variant else f" --quant {variant}")
+    pull_hint = f"edge-sql pull {pull_spec}" + (
+        "" if variant == catalog.default_variant else f" --quant {variant}"
+    )
     if entry is None:
         others = ", ".join(m.variant for m in store.variants(name))
         held = f" (the store has {name} as {others})" if others else ""
@@ -79,8 +82,12 @@ def ensure_model(
     pull_if_missing: bool = True,
     store: ModelStore | None = None,
     log: Callable[[str], None] = lambda _msg: None,
+    **pull_options: Any,
 ) -> Path:
-    """Like `resolve_model`, but pulls the model (download, convert, quantize) when it is missing."""
+    """Like `resolve_model`, but pulls the model (download, convert, quantize) when it is missing.
+
+    `pull_options` go to `pull_model` (e.g. `keep_bf16`, `cache_dir`, `endpoint`).
+    """
     store = store or ModelStore()
     try:
         return resolve_model(spec, store=store)
@@ -95,6 +102,7 @@ def ensure_model(
             force=missing.file_missing,
             store=store,
             log=log,
+            **pull_options,
         )
         return result.model.path
 
@@ -119,5 +127,7 @@ def _existing_file(path: Path) -> Path:
     if path.is_file():
         return path
     if path.is_dir():
-        raise ModelFileError(f"{path} is a folder, not a GGUF file; to convert a checkpoint folder run `edge-sql pull {path}`")
+        raise ModelFileError(
+            f"{path} is a folder, not a GGUF file; to convert a checkpoint folder run `edge-sql pull {path}`"
+        )
     raise ModelFileError(f"no such model file: {path}")
