@@ -1,0 +1,62 @@
+"""Process-wide llama.cpp setup: backend init, log routing, GPU and thread defaults."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+
+import llama_cpp
+
+_lock = threading.Lock()
+_initialised = False
+_verbose = False
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    if _verbose:
+        sys.stderr.write(text.decode("utf-8", errors="replace"))
+
+
+def init_backend(*, verbose: bool = False) -> None:
+    """Initialise llama.cpp once per process and route its log (silent unless verbose)."""
+    global _initialised, _verbose
+    with _lock:
+        _verbose = verbose
+        if not _initialised:
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialised = True
+
+
+def gpu_backend_name() -> str | None:
+    """Name of the GPU backend llama.cpp was built with (CUDA, Metal...), or None for CPU only."""
+    if not llama_cpp.llama_supports_gpu_offload():
+        return None
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    for name in ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "SYCL", "OpenCL", "CANN", "MUSA"):
+        if name.lower() in info.lower():
+            return name
+    return "GPU"
+
+
+def repack_is_safe() -> bool:
+    """Whether llama.cpp's extra weight buffers (repacked CPU matrices) are safe to enable.
+
+    Builds with AMX tiles (`AMX_INT8 = 1`, compiled natively on a Xeon with AMX) put
+    quantized weights in the AMX buffer, whose kernels in llama-cpp-python 0.3.36 die with
+    SIGILL on the first multi-token batch (upstream llama.cpp PR #26954). Without AMX the
+    extra buffers are llama.cpp's CPU_REPACK layouts, which are safe and decode faster.
+    """
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    return "AMX_INT8 = 1" not in info
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on (llama.cpp's matmuls scale with cores)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)

@@ -1,0 +1,492 @@
+"""One llama.cpp model and context on the low-level bindings: eval each token once, sample.
+
+Why not `llama_cpp.Llama`: it re-evaluates the whole prompt of hybrid models on every call
+(trap 2 in docs), checks grammars against the whole vocabulary per token (trap 1) and
+allocates an n_batch x n_vocab score buffer (trap 3). Here the context is append-only:
+`eval` adds prompt tokens, `generate` adds sampled tokens, and every token is decoded
+exactly once. The last sampled token of a completion is decoded lazily, together with the
+next `eval` batch, so no decode call is spent on it alone.
+
+A Session is not thread-safe: use it from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import llama_cpp
+import numpy as np
+
+from edge_sql.errors import EdgeSqlError, ModelFileError
+from edge_sql.runtime.backend import default_threads, gpu_backend_name, init_backend, repack_is_safe
+from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
+from edge_sql.runtime.gguf_check import validate_gguf
+from edge_sql.runtime.sampling import SamplingParams, sample, sample_allowed
+
+StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
+_GRAMMAR_CACHE_SIZE = 16
+
+
+class ContextFullError(EdgeSqlError):
+    """The tokens to evaluate do not fit in the context window."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """How the model was loaded: what `edge-sql run` reports at start."""
+
+    model_path: Path
+    architecture: str
+    model_bytes: int
+    backend: str          # "CPU" or the GPU backend's name ("CUDA", "Metal", ...)
+    gpu_layers: int       # layers offloaded to the GPU (0 on CPU)
+    n_layers: int
+    n_threads: int
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    repack: bool
+    n_vocab: int
+
+    def describe(self) -> str:
+        where = f"{self.backend}, {self.gpu_layers}/{self.n_layers} layers on GPU" if self.gpu_layers else "CPU"
+        return (
+            f"{self.model_path.name} ({self.architecture}, {self.model_bytes / 1e9:.2f} GB) on {where}, "
+            f"{self.n_threads} threads, context {self.n_ctx} tokens"
+        )
+
+
+@dataclass
+class Timings:
+    """Token counts and seconds; `Session.timings` sums them since the last reset."""
+
+    prompt_tokens: int = 0
+    prompt_s: float = 0.0      # eval(): decoding prompt tokens (and a pending sampled token)
+    generated_tokens: int = 0  # sampled + forced
+    forced_tokens: int = 0     # of which the grammar forced
+    generate_s: float = 0.0    # wall time inside generate()
+    decode_s: float = 0.0      # of which llama_decode
+    sample_s: float = 0.0      # of which sampling and grammar masks
+
+    @property
+    def prompt_tok_s(self) -> float:
+        return self.prompt_tokens / self.prompt_s if self.prompt_s else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.generated_tokens / self.generate_s if self.generate_s else 0.0
+
+    def add(self, other: Timings) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class Completion:
+    """What one `generate` call added to the context.
+
+    `tokens` are all tokens appended (including a final stop token); `text` is their text
+    without that stop token. `ended_turn` says whether a stop token closed the turn.
+    """
+
+    tokens: list[int]
+    text: str
+    stop_reason: StopReason
+    n_forced: int
+    ended_turn: bool
+    timings: Timings = field(default_factory=Timings)
+
+
+class Session:
+    """A loaded model with one append-only context."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        n_ctx: int = 12288,
+        n_threads: int | None = None,
+        n_gpu_layers: int | None = None,
+        n_batch: int = 512,
+        n_ubatch: int | None = None,
+        repack: bool | None = None,
+        verbose: bool = False,
+    ) -> None:
+        gguf = validate_gguf(model_path)
+        init_backend(verbose=verbose)
+        self._model = self._ctx = None
+        self._batch: llama_cpp.llama_batch | None = None
+        gpu = gpu_backend_name()
+        n_layers = gguf.block_count or 0
+        if n_gpu_layers is None:
+            n_gpu_layers = n_layers + 1 if gpu else 0
+        n_gpu_layers = max(0, min(n_gpu_layers, n_layers + 1)) if gpu else 0
+        n_threads = n_threads or default_threads()
+        n_ubatch = min(n_ubatch or n_batch, n_batch)
+        if repack is None:
+            repack = repack_is_safe()
+
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = n_gpu_layers
+        model_params.use_extra_bufts = repack
+        self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
+        if not self._model:
+            raise ModelFileError(f"llama.cpp could not load {gguf.path} (run with verbose=True for its log)")
+
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = n_batch
+        ctx_params.n_ubatch = n_ubatch
+        ctx_params.n_seq_max = 1
+        ctx_params.n_outputs_max = 1  # only the last position's logits: no n_batch x vocab buffer
+        ctx_params.n_threads = n_threads
+        ctx_params.n_threads_batch = n_threads
+        ctx_params.no_perf = False  # keep llama.cpp's own decode counters (llama_perf_counts)
+        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            self.close()
+            raise ModelFileError(f"llama.cpp could not create a {n_ctx}-token context for {gguf.path} (out of memory?)")
+
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self._n_batch = n_batch
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch_token = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
+        self._batch_pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
+        self._batch_logits = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
+        for i in range(n_batch):
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = 0
+
+        self.info = SessionInfo(
+            model_path=gguf.path, architecture=gguf.architecture, model_bytes=gguf.file_size,
+            backend=gpu if gpu and n_gpu_layers else "CPU", gpu_layers=n_gpu_layers,
+            n_layers=llama_cpp.llama_model_n_layer(self._model), n_threads=n_threads,
+            n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, repack=repack, n_vocab=self._n_vocab,
+        )
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buffer = ctypes.create_string_buffer(256)
+        self._lltokenizer = None
+        self._grammars: OrderedDict[str, GrammarConstraint] = OrderedDict()
+        self.reset()
+
+    # ---- context state -------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Empty the context and zero the counters; the next generate re-seeds the sampler."""
+        llama_cpp.llama_memory_clear(self._memory, True)
+        llama_cpp.llama_perf_context_reset(self._ctx)
+        self._tokens: list[int] = []
+        self._n_evaluated = 0
+        self._logits: np.ndarray | None = None
+        self._rng: np.random.Generator | None = None
+        self.timings = Timings()
+
+    def seed(self, seed: int | None) -> None:
+        """Re-seed the sampler now (otherwise the first generate after reset seeds it)."""
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in the context: prompt tokens evaluated plus tokens generated."""
+        return len(self._tokens)
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._tokens)
+
+    @property
+    def prompt_tokens_evaluated(self) -> int:
+        return self.timings.prompt_tokens
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.timings.generated_tokens
+
+    @property
+    def decoded_tokens(self) -> int:
+        """Tokens passed to llama_decode since the last reset (n_past minus a pending token)."""
+        return self._n_evaluated
+
+    def llama_perf_counts(self) -> tuple[int, int]:
+        """llama.cpp's own counters since the last reset: (batch tokens, single-token decodes).
+
+        llama.cpp reports each as at least 1.
+        """
+        perf = llama_cpp.llama_perf_context(self._ctx)
+        return perf.n_p_eval, perf.n_eval
+
+    # ---- tokens and text -----------------------------------------------------------------
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        """Token ids of `text` (no BOS added); `special` parses `<|im_end|>`-style tokens."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buffer = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buffer, capacity, False, special)
+        if n < 0:
+            capacity = -n
+            buffer = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buffer, capacity, False, special)
+        return list(buffer[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """The exact bytes of one token (special tokens rendered as their text)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buffer, 256, 0, True)
+            if n < 0:
+                big = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, big, -n, 0, True)
+                piece = big.raw[:n]
+            else:
+                piece = self._piece_buffer.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Iterable[int]) -> str:
+        """Text of tokens; bytes are joined first so characters split across tokens survive."""
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_special_token(self, token: int) -> bool:
+        """Control tokens and `<...>` user-defined tokens: what llguidance matches only by id."""
+        attr = llama_cpp.llama_vocab_get_attr(self._vocab, token)
+        if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL:
+            return True
+        piece = self.token_bytes(token)
+        return bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED) and piece.startswith(b"<") and piece.endswith(b">")
+
+    def grammar_token(self, text: str) -> str:
+        """A Lark fragment matching `text` as the model emits it.
+
+        A single special token (Qwen3.5's `</think>`, `<|im_end|>`) becomes `<[ID]>`, which
+        llguidance matches by token id; anything else becomes a quoted string literal.
+        """
+        ids = self.tokenize(text, special=True)
+        if len(ids) == 1 and self.is_special_token(ids[0]) and self.token_bytes(ids[0]) == text.encode():
+            return f"<[{ids[0]}]>"
+        return json.dumps(text, ensure_ascii=False)
+
+    # ---- evaluation ----------------------------------------------------------------------
+
+    def eval(self, tokens: Iterable[int]) -> None:
+        """Append prompt tokens to the context and evaluate them (each exactly once)."""
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            return
+        if len(self._tokens) + len(tokens) > self._n_ctx:
+            raise ContextFullError(
+                f"context full: {len(self._tokens)} + {len(tokens)} tokens exceed the {self._n_ctx}-token window"
+            )
+        bad = [t for t in tokens if not 0 <= t < self._n_vocab]
+        if bad:
+            raise ValueError(f"token ids out of range: {bad[:5]}")
+        start = time.perf_counter()
+        self._tokens.extend(tokens)
+        self._flush()
+        self.timings.prompt_s += time.perf_counter() - start
+        self.timings.prompt_tokens += len(tokens)
+
+    def logits(self) -> np.ndarray:
+        """A copy of the next-token logits after everything in the context."""
+        self._flush()
+        if self._logits is None:
+            raise RuntimeError("the context is empty: no logits yet")
+        return self._logits.copy()
+
+    def _flush(self) -> None:
+        """Decode the tokens not yet evaluated, in n_batch chunks; logits for the last one."""
+        n_total = len(self._tokens)
+        while self._n_evaluated < n_total:
+            chunk = self._tokens[self._n_evaluated:self._n_evaluated + self._n_batch]
+            n = len(chunk)
+            self._batch_token[:n] = chunk
+            self._batch_pos[:n] = np.arange(self._n_evaluated, self._n_evaluated + n)
+            self._batch_logits[:n] = 0
+            last_chunk = self._n_evaluated + n == n_total
+            if last_chunk:
+                self._batch_logits[n - 1] = 1
+            self._batch.n_tokens = n
+            self._logits = None
+            status = llama_cpp.llama_decode(self._ctx, self._batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed with status {status} at position {self._n_evaluated}")
+            self._n_evaluated += n
+            if last_chunk:
+                pointer = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+                self._logits = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,))
+
+    # ---- generation ----------------------------------------------------------------------
+
+    def generate(
+        self,
+        *,
+        grammar: str | None = None,
+        params: SamplingParams = SamplingParams(),
+        max_tokens: int,
+        stop_tokens: Collection[int] = (),
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Completion:
+        """Sample up to `max_tokens` tokens into the context, under a Lark grammar if given.
+
+        Stops when a stop token is sampled ("stop"; under a grammar only where the grammar
+        may end), when the grammar is complete ("grammar_done"; the first stop token is then
+        appended to close the turn), at `max_tokens`, when `should_stop()` returns True
+        ("cancelled"), or when the context is full. Tokens the grammar forces are appended
+        without sampling and decoded as one batch.
+        """
+        if self._rng is None:
+            self.seed(params.seed)
+        rng = self._rng
+        constraint = self._constraint(grammar) if grammar is not None else None
+        stop_set = frozenset(int(t) for t in stop_tokens)
+        if constraint is not None:
+            constraint.start(list(stop_tokens))
+        timings = Timings()
+        new_tokens: list[int] = []
+        chunks: list[str] = []
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        n_forced = 0
+        started = time.perf_counter()
+
+        def append(tokens: list[int], forced: bool, visible: bool = True) -> None:
+            self._tokens.extend(tokens)
+            new_tokens.extend(tokens)
+            if visible:
+                text = decoder.decode(b"".join(self.token_bytes(t) for t in tokens))
+                if text:
+                    chunks.append(text)
+                    if on_text is not None:
+                        on_text(text)
+
+        reason: StopReason
+        while True:
+            if should_stop is not None and should_stop():
+                reason = "cancelled"
+                break
+            room = min(max_tokens - len(new_tokens), self._n_ctx - len(self._tokens))
+            if constraint is not None and constraint.is_stopped:
+                reason = "grammar_done"
+                if stop_tokens and room > 0:
+                    append([next(iter(stop_tokens))], forced=True, visible=False)
+                    n_forced += 1
+                break
+            if room <= 0:
+                reason = "max_tokens" if len(new_tokens) >= max_tokens else "context_full"
+                break
+            if constraint is not None and not (stop_set and constraint.is_accepting):
+                tick = time.perf_counter()
+                forced = constraint.forced_tokens()[:room]
+                timings.sample_s += time.perf_counter() - tick
+                if forced:
+                    constraint.consume(forced)
+                    append(forced, forced=True)
+                    n_forced += len(forced)
+                    continue
+            tick = time.perf_counter()
+            self._flush()
+            tock = time.perf_counter()
+            timings.decode_s += tock - tick
+            logits = self._logits
+            if constraint is None:
+                token = sample(logits, params, rng)
+            else:
+                constraint.compute_mask()
+                token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, rng)
+            timings.sample_s += time.perf_counter() - tock
+            if token in stop_set:
+                append([token], forced=False, visible=False)
+                reason = "stop"
+                break
+            if constraint is not None:
+                constraint.consume([token])
+            append([token], forced=False)
+
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            chunks.append(tail)
+            if on_text is not None:
+                on_text(tail)
+        timings.generate_s = time.perf_counter() - started
+        timings.generated_tokens = len(new_tokens)
+        timings.forced_tokens = n_forced
+        self.timings.add(timings)
+        return Completion(
+            tokens=new_tokens,
+            text="".join(chunks),
+            stop_reason=reason,
+            n_forced=n_forced,
+            ended_turn=bool(new_tokens) and new_tokens[-1] in stop_set,
+            timings=timings,
+        )
+
+    def _constraint(self, lark: str) -> GrammarConstraint:
+        """The compiled grammar for `lark` (cached; the llguidance tokenizer is built once)."""
+        constraint = self._grammars.get(lark)
+        if constraint is None:
+            constraint = GrammarConstraint(self.lltokenizer(), lark, self._n_vocab)
+            self._grammars[lark] = constraint
+            if len(self._grammars) > _GRAMMAR_CACHE_SIZE:
+                self._grammars.popitem(last=False)
+        else:
+            self._grammars.move_to_end(lark)
+        return constraint
+
+    def lltokenizer(self):
+        """llguidance's view of this vocabulary (built on first use: seconds for 248k tokens)."""
+        if self._lltokenizer is None:
+            ids = range(self._n_vocab)
+            self._lltokenizer = build_lltokenizer(
+                self._vocab,
+                pieces=[self.token_bytes(t) for t in ids],
+                special=[self.is_special_token(t) for t in ids],
+                eos_token=llama_cpp.llama_vocab_eos(self._vocab),
+            )
+        return self._lltokenizer
+
+    # ---- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the context, batch and model; the session is unusable afterwards."""
+        self._grammars = OrderedDict()
+        self._lltokenizer = None
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
