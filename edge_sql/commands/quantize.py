@@ -1,0 +1,39 @@
+"""`edge-sql quantize`: a GGUF -> a quantized GGUF, with llama.cpp's quantizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from convert.quantize import QUANT_TYPES, RECIPES
+from edge_sql.errors import EdgeSqlError
+
+
+def _type_help() -> str:
+    recipes = "; ".join(f"{r.name}: {r.description}" for r in RECIPES.values())
+    return f"A type ({', '.join(QUANT_TYPES)}) or a recipe ({recipes})."
+
+
+@click.command("quantize")
+@click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-t", "--type", "qtype", required=True, metavar="TYPE", help=_type_help())
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The quantized GGUF file to write (temporary file first, renamed at the end).")
+@click.option("--threads", type=int, default=None, help="Threads for the quantizer (default: all cores).")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def command(src: Path, qtype: str, output: Path, threads: int | None, force: bool) -> None:
+    """Quantize the F32/F16/BF16 GGUF SRC (e.g. from `edge-sql convert`) to TYPE.
+
+    Example:
+
+        edge-sql quantize synsql-bf16.gguf --type Q4_K_M -o synsql-Q4_K_M.gguf
+    """
+    from convert.quantize import quantize_gguf
+
+    canonical = {name.casefold(): name for name in [*QUANT_TYPES, *RECIPES]}.get(qtype.casefold(), qtype)
+    try:
+        report = quantize_gguf(src, output, canonical, force=force, n_threads=threads)
+    except EdgeSqlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(report.summary())
