@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edge_sql.runtime import SamplingParams
-from edge_sql.runtime.sampling import CANDIDATES, draw, sample, sample_allowed, sample_masked_reference
+from edge_sql.runtime.sampling import CANDIDATES, _top, draw, sample, sample_allowed, sample_masked_reference
 
 VOCAB = 5000
 
@@ -139,3 +139,12 @@ def test_parameters_are_checked() -> None:
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError):
         SamplingParams(top_k=-2)
+
+
+@pytest.mark.parametrize("size", [100, 49152, 248320])
+def test_fast_top_candidates_are_the_true_top(size: int) -> None:
+    for seed in range(10):
+        logits = np.random.default_rng(seed).standard_normal(size).astype(np.float32) * (seed + 1)
+        logits[seed * 7 % size] = 40.0  # one outlier, as real logits have
+        for n in (1, 20, CANDIDATES):
+            assert set(_top(logits, n).tolist()) == set(np.argpartition(logits, -n)[-n:].tolist())

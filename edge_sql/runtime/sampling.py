@@ -55,10 +55,25 @@ def _order(ids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return ids[order], values[order]
 
 
+_SUBSAMPLE_STRIDE = 16
+
+
 def _top(logits: np.ndarray, n: int) -> np.ndarray:
-    """Ids of the n largest logits (unordered); all ids when n covers the vocabulary."""
-    if n >= logits.shape[0]:
-        return np.arange(logits.shape[0])
+    """Ids of the n largest logits (unordered); all ids when n covers the vocabulary.
+
+    On a large vocabulary a full argpartition costs about 1 ms. Instead take the n-th
+    largest value of every 16th logit as a threshold: those n values are in the full array,
+    so the n-th largest overall is >= the threshold, and every top-n logit passes the
+    comparison. One vectorised comparison plus an argpartition over about 16 n survivors
+    gives the same set about four times faster.
+    """
+    size = logits.shape[0]
+    if n >= size:
+        return np.arange(size)
+    if size >= 64 * n * _SUBSAMPLE_STRIDE:
+        threshold = np.partition(logits[::_SUBSAMPLE_STRIDE], -n)[-n]
+        survivors = np.flatnonzero(logits >= threshold)
+        return survivors[np.argpartition(logits[survivors], -n)[-n:]]
     return np.argpartition(logits, -n)[-n:]
 
 

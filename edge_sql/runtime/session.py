@@ -348,12 +348,16 @@ class Session:
     ) -> Completion:
         """Sample up to `max_tokens` tokens into the context, under a Lark grammar if given.
 
-        Stops when a stop token is sampled ("stop"; under a grammar only where the grammar
-        may end), when the grammar is complete ("grammar_done"; the first stop token is then
-        appended to close the turn), at `max_tokens`, when `should_stop()` returns True
-        ("cancelled"), or when the context is full. Tokens the grammar forces are appended
-        without sampling and decoded as one batch.
+        Stops when a stop token is sampled ("stop": the token stays in the context and
+        `ended_turn` is True; under a grammar stop tokens are allowed only where the grammar
+        may end), when the grammar admits nothing more ("grammar_done": nothing is appended,
+        the caller closes the turn if it wants to), at `max_tokens`, when `should_stop()`
+        returns True ("cancelled"), or when the context is full ("context_full"). Tokens the
+        grammar forces are appended without sampling and decoded as one batch; they count
+        as generated tokens and in `n_forced`.
         """
+        if not self._tokens:
+            raise ValueError("generate() needs a prompt: eval() some tokens first")
         if self._rng is None:
             self.seed(params.seed)
         rng = self._rng
@@ -386,9 +390,6 @@ class Session:
             room = min(max_tokens - len(new_tokens), self._n_ctx - len(self._tokens))
             if constraint is not None and constraint.is_stopped:
                 reason = "grammar_done"
-                if stop_tokens and room > 0:
-                    append([next(iter(stop_tokens))], forced=True, visible=False)
-                    n_forced += 1
                 break
             if room <= 0:
                 reason = "max_tokens" if len(new_tokens) >= max_tokens else "context_full"
