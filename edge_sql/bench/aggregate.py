@@ -1,0 +1,127 @@
+"""From the results file's records to each variant's figures (what bench.json and bench.md show)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from edge_sql.bench.agreement import ResultCache
+from edge_sql.bench.results import WorkKey
+from edge_sql.bench.variants import Variant
+from edge_sql.evaluation.datasets import Question
+from edge_sql.evaluation.report import EvalReport, QuestionResult
+
+TOKEN_IDS_FIELD = "tokens"
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def speed_figures(episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Token rates summed over all episodes and the episode wall time's median and p95
+    (episodes that failed before running, e.g. a prompt too long for the context, left out)."""
+    episodes = [e for e in episodes if not e.get("episode_error")]
+    walls = [e["wall_s"] for e in episodes]
+    return {
+        "episodes": len(episodes),
+        "prompt_tokens": sum(e["prompt_tokens"] for e in episodes),
+        "generated_tokens": sum(e["generated_tokens"] for e in episodes),
+        "prompt_tok_s": _ratio(sum(e["prompt_tokens"] for e in episodes), sum(e["prompt_s"] for e in episodes)),
+        "decode_tok_s": _ratio(sum(e["generated_tokens"] for e in episodes), sum(e["generate_s"] for e in episodes)),
+        "wall_s_median": float(np.median(walls)) if walls else None,
+        "wall_s_p95": float(np.percentile(walls, 95)) if walls else None,
+    }
+
+
+def accuracy_figures(episodes: Sequence[dict[str, Any]], questions: dict[str, Question], modes: Sequence[str]) -> dict[str, Any]:
+    """Execution accuracy per mode, overall and per difficulty (the evaluation's own report)."""
+    out: dict[str, Any] = {}
+    for mode in modes:
+        results = [
+            QuestionResult(id=e["question_id"], db_id=e["db_id"], difficulty=e.get("difficulty"), correct=e["correct"],
+                           error=e.get("error"), predicted_sql=e.get("sql"), gold_sql=questions[e["question_id"]].gold_sql)
+            for e in episodes if e["mode"] == mode
+        ]
+        report = EvalReport(results=results, timeout_s=0.0)
+        out[mode] = {
+            "overall": report.overall.to_json(),
+            "by_difficulty": {d: a.to_json() for d, a in report.by_difficulty.items()},
+        }
+    return out
+
+
+def agreement_figures(
+    episodes: Sequence[dict[str, Any]], reference: dict[tuple[str, str], dict[str, Any]],
+    questions: dict[str, Question], modes: Sequence[str], cache: ResultCache,
+) -> dict[str, Any]:
+    """Share of questions whose final SQL gives the reference's result set, overall and per mode."""
+    agreed: dict[str, list[bool]] = {mode: [] for mode in modes}
+    for e in episodes:
+        ref = reference.get((e["mode"], e["question_id"]))
+        if ref is not None:
+            db_path = questions[e["question_id"]].db_path
+            agreed[e["mode"]].append(cache.agree(db_path, ref.get("sql"), e.get("sql")))
+    every = [a for values in agreed.values() for a in values]
+    return {
+        "overall": _ratio(sum(every), len(every)),
+        "compared": len(every),
+        **{mode: _ratio(sum(values), len(values)) for mode, values in agreed.items()},
+    }
+
+
+def fidelity_figures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    positions = sum(r["positions"] for r in records)
+    return {
+        "transcripts": len(records),
+        "positions": positions,
+        "kl_mean": _ratio(sum(r["kl_sum"] for r in records), positions),
+        "kl_max": max((r["kl_max"] for r in records), default=None),
+        "top1": _ratio(sum(r["top1_agree"] for r in records), positions),
+    }
+
+
+def peak_memory(records: Sequence[dict[str, Any]], variant: str) -> dict[str, Any]:
+    """The highest peak RSS any episodes worker of `variant` reported; when none reported (all
+    crashed), `wait4`'s upper bound, flagged as such."""
+    mine = [r for r in records if r.get("task") == "episodes" and r["variant"] == variant]
+    reported = [r["peak_rss_bytes"] for r in mine if r["kind"] == "peak"]
+    if reported:
+        return {"peak_rss_bytes": max(reported), "peak_rss_is_upper_bound": False}
+    bounds = [r["maxrss_upper_bound_bytes"] for r in mine if r["kind"] == "process"]
+    return {"peak_rss_bytes": max(bounds, default=None), "peak_rss_is_upper_bound": bool(bounds)}
+
+
+def summarize(
+    variants: Sequence[Variant], records: Iterable[dict[str, Any]], *, planned: set[WorkKey],
+    questions: dict[str, Question], modes: Sequence[str], reference_name: str, cache: ResultCache,
+) -> dict[str, Any]:
+    """Every variant's figures, plus the raw records they come from (token ids left out)."""
+    records = list(records)
+    episodes = [r for r in records if r["kind"] == "episode" and WorkKey.of(r) in planned]
+    fidelity = [r for r in records if r["kind"] == "fidelity" and WorkKey.of(r) in planned]
+    reference = {(e["mode"], e["question_id"]): e for e in episodes if e["variant"] == reference_name}
+    names = {v.name for v in variants}
+    rows = []
+    for variant in variants:
+        mine = [e for e in episodes if e["variant"] == variant.name]
+        loads = [r for r in records if r["kind"] == "load" and r["variant"] == variant.name]
+        crashes = [r for r in records if r["kind"] == "crash" and r["variant"] == variant.name]
+        rows.append({
+            "name": variant.name,
+            "path": str(variant.path),
+            "size_bytes": variant.size_bytes,
+            "load_s": loads[-1]["load_s"] if loads else None,
+            **peak_memory(records, variant.name),
+            **speed_figures(mine),
+            "fidelity": fidelity_figures([r for r in fidelity if r["variant"] == variant.name]),
+            "answer_agreement": agreement_figures(mine, reference, questions, modes, cache),
+            "accuracy": accuracy_figures(mine, questions, modes),
+            "episode_errors": [{"mode": e["mode"], "question_id": e["question_id"], "error": e["episode_error"]}
+                               for e in mine if e.get("episode_error")],
+            "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
+        })
+    raw = [{k: v for k, v in r.items() if k != TOKEN_IDS_FIELD} for r in episodes if r["variant"] in names]
+    return {"variants": rows, "episodes": raw, "fidelity": [r for r in fidelity if r["variant"] in names]}

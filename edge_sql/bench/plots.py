@@ -1,0 +1,81 @@
+"""PNG plots of a bench: accuracy and answer agreement against file size; decode speed against size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edge_sql.bench.variants import BenchSetupError
+
+ACCURACY_PNG = "accuracy_vs_size.png"
+SPEED_PNG = "decode_speed_vs_size.png"
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise BenchSetupError("plots need matplotlib: pip install 'edge-sql[bench]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _label_points(ax, xs: list[float], ys: list[float | None], names: list[str]) -> None:
+    for x, y, name in zip(xs, ys, names):
+        if y is not None:
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+
+
+def _series(ax, xs: list[float], ys: list[float | None], **style: Any) -> None:
+    points = [(x, y) for x, y in zip(xs, ys) if y is not None]
+    if points:
+        ax.plot([p[0] for p in points], [p[1] for p in points], **style)
+
+
+def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Write both PNGs into `out_dir` and return their paths."""
+    plt = _pyplot()
+    rows = sorted(summary["variants"], key=lambda r: r["size_bytes"])
+    sizes = [r["size_bytes"] / 1e9 for r in rows]
+    names = [r["name"] for r in rows]
+    modes = summary["settings"]["modes"]
+    title_note = summary["settings"].get("plot_note", "")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for mode, marker in zip(modes, ("o", "s")):
+        values = [
+            r["accuracy"][mode]["overall"]["percent"] if r["accuracy"].get(mode, {}).get("overall", {}).get("total") else None
+            for r in rows
+        ]
+        _series(ax, sizes, values, marker=marker, label=f"execution accuracy, schema {mode}")
+    agreement = [None if r["answer_agreement"]["overall"] is None else 100 * r["answer_agreement"]["overall"] for r in rows]
+    _series(ax, sizes, agreement, marker="^", linestyle="--", label=f"answer agreement with {summary['settings']['reference']}")
+    _label_points(ax, sizes, agreement, names)
+    ax.set_xlabel("file size (GB)")
+    ax.set_ylabel("%")
+    ax.set_ylim(-5, 105)
+    ax.set_title("Accuracy and answer agreement vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    accuracy_path = out_dir / ACCURACY_PNG
+    fig.savefig(accuracy_path, dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    speeds = [r["decode_tok_s"] for r in rows]
+    _series(ax, sizes, speeds, marker="o", label="decode tok/s with the grammar")
+    _label_points(ax, sizes, speeds, names)
+    ax.set_xlabel("file size (GB)")
+    ax.set_ylabel("tokens / s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Decode speed vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    speed_path = out_dir / SPEED_PNG
+    fig.savefig(speed_path, dpi=120)
+    plt.close(fig)
+    return [accuracy_path, speed_path]

@@ -1,0 +1,223 @@
+"""`run_bench`: every variant's episodes and fidelity, then bench.json, bench.md and the plots.
+
+Order of work: the BF16 reference's episodes first (their transcripts are what fidelity is
+measured on), then each other variant's episodes, each variant in its own child process;
+then, per variant, a child that loads BF16 and the variant side by side for fidelity.
+Finished items are in the results file, so a rerun with `resume` only does what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge_sql.bench.agreement import ResultCache
+from edge_sql.bench.aggregate import summarize
+from edge_sql.bench.child import ChildOutcome, run_worker
+from edge_sql.bench.modes import MODES
+from edge_sql.bench.plots import write_plots
+from edge_sql.bench.report import write_json, write_markdown
+from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog, WorkKey
+from edge_sql.bench.variants import REFERENCE, BenchSetupError, Variant, prepare_variants
+from edge_sql.bench.tasks import EpisodeTask, FidelityTask
+from edge_sql.errors import ModelFileError
+from edge_sql.evaluation.datasets import Question, load_dataset, require_databases
+
+SETTINGS_FILE_NAME = "settings.json"
+CACHE_DIR_NAME = "cache"
+
+
+@dataclass
+class BenchConfig:
+    """Everything a bench run depends on. `base` (a BF16 GGUF) or `model` (a store name) is needed."""
+
+    out_dir: Path
+    base: Path | None = None
+    model: str | None = None
+    variants: list[str] = field(default_factory=lambda: [REFERENCE])
+    dataset: str = "bundled"
+    dataset_format: str = "bird"
+    db_root: Path | None = None
+    limit: int | None = None
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    seed: int = 0
+    n_threads: int | None = None
+    n_ctx: int = 12288
+    budget: dict[str, Any] = field(default_factory=dict)   # agent Budget fields to override
+    greedy: bool = False
+    prompt_file: Path | None = None
+    fidelity_tokens: int = 4096   # at most this many tokens of each transcript are teacher-forced
+    fidelity_chunk: int = 64
+    resume: bool = True
+    plot_note: str = ""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings finished episodes depend on: a resumed run must have the same ones."""
+        return {
+            "base": str(self.base), "dataset": str(self.dataset), "dataset_format": self.dataset_format,
+            "db_root": str(self.db_root), "n_ctx": self.n_ctx, "budget": dict(sorted(self.budget.items())),
+            "greedy": self.greedy, "prompt_file": str(self.prompt_file), "fidelity_tokens": self.fidelity_tokens,
+        }
+
+
+@dataclass
+class BenchOutcome:
+    """Where the reports went and how much work this run did."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+    files: list[Path]
+    episodes_run: int
+    fidelity_run: int
+
+
+def spread_by_difficulty(questions: Sequence[Question], limit: int | None) -> list[Question]:
+    """The first `limit` questions taking each difficulty label in turn (file order within a label)."""
+    if limit is None or limit >= len(questions):
+        return list(questions)
+    groups: dict[str | None, list[Question]] = {}
+    for question in questions:
+        groups.setdefault(question.difficulty, []).append(question)
+    picked: list[Question] = []
+    while len(picked) < limit:
+        for group in groups.values():
+            if group and len(picked) < limit:
+                picked.append(group.pop(0))
+    return picked
+
+
+def _base_and_store(config: BenchConfig) -> tuple[Path, Callable[[str], Path | None] | None]:
+    if (config.base is None) == (config.model is None):
+        raise BenchSetupError("give either --base BF16.gguf or --model NAME")
+    if config.base is not None:
+        return Path(config.base), None
+    from edge_sql.store import resolve_model
+
+    def from_store(variant: str) -> Path | None:
+        try:
+            return resolve_model(f"{config.model}:{variant}")
+        except ModelFileError:
+            return None
+
+    return resolve_model(f"{config.model}:{REFERENCE}"), from_store
+
+
+def _check_settings(config: BenchConfig, out_dir: Path, log: ResultsLog) -> None:
+    path = out_dir / SETTINGS_FILE_NAME
+    current = config.fingerprint()
+    if config.resume and path.is_file() and log.path.is_file():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        if previous != current:
+            changed = ", ".join(k for k in current if previous.get(k) != current[k])
+            raise BenchSetupError(
+                f"{out_dir} holds results made with other settings ({changed}); use --no-resume or another --out"
+            )
+    if not config.resume:
+        log.clear()
+    path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+
+
+def machine_description() -> dict[str, Any]:
+    import llama_cpp
+
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    return {
+        "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "memory_bytes": memory, "python": sys.version.split()[0],
+        "llama_cpp_python": llama_cpp.__version__,
+    }
+
+
+def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: None) -> BenchOutcome:
+    """Run (or resume) a bench and write its reports into `config.out_dir`."""
+    out_dir = Path(config.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = ResultsLog(out_dir / RESULTS_FILE_NAME)
+    _check_settings(config, out_dir, results)
+    base, from_store = _base_and_store(config)
+    questions = spread_by_difficulty(
+        load_dataset(config.dataset, fmt=config.dataset_format, db_root=config.db_root), config.limit
+    )
+    if not questions:
+        raise BenchSetupError(f"the dataset {config.dataset} has no questions")
+    require_databases(questions)
+    variants = prepare_variants(base, config.variants, cache_dir=out_dir / CACHE_DIR_NAME,
+                                from_store=from_store, n_threads=config.n_threads, log=log)
+    planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
+
+    episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
+    fidelity_run = sum(_run_fidelity(config, variants[0], variant, planned, results, out_dir, log)
+                       for variant in variants)
+
+    summary = summarize(variants, results.records(), planned=planned, questions={q.id: q for q in questions},
+                        modes=config.modes, reference_name=REFERENCE, cache=ResultCache())
+    summary = {
+        "settings": {
+            **asdict(config), "out_dir": str(out_dir), "base": str(base), "reference": REFERENCE,
+            "variants": [v.name for v in variants], "questions": len(questions),
+            "question_ids": [q.id for q in questions],
+        },
+        "machine": machine_description(),
+        **summary,
+    }
+    summary["settings"] = json.loads(json.dumps(summary["settings"], default=str))
+    files = [write_json(summary, out_dir), write_markdown(summary, out_dir), *write_plots(summary, out_dir)]
+    return BenchOutcome(out_dir, summary, files, episodes_run, fidelity_run)
+
+
+def _record_process(results: ResultsLog, variant: Variant, task: str, outcome: ChildOutcome, log: Callable[[str], None]) -> None:
+    results.append({"kind": "process", "task": task, "variant": variant.name, "returncode": outcome.returncode,
+                    "maxrss_upper_bound_bytes": outcome.maxrss_upper_bound_bytes})
+    if not outcome.ok:
+        results.append({"kind": "crash", "task": task, "variant": variant.name, "returncode": outcome.returncode})
+        log(f"{variant.name}: the {task} worker exited with status {outcome.returncode}; continuing")
+
+
+def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Question], results: ResultsLog,
+                  out_dir: Path, log: Callable[[str], None]) -> int:
+    done = results.done("episode")
+    items = [(mode, q.id) for mode in config.modes for q in questions
+             if WorkKey(variant.name, mode, q.id, config.seed) not in done]
+    if not items:
+        log(f"{variant.name}: all {len(config.modes) * len(questions)} episodes already done")
+        return 0
+    log(f"{variant.name}: {len(items)} episodes ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)")
+    task = EpisodeTask(
+        variant=variant.name, model_path=str(variant.path), results_path=str(results.path),
+        dataset=str(config.dataset), dataset_format=config.dataset_format,
+        db_root=None if config.db_root is None else str(config.db_root), items=items, seed=config.seed,
+        n_threads=config.n_threads, n_ctx=config.n_ctx, budget=config.budget, greedy=config.greedy,
+        prompt_file=None if config.prompt_file is None else str(config.prompt_file),
+        record_tokens=variant.name == REFERENCE,
+    )
+    outcome = run_worker(asdict(task), out_dir)
+    _record_process(results, variant, "episodes", outcome, log)
+    return len(results.done("episode") & {WorkKey(variant.name, m, q, config.seed) for m, q in items})
+
+
+def _run_fidelity(config: BenchConfig, reference: Variant, variant: Variant, planned: set[WorkKey],
+                  results: ResultsLog, out_dir: Path, log: Callable[[str], None]) -> int:
+    transcripts = {(r["mode"], str(r["question_id"])) for r in results.records("episode")
+                   if r["variant"] == reference.name and r.get("tokens") and WorkKey.of(r) in planned}
+    done = results.done("fidelity")
+    keys = sorted(k for k in transcripts if WorkKey(variant.name, k[0], k[1], config.seed) not in done)
+    if not keys:
+        return 0
+    log(f"{variant.name}: fidelity against {reference.name} on {len(keys)} transcripts")
+    task = FidelityTask(
+        variant=variant.name, model_path=str(variant.path), reference_path=str(reference.path),
+        results_path=str(results.path), keys=keys, seed=config.seed, n_threads=config.n_threads,
+        max_tokens=config.fidelity_tokens, chunk=config.fidelity_chunk, reference_name=reference.name,
+    )
+    outcome = run_worker(asdict(task), out_dir)
+    _record_process(results, variant, "fidelity", outcome, log)
+    return len(results.done("fidelity") & {WorkKey(variant.name, m, q, config.seed) for m, q in keys})

@@ -1,0 +1,45 @@
+"""The tasks a bench hands to its worker processes (serialised as JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EpisodeTask:
+    """Run `items` (mode, question id) on one variant and append an "episode" record for each."""
+
+    variant: str
+    model_path: str
+    results_path: str
+    dataset: str
+    dataset_format: str
+    db_root: str | None
+    items: list[tuple[str, str]]
+    seed: int
+    n_threads: int | None
+    n_ctx: int
+    budget: dict[str, Any] = field(default_factory=dict)
+    greedy: bool = False
+    prompt_file: str | None = None
+    record_tokens: bool = False   # keep the transcript's token ids (the reference's, for fidelity)
+    score_timeout_s: float = 30.0
+    kind: str = "episodes"
+
+
+@dataclass
+class FidelityTask:
+    """Teacher-force the reference's transcripts `keys` on the reference and on one variant."""
+
+    variant: str
+    model_path: str
+    reference_path: str
+    results_path: str
+    keys: list[tuple[str, str]]   # (mode, question id) of the reference's episodes
+    seed: int
+    n_threads: int | None
+    max_tokens: int
+    chunk: int
+    reference_name: str = "BF16"
+    kind: str = "fidelity"

@@ -1,0 +1,86 @@
+"""Teacher forcing: the model's next-token log-probabilities at every position of a sequence.
+
+`Session` asks llama.cpp for the logits of the last token only (trap 3: no n_batch x n_vocab
+buffer), and its context is built to output one row per batch. Comparing two models position
+by position needs every position's distribution, so this module opens a second, short-lived
+llama.cpp context on the session's loaded model (the weights are shared, not reloaded), sized
+for the sequence, with room for `chunk` output rows. It decodes the tokens in chunks, marks
+every token of a chunk for output, and turns the chunk's logits into log-probabilities with a
+numerically stable log-softmax. Only one chunk x n_vocab block is alive at a time (64 x
+248,320 floats = 64 MB at the default chunk). The session's own context is not touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import llama_cpp
+import numpy as np
+
+from edge_sql.errors import ModelFileError
+from edge_sql.runtime.session import Session
+
+DEFAULT_CHUNK = 64
+_CTX_ROUND = 256  # context sizes are rounded up to this many tokens
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of float32 logits, as float32: x - max - log(sum(exp(x - max))),
+    with the sum taken in float64."""
+    peak = logits.max(axis=-1, keepdims=True)
+    shifted = logits - peak
+    log_total = np.log(np.exp(shifted).sum(axis=-1, keepdims=True, dtype=np.float64))
+    return (shifted - log_total.astype(np.float32)).astype(np.float32, copy=False)
+
+
+def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK) -> Iterator[np.ndarray]:
+    """Yield, chunk by chunk, float32 arrays of shape (n, n_vocab) with n <= `chunk`: row i holds
+    log P(next token | the sequence up to and including token i), for every token in order.
+
+    Raises ValueError for an empty sequence, a chunk below 1 or token ids outside the
+    vocabulary, and ModelFileError when llama.cpp cannot create the context (out of memory).
+    """
+    tokens = [int(t) for t in tokens]
+    if not tokens:
+        raise ValueError("no tokens to evaluate")
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, got {chunk}")
+    n_vocab = session.n_vocab
+    bad = [t for t in tokens if not 0 <= t < n_vocab]
+    if bad:
+        raise ValueError(f"token ids out of range: {bad[:5]}")
+    chunk = min(chunk, len(tokens))
+
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = -(-len(tokens) // _CTX_ROUND) * _CTX_ROUND
+    params.n_batch = params.n_ubatch = chunk
+    params.n_seq_max = 1
+    params.n_outputs_max = chunk
+    params.n_threads = params.n_threads_batch = session.info.n_threads
+    params.no_perf = True
+    ctx = llama_cpp.llama_init_from_model(session._model, params)  # the session's loaded weights
+    if not ctx:
+        raise ModelFileError(f"llama.cpp could not create a {params.n_ctx}-token context for teacher forcing")
+    batch = llama_cpp.llama_batch_init(chunk, 0, 1)
+    try:
+        batch_token = np.ctypeslib.as_array(batch.token, shape=(chunk,))
+        batch_pos = np.ctypeslib.as_array(batch.pos, shape=(chunk,))
+        batch_logits = np.ctypeslib.as_array(batch.logits, shape=(chunk,))
+        for i in range(chunk):
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+        for start in range(0, len(tokens), chunk):
+            piece = tokens[start:start + chunk]
+            n = len(piece)
+            batch_token[:n] = piece
+            batch_pos[:n] = np.arange(start, start + n)
+            batch_logits[:n] = 1
+            batch.n_tokens = n
+            status = llama_cpp.llama_decode(ctx, batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed with status {status} at position {start}")
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(n, n_vocab))
+            yield log_softmax(logits)
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)

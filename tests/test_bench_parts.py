@@ -1,0 +1,164 @@
+"""The bench harness's parts: teacher forcing, KL, results file, variants, modes, agreement."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sql.bench.agreement import ResultCache
+from edge_sql.bench.child import own_peak_rss_bytes, run_worker
+from edge_sql.bench.fidelity import compare_on_tokens, kl_rows
+from edge_sql.bench.modes import SCHEMA_HEADER, parse_modes, prompt_for_mode
+from edge_sql.bench.results import ResultsLog, WorkKey
+from edge_sql.bench.runner import spread_by_difficulty
+from edge_sql.bench.variants import BenchSetupError, default_variant_names, parse_variant_names, prepare_variants
+from edge_sql.agent.prompt import load_prompt
+from edge_sql.errors import EdgeSqlError
+from edge_sql.evaluation import load_bundled
+from edge_sql.runtime import Session
+from edge_sql.runtime.teacher_forcing import log_softmax, token_logprobs
+from edge_sql.tools import ReadOnlyDatabase
+
+# ---- numerics ---------------------------------------------------------------------------------
+
+
+def test_log_softmax_is_stable_and_normalised() -> None:
+    logits = np.array([[1e4, 0.0, -1e4], [3.0, 1.0, 0.5]], dtype=np.float32)
+    out = log_softmax(logits)
+    assert out.dtype == np.float32 and np.isfinite(out[0, :2]).all()
+    assert out[0, 0] == 0.0 and out[0, 1] == -1e4
+    expected = np.array([3.0, 1.0, 0.5]) - math.log(math.exp(3.0) + math.exp(1.0) + math.exp(0.5))
+    np.testing.assert_allclose(out[1], expected, atol=1e-6)
+
+
+def test_kl_rows_known_values_and_exact_zero() -> None:
+    p = np.log(np.array([[0.5, 0.5], [0.25, 0.75]], dtype=np.float32))
+    q = np.log(np.array([[0.9, 0.1], [0.25, 0.75]], dtype=np.float32))
+    kl = kl_rows(p, q)
+    assert kl[0] == pytest.approx(0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1), rel=1e-6)
+    assert kl[1] == 0.0
+    assert (kl_rows(q, q) == 0.0).all()
+    assert kl_rows(q, p)[0] == pytest.approx(0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5), rel=1e-6)
+
+
+# ---- teacher forcing on the fixture model ------------------------------------------------------
+
+SQL_TEXT = "<|im_start|>user\nHow many albums does each artist have? SELECT ArtistId, COUNT(*) FROM Album GROUP BY 1;"
+
+
+def test_token_logprobs_match_the_sessions_own_logits(tiny_gguf: Path) -> None:
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as session:
+        tokens = session.tokenize(SQL_TEXT)
+        rows = np.concatenate(list(token_logprobs(session, tokens, chunk=len(tokens))))
+        assert rows.shape == (len(tokens), session.n_vocab)
+        np.testing.assert_allclose(np.exp(rows.astype(np.float64)).sum(axis=1), 1.0, atol=1e-4)
+        for prefix in (len(tokens) // 2, len(tokens)):  # the session's last-token logits at two points
+            session.reset()
+            session.eval(tokens[:prefix])
+            expected = log_softmax(session.logits()[None])[0]
+            assert int(expected.argmax()) == int(rows[prefix - 1].argmax())
+            np.testing.assert_allclose(rows[prefix - 1], expected, atol=1e-3)
+        chunked = list(token_logprobs(session, tokens, chunk=7))
+        assert [len(c) for c in chunked] == [7] * (len(tokens) // 7) + ([len(tokens) % 7] if len(tokens) % 7 else [])
+        with pytest.raises(ValueError, match="out of range"):
+            next(token_logprobs(session, [session.n_vocab + 1]))
+
+
+def test_same_model_loaded_twice_has_zero_kl(tiny_gguf: Path) -> None:
+    with Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as a, Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as b:
+        tokens = a.tokenize(SQL_TEXT)
+        stats = compare_on_tokens(a, b, tokens, chunk=16)
+        assert stats.positions == len(tokens)
+        assert stats.kl_sum == 0.0 and stats.kl_max == 0.0 and stats.top1 == 1.0
+
+
+# ---- results file ------------------------------------------------------------------------------
+
+
+def test_results_log_skips_a_cut_line_and_keeps_appending(tmp_path: Path) -> None:
+    log = ResultsLog(tmp_path / "results.jsonl")
+    first = {"kind": "episode", **WorkKey("BF16", "withheld", "3", 0).as_fields(), "sql": "SELECT 1"}
+    log.append(first)
+    with log.path.open("a") as handle:
+        handle.write('{"kind": "episode", "variant": "Q8')  # a crash mid-line
+    log.append({"kind": "episode", **WorkKey("Q8_0", "given", "4", 0).as_fields()})
+    assert len(list(log.records())) == 2
+    assert log.done("episode") == {WorkKey("BF16", "withheld", "3", 0), WorkKey("Q8_0", "given", "4", 0)}
+    assert log.done("fidelity") == set()
+    log.clear()
+    assert list(log.records()) == []
+
+
+# ---- variants, modes, questions ----------------------------------------------------------------
+
+
+def test_variant_names() -> None:
+    assert default_variant_names() == ["BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M-sensitive-q8"]
+    assert parse_variant_names("q4_k_m, Q8_0,bf16,Q8_0") == ["BF16", "Q4_K_M", "Q8_0"]
+    assert parse_variant_names("models/x.gguf") == ["BF16", "models/x.gguf"]
+    with pytest.raises(EdgeSqlError, match="unknown quantization 'Q9'"):
+        parse_variant_names("Q9")
+
+
+def test_prepare_variants_rejects_missing_files_and_duplicate_labels(tmp_path: Path) -> None:
+    base = tmp_path / "m.gguf"
+    base.write_bytes(b"GGUF")
+    with pytest.raises(EdgeSqlError, match="no such variant file"):
+        prepare_variants(base, ["BF16", str(tmp_path / "absent.gguf")], cache_dir=tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "m.gguf").write_bytes(b"GGUF")
+    with pytest.raises(BenchSetupError, match="two variants are labelled 'm'"):
+        prepare_variants(base, ["BF16", str(base), str(tmp_path / "a" / "m.gguf")], cache_dir=tmp_path)
+    with pytest.raises(EdgeSqlError, match="no such BF16 model file"):
+        prepare_variants(tmp_path / "none.gguf", ["BF16"], cache_dir=tmp_path)
+
+
+def test_given_mode_puts_every_create_table_in_the_user_turn() -> None:
+    question = next(q for q in load_bundled() if q.db_id == "chinook")
+    prompt = load_prompt()
+    with ReadOnlyDatabase(question.db_path) as db:
+        assert prompt_for_mode(prompt, "withheld", db) is prompt
+        given = prompt_for_mode(prompt, "given", db).user_text(question.question, question.evidence)
+        tables = db.table_names()
+        statements = [db.create_statement(t) for t in tables]
+    assert given.startswith(SCHEMA_HEADER) and given.count("CREATE TABLE") == len(tables) >= 11
+    assert all(statement.strip().rstrip(";") in given for statement in statements)
+    assert given.endswith(prompt.user_text(question.question, question.evidence))
+    assert parse_modes("given, withheld,given") == ["given", "withheld"]
+    with pytest.raises(EdgeSqlError, match="unknown mode"):
+        parse_modes("full")
+
+
+def test_limit_takes_difficulties_in_turn() -> None:
+    questions = load_bundled()
+    picked = spread_by_difficulty(questions, 4)
+    assert [q.difficulty for q in picked] == ["simple", "moderate", "challenging", "simple"]
+    assert spread_by_difficulty(questions, None) == questions
+
+
+# ---- answer agreement --------------------------------------------------------------------------
+
+
+def test_answer_agreement_compares_result_sets() -> None:
+    db = next(q for q in load_bundled() if q.db_id == "chinook").db_path
+    cache = ResultCache()
+    a = "SELECT Name FROM Genre WHERE GenreId <= 3"
+    assert cache.agree(db, a, "SELECT Name FROM Genre WHERE GenreId IN (3, 2, 1) ORDER BY Name DESC")
+    assert not cache.agree(db, a, "SELECT Name FROM Genre WHERE GenreId <= 4")
+    assert not cache.agree(db, a, "SELECT Nme FROM Genre")           # one fails
+    assert cache.agree(db, "SELECT Nme FROM Genre", None)             # both give no result
+    assert not cache.agree(db, "SELECT 1 WHERE 0", None)              # an empty result is a result
+
+
+# ---- child processes ---------------------------------------------------------------------------
+
+
+def test_worker_failure_is_an_exit_status_and_peak_rss_is_own(tmp_path: Path) -> None:
+    outcome = run_worker({"kind": "no-such-task", "variant": "x", "results_path": str(tmp_path / "r.jsonl")}, tmp_path)
+    assert outcome.returncode != 0 and not outcome.ok
+    assert outcome.maxrss_upper_bound_bytes > 0
+    assert 10e6 < own_peak_rss_bytes() < 64e9
+    assert list(tmp_path.glob("*.json")) == []  # the task file is removed
