@@ -83,15 +83,19 @@ def test_tokenize_round_trip(session: Session) -> None:
 
 
 def test_split_characters_stream_intact(session: Session) -> None:
-    """A character split over several byte tokens streams as one piece, never as U+FFFD."""
-    session.reset()
-    session.eval(session.tokenize(_chat("Say 表")))
-    streamed: list[str] = []
-    completion = session.generate(
-        params=SamplingParams(seed=3, temperature=1.5, top_k=200, top_p=1.0), max_tokens=40, on_text=streamed.append
-    )
-    assert "".join(streamed) == completion.text
-    assert completion.text == session.detokenize(completion.tokens[: len(completion.tokens) - completion.ended_turn])
+    """A character whose bytes span a forced run and a sampled token streams whole, never as U+FFFD."""
+    rare = ["\U0001d518", "\U0001d519"]  # 4-byte characters: byte-level tokens in both vocabularies
+    assert any(len(session.tokenize(c)) > 1 for c in rare)
+    grammar = "start: " + " | ".join(json.dumps(c + c) for c in rare)
+    for seed in range(3):
+        session.reset()
+        session.eval(session.tokenize(_chat("Write a symbol.")))
+        streamed: list[str] = []
+        completion = session.generate(grammar=grammar, params=SamplingParams(seed=seed), max_tokens=20, on_text=streamed.append)
+        assert completion.text in (rare[0] * 2, rare[1] * 2)
+        assert "".join(streamed) == completion.text and "\ufffd" not in "".join(streamed)
+        assert all(streamed)
+        assert session.detokenize(completion.tokens) == completion.text
 
 
 def test_each_token_is_evaluated_once(session: Session, request: pytest.FixtureRequest) -> None:

@@ -26,6 +26,10 @@ import numpy as np
 CANDIDATES = 64  # raw top candidates examined before falling back to the full vocabulary
 
 
+class NoAllowedToken(RuntimeError):
+    """The mask allows no token at all."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Sampling settings; the defaults are the ones the model was trained with."""
@@ -127,7 +131,7 @@ def sample_allowed(
             return draw(keep, logits[keep], params, rng), True
     allowed = np.flatnonzero(allowed_mask())
     if len(allowed) == 0:
-        raise RuntimeError("the grammar allows no token at this point")
+        raise NoAllowedToken("the grammar allows no token at this point")
     values = logits[allowed]
     if k and len(allowed) > k:
         part = np.argpartition(values, -k)[-k:]

@@ -29,7 +29,7 @@ from edge_sql.errors import EdgeSqlError, ModelFileError
 from edge_sql.runtime.backend import default_threads, gpu_backend_name, init_backend, repack_is_safe
 from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
 from edge_sql.runtime.gguf_check import validate_gguf
-from edge_sql.runtime.sampling import SamplingParams, sample, sample_allowed
+from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
 
 StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
 _GRAMMAR_CACHE_SIZE = 16
@@ -412,7 +412,13 @@ class Session:
                 token = sample(logits, params, rng)
             else:
                 constraint.compute_mask()
-                token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, rng)
+                try:
+                    token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, rng)
+                except NoAllowedToken:
+                    if not constraint.is_accepting:
+                        raise
+                    reason = "grammar_done"  # complete; only llguidance's own EOS was left
+                    break
             timings.sample_s += time.perf_counter() - tock
             if token in stop_set:
                 append([token], forced=False, visible=False)

@@ -1,0 +1,310 @@
+"""Runtime benchmark: decode speed with and without the grammar, prefill work over a
+multi-round transcript, and peak memory at a 12,288-token context.
+
+Each measurement runs in its own child process, so a peak RSS belongs to one configuration
+and a crash in llama.cpp (e.g. its AMX kernels) is reported instead of ending the run.
+
+    .venv/bin/python benchmarks/bench_runtime.py MODEL.gguf [MODEL.gguf ...] \\
+        --out benchmarks/results/runtime.md
+
+Figures:
+* speed: prefill tok/s over a 512-token prompt; then decoding with the same sampler and seed,
+  alternating unconstrained and grammar-constrained runs (ABBA order) from the same prompt.
+  Reported: tokens/s of each (the grammar run counts forced tokens, which are decoded in
+  batches), and the time per *sampled* step with and without the grammar (the grammar's own
+  cost, without the forced-token gain).
+* transcript: a six-round episode simulated with the runtime alone (grammar-constrained tool
+  turns, tool results appended as prompt text); prefill work = tokens llama.cpp decoded
+  (its own perf counters) / tokens in the final transcript. 1.00 means each token once.
+* memory: peak RSS of a child that loads the model with a 12,288-token context and fills it
+  (prefill of 12,288 - 64 tokens, then 64 decoded tokens), for repack on/off and n_ubatch
+  512/256; compared with the model file size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from edge_sql.runtime import SamplingParams, Session  # noqa: E402
+
+# A tool turn like the agent's: bounded think block, then JSON calls (some keys forced).
+TOOL_GRAMMAR = r"""
+start: think END_THINK "\n\n" call ("\n" call){0,3}
+think[max_tokens=MAX_THINK]: /[^<]*/
+call: "{\"tool\": " tool_name ", \"args\": " args "}"
+tool_name: "\"list_tables\"" | "\"describe_table\"" | "\"sample_rows\"" | "\"run_query\""
+args: "{}" | "{\"table_name\": " STRING "}" | "{\"sql\": " SQL "}"
+STRING: /"[^"\\\n]{1,40}"/
+SQL: /"(SELECT|WITH) [^"\\\n]{1,300}"/
+"""
+PROMPT_WORDS = (
+    "You are a careful data analyst. Explore the SQLite database with the tools, then submit "
+    "one SQL query that answers the question. Tables: Customer, Invoice, InvoiceLine, Track. "
+)
+TOOL_RESULT = (
+    "CustomerId | FirstName | LastName | Country\n1 | Luís | Gonçalves | Brazil\n"
+    "2 | Leonie | Köhler | Germany\n3 | François | Tremblay | Canada\n"
+    "... (showing first 5 rows; more rows exist)\n[4 tool turns left before you must answer]\n"
+)
+
+
+def _grammar(session: Session, max_think: int) -> str:
+    return TOOL_GRAMMAR.replace("END_THINK", session.grammar_token("</think>")).replace(
+        "MAX_THINK", str(max_think)
+    )
+
+
+def _prompt_tokens(session: Session, n: int) -> list[int]:
+    text = "<|im_start|>system\n"
+    tokens: list[int] = []
+    while len(tokens) < n:
+        text += PROMPT_WORDS
+        tokens = session.tokenize(text)
+    return tokens[:n]
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---- child measurements ------------------------------------------------------------------
+
+
+MASK_ONLY_GRAMMAR = r"""
+start: /[^<{}]*/
+"""
+
+
+def child_speed(model: str, cfg: dict) -> dict:
+    with Session(model, **cfg["session"]) as session:
+        prompt = _prompt_tokens(session, 512)
+        start = time.perf_counter()
+        session.eval(prompt)
+        prefill_s = time.perf_counter() - start
+        n = cfg["decode_tokens"]
+        grammars = {"free": None, "masked": MASK_ONLY_GRAMMAR, "tool": _grammar(session, n // 4)}
+        params = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
+        runs: dict[str, list[dict]] = {kind: [] for kind in grammars}
+        order = ["free", "masked", "tool", "tool", "masked", "free"] * cfg["repeats"]
+        for i, kind in enumerate(order):
+            session.reset()
+            session.eval(prompt)
+            session.seed(i // 6)  # the same seed for each kind within a block
+            completion = session.generate(grammar=grammars[kind], params=params, max_tokens=n)
+            t = completion.timings
+            runs[kind].append(dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s))
+        info = session.info
+    out = dict(prefill_tok_s=len(prompt) / prefill_s, threads=info.n_threads, repack=info.repack, backend=info.backend)
+    for kind, items in runs.items():
+        tokens = sum(r["tokens"] for r in items)
+        forced = sum(r["forced"] for r in items)
+        out[kind] = dict(
+            tokens=tokens, forced=forced, tok_s=tokens / sum(r["wall"] for r in items),
+            sample_ms=1e3 * sum(r["sample"] for r in items) / max(tokens - forced, 1),
+        )
+    return out
+
+
+def child_transcript(model: str, cfg: dict) -> dict:
+    with Session(model, **cfg["session"]) as session:
+        end = session.tokenize("<|im_end|>")
+        grammar = _grammar(session, 48)
+        session.eval(_prompt_tokens(session, 400) + session.tokenize("<|im_end|>\n<|im_start|>user\nHow many customers?<|im_end|>\n<|im_start|>assistant\n<think>\n"))
+        rounds = []
+        for rnd in range(6):
+            before = session.n_past
+            completion = session.generate(grammar=grammar, params=SamplingParams(seed=rnd), max_tokens=160, stop_tokens=end)
+            closing = "" if completion.ended_turn else "<|im_end|>"
+            session.eval(session.tokenize(f"{closing}\n<|im_start|>user\n{TOOL_RESULT}<|im_end|>\n<|im_start|>assistant\n<think>\n"))
+            rounds.append(dict(round=rnd + 1, generated=len(completion.tokens), forced=completion.n_forced, transcript=session.n_past, added=session.n_past - before))
+        batched, single = session.llama_perf_counts()
+        return dict(
+            transcript_tokens=session.n_past,
+            prompt_tokens_evaluated=session.prompt_tokens_evaluated,
+            generated_tokens=session.generated_tokens,
+            decoded_by_llama=batched + single,
+            decoded_by_session=session.decoded_tokens,
+            rounds=rounds,
+        )
+
+
+def child_memory(model: str, cfg: dict) -> dict:
+    start = time.perf_counter()
+    with Session(model, n_ctx=12288, **cfg["session"]) as session:
+        load_s = time.perf_counter() - start
+        rss_loaded = _peak_rss_mb()
+        filler = _prompt_tokens(session, 1024)
+        fill = cfg["fill"]
+        tokens = (filler * (fill // len(filler) + 1))[:fill]
+        start = time.perf_counter()
+        session.eval(tokens)
+        prefill_s = time.perf_counter() - start
+        completion = session.generate(params=SamplingParams(seed=0), max_tokens=64)
+        return dict(
+            load_s=load_s, rss_after_load_mb=rss_loaded, peak_rss_mb=_peak_rss_mb(), context_tokens=session.n_past,
+            prefill_tok_s=fill / prefill_s, decode_tok_s=completion.timings.decode_tok_s, repack=session.info.repack,
+            n_ubatch=session.info.n_ubatch,
+        )
+
+
+CHILDREN = {"speed": child_speed, "transcript": child_transcript, "memory": child_memory}
+
+
+# ---- parent: run children, write the report ------------------------------------------------
+
+
+def run_child(kind: str, model: Path, cfg: dict, timeout: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--model", str(model), "--config", json.dumps(cfg)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return dict(error=f"timed out after {timeout} s")
+    if proc.returncode != 0:
+        signal = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        tail = proc.stderr.strip().splitlines()[-1:] or [""]
+        return dict(error=f"child died ({signal}) {tail[0][:200]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    def sh(cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.rstrip()
+        except Exception as exc:  # noqa: BLE001 - a description, never fatal
+            return f"({cmd}: {exc})"
+
+    import llama_cpp
+
+    return "\n".join([
+        "$ lscpu | head -20", sh("lscpu | head -20"), "", "$ free -g", sh("free -g"), "",
+        f"python {platform.python_version()}, llama-cpp-python {llama_cpp.__version__}",
+        "llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    ])
+
+
+def _fmt(value: object, spec: str = ".1f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def report(models: list[Path], args: argparse.Namespace) -> str:
+    session = {"n_threads": args.threads} if args.threads else {}
+    lines = [
+        "# Runtime benchmark",
+        "",
+        f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        "",
+        "```",
+        machine(),
+        "```",
+        "",
+    ]
+    for model in models:
+        size_mb = model.stat().st_size / 2**20
+        lines += [f"## {model.name} ({size_mb:,.0f} MiB)", ""]
+        print(f"[{model.name}] speed", file=sys.stderr, flush=True)
+        speed = run_child("speed", model, dict(session=session, decode_tokens=args.decode_tokens, repeats=args.repeats), args.timeout)
+        lines += ["### Decode with and without the grammar", ""]
+        if "error" in speed:
+            lines += [f"speed run failed: {speed['error']}", ""]
+        else:
+            free, masked, tool = speed["free"], speed["masked"], speed["tool"]
+            lines += [
+                f"Threads {speed['threads']}, repack {speed['repack']}, {speed['backend']}; prompt 512 tokens; "
+                f"{args.repeats * 2} runs of {args.decode_tokens} tokens per row, interleaved, same seeds; "
+                "temperature 0.6, top-k 20, top-p 0.95. *masked*: a grammar that only masks (every token "
+                "sampled under the llguidance mask, nothing forced): the grammar's own cost. *tool calls*: a "
+                "think block plus JSON calls, where forced tokens skip sampling and are decoded in one batch.",
+                "",
+                "| run | tokens | forced | tok/s | vs unconstrained | sampling + mask ms per sampled token |",
+                "|---|--:|--:|--:|--:|--:|",
+                *[
+                    f"| {name} | {r['tokens']} | {r['forced']} | {r['tok_s']:.2f} | {r['tok_s'] / free['tok_s']:.3f} | {r['sample_ms']:.2f} |"
+                    for name, r in (("unconstrained", free), ("masked", masked), ("tool calls", tool))
+                ],
+                "",
+                f"Prefill: {speed['prefill_tok_s']:.1f} tok/s. **Grammar / unconstrained decode speed: "
+                f"{masked['tok_s'] / free['tok_s']:.3f} (mask only), {tool['tok_s'] / free['tok_s']:.3f} (tool calls)** "
+                f"(target >= 0.95).",
+                "",
+            ]
+        print(f"[{model.name}] transcript", file=sys.stderr, flush=True)
+        tr = run_child("transcript", model, dict(session=session), args.timeout)
+        lines += ["### Prefill work over a six-round transcript", ""]
+        if "error" in tr:
+            lines += [f"transcript run failed: {tr['error']}", ""]
+        else:
+            lines += [
+                "| round | generated | of which forced | transcript tokens |",
+                "|--:|--:|--:|--:|",
+                *[f"| {r['round']} | {r['generated']} | {r['forced']} | {r['transcript']} |" for r in tr["rounds"]],
+                "",
+                f"Transcript {tr['transcript_tokens']} tokens = {tr['prompt_tokens_evaluated']} prompt tokens evaluated + "
+                f"{tr['generated_tokens']} generated. llama.cpp decoded {tr['decoded_by_llama']} tokens (its perf counters): "
+                f"**prefill work / transcript length = {tr['decoded_by_llama'] / tr['transcript_tokens']:.3f}** (target 1.00; "
+                "the last generated token is decoded by the next call, so a final round shows one token less).",
+                "",
+            ]
+        lines += [
+            "### Peak RSS at a 12,288-token context",
+            "",
+            f"Each row is a child process: load with n_ctx 12,288, prefill {args.fill:,} tokens, decode 64. File size {size_mb:,.0f} MiB; target file + 400 MiB = {size_mb + 400:,.0f} MiB.",
+            "",
+            "| repack | n_ubatch | peak RSS MiB | RSS - file MiB | prefill tok/s | decode tok/s | load s |",
+            "|---|--:|--:|--:|--:|--:|--:|",
+        ]
+        for repack in (False, True):
+            for n_ubatch in (512, 256):
+                print(f"[{model.name}] memory repack={repack} ubatch={n_ubatch}", file=sys.stderr, flush=True)
+                cfg = dict(session=dict(session, repack=repack, n_ubatch=n_ubatch), fill=args.fill)
+                mem = run_child("memory", model, cfg, args.timeout)
+                if "error" in mem:
+                    lines.append(f"| {repack} | {n_ubatch} | {mem['error']} | | | | |")
+                else:
+                    lines.append(
+                        f"| {repack} | {n_ubatch} | {mem['peak_rss_mb']:,.0f} | {mem['peak_rss_mb'] - size_mb:+,.0f} | "
+                        f"{mem['prefill_tok_s']:.1f} | {mem['decode_tok_s']:.2f} | {mem['load_s']:.1f} |"
+                    )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", type=Path, help="GGUF files to measure")
+    parser.add_argument("--out", type=Path, help="write the Markdown report here (also printed)")
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the runtime's)")
+    parser.add_argument("--decode-tokens", type=int, default=64, help="tokens per decode run")
+    parser.add_argument("--repeats", type=int, default=2, help="ABBA blocks of decode runs")
+    parser.add_argument("--fill", type=int, default=12288 - 64, help="prompt tokens in the memory runs")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per child")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(CHILDREN[args.child](args.model, json.loads(args.config))))
+        return
+    if not args.models:
+        parser.error("give at least one GGUF file")
+    text = report(args.models, args)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
