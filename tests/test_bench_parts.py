@@ -162,3 +162,23 @@ def test_worker_failure_is_an_exit_status_and_peak_rss_is_own(tmp_path: Path) ->
     assert outcome.maxrss_upper_bound_bytes > 0
     assert 10e6 < own_peak_rss_bytes() < 64e9
     assert list(tmp_path.glob("*.json")) == []  # the task file is removed
+
+
+def test_store_model_supplies_base_and_variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> None:
+    from edge_sql.bench.runner import BenchConfig, resolve_base
+    from edge_sql.store import ModelStore
+
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "store"))
+    q8_file = tmp_path / "tiny-q8.gguf"
+    q8_file.write_bytes(b"GGUF stand-in: recorded, never loaded")
+    store = ModelStore()
+    store.add("tiny", "BF16", tiny_gguf, checksum=False)
+    store.add("tiny", "Q8_0", q8_file, checksum=False)
+    base, from_store = resolve_base(BenchConfig(out_dir=tmp_path, model="tiny"))
+    assert base == tiny_gguf.resolve()
+    assert from_store("Q8_0") == q8_file.resolve() and from_store("Q6_K") is None
+    variants = prepare_variants(base, ["BF16", "Q8_0"], cache_dir=tmp_path / "cache", from_store=from_store)
+    assert [(v.name, v.path) for v in variants] == [("BF16", base), ("Q8_0", q8_file.resolve())]
+    assert not (tmp_path / "cache").exists()  # nothing quantized
+    with pytest.raises(BenchSetupError, match="either --base"):
+        resolve_base(BenchConfig(out_dir=tmp_path, model="tiny", base=tiny_gguf))

@@ -59,15 +59,19 @@ def agreement_figures(
 ) -> dict[str, Any]:
     """Share of questions whose final SQL gives the reference's result set, overall and per mode."""
     agreed: dict[str, list[bool]] = {mode: [] for mode in modes}
+    neither = 0
     for e in episodes:
         ref = reference.get((e["mode"], e["question_id"]))
         if ref is not None:
             db_path = questions[e["question_id"]].db_path
             agreed[e["mode"]].append(cache.agree(db_path, ref.get("sql"), e.get("sql")))
+            neither += cache.result(db_path, ref.get("sql")) is None and cache.result(db_path, e.get("sql")) is None
     every = [a for values in agreed.values() for a in values]
     return {
         "overall": _ratio(sum(every), len(every)),
         "compared": len(every),
+        "agreed": sum(every),
+        "agreed_without_result": neither,   # of `agreed`: neither model's SQL gave a result
         **{mode: _ratio(sum(values), len(values)) for mode, values in agreed.items()},
     }
 

@@ -72,6 +72,10 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {_accuracy(row['accuracy'].get('withheld', {}).get('overall'))} "
             f"| {_accuracy(row['accuracy'].get('given', {}).get('overall'))} |"
         )
+    lines += ["", "Answer agreement counts: " + "; ".join(
+        f"{row['name']} {row['answer_agreement']['agreed']}/{row['answer_agreement']['compared']}"
+        f" ({row['answer_agreement']['agreed_without_result']} with no result from either)" for row in rows
+    ) + "."]
     difficulties = _difficulties(rows, modes)
     if difficulties:
         lines += ["", "Execution accuracy per difficulty:", "",

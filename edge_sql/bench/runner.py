@@ -92,7 +92,8 @@ def spread_by_difficulty(questions: Sequence[Question], limit: int | None) -> li
     return picked
 
 
-def _base_and_store(config: BenchConfig) -> tuple[Path, Callable[[str], Path | None] | None]:
+def resolve_base(config: BenchConfig) -> tuple[Path, Callable[[str], Path | None] | None]:
+    """The BF16 file, and (for a store model) a lookup of variants already in the store."""
     if (config.base is None) == (config.model is None):
         raise BenchSetupError("give either --base BF16.gguf or --model NAME")
     if config.base is not None:
@@ -143,7 +144,7 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
     out_dir.mkdir(parents=True, exist_ok=True)
     results = ResultsLog(out_dir / RESULTS_FILE_NAME)
     _check_settings(config, out_dir, results)
-    base, from_store = _base_and_store(config)
+    base, from_store = resolve_base(config)
     questions = spread_by_difficulty(
         load_dataset(config.dataset, fmt=config.dataset_format, db_root=config.db_root), config.limit
     )
