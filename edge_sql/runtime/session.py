@@ -106,7 +106,13 @@ class Completion:
 
 
 class Session:
-    """A loaded model with one append-only context."""
+    """A loaded model with one append-only context.
+
+    `n_gpu_layers=None` offloads every layer when llama.cpp has a GPU backend (CUDA, Metal...)
+    and none otherwise; `n_threads=None` uses every CPU this process may run on;
+    `repack=None` enables llama.cpp's repacked CPU weights unless the build uses AMX (see
+    `backend.repack_is_safe`). `info` says what was chosen.
+    """
 
     def __init__(
         self,
@@ -120,6 +126,10 @@ class Session:
         repack: bool | None = None,
         verbose: bool = False,
     ) -> None:
+        if n_ctx < 16 or n_batch < 1 or (n_ubatch is not None and n_ubatch < 1):
+            raise ValueError("n_ctx must be >= 16 and n_batch, n_ubatch >= 1")
+        if n_threads is not None and n_threads < 1:
+            raise ValueError("n_threads must be >= 1")
         gguf = validate_gguf(model_path)
         init_backend(verbose=verbose)
         self._model = self._ctx = None
