@@ -1,0 +1,78 @@
+"""The episode budget: tool rounds, failed queries in a row, tokens, and per-turn bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one episode. The first three are the protocol's; the rest bound each turn.
+
+    After `max_rounds` tool rounds, or `max_failed_queries` failed `run_query` calls in a
+    row, the model gets one forced final turn. The whole episode (prompt, turns, results)
+    stays within `max_tokens` (and the session's context); the final turn is forced early
+    when another round would not fit.
+    """
+
+    max_rounds: int = 6
+    max_failed_queries: int = 4
+    max_tokens: int = 12288
+    max_calls_per_turn: int = 8
+    max_think_tokens: int = 1024
+    max_final_think_tokens: int = 512
+    max_sql_chars: int = 2000          # `sql` arguments of run_query / submit_sql
+    max_name_chars: int = 128          # table and column names
+    min_string_chars: int = 16         # strings are never bounded below this
+    min_think_tokens: int = 16         # nor thinking, when the room runs short
+    max_final_sql_tokens: int = 512
+    max_result_rows: int = 1000        # rows of the final query kept in the result
+
+    def __post_init__(self) -> None:
+        for name in ("max_rounds", "max_failed_queries", "max_calls_per_turn", "max_think_tokens",
+                     "max_final_think_tokens", "max_sql_chars", "max_name_chars", "min_string_chars",
+                     "min_think_tokens", "max_final_sql_tokens", "max_result_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Budget.{name} must be at least 1")
+        if self.max_tokens < 256:
+            raise ValueError("Budget.max_tokens must be at least 256")
+
+
+@dataclass
+class RoundCounter:
+    """Counts rounds and failed `run_query` calls in a row; says when to force the answer."""
+
+    budget: Budget
+    rounds: int = 0
+    failed_in_a_row: int = 0
+    last_good_sql: str | None = None
+    _history: list[bool] = field(default_factory=list, repr=False)
+
+    def record_query(self, sql: str, ok: bool) -> None:
+        """A run_query call finished: a success resets the failure streak and is remembered."""
+        self._history.append(ok)
+        if ok:
+            self.failed_in_a_row = 0
+            self.last_good_sql = sql
+        else:
+            self.failed_in_a_row += 1
+
+    def end_round(self) -> None:
+        self.rounds += 1
+
+    @property
+    def turns_left(self) -> int:
+        return max(0, self.budget.max_rounds - self.rounds)
+
+    @property
+    def must_answer(self) -> bool:
+        """True when the next assistant turn must be the forced final one."""
+        return self.turns_left == 0 or self.failed_in_a_row >= self.budget.max_failed_queries
+
+    @property
+    def force_reason(self) -> str | None:
+        if self.turns_left == 0:
+            return "max_rounds"
+        if self.failed_in_a_row >= self.budget.max_failed_queries:
+            return "failed_queries"
+        return None

@@ -1,0 +1,91 @@
+"""Terminal text for episodes: one line per tool call, the answer's rows as an aligned table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from edge_sql.agent.result import CallRecord, EpisodeResult
+from edge_sql.tools import format_value
+
+CALL_LINE_WIDTH = 110
+CELL_WIDTH = 40
+TABLE_ROWS = 20
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: max(0, width - 1)] + "…"
+
+
+def call_signature(call: CallRecord) -> str:
+    """`run_query(sql="SELECT 1")`: the call as a function call."""
+    args = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in call.args.items())
+    return f"{call.tool}({args})"
+
+
+def result_summary(call: CallRecord) -> str:
+    """A one-line view of what the call returned."""
+    if not call.ok:
+        return "error: " + call.output.removeprefix("Error: ").strip().splitlines()[0] if call.output.strip() else "error"
+    lines = [line for line in call.output.splitlines() if line.strip()]
+    if not lines:
+        return "(empty)"
+    more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
+    return lines[0] + more if call.tool != "list_tables" else f"{len(lines)} tables: " + ", ".join(lines)
+
+
+def call_line(call: CallRecord, width: int = CALL_LINE_WIDTH) -> str:
+    """`  ok  describe_table(table_name="Album") -> CREATE TABLE ...`, within `width` characters."""
+    mark = "ok " if call.ok else "err"
+    head = f"{mark} {shorten(call_signature(call), width // 2)}"
+    return "  " + shorten(f"{head} -> {result_summary(call)}", width - 2)
+
+
+def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, max_rows: int = TABLE_ROWS,
+               cell_width: int = CELL_WIDTH) -> str:
+    """Rows as an aligned text table with a header rule; at most `max_rows` rows."""
+    if not columns:
+        return "(no columns)"
+    shown = [[shorten(format_value(v), cell_width) for v in row] for row in rows[:max_rows]]
+    header = [shorten(c, cell_width) for c in columns]
+    widths = [max(len(h), *(len(r[i]) for r in shown)) if shown else len(h) for i, h in enumerate(header)]
+    numeric = [bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows[:max_rows])
+               for i in range(len(columns))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)).rstrip()
+
+    out = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in shown]
+    if not rows:
+        out.append("(no rows)")
+    elif len(rows) > max_rows:
+        out.append(f"... {len(rows) - max_rows} more rows")
+    return "\n".join(out)
+
+
+def answer_text(result: EpisodeResult) -> str:
+    """The final SQL, how it was reached, and its rows as a table."""
+    if result.stop == "cancelled":
+        return "stopped."
+    notes = []
+    if result.forced:
+        reason = {"max_rounds": "tool rounds used up", "failed_queries": "too many failed queries",
+                  "context": "context budget reached"}.get(result.force_reason or "", result.force_reason)
+        notes.append(f"forced final answer: {reason}")
+    if result.fallback:
+        notes.append("fallback: the model's answer did not run; this is the last query that ran")
+    lines = [f"({'; '.join(notes)})"] if notes else []
+    if result.sql is None:
+        lines.append(f"no answer: {result.error}")
+        return "\n".join(lines)
+    lines += ["SQL: " + result.sql, "", table_text(result.columns, result.rows)]
+    count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'s' if len(result.rows) != 1 else ''}"
+    stats = result.stats
+    lines.append(
+        f"({count}; {stats.get('rounds', 0)} rounds, {stats.get('calls', 0)} calls; {stats.get('wall_s', 0):.1f} s; "
+        f"{stats.get('generated_tokens', 0)} tokens generated at {stats.get('decode_tok_s', 0):.1f} tok/s)"
+    )
+    return "\n".join(lines)

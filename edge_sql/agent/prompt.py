@@ -1,0 +1,159 @@
+"""The prompt template: every string of the protocol, loaded from one versioned TOML file.
+
+The packaged template is `prompts/sqale-v1.toml`; a user's file replaces it whole. Placeholders
+are `{name}`: only known names are substituted, so JSON examples (`{"tool": ...}`) in a prompt
+need no escaping, and a misspelt placeholder is reported when the file is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_sql.errors import EdgeSqlError
+from edge_sql.tools.specs import TOOL_SPECS, ToolSpec, render_tool_list
+
+DEFAULT_PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "sqale-v1.toml"
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class PromptFileError(EdgeSqlError):
+    """A prompt template file that cannot be read or lacks a field or placeholder."""
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How turns are framed in the raw transcript (ChatML by default)."""
+
+    turn_start: str
+    turn_end: str
+    turn_separator: str
+    assistant_prefix: str
+    think_end: str
+    after_think: str
+
+    def open_turn(self, role: str) -> str:
+        return fill(self.turn_start, role=role)
+
+
+# field -> (required placeholders, optional placeholders)
+_TOP_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "system_prompt": (("tools",), ("max_rounds",)),
+    "user_template": (("question", "evidence"), ()),
+    "evidence_template": (("evidence",), ()),
+    "result_template": (("call", "output"), ()),
+    "result_separator": ((), ()),
+    "budget_line": (("n",), ()),
+    "budget_line_one": ((), ()),
+    "forced_final": (("last_query",), ()),
+    "last_query_template": (("sql",), ()),
+    "no_last_query": ((), ()),
+    "results_cut_note": ((), ()),
+}
+_CHAT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "turn_start": (("role",), ()),
+    "turn_end": ((), ()),
+    "turn_separator": ((), ()),
+    "assistant_prefix": ((), ()),
+    "think_end": ((), ()),
+    "after_think": ((), ()),
+}
+_NON_EMPTY = {"system_prompt", "user_template", "result_template", "budget_line", "budget_line_one",
+              "forced_final", "turn_end", "think_end"}
+
+
+def fill(text: str, **values: object) -> str:
+    """`text` with each `{name}` for a given name replaced; all other braces left alone."""
+    return _PLACEHOLDER.sub(lambda m: str(values[m[1]]) if m[1] in values else m[0], text)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """All strings of the protocol. Build with `load_prompt()`; render with the methods."""
+
+    version: str
+    source: str
+    system_prompt: str
+    user_template: str
+    evidence_template: str
+    result_template: str
+    result_separator: str
+    budget_line: str
+    budget_line_one: str
+    forced_final: str
+    last_query_template: str
+    no_last_query: str
+    results_cut_note: str
+    chat: ChatFormat
+
+    def system_text(self, *, max_rounds: int, tools: tuple[ToolSpec, ...] = TOOL_SPECS) -> str:
+        return fill(self.system_prompt, tools=render_tool_list(tools), max_rounds=max_rounds)
+
+    def user_text(self, question: str, evidence: str | None = None) -> str:
+        hint = fill(self.evidence_template, evidence=evidence.strip()) if evidence and evidence.strip() else ""
+        return fill(self.user_template, question=question.strip(), evidence=hint)
+
+    def result_text(self, call: str, output: str) -> str:
+        return fill(self.result_template, call=call, output=output)
+
+    def budget_text(self, turns_left: int) -> str:
+        return self.budget_line_one if turns_left == 1 else fill(self.budget_line, n=turns_left)
+
+    def forced_text(self, last_good_sql: str | None) -> str:
+        quoted = fill(self.last_query_template, sql=last_good_sql) if last_good_sql else self.no_last_query
+        return fill(self.forced_final, last_query=quoted)
+
+
+def load_prompt(path: str | Path | None = None) -> PromptTemplate:
+    """The template in `path` (a TOML file), or the packaged default. Raises PromptFileError."""
+    file = Path(path).expanduser() if path is not None else DEFAULT_PROMPT_FILE
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PromptFileError(f"prompt file not found: {file}") from None
+    except IsADirectoryError:
+        raise PromptFileError(f"prompt file {file} is a directory") from None
+    except UnicodeDecodeError:
+        raise PromptFileError(f"prompt file {file} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PromptFileError(f"prompt file {file} is not valid TOML: {exc}") from None
+    version = data.get("version")
+    if not isinstance(version, str) or not version.strip():
+        raise PromptFileError(f"prompt file {file}: missing field `version` (a string such as \"my-prompt-1\")")
+    chat = data.get("chat")
+    if not isinstance(chat, dict):
+        raise PromptFileError(f"prompt file {file}: missing table [chat] (fields: {', '.join(_CHAT_FIELDS)})")
+    top = {name: _field(file, data, name, spec, "") for name, spec in _TOP_FIELDS.items()}
+    chat_values = {name: _field(file, chat, name, spec, "chat.") for name, spec in _CHAT_FIELDS.items()}
+    return PromptTemplate(version=version.strip(), source=str(file), chat=ChatFormat(**chat_values), **top)
+
+
+def _field(file: Path, table: dict, name: str, spec: tuple[tuple[str, ...], tuple[str, ...]], prefix: str) -> str:
+    required, optional = spec
+    value = table.get(name)
+    if value is None:
+        raise PromptFileError(f"prompt file {file}: missing field `{prefix}{name}`")
+    if not isinstance(value, str):
+        raise PromptFileError(f"prompt file {file}: field `{prefix}{name}` must be a string")
+    if name in _NON_EMPTY and not value.strip():
+        raise PromptFileError(f"prompt file {file}: field `{prefix}{name}` must not be empty")
+    used = set(_PLACEHOLDER.findall(value))
+    missing = [p for p in required if p not in used]
+    if missing:
+        needed = ", ".join("{" + p + "}" for p in missing)
+        raise PromptFileError(f"prompt file {file}: field `{prefix}{name}` lacks the placeholder {needed}")
+    unknown = sorted(used - set(required) - set(optional))
+    if unknown:
+        allowed = ", ".join("{" + p + "}" for p in required + optional) or "none"
+        raise PromptFileError(
+            f"prompt file {file}: field `{prefix}{name}` has unknown placeholder {{{unknown[0]}}} (allowed: {allowed})"
+        )
+    return value
+
+
+def template_field_names() -> list[str]:
+    """Every field a prompt file must define (for documentation and error messages)."""
+    return ["version", *_TOP_FIELDS, *(f"chat.{n}" for n in _CHAT_FIELDS)]
+

@@ -1,0 +1,94 @@
+"""What an episode returns: the answer, its rows, every round's calls, and the figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def json_value(value: Any) -> Any:
+    """A SQLite value as JSON: blobs become hex strings, everything else stays."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    return value
+
+
+@dataclass
+class CallRecord:
+    """One tool call of a round and what it returned to the model."""
+
+    tool: str
+    args: dict[str, Any]
+    ok: bool
+    output: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tool": self.tool, "args": self.args, "ok": self.ok, "output": self.output}
+
+
+@dataclass
+class RoundRecord:
+    """One tool round: the model's thinking and its calls, in order."""
+
+    index: int
+    think: str
+    calls: list[CallRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "think": self.think, "calls": [c.to_json() for c in self.calls]}
+
+
+@dataclass
+class EpisodeResult:
+    """The outcome of one question.
+
+    `sql` is the query whose result is returned: the model's answer, or with `fallback` the
+    last query that ran without error. `answer` is what the model itself gave (submit_sql or
+    the forced final turn), even when it failed. `stop` says how the episode ended:
+    "submitted", "final_answer", "cancelled" or "error".
+    """
+
+    question: str
+    evidence: str | None
+    sql: str | None
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool
+    forced: bool
+    fallback: bool
+    answer: str | None
+    rounds: list[RoundRecord]
+    stats: dict[str, Any]
+    transcript: str
+    stop: str
+    error: str | None = None
+    force_reason: str | None = None
+    prompt_version: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the episode produced a query that ran."""
+        return self.sql is not None and self.error is None
+
+    def to_json(self, *, transcript: bool = True) -> dict[str, Any]:
+        """A JSON-ready dict (what `edge-sql run --json` prints); the raw transcript optional."""
+        data = {
+            "question": self.question,
+            "evidence": self.evidence,
+            "sql": self.sql,
+            "columns": list(self.columns),
+            "rows": [[json_value(v) for v in row] for row in self.rows],
+            "truncated": self.truncated,
+            "forced": self.forced,
+            "fallback": self.fallback,
+            "answer": self.answer,
+            "stop": self.stop,
+            "force_reason": self.force_reason,
+            "error": self.error,
+            "rounds": [r.to_json() for r in self.rounds],
+            "stats": dict(self.stats),
+            "prompt_version": self.prompt_version,
+        }
+        if transcript:
+            data["transcript"] = self.transcript
+        return data

@@ -1,0 +1,118 @@
+"""The Python API: `Agent` loads a model once and answers many questions offline.
+
+    from edge_sql import Agent
+
+    with Agent() as agent:                       # the default model (pulled if absent)
+        result = agent.ask("How many albums are there?", "chinook.sqlite")
+        print(result.sql, result.rows)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from edge_sql.agent.budget import Budget
+from edge_sql.agent.episode import EpisodeEvent, run_episode
+from edge_sql.agent.prompt import PromptTemplate, load_prompt
+from edge_sql.agent.result import EpisodeResult
+from edge_sql.errors import EdgeSqlError
+from edge_sql.runtime import SamplingParams, Session
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+
+def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True,
+                       log: Callable[[str], None] = lambda _m: None) -> Path:
+    """A GGUF path for `model`: a file, a store name, or None for the default model."""
+    from edge_sql.store import ensure_model, resolve_model
+
+    spec = str(model) if model is not None else None
+    if pull_if_missing:
+        return ensure_model(spec, pull_if_missing=True, log=log)
+    return resolve_model(spec)
+
+
+class Agent:
+    """A loaded model that answers questions about SQLite databases.
+
+    `model` is a GGUF path, a model-store name (`synsql`, `synsql:Q4_K_M`) or None for the
+    default model, which is pulled (downloaded and converted) the first time if it is not in
+    the store. The model is loaded once; every `ask` is a new episode on the same context.
+
+    Thread safety: one Agent holds one llama.cpp context, so `ask` calls are serialized by a
+    lock. Calling `ask` from several threads is safe; the calls run one after another and each
+    gets its own result. For parallel episodes, create one Agent per thread (each loads the
+    model and needs its memory).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        n_threads: int | None = None,
+        n_gpu_layers: int | None = None,
+        n_ctx: int = 12288,
+        prompt_file: str | Path | None = None,
+        budget: Budget | None = None,
+        pull_if_missing: bool = True,
+        log: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.prompt: PromptTemplate = load_prompt(prompt_file)
+        self.budget = budget or Budget()
+        self.model_path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
+        self.session = Session(self.model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        self._lock = threading.Lock()
+
+    @property
+    def info(self):
+        """How the model was loaded (file, backend, GPU layers, threads, context)."""
+        return self.session.info
+
+    def ask(
+        self,
+        question: str,
+        db: str | Path | ReadOnlyDatabase,
+        *,
+        evidence: str | None = None,
+        seed: int | None = None,
+        greedy: bool = False,
+        on_event: Callable[[EpisodeEvent], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> EpisodeResult:
+        """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
+
+        `seed` makes sampling reproducible; `greedy` always takes the most likely token.
+        `on_event` sees each round and call as it happens; `should_stop` returning True ends
+        the episode early (`result.stop == "cancelled"`). Raises EdgeSqlError for a bad
+        database or an empty question.
+        """
+        if not question or not question.strip():
+            raise EdgeSqlError("empty question")
+        params = SamplingParams(seed=seed, greedy=greedy)
+        own_db = not isinstance(db, ReadOnlyDatabase)
+        database = ReadOnlyDatabase(db) if own_db else db
+        try:
+            with self._lock:
+                if self.session is None:
+                    raise EdgeSqlError("this Agent is closed")
+                return run_episode(
+                    self.session, Toolbox(database), question, evidence=evidence, params=params,
+                    prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
+                )
+        finally:
+            if own_db:
+                database.close()
+
+    def close(self) -> None:
+        """Free the model (idempotent). Waits for a running `ask` to finish."""
+        with self._lock:
+            if self.session is not None:
+                self.session.close()
+                self.session = None
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
