@@ -197,3 +197,24 @@ def test_offline_mode_with_the_real_environment_variable(hub: HubStandin, tmp_pa
         "`edge-sql pull /path/to/checkpoint` (or `edge-sql convert` then `edge-sql quantize`)"
     ]
     assert not hub.requests  # offline means not one request
+
+
+def test_the_standin_answers_like_the_hub(hub: HubStandin, tmp_path: Path) -> None:
+    """The stand-in is checked against the client's own parsers, so a lenient server cannot hide bugs."""
+    import httpx2
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    repo = hub.repos[REPO]
+    big = repo.files[BIG]
+    lfs_meta = get_hf_file_metadata(hf_hub_url(REPO, BIG, endpoint=hub.endpoint))
+    assert (lfs_meta.etag, lfs_meta.size, lfs_meta.commit_hash) == (big.sha256, BIG_SIZE, repo.commit)
+    assert lfs_meta.location.startswith(hub.cdn_endpoint)  # LFS bytes are served from another origin
+    git_meta = get_hf_file_metadata(hf_hub_url(REPO, "config.json", endpoint=hub.endpoint))
+    assert (git_meta.etag, git_meta.size) == (repo.files["config.json"].blob_id, repo.files["config.json"].size)
+    with pytest.raises(RemoteEntryNotFoundError):
+        hf_hub_download(REPO, "nope.json", cache_dir=tmp_path, endpoint=hub.endpoint)
+    tail = httpx2.get(lfs_meta.location, headers={"Range": f"bytes={BIG_SIZE - 10}-"})
+    assert tail.status_code == 206 and tail.content == big.data[-10:]
+    assert tail.headers["Content-Range"] == f"bytes {BIG_SIZE - 10}-{BIG_SIZE - 1}/{BIG_SIZE}"
+    assert httpx2.get(lfs_meta.location, headers={"Range": f"bytes={BIG_SIZE}-"}).status_code == 416

@@ -27,7 +27,10 @@ def _log(message: str) -> None:
     "--revision", default=None, metavar="REV", help="Hub branch, tag or commit to download (default: main)."
 )
 @click.option(
-    "--force", is_flag=True, help="Download, convert and quantize again even if the variant is in the store."
+    "--force",
+    is_flag=True,
+    help="Convert and quantize again even if the variant is in the store (downloaded files that are "
+    "still current stay in the Hugging Face cache).",
 )
 @click.option(
     "--name",

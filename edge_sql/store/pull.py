@@ -256,4 +256,4 @@ def _quantize(src: Path, out: Path, variant: str, log: Callable[[str], None]) ->
 
     out.parent.mkdir(parents=True, exist_ok=True)
     log(f"quantizing to {variant}")
-    quantize_gguf(src, out, variant, force=True)
+    log(quantize_gguf(src, out, variant, force=True).summary())
