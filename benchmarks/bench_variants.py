@@ -25,6 +25,8 @@ SETTINGS = [
     "--max-rounds", "1", "--think-tokens", "24", "--calls-per-turn", "2",
     "--budget", "max_final_sql_tokens=48", "--budget", "max_sql_chars=160",
     "--fidelity-tokens", "640",
+    "--note", "Random-weight model of the real 2B shape: speed and memory are the real model's; KL, top-1 "
+              "and answer agreement rank the variants, they do not predict the trained model's accuracy",
 ]
 
 

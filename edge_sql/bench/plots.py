@@ -41,7 +41,7 @@ def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     sizes = [r["size_bytes"] / 1e9 for r in rows]
     names = [r["name"] for r in rows]
     modes = summary["settings"]["modes"]
-    title_note = summary["settings"].get("plot_note", "")
+    title_note = summary["settings"].get("note", "")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for mode, marker in zip(modes, ("o", "s")):

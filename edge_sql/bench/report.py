@@ -50,6 +50,7 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         "# edge-sql bench",
         "",
+        *([f"**{summary['settings']['note']}**", ""] if summary["settings"].get("note") else []),
         f"Model: `{summary['settings']['base']}`; dataset: {summary['settings']['dataset']} "
         f"({summary['settings']['questions']} questions x modes {', '.join(modes)}, seed {summary['settings']['seed']}).",
         f"KL and top-1 compare each variant's next-token distributions with {reference}'s, teacher-forced on "

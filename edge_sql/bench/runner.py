@@ -55,7 +55,7 @@ class BenchConfig:
     fidelity_tokens: int = 4096   # at most this many tokens of each transcript are teacher-forced
     fidelity_chunk: int = 64
     resume: bool = True
-    plot_note: str = ""
+    note: str = ""   # shown under the report's heading and the plots' titles
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
