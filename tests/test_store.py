@@ -151,6 +151,16 @@ def test_resolve_a_deleted_store_file_is_a_clear_error(store: ModelStore) -> Non
     assert err.value.file_missing
 
 
+def test_a_missing_local_model_names_its_folder_and_store_name(store: ModelStore, tmp_path: Path) -> None:
+    folder = tmp_path / "my-checkpoint"
+    entry = store.add("tiny", "Q8_0", _fake_gguf(store.model_path("tiny", "Q8_0")), source=str(folder))
+    entry.path.unlink()
+    with pytest.raises(ModelNotPulledError) as err:
+        resolve_model("tiny:Q8_0")
+    assert str(err.value).endswith(f"run `edge-sql pull {folder} --name tiny --quant Q8_0 --force`")
+    assert (err.value.pull_spec, err.value.name) == (str(folder), "tiny")
+
+
 def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: ModelStore) -> None:
     from click.testing import CliRunner
 

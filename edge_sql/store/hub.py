@@ -95,7 +95,10 @@ def download_checkpoint(
         ) from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
-        raise HubError(f"the hub at {where} answered HTTP {status} for {repo}; try again later") from exc
+        raise HubError(
+            f"the hub at {where} answered HTTP {status} for {repo}; try again later "
+            "(files already downloaded are kept)"
+        ) from exc
     except (httpx2.HTTPError, OSError) as exc:
         raise HubError(
             f"downloading {repo} failed ({_reason(exc)}); run the same pull again to resume, "

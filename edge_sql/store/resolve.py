@@ -52,9 +52,11 @@ def resolve_model(spec: str | None, *, store: ModelStore | None = None) -> Path:
     variant = normalize_variant(variant_text) if variant_text else catalog.default_variant
     name, pull_spec = _store_name(base, store)
     entry = store.get(name, variant)
-    pull_hint = f"edge-sql pull {pull_spec}" + (
-        "" if variant == catalog.default_variant else f" --quant {variant}"
-    )
+    pull_hint = f"edge-sql pull {pull_spec}"
+    if re.split(r"[\\/]", pull_spec.rstrip("/\\"))[-1] != name:
+        pull_hint += f" --name {name}"
+    if variant != catalog.default_variant:
+        pull_hint += f" --quant {variant}"
     if entry is None:
         others = ", ".join(m.variant for m in store.variants(name))
         held = f" (the store has {name} as {others})" if others else ""
