@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     sizes = [r["size_bytes"] / 1e9 for r in rows]
     names = [r["name"] for r in rows]
     modes = summary["settings"]["modes"]
-    title_note = summary["settings"].get("note", "")
+    title_note = textwrap.fill(summary["settings"].get("note", ""), width=90)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for mode, marker in zip(modes, ("o", "s")):
@@ -55,8 +56,8 @@ def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     _label_points(ax, sizes, agreement, names)
     ax.set_xlabel("file size (GB)")
     ax.set_ylabel("%")
-    ax.set_ylim(-5, 105)
-    ax.set_title("Accuracy and answer agreement vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=10)
+    ax.set_ylim(-5, 112)
+    ax.set_title("Accuracy and answer agreement vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -70,8 +71,8 @@ def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     _label_points(ax, sizes, speeds, names)
     ax.set_xlabel("file size (GB)")
     ax.set_ylabel("tokens / s")
-    ax.set_ylim(bottom=0)
-    ax.set_title("Decode speed vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=10)
+    ax.set_ylim(0, 1.2 * max((v for v in speeds if v is not None), default=1.0))
+    ax.set_title("Decode speed vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
