@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,19 @@ class Budget:
             raise ValueError("Budget.max_tokens must be at least 256")
 
 
+def budget_with(base: Budget, items: Iterable[str]) -> Budget:
+    """`base` with `FIELD=N` overrides (`["max_rounds=2"]`); ValueError names a bad item."""
+    known = {f.name for f in fields(Budget)}
+    changes: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or name not in known or not value.isdigit():
+            raise ValueError(f"{item!r} is not FIELD=N with FIELD one of: {', '.join(sorted(known))}")
+        changes[name] = int(value)
+    return replace(base, **changes)
+
+
 @dataclass
 class RoundCounter:
     """Counts rounds and failed `run_query` calls in a row; says when to force the answer."""
@@ -46,11 +60,9 @@ class RoundCounter:
     rounds: int = 0
     failed_in_a_row: int = 0
     last_good_sql: str | None = None
-    _history: list[bool] = field(default_factory=list, repr=False)
 
     def record_query(self, sql: str, ok: bool) -> None:
         """A run_query call finished: a success resets the failure streak and is remembered."""
-        self._history.append(ok)
         if ok:
             self.failed_in_a_row = 0
             self.last_good_sql = sql

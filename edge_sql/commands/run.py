@@ -8,7 +8,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -74,10 +73,12 @@ def _print_event(event) -> None:
               help="Tool rounds before the answer is forced (protocol: 6).")
 @click.option("--calls-per-turn", type=click.IntRange(min=1), default=None,
               help="Most tool calls in one turn (default 8).")
+@click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
+              help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable).")
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
             n_ctx: int, prompt_file: Path | None, think_tokens: int | None, max_rounds: int | None,
-            calls_per_turn: int | None) -> None:
+            calls_per_turn: int | None, budget_items: tuple[str, ...]) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -89,9 +90,10 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
       edge-sql run --db chinook.sqlite
       edge-sql run --db chinook.sqlite --question "How many albums are there?" --json
     """
+    budget = _budget(think_tokens, max_rounds, calls_per_turn, budget_items)
     try:
         code = _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads,
-                    n_ctx, prompt_file, think_tokens, max_rounds, calls_per_turn)
+                    n_ctx, prompt_file, budget)
     except EdgeSqlError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
@@ -101,9 +103,22 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
         sys.exit(code)
 
 
+def _budget(think_tokens, max_rounds, calls_per_turn, budget_items):
+    """The default Budget with the command line's changes; a bad value is a usage error."""
+    from edge_sql.agent.budget import Budget, budget_with
+
+    shortcuts = {"max_think_tokens": think_tokens, "max_final_think_tokens": think_tokens,
+                 "max_rounds": max_rounds, "max_calls_per_turn": calls_per_turn}
+    items = [f"{name}={value}" for name, value in shortcuts.items() if value is not None] + list(budget_items)
+    try:
+        return budget_with(Budget(), items)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--budget") from None
+
+
 def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads, n_ctx,
-         prompt_file, think_tokens, max_rounds, calls_per_turn) -> int:
-    from edge_sql.agent import Budget, load_prompt
+         prompt_file, budget) -> int:
+    from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
     if question is not None and not question.strip():
@@ -111,10 +126,6 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
     db = ReadOnlyDatabase(db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(prompt_file)  # so is a bad prompt file
-        budget = Budget()
-        overrides = {"max_think_tokens": think_tokens, "max_final_think_tokens": think_tokens,
-                     "max_rounds": max_rounds, "max_calls_per_turn": calls_per_turn}
-        budget = replace(budget, **{k: v for k, v in overrides.items() if v is not None})
         agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget)
         try:
             if question is not None:
@@ -138,7 +149,7 @@ def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget):
 
 
 def _answer(agent, db, question, evidence, as_json, trace, seed, greedy) -> int:
-    """One question; returns the exit status (0 answered, 1 no answer, 130 stopped)."""
+    """One question; returns the exit status (0 done, even without an answer; 130 stopped)."""
     from edge_sql.agent.display import answer_text
 
     stop = threading.Event()
@@ -151,9 +162,7 @@ def _answer(agent, db, question, evidence, as_json, trace, seed, greedy) -> int:
         click.echo(answer_text(result))
         if trace:
             click.echo("\n--- transcript ---\n" + result.transcript)
-    if result.stop == "cancelled":
-        return EXIT_INTERRUPTED
-    return 0 if result.sql is not None else 1
+    return EXIT_INTERRUPTED if result.stop == "cancelled" else 0
 
 
 def _interactive(agent, db, evidence, as_json, trace, seed, greedy) -> None:

@@ -1,0 +1,140 @@
+"""`edge-sql run` through click's CliRunner (and one real process for Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edge_sql.cli import main
+
+SMALL = ["--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2", "--max-rounds", "3",
+         "--budget", "max_sql_chars=24", "--budget", "max_name_chars=16", "--budget", "max_final_sql_tokens=24",
+         "--budget", "min_string_chars=8"]
+JSON_FIELDS = {"sql", "columns", "rows", "forced", "fallback", "rounds", "stats", "stop", "error"}
+STATS_FIELDS = {"prompt_tokens_evaluated", "generated_tokens", "transcript_tokens", "wall_s", "decode_tok_s"}
+
+
+def run(*args: str, input: str | None = None):
+    return CliRunner().invoke(main, ["run", *args], input=input, catch_exceptions=False)
+
+
+def test_question_json_prints_one_object_with_every_field(tiny_gguf, chinook_db):
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf), "--question", "How many albums?", "--json",
+                 "--seed", "5", *SMALL)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    data = json.loads(lines[0])
+    assert JSON_FIELDS <= set(data) and STATS_FIELDS <= set(data["stats"])
+    assert "transcript" not in data
+    assert isinstance(data["forced"], bool) and data["rounds"]
+    for round_ in data["rounds"]:
+        for call in round_["calls"]:
+            assert {"tool", "args", "ok", "output"} <= set(call)
+    assert data["stats"]["transcript_tokens"] == data["stats"]["prompt_tokens_evaluated"] + data["stats"]["generated_tokens"]
+
+
+def test_live_view_and_trace(tiny_gguf, northwind_db):
+    result = run("--db", str(northwind_db), "--model", str(tiny_gguf), "--question", "How many orders?", "--trace",
+                 "--seed", "9", *SMALL)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.startswith("round 1\n")
+    assert "--- transcript ---\n<|im_start|>system\n" in out
+    assert "<|im_start|>user\nQuestion: How many orders?<|im_end|>" in out
+    assert "loaded tiny-bf16.gguf" in result.stderr
+
+
+def test_interactive_prompt_answers_until_exit(tiny_gguf, chinook_db):
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf), "--json", "--seed", "1", *SMALL,
+                 input="How many albums?\nHow many artists?\nexit\nnever asked\n")
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
+    assert result.stderr.count("edge-sql> ") == 3
+
+
+def test_interactive_empty_line_and_eof_quit(tiny_gguf, chinook_db):
+    for text in ("\n", ""):
+        result = run("--db", str(chinook_db), "--model", str(tiny_gguf), *SMALL, input=text)
+        assert result.exit_code == 0, result.output
+        assert "round" not in result.stdout
+
+
+def _empty_db(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.sqlite"
+    sqlite3.connect(path).close()
+    with sqlite3.connect(path) as conn:  # a real SQLite file with a header and no tables
+        conn.execute("PRAGMA user_version = 1")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing_db", "database file not found"),
+        ("not_sqlite", "not a SQLite database"),
+        ("empty_db", "has no tables"),
+        ("empty_question", "empty question"),
+        ("missing_model", "no such model file"),
+        ("bad_gguf", "is not a GGUF file"),
+        ("bad_budget", "max_rounds"),
+        ("bad_prompt_file", "prompt file not found"),
+    ],
+)
+def test_bad_input_exits_non_zero_with_one_line(case, message, tmp_path, chinook_db, tiny_gguf):
+    db, model, extra = str(chinook_db), str(tiny_gguf), ["--question", "How many?"]
+    if case == "missing_db":
+        db, model = str(tmp_path / "nope.sqlite"), str(tmp_path / "nope.gguf")  # the db is checked first
+    elif case == "not_sqlite":
+        (tmp_path / "notes.sqlite").write_text("hello, not a database")
+        db = str(tmp_path / "notes.sqlite")
+    elif case == "empty_db":
+        db = str(_empty_db(tmp_path))
+    elif case == "empty_question":
+        extra = ["--question", "  "]
+    elif case == "missing_model":
+        model = str(tmp_path / "nope.gguf")
+    elif case == "bad_gguf":
+        (tmp_path / "bad.gguf").write_bytes(b"GGUF" + b"\x00" * 12)
+        model = str(tmp_path / "bad.gguf")
+    elif case == "bad_budget":
+        extra += ["--budget", "max_rounds=zero"]
+    elif case == "bad_prompt_file":
+        extra += ["--prompt-file", str(tmp_path / "nope.toml")]
+    result = run("--db", db, "--model", model, *extra, *SMALL)
+    assert result.exit_code != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("loading")]
+    assert len(lines) == 1 or case == "bad_budget", result.stderr
+    assert message.lower() in result.stderr.lower()
+    assert "Traceback" not in result.output
+    if case in ("missing_db", "not_sqlite", "empty_db", "empty_question"):
+        assert "loading" not in result.stderr  # refused before the model loads
+
+
+def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf, chinook_db):
+    """A real process: SIGINT during the episode ends it with status 130 and no traceback."""
+    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db), "--model", str(tiny_gguf),
+            "--question", "How many albums?", "--seed", "2", "--threads", "1", "--ctx", "4096",
+            "--think-tokens", "2000", "--budget", "max_tokens=4096"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    line = ""
+    while time.monotonic() < deadline and "round 1" not in line:  # the episode has started
+        line = process.stdout.readline()
+    time.sleep(1.0)  # now inside a 2000-token think block
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, (out, err)
+    assert "stopped" in out + err
+    assert "Traceback" not in err
