@@ -152,7 +152,13 @@ def test_every_episode_ends_within_its_budget(episodes):
 
 
 def test_the_loop_exits_are_all_exercised(episodes):
-    exits = Counter(run.result.force_reason or run.result.stop for run in episodes["runs"])
+    runs = episodes["runs"]
+    exits = Counter(run.result.force_reason or run.result.stop for run in runs)
+    decode = sorted(run.result.stats["decode_tok_s"] for run in runs)
+    print(f"\n{len(runs)} episodes, exits {dict(exits)}, forced {sum(r.result.forced for r in runs)}, "
+          f"rounds {sum(len(r.result.rounds) for r in runs)}, calls {sum(r.result.stats['calls'] for r in runs)}, "
+          f"generated {sum(r.result.stats['generated_tokens'] for r in runs)} tokens, "
+          f"median decode {decode[len(decode) // 2]:.1f} tok/s")
     assert exits["submitted"] > 0
     assert exits["max_rounds"] > 0
     assert exits["context"] > 0

@@ -22,7 +22,6 @@ from edge_sql.agent.grammar import (
     MAX_BYTES_PER_CHAR,
     GrammarText,
     StringBounds,
-    choice_grammar,
     final_grammar,
     first_call_grammar,
     next_call_grammar,
@@ -110,7 +109,6 @@ class _Episode:
         self._raw_calls: list[str] = []  # this round's calls as the model wrote them
         self._answer_run: tuple[str, QueryResult | None, str] | None = None  # submit_sql's run
         self.tools_s = 0.0
-        self._n_generate = 0
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -177,23 +175,15 @@ class _Episode:
         submitted = self._run_call(record, line)
         while submitted is None:
             if len(record.calls) >= self.budget.max_calls_per_turn or (plan := self._plan_next_segment()) is None:
-                self.transcript.append_tokens([self.end_id])
+                self.transcript.append_tokens([self.end_id])  # no room for another call: close the turn
                 break
-            if self._continues_turn():
-                line = self._generate(plan, stop_tokens=()).text
-                submitted = self._run_call(record, line)
-            else:
-                break
+            completion = self._generate(plan, stop_tokens=(self.end_id,))
+            if completion.ended_turn and not completion.text:
+                break  # the model ended its turn
+            if completion.ended_turn or not completion.text.startswith(CALL_SEPARATOR):
+                raise _BrokenTurn(f"expected the end of the turn or another call, got {completion.text!r}")
+            submitted = self._run_call(record, completion.text[len(CALL_SEPARATOR):])
         return submitted
-
-    def _continues_turn(self) -> bool:
-        """Let the model choose between the call separator and ending its turn (one token)."""
-        completion = self._generate(choice_grammar(), stop_tokens=(self.end_id,))
-        if completion.ended_turn and not completion.text:
-            return False
-        if completion.ended_turn or completion.text != CALL_SEPARATOR:
-            raise _BrokenTurn(f"expected a newline or the end of the turn, got {completion.text!r}")
-        return True
 
     def _run_call(self, record: RoundRecord, line: str) -> str | None:
         """Parse and run one call; returns the SQL when it was submit_sql."""
@@ -294,13 +284,13 @@ class _Episode:
         )
 
     def _first_segment_need(self, think: int, sql: int, name: int) -> int:
-        # the segment itself; a longer quoted last query in the forced message; the choice
-        # token and the end-of-turn token
-        return self._grammar_first(think, sql, name).max_tokens + MAX_BYTES_PER_CHAR * sql + 2 + 2
+        # the segment itself; a longer quoted last query in the forced message; the
+        # end-of-turn token
+        return self._grammar_first(think, sql, name).max_tokens + MAX_BYTES_PER_CHAR * sql + 2 + 1
 
     def _next_segment_need(self, sql: int, name: int) -> int:
-        # the choice token, the call, a longer quoted last query, the end-of-turn token
-        return 1 + next_call_grammar(bounds=StringBounds(sql, name)).max_tokens + MAX_BYTES_PER_CHAR * sql + 2 + 1
+        # the separator and call, a longer quoted last query, the end-of-turn token
+        return next_call_grammar(bounds=StringBounds(sql, name)).max_tokens + MAX_BYTES_PER_CHAR * sql + 2 + 1
 
     def _available(self) -> int:
         return self.limit - len(self.transcript) - self._final_reserve(self.counter.last_good_sql)
@@ -341,12 +331,8 @@ class _Episode:
     def _generate(self, grammar: GrammarText, *, stop_tokens: tuple[int, ...]) -> Completion:
         if self.should_stop is not None and self.should_stop():
             raise _Cancelled
-        self._n_generate += 1
-        # A fresh grammar text each call: llguidance cannot rewind a matcher whose grammar has
-        # `max_tokens=` lexemes, so a cached (reused) matcher would start out stopped.
-        lark = f"{grammar.lark}\n// generate {self._n_generate}"
         completion = self.session.generate(
-            grammar=lark, params=self.params, max_tokens=grammar.max_tokens,
+            grammar=grammar.lark, params=self.params, max_tokens=grammar.max_tokens,
             stop_tokens=stop_tokens, should_stop=self.should_stop,
         )
         self.transcript.add_completion(completion)

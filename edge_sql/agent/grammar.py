@@ -5,8 +5,8 @@ episode, whatever the weights do:
 
 * `first_call_grammar`: the rest of the `<think>` block (at most `max_think_tokens`), the
   think-end token, then exactly one call `{"tool": "NAME", "args": {...}}`;
-* `choice_grammar`: one token, a newline (another call follows) or the end-of-turn token;
-* `next_call_grammar`: exactly one more call.
+* `next_call_grammar`: nothing (the model ends its turn with the end-of-turn token, a stop
+  token) or a newline and one more call.
 
 A call's argument names and types come from the tool's spec: strings are JSON strings with a
 character bound, integers are bounded. `GrammarText.max_tokens` is a worst-case token count
@@ -173,15 +173,10 @@ def first_call_grammar(
 
 
 def next_call_grammar(*, bounds: StringBounds, specs: tuple[ToolSpec, ...] = TOOL_SPECS) -> GrammarText:
-    """Exactly one more call (the separator before it was chosen by `choice_grammar`)."""
+    """Nothing (the model ends its turn with a stop token) or a newline and one more call."""
     rules, call_bytes = _calls(specs, bounds)
-    return GrammarText("\n".join(["start: call", *rules]), call_bytes + SEGMENT_SLACK_TOKENS)
-
-
-def choice_grammar() -> GrammarText:
-    """One token: the call separator (another call follows) or, as a stop token, the end of
-    the turn. The separator is a single byte, so it is exactly one token."""
-    return GrammarText(f"start: {lark_literal(CALL_SEPARATOR)}?", 1)
+    lark = "\n".join([f"start: ({lark_literal(CALL_SEPARATOR)} call)?", *rules])
+    return GrammarText(lark, _byte_len(CALL_SEPARATOR) + call_bytes + SEGMENT_SLACK_TOKENS)
 
 
 def final_grammar(
