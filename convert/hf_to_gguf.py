@@ -208,7 +208,8 @@ def _convert_block(
         return x
     if storage == gguf.GGMLQuantizationType.BF16:
         return f32_to_bf16_bits(x)
-    y = x.astype(np.float16)
+    with np.errstate(over="ignore"):
+        y = x.astype(np.float16)
     if not np.isfinite(y).all() and np.isfinite(x).all():
         raise ConversionError(f"{name} has values beyond F16's range (65504); use --outtype bf16 or f32")
     return y

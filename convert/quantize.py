@@ -19,7 +19,7 @@ from pathlib import Path
 
 import gguf
 
-from convert.gguf_tensor_types import read_tensor_types
+from convert.gguf_layout import read_layout
 from edge_sql.errors import ConversionError, ModelFileError
 from edge_sql.runtime.gguf_check import validate_gguf
 
@@ -30,14 +30,10 @@ QUANT_TYPES: dict[str, int] = {
     "Q8_0": 7,
     "Q6_K": 18,
     "Q5_K_M": 17,
-    "Q5_K_S": 16,
     "Q4_K_M": 15,
-    "Q4_K_S": 14,
     "Q4_0": 2,
     "IQ4_XS": 30,
-    "IQ4_NL": 25,
     "Q3_K_M": 12,
-    "Q3_K_L": 13,
     "F16": 1,
     "BF16": 32,
 }
@@ -69,10 +65,6 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "Q3_K_M-sensitive-q8", "Q3_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_TENSORS),
             "Q3_K_M, with ssm_out, attn_qkv and attn_gate kept at Q8_0",
-        ),
-        Recipe(
-            "Q4_K_M-ssm-out-q8", "Q4_K_M", ((r"\.ssm_out\.weight$", T.Q8_0),),
-            "Q4_K_M, with only the linear-attention output projections (ssm_out) kept at Q8_0",
         ),
     )
 }
@@ -123,7 +115,7 @@ def quantize_gguf(
 
 
 def tensor_type_counts(path: Path) -> dict[str, int]:
-    return dict(Counter(read_tensor_types(path).values()))
+    return dict(Counter(read_layout(path).tensor_types().values()))
 
 
 def _check_input(src: Path) -> None:
