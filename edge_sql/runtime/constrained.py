@@ -112,9 +112,6 @@ class GrammarConstraint:
             self._check()
             raise RuntimeError(f"grammar rejected tokens {tokens}")
 
-    def is_stop_token(self, token: int) -> bool:
-        return token in self._stop_tokens
-
     def _check(self) -> None:
         if self._matcher.is_error():
             raise GrammarError(f"grammar error: {self._matcher.get_error()}")
