@@ -54,6 +54,22 @@ def test_live_view_and_trace(tiny_gguf, northwind_db):
     assert "loaded tiny-bf16.gguf" in result.stderr
 
 
+def test_prompt_file_replaces_the_template(tiny_gguf, chinook_db, tmp_path):
+    from edge_sql.agent.prompt import DEFAULT_PROMPT_FILE
+
+    custom = tmp_path / "mine.toml"
+    custom.write_text(DEFAULT_PROMPT_FILE.read_text(encoding="utf-8")
+                      .replace('version = "sqale-v1"', 'version = "mine-1"')
+                      .replace('user_template = "Question: {question}{evidence}"',
+                               'user_template = "Please answer: {question}{evidence}"'), encoding="utf-8")
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf), "--question", "How many albums?", "--json",
+                 "--trace", "--prompt-file", str(custom), "--seed", "4", *SMALL)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["prompt_version"] == "mine-1"
+    assert "<|im_start|>user\nPlease answer: How many albums?<|im_end|>" in data["transcript"]
+
+
 def test_interactive_prompt_answers_until_exit(tiny_gguf, chinook_db):
     result = run("--db", str(chinook_db), "--model", str(tiny_gguf), "--json", "--seed", "1", *SMALL,
                  input="How many albums?\nHow many artists?\nexit\nnever asked\n")

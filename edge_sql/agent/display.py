@@ -30,11 +30,12 @@ def result_summary(call: CallRecord) -> str:
     """A one-line view of what the call returned."""
     if not call.ok:
         return "error: " + call.output.removeprefix("Error: ").strip().splitlines()[0] if call.output.strip() else "error"
-    lines = [line for line in call.output.splitlines() if line.strip()]
+    lines = [line.strip() for line in call.output.splitlines() if line.strip()]
     if not lines:
         return "(empty)"
-    more = f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
-    return lines[0] + more if call.tool != "list_tables" else f"{len(lines)} tables: " + ", ".join(lines)
+    if call.tool == "list_tables":
+        return f"{len(lines)} tables: " + ", ".join(lines)
+    return " / ".join(lines)  # cut to the line width by the caller
 
 
 def call_line(call: CallRecord, width: int = CALL_LINE_WIDTH) -> str:

@@ -55,7 +55,7 @@ def _print_event(event) -> None:
               help="A .gguf file or a model-store name such as synsql:Q4_K_M "
                    "(default: the default model, pulled on first use).")
 @click.option("--question", default=None, help="Answer this one question and exit (otherwise: an interactive prompt).")
-@click.option("--evidence", default=None, help="A hint that goes with the question (as BIRD questions carry one).")
+@click.option("--evidence", default=None, help="A hint that goes with the question, as BIRD questions carry one (interactive: with every question).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question instead of the live view.")
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling, for reproducible answers.")
