@@ -18,7 +18,7 @@ from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime import SamplingParams, Session
+from edge_sql.runtime import SamplingParams, Session, SessionInfo
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 
@@ -65,8 +65,10 @@ class Agent:
         self._lock = threading.Lock()
 
     @property
-    def info(self):
+    def info(self) -> SessionInfo:
         """How the model was loaded (file, backend, GPU layers, threads, context)."""
+        if self.session is None:
+            raise EdgeSqlError("this Agent is closed")
         return self.session.info
 
     def ask(

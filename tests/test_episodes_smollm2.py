@@ -9,6 +9,7 @@ answer does not run (SmolLM2 tends to copy the forced message's text after its S
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,25 @@ def test_each_token_is_evaluated_once_with_a_real_model(episodes):
         # the raw transcript re-tokenizes to about the same count (generated and forced
         # tokens need not be the canonical tokenization, so exact equality is not required)
         assert abs(retokenized - stats["transcript_tokens"]) <= 0.05 * stats["transcript_tokens"]
+
+
+def test_results_too_long_for_the_context_are_cut_and_the_answer_forced(smollm2_gguf, tmp_path):
+    """A 300-column table: its CREATE TABLE alone is longer than the 2,048-token budget."""
+    path = tmp_path / "wide.sqlite"
+    columns = ", ".join(f"column_with_a_rather_long_descriptive_name_{i:03d} TEXT" for i in range(300))
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"CREATE TABLE Album (AlbumId INTEGER PRIMARY KEY, {columns})")
+        conn.executemany("INSERT INTO Album (AlbumId) VALUES (?)", [(i,) for i in range(1, 348)])
+    conn.close()
+    before = path.read_bytes()
+    with Session(smollm2_gguf, n_ctx=2048, n_threads=1) as session, ReadOnlyDatabase(path) as db:
+        result = run_episode(session, Toolbox(db), "How many rows does the Album table have?",
+                             params=SamplingParams(greedy=True), budget=Budget(**BUDGET))
+        assert result.stats["transcript_tokens"] == session.n_past <= 2048
+    assert result.forced and result.force_reason == "context"
+    assert PROMPT.results_cut_note in result.transcript
+    long_outputs = [c for r in result.rounds for c in r.calls if len(c.output) > 5000]
+    assert long_outputs and all(c.output not in result.transcript for c in long_outputs)
+    for call in (c for r in result.rounds for c in r.calls if len(c.output) < 100):
+        assert call.output in result.transcript  # short results are kept whole
+    assert path.read_bytes() == before

@@ -213,20 +213,27 @@ class _Episode:
     def _results_turn(self) -> str | None:
         """Append the round's results; returns the force reason when the answer is now due."""
         self.counter.end_round()
-        body = self.prompt.result_separator.join(
-            self.prompt.result_text(raw, call.output) for raw, call in zip(self._raw_calls, self.rounds[-1].calls)
-        )
-        self._raw_calls = []
         reason = self.counter.force_reason
         if reason is None:
-            pieces = self._user_turn(body + self.prompt.result_separator + self.prompt.budget_text(self.counter.turns_left))
+            budget_line = self.prompt.budget_text(self.counter.turns_left)
+            pieces = self._user_turn(self._results_body(None) + self.prompt.result_separator + budget_line)
             need = len(self.transcript) + len(self.transcript.tokenize(pieces))
             if need + self._first_segment_need(*self._min_bounds()) + self._final_reserve(self.counter.last_good_sql) <= self.limit:
                 self.transcript.append(pieces)
                 return None
             reason = "context"
-        self.transcript.append(self._forced_turn(body))
+        self.transcript.append(self._forced_turn())
         return reason
+
+    def _results_body(self, cap: int | None) -> str:
+        """This round's calls with their results; outputs over `cap` characters are cut."""
+        texts = []
+        for raw, call in zip(self._raw_calls, self.rounds[-1].calls):
+            output = call.output
+            if cap is not None and len(output) > cap:
+                output = output[:cap] + "\n" + self.prompt.results_cut_note
+            texts.append(self.prompt.result_text(raw, output))
+        return self.prompt.result_separator.join(texts)
 
     def _final_turn(self) -> tuple[str | None, str | None]:
         """Generate the forced final answer; returns (the model's SQL or None, parse error)."""
@@ -246,26 +253,27 @@ class _Episode:
             (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True),
         ]
 
-    def _forced_turn(self, body: str) -> list[Piece]:
-        """Results plus the forced-final message, the results cut short if they do not fit."""
+    def _forced_turn(self) -> list[Piece]:
+        """The round's results and the forced-final message; long results cut to fit the room."""
         forced = self.prompt.forced_text(self.counter.last_good_sql)
-        sep = self.prompt.result_separator
 
-        def pieces(text: str, cut: bool) -> list[Piece]:
-            shown = text + ("\n" if text else "") + self.prompt.results_cut_note if cut else text
-            return self._user_turn(shown + sep + forced if shown else forced)
+        def pieces(body: str) -> list[Piece]:
+            return self._user_turn(body + self.prompt.result_separator + forced)
 
         room = self.limit - len(self.transcript) - self.final.max_tokens
-        if len(self.transcript.tokenize(pieces(body, False))) <= room:
-            return pieces(body, False)
-        low, high = 0, len(body)  # the longest prefix of the results that fits
+
+        def fits(cap: int | None) -> bool:
+            return len(self.transcript.tokenize(pieces(self._results_body(cap)))) <= room
+
+        if fits(None):
+            return pieces(self._results_body(None))
+        if not fits(0):  # not even the calls fit: only the note (what _final_reserve kept room for)
+            return pieces(self.prompt.results_cut_note)
+        low, high = 0, max(len(call.output) for call in self.rounds[-1].calls)  # the longest cap that fits
         while low < high:
             mid = (low + high + 1) // 2
-            if len(self.transcript.tokenize(pieces(body[:mid], True))) <= room:
-                low = mid
-            else:
-                high = mid - 1
-        return pieces(body[:low], True)
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        return pieces(self._results_body(low))
 
     def _final_reserve(self, last_good_sql: str | None) -> int:
         """Tokens to keep for the forced turn (results cut to nothing) and the final answer."""
