@@ -151,9 +151,3 @@ def _field(file: Path, table: dict, name: str, spec: tuple[tuple[str, ...], tupl
             f"prompt file {file}: field `{prefix}{name}` has unknown placeholder {{{unknown[0]}}} (allowed: {allowed})"
         )
     return value
-
-
-def template_field_names() -> list[str]:
-    """Every field a prompt file must define (for documentation and error messages)."""
-    return ["version", *_TOP_FIELDS, *(f"chat.{n}" for n in _CHAT_FIELDS)]
-
