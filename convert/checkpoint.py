@@ -44,9 +44,7 @@ class TensorSource:
         return SAFETENSORS_DTYPES[self.dtype]
 
     def read_rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows [start, stop) along the first axis, as raw values (BF16 as uint16 bits)."""
-        if len(self.shape) <= 1:
-            return self.read()[start:stop] if self.shape else self.read()
+        """Rows [start, stop) along the first axis of a 2-D+ tensor, as raw values (BF16 as uint16 bits)."""
         row_elems = int(np.prod(self.shape[1:]))
         itemsize = self.numpy_dtype.itemsize
         count = (stop - start) * row_elems

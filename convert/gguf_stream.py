@@ -9,8 +9,6 @@ failure removes the temporary file, so no partial GGUF is ever left behind.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -18,6 +16,7 @@ from typing import Callable, Iterator
 import gguf
 import numpy as np
 
+from convert.atomic import atomic_output
 from edge_sql.errors import ConversionError
 
 # GGUF storage type -> the numpy dtype its pieces must have (BF16 travels as uint16 bits)
@@ -52,39 +51,44 @@ def write_gguf(
     description: str = "writing GGUF",
 ) -> None:
     """Write a GGUF file at `out` atomically (temporary file, then rename)."""
-    out = Path(out)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_output(Path(out)) as tmp:
         writer = gguf.GGUFWriter(None, arch)
-        add_metadata(writer)
+        try:
+            _write(writer, tmp, add_metadata, tensors, show_progress, description)
+        finally:
+            writer.close()
+
+
+def _write(
+    writer: gguf.GGUFWriter,
+    path: Path,
+    add_metadata: Callable[[gguf.GGUFWriter], None],
+    tensors: list[PlannedTensor],
+    show_progress: bool,
+    description: str,
+) -> None:
+    add_metadata(writer)
+    for t in tensors:
+        writer.add_tensor_info(t.name, t.shape, PIECE_DTYPES[t.storage], t.nbytes, raw_dtype=t.storage)
+    writer.open_output_file(path)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    assert writer.fout is not None and len(writer.fout) == 1
+    fout = writer.fout[0]
+    with _progress(sum(t.nbytes for t in tensors), show_progress, description) as bar:
         for t in tensors:
-            writer.add_tensor_info(t.name, t.shape, PIECE_DTYPES[t.storage], t.nbytes, raw_dtype=t.storage)
-        writer.open_output_file(tmp)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        assert writer.fout is not None and len(writer.fout) == 1
-        fout = writer.fout[0]
-        with _progress(sum(t.nbytes for t in tensors), show_progress, description) as bar:
-            for t in tensors:
-                writer.write_padding(fout, fout.tell())
-                written = 0
-                for piece in t.pieces():
-                    if piece.dtype != PIECE_DTYPES[t.storage]:
-                        raise TypeError(f"{t.name}: piece of dtype {piece.dtype} for {t.storage.name} storage")
-                    fout.write(np.ascontiguousarray(piece).data)
-                    written += piece.nbytes
-                    bar.update(piece.nbytes)
-                if written != t.nbytes:
-                    raise ConversionError(f"{t.name}: wrote {written} bytes, expected {t.nbytes}")
-                writer.write_padding(fout, written)
-        writer.close()
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            writer.write_padding(fout, fout.tell())
+            written = 0
+            for piece in t.pieces():
+                if piece.dtype != PIECE_DTYPES[t.storage]:
+                    raise TypeError(f"{t.name}: piece of dtype {piece.dtype} for {t.storage.name} storage")
+                fout.write(np.ascontiguousarray(piece).data)
+                written += piece.nbytes
+                bar.update(piece.nbytes)
+            if written != t.nbytes:
+                raise ConversionError(f"{t.name}: wrote {written} bytes, expected {t.nbytes}")
+            writer.write_padding(fout, written)
 
 
 class _progress:

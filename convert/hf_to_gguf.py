@@ -147,18 +147,13 @@ def plan_tensors(
     if missing:
         raise ConversionError(f"the checkpoint lacks {len(missing)} tensors the model needs (first: {missing[0]})")
     plan = []
-    for gguf_name in expected:  # llama.cpp's usual order: embedding, blocks in order, output
+    for gguf_name in expected:  # embedding, blocks in order, output norm (and output)
         target, source = mapped[gguf_name]
         shape = expected[gguf_name]
         storage = gguf.GGMLQuantizationType.F32 if target.rule.keep_f32 or len(shape) == 1 else outtype
         pieces = partial(_pieces, source, target.rule.transforms, storage, dims, gguf_name)
         plan.append(PlannedTensor(gguf_name, shape, storage, pieces))
-    return _reorder_output_last(plan), dropped
-
-
-def _reorder_output_last(plan: list[PlannedTensor]) -> list[PlannedTensor]:
-    head = [t for t in plan if not t.name.startswith(("output_norm", "output."))]
-    return head + [t for t in plan if t not in head]
+    return plan, dropped
 
 
 def _output_shape(shape: tuple[int, ...], transforms: tuple[str, ...]) -> tuple[int, ...]:

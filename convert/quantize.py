@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import gguf
 
+from convert.atomic import atomic_output
 from convert.gguf_layout import read_layout
 from edge_sql.errors import ConversionError, ModelFileError
 from edge_sql.runtime.gguf_check import validate_gguf
@@ -101,16 +101,9 @@ def quantize_gguf(
         raise ConversionError(f"unknown quantization type {qtype!r}; choose one of {', '.join(choices())}")
     _check_input(src)
     _check_output(src, out, force=force)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_output(out) as tmp:
         _run_llama_quantize(src, tmp, QUANT_TYPES[base], recipe.overrides if recipe else (), n_threads)
         types = tensor_type_counts(tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return QuantizeReport(src, out, qtype, out.stat().st_size, time.perf_counter() - started, types)
 
 

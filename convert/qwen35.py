@@ -217,17 +217,12 @@ def dropped_part(hf_name: str, dims: Qwen35Dims) -> str | None:
 
 
 def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
-    """Every GGUF tensor the text model needs, with its shape (rows first, as in numpy)."""
+    """Every GGUF tensor the text model needs, in file order, with its shape (rows first, as in numpy)."""
     d = dims
     h, ffn = d.hidden_size, d.intermediate_size
     key_dim = d.linear_k_heads * d.linear_k_head_dim
     value_dim = d.linear_v_heads * d.linear_v_head_dim
-    shapes: dict[str, tuple[int, ...]] = {
-        "token_embd.weight": (d.vocab_size, h),
-        "output_norm.weight": (h,),
-    }
-    if not d.tied_embeddings:
-        shapes["output.weight"] = (d.vocab_size, h)
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (d.vocab_size, h)}
     for bid, kind in enumerate(d.layer_kinds):
         b = f"blk.{bid}."
         shapes.update({
@@ -258,6 +253,9 @@ def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
                 b + "ssm_norm.weight": (d.linear_v_head_dim,),
                 b + "ssm_out.weight": (h, value_dim),
             })
+    shapes["output_norm.weight"] = (h,)
+    if not d.tied_embeddings:
+        shapes["output.weight"] = (d.vocab_size, h)
     return shapes
 
 

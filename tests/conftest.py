@@ -49,23 +49,26 @@ def smollm2_gguf() -> Path:
 
 def _checkpoint(sharded: bool) -> Path:
     from fixture_cache import cached
-    from fixture_model import build_checkpoint
 
-    name = "checkpoint-sharded" if sharded else "checkpoint"
-    return cached(name, lambda d: build_checkpoint(d, sharded=sharded))
+    def build(folder: Path) -> None:
+        from fixture_model import build_checkpoint  # imports torch: only when building
+
+        build_checkpoint(folder, sharded=sharded)
+
+    return cached("checkpoint-sharded" if sharded else "checkpoint", build)
 
 
 def _converted(outtype: str) -> Path:
     from fixture_cache import cached
 
-    from convert.hf_to_gguf import convert_checkpoint
-
     checkpoint = _checkpoint(sharded=False)
-    folder = cached(
-        f"gguf-{outtype}",
-        lambda d: convert_checkpoint(checkpoint, d / f"tiny-{outtype}.gguf", outtype=outtype, show_progress=False),
-    )
-    return folder / f"tiny-{outtype}.gguf"
+
+    def build(folder: Path) -> None:
+        from convert.hf_to_gguf import convert_checkpoint
+
+        convert_checkpoint(checkpoint, folder / f"tiny-{outtype}.gguf", outtype=outtype, show_progress=False)
+
+    return cached(f"gguf-{outtype}", build) / f"tiny-{outtype}.gguf"
 
 
 @pytest.fixture(scope="session")

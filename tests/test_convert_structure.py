@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -212,3 +213,6 @@ def test_source_repo_and_license_go_into_general_metadata(tiny_checkpoint: Path,
     assert m["general.source.repo_url"] == "https://huggingface.co/cwolff/qwen3.5-2b-grpo-synsql"
     assert m["general.license"] == "apache-2.0"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["named.gguf"]  # no temporary file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # ordinary permissions, not mkstemp's 0600
