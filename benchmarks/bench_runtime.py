@@ -195,12 +195,82 @@ def machine() -> str:
     ])
 
 
-def _fmt(value: object, spec: str = ".1f") -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else "-"
+def speed_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
+    speed = run_child("speed", model, dict(session=session, decode_tokens=args.decode_tokens, repeats=args.repeats), args.timeout)
+    lines = ["### Decode with and without the grammar", ""]
+    if "error" in speed:
+        return lines + [f"speed run failed: {speed['error']}", ""]
+    free, masked, tool = speed["free"], speed["masked"], speed["tool"]
+    return lines + [
+        f"Threads {speed['threads']}, repack {speed['repack']}, {speed['backend']}. Prefill of 512 tokens, then "
+        f"decode runs from a 64-token prompt: {args.repeats * 2} runs of {args.decode_tokens} tokens per row, "
+        "interleaved, same seeds, temperature 0.6, top-k 20, top-p 0.95. *masked*: a grammar that only masks "
+        "(every token sampled under the llguidance mask, nothing forced): the grammar's own cost. *tool calls*: "
+        "a think block plus JSON calls, where forced tokens skip sampling and are decoded in one batch.",
+        "",
+        "| run | tokens | forced | tok/s | vs unconstrained | sampling + mask ms per sampled token |",
+        "|---|--:|--:|--:|--:|--:|",
+        *[
+            f"| {name} | {r['tokens']} | {r['forced']} | {r['tok_s']:.2f} | {r['tok_s'] / free['tok_s']:.3f} | {r['sample_ms']:.2f} |"
+            for name, r in (("unconstrained", free), ("masked", masked), ("tool calls", tool))
+        ],
+        "",
+        f"Prefill: {speed['prefill_tok_s']:.1f} tok/s. **Grammar / unconstrained decode speed: "
+        f"{masked['tok_s'] / free['tok_s']:.3f} (mask only), {tool['tok_s'] / free['tok_s']:.3f} (tool calls)** "
+        "(target >= 0.95).",
+        "",
+    ]
+
+
+def transcript_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
+    tr = run_child("transcript", model, dict(session=session), args.timeout)
+    lines = ["### Prefill work over a six-round transcript", ""]
+    if "error" in tr:
+        return lines + [f"transcript run failed: {tr['error']}", ""]
+    return lines + [
+        "| round | generated | of which forced | transcript tokens |",
+        "|--:|--:|--:|--:|",
+        *[f"| {r['round']} | {r['generated']} | {r['forced']} | {r['transcript']} |" for r in tr["rounds"]],
+        "",
+        f"Transcript {tr['transcript_tokens']} tokens = {tr['prompt_tokens_evaluated']} prompt tokens evaluated + "
+        f"{tr['generated_tokens']} generated. llama.cpp decoded {tr['decoded_by_llama']} tokens (its own perf "
+        f"counters): **prefill work / transcript length = {tr['decoded_by_llama'] / tr['transcript_tokens']:.3f}** "
+        "(target 1.00).",
+        "",
+    ]
+
+
+def memory_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
+    size_mb = model.stat().st_size / 2**20
+    lines = [
+        "### Peak RSS at a 12,288-token context",
+        "",
+        f"Each row is a child process: load with n_ctx 12,288, prefill {args.fill:,} tokens, decode 64. "
+        f"File size {size_mb:,.0f} MiB; target file + 400 MiB = {size_mb + 400:,.0f} MiB.",
+        "",
+        "| repack | n_ubatch | peak RSS MiB | RSS - file MiB | prefill tok/s | decode tok/s | load s |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for repack, n_ubatch in args.memory_configs:
+        print(f"[{model.name}] memory repack={repack} n_ubatch={n_ubatch}", file=sys.stderr, flush=True)
+        cfg = dict(session=dict(session, repack=repack, n_ubatch=n_ubatch), fill=args.fill)
+        mem = run_child("memory", model, cfg, args.timeout)
+        if "error" in mem:
+            lines.append(f"| {repack} | {n_ubatch} | {mem['error']} | | | | |")
+        else:
+            lines.append(
+                f"| {repack} | {n_ubatch} | {mem['peak_rss_mb']:,.0f} | {mem['peak_rss_mb'] - size_mb:+,.0f} | "
+                f"{mem['prefill_tok_s']:.1f} | {mem['decode_tok_s']:.2f} | {mem['load_s']:.1f} |"
+            )
+    return lines + [""]
+
+
+SECTIONS = {"speed": speed_section, "transcript": transcript_section, "memory": memory_section}
 
 
 def report(models: list[Path], args: argparse.Namespace) -> str:
     session = {"n_threads": args.threads} if args.threads else {}
+    skip = {part.strip() for part in args.skip.split(",") if part.strip()}
     lines = [
         "# Runtime benchmark",
         "",
@@ -213,73 +283,20 @@ def report(models: list[Path], args: argparse.Namespace) -> str:
         "",
     ]
     for model in models:
-        size_mb = model.stat().st_size / 2**20
-        lines += [f"## {model.name} ({size_mb:,.0f} MiB)", ""]
-        print(f"[{model.name}] speed", file=sys.stderr, flush=True)
-        speed = run_child("speed", model, dict(session=session, decode_tokens=args.decode_tokens, repeats=args.repeats), args.timeout)
-        lines += ["### Decode with and without the grammar", ""]
-        if "error" in speed:
-            lines += [f"speed run failed: {speed['error']}", ""]
-        else:
-            free, masked, tool = speed["free"], speed["masked"], speed["tool"]
-            lines += [
-                f"Threads {speed['threads']}, repack {speed['repack']}, {speed['backend']}; prefill of 512 tokens, then decode runs from a 64-token prompt; "
-                f"{args.repeats * 2} runs of {args.decode_tokens} tokens per row, interleaved, same seeds; "
-                "temperature 0.6, top-k 20, top-p 0.95. *masked*: a grammar that only masks (every token "
-                "sampled under the llguidance mask, nothing forced): the grammar's own cost. *tool calls*: a "
-                "think block plus JSON calls, where forced tokens skip sampling and are decoded in one batch.",
-                "",
-                "| run | tokens | forced | tok/s | vs unconstrained | sampling + mask ms per sampled token |",
-                "|---|--:|--:|--:|--:|--:|",
-                *[
-                    f"| {name} | {r['tokens']} | {r['forced']} | {r['tok_s']:.2f} | {r['tok_s'] / free['tok_s']:.3f} | {r['sample_ms']:.2f} |"
-                    for name, r in (("unconstrained", free), ("masked", masked), ("tool calls", tool))
-                ],
-                "",
-                f"Prefill: {speed['prefill_tok_s']:.1f} tok/s. **Grammar / unconstrained decode speed: "
-                f"{masked['tok_s'] / free['tok_s']:.3f} (mask only), {tool['tok_s'] / free['tok_s']:.3f} (tool calls)** "
-                f"(target >= 0.95).",
-                "",
-            ]
-        print(f"[{model.name}] transcript", file=sys.stderr, flush=True)
-        tr = run_child("transcript", model, dict(session=session), args.timeout)
-        lines += ["### Prefill work over a six-round transcript", ""]
-        if "error" in tr:
-            lines += [f"transcript run failed: {tr['error']}", ""]
-        else:
-            lines += [
-                "| round | generated | of which forced | transcript tokens |",
-                "|--:|--:|--:|--:|",
-                *[f"| {r['round']} | {r['generated']} | {r['forced']} | {r['transcript']} |" for r in tr["rounds"]],
-                "",
-                f"Transcript {tr['transcript_tokens']} tokens = {tr['prompt_tokens_evaluated']} prompt tokens evaluated + "
-                f"{tr['generated_tokens']} generated. llama.cpp decoded {tr['decoded_by_llama']} tokens (its perf counters): "
-                f"**prefill work / transcript length = {tr['decoded_by_llama'] / tr['transcript_tokens']:.3f}** (target 1.00; "
-                "the last generated token is decoded by the next call, so a final round shows one token less).",
-                "",
-            ]
-        lines += [
-            "### Peak RSS at a 12,288-token context",
-            "",
-            f"Each row is a child process: load with n_ctx 12,288, prefill {args.fill:,} tokens, decode 64. File size {size_mb:,.0f} MiB; target file + 400 MiB = {size_mb + 400:,.0f} MiB.",
-            "",
-            "| repack | n_ubatch | peak RSS MiB | RSS - file MiB | prefill tok/s | decode tok/s | load s |",
-            "|---|--:|--:|--:|--:|--:|--:|",
-        ]
-        for repack in (False, True):
-            for n_ubatch in (512, 256):
-                print(f"[{model.name}] memory repack={repack} ubatch={n_ubatch}", file=sys.stderr, flush=True)
-                cfg = dict(session=dict(session, repack=repack, n_ubatch=n_ubatch), fill=args.fill)
-                mem = run_child("memory", model, cfg, args.timeout)
-                if "error" in mem:
-                    lines.append(f"| {repack} | {n_ubatch} | {mem['error']} | | | | |")
-                else:
-                    lines.append(
-                        f"| {repack} | {n_ubatch} | {mem['peak_rss_mb']:,.0f} | {mem['peak_rss_mb'] - size_mb:+,.0f} | "
-                        f"{mem['prefill_tok_s']:.1f} | {mem['decode_tok_s']:.2f} | {mem['load_s']:.1f} |"
-                    )
-        lines.append("")
+        lines += [f"## {model.name} ({model.stat().st_size / 2**20:,.0f} MiB)", ""]
+        for name, section in SECTIONS.items():
+            if name not in skip:
+                print(f"[{model.name}] {name}", file=sys.stderr, flush=True)
+                lines += section(model, session, args)
     return "\n".join(lines)
+
+
+def _memory_configs(text: str) -> list[tuple[bool, int]]:
+    configs = []
+    for item in text.split(","):
+        repack, _, n_ubatch = item.partition(":")
+        configs.append((repack.strip() == "on", int(n_ubatch)))
+    return configs
 
 
 def main() -> None:
@@ -291,6 +308,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="ABBA blocks of decode runs")
     parser.add_argument("--fill", type=int, default=12288 - 64, help="prompt tokens in the memory runs")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per child")
+    parser.add_argument(
+        "--memory-configs", type=_memory_configs, default=_memory_configs("off:512,off:256,on:512,on:256"),
+        help="repack on/off and n_ubatch of the memory runs, e.g. off:512,on:256",
+    )
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: speed, transcript, memory")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
