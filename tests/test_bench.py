@@ -105,7 +105,7 @@ def test_bench_markdown_has_a_row_per_variant(bench_runs: dict) -> None:
 
 
 def test_bench_writes_png_plots(bench_runs: dict) -> None:
-    for name in ("accuracy_vs_size.png", "decode_speed_vs_size.png"):
+    for name in ("accuracy_vs_size.png", "decode_speed_vs_size.png", "fidelity_vs_size.png"):
         data = (bench_runs["out"] / name).read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 10_000
 

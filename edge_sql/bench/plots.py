@@ -10,6 +10,7 @@ from edge_sql.bench.variants import BenchSetupError
 
 ACCURACY_PNG = "accuracy_vs_size.png"
 SPEED_PNG = "decode_speed_vs_size.png"
+FIDELITY_PNG = "fidelity_vs_size.png"
 
 
 def _pyplot():
@@ -24,9 +25,11 @@ def _pyplot():
 
 
 def _label_points(ax, xs: list[float], ys: list[float | None], names: list[str]) -> None:
-    for x, y, name in zip(xs, ys, names):
+    """Name each point; labels alternate above and below so neighbours of similar size stay legible."""
+    for index, (x, y, name) in enumerate(zip(xs, ys, names)):
         if y is not None:
-            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            offset = (4, 6) if index % 2 == 0 else (4, -12)
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=offset, fontsize=7)
 
 
 def _series(ax, xs: list[float], ys: list[float | None], **style: Any) -> None:
@@ -79,4 +82,30 @@ def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     speed_path = out_dir / SPEED_PNG
     fig.savefig(speed_path, dpi=120)
     plt.close(fig)
-    return [accuracy_path, speed_path]
+    fidelity_path = out_dir / FIDELITY_PNG
+    _fidelity_plot(plt, rows, sizes, names, summary["settings"]["reference"], title_note, fidelity_path)
+    return [accuracy_path, speed_path, fidelity_path]
+
+
+def _fidelity_plot(plt, rows: list[dict[str, Any]], sizes: list[float], names: list[str], reference: str,
+                   title_note: str, path: Path) -> None:
+    """Mean KL against the reference (left axis) and top-1 agreement (right axis) vs file size."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    kl = [r["fidelity"]["kl_mean"] for r in rows]
+    top1 = [None if r["fidelity"]["top1"] is None else 100 * r["fidelity"]["top1"] for r in rows]
+    _series(ax, sizes, kl, marker="o", linestyle="none", color="tab:red", label=f"mean KL({reference} || variant)")
+    _label_points(ax, sizes, kl, names)
+    ax.set_xlabel("file size (GB)")
+    ax.set_ylabel("mean KL divergence (nats)")
+    ax.set_ylim(bottom=0, top=1.2 * max((v for v in kl if v is not None), default=0.0) or 1.0)
+    right = ax.twinx()
+    _series(right, sizes, top1, marker="s", linestyle="none", color="tab:blue", label=f"top-1 agreement with {reference}")
+    right.set_ylabel("top-1 agreement (%)")
+    right.set_ylim(-5, 112)
+    ax.set_title(f"Fidelity to {reference} vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=9)
+    ax.grid(alpha=0.3)
+    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
