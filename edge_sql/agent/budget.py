@@ -39,8 +39,8 @@ class Budget:
             raise ValueError("Budget.max_tokens must be at least 256")
 
 
-def budget_with(base: Budget, items: Iterable[str]) -> Budget:
-    """`base` with `FIELD=N` overrides (`["max_rounds=2"]`); ValueError names a bad item."""
+def parse_budget_items(items: Iterable[str]) -> dict[str, int]:
+    """`["max_rounds=2"]` -> {"max_rounds": 2}; ValueError names a bad item or value."""
     known = {f.name for f in fields(Budget)}
     changes: dict[str, int] = {}
     for item in items:
@@ -49,7 +49,13 @@ def budget_with(base: Budget, items: Iterable[str]) -> Budget:
         if not sep or name not in known or not value.isdigit():
             raise ValueError(f"{item!r} is not FIELD=N with FIELD one of: {', '.join(sorted(known))}")
         changes[name] = int(value)
-    return replace(base, **changes)
+    Budget(**changes)  # checks the values against the Budget's own bounds
+    return changes
+
+
+def budget_with(base: Budget, items: Iterable[str]) -> Budget:
+    """`base` with `FIELD=N` overrides (`["max_rounds=2"]`); ValueError names a bad item."""
+    return replace(base, **parse_budget_items(items))
 
 
 @dataclass

@@ -11,23 +11,12 @@ from edge_sql.errors import EdgeSqlError
 
 def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
     """`("max_rounds=2",)` -> {"max_rounds": 2}, checked against the agent's Budget fields."""
-    from dataclasses import fields
+    from edge_sql.agent.budget import parse_budget_items as parse
 
-    from edge_sql.agent.budget import Budget
-
-    known = {f.name for f in fields(Budget)}
-    parsed: dict[str, int] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or name.strip() not in known or not value.strip().isdigit():
-            raise click.BadParameter(f"{item!r} is not FIELD=N with FIELD one of: {', '.join(sorted(known))}",
-                                     param_hint="--budget")
-        parsed[name.strip()] = int(value)
     try:
-        Budget(**parsed)
+        return parse(items)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--budget") from None
-    return parsed
 
 
 @click.command(name="bench")

@@ -41,16 +41,21 @@ def database_path(db_root: Path, db_id: str) -> Path:
     return Path(db_root) / db_id / f"{db_id}.sqlite"
 
 
-def _read_json_list(questions_file: Path) -> list[Any]:
-    path = Path(questions_file)
+def read_json_file(path: Path, what: str, error: type[EdgeSqlError]) -> Any:
+    """The JSON value in `path`; `error` (naming `what`, e.g. "questions file") if unreadable."""
+    path = Path(path)
     if not path.is_file():
-        raise DatasetError(f"questions file not found: {path}")
+        raise error(f"{what} not found: {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"questions file {path} is not valid JSON: {exc}") from exc
+        raise error(f"{what} {path} is not valid JSON: {exc}") from exc
+
+
+def _read_json_list(questions_file: Path) -> list[Any]:
+    data = read_json_file(questions_file, "questions file", DatasetError)
     if not isinstance(data, list):
-        raise DatasetError(f"questions file {path} must hold a JSON list of questions")
+        raise DatasetError(f"questions file {questions_file} must hold a JSON list of questions")
     return data
 
 

@@ -7,12 +7,11 @@ question at that position.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from edge_sql.errors import EdgeSqlError
-from edge_sql.evaluation.datasets import Question, base_id
+from edge_sql.evaluation.datasets import Question, base_id, read_json_file
 
 BIRD_SEPARATOR = "\t----- bird -----\t"
 
@@ -41,12 +40,7 @@ def load_predictions(path: Path | str, questions: Sequence[Question]) -> dict[st
 
 
 def _read_json_object(path: Path) -> dict[str, str]:
-    if not path.is_file():
-        raise PredictionsError(f"predictions file not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PredictionsError(f"predictions file {path} is not valid JSON: {exc}") from exc
+    data = read_json_file(path, "predictions file", PredictionsError)
     if not isinstance(data, dict):
         raise PredictionsError(
             f"predictions file {path} must hold a JSON object: question id -> SQL"
