@@ -38,8 +38,20 @@ def _series(ax, xs: list[float], ys: list[float | None], **style: Any) -> None:
         ax.plot([p[0] for p in points], [p[1] for p in points], **style)
 
 
+def _finish(plt, fig, ax, title: str, title_note: str, path: Path, *, legend: bool = True) -> Path:
+    """Title, grid and legend on `ax`, then save the figure as `path` and close it."""
+    ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=9)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Write both PNGs into `out_dir` and return their paths."""
+    """Write the three PNGs into `out_dir` and return their paths."""
     plt = _pyplot()
     rows = sorted(summary["variants"], key=lambda r: r["size_bytes"])
     sizes = [r["size_bytes"] / 1e9 for r in rows]
@@ -60,13 +72,8 @@ def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_xlabel("file size (GB)")
     ax.set_ylabel("%")
     ax.set_ylim(-5, 112)
-    ax.set_title("Accuracy and answer agreement vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    accuracy_path = out_dir / ACCURACY_PNG
-    fig.savefig(accuracy_path, dpi=120)
-    plt.close(fig)
+    accuracy_path = _finish(plt, fig, ax, "Accuracy and answer agreement vs file size", title_note,
+                            out_dir / ACCURACY_PNG)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     speeds = [r["decode_tok_s"] for r in rows]
@@ -75,13 +82,7 @@ def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_xlabel("file size (GB)")
     ax.set_ylabel("tokens / s")
     ax.set_ylim(0, 1.2 * max((v for v in speeds if v is not None), default=1.0))
-    ax.set_title("Decode speed vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    speed_path = out_dir / SPEED_PNG
-    fig.savefig(speed_path, dpi=120)
-    plt.close(fig)
+    speed_path = _finish(plt, fig, ax, "Decode speed vs file size", title_note, out_dir / SPEED_PNG)
     fidelity_path = out_dir / FIDELITY_PNG
     _fidelity_plot(plt, rows, sizes, names, summary["settings"]["reference"], title_note, fidelity_path)
     return [accuracy_path, speed_path, fidelity_path]
@@ -102,10 +103,6 @@ def _fidelity_plot(plt, rows: list[dict[str, Any]], sizes: list[float], names: l
     _series(right, sizes, top1, marker="s", linestyle="none", color="tab:blue", label=f"top-1 agreement with {reference}")
     right.set_ylabel("top-1 agreement (%)")
     right.set_ylim(-5, 112)
-    ax.set_title(f"Fidelity to {reference} vs file size" + (f"\n{title_note}" if title_note else ""), fontsize=9)
-    ax.grid(alpha=0.3)
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="center right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, f"Fidelity to {reference} vs file size", title_note, path, legend=False)
