@@ -33,6 +33,9 @@ from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sa
 
 StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
 _GRAMMAR_CACHE_SIZE = 16
+# Physical batch: 256 measured 40 MiB less peak RSS than 512 at a 12,288-token context and
+# equal or faster prefill on the 2B shape (benchmarks/results/runtime.md).
+DEFAULT_UBATCH = 256
 
 
 class ContextFullError(EdgeSqlError):
@@ -111,7 +114,8 @@ class Session:
     `n_gpu_layers=None` offloads every layer when llama.cpp has a GPU backend (CUDA, Metal...)
     and none otherwise; `n_threads=None` uses every CPU this process may run on;
     `repack=None` enables llama.cpp's repacked CPU weights unless the build uses AMX (see
-    `backend.repack_is_safe`). `info` says what was chosen.
+    `backend.repack_is_safe`); `n_ubatch=None` is 256 (`DEFAULT_UBATCH`). `info` says what
+    was chosen.
     """
 
     def __init__(
@@ -140,7 +144,7 @@ class Session:
             n_gpu_layers = n_layers + 1 if gpu else 0
         n_gpu_layers = max(0, min(n_gpu_layers, n_layers + 1)) if gpu else 0
         n_threads = n_threads or default_threads()
-        n_ubatch = min(n_ubatch or n_batch, n_batch)
+        n_ubatch = min(n_ubatch or DEFAULT_UBATCH, n_batch)
         if repack is None:
             repack = repack_is_safe()
 
