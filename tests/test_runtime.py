@@ -258,3 +258,18 @@ def test_tool_call_grammar_always_parses(session: Session) -> None:
 def test_invalid_grammar_is_a_clear_error(session: Session) -> None:
     with pytest.raises(GrammarError, match="invalid grammar"):
         session.generate(grammar="start: undefined_rule", max_tokens=3)
+
+
+def test_repack_is_off_by_default_and_refused_where_it_would_crash(smollm2_gguf: Path) -> None:
+    from edge_sql.errors import EdgeSqlError
+    from edge_sql.runtime.backend import repack_is_safe
+
+    with Session(smollm2_gguf, n_ctx=256, n_threads=1) as plain:
+        assert plain.info.repack is False and plain.info.n_ubatch == 256
+    if repack_is_safe():
+        with Session(smollm2_gguf, n_ctx=256, n_threads=1, repack=True) as packed:
+            packed.eval(packed.tokenize("a multi-token batch"))
+            assert packed.info.repack is True
+    else:
+        with pytest.raises(EdgeSqlError, match="AMX"):
+            Session(smollm2_gguf, n_ctx=256, repack=True)

@@ -113,9 +113,10 @@ class Session:
 
     `n_gpu_layers=None` offloads every layer when llama.cpp has a GPU backend (CUDA, Metal...)
     and none otherwise; `n_threads=None` uses every CPU this process may run on;
-    `repack=None` enables llama.cpp's repacked CPU weights unless the build uses AMX (see
-    `backend.repack_is_safe`); `n_ubatch=None` is 256 (`DEFAULT_UBATCH`). `info` says what
-    was chosen.
+    `repack=False` keeps llama.cpp's weights as mapped from the file: its repacked CPU copies
+    decode faster but cost about 590 MB more than the 400 MB memory budget allows, and on AMX
+    builds they crash (`repack=True` is then refused, see `backend.repack_is_safe`).
+    `n_ubatch=None` is 256 (`DEFAULT_UBATCH`). `info` says what was chosen.
     """
 
     def __init__(
@@ -127,7 +128,7 @@ class Session:
         n_gpu_layers: int | None = None,
         n_batch: int = 512,
         n_ubatch: int | None = None,
-        repack: bool | None = None,
+        repack: bool = False,
         verbose: bool = False,
     ) -> None:
         if n_ctx < 16 or n_batch < 1 or (n_ubatch is not None and n_ubatch < 1):
@@ -145,8 +146,11 @@ class Session:
         n_gpu_layers = max(0, min(n_gpu_layers, n_layers + 1)) if gpu else 0
         n_threads = n_threads or default_threads()
         n_ubatch = min(n_ubatch or DEFAULT_UBATCH, n_batch)
-        if repack is None:
-            repack = repack_is_safe()
+        if repack and not repack_is_safe():
+            raise EdgeSqlError(
+                "repacked weights crash with this llama.cpp build (AMX kernels); use repack=False or "
+                "rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_AMX_INT8=OFF"
+            )
 
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
