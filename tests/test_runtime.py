@@ -273,3 +273,10 @@ def test_repack_is_off_by_default_and_refused_where_it_would_crash(smollm2_gguf:
     else:
         with pytest.raises(EdgeSqlError, match="AMX"):
             Session(smollm2_gguf, n_ctx=256, repack=True)
+
+
+def test_llama_model_is_public_until_close(smollm2_gguf: Path) -> None:
+    with Session(smollm2_gguf, n_ctx=256, n_threads=1) as loaded:
+        assert loaded.llama_model  # a non-null llama_model pointer
+    with pytest.raises(RuntimeError, match="closed"):
+        loaded.llama_model

@@ -228,6 +228,15 @@ class Session:
         return self._n_vocab
 
     @property
+    def llama_model(self) -> llama_cpp.llama_model_p:
+        """The loaded llama.cpp model, to open another context on the same weights (as
+        `teacher_forcing` does). The session owns it: never free it, and free any context made
+        from it before `close()`. Raises RuntimeError once the session is closed."""
+        if not self._model:
+            raise RuntimeError("the session is closed: its model has been freed")
+        return self._model
+
+    @property
     def tokens(self) -> list[int]:
         return list(self._tokens)
 

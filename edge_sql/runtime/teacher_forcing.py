@@ -58,7 +58,7 @@ def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFA
     params.n_outputs_max = chunk
     params.n_threads = params.n_threads_batch = session.info.n_threads
     params.no_perf = True
-    ctx = llama_cpp.llama_init_from_model(session._model, params)  # the session's loaded weights
+    ctx = llama_cpp.llama_init_from_model(session.llama_model, params)  # the session's loaded weights
     if not ctx:
         raise ModelFileError(f"llama.cpp could not create a {params.n_ctx}-token context for teacher forcing")
     batch = llama_cpp.llama_batch_init(chunk, 0, 1)
