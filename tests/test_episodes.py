@@ -5,20 +5,22 @@ assistant turn must parse, every episode must end within its budget, each token 
 evaluated once, and the databases must stay byte-identical. Three sampling set-ups spread
 the episodes over the loop's exits: the protocol's sampling (the random model mostly submits
 at once), hot sampling in a small token budget (the final turn is forced when the context
-runs short) and hot sampling with two tool rounds and one allowed failed query.
+runs short) and hot sampling with two tool rounds and one allowed failed query. Random SQL
+never runs, so the paths that depend on a query running (the fallback to the last good
+query, the failed-query limit) are exercised by the trained fixture in
+test_episodes_trained.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from episode_checks import EpisodeRun, check_each_token_evaluated_once, check_turns_parse, sha256
 
-from edge_sql.agent import Budget, EpisodeResult, load_prompt, parse_final_turn, parse_tool_turn, run_episode
+from edge_sql.agent import Budget, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
@@ -44,23 +46,6 @@ SETUPS = {
     "hot-two-rounds": (Budget(max_tokens=2048, max_rounds=2, max_failed_queries=1, **SMALL), HOT),
 }
 EPISODES_PER_SETUP = 18
-PROMPT = load_prompt()
-ASSISTANT_OPEN = PROMPT.chat.open_turn("assistant") + PROMPT.chat.assistant_prefix
-
-
-@dataclass
-class Episode:
-    setup: str
-    db: str
-    seed: int
-    budget: Budget
-    result: EpisodeResult
-    session_tokens: int
-    session_text_matches: bool
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +65,14 @@ def episodes(tiny_session, tmp_path_factory) -> dict:
         copies[source.stem].write_bytes(source.read_bytes())
     before = {name: sha256(path) for name, path in copies.items()}
     toolboxes = {name: Toolbox(ReadOnlyDatabase(path)) for name, path in copies.items()}
-    runs: list[Episode] = []
+    runs: list[EpisodeRun] = []
     for setup, (budget, sampling) in SETUPS.items():
         for i in range(EPISODES_PER_SETUP):
             db = ("chinook", "northwind")[i % 2]
             seed = 1000 * len(runs) + i
             result = run_episode(tiny_session, toolboxes[db], QUESTIONS[i % len(QUESTIONS)],
                                  params=SamplingParams(seed=seed, **sampling), budget=budget)
-            runs.append(Episode(setup, db, seed, budget, result, tiny_session.n_past,
+            runs.append(EpisodeRun(setup, db, seed, budget, result, tiny_session.n_past,
                                 tiny_session.detokenize(tiny_session.tokens) == result.transcript))
     for toolbox in toolboxes.values():
         toolbox.db.close()
@@ -100,12 +85,6 @@ def episodes(tiny_session, tmp_path_factory) -> dict:
     }
 
 
-def assistant_turns(transcript: str) -> list[str]:
-    """The text of each assistant turn after its prefix, without the end-of-turn token."""
-    turns = transcript.split(ASSISTANT_OPEN)[1:]
-    return [turn.split(PROMPT.chat.turn_end)[0] for turn in turns]
-
-
 def test_enough_episodes_over_both_databases(episodes):
     runs = episodes["runs"]
     assert len(runs) >= 50
@@ -114,21 +93,7 @@ def test_enough_episodes_over_both_databases(episodes):
 
 
 def test_every_assistant_turn_parses_and_matches_the_recorded_calls(episodes):
-    n_turns = 0
-    for run in episodes["runs"]:
-        result = run.result
-        turns = assistant_turns(result.transcript)
-        tool_turns = turns[:-1] if result.forced else turns
-        assert len(tool_turns) == len(result.rounds), run
-        for turn, record in zip(tool_turns, result.rounds):
-            parsed = parse_tool_turn(turn, think_end=PROMPT.chat.think_end, after_think=PROMPT.chat.after_think)
-            assert [(c.tool, c.args) for c in parsed.calls] == [(c.tool, c.args) for c in record.calls]
-            assert parsed.think == record.think
-            n_turns += 1
-        if result.forced:
-            final = parse_final_turn(turns[-1], think_end=PROMPT.chat.think_end, after_think=PROMPT.chat.after_think)
-            assert final.sql == result.answer
-            n_turns += 1
+    n_turns = sum(check_turns_parse(run.result) for run in episodes["runs"])
     assert n_turns > len(episodes["runs"])
 
 
@@ -179,8 +144,7 @@ def test_each_token_is_evaluated_once(episodes):
     multi_round = 0
     for run in episodes["runs"]:
         stats = run.result.stats
-        assert stats["prompt_tokens_evaluated"] + stats["generated_tokens"] == stats["transcript_tokens"]
-        assert stats["transcript_tokens"] == run.session_tokens  # the session's own count
+        check_each_token_evaluated_once(run.result, run.session_tokens)  # and the session's own count
         assert run.session_text_matches  # the context's tokens spell the transcript exactly
         assert stats["decode_tok_s"] > 0 and stats["wall_s"] > 0
         multi_round += len(run.result.rounds) >= 3

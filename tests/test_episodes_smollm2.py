@@ -13,8 +13,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from episode_checks import PROMPT, check_turns_parse, last_good_query, query_calls
 
-from edge_sql.agent import Budget, load_prompt, parse_final_turn, parse_tool_turn, run_episode
+from edge_sql.agent import Budget, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
@@ -26,8 +27,6 @@ CASES = [  # (database, question, budget changes)
     ("chinook", "How many tracks are in the Track table?", dict(max_rounds=3, max_failed_queries=2)),
 ]
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
-PROMPT = load_prompt()
-ASSISTANT_OPEN = PROMPT.chat.open_turn("assistant") + PROMPT.chat.assistant_prefix
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +53,7 @@ def test_real_model_episodes_have_the_full_structure(episodes):
         data = result.to_json()
         assert {"sql", "columns", "rows", "forced", "fallback", "rounds", "stats", "stop", "error"} <= set(data)
         assert result.rounds and all(r.calls for r in result.rounds)
-        turns = [t.split(PROMPT.chat.turn_end)[0] for t in result.transcript.split(ASSISTANT_OPEN)[1:]]
-        tool_turns = turns[:-1] if result.forced else turns
-        for turn, record in zip(tool_turns, result.rounds, strict=True):
-            parsed = parse_tool_turn(turn, think_end=PROMPT.chat.think_end, after_think=PROMPT.chat.after_think)
-            assert [(c.tool, c.args) for c in parsed.calls] == [(c.tool, c.args) for c in record.calls]
-        if result.forced:
-            assert parse_final_turn(turns[-1], think_end=PROMPT.chat.think_end,
-                                    after_think=PROMPT.chat.after_think).sql == result.answer
+        check_turns_parse(result)
         if result.sql is not None:  # the final SQL was executed: its rows are in the result
             assert result.columns and result.error is None
         else:
@@ -70,21 +62,20 @@ def test_real_model_episodes_have_the_full_structure(episodes):
 
 def test_real_model_runs_queries_and_the_fallback_is_used(episodes):
     results = [r for r, _, _ in episodes]
-    good_queries = [c for r in results for rnd in r.rounds for c in rnd.calls if c.tool == "run_query" and c.ok]
+    good_queries = [c for r in results for c in query_calls(r) if c.ok]
     assert good_queries, "SmolLM2 should get at least one query to run"
     assert all(c.output.splitlines()[0] == "COUNT(*)" for c in good_queries if "COUNT(*)" in c.args["sql"])
     fallbacks = [r for r in results if r.fallback]
     assert fallbacks, "some episode should fall back to the last query that ran"
     for r in fallbacks:
-        good = [c.args["sql"] for rnd in r.rounds for c in rnd.calls if c.tool == "run_query" and c.ok]
-        assert r.sql == good[-1] and r.sql != r.answer and r.rows and r.error is None
+        assert r.sql == last_good_query(r) and r.sql != r.answer and r.rows and r.error is None
         assert r.rows[0][0] > 0  # a real count from the database
 
 
 def test_failed_queries_force_the_final_turn(episodes):
     result = episodes[2][0]
     assert result.forced and result.force_reason == "failed_queries"
-    failed = [c.ok for rnd in result.rounds for c in rnd.calls if c.tool == "run_query"]
+    failed = [c.ok for c in query_calls(result)]
     assert failed[-2:] == [False, False]
 
 
