@@ -131,7 +131,7 @@ def build_checkpoint(out_dir: Path, *, sharded: bool = False) -> Path:
     config = _make_config()
     tensors = _random_state_dict(config)
     tensors.update(_mtp_tensors())
-    _write_safetensors(tensors, out_dir, shards=3 if sharded else 1)
+    write_safetensors(tensors, out_dir, shards=3 if sharded else 1)
     _write_config(config, out_dir)
     build_tokenizer(out_dir)
     return out_dir
@@ -233,7 +233,8 @@ def _mtp_tensors() -> dict[str, torch.Tensor]:
     }
 
 
-def _write_safetensors(tensors: dict[str, torch.Tensor], out_dir: Path, *, shards: int) -> None:
+def write_safetensors(tensors: dict[str, torch.Tensor], out_dir: Path, *, shards: int) -> None:
+    """`tensors` as one safetensors file, or `shards` files with an index (names sorted)."""
     from safetensors.torch import save_file
 
     names = sorted(tensors)

@@ -140,7 +140,7 @@ def train_checkpoint(source: Path, out_dir: Path, databases: list[Path], *, step
     from safetensors.torch import load_file
     from transformers import AutoTokenizer, Qwen3_5ForConditionalGeneration
 
-    from fixture_model import _write_safetensors
+    from fixture_model import write_safetensors
 
     torch.manual_seed(TRAIN_SEED)
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -172,7 +172,7 @@ def train_checkpoint(source: Path, out_dir: Path, databases: list[Path], *, step
         if name in trained:
             tensors[name] = trained[name].to(torch.bfloat16).contiguous()
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_safetensors(tensors, out_dir, shards=1)
+    write_safetensors(tensors, out_dir, shards=1)
     for path in source.iterdir():
         if path.is_file() and not path.name.endswith(".safetensors") and not path.name.startswith("."):
             shutil.copyfile(path, out_dir / path.name)
