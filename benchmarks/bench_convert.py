@@ -62,7 +62,7 @@ def run_measured(label: str, command: list[str], output: Path, log: Path, env: d
 def compare_gguf(ours: Path, theirs: Path) -> str:
     """Same tensor names, shapes, storage types and bytes? One line of findings."""
     sys.path.insert(0, str(REPO))
-    from convert.gguf_layout import read_layout
+    from edge_sql.convert.gguf_layout import read_layout
 
     a, b = read_layout(ours), read_layout(theirs)
     if set(a.tensors) != set(b.tensors):

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 import gguf
 import numpy as np
 
-from convert.atomic import atomic_output
+from edge_sql.convert.atomic import atomic_output
 from edge_sql.errors import ConversionError
 
 # GGUF storage type -> the numpy dtype its pieces must have (BF16 travels as uint16 bits)

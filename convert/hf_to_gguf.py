@@ -3,12 +3,13 @@
 `convert_checkpoint` plans the output from the checkpoint's config and tensor headers (every
 dimension from config.json), checks that every tensor maps and has the shape llama.cpp
 expects, then streams tensor by tensor, large tensors in blocks of rows, through
-`convert.gguf_stream.write_gguf`.
+`edge_sql.convert.gguf_stream.write_gguf`.
 """
 
 from __future__ import annotations
 
 import re
+from importlib import metadata
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,9 +19,9 @@ from typing import Iterator
 import gguf
 import numpy as np
 
-from convert.checkpoint import Checkpoint, TensorSource
-from convert.gguf_stream import PlannedTensor, write_gguf
-from convert.qwen35 import (
+from edge_sql.convert.checkpoint import Checkpoint, TensorSource
+from edge_sql.convert.gguf_stream import PlannedTensor, write_gguf
+from edge_sql.convert.qwen35 import (
     ARCH_NAME,
     MappedTensor,
     Qwen35Dims,
@@ -29,9 +30,8 @@ from convert.qwen35 import (
     expected_shapes,
     map_tensor_name,
 )
-from convert.tokenizer_meta import TokenizerData, add_tokenizer_metadata, read_tokenizer
-from convert.transforms import ROW_WISE, TRANSFORMS
-from edge_sql import __version__
+from edge_sql.convert.tokenizer_meta import TokenizerData, add_tokenizer_metadata, read_tokenizer
+from edge_sql.convert.transforms import ROW_WISE, TRANSFORMS
 from edge_sql.errors import ConversionError
 
 CONVERTER_NAME = "edge-sql convert"
@@ -245,7 +245,7 @@ def _add_metadata(
     if license:
         writer.add_license(license)
     writer.add_string("general.converter.name", CONVERTER_NAME)
-    writer.add_string("general.converter.version", __version__)
+    writer.add_string("general.converter.version", metadata.version("edge-sql"))
     writer.add_file_type(FILE_TYPES[outtype])
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_model_metadata(writer, dims)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import gguf
 
-from convert.atomic import atomic_output
-from convert.gguf_layout import read_layout
+from edge_sql.convert.atomic import atomic_output
+from edge_sql.convert.gguf_layout import read_layout
 from edge_sql.errors import ConversionError, ModelFileError
 from edge_sql.runtime.gguf_check import validate_gguf
 

@@ -2,7 +2,7 @@
 
 Everything here is read from the checkpoint's config.json; nothing about a particular model
 size is assumed. The tensor table maps Hugging Face names to GGUF names plus the value
-transforms of `convert.transforms`; the generic writer in `convert.gguf_stream` applies it.
+transforms of `edge_sql.convert.transforms`; the generic writer in `edge_sql.convert.gguf_stream` applies it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gguf
 
-from convert.checkpoint import read_json
+from edge_sql.convert.checkpoint import read_json
 from edge_sql.errors import ConversionError
 
 PRE_TOKENIZER = "qwen35"  # llama.cpp's name for Qwen3.5's pre-tokenizer regex

@@ -64,7 +64,7 @@ def _converted(outtype: str) -> Path:
     checkpoint = _checkpoint(sharded=False)
 
     def build(folder: Path) -> None:
-        from convert.hf_to_gguf import convert_checkpoint
+        from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
         convert_checkpoint(checkpoint, folder / f"tiny-{outtype}.gguf", outtype=outtype, show_progress=False)
 
@@ -86,7 +86,7 @@ def _trained_gguf() -> Path:
     def build(folder: Path) -> None:
         from fixture_training import train_checkpoint  # imports torch: only when building
 
-        from convert.hf_to_gguf import convert_checkpoint
+        from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
         trained = train_checkpoint(checkpoint, folder / "checkpoint", list(DATABASES.values()))
         convert_checkpoint(trained, folder / "tiny-trained-bf16.gguf", outtype="bf16", show_progress=False)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from convert.gguf_layout import GGUFLayout, read_layout
-from convert.hf_to_gguf import ConversionReport, convert_checkpoint
+from edge_sql.convert.gguf_layout import GGUFLayout, read_layout
+from edge_sql.convert.hf_to_gguf import ConversionReport, convert_checkpoint
 
 PREFIX = "model.language_model."
 

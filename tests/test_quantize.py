@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from convert.gguf_layout import read_layout
-from convert.quantize import QUANT_TYPES, RECIPES, SENSITIVE_TENSORS, QuantizeReport, quantize_gguf
+from edge_sql.convert.gguf_layout import read_layout
+from edge_sql.convert.quantize import QUANT_TYPES, RECIPES, SENSITIVE_TENSORS, QuantizeReport, quantize_gguf
 from edge_sql.cli import main
 from edge_sql.errors import ConversionError
 

@@ -38,7 +38,7 @@ class Variant:
 
 def sensitive_recipe_name() -> str | None:
     """The converter's recipe that keeps ssm_out, attn_qkv and attn_gate at Q8_0 over Q4_K_M."""
-    from convert.quantize import RECIPES
+    from edge_sql.convert.quantize import RECIPES
 
     for name, recipe in RECIPES.items():
         patterns = " ".join(pattern for pattern, _ in recipe.overrides)
@@ -110,7 +110,7 @@ def prepare_variants(
 
 def _quantized(base: Path, name: str, cache_dir: Path, n_threads: int | None, log: Callable[[str], None]) -> Path:
     """`cache_dir/<base stem>-<name>.gguf`, made by the converter's quantizer when absent."""
-    from convert.quantize import quantize_gguf
+    from edge_sql.convert.quantize import quantize_gguf
 
     target = Path(cache_dir) / f"{Path(base).stem}-{name}.gguf"
     if target.is_file():

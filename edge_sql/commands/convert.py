@@ -30,7 +30,7 @@ def command(src: str, output: Path, outtype: str, force: bool, no_progress: bool
 
         edge-sql convert ./qwen3.5-2b-grpo-synsql -o synsql-bf16.gguf
     """
-    from convert.hf_to_gguf import convert_checkpoint
+    from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
     try:
         folder, repo = _checkpoint_folder(src)

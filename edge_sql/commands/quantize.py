@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from convert.quantize import QUANT_TYPES, RECIPES
+from edge_sql.convert.quantize import QUANT_TYPES, RECIPES
 from edge_sql.errors import EdgeSqlError
 
 
@@ -29,7 +29,7 @@ def command(src: Path, qtype: str, output: Path, threads: int | None, force: boo
 
         edge-sql quantize synsql-bf16.gguf --type Q4_K_M -o synsql-Q4_K_M.gguf
     """
-    from convert.quantize import quantize_gguf
+    from edge_sql.convert.quantize import quantize_gguf
 
     canonical = {name.casefold(): name for name in [*QUANT_TYPES, *RECIPES]}.get(qtype.casefold(), qtype)
     try:

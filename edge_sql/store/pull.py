@@ -235,7 +235,7 @@ def _download_first_available(
 def _convert(
     checkout: _Checkout, out: Path, outtype: str, license: str | None, log: Callable[[str], None]
 ) -> None:
-    from convert.hf_to_gguf import convert_checkpoint
+    from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
     out.parent.mkdir(parents=True, exist_ok=True)
     log(f"converting {checkout.folder} to {outtype.upper()} GGUF")
@@ -252,7 +252,7 @@ def _convert(
 
 
 def _quantize(src: Path, out: Path, variant: str, log: Callable[[str], None]) -> None:
-    from convert.quantize import quantize_gguf
+    from edge_sql.convert.quantize import quantize_gguf
 
     out.parent.mkdir(parents=True, exist_ok=True)
     log(f"quantizing to {variant}")

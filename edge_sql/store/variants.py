@@ -11,7 +11,7 @@ BASE_VARIANT = "BF16"
 
 def known_variants() -> dict[str, str]:
     """Every variant edge-sql can make, keyed by its case-folded name, valued by its canonical name."""
-    from convert.quantize import QUANT_TYPES, RECIPES
+    from edge_sql.convert.quantize import QUANT_TYPES, RECIPES
 
     names = [*CONVERTED_VARIANTS, *QUANT_TYPES, *RECIPES]
     return {name.casefold(): name for name in reversed(names)}
