@@ -29,14 +29,24 @@ from edge_sql.tools import TOOL_SPECS
 # ---- the prompt template ---------------------------------------------------------------------
 
 
+PUBLISHED_FORCED = (
+    "You have reached the exploration limit. Now generate the final SQL query to answer the question. "
+    "Return only the SQL query. Your last query that executed without error was:\n"
+    "SELECT COUNT(*) FROM Album\n"
+    "If you are not sure of an improvement, return that query."
+)
+
+
 def test_default_template_has_every_part_of_the_protocol():
     prompt = load_prompt()
-    assert prompt.version == "sqale-v1"
+    assert prompt.version == "sqale-v2" and prompt.call_layout == "json"
     system = prompt.system_text(max_rounds=6)
     for spec in TOOL_SPECS:
         assert spec.signature() in system
     assert "You have 6 tool turns" in system
     assert '{"tool": "<name>", "args": {...}}' in system  # JSON braces survive rendering
+    assert "a single JSON object per reply" in system  # what the original asked, nothing more
+    assert "tool calls, one per line" not in system
     assert "{tools}" not in system and "{max_rounds}" not in system
     assert prompt.chat.assistant_prefix == "<think>\n"
     assert prompt.chat.turn_start == "<|im_start|>{role}\n" and prompt.chat.turn_end == "<|im_end|>"
@@ -44,22 +54,42 @@ def test_default_template_has_every_part_of_the_protocol():
 
 def test_user_turn_with_and_without_evidence():
     prompt = load_prompt()
-    assert prompt.user_text("  How many albums?  ") == "Question: How many albums?"
+    assert prompt.user_text("  How many albums?  ") == "How many albums?"
+    # the published evidence-supported phrasing: `<question>, evidence: <note>`
     assert prompt.user_text("How many albums?", "albums are rows of Album") == (
+        "How many albums?, evidence: albums are rows of Album")
+    assert prompt.user_text("Q?", "   ") == "Q?"
+    v1 = load_prompt("sqale-v1")
+    assert v1.user_text("How many albums?", "albums are rows of Album") == (
         "Question: How many albums?\nEvidence: albums are rows of Album")
-    assert prompt.user_text("Q?", "   ") == "Question: Q?"
 
 
-def test_budget_lines_and_forced_message():
+def test_budget_lines_and_forced_message_are_the_published_strings():
     prompt = load_prompt()
     assert prompt.budget_text(4) == "[4 tool turns left before you must answer]"
     assert prompt.budget_text(1) == "[1 tool turn left before you must answer]"
-    forced = prompt.forced_text("SELECT COUNT(*) FROM Album")
-    assert "Exploration limit reached" in forced
-    assert "SELECT COUNT(*) FROM Album" in forced and "Return it if you are unsure" in forced
-    assert "No query has run without error yet" in prompt.forced_text(None)
-    assert prompt.result_text('{"tool": "list_tables", "args": {}}', "Album\nArtist") == (
-        '{"tool": "list_tables", "args": {}}\nResult:\nAlbum\nArtist')
+    assert prompt.forced_text("SELECT COUNT(*) FROM Album") == PUBLISHED_FORCED
+    no_query = prompt.forced_text(None)
+    assert no_query.startswith("You have reached the exploration limit. ")
+    assert no_query.splitlines()[-1].startswith("If you are not sure of ")
+    assert "SELECT" not in no_query
+
+
+def test_results_are_numbered_i_of_n():
+    prompt = load_prompt()
+    assert prompt.result_text('{"tool": "list_tables", "args": {}}', "Album\nArtist", i=10, n=12) == (
+        '{"tool": "list_tables", "args": {}}\nResult (10/12):\nAlbum\nArtist')
+
+
+def test_sqale_v1_is_kept_as_a_file_with_its_own_strings():
+    v1 = load_prompt("sqale-v1")
+    assert v1.version == "sqale-v1" and v1.call_layout == "strict"
+    assert "tool calls, one per line" in v1.system_text(max_rounds=6)
+    forced = v1.forced_text("SELECT COUNT(*) FROM Album")
+    assert forced.startswith("Exploration limit reached") and "Return it if you are unsure" in forced
+    assert "No query has run without error yet" in v1.forced_text(None)
+    assert v1.result_text('{"tool": "list_tables", "args": {}}', "Album", i=1, n=3) == (
+        '{"tool": "list_tables", "args": {}}\nResult:\nAlbum')
 
 
 def _write_variant(tmp_path: Path, old: str, new: str) -> Path:
@@ -71,8 +101,8 @@ def _write_variant(tmp_path: Path, old: str, new: str) -> Path:
 
 
 def test_prompt_file_replaces_the_template(tmp_path):
-    path = _write_variant(tmp_path, 'version = "sqale-v1"', 'version = "mine-2"')
-    path.write_text(path.read_text().replace('user_template = "Question: {question}{evidence}"',
+    path = _write_variant(tmp_path, 'version = "sqale-v2"', 'version = "mine-2"')
+    path.write_text(path.read_text().replace('user_template = "{question}{evidence}"',
                                              'user_template = "Q: {question}{evidence}"'))
     prompt = load_prompt(path)
     assert prompt.version == "mine-2" and prompt.source == str(path)
@@ -82,14 +112,16 @@ def test_prompt_file_replaces_the_template(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ('user_template = "Question: {question}{evidence}"', 'user_template = "Question: {evidence}"',
+        ('user_template = "{question}{evidence}"', 'user_template = "Question: {evidence}"',
          "field `user_template` lacks the placeholder {question}"),
         ('budget_line = "[{n} tool turns left before you must answer]"', 'budget_line = "[{n} left {count}]"',
          "field `budget_line` has unknown placeholder {count}"),
-        ('version = "sqale-v1"', "", "missing field `version`"),
+        ('version = "sqale-v2"', "", "missing field `version`"),
+        ('call_layout = "json"', 'call_layout = "pretty"', "field `call_layout` must be one of: json, strict"),
+        ('forced_final = """You', 'forced_final = """{last_query} You', "field `forced_final` has unknown placeholder {last_query} (allowed: {sql})"),
         ('turn_end = "<|im_end|>"', "", "missing field `chat.turn_end`"),
         ('result_separator = "\\n\\n"', "result_separator = 3", "field `result_separator` must be a string"),
-        ('version = "sqale-v1"', 'version = "sqale-v1', "is not valid TOML"),
+        ('version = "sqale-v2"', 'version = "sqale-v2', "is not valid TOML"),
         ('turn_start = "<|im_start|>{role}\\n"', 'turn_start = "<|im_start|>\\n"',
          "field `chat.turn_start` lacks the placeholder {role}"),
     ],
@@ -139,21 +171,46 @@ def test_parse_call_rejects_anything_else(line):
         parse_call(line)
 
 
-def test_parse_tool_and_final_turns():
+PUBLISHED_ANSWER = (  # the published forced answer ("Firmware devices"), as the model wrote it
+    "SELECT d.name, (SELECT COUNT(*) FROM diagnostic_request_logs dr WHERE dr.device_id = d.uuid) as diagnostic_count\n"
+    "FROM devices d\n"
+    "JOIN device_software_dependencies ds ON d.uuid = ds.device_id\n"
+    "WHERE ds.dependency_name LIKE '%firmware%'\n"
+    "GROUP BY d.name\n"
+    "ORDER BY diagnostic_count DESC"
+)
+ANSWER_FORMS = [PUBLISHED_ANSWER, PUBLISHED_ANSWER + ";", PUBLISHED_ANSWER + ";\n",
+                "```sql\n" + PUBLISHED_ANSWER + "\n```", "```sql\n" + PUBLISHED_ANSWER + ";\n```\n",
+                "```\n" + PUBLISHED_ANSWER + "\n```"]
+
+
+def test_parse_tool_turns_as_the_environment_found_calls():
     turn = parse_tool_turn('look</think>\n\n{"tool": "list_tables", "args": {}}\n{"tool": "run_query", "args": {"sql": "SELECT 1"}}',
                            think_end="</think>", after_think="\n\n")
     assert turn.think == "look" and [c.tool for c in turn.calls] == ["list_tables", "run_query"]
-    with pytest.raises(TurnParseError):
-        parse_tool_turn("no end of thinking", think_end="</think>", after_think="\n\n")
-    with pytest.raises(TurnParseError):
-        parse_tool_turn("x</think>\n\n", think_end="</think>", after_think="\n\n")
-    with pytest.raises(TurnParseError):
-        parse_tool_turn('x</think>\n\n{"tool": "list_tables", "args": {}}\n', think_end="</think>", after_think="\n\n")
-    final = parse_final_turn("hm</think>\n\nSELECT name FROM Artist;", think_end="</think>", after_think="\n\n")
-    assert final.sql == "SELECT name FROM Artist"
+    # JSON whitespace inside a call and blank lines between calls, as a JSON parser accepts them
+    pretty = ('x</think>\n\n{\n  "tool": "describe_table",\n  "args": {"table_name": "Album"}\n}\n\n\n'
+              '{"tool":"run_query","args":{"sql":"SELECT 1"}}\n')
+    calls = parse_tool_turn(pretty, think_end="</think>", after_think="\n\n").calls
+    assert [(c.tool, c.args) for c in calls] == [("describe_table", {"table_name": "Album"}),
+                                                ("run_query", {"sql": "SELECT 1"})]
+    assert calls[0].raw == '{\n  "tool": "describe_table",\n  "args": {"table_name": "Album"}\n}'
+    for bad in ("no end of thinking", "x</think>\n\n", 'x</think>\n\n{"tool": "list_tables", "args": {}} {"tool": "list_tables", "args": {}}',
+                'x</think>\n\n{"tool": "list_tables", "args": {}}\nSELECT 1'):
+        with pytest.raises(TurnParseError):
+            parse_tool_turn(bad, think_end="</think>", after_think="\n\n")
+
+
+@pytest.mark.parametrize("answer", ANSWER_FORMS)
+def test_final_answer_forms_give_the_same_statement(answer):
+    final = parse_final_turn("checking</think>\n\n" + answer, think_end="</think>", after_think="\n\n")
+    assert final.think == "checking" and final.sql == PUBLISHED_ANSWER
+
+
+def test_final_answer_that_is_not_one_statement_is_refused():
     assert parse_final_turn("</think>\n\nwith x as (select 1) select * from x", think_end="</think>",
                             after_think="\n\n").sql.startswith("with x")
-    for bad in ("selected_rows: 3", "DROP TABLE x", "SELECT 1; SELECT 2", ""):
+    for bad in ("SELECT 1; SELECT 2", "", "   ", ";", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}', "```sql\n```"):
         with pytest.raises(TurnParseError):
             parse_final_turn("</think>\n\n" + bad, think_end="</think>", after_think="\n\n")
 
@@ -217,26 +274,46 @@ def _first(session: Session, **kw) -> str:
                               after_think="\n\n", max_think_tokens=kw.pop("think", 32), **kw).lark
 
 
-def test_call_grammar_accepts_every_tool_with_typed_args(smol_session):
-    lark = _first(smol_session)
-    calls = [
-        '{"tool": "list_tables", "args": {}}',
-        '{"tool": "describe_table", "args": {"table_name": "Order Details"}}',
-        '{"tool": "foreign_keys", "args": {"table_name": "Track"}}',
-        '{"tool": "join_path", "args": {"table_a": "Track", "table_b": "Artist"}}',
-        '{"tool": "sample_rows", "args": {"table_name": "Album"}}',
-        '{"tool": "sample_rows", "args": {"table_name": "Album", "limit": 20}}',
-        '{"tool": "distinct_values", "args": {"table_name": "Track", "column_name": "Composer", "limit": 50}}',
-        '{"tool": "run_query", "args": {"sql": "SELECT \\"Name\\" FROM Artist"}}',
-        '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}',
-    ]
-    for call in calls:
+CALLS = [
+    '{"tool": "list_tables", "args": {}}',
+    '{"tool": "describe_table", "args": {"table_name": "Order Details"}}',
+    '{"tool": "foreign_keys", "args": {"table_name": "Track"}}',
+    '{"tool": "join_path", "args": {"table_a": "Track", "table_b": "Artist"}}',
+    '{"tool": "sample_rows", "args": {"table_name": "Album"}}',
+    '{"tool": "sample_rows", "args": {"table_name": "Album", "limit": 20}}',
+    '{"tool": "distinct_values", "args": {"table_name": "Track", "column_name": "Composer", "limit": 50}}',
+    '{"tool": "run_query", "args": {"sql": "SELECT \\"Name\\" FROM Artist"}}',
+    '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}',
+]
+
+
+@pytest.mark.parametrize("layout", ["json", "strict"])
+def test_call_grammar_accepts_every_tool_with_typed_args(smol_session, layout):
+    lark = _first(smol_session, layout=layout)
+    for call in CALLS:
         assert _accepts(smol_session, lark, "thinking</think>\n\n" + call), call
         parse_call(call)  # and the parser agrees
 
 
-def test_call_grammar_rejects_what_the_tools_do_not_take(smol_session):
-    lark = _first(smol_session)
+def test_json_layout_accepts_json_whitespace_strict_does_not(smol_session):
+    flexible, strict = _first(smol_session, layout="json"), _first(smol_session, layout="strict")
+    layouts = [
+        '{"tool":"list_tables","args":{}}',
+        '{\n  "tool": "describe_table",\n  "args": {\n    "table_name": "Album"\n  }\n}',
+        '{ "tool" : "sample_rows" , "args" : { "table_name" : "Album" , "limit" : 3 } }',
+        '\n{"tool": "list_tables", "args": {}}',
+    ]
+    for call in layouts:
+        assert _accepts(smol_session, flexible, "t</think>\n\n" + call), call
+        assert not _accepts(smol_session, strict, "t</think>\n\n" + call), call
+        parse_tool_turn("t</think>\n\n" + call, think_end="</think>", after_think="\n\n")
+    too_wide = '{"tool":' + " " * 13 + '"list_tables", "args": {}}'  # a gap is bounded
+    assert not _accepts(smol_session, flexible, "t</think>\n\n" + too_wide)
+
+
+@pytest.mark.parametrize("layout", ["json", "strict"])
+def test_call_grammar_rejects_what_the_tools_do_not_take(smol_session, layout):
+    lark = _first(smol_session, layout=layout)
     bad = [
         '{"tool": "drop_table", "args": {}}',                                        # unknown tool
         '{"tool": "sample_rows", "args": {"table_name": "Album", "limit": 21}}',     # out of range
@@ -245,7 +322,7 @@ def test_call_grammar_rejects_what_the_tools_do_not_take(smol_session):
         '{"tool": "describe_table", "args": {"table_name": "' + "x" * 17 + '"}}',  # over the bound
         '{"tool": "run_query", "args": {"sql": "SELECT \\u0041"}}',                  # no \\u escapes
         '{"tool": "run_query", "args": {"sql": "line\nbreak"}}',                      # raw newline
-        '{"tool":"list_tables","args":{}}',                                          # not the format
+        '{"args": {}, "tool": "list_tables"}',                                       # key order
         'x</think>\n\n{"tool": "list_tables", "args": {}}',                          # think text holds the end
     ]
     for call in bad:
@@ -256,34 +333,55 @@ def test_next_call_grammar_is_nothing_or_one_more_call(smol_session):
     nxt = next_call_grammar(bounds=StringBounds(40, 12)).lark
     assert _accepts(smol_session, nxt, "")  # the model may end its turn (a stop token)
     assert _accepts(smol_session, nxt, '\n{"tool": "list_tables", "args": {}}')
-    assert not _accepts(smol_session, nxt, '{"tool": "list_tables", "args": {}}')
+    assert _accepts(smol_session, nxt, '\n\n\n{"tool": "list_tables", "args": {}}')  # blank lines between calls
+    assert _accepts(smol_session, nxt, "\n")  # trailing whitespace before the end of the turn
+    assert not _accepts(smol_session, nxt, '{"tool": "list_tables", "args": {}}')  # a call starts a line
     assert not _accepts(smol_session, nxt, '\n{"tool": "list_tables", "args": {}}\n{"tool": "list_tables", "args": {}}')
+    strict = next_call_grammar(bounds=StringBounds(40, 12), layout="strict").lark
+    assert _accepts(smol_session, strict, '\n{"tool": "list_tables", "args": {}}')
+    assert not _accepts(smol_session, strict, '\n\n{"tool": "list_tables", "args": {}}')
 
 
-def test_final_grammar_is_one_select_or_with_statement(smol_session):
-    lark = final_grammar(think_end_token=smol_session.grammar_token("</think>"), think_end_text="</think>",
-                         after_think="\n\n", max_think_tokens=16, max_sql_tokens=64).lark
-    for sql in ("SELECT COUNT(*) FROM Album;", "select 1", "WITH t AS (SELECT 1) SELECT * FROM t",
-                "SELECT *\nFROM Track"):
+def _final(session: Session) -> str:
+    return final_grammar(think_end_token=session.grammar_token("</think>"), think_end_text="</think>",
+                         after_think="\n\n", max_think_tokens=16, max_sql_tokens=256).lark
+
+
+@pytest.mark.parametrize("answer", ANSWER_FORMS)
+def test_final_grammar_accepts_what_the_model_wrote_in_training(smol_session, answer):
+    assert _accepts(smol_session, _final(smol_session), "ok</think>\n\n" + answer)
+
+
+def test_final_grammar_constrains_only_what_must_be(smol_session):
+    lark = _final(smol_session)
+    for sql in ("select 1", "WITH t AS (SELECT 1) SELECT * FROM t", "SELECT *\nFROM Track", " SELECT 1",
+                "SELECT `Name` FROM Artist", "PRAGMA table_info(x)"):  # the database refuses non-reads
         assert _accepts(smol_session, lark, "ok</think>\n\n" + sql), sql
-    for sql in ("DROP TABLE Album", "SELECT 1; DROP TABLE Album", "selected_rows", "SELECT 1;;", " SELECT 1"):
+    for sql in ("SELECT 1; DROP TABLE Album", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}',
+                "SELECT 1;;", ";", ""):
         assert not _accepts(smol_session, lark, "ok</think>\n\n" + sql), sql
 
 
-def test_worst_case_token_bound_covers_the_longest_call():
+@pytest.mark.parametrize("layout", ["json", "strict"])
+def test_worst_case_token_bound_covers_the_longest_call(layout):
     bounds = StringBounds(sql_chars=10, name_chars=5)
-    longest = '{"tool": "join_path", "args": {"table_a": "' + "\U0001F600" * 5 + '", "table_b": "' + "\U0001F600" * 5 + '"}}'
-    assert call_max_tokens(bounds) >= len(longest.encode())
+    gap = " " * 12 if layout == "json" else " "
+    longest = ("{" + gap + '"tool":' + gap + '"join_path",' + gap + '"args":' + gap + "{" + gap + '"table_a":' + gap
+               + '"' + "\U0001F600" * 5 + '",' + gap + '"table_b":' + gap + '"' + "\U0001F600" * 5 + '"' + gap + "}" + gap + "}")
+    assert call_max_tokens(bounds, layout=layout) >= len(longest.encode())
     run_query = '{"tool": "run_query", "args": {"sql": "' + "\U0001F600" * 10 + '"}}'
-    assert call_max_tokens(bounds) >= len(run_query.encode())
-    assert call_max_tokens(StringBounds(60, 5)) - call_max_tokens(StringBounds(50, 5)) == MAX_BYTES_PER_CHAR * 10
+    assert call_max_tokens(bounds, layout=layout) >= len(run_query.encode())
+    assert call_max_tokens(StringBounds(60, 5), layout=layout) - call_max_tokens(StringBounds(50, 5), layout=layout) == MAX_BYTES_PER_CHAR * 10
 
 
 def test_grammar_names_match_the_tool_specs():
-    lark = first_call_grammar(think_end_token="<[1]>", think_end_text="</think>", after_think="\n\n",
-                              max_think_tokens=8, bounds=StringBounds(10, 10)).lark
-    names = set(re.findall(r'\\"tool\\": \\"([a-z_]+)\\"', lark))
-    assert names == {spec.name for spec in TOOL_SPECS}
+    for layout in ("json", "strict"):
+        lark = first_call_grammar(think_end_token="<[1]>", think_end_text="</think>", after_think="\n\n",
+                                  max_think_tokens=8, bounds=StringBounds(10, 10), layout=layout).lark
+        names = set(re.findall(r"^call_([a-z_]+):", lark, re.MULTILINE))
+        assert names == {spec.name for spec in TOOL_SPECS}
+        for spec in TOOL_SPECS:
+            assert json.dumps(json.dumps(spec.name)) in lark or json.dumps(spec.name).replace('"', '\\"') in lark
 
 
 # ---- display ---------------------------------------------------------------------------------

@@ -14,14 +14,18 @@ class Budget:
     row, the model gets one forced final turn. The whole episode (prompt, turns, results)
     stays within `max_tokens` (and the session's context); the final turn is forced early
     when another round would not fit.
+
+    Training capped rounds, not calls, and nothing published bounds a think block below the
+    episode budget, so by default (None) calls per turn and thinking are bounded only by the
+    room left in the episode; set them to impose a cap.
     """
 
     max_rounds: int = 6
     max_failed_queries: int = 4
     max_tokens: int = 12288
-    max_calls_per_turn: int = 8
-    max_think_tokens: int = 1024
-    max_final_think_tokens: int = 512
+    max_calls_per_turn: int | None = None
+    max_think_tokens: int | None = None
+    max_final_think_tokens: int | None = None
     max_sql_chars: int = 2000          # `sql` arguments of run_query / submit_sql
     max_name_chars: int = 128          # table and column names
     min_string_chars: int = 16         # strings are never bounded below this
@@ -33,7 +37,8 @@ class Budget:
         for name in ("max_rounds", "max_failed_queries", "max_calls_per_turn", "max_think_tokens",
                      "max_final_think_tokens", "max_sql_chars", "max_name_chars", "min_string_chars",
                      "min_think_tokens", "max_final_sql_tokens", "max_result_rows"):
-            if getattr(self, name) < 1:
+            value = getattr(self, name)
+            if value is not None and value < 1:
                 raise ValueError(f"Budget.{name} must be at least 1")
         if self.max_tokens < 256:
             raise ValueError("Budget.max_tokens must be at least 256")

@@ -2,12 +2,14 @@
 
 The transcript is raw text with each completion appended as generated; only new text is
 tokenized and evaluated, so every token is evaluated once. A tool turn is generated call by
-call (see `grammar.py`) and each call runs as soon as it is complete; the round's results go
-back together as the next user turn with the budget line. After `max_rounds` rounds, or
-`max_failed_queries` failed `run_query` calls in a row, or when another round would not
-fit in the token budget, the results turn ends with the forced-final message and the model
-answers with one SQL statement. `submit_sql` ends the episode at once. When the answer is
-empty, broken or fails to run, the last query that ran without error is the fallback.
+call (see `grammar.py`) and each call runs as soon as it is complete, repeats included, with
+no cap on calls (training capped rounds, not calls; `room.py` keeps every segment within the
+token budget). The round's results go back together as the next user turn, each numbered
+`i/N`, with the budget line. After `max_rounds` rounds, or `max_failed_queries` failed
+`run_query` calls in a row, or when another round would not fit in the token budget, the
+results turn ends with the forced-final message instead of the budget line, and the model
+answers with SQL as text. `submit_sql` ends the episode at once. When the answer is empty,
+broken or fails to run, the last query that ran without error is the fallback.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from dataclasses import dataclass
 
 from edge_sql.agent.budget import Budget, RoundCounter
 from edge_sql.agent.grammar import (
-    CALL_SEPARATOR,
     MAX_BYTES_PER_CHAR,
     GrammarText,
     StringBounds,
@@ -26,13 +27,19 @@ from edge_sql.agent.grammar import (
     first_call_grammar,
     next_call_grammar,
 )
-from edge_sql.agent.parsing import TurnParseError, parse_call, parse_final_turn, split_think
+from edge_sql.agent.parsing import TurnParseError, parse_call, parse_final_turn, split_calls, split_think
+from edge_sql.agent.room import (
+    SegmentBounds,
+    final_reserve_think_tokens,
+    final_think_tokens,
+    plan_call_segment,
+)
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
-from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord
+from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord, settle_answer
 from edge_sql.agent.transcript import Piece, Transcript
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import Completion, SamplingParams, Session
-from edge_sql.tools import QueryError, QueryResult, Toolbox, format_result
+from edge_sql.tools import Toolbox, ToolResult
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,9 @@ class EpisodeEvent:
 
 
 EventHandler = Callable[[EpisodeEvent], None]
+
+
+SEGMENT_SLACK = 2  # tokens kept beyond a grammar's worst case (the end-of-turn token)
 
 
 class _Cancelled(Exception):
@@ -68,12 +78,16 @@ def run_episode(
     budget: Budget = Budget(),
     should_stop: Callable[[], bool] | None = None,
     on_event: EventHandler | None = None,
+    audit: bool = False,
 ) -> EpisodeResult:
     """Answer `question` over `toolbox`'s database. Resets `session` first (a new episode).
 
+    `audit=True` is a measurement (slower): stats count the grammar steps where the model's
+    own top token was not allowed (`grammar_overruled` of `grammar_steps_audited`).
     Raises EdgeSqlError for an empty question or a context too small for the prompt.
     """
     episode = _Episode(session, toolbox, prompt or load_prompt(), budget, params, should_stop, on_event)
+    episode.audit = audit
     return episode.run(question, evidence)
 
 
@@ -98,17 +112,15 @@ class _Episode:
             raise EdgeSqlError(f"chat.turn_end {self.chat.turn_end!r} is not a single token of this model")
         self.end_id = end_ids[0]
         self.think_end_token = session.grammar_token(self.chat.think_end)
-        self.final = final_grammar(
-            think_end_token=self.think_end_token, think_end_text=self.chat.think_end,
-            after_think=self.chat.after_think, max_think_tokens=budget.max_final_think_tokens,
-            max_sql_tokens=budget.max_final_sql_tokens,
-        )
+        self.layout = prompt.call_layout
         self.transcript = Transcript(session)
         self.counter = RoundCounter(budget)
         self.rounds: list[RoundRecord] = []
         self._raw_calls: list[str] = []  # this round's calls as the model wrote them
-        self._answer_run: tuple[str, QueryResult | None, str] | None = None  # submit_sql's run
+        self._answer_run: tuple[str, ToolResult] | None = None  # submit_sql's run
         self.tools_s = 0.0
+        self.audit = False
+        self.audited = self.overruled = 0
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -152,7 +164,7 @@ class _Episode:
             (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True),
         ]
         needed = len(self.transcript.tokenize(pieces)) + self._final_reserve(None)
-        if needed + self._first_segment_need(*self._min_bounds()) > self.limit:
+        if plan_call_segment(self.limit - needed, self.budget, self._first_segment_need, think=True) is None:
             raise EdgeSqlError(
                 f"the prompt and question need about {needed} tokens and leave no room for a tool "
                 f"turn in a {self.limit}-token context; use a larger context (--ctx)"
@@ -165,48 +177,52 @@ class _Episode:
         self.rounds.append(record)
         self._raw_calls = []
         self._emit(EpisodeEvent("round", record.index))
-        plan = self._plan_first_segment()
-        assert plan is not None, "a tool turn is opened only when it fits"
-        completion = self._generate(plan, stop_tokens=())
+        bounds = plan_call_segment(self._available(), self.budget, self._first_segment_need, think=True)
+        assert bounds is not None, "a tool turn is opened only when it fits"
+        completion = self._generate(self._grammar_first(bounds), stop_tokens=())
         try:
-            record.think, line = split_think(completion.text, self.chat.think_end, self.chat.after_think)
+            record.think, call_text = split_think(completion.text, self.chat.think_end, self.chat.after_think)
         except TurnParseError as exc:
             raise _BrokenTurn(str(exc)) from None
-        submitted = self._run_call(record, line)
+        submitted = self._run_call(record, call_text)
+        cap = self.budget.max_calls_per_turn
         while submitted is None:
-            if len(record.calls) >= self.budget.max_calls_per_turn or (plan := self._plan_next_segment()) is None:
+            bounds = plan_call_segment(self._available(), self.budget, self._next_segment_need, think=False)
+            if (cap is not None and len(record.calls) >= cap) or bounds is None:
                 self.transcript.append_tokens([self.end_id])  # no room for another call: close the turn
                 break
-            completion = self._generate(plan, stop_tokens=(self.end_id,))
-            if completion.ended_turn and not completion.text:
+            completion = self._generate(self._grammar_next(bounds), stop_tokens=(self.end_id,))
+            if completion.ended_turn and not completion.text.strip():
                 break  # the model ended its turn
-            if completion.ended_turn or not completion.text.startswith(CALL_SEPARATOR):
+            if completion.ended_turn or "\n" not in completion.text:
                 raise _BrokenTurn(f"expected the end of the turn or another call, got {completion.text!r}")
-            submitted = self._run_call(record, completion.text[len(CALL_SEPARATOR):])
+            submitted = self._run_call(record, completion.text)
         return submitted
 
-    def _run_call(self, record: RoundRecord, line: str) -> str | None:
-        """Parse and run one call; returns the SQL when it was submit_sql."""
+    def _run_call(self, record: RoundRecord, text: str) -> str | None:
+        """Parse and run one call (`text`: the call, maybe with whitespace around it); returns
+        the SQL when it was submit_sql."""
         try:
-            call = parse_call(line)
+            raw_calls = split_calls(text)
+            if len(raw_calls) != 1:
+                raise TurnParseError(f"expected one call, got {len(raw_calls)}")
+            call = parse_call(raw_calls[0])
         except TurnParseError as exc:
             raise _BrokenTurn(str(exc)) from None
         tick = time.perf_counter()
         if call.tool == "submit_sql":
             sql = call.args["sql"]
-            result, message = self._execute(sql)
-            self._answer_run = (sql, result, message)
-            ok = result is not None
-            output = message if result is None else self._preview(result)
+            tool_result = self.toolbox.answer(sql, max_rows=self.budget.max_result_rows)
+            self._answer_run = (sql, tool_result)
         else:
             tool_result = self.toolbox.call(call.tool, call.args)
-            ok, output = tool_result.ok, tool_result.output
             if call.tool == "run_query":
-                self.counter.record_query(call.args["sql"], ok)
+                self.counter.record_query(call.args["sql"], tool_result.ok)
+        ok, output = tool_result.ok, tool_result.output
         self.tools_s += time.perf_counter() - tick
         entry = CallRecord(tool=call.tool, args=call.args, ok=ok, output=output)
         record.calls.append(entry)
-        self._raw_calls.append(call.raw)
+        self._raw_calls.append(call.raw)  # echoed in the results as the model wrote it
         self._emit(EpisodeEvent("call", record.index, call=entry))
         return call.args["sql"] if call.tool == "submit_sql" else None
 
@@ -218,7 +234,8 @@ class _Episode:
             budget_line = self.prompt.budget_text(self.counter.turns_left)
             pieces = self._user_turn(self._results_body(None) + self.prompt.result_separator + budget_line)
             need = len(self.transcript) + len(self.transcript.tokenize(pieces))
-            if need + self._first_segment_need(*self._min_bounds()) + self._final_reserve(self.counter.last_good_sql) <= self.limit:
+            room = self.limit - need - self._final_reserve(self.counter.last_good_sql)
+            if plan_call_segment(room, self.budget, self._first_segment_need, think=True) is not None:
                 self.transcript.append(pieces)
                 return None
             reason = "context"
@@ -228,20 +245,31 @@ class _Episode:
     def _results_body(self, cap: int | None) -> str:
         """This round's calls with their results; outputs over `cap` characters are cut."""
         texts = []
-        for raw, call in zip(self._raw_calls, self.rounds[-1].calls):
+        calls = self.rounds[-1].calls
+        for index, (raw, call) in enumerate(zip(self._raw_calls, calls), start=1):
             output = call.output
             if cap is not None and len(output) > cap:
                 output = output[:cap] + "\n" + self.prompt.results_cut_note
-            texts.append(self.prompt.result_text(raw, output))
+            texts.append(self.prompt.result_text(raw, output, i=index, n=len(calls)))
         return self.prompt.result_separator.join(texts)
 
     def _final_turn(self) -> tuple[str | None, str | None]:
         """Generate the forced final answer; returns (the model's SQL or None, parse error)."""
-        completion = self._generate(self.final, stop_tokens=(self.end_id,))
+        sql_tokens = self.budget.max_final_sql_tokens
+        available = self.limit - len(self.transcript) - SEGMENT_SLACK
+        think = final_think_tokens(available, self.budget, sql_tokens)
+        completion = self._generate(self._grammar_final(think), stop_tokens=(self.end_id,))
         try:
             return parse_final_turn(completion.text, think_end=self.chat.think_end, after_think=self.chat.after_think).sql, None
         except TurnParseError as exc:
             return None, f"the final answer was not usable: {exc}"
+
+    def _grammar_final(self, think_tokens: int) -> GrammarText:
+        return final_grammar(
+            think_end_token=self.think_end_token, think_end_text=self.chat.think_end,
+            after_think=self.chat.after_think, max_think_tokens=think_tokens,
+            max_sql_tokens=self.budget.max_final_sql_tokens,
+        )
 
     # ---- turns and room ------------------------------------------------------------------
 
@@ -260,7 +288,7 @@ class _Episode:
         def pieces(body: str) -> list[Piece]:
             return self._user_turn(body + self.prompt.result_separator + forced)
 
-        room = self.limit - len(self.transcript) - self.final.max_tokens
+        room = self.limit - len(self.transcript) - self._final_answer_reserve()
 
         def fits(cap: int | None) -> bool:
             return len(self.transcript.tokenize(pieces(self._results_body(cap)))) <= room
@@ -275,64 +303,39 @@ class _Episode:
             low, high = (mid, high) if fits(mid) else (low, mid - 1)
         return pieces(self._results_body(low))
 
+    def _final_answer_reserve(self) -> int:
+        """Tokens always kept for the final answer: some thinking and the SQL bound."""
+        return self._grammar_final(final_reserve_think_tokens(self.budget)).max_tokens + SEGMENT_SLACK
+
     def _final_reserve(self, last_good_sql: str | None) -> int:
         """Tokens to keep for the forced turn (results cut to nothing) and the final answer."""
         forced = self.prompt.results_cut_note + self.prompt.result_separator + self.prompt.forced_text(last_good_sql)
-        return len(self.transcript.tokenize(self._user_turn(forced))) + self.final.max_tokens
+        return len(self.transcript.tokenize(self._user_turn(forced))) + self._final_answer_reserve()
 
-    def _min_bounds(self) -> tuple[int, int, int]:
-        b = self.budget
-        return min(b.min_think_tokens, b.max_think_tokens), min(b.min_string_chars, b.max_sql_chars), min(
-            b.min_string_chars, b.max_name_chars)
+    def _string_bounds(self, bounds: SegmentBounds) -> StringBounds:
+        return StringBounds(bounds.sql_chars, bounds.name_chars)
 
-    def _grammar_first(self, think: int, sql: int, name: int) -> GrammarText:
+    def _grammar_first(self, bounds: SegmentBounds) -> GrammarText:
         return first_call_grammar(
             think_end_token=self.think_end_token, think_end_text=self.chat.think_end,
-            after_think=self.chat.after_think, max_think_tokens=think, bounds=StringBounds(sql, name),
+            after_think=self.chat.after_think, max_think_tokens=max(1, bounds.think_tokens),
+            bounds=self._string_bounds(bounds), layout=self.layout,
         )
 
-    def _first_segment_need(self, think: int, sql: int, name: int) -> int:
+    def _grammar_next(self, bounds: SegmentBounds) -> GrammarText:
+        return next_call_grammar(bounds=self._string_bounds(bounds), layout=self.layout)
+
+    def _first_segment_need(self, bounds: SegmentBounds) -> int:
         # the segment itself; a longer quoted last query in the forced message; the
         # end-of-turn token
-        return self._grammar_first(think, sql, name).max_tokens + MAX_BYTES_PER_CHAR * sql + 2 + 1
+        return self._grammar_first(bounds).max_tokens + MAX_BYTES_PER_CHAR * bounds.sql_chars + 2 + 1
 
-    def _next_segment_need(self, sql: int, name: int) -> int:
+    def _next_segment_need(self, bounds: SegmentBounds) -> int:
         # the separator and call, a longer quoted last query, the end-of-turn token
-        return next_call_grammar(bounds=StringBounds(sql, name)).max_tokens + MAX_BYTES_PER_CHAR * sql + 2 + 1
+        return self._grammar_next(bounds).max_tokens + MAX_BYTES_PER_CHAR * bounds.sql_chars + 2 + 1
 
     def _available(self) -> int:
         return self.limit - len(self.transcript) - self._final_reserve(self.counter.last_good_sql)
-
-    def _plan_first_segment(self) -> GrammarText | None:
-        b = self.budget
-        think, sql, name = b.max_think_tokens, b.max_sql_chars, b.max_name_chars
-        min_think, min_sql, min_name = self._min_bounds()
-        available = self._available()
-        while self._first_segment_need(think, sql, name) > available:
-            if sql > min_sql:
-                sql = max(min_sql, sql // 2)
-            elif think > min_think:
-                think = max(min_think, think // 2)
-            elif name > min_name:
-                name = max(min_name, name // 2)
-            else:
-                return None
-        return self._grammar_first(think, sql, name)
-
-    def _plan_next_segment(self) -> GrammarText | None:
-        """The grammar of one more call, or None when a worst-case call would not fit."""
-        b = self.budget
-        sql, name = b.max_sql_chars, b.max_name_chars
-        _, min_sql, min_name = self._min_bounds()
-        available = self._available()
-        while self._next_segment_need(sql, name) > available:
-            if sql > min_sql:
-                sql = max(min_sql, sql // 2)
-            elif name > min_name:
-                name = max(min_name, name // 2)
-            else:
-                return None
-        return next_call_grammar(bounds=StringBounds(sql, name))
 
     # ---- generation and tools --------------------------------------------------------------
 
@@ -341,26 +344,16 @@ class _Episode:
             raise _Cancelled
         completion = self.session.generate(
             grammar=grammar.lark, params=self.params, max_tokens=grammar.max_tokens,
-            stop_tokens=stop_tokens, should_stop=self.should_stop,
+            stop_tokens=stop_tokens, should_stop=self.should_stop, audit=self.audit,
         )
+        self.audited += completion.n_audited
+        self.overruled += completion.n_overruled
         self.transcript.add_completion(completion)
         if completion.stop_reason == "cancelled":
             raise _Cancelled
         if completion.stop_reason in ("max_tokens", "context_full"):
             raise _BrokenTurn(f"generation hit {completion.stop_reason} inside the grammar")
         return completion
-
-    def _execute(self, sql: str) -> tuple[QueryResult | None, str]:
-        """Run an answer for its rows; (result, "") or (None, the error text)."""
-        try:
-            return self.toolbox.db.execute(sql, max_rows=self.budget.max_result_rows), ""
-        except QueryError as exc:
-            return None, f"Error: {exc}"
-
-    def _preview(self, result: QueryResult) -> str:
-        rows = self.toolbox.preview_rows
-        return format_result(result.columns, result.rows[:rows], max_rows=rows,
-                             more_rows=result.truncated or len(result.rows) > rows)
 
     def _emit(self, event: EpisodeEvent) -> None:
         if self.on_event is not None:
@@ -370,31 +363,29 @@ class _Episode:
 
     def _result(self, question: str, evidence: str | None, answer: str | None, stop: str,
                 force_reason: str | None, error: str | None) -> EpisodeResult:
-        sql, result, fallback = None, None, False
+        cancelled = stop == "cancelled"
+        answer_run = None
         if answer:
-            if self._answer_run is not None and self._answer_run[0] == answer:
-                _, result, message = self._answer_run
-            else:
-                result, message = self._execute(answer)
-            if result is not None:
-                sql = answer
-            else:
-                error = f"the answer failed to run: {message.removeprefix('Error: ')}"
-        if result is None and self.counter.last_good_sql is not None and stop != "cancelled":
-            fallback_result, _ = self._execute(self.counter.last_good_sql)
-            if fallback_result is not None:
-                sql, result, fallback, error = self.counter.last_good_sql, fallback_result, True, None
-        if result is None and stop != "cancelled" and error is None:
-            error = "no answer: the model gave none and no query ran without error"
+            ran_already = self._answer_run is not None and self._answer_run[0] == answer
+            answer_run = self._answer_run[1] if ran_already else self._run_answer(answer)
+        fallback_run = None
+        if (answer_run is None or not answer_run.ok) and self.counter.last_good_sql is not None and not cancelled:
+            fallback_run = self._run_answer(self.counter.last_good_sql)
+        settled = settle_answer(answer, answer_run, self.counter.last_good_sql, fallback_run, error=error)
+        result = settled.result
         return EpisodeResult(
-            question=question, evidence=evidence, sql=sql,
+            question=question, evidence=evidence, sql=settled.sql,
             columns=list(result.columns) if result else [],
             rows=[list(row) for row in result.rows] if result else [],
             truncated=result.truncated if result else False,
-            forced=force_reason is not None, fallback=fallback, answer=answer,
+            forced=force_reason is not None, fallback=settled.fallback, answer=answer,
             rounds=self.rounds, stats={}, transcript=self.transcript.text, stop=stop,
-            error=error, force_reason=force_reason, prompt_version=self.prompt.version,
+            error=error if cancelled else settled.error, force_reason=force_reason,
+            prompt_version=self.prompt.version,
         )
+
+    def _run_answer(self, sql: str) -> ToolResult:
+        return self.toolbox.answer(sql, max_rows=self.budget.max_result_rows)
 
     def _stats(self, started: float) -> dict[str, float | int]:
         timings = self.session.timings
@@ -413,4 +404,5 @@ class _Episode:
             "generate_s": round(timings.generate_s, 4),
             "decode_tok_s": round(timings.decode_tok_s, 2),
             "tools_s": round(self.tools_s, 4),
+            **({"grammar_steps_audited": self.audited, "grammar_overruled": self.overruled} if self.audit else {}),
         }

@@ -1,7 +1,11 @@
-"""Strict parsing of assistant turns: the think block, then bare JSON calls, one per line.
+"""Strict parsing of assistant turns: the think block, then bare JSON calls.
 
 The grammar makes every generated turn parse; this module is the independent check (the
 tests parse every assistant turn of every episode with it) and what turns text into calls.
+Like the training environment, which ran every call it found in the text, a tool turn is a
+sequence of JSON objects separated by whitespace that holds a line break; each is checked
+against its tool's spec. The final answer is SQL as text; `final_sql` strips a fenced block
+and a trailing `;` before it runs.
 """
 
 from __future__ import annotations
@@ -11,11 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_sql.agent.grammar import CALL_SEPARATOR
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools.specs import TOOLS_BY_NAME, ToolSpec
 
-_SQL_START = re.compile(r"(?:select|with)[^a-z0-9_;]", re.IGNORECASE)
+_FENCE_OPEN = re.compile(r"\A```[A-Za-z]*[ \t]*\r?\n")
+_FENCE_CLOSE = "```"
+_TOOL_CALL = re.compile(r'\{\s*"tool"')
+_DECODER = json.JSONDecoder()
 
 
 class TurnParseError(EdgeSqlError):
@@ -107,22 +113,55 @@ def split_think(text: str, think_end: str, after_think: str) -> tuple[str, str]:
     return text[:end], rest[len(after_think):]
 
 
+def split_calls(text: str) -> list[str]:
+    """The JSON objects in `text`, as written: each starts on a new line (the first may start at
+    once), whitespace between them. Raises TurnParseError for anything else."""
+    calls: list[str] = []
+    pos, end = 0, len(text)
+    while True:
+        start = pos
+        while pos < end and text[pos] in " \t\r\n":
+            pos += 1
+        if pos == end:
+            return calls
+        if calls and "\n" not in text[start:pos]:
+            raise TurnParseError(f"calls must start on a new line: {text[pos:pos + 200]!r}")
+        try:
+            _, stop = _DECODER.raw_decode(text, pos)
+        except ValueError as exc:
+            raise TurnParseError(f"call is not valid JSON ({exc}): {text[pos:pos + 200]!r}") from None
+        calls.append(text[pos:stop])
+        pos = stop
+
+
 def parse_tool_turn(text: str, *, think_end: str, after_think: str) -> ToolTurn:
     """A tool turn's text (after the assistant prefix, without the end-of-turn token)."""
     think, rest = split_think(text, think_end, after_think)
-    lines = rest.split(CALL_SEPARATOR)
-    if not rest or any(not line for line in lines):
-        raise TurnParseError("a tool turn needs one or more calls, one per line")
-    return ToolTurn(think=think, calls=[parse_call(line) for line in lines])
+    raw_calls = split_calls(rest)
+    if not raw_calls:
+        raise TurnParseError("a tool turn needs one or more calls")
+    return ToolTurn(think=think, calls=[parse_call(raw) for raw in raw_calls])
+
+
+def final_sql(text: str) -> str:
+    """The SQL of a final answer written as text: a fenced block's body, whitespace and one
+    trailing `;` stripped. Raises TurnParseError when it is empty, a tool call, or holds more
+    than one statement."""
+    sql = _FENCE_OPEN.sub("", text.strip(), count=1)
+    if sql.endswith(_FENCE_CLOSE):
+        sql = sql[: -len(_FENCE_CLOSE)].rstrip()
+    if sql.endswith(";"):
+        sql = sql[:-1].rstrip()
+    if not sql:
+        raise TurnParseError("the final answer is empty")
+    if sql.startswith("{") or _TOOL_CALL.search(sql):
+        raise TurnParseError("the final answer is a tool call, not SQL")
+    if ";" in sql:
+        raise TurnParseError("the final answer holds more than one statement")
+    return sql
 
 
 def parse_final_turn(text: str, *, think_end: str, after_think: str) -> FinalTurn:
-    """The forced final turn: thinking, then one SQL statement (SELECT or WITH)."""
+    """The forced final turn: thinking, then the SQL as text (see `final_sql`)."""
     think, rest = split_think(text, think_end, after_think)
-    sql = rest.strip()
-    if not _SQL_START.match(sql):
-        raise TurnParseError("the final answer is not a SELECT or WITH statement")
-    body = sql[:-1] if sql.endswith(";") else sql
-    if ";" in body:
-        raise TurnParseError("the final answer holds more than one statement")
-    return FinalTurn(think=think, sql=body.strip())
+    return FinalTurn(think=think, sql=final_sql(rest))

@@ -1,6 +1,8 @@
 """The prompt template: every string of the protocol, loaded from one versioned TOML file.
 
-The packaged template is `prompts/sqale-v1.toml`; a user's file replaces it whole. Placeholders
+The packaged default is `prompts/sqale-v2.toml` (the published SQaLe episodes as the
+specification); `prompts/sqale-v1.toml` is the earlier wording, kept for comparison with
+`edge-sql bench --prompt-file`. A user's file replaces the template whole. Placeholders
 are `{name}`: only known names are substituted, so JSON examples (`{"tool": ...}`) in a prompt
 need no escaping, and a misspelt placeholder is reported when the file is loaded.
 """
@@ -12,10 +14,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_sql.agent.grammar import CALL_LAYOUTS
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools.specs import TOOL_SPECS, ToolSpec, render_tool_list
 
-DEFAULT_PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "sqale-v1.toml"
+PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
+DEFAULT_PROMPT_FILE = PROMPTS_DIR / "sqale-v2.toml"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -43,13 +47,12 @@ _TOP_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "system_prompt": (("tools",), ("max_rounds",)),
     "user_template": (("question", "evidence"), ()),
     "evidence_template": (("evidence",), ()),
-    "result_template": (("call", "output"), ()),
+    "result_template": (("call", "output"), ("i", "n")),
     "result_separator": ((), ()),
     "budget_line": (("n",), ()),
     "budget_line_one": ((), ()),
-    "forced_final": (("last_query",), ()),
-    "last_query_template": (("sql",), ()),
-    "no_last_query": ((), ()),
+    "forced_final": (("sql",), ()),
+    "forced_final_no_query": ((), ()),
     "results_cut_note": ((), ()),
 }
 _CHAT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -61,7 +64,7 @@ _CHAT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "after_think": ((), ()),
 }
 _NON_EMPTY = {"system_prompt", "user_template", "result_template", "budget_line", "budget_line_one",
-              "forced_final", "turn_end", "think_end"}
+              "forced_final", "forced_final_no_query", "turn_end", "think_end"}
 
 
 def fill(text: str, **values: object) -> str:
@@ -83,10 +86,10 @@ class PromptTemplate:
     budget_line: str
     budget_line_one: str
     forced_final: str
-    last_query_template: str
-    no_last_query: str
+    forced_final_no_query: str
     results_cut_note: str
     chat: ChatFormat
+    call_layout: str = "json"   # grammar.CALL_LAYOUTS: what whitespace a call may hold
 
     def system_text(self, *, max_rounds: int, tools: tuple[ToolSpec, ...] = TOOL_SPECS) -> str:
         return fill(self.system_prompt, tools=render_tool_list(tools), max_rounds=max_rounds)
@@ -95,20 +98,38 @@ class PromptTemplate:
         hint = fill(self.evidence_template, evidence=evidence.strip()) if evidence and evidence.strip() else ""
         return fill(self.user_template, question=question.strip(), evidence=hint)
 
-    def result_text(self, call: str, output: str) -> str:
-        return fill(self.result_template, call=call, output=output)
+    def result_text(self, call: str, output: str, *, i: int = 1, n: int = 1) -> str:
+        """One call's result in a results turn; `i`/`n` number it within the round."""
+        return fill(self.result_template, call=call, output=output, i=i, n=n)
 
     def budget_text(self, turns_left: int) -> str:
         return self.budget_line_one if turns_left == 1 else fill(self.budget_line, n=turns_left)
 
     def forced_text(self, last_good_sql: str | None) -> str:
-        quoted = fill(self.last_query_template, sql=last_good_sql) if last_good_sql else self.no_last_query
-        return fill(self.forced_final, last_query=quoted)
+        """The forced-final message, quoting the last query that ran without error (if any)."""
+        return fill(self.forced_final, sql=last_good_sql) if last_good_sql else self.forced_final_no_query
+
+
+def packaged_prompts() -> list[str]:
+    """Names of the templates shipped with edge-sql (`sqale-v1`, `sqale-v2`)."""
+    return sorted(path.stem for path in PROMPTS_DIR.glob("*.toml"))
+
+
+def prompt_path(spec: str | Path | None) -> Path:
+    """A template file: a path, the name of a packaged template (`sqale-v1`), or None for the
+    default."""
+    if spec is None:
+        return DEFAULT_PROMPT_FILE
+    path = Path(spec).expanduser()
+    if not path.exists() and str(spec) in packaged_prompts():
+        return PROMPTS_DIR / f"{spec}.toml"
+    return path
 
 
 def load_prompt(path: str | Path | None = None) -> PromptTemplate:
-    """The template in `path` (a TOML file), or the packaged default. Raises PromptFileError."""
-    file = Path(path).expanduser() if path is not None else DEFAULT_PROMPT_FILE
+    """The template in `path` (a TOML file or a packaged template's name), or the packaged
+    default. Raises PromptFileError."""
+    file = prompt_path(path)
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -127,7 +148,11 @@ def load_prompt(path: str | Path | None = None) -> PromptTemplate:
         raise PromptFileError(f"prompt file {file}: missing table [chat] (fields: {', '.join(_CHAT_FIELDS)})")
     top = {name: _field(file, data, name, spec, "") for name, spec in _TOP_FIELDS.items()}
     chat_values = {name: _field(file, chat, name, spec, "chat.") for name, spec in _CHAT_FIELDS.items()}
-    return PromptTemplate(version=version.strip(), source=str(file), chat=ChatFormat(**chat_values), **top)
+    layout = data.get("call_layout")
+    if layout not in CALL_LAYOUTS:
+        raise PromptFileError(f"prompt file {file}: field `call_layout` must be one of: {', '.join(CALL_LAYOUTS)}")
+    return PromptTemplate(version=version.strip(), source=str(file), chat=ChatFormat(**chat_values),
+                          call_layout=layout, **top)
 
 
 def _field(file: Path, table: dict, name: str, spec: tuple[tuple[str, ...], tuple[str, ...]], prefix: str) -> str:

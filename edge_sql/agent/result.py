@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from edge_sql.tools import QueryResult, ToolResult
+
 
 def json_value(value: Any) -> Any:
     """A SQLite value as JSON: blobs become hex strings, everything else stays."""
@@ -92,3 +94,29 @@ class EpisodeResult:
         if transcript:
             data["transcript"] = self.transcript
         return data
+
+
+@dataclass(frozen=True)
+class SettledAnswer:
+    """Which query's result an episode returns, and why."""
+
+    sql: str | None
+    result: QueryResult | None
+    fallback: bool
+    error: str | None
+
+
+def settle_answer(answer: str | None, answer_run: ToolResult | None, last_good_sql: str | None,
+                  fallback_run: ToolResult | None, *, error: str | None) -> SettledAnswer:
+    """The model's answer when it ran; else the fallback, the last query that ran without error
+    (`fallback_run` is that query run again for its rows); else no answer, with the reason.
+
+    `error` is what went wrong before (a broken final turn); it is kept when nothing ran.
+    """
+    if answer and answer_run is not None:
+        if answer_run.ok:
+            return SettledAnswer(answer, answer_run.query, False, None)
+        error = f"the answer failed to run: {answer_run.output.removeprefix('Error: ')}"
+    if last_good_sql is not None and fallback_run is not None and fallback_run.ok:
+        return SettledAnswer(last_good_sql, fallback_run.query, True, None)
+    return SettledAnswer(None, None, False, error or "no answer: the model gave none and no query ran without error")

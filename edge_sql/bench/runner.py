@@ -56,6 +56,7 @@ class BenchConfig:
     fidelity_chunk: int = 64
     resume: bool = True
     note: str = ""   # shown under the report's heading and the plots' titles
+    cache_dir: Path | None = None  # quantized files; default <out_dir>/cache
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -151,7 +152,7 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
     if not questions:
         raise BenchSetupError(f"the dataset {config.dataset} has no questions")
     require_databases(questions)
-    variants = prepare_variants(base, config.variants, cache_dir=out_dir / CACHE_DIR_NAME,
+    variants = prepare_variants(base, config.variants, cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME,
                                 from_store=from_store, n_threads=config.n_threads, log=log)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
 

@@ -56,8 +56,10 @@ def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
               "(repeatable).")
 @click.option("--fidelity-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Teacher-force at most this many tokens of each BF16 transcript.")
-@click.option("--prompt-file", type=click.Path(path_type=Path, dir_okay=False),
-              help="A prompt template TOML file replacing the packaged one.")
+@click.option("--prompt-file", "prompt_files", multiple=True, metavar="FILE|NAME",
+              help="A prompt template (a TOML file, or a packaged one: sqale-v1, sqale-v2) replacing the "
+              "default. Repeat it to compare templates: one bench per template in <out>/<version>/ and a "
+              "side-by-side table in templates.md.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("bench-out"),
               show_default=True, help="Folder for bench.json, bench.md, the PNG plots, the results file "
               "and the cache of quantized files.")
@@ -68,7 +70,7 @@ def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
 def command(base: Path | None, model: str | None, variants_text: str | None, dataset: str, dataset_format: str,
             db_root: Path | None, limit: int | None, modes: str, seed: int, greedy: bool, threads: int | None,
             n_ctx: int, max_rounds: int | None, think_tokens: int | None, calls_per_turn: int | None,
-            episode_tokens: int | None, budget_items: tuple[str, ...], fidelity_tokens: int, prompt_file: Path | None, out_dir: Path,
+            episode_tokens: int | None, budget_items: tuple[str, ...], fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path,
             note: str, resume: bool) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
@@ -89,9 +91,19 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
             out_dir=out_dir, base=base, model=model, variants=parse_variant_names(variants_text),
             dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
             modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
-            prompt_file=prompt_file, fidelity_tokens=fidelity_tokens, resume=resume, note=note,
+            prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
+            resume=resume, note=note,
         )
-        outcome = run_bench(config, log=lambda message: click.echo(message, err=True))
+        log = lambda message: click.echo(message, err=True)  # noqa: E731
+        if len(prompt_files) > 1:
+            from edge_sql.bench.templates import run_template_comparison
+
+            outcomes, files = run_template_comparison(config, prompt_files, log=log)
+            click.echo(files[-1].read_text(encoding="utf-8"))
+            click.echo(f"{sum(o.episodes_run for o in outcomes)} episodes run; reports in "
+                       + ", ".join(str(o.out_dir) for o in outcomes) + "; comparison: " + ", ".join(map(str, files)))
+            return
+        outcome = run_bench(config, log=log)
     except EdgeSqlError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo((outcome.out_dir / "bench.md").read_text(encoding="utf-8"))

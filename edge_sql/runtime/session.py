@@ -106,6 +106,10 @@ class Completion:
     n_forced: int
     ended_turn: bool
     timings: Timings = field(default_factory=Timings)
+    # with generate(audit=True): grammar steps checked, and how many of them the grammar
+    # overruled the model's own top token (its raw argmax was not allowed)
+    n_audited: int = 0
+    n_overruled: int = 0
 
 
 class Session:
@@ -372,6 +376,7 @@ class Session:
         stop_tokens: Collection[int] = (),
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,
+        audit: bool = False,
     ) -> Completion:
         """Sample up to `max_tokens` tokens into the context, under a Lark grammar if given.
 
@@ -382,6 +387,9 @@ class Session:
         returns True ("cancelled"), or when the context is full ("context_full"). Tokens the
         grammar forces are appended without sampling and decoded as one batch; they count
         as generated tokens and in `n_forced`.
+
+        `audit=True` (a measurement, slower) decodes forced tokens one at a time too and counts
+        the grammar steps where the model's raw top token was not allowed (`n_overruled`).
         """
         if not self._tokens:
             raise ValueError("generate() needs a prompt: eval() some tokens first")
@@ -396,7 +404,7 @@ class Session:
         new_tokens: list[int] = []
         chunks: list[str] = []
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        n_forced = 0
+        n_forced = n_audited = n_overruled = 0
         started = time.perf_counter()
 
         def append(tokens: list[int], forced: bool, visible: bool = True) -> None:
@@ -423,8 +431,13 @@ class Session:
                 break
             if constraint is not None and not (stop_set and constraint.is_accepting):
                 tick = time.perf_counter()
-                forced = constraint.forced_tokens()[:room]
+                forced = constraint.forced_tokens()[:1 if audit else room]
                 timings.sample_s += time.perf_counter() - tick
+                if forced and audit:
+                    self._flush()
+                    constraint.compute_mask()
+                    n_audited += 1
+                    n_overruled += not constraint.is_allowed(np.array([int(np.argmax(self._logits))]))[0]
                 if forced:
                     constraint.consume(forced)
                     append(forced, forced=True)
@@ -439,6 +452,9 @@ class Session:
                 token = sample(logits, params, rng)
             else:
                 constraint.compute_mask()
+                if audit:
+                    n_audited += 1
+                    n_overruled += not constraint.is_allowed(np.array([int(np.argmax(logits))]))[0]
                 try:
                     token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, rng)
                 except NoAllowedToken:
@@ -469,6 +485,8 @@ class Session:
             text="".join(chunks),
             stop_reason=reason,
             n_forced=n_forced,
+            n_audited=n_audited,
+            n_overruled=n_overruled,
             ended_turn=bool(new_tokens) and new_tokens[-1] in stop_set,
             timings=timings,
         )

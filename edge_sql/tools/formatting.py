@@ -1,4 +1,10 @@
-"""The result text the model reads (and the CLI shows): `col_a | col_b`, then `v1 | v2` rows."""
+"""The result text the model reads (and the CLI shows), as the published SQaLe episodes show it.
+
+`col_a | col_b`, then `v1 | v2` rows; NULL as `None`; floats as Python prints them
+(`12.037037037037036`); a newline inside a cell as one space (a `run_query` on sqlite_master
+shows `CREATE TABLE systemlogs (     id ...`). `describe_table` returns the DDL on one line:
+single spaces, no space after `(` or before `)`.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,39 @@ from typing import Any
 NO_ROWS = "(no rows)"
 
 
+_LINE_BREAKS = str.maketrans({"\n": " ", "\r": " "})
+
+
 def format_value(value: Any) -> str:
-    """One cell as text: NULL as `None`, Python's str() otherwise, newlines escaped."""
-    text = str(value)
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+    """One cell as text: NULL as `None`, Python's str() otherwise, each line break one space."""
+    return str(value).replace("\r\n", "\n").translate(_LINE_BREAKS)
+
+
+def one_line_ddl(sql: str) -> str:
+    """A CREATE statement on one line, as the published `describe_table` outputs show it.
+
+    Runs of whitespace become one space and there is no space after `(` or before `)`, outside
+    quoted strings and identifiers (whose text stays as written).
+    """
+    out: list[str] = []
+    quote: str | None = None
+    pending_space = False
+    for char in sql.strip():
+        if quote is not None:
+            out.append(char)
+            if char == quote:
+                quote = None
+            continue
+        if char.isspace():
+            pending_space = True
+            continue
+        if pending_space and char != ")" and out and out[-1] != "(":
+            out.append(" ")
+        pending_space = False
+        out.append(char)
+        if char in "'\"`[":
+            quote = "]" if char == "[" else char
+    return "".join(out)
 
 
 def format_result(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase
-from edge_sql.tools.formatting import format_result
+from edge_sql.tools.formatting import format_result, one_line_ddl
 from edge_sql.tools.identifiers import display_identifier, quote_identifier
 from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec
 
@@ -87,7 +87,8 @@ class Toolbox:
         return ToolResult(True, "\n".join(lines))
 
     def describe_table(self, table_name: str) -> ToolResult:
-        return ToolResult(True, self.db.create_statement(table_name))
+        """The CREATE statement on one line, as the published outputs show it."""
+        return ToolResult(True, one_line_ddl(self.db.create_statement(table_name)))
 
     def foreign_keys(self, table_name: str) -> ToolResult:
         table = self.db.resolve_table(table_name)
@@ -112,8 +113,10 @@ class Toolbox:
         return ToolResult(True, "\n".join(lines))
 
     def sample_rows(self, table_name: str, limit: int) -> ToolResult:
+        """`limit` rows and no "more rows" note (the published `sample_rows(t, 10)` shows 10 rows,
+        `sample_rows(t, 5)` on a large table 5 rows and nothing else)."""
         table = self.db.resolve_table(table_name)
-        return self._query_result(f"SELECT * FROM {quote_identifier(table)}", limit)
+        return self._query_result(f"SELECT * FROM {quote_identifier(table)}", limit, note_more=False)
 
     def distinct_values(self, table_name: str, column_name: str, limit: int) -> ToolResult:
         table = self.db.resolve_table(table_name)
@@ -126,14 +129,27 @@ class Toolbox:
 
     def submit_sql(self, sql: str) -> ToolResult:
         """Checks the final SQL runs; the agent ends the episode on this call."""
-        return self._query_result(sql, self.preview_rows)
+        return self.answer(sql, max_rows=self.preview_rows)
+
+    def answer(self, sql: str, *, max_rows: int) -> ToolResult:
+        """Run an answer (submitted, written in the final turn, or the fallback): up to
+        `max_rows` rows in `.query`; `.output` is what the model reads, the first
+        `preview_rows` rows and a note when there are more. Errors come back as `ok=False`."""
+        try:
+            result = self.db.execute(sql, max_rows=max_rows)
+        except QueryError as exc:
+            return _error(str(exc))
+        more = result.truncated or len(result.rows) > self.preview_rows
+        text = format_result(result.columns, result.rows[: self.preview_rows], max_rows=self.preview_rows,
+                             more_rows=more)
+        return ToolResult(True, text, result)
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _query_result(self, sql: str, max_rows: int) -> ToolResult:
+    def _query_result(self, sql: str, max_rows: int, *, note_more: bool = True) -> ToolResult:
         result = self.db.execute(sql, max_rows=max_rows)
         text = format_result(
-            result.columns, result.rows, max_rows=max_rows, more_rows=result.truncated
+            result.columns, result.rows, max_rows=max_rows, more_rows=note_more and result.truncated
         )
         return ToolResult(True, text, result)
 
