@@ -48,8 +48,8 @@ def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
               help="Context size of each episode.")
 @click.option("--max-rounds", type=click.IntRange(min=1), help="Tool rounds before the forced answer (protocol: 6).")
 @click.option("--think-tokens", type=click.IntRange(min=1),
-              help="Bound on each <think> block (default: the agent's).")
-@click.option("--calls-per-turn", type=click.IntRange(min=1), help="Bound on tool calls in one turn.")
+              help="Bound on each <think> block (default: none, only the episode's room).")
+@click.option("--calls-per-turn", type=click.IntRange(min=1), help="Bound on tool calls in one turn (default: no cap).")
 @click.option("--episode-tokens", type=click.IntRange(min=256), help="Token budget of an episode (protocol: 12288).")
 @click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
               help="Set any other field of the agent's Budget, e.g. --budget max_final_sql_tokens=64 "

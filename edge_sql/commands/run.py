@@ -66,13 +66,15 @@ def _print_event(event) -> None:
 @click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True,
               help="Context size in tokens; an episode uses at most 12,288 of it.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None,
-              help="A prompt template (TOML) replacing the packaged one; see edge_sql/agent/prompts/sqale-v1.toml.")
+              help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
+                   "template's name (sqale-v1); see edge_sql/agent/prompts/.")
 @click.option("--think-tokens", type=click.IntRange(min=1), default=None,
-              help="Bound on each <think> block in tokens (default 1024; 512 in the final answer).")
+              help="Bound on each <think> block in tokens (default: none; thinking is bounded only by "
+                   "the room left in the episode's 12,288 tokens, as in training).")
 @click.option("--max-rounds", type=click.IntRange(min=1), default=None,
               help="Tool rounds before the answer is forced (protocol: 6).")
 @click.option("--calls-per-turn", type=click.IntRange(min=1), default=None,
-              help="Most tool calls in one turn (default 8).")
+              help="Most tool calls in one turn (default: no cap; training capped rounds, not calls).")
 @click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
               help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable).")
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
