@@ -182,3 +182,16 @@ def test_store_model_supplies_base_and_variants(tmp_path: Path, monkeypatch: pyt
     assert not (tmp_path / "cache").exists()  # nothing quantized
     with pytest.raises(BenchSetupError, match="either --base"):
         resolve_base(BenchConfig(out_dir=tmp_path, model="tiny", base=tiny_gguf))
+
+
+def test_plots_are_skipped_with_a_note_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """matplotlib is an optional extra: without it the bench writes no PNG and says so in one line."""
+    import sys
+
+    from edge_sql.bench.plots import SKIPPED_NOTE, write_plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    notes: list[str] = []
+    assert write_plots({"variants": [], "settings": {"modes": [], "reference": "BF16"}}, tmp_path, notes.append) == []
+    assert notes == [SKIPPED_NOTE] and "pip install 'edge-sql[bench]'" in SKIPPED_NOTE
+    assert list(tmp_path.iterdir()) == []

@@ -38,3 +38,29 @@ def test_version_has_one_source() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert "version" not in project and "version" in project["dynamic"]
     assert metadata.version("edge-sql") == edge_sql.__version__
+
+
+def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
+    """`edge_sql` names its API in __all__; importing it (as the CLI does) leaves llama.cpp unloaded."""
+    import subprocess
+    import sys
+
+    assert sorted(edge_sql.__all__) == ["Agent", "Budget", "EdgeSqlError", "EpisodeResult"]
+    code = ("import sys, edge_sql; import edge_sql.cli; loaded = 'llama_cpp' in sys.modules; "
+            "from edge_sql import Agent, Budget, EdgeSqlError, EpisodeResult; "
+            "print(loaded, Agent.__module__, Budget.__module__, EpisodeResult.__module__, EdgeSqlError.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "edge_sql.api", "edge_sql.agent.budget", "edge_sql.agent.result", "edge_sql.errors"]
+
+
+def test_the_converter_imports_nothing_above_it() -> None:
+    """Imports run one way: `edge_sql.convert` uses only itself and `edge_sql.errors` from edge-sql."""
+    import ast
+
+    for path in sorted((REPO / "convert").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                if name == "edge_sql" or name.startswith("edge_sql."):
+                    assert name.startswith("edge_sql.convert") or name == "edge_sql.errors", f"{path.name}: {name}"

@@ -56,6 +56,7 @@ class BenchConfig:
     fidelity_chunk: int = 64
     resume: bool = True
     note: str = ""   # shown under the report's heading and the plots' titles
+    verbose: bool = False   # llama.cpp's own log (e.g. the quantizer's line per tensor) on stderr
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -152,7 +153,7 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
         raise BenchSetupError(f"the dataset {config.dataset} has no questions")
     require_databases(questions)
     variants = prepare_variants(base, config.variants, cache_dir=out_dir / CACHE_DIR_NAME,
-                                from_store=from_store, n_threads=config.n_threads, log=log)
+                                from_store=from_store, n_threads=config.n_threads, log=log, verbose=config.verbose)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
 
     episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
@@ -171,7 +172,7 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
         **summary,
     }
     summary["settings"] = json.loads(json.dumps(summary["settings"], default=str))
-    files = [write_json(summary, out_dir), write_markdown(summary, out_dir), *write_plots(summary, out_dir)]
+    files = [write_json(summary, out_dir), write_markdown(summary, out_dir), *write_plots(summary, out_dir, log)]
     return BenchOutcome(out_dir, summary, files, episodes_run, fidelity_run)
 
 
