@@ -31,3 +31,54 @@ class ModelFileError(_PathError):
 
 class DatabaseError(_PathError):
     """A database file is missing, not SQLite, or unusable (`path`: the database file)."""
+
+
+class DatasetError(_PathError):
+    """A questions file is missing, not JSON, or not in the expected format (`path`: the file)."""
+
+
+class PredictionsError(_PathError):
+    """A predictions file is missing, not JSON, or does not fit the questions (`path`: the file)."""
+
+
+class ReportError(_PathError):
+    """A report cannot be written where the user asked (`path`: the target)."""
+
+
+class GrammarError(EdgeSqlError):
+    """A grammar that llguidance cannot compile."""
+
+
+class ContextFullError(EdgeSqlError):
+    """The tokens to evaluate do not fit in the context window."""
+
+
+class HubError(EdgeSqlError):
+    """The hub answered, but the download cannot go on (bad revision, server error, broken transfer)."""
+
+
+class HubUnreachableError(HubError):
+    """The hub cannot be reached (no network, DNS failure, offline mode) and the cache cannot stand in."""
+
+
+class RepoNotFoundError(HubError):
+    """The hub has no such repository (or it is private or gated)."""
+
+
+class ModelNotPulledError(ModelFileError):
+    """The model is known but its variant is not in the store (or its file was deleted).
+
+    `name` and `variant` say which; `pull_spec` is what to give `edge-sql pull` to make it;
+    `file_missing` is True when the store records the file but it is gone.
+    """
+
+    def __init__(self, message: str, *, name: str, pull_spec: str, variant: str, file_missing: bool) -> None:
+        super().__init__(message)
+        self.name = name
+        self.pull_spec = pull_spec
+        self.variant = variant
+        self.file_missing = file_missing
+
+
+class BenchSetupError(EdgeSqlError):
+    """The bench's inputs (model files, variants, dataset) do not fit together."""

@@ -70,13 +70,15 @@ def _checkpoint(sharded: bool) -> tuple[Path, str]:
     """The random fixture checkpoint and its cache key."""
     from fixture_cache import cached, sources_digest
 
+    name = "checkpoint-sharded" if sharded else "checkpoint"  # also the model's name in its GGUF
+
     def build(folder: Path) -> None:
         from fixture_model import build_checkpoint  # imports torch: only when building
 
-        build_checkpoint(folder / "checkpoint", sharded=sharded)  # the folder name is the model's name
+        build_checkpoint(folder / name, sharded=sharded)
 
     key = sources_digest(_CHECKPOINT_SOURCES)
-    return cached("checkpoint-sharded" if sharded else "checkpoint", key, build) / "checkpoint", key
+    return cached(name, key, build) / name, key
 
 
 def _converted(checkpoint: Path, checkpoint_key: str, name: str, outtype: str) -> Path:

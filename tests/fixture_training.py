@@ -31,7 +31,7 @@ from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from edge_sql.tools.identifiers import display_identifier
 
 TRAIN_SEED = 20261130
-TRAIN_STEPS = 80
+TRAIN_STEPS = 160
 LEARNING_RATE = 3e-3
 EPISODES_PER_DATABASE = 96
 MAX_ROUNDS = 6  # the protocol's budget lines count down from here

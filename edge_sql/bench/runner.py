@@ -64,6 +64,7 @@ class BenchConfig:
             "base": str(self.base), "dataset": str(self.dataset), "dataset_format": self.dataset_format,
             "db_root": str(self.db_root), "n_ctx": self.n_ctx, "budget": dict(sorted(self.budget.items())),
             "greedy": self.greedy, "prompt_file": str(self.prompt_file), "fidelity_tokens": self.fidelity_tokens,
+            "fidelity_on": "generated tokens",  # earlier runs compared every position
         }
 
 
@@ -100,14 +101,20 @@ def resolve_base(config: BenchConfig) -> tuple[Path, Callable[[str], Path | None
     if config.base is not None:
         return Path(config.base), None
     from edge_sql.store import resolve_model
+    from edge_sql.store.spec import ModelSpec
+
+    spec = ModelSpec.parse(config.model)
+    if spec.variant is not None:
+        raise BenchSetupError(f"--model takes a model name without a variant (got {config.model!r}); "
+                              "the bench picks the variants (see --variants)")
 
     def from_store(variant: str) -> Path | None:
         try:
-            return resolve_model(f"{config.model}:{variant}")
+            return resolve_model(str(spec.with_variant(variant)))
         except ModelFileError:
             return None
 
-    return resolve_model(f"{config.model}:{REFERENCE}"), from_store
+    return resolve_model(str(spec.with_variant(REFERENCE))), from_store
 
 
 def _check_settings(config: BenchConfig, out_dir: Path, log: ResultsLog) -> None:

@@ -12,15 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_sql.errors import EdgeSqlError, ModelFileError
+from edge_sql.errors import BenchSetupError, ModelFileError
 from edge_sql.store.variants import BASE_VARIANT, normalize_variant
 
 REFERENCE = BASE_VARIANT  # "BF16": the variant every other one is compared against
 PLAIN_VARIANTS = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M")
-
-
-class BenchSetupError(EdgeSqlError):
-    """The bench's inputs (model files, variants, dataset) do not fit together."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import llama_cpp
 import numpy as np
 
 from edge_sql.convert.gguf_file import validate_gguf
-from edge_sql.errors import EdgeSqlError, ModelFileError
+from edge_sql.errors import ContextFullError, EdgeSqlError, ModelFileError
 from edge_sql.runtime.backend import default_threads, gpu_backend_name, init_backend, repack_is_safe
 from edge_sql.runtime.batch import TokenBatch
 from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
@@ -38,10 +38,6 @@ _GRAMMAR_CACHE_SIZE = 16
 # Physical batch: 256 measured 40 MiB less peak RSS than 512 at a 12,288-token context and
 # equal or faster prefill on the 2B shape (benchmarks/results/runtime.md).
 DEFAULT_UBATCH = 256
-
-
-class ContextFullError(EdgeSqlError):
-    """The tokens to evaluate do not fit in the context window."""
 
 
 @dataclass(frozen=True)
