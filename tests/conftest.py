@@ -51,7 +51,7 @@ def smollm2_gguf() -> Path:
 # builder; a GGUF also on the converter (not the quantizer) and the version it records; the
 # trained checkpoint also on the teacher episodes, written with the prompt template and the real
 # tools over the bundled databases.
-_CHECKPOINT_SOURCES = ("tests/fixture_model.py",)
+_CHECKPOINT_SOURCES = ("tests/fixture_model.py", "benchmarks/checkpoint_tokenizer.py")
 _CONVERTER_SOURCES = ("convert/*.py",)
 _NOT_CONVERTER = frozenset({"convert/quantize.py"})
 _TEACHER_SOURCES = ("tests/fixture_training.py", "edge_sql/agent/prompt.py", "edge_sql/agent/prompts/*.toml",

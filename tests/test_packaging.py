@@ -64,3 +64,17 @@ def test_the_converter_imports_nothing_above_it() -> None:
             for name in names:
                 if name == "edge_sql" or name.startswith("edge_sql."):
                     assert name.startswith("edge_sql.convert") or name == "edge_sql.errors", f"{path.name}: {name}"
+
+
+def test_benchmark_scripts_import_nothing_from_tests() -> None:
+    """Benchmarks measure the product: they import edge_sql and their own helpers, never test code."""
+    import ast
+
+    test_modules = {path.stem for path in (REPO / "tests").glob("*.py")}
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert '"tests"' not in text and "'tests'" not in text, f"{path.name} puts tests/ on sys.path"
+        for node in ast.walk(ast.parse(text)):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert not {name.split(".")[0] for name in names} & (test_modules | {"tests"}), f"{path.name}: {names}"
