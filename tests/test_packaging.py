@@ -78,3 +78,28 @@ def test_benchmark_scripts_import_nothing_from_tests() -> None:
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             assert not {name.split(".")[0] for name in names} & (test_modules | {"tests"}), f"{path.name}: {names}"
+
+
+def test_every_third_party_import_is_declared() -> None:
+    """Each module edge-sql or its converter imports at run time comes from a declared dependency
+    (matplotlib from the [bench] extra)."""
+    import ast
+    import re
+    import sys
+    from importlib import metadata
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
+                for spec in [*project["dependencies"], *project["optional-dependencies"]["bench"]]}
+    providers = metadata.packages_distributions()
+    imported = set()
+    for path in [*(REPO / "edge_sql").rglob("*.py"), *(REPO / "convert").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {name for name in imported if name not in sys.stdlib_module_names and name != "edge_sql"}
+    for name in sorted(third_party):
+        distributions = {d.lower().replace("_", "-") for d in providers.get(name, [])}
+        assert distributions & declared, f"{name} (from {distributions or 'nothing installed'}) is not declared"
