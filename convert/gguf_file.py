@@ -46,8 +46,8 @@ SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset({"qwen35", "llama"})
 _MAX_COUNT = 1 << 24
 _MAX_DIMS = 8
 
-# storage type -> the numpy dtype of its values on disk (BF16 as uint16 bit patterns)
-_FLOAT_DTYPES = {
+# float storage type -> the numpy dtype of its values on disk (BF16 as uint16 bit patterns)
+FLOAT_DTYPES: dict[GGMLQuantizationType, np.dtype] = {
     GGMLQuantizationType.F32: np.dtype(np.float32),
     GGMLQuantizationType.F16: np.dtype(np.float16),
     GGMLQuantizationType.BF16: np.dtype(np.uint16),
@@ -135,7 +135,7 @@ class GGUFFile:
     def read_float(self, name: str) -> np.ndarray:
         """An F32/F16/BF16 tensor's values as float32."""
         entry = self.tensors[name]
-        raw = np.fromfile(self.path, dtype=_FLOAT_DTYPES[entry.type], count=int(np.prod(entry.shape)),
+        raw = np.fromfile(self.path, dtype=FLOAT_DTYPES[entry.type], count=int(np.prod(entry.shape)),
                           offset=entry.offset).reshape(entry.shape)
         if entry.type == GGMLQuantizationType.BF16:
             return bf16_bits_to_f32(raw)
