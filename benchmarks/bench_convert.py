@@ -62,9 +62,9 @@ def run_measured(label: str, command: list[str], output: Path, log: Path, env: d
 def compare_gguf(ours: Path, theirs: Path) -> str:
     """Same tensor names, shapes, storage types and bytes? One line of findings."""
     sys.path.insert(0, str(REPO))
-    from edge_sql.convert.gguf_layout import read_layout
+    from edge_sql.convert.gguf_file import read_gguf
 
-    a, b = read_layout(ours), read_layout(theirs)
+    a, b = read_gguf(ours), read_gguf(theirs)
     if set(a.tensors) != set(b.tensors):
         return f"tensor sets differ: only ours {sorted(set(a.tensors) - set(b.tensors))[:5]}, only theirs {sorted(set(b.tensors) - set(a.tensors))[:5]}"
     meta_diff = sorted(k for k in set(a.tensors) if (a.tensors[k].shape, a.tensors[k].type) != (b.tensors[k].shape, b.tensors[k].type))

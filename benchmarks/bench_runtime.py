@@ -9,13 +9,14 @@ and a crash in llama.cpp (e.g. its AMX kernels) is reported instead of ending th
 
 Figures:
 * speed: prefill tok/s over a 512-token prompt; then decoding with the same sampler and
-  seeds from a 64-token prompt, interleaving three kinds of run: unconstrained, under a
+  seeds from a 64-token prompt, interleaving two kinds of run: unconstrained, and under a
   grammar that only masks (every token sampled under the llguidance mask: the grammar's own
-  cost), and under a tool-call grammar (forced tokens skip sampling and are decoded in one
-  batch). Tokens/s of each counts every generated token.
-* transcript: a six-round episode simulated with the runtime alone (grammar-constrained tool
-  turns, tool results appended as prompt text); prefill work = tokens llama.cpp decoded
-  (its own perf counters) / tokens in the final transcript. 1.00 means each token once.
+  cost); then the agent itself (`edge_sql.agent.run_episode` over the bundled Chinook
+  database, its own prompt, tool-call grammars and tools: forced tokens skip sampling and
+  are decoded in one batch). Tokens/s of each counts every generated token.
+* transcript: one agent episode (`run_episode`, up to the protocol's six rounds) on
+  Chinook; prefill work = tokens llama.cpp decoded (its own perf counters) / tokens in the
+  final transcript. 1.00 means each token once.
 * memory: peak RSS of a child that loads the model with a 12,288-token context and fills it
   (prefill of 12,288 - 64 tokens, then 64 decoded tokens), for repack on/off and n_ubatch
   512/256; compared with the model file size.
@@ -36,33 +37,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from edge_sql.agent import Budget, EpisodeResult, run_episode  # noqa: E402
 from edge_sql.runtime import SamplingParams, Session  # noqa: E402
+from edge_sql.tools import ReadOnlyDatabase, Toolbox  # noqa: E402
 
-# A tool turn like the agent's: bounded think block, then JSON calls (some keys forced).
-TOOL_GRAMMAR = r"""
-start: think END_THINK "\n\n" call ("\n" call){0,3}
-think[max_tokens=MAX_THINK]: /[^<]*/
-call: "{\"tool\": " tool_name ", \"args\": " args "}"
-tool_name: "\"list_tables\"" | "\"describe_table\"" | "\"sample_rows\"" | "\"run_query\""
-args: "{}" | "{\"table_name\": " STRING "}" | "{\"sql\": " SQL "}"
-STRING: /"[^"\\\n]{1,40}"/
-SQL: /"(SELECT|WITH) [^"\\\n]{1,300}"/
-"""
 PROMPT_WORDS = (
     "You are a careful data analyst. Explore the SQLite database with the tools, then submit "
     "one SQL query that answers the question. Tables: Customer, Invoice, InvoiceLine, Track. "
 )
-TOOL_RESULT = (
-    "CustomerId | FirstName | LastName | Country\n1 | Luís | Gonçalves | Brazil\n"
-    "2 | Leonie | Köhler | Germany\n3 | François | Tremblay | Canada\n"
-    "... (showing first 5 rows; more rows exist)\n[4 tool turns left before you must answer]\n"
-)
+CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+QUESTION = "Which country's customers spent the most money in total?"
+EPISODE_CTX = 12288  # the protocol's episode budget
 
 
-def _grammar(session: Session, max_think: int) -> str:
-    return TOOL_GRAMMAR.replace("END_THINK", session.grammar_token("</think>")).replace(
-        "MAX_THINK", str(max_think)
-    )
+def _episode(session: Session, seed: int, budget: Budget | None = None) -> EpisodeResult:
+    """One real agent episode on Chinook: the product's prompt, grammars and tools."""
+    with ReadOnlyDatabase(CHINOOK) as db:
+        return run_episode(session, Toolbox(db), QUESTION, params=SamplingParams(seed=seed), budget=budget or Budget())
 
 
 def _prompt_tokens(session: Session, n: int) -> list[int]:
@@ -87,24 +78,28 @@ start: /[^<{}]*/
 
 
 def child_speed(model: str, cfg: dict) -> dict:
-    with Session(model, **cfg["session"]) as session:
+    with Session(model, n_ctx=EPISODE_CTX, **cfg["session"]) as session:
         prompt = _prompt_tokens(session, 512)
         start = time.perf_counter()
         session.eval(prompt)
         prefill_s = time.perf_counter() - start
         n = cfg["decode_tokens"]
-        grammars = {"free": None, "masked": MASK_ONLY_GRAMMAR, "tool": _grammar(session, n // 4)}
+        grammars = {"free": None, "masked": MASK_ONLY_GRAMMAR}
         params = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
-        runs: dict[str, list[dict]] = {kind: [] for kind in grammars}
-        order = ["free", "masked", "tool", "tool", "masked", "free"] * cfg["repeats"]
+        runs: dict[str, list[dict]] = {kind: [] for kind in (*grammars, "agent")}
+        order = ["free", "masked", "masked", "free"] * cfg["repeats"]
         short_prompt = prompt[:64]  # decode runs start from a short prompt: no long prefill each
         for i, kind in enumerate(order):
             session.reset()
             session.eval(short_prompt)
-            session.seed(i // 6)  # the same seed for each kind within a block
+            session.seed(i // 4)  # the same seed for each kind within a block
             completion = session.generate(grammar=grammars[kind], params=params, max_tokens=n)
             t = completion.timings
             runs[kind].append(dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s))
+        for seed in range(2 * cfg["repeats"]):  # the agent as `edge-sql run` drives the runtime
+            _episode(session, seed, Budget(max_think_tokens=cfg["think_tokens"]))
+            t = session.timings
+            runs["agent"].append(dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s))
         info = session.info
     out = dict(prefill_tok_s=len(prompt) / prefill_s, threads=info.n_threads, repack=info.repack, backend=info.backend)
     for kind, items in runs.items():
@@ -118,25 +113,19 @@ def child_speed(model: str, cfg: dict) -> dict:
 
 
 def child_transcript(model: str, cfg: dict) -> dict:
-    with Session(model, **cfg["session"]) as session:
-        end = session.tokenize("<|im_end|>")
-        grammar = _grammar(session, 48)
-        session.eval(_prompt_tokens(session, 400) + session.tokenize("<|im_end|>\n<|im_start|>user\nHow many customers?<|im_end|>\n<|im_start|>assistant\n<think>\n"))
-        rounds = []
-        for rnd in range(6):
-            before = session.n_past
-            completion = session.generate(grammar=grammar, params=SamplingParams(seed=rnd), max_tokens=160, stop_tokens=end)
-            closing = "" if completion.ended_turn else "<|im_end|>"
-            session.eval(session.tokenize(f"{closing}\n<|im_start|>user\n{TOOL_RESULT}<|im_end|>\n<|im_start|>assistant\n<think>\n"))
-            rounds.append(dict(round=rnd + 1, generated=len(completion.tokens), forced=completion.n_forced, transcript=session.n_past, added=session.n_past - before))
+    with Session(model, n_ctx=EPISODE_CTX, **cfg["session"]) as session:
+        result = _episode(session, 0, Budget(max_think_tokens=cfg["think_tokens"]))
         batched, single = session.llama_perf_counts()
+        rounds = [dict(round=r.index, calls=len(r.calls), tools=", ".join(c.tool for c in r.calls)) for r in result.rounds]
         return dict(
             transcript_tokens=session.n_past,
             prompt_tokens_evaluated=session.prompt_tokens_evaluated,
             generated_tokens=session.generated_tokens,
+            forced_tokens=session.timings.forced_tokens,
             decoded_by_llama=batched + single,
             decoded_by_session=session.decoded_tokens,
             rounds=rounds,
+            stop=result.stop, forced=result.forced,
         )
 
 
@@ -196,41 +185,46 @@ def machine() -> str:
 
 
 def speed_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
-    speed = run_child("speed", model, dict(session=session, decode_tokens=args.decode_tokens, repeats=args.repeats), args.timeout)
+    speed = run_child("speed", model, dict(session=session, decode_tokens=args.decode_tokens, repeats=args.repeats,
+                                           think_tokens=args.think_tokens), args.timeout)
     lines = ["### Decode with and without the grammar", ""]
     if "error" in speed:
         return lines + [f"speed run failed: {speed['error']}", ""]
-    free, masked, tool = speed["free"], speed["masked"], speed["tool"]
+    free, masked, tool = speed["free"], speed["masked"], speed["agent"]
     return lines + [
         f"Threads {speed['threads']}, repack {speed['repack']}, {speed['backend']}. Prefill of 512 tokens, then "
         f"decode runs from a 64-token prompt: {args.repeats * 2} runs of {args.decode_tokens} tokens per row, "
         "interleaved, same seeds, temperature 0.6, top-k 20, top-p 0.95. *masked*: a grammar that only masks "
-        "(every token sampled under the llguidance mask, nothing forced): the grammar's own cost. *tool calls*: "
-        "a think block plus JSON calls, where forced tokens skip sampling and are decoded in one batch.",
+        "(every token sampled under the llguidance mask, nothing forced): the grammar's own cost. *agent episodes*: "
+        f"{args.repeats * 2} episodes of `edge_sql.agent.run_episode` on Chinook (its prompt, tool-call grammars and "
+        "tools; forced tokens skip sampling and are decoded in one batch), all generated tokens counted.",
         "",
         "| run | tokens | forced | tok/s | vs unconstrained | sampling + mask ms per sampled token |",
         "|---|--:|--:|--:|--:|--:|",
         *[
             f"| {name} | {r['tokens']} | {r['forced']} | {r['tok_s']:.2f} | {r['tok_s'] / free['tok_s']:.3f} | {r['sample_ms']:.2f} |"
-            for name, r in (("unconstrained", free), ("masked", masked), ("tool calls", tool))
+            for name, r in (("unconstrained", free), ("masked", masked), ("agent episodes", tool))
         ],
         "",
         f"Prefill: {speed['prefill_tok_s']:.1f} tok/s. **Grammar / unconstrained decode speed: "
-        f"{masked['tok_s'] / free['tok_s']:.3f} (mask only), {tool['tok_s'] / free['tok_s']:.3f} (tool calls)** "
+        f"{masked['tok_s'] / free['tok_s']:.3f} (mask only), {tool['tok_s'] / free['tok_s']:.3f} (agent episodes)** "
         "(target >= 0.95).",
         "",
     ]
 
 
 def transcript_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
-    tr = run_child("transcript", model, dict(session=session), args.timeout)
-    lines = ["### Prefill work over a six-round transcript", ""]
+    tr = run_child("transcript", model, dict(session=session, think_tokens=args.think_tokens), args.timeout)
+    lines = ["### Prefill work over an agent episode", ""]
     if "error" in tr:
         return lines + [f"transcript run failed: {tr['error']}", ""]
     return lines + [
-        "| round | generated | of which forced | transcript tokens |",
-        "|--:|--:|--:|--:|",
-        *[f"| {r['round']} | {r['generated']} | {r['forced']} | {r['transcript']} |" for r in tr["rounds"]],
+        f"One `run_episode` on Chinook ({QUESTION!r}), seed 0: it ended with `{tr['stop']}`"
+        f"{' after the forced final turn' if tr['forced'] else ''}.",
+        "",
+        "| round | calls | tools |",
+        "|--:|--:|---|",
+        *[f"| {r['round']} | {r['calls']} | {r['tools']} |" for r in tr["rounds"]],
         "",
         f"Transcript {tr['transcript_tokens']} tokens = {tr['prompt_tokens_evaluated']} prompt tokens evaluated + "
         f"{tr['generated_tokens']} generated. llama.cpp decoded {tr['decoded_by_llama']} tokens (its own perf "
@@ -305,7 +299,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the Markdown report here (also printed)")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the runtime's)")
     parser.add_argument("--decode-tokens", type=int, default=64, help="tokens per decode run")
-    parser.add_argument("--repeats", type=int, default=2, help="ABBA blocks of decode runs")
+    parser.add_argument("--repeats", type=int, default=2, help="ABBA blocks of decode runs (and 2 agent episodes each)")
+    parser.add_argument("--think-tokens", type=int, default=256,
+                        help="bound on each think block of the agent episodes (random weights think until the bound)")
     parser.add_argument("--fill", type=int, default=12288 - 64, help="prompt tokens in the memory runs")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per child")
     parser.add_argument(

@@ -6,7 +6,7 @@ The shape is the one in shared/reference/measured-here.md (hidden 2048, 24 layer
 attention every 4th, FFN 6144, 8/2 heads of 256, Gated DeltaNet 16/16 heads of 128, vocab
 248,320, tied embeddings, MRoPE [11, 11, 10]), as `Qwen3_5ForConditionalGeneration` with
 one MTP layer (`mtp.*`) and a small vision tower, BF16 safetensors in ~2 GB shards with an
-index, and the real Qwen3.5 tokenizer (rebuilt offline by tests/fixture_model.py). Tensor
+index, and the real Qwen3.5 tokenizer (rebuilt offline by benchmarks/checkpoint_tokenizer.py). Tensor
 names and shapes come from transformers' model built on the meta device (no memory); values
 are drawn shard by shard, so the script needs about one shard of memory. About 3.8 GB on disk.
 Compute cost does not depend on the values, so conversion and inference speed are the real
@@ -23,10 +23,9 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from checkpoint_tokenizer import build_tokenizer  # this folder is on sys.path when run as a script
 
-import fixture_model  # noqa: E402  (the real tokenizer and the MTP tensor names)
+REPO = Path(__file__).resolve().parents[1]
 
 DEFAULT_OUT = REPO / "benchmarks" / "work" / "qwen3.5-2b-random"
 SHARD_BYTES = 2 * 1024**3
@@ -56,7 +55,10 @@ TEXT_CONFIG = {
     "eos_token_id": 248044,
 }
 # The vision tower is dropped by the converter; a small one keeps the checkpoint's structure.
-VISION_CONFIG = {**fixture_model.VISION_CONFIG, "out_hidden_size": 2048}
+VISION_CONFIG = {
+    "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
+    "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 16, "out_hidden_size": 2048,
+}
 
 
 def tensor_shapes() -> tuple[dict[str, tuple[int, ...]], object]:
@@ -122,7 +124,7 @@ def make_checkpoint(out: Path) -> Path:
     config.architectures = ["Qwen3_5ForConditionalGeneration"]
     config.dtype = torch.bfloat16
     config.save_pretrained(out)
-    fixture_model.build_tokenizer(out)
+    build_tokenizer(out)
     (out / "README.md").write_text("---\nlicense: apache-2.0\n---\nRandom weights of the Qwen3.5-2B shape (benchmark only).\n")
     return out
 

@@ -17,14 +17,8 @@ import gguf
 import numpy as np
 
 from edge_sql.convert.atomic import atomic_output
+from edge_sql.convert.gguf_file import FLOAT_DTYPES  # the dtype each piece must have (BF16 as uint16 bits)
 from edge_sql.errors import ConversionError
-
-# GGUF storage type -> the numpy dtype its pieces must have (BF16 travels as uint16 bits)
-PIECE_DTYPES: dict[gguf.GGMLQuantizationType, np.dtype] = {
-    gguf.GGMLQuantizationType.F32: np.dtype(np.float32),
-    gguf.GGMLQuantizationType.F16: np.dtype(np.float16),
-    gguf.GGMLQuantizationType.BF16: np.dtype(np.uint16),
-}
 
 
 @dataclass(frozen=True)
@@ -38,7 +32,7 @@ class PlannedTensor:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * PIECE_DTYPES[self.storage].itemsize
+        return int(np.prod(self.shape)) * FLOAT_DTYPES[self.storage].itemsize
 
 
 def write_gguf(
@@ -69,7 +63,7 @@ def _write(
 ) -> None:
     add_metadata(writer)
     for t in tensors:
-        writer.add_tensor_info(t.name, t.shape, PIECE_DTYPES[t.storage], t.nbytes, raw_dtype=t.storage)
+        writer.add_tensor_info(t.name, t.shape, FLOAT_DTYPES[t.storage], t.nbytes, raw_dtype=t.storage)
     writer.open_output_file(path)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -81,7 +75,7 @@ def _write(
             writer.write_padding(fout, fout.tell())
             written = 0
             for piece in t.pieces():
-                if piece.dtype != PIECE_DTYPES[t.storage]:
+                if piece.dtype != FLOAT_DTYPES[t.storage]:
                     raise TypeError(f"{t.name}: piece of dtype {piece.dtype} for {t.storage.name} storage")
                 fout.write(np.ascontiguousarray(piece).data)
                 written += piece.nbytes

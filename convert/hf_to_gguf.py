@@ -20,6 +20,7 @@ import gguf
 import numpy as np
 
 from edge_sql.convert.checkpoint import Checkpoint, TensorSource
+from edge_sql.convert.gguf_file import bf16_bits_to_f32, f32_to_bf16_bits
 from edge_sql.convert.gguf_stream import PlannedTensor, write_gguf
 from edge_sql.convert.qwen35 import (
     ARCH_NAME,
@@ -208,21 +209,6 @@ def _convert_block(
     if not np.isfinite(y).all() and np.isfinite(x).all():
         raise ConversionError(f"{name} has values beyond F16's range (65504); use --outtype bf16 or f32")
     return y
-
-
-def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even float32 -> bfloat16, as uint16 bit patterns (NaN stays NaN)."""
-    u = x.view(np.uint32)
-    rounded = (u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
-    bits = rounded.astype(np.uint16)
-    nan = np.isnan(x)
-    if nan.any():
-        bits[nan] = 0x7FC0
-    return bits
 
 
 def _add_metadata(

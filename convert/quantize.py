@@ -1,9 +1,9 @@
 """Quantize a GGUF with llama.cpp's own quantizer (`llama_model_quantize` in llama-cpp-python).
 
 `quantize_gguf` takes a plain type (Q4_K_M, Q8_0, ...) or a named recipe: a base type plus
-per-tensor overrides (regular expressions on GGUF tensor names, llama.cpp's `tt_overrides`),
-e.g. `Q4_K_M-sensitive-q8`, which keeps the tensors most sensitive to quantization in the
-Qwen3.5 family (`ssm_out`, `attn_qkv`, `attn_gate`) at Q8_0. The output is written to a
+per-tensor overrides (regular expressions on GGUF tensor names, llama.cpp's `tt_overrides`,
+made from the converter's tensor table), e.g. `SENSITIVE_RECIPE`, which keeps the tensors most
+sensitive to quantization in the Qwen3.5 family (`SENSITIVE_TENSORS`) at Q8_0. The output is written to a
 temporary file and renamed into place, so a failure leaves nothing behind.
 """
 
@@ -17,29 +17,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
+from gguf import LlamaFileType
+from gguf import MODEL_TENSOR as MT
 
 from edge_sql.convert.atomic import atomic_output
-from edge_sql.convert.gguf_layout import read_layout
+from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, read_gguf, validate_gguf
+from edge_sql.convert.qwen35 import tensor_pattern
 from edge_sql.errors import ConversionError, ModelFileError
-from edge_sql.runtime.gguf_check import validate_gguf
 
 T = gguf.GGMLQuantizationType
 
-# type name -> llama_ftype (values of llama.h's LLAMA_FTYPE_*)
-QUANT_TYPES: dict[str, int] = {
-    "Q8_0": 7,
-    "Q6_K": 18,
-    "Q5_K_M": 17,
-    "Q4_K_M": 15,
-    "Q4_0": 2,
-    "IQ4_XS": 30,
-    "Q3_K_M": 12,
-    "F16": 1,
-    "BF16": 32,
+# type name -> the file type llama.cpp makes (llama_ftype)
+QUANT_TYPES: dict[str, LlamaFileType] = {
+    "Q8_0": LlamaFileType.MOSTLY_Q8_0,
+    "Q6_K": LlamaFileType.MOSTLY_Q6_K,
+    "Q5_K_M": LlamaFileType.MOSTLY_Q5_K_M,
+    "Q4_K_M": LlamaFileType.MOSTLY_Q4_K_M,
+    "Q4_0": LlamaFileType.MOSTLY_Q4_0,
+    "IQ4_XS": LlamaFileType.MOSTLY_IQ4_XS,
+    "Q3_K_M": LlamaFileType.MOSTLY_Q3_K_M,
+    "F16": LlamaFileType.MOSTLY_F16,
+    "BF16": LlamaFileType.MOSTLY_BF16,
 }
-
-# general.file_type values of files llama.cpp will quantize (it does not requantize by default)
-UNQUANTIZED_FILE_TYPES = frozenset({0, 1, 32})  # ALL_F32, MOSTLY_F16, MOSTLY_BF16
 _FILE_TYPE_NAMES = {value: name for name, value in QUANT_TYPES.items()}
 
 
@@ -53,18 +52,23 @@ class Recipe:
     description: str
 
 
-SENSITIVE_TENSORS = (r"\.ssm_out\.weight$", r"\.attn_qkv\.weight$", r"\.attn_gate\.weight$")
+# The tensors most sensitive to quantization in Qwen3.5 (benchmarks/results/variants): the
+# Gated DeltaNet output and input projections.
+SENSITIVE_TENSORS = (MT.SSM_OUT, MT.ATTN_QKV, MT.ATTN_GATE)
+SENSITIVE_PATTERNS = tuple(tensor_pattern(t) for t in SENSITIVE_TENSORS)
+SENSITIVE_RECIPE = "Q4_K_M-sensitive-q8"  # the recipe the bench compares with the plain types
+_SENSITIVE_LIST = "ssm_out, attn_qkv and attn_gate"
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe(
-            "Q4_K_M-sensitive-q8", "Q4_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_TENSORS),
-            "Q4_K_M, with ssm_out, attn_qkv and attn_gate (most sensitive in Qwen3.5) kept at Q8_0",
+            SENSITIVE_RECIPE, "Q4_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
+            f"Q4_K_M, with {_SENSITIVE_LIST} (most sensitive in Qwen3.5) kept at Q8_0",
         ),
         Recipe(
-            "Q3_K_M-sensitive-q8", "Q3_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_TENSORS),
-            "Q3_K_M, with ssm_out, attn_qkv and attn_gate kept at Q8_0",
+            "Q3_K_M-sensitive-q8", "Q3_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
+            f"Q3_K_M, with {_SENSITIVE_LIST} kept at Q8_0",
         ),
     )
 }
@@ -90,9 +94,11 @@ def choices() -> list[str]:
 
 
 def quantize_gguf(
-    src: Path, out: Path, qtype: str, *, force: bool = False, n_threads: int | None = None
+    src: Path, out: Path, qtype: str, *, force: bool = False, n_threads: int | None = None, verbose: bool = False
 ) -> QuantizeReport:
-    """Quantize the GGUF `src` to `out` as `qtype` (a type name or a recipe name)."""
+    """Quantize the GGUF `src` to `out` as `qtype` (a type name or a recipe name).
+
+    llama.cpp's log (a line per tensor) goes to stderr only when `verbose`."""
     started = time.perf_counter()
     src, out = Path(src), Path(out)
     recipe = RECIPES.get(qtype)
@@ -102,13 +108,13 @@ def quantize_gguf(
     _check_input(src)
     _check_output(src, out, force=force)
     with atomic_output(out) as tmp:
-        _run_llama_quantize(src, tmp, QUANT_TYPES[base], recipe.overrides if recipe else (), n_threads)
+        _run_llama_quantize(src, tmp, QUANT_TYPES[base], recipe.overrides if recipe else (), n_threads, verbose)
         types = tensor_type_counts(tmp)
     return QuantizeReport(src, out, qtype, out.stat().st_size, time.perf_counter() - started, types)
 
 
 def tensor_type_counts(path: Path) -> dict[str, int]:
-    return dict(Counter(read_layout(path).tensor_types().values()))
+    return dict(Counter(read_gguf(path).tensor_types().values()))
 
 
 def _check_input(src: Path) -> None:
@@ -116,11 +122,11 @@ def _check_input(src: Path) -> None:
     try:
         info = validate_gguf(src)
     except ModelFileError as e:
-        raise ConversionError(f"cannot quantize: {e}") from e
-    file_type = info.metadata.get("general.file_type")
-    if file_type is not None and file_type not in UNQUANTIZED_FILE_TYPES:
-        name = _FILE_TYPE_NAMES.get(file_type, f"file type {file_type}")
-        raise ConversionError(f"{src} is already quantized ({name}); quantize from the F32/F16/BF16 GGUF")
+        raise ConversionError(f"cannot quantize: {e}", path=src) from e
+    raw = info.metadata.get("general.file_type")
+    if raw is not None and info.file_type not in UNQUANTIZED_FILE_TYPES:
+        name = _FILE_TYPE_NAMES.get(info.file_type, f"file type {raw}")
+        raise ConversionError(f"{src} is already quantized ({name}); quantize from the F32/F16/BF16 GGUF", path=src)
 
 
 def _check_output(src: Path, out: Path, *, force: bool) -> None:
@@ -133,12 +139,16 @@ def _check_output(src: Path, out: Path, *, force: bool) -> None:
 
 
 def _run_llama_quantize(
-    src: Path, out: Path, ftype: int, overrides: tuple[tuple[str, T], ...], n_threads: int | None
+    src: Path, out: Path, ftype: LlamaFileType, overrides: tuple[tuple[str, T], ...], n_threads: int | None,
+    verbose: bool,
 ) -> None:
     import llama_cpp
 
+    from edge_sql.convert.llama_log import route_llama_log
+
+    route_llama_log(verbose=verbose)
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
+    params.ftype = int(ftype)
     params.nthread = n_threads or os.cpu_count() or 1
     table = None
     if overrides:
@@ -150,4 +160,4 @@ def _run_llama_quantize(
         params.tt_overrides = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
     status = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
     if status != 0:
-        raise ConversionError(f"llama.cpp failed to quantize {src.name} (its log above says why)")
+        raise ConversionError(f"llama.cpp failed to quantize {src.name} (run with --verbose for its log)")

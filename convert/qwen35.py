@@ -201,9 +201,26 @@ def map_tensor_name(hf_name: str) -> MappedTensor | None:
         match = regex.match(hf_name)
         if match:
             bid = int(match["bid"]) if "bid" in regex.groupindex else None
-            base = gguf.TENSOR_NAMES[rule.target].format(bid=bid)
-            return MappedTensor(hf_name, base + rule.suffix, rule, bid)
+            return MappedTensor(hf_name, gguf_name(rule.target, bid), rule, bid)
     return None
+
+
+def _rule_for(target: T) -> TensorRule:
+    for rule in TENSOR_RULES:
+        if rule.target == target:
+            return rule
+    raise KeyError(f"no tensor rule for {target.name}")
+
+
+def gguf_name(target: T, bid: int | None = None) -> str:
+    """The GGUF name of tensor `target` (of block `bid`): gguf-py's base name plus the table's suffix."""
+    return gguf.TENSOR_NAMES[target].format(bid=bid) + _rule_for(target).suffix
+
+
+def tensor_pattern(target: T) -> str:
+    """A regular expression matching tensor `target` in every block (e.g. for llama.cpp's type overrides)."""
+    base = re.escape(gguf.TENSOR_NAMES[target]).replace(re.escape("{bid}"), r"\d+")
+    return base + re.escape(_rule_for(target).suffix) + "$"
 
 
 def dropped_part(hf_name: str, dims: Qwen35Dims) -> str | None:
@@ -222,41 +239,40 @@ def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
     h, ffn = d.hidden_size, d.intermediate_size
     key_dim = d.linear_k_heads * d.linear_k_head_dim
     value_dim = d.linear_v_heads * d.linear_v_head_dim
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (d.vocab_size, h)}
+    planned: list[tuple[T, int | None, tuple[int, ...]]] = [(T.TOKEN_EMBD, None, (d.vocab_size, h))]
     for bid, kind in enumerate(d.layer_kinds):
-        b = f"blk.{bid}."
-        shapes.update({
-            b + "attn_norm.weight": (h,),
-            b + "post_attention_norm.weight": (h,),
-            b + "ffn_gate.weight": (ffn, h),
-            b + "ffn_up.weight": (ffn, h),
-            b + "ffn_down.weight": (h, ffn),
-        })
+        planned += [
+            (T.ATTN_NORM, bid, (h,)),
+            (T.ATTN_POST_NORM, bid, (h,)),
+            (T.FFN_GATE, bid, (ffn, h)),
+            (T.FFN_UP, bid, (ffn, h)),
+            (T.FFN_DOWN, bid, (h, ffn)),
+        ]
         if kind == "full":
-            shapes.update({
-                b + "attn_q.weight": (2 * d.n_heads * d.head_dim, h),
-                b + "attn_k.weight": (d.n_kv_heads * d.head_dim, h),
-                b + "attn_v.weight": (d.n_kv_heads * d.head_dim, h),
-                b + "attn_output.weight": (h, d.n_heads * d.head_dim),
-                b + "attn_q_norm.weight": (d.head_dim,),
-                b + "attn_k_norm.weight": (d.head_dim,),
-            })
+            planned += [
+                (T.ATTN_Q, bid, (2 * d.n_heads * d.head_dim, h)),
+                (T.ATTN_K, bid, (d.n_kv_heads * d.head_dim, h)),
+                (T.ATTN_V, bid, (d.n_kv_heads * d.head_dim, h)),
+                (T.ATTN_OUT, bid, (h, d.n_heads * d.head_dim)),
+                (T.ATTN_Q_NORM, bid, (d.head_dim,)),
+                (T.ATTN_K_NORM, bid, (d.head_dim,)),
+            ]
         else:
-            shapes.update({
-                b + "attn_qkv.weight": (2 * key_dim + value_dim, h),
-                b + "attn_gate.weight": (value_dim, h),
-                b + "ssm_beta.weight": (d.linear_v_heads, h),
-                b + "ssm_alpha.weight": (d.linear_v_heads, h),
-                b + "ssm_conv1d.weight": (2 * key_dim + value_dim, d.conv_kernel),
-                b + "ssm_a": (d.linear_v_heads,),
-                b + "ssm_dt.bias": (d.linear_v_heads,),
-                b + "ssm_norm.weight": (d.linear_v_head_dim,),
-                b + "ssm_out.weight": (h, value_dim),
-            })
-    shapes["output_norm.weight"] = (h,)
+            planned += [
+                (T.ATTN_QKV, bid, (2 * key_dim + value_dim, h)),
+                (T.ATTN_GATE, bid, (value_dim, h)),
+                (T.SSM_BETA, bid, (d.linear_v_heads, h)),
+                (T.SSM_ALPHA, bid, (d.linear_v_heads, h)),
+                (T.SSM_CONV1D, bid, (2 * key_dim + value_dim, d.conv_kernel)),
+                (T.SSM_A, bid, (d.linear_v_heads,)),
+                (T.SSM_DT, bid, (d.linear_v_heads,)),
+                (T.SSM_NORM, bid, (d.linear_v_head_dim,)),
+                (T.SSM_OUT, bid, (h, value_dim)),
+            ]
+    planned.append((T.OUTPUT_NORM, None, (h,)))
     if not d.tied_embeddings:
-        shapes["output.weight"] = (d.vocab_size, h)
-    return shapes
+        planned.append((T.OUTPUT, None, (d.vocab_size, h)))
+    return {gguf_name(target, bid): shape for target, bid, shape in planned}
 
 
 def add_model_metadata(writer: gguf.GGUFWriter, dims: Qwen35Dims) -> None:

@@ -1,12 +1,31 @@
-"""edge-sql: a small text-to-SQL agent that runs offline with llama.cpp."""
+"""edge-sql: a small text-to-SQL agent that runs offline with llama.cpp.
+
+The public API: `Agent` (load a model once, ask many questions), the `EpisodeResult` it
+returns, the `Budget` that bounds an episode, and `EdgeSqlError`, the base of every error a
+user can cause (`edge_sql.errors`). All but the error are imported on first use, so the CLI
+starts without loading llama.cpp.
+"""
+
+from edge_sql.errors import EdgeSqlError
 
 __version__ = "0.1.0"
+__all__ = ["Agent", "Budget", "EdgeSqlError", "EpisodeResult"]
+
+_LAZY = {
+    "Agent": "edge_sql.api",
+    "Budget": "edge_sql.agent.budget",
+    "EpisodeResult": "edge_sql.agent.result",
+}
 
 
 def __getattr__(name: str):
-    """`edge_sql.Agent`, imported on first use so the CLI starts without loading llama.cpp."""
-    if name == "Agent":
-        from edge_sql.api import Agent
+    """`edge_sql.Agent` (and the other lazy names), imported on first use."""
+    if name in _LAZY:
+        import importlib
 
-        return Agent
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'edge_sql' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

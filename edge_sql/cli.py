@@ -7,6 +7,7 @@ import importlib
 import click
 
 from edge_sql import __version__
+from edge_sql.errors import EdgeSqlError
 
 # name -> module in edge_sql.commands that defines `command`
 SUBCOMMANDS = {
@@ -21,7 +22,14 @@ SUBCOMMANDS = {
 
 
 class LazyGroup(click.Group):
-    """Imports a subcommand's module only when that subcommand is used (keeps `--help` fast)."""
+    """Imports a subcommand's module only when that subcommand is used (keeps `--help` fast), and
+    turns any `EdgeSqlError` a command raises into click's one-line `Error: ...` and exit status 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except EdgeSqlError as exc:
+            raise click.ClickException(str(exc)) from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)

@@ -1,17 +1,84 @@
-"""User-facing errors: the CLI prints their message as one line and exits non-zero."""
+"""User-facing errors: the CLI prints their message as one line and exits non-zero.
+
+Every error a user can cause is an `EdgeSqlError` and is defined here, so callers catch one
+family and read structured attributes (`path`, `spec`, ...) instead of parsing messages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 
 class EdgeSqlError(Exception):
     """An error caused by the user's input or environment, with a message fit to show them."""
 
 
-class ConversionError(EdgeSqlError):
-    """A checkpoint cannot be converted or quantized."""
+class _PathError(EdgeSqlError):
+    """An error about one file or folder; `path` says which (None when there is no single one)."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None) -> None:
+        super().__init__(message)
+        self.path = Path(path) if path is not None else None
 
 
-class ModelFileError(EdgeSqlError):
-    """A model file is missing, not a GGUF, or of an architecture edge-sql cannot run."""
+class ConversionError(_PathError):
+    """A checkpoint cannot be converted or quantized (`path`: the input or output concerned)."""
 
 
-class DatabaseError(EdgeSqlError):
-    """A database file is missing, not SQLite, or unusable."""
+class ModelFileError(_PathError):
+    """A model file is missing, not a GGUF, or of an architecture edge-sql cannot run (`path`: the file)."""
+
+
+class DatabaseError(_PathError):
+    """A database file is missing, not SQLite, or unusable (`path`: the database file)."""
+
+
+class DatasetError(_PathError):
+    """A questions file is missing, not JSON, or not in the expected format (`path`: the file)."""
+
+
+class PredictionsError(_PathError):
+    """A predictions file is missing, not JSON, or does not fit the questions (`path`: the file)."""
+
+
+class ReportError(_PathError):
+    """A report cannot be written where the user asked (`path`: the target)."""
+
+
+class GrammarError(EdgeSqlError):
+    """A grammar that llguidance cannot compile."""
+
+
+class ContextFullError(EdgeSqlError):
+    """The tokens to evaluate do not fit in the context window."""
+
+
+class HubError(EdgeSqlError):
+    """The hub answered, but the download cannot go on (bad revision, server error, broken transfer)."""
+
+
+class HubUnreachableError(HubError):
+    """The hub cannot be reached (no network, DNS failure, offline mode) and the cache cannot stand in."""
+
+
+class RepoNotFoundError(HubError):
+    """The hub has no such repository (or it is private or gated)."""
+
+
+class ModelNotPulledError(ModelFileError):
+    """The model is known but its variant is not in the store (or its file was deleted).
+
+    `name` and `variant` say which; `pull_spec` is what to give `edge-sql pull` to make it;
+    `file_missing` is True when the store records the file but it is gone.
+    """
+
+    def __init__(self, message: str, *, name: str, pull_spec: str, variant: str, file_missing: bool) -> None:
+        super().__init__(message)
+        self.name = name
+        self.pull_spec = pull_spec
+        self.variant = variant
+        self.file_missing = file_missing
+
+
+class BenchSetupError(EdgeSqlError):
+    """The bench's inputs (model files, variants, dataset) do not fit together."""

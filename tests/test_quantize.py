@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from edge_sql.convert.gguf_layout import read_layout
-from edge_sql.convert.quantize import QUANT_TYPES, RECIPES, SENSITIVE_TENSORS, QuantizeReport, quantize_gguf
+from edge_sql.convert.gguf_file import read_gguf
+from edge_sql.convert.quantize import QUANT_TYPES, RECIPES, SENSITIVE_PATTERNS, QuantizeReport, quantize_gguf
 from edge_sql.cli import main
 from edge_sql.errors import ConversionError
 
@@ -74,14 +74,14 @@ def quantized(tiny_gguf_bf16: Path, tmp_path_factory) -> Callable[[str], Quantiz
 
 
 def _is_sensitive(name: str) -> bool:
-    return any(re.search(pattern, name) for pattern in SENSITIVE_TENSORS)
+    return any(re.search(pattern, name) for pattern in SENSITIVE_PATTERNS)
 
 
 @pytest.mark.parametrize("qtype", [*QUANT_TYPES, *RECIPES])
 def test_quantized_file_loads_and_generates(qtype: str, quantized) -> None:
     q = quantized(qtype)
     assert q.report.file_size == q.path.stat().st_size > 0
-    types = read_layout(q.path).tensor_types()
+    types = read_gguf(q.path).tensor_types()
     assert q.report.tensor_types == dict(Counter(types.values()))
     assert len(types) == 55
     recipe = RECIPES.get(qtype)
@@ -103,7 +103,7 @@ def test_recipe_beats_its_base_type(recipe: str, quantized) -> None:
     with_recipe, plain = quantized(recipe), quantized(RECIPES[recipe].base)
     assert with_recipe.error < plain.error
     assert with_recipe.report.file_size > plain.report.file_size
-    plain_types = read_layout(plain.path).tensor_types()
+    plain_types = read_gguf(plain.path).tensor_types()
     assert {plain_types[n] for n in plain_types if _is_sensitive(n)} != {"Q8_0"}
 
 

@@ -50,7 +50,7 @@ def test_live_view_and_trace(tiny_gguf, northwind_db):
     out = result.stdout
     assert out.startswith("round 1\n")
     assert "--- transcript ---\n<|im_start|>system\n" in out
-    assert "<|im_start|>user\nQuestion: How many orders?<|im_end|>" in out
+    assert "<|im_start|>user\nHow many orders?<|im_end|>" in out
     assert "loaded tiny-bf16.gguf" in result.stderr
 
 
@@ -59,8 +59,8 @@ def test_prompt_file_replaces_the_template(tiny_gguf, chinook_db, tmp_path):
 
     custom = tmp_path / "mine.toml"
     custom.write_text(DEFAULT_PROMPT_FILE.read_text(encoding="utf-8")
-                      .replace('version = "sqale-v1"', 'version = "mine-1"')
-                      .replace('user_template = "Question: {question}{evidence}"',
+                      .replace('version = "sqale-v2"', 'version = "mine-1"')
+                      .replace('user_template = "{question}{evidence}"',
                                'user_template = "Please answer: {question}{evidence}"'), encoding="utf-8")
     result = run("--db", str(chinook_db), "--model", str(tiny_gguf), "--question", "How many albums?", "--json",
                  "--trace", "--prompt-file", str(custom), "--seed", "4", *SMALL)

@@ -8,9 +8,20 @@ import numpy as np
 import pytest
 
 from edge_sql.runtime import SamplingParams
-from edge_sql.runtime.sampling import CANDIDATES, _top, draw, sample, sample_allowed, sample_masked_reference
+from edge_sql.runtime.sampling import CANDIDATES, _top, draw, sample, sample_allowed
 
 VOCAB = 5000
+
+
+def sample_masked_reference(
+    logits: np.ndarray, allowed: np.ndarray, params: SamplingParams, rng: np.random.Generator
+) -> int:
+    """Plain full-vocabulary masking (slow): the reference `sample_allowed` is tested against."""
+    masked = np.where(allowed, logits, -np.inf)
+    k = 1 if params.is_greedy else (params.top_k or int(allowed.sum()))
+    k = min(k, int(allowed.sum()))
+    ids = np.argpartition(masked, -k)[-k:]
+    return draw(ids, masked[ids], params, rng)
 
 
 def _logits(seed: int, n: int = VOCAB) -> np.ndarray:

@@ -186,3 +186,20 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
         ("bird", "Q8_0", 64, False),
         ("synsql", "Q4_K_M", 1_500_000, True),
     ]
+
+
+@pytest.mark.parametrize("text, base, variant", [
+    ("synsql", "synsql", None),
+    ("synsql:Q4_K_M", "synsql", "Q4_K_M"),
+    ("trl-lab/qwen3.5-2b-grpo-synsql:Q8_0", "trl-lab/qwen3.5-2b-grpo-synsql", "Q8_0"),
+    ("C:\\models\\x.gguf", "C:\\models\\x.gguf", None),
+    ("synsql:", "synsql:", None),
+])
+def test_one_model_spec_parser(text: str, base: str, variant: str | None) -> None:
+    from edge_sql.store import ModelSpec
+
+    spec = ModelSpec.parse(text)
+    assert (spec.base, spec.variant) == (base, variant)
+    assert str(spec.with_variant("BF16")) == f"{base}:BF16"
+    if variant:
+        assert str(spec) == text

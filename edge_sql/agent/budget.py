@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,6 @@ def parse_budget_items(items: Iterable[str]) -> dict[str, int]:
     Budget(**changes)  # checks the values against the Budget's own bounds
     return changes
 
-
-def budget_with(base: Budget, items: Iterable[str]) -> Budget:
-    """`base` with `FIELD=N` overrides (`["max_rounds=2"]`); ValueError names a bad item."""
-    return replace(base, **parse_budget_items(items))
 
 
 @dataclass

@@ -1,14 +1,16 @@
 """Fidelity without labels: how close a variant's next-token distributions are to BF16's.
 
 Both models are teacher-forced on the same token sequence (a transcript the BF16 model
-produced); at every position the full distributions are compared: KL(P_ref || P_variant) =
-sum p_ref * (log p_ref - log p_variant), and whether the two argmax tokens agree. Sums are
-kept (not means) so results over many transcripts combine exactly.
+produced). Where the model wrote the next token itself (its thinking, tool calls and answers,
+not the system prompt, questions and tool results it was given), the full distributions are
+compared: KL(P_ref || P_variant) = sum p_ref * (log p_ref - log p_variant), and whether the
+two argmax tokens agree. Sums are kept (not means) so results over many transcripts combine
+exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,15 +47,36 @@ def kl_rows(ref_logprobs: np.ndarray, var_logprobs: np.ndarray) -> np.ndarray:
     return out
 
 
-def compare_on_tokens(reference: Session, variant: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK) -> FidelityStats:
-    """Teacher-force `tokens` on both sessions and compare the distributions at every position."""
+def generated_targets(spans: Sequence[Sequence[int]], n_tokens: int) -> list[int]:
+    """The positions whose next-token distribution produced a generated token: for each span
+    [start, end) of tokens the model wrote, positions start-1 .. end-2 (within `n_tokens`)."""
+    return sorted({p - 1 for start, end in spans for p in range(max(start, 1), min(end, n_tokens))})
+
+
+def compare_on_tokens(reference: Session, variant: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK,
+                      positions: Collection[int] | None = None) -> FidelityStats:
+    """Teacher-force `tokens` on both sessions and compare the distributions at `positions`
+    (the distribution after token i predicts token i + 1), or at every position when None."""
     if reference.n_vocab != variant.n_vocab:
         raise ValueError(f"the models' vocabularies differ ({reference.n_vocab} vs {variant.n_vocab} tokens)")
-    positions, kl_sum, kl_max, agree = 0, 0.0, 0.0, 0
+    wanted = None if positions is None else np.asarray(sorted(positions), dtype=np.int64)
+    if wanted is not None:
+        if not len(wanted):
+            return FidelityStats(positions=0, kl_sum=0.0, kl_max=0.0, top1_agree=0)
+        tokens = list(tokens)[: int(wanted[-1]) + 1]  # nothing after the last position compared
+    positions_done, kl_sum, kl_max, agree = 0, 0.0, 0.0, 0
+    offset = 0
     for ref, var in zip(token_logprobs(reference, tokens, chunk=chunk), token_logprobs(variant, tokens, chunk=chunk)):
+        n = len(ref)
+        if wanted is not None:
+            rows = wanted[(wanted >= offset) & (wanted < offset + n)] - offset
+            ref, var = ref[rows], var[rows]
+        offset += n
+        if not len(ref):
+            continue
         kl = kl_rows(ref, var)
-        positions += len(kl)
+        positions_done += len(kl)
         kl_sum += float(kl.sum())
         kl_max = max(kl_max, float(kl.max()))
         agree += int(np.count_nonzero(ref.argmax(axis=1) == var.argmax(axis=1)))
-    return FidelityStats(positions=positions, kl_sum=kl_sum, kl_max=kl_max, top1_agree=agree)
+    return FidelityStats(positions=positions_done, kl_sum=kl_sum, kl_max=kl_max, top1_agree=agree)

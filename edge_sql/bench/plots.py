@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from edge_sql.bench.variants import BenchSetupError
 
 ACCURACY_PNG = "accuracy_vs_size.png"
 SPEED_PNG = "decode_speed_vs_size.png"
 FIDELITY_PNG = "fidelity_vs_size.png"
 
 
+SKIPPED_NOTE = "plots skipped: matplotlib is not installed (pip install 'edge-sql[bench]' for them)"
+
+
 def _pyplot():
+    """matplotlib's pyplot on the file-only backend, or None when the optional extra is missing."""
     try:
         import matplotlib
     except ImportError:
-        raise BenchSetupError("plots need matplotlib: pip install 'edge-sql[bench]'") from None
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -50,9 +53,14 @@ def _finish(plt, fig, ax, title: str, title_note: str, path: Path, *, legend: bo
     return path
 
 
-def write_plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Write the three PNGs into `out_dir` and return their paths."""
+def write_plots(summary: dict[str, Any], out_dir: Path, log: Callable[[str], None] = lambda _msg: None) -> list[Path]:
+    """Write the three PNGs into `out_dir` and return their paths; without matplotlib (an optional
+    extra) write none and say so in one line through `log`, since the JSON and Markdown reports
+    hold every figure."""
     plt = _pyplot()
+    if plt is None:
+        log(SKIPPED_NOTE)
+        return []
     rows = sorted(summary["variants"], key=lambda r: r["size_bytes"])
     sizes = [r["size_bytes"] / 1e9 for r in rows]
     names = [r["name"] for r in rows]

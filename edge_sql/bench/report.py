@@ -54,7 +54,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Model: `{summary['settings']['base']}`; dataset: {summary['settings']['dataset']} "
         f"({summary['settings']['questions']} questions x modes {', '.join(modes)}, seed {summary['settings']['seed']}).",
         f"KL and top-1 compare each variant's next-token distributions with {reference}'s, teacher-forced on "
-        f"{reference}'s own transcripts; answer agreement is the share of questions whose final SQL returns "
+        f"{reference}'s own transcripts, at the tokens {reference} wrote itself (not the prompt or tool results); answer agreement is the share of questions whose final SQL returns "
         f"{reference}'s result set (or, like {reference}'s, no result).",
         "",
         "| variant | size | load s | peak RSS | prompt tok/s | decode tok/s (grammar) | wall median / p95 s "

@@ -56,6 +56,7 @@ class BenchConfig:
     fidelity_chunk: int = 64
     resume: bool = True
     note: str = ""   # shown under the report's heading and the plots' titles
+    verbose: bool = False   # llama.cpp's own log (e.g. the quantizer's line per tensor) on stderr
     cache_dir: Path | None = None  # quantized files; default <out_dir>/cache
 
     def fingerprint(self) -> dict[str, Any]:
@@ -64,6 +65,7 @@ class BenchConfig:
             "base": str(self.base), "dataset": str(self.dataset), "dataset_format": self.dataset_format,
             "db_root": str(self.db_root), "n_ctx": self.n_ctx, "budget": dict(sorted(self.budget.items())),
             "greedy": self.greedy, "prompt_file": str(self.prompt_file), "fidelity_tokens": self.fidelity_tokens,
+            "fidelity_on": "generated tokens",  # earlier runs compared every position
         }
 
 
@@ -100,14 +102,20 @@ def resolve_base(config: BenchConfig) -> tuple[Path, Callable[[str], Path | None
     if config.base is not None:
         return Path(config.base), None
     from edge_sql.store import resolve_model
+    from edge_sql.store.spec import ModelSpec
+
+    spec = ModelSpec.parse(config.model)
+    if spec.variant is not None:
+        raise BenchSetupError(f"--model takes a model name without a variant (got {config.model!r}); "
+                              "the bench picks the variants (see --variants)")
 
     def from_store(variant: str) -> Path | None:
         try:
-            return resolve_model(f"{config.model}:{variant}")
+            return resolve_model(str(spec.with_variant(variant)))
         except ModelFileError:
             return None
 
-    return resolve_model(f"{config.model}:{REFERENCE}"), from_store
+    return resolve_model(str(spec.with_variant(REFERENCE))), from_store
 
 
 def _check_settings(config: BenchConfig, out_dir: Path, log: ResultsLog) -> None:
@@ -153,7 +161,7 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
         raise BenchSetupError(f"the dataset {config.dataset} has no questions")
     require_databases(questions)
     variants = prepare_variants(base, config.variants, cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME,
-                                from_store=from_store, n_threads=config.n_threads, log=log)
+                                from_store=from_store, n_threads=config.n_threads, log=log, verbose=config.verbose)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
 
     episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
@@ -172,7 +180,7 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
         **summary,
     }
     summary["settings"] = json.loads(json.dumps(summary["settings"], default=str))
-    files = [write_json(summary, out_dir), write_markdown(summary, out_dir), *write_plots(summary, out_dir)]
+    files = [write_json(summary, out_dir), write_markdown(summary, out_dir), *write_plots(summary, out_dir, log)]
     return BenchOutcome(out_dir, summary, files, episodes_run, fidelity_run)
 
 

@@ -12,16 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_sql.errors import EdgeSqlError, ModelFileError
+from edge_sql.errors import BenchSetupError, ModelFileError
 from edge_sql.store.variants import BASE_VARIANT, normalize_variant
 
 REFERENCE = BASE_VARIANT  # "BF16": the variant every other one is compared against
 PLAIN_VARIANTS = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M")
-SENSITIVE_TENSORS = ("ssm_out", "attn_qkv", "attn_gate")
-
-
-class BenchSetupError(EdgeSqlError):
-    """The bench's inputs (model files, variants, dataset) do not fit together."""
 
 
 @dataclass(frozen=True)
@@ -36,21 +31,11 @@ class Variant:
         return self.path.stat().st_size
 
 
-def sensitive_recipe_name() -> str | None:
-    """The converter's recipe that keeps ssm_out, attn_qkv and attn_gate at Q8_0 over Q4_K_M."""
-    from edge_sql.convert.quantize import RECIPES
-
-    for name, recipe in RECIPES.items():
-        patterns = " ".join(pattern for pattern, _ in recipe.overrides)
-        if recipe.base == "Q4_K_M" and all(tensor in patterns for tensor in SENSITIVE_TENSORS):
-            return name
-    return None
-
-
 def default_variant_names() -> list[str]:
-    """BF16, Q8_0, Q6_K, Q5_K_M, Q4_K_M and the sensitive-tensors recipe."""
-    recipe = sensitive_recipe_name()
-    return [*PLAIN_VARIANTS, *([recipe] if recipe else [])]
+    """BF16, Q8_0, Q6_K, Q5_K_M, Q4_K_M and the quantizer's sensitive-tensors recipe."""
+    from edge_sql.convert.quantize import SENSITIVE_RECIPE
+
+    return [*PLAIN_VARIANTS, SENSITIVE_RECIPE]
 
 
 def parse_variant_names(text: str | None) -> list[str]:
@@ -83,8 +68,10 @@ def prepare_variants(
     from_store: Callable[[str], Path | None] | None = None,
     n_threads: int | None = None,
     log: Callable[[str], None] = lambda _msg: None,
+    verbose: bool = False,
 ) -> list[Variant]:
-    """The file of every variant, quantizing from `base` into `cache_dir` what is missing.
+    """The file of every variant, quantizing from `base` into `cache_dir` what is missing
+    (llama.cpp's quantizer log only when `verbose`).
 
     `from_store(name)` may supply a variant's file (the model store); it returns None when the
     store lacks it. Raises BenchSetupError for a missing file or a duplicate label.
@@ -100,7 +87,7 @@ def prepare_variants(
             if not path.is_file():
                 raise ModelFileError(f"no such variant file: {path}")
         else:
-            path = (from_store(name) if from_store else None) or _quantized(base, name, cache_dir, n_threads, log)
+            path = (from_store(name) if from_store else None) or _quantized(base, name, cache_dir, n_threads, log, verbose)
         label = variant_label(name)
         if any(v.name == label for v in variants):
             raise BenchSetupError(f"two variants are labelled {label!r}; rename one of the files")
@@ -108,7 +95,8 @@ def prepare_variants(
     return variants
 
 
-def _quantized(base: Path, name: str, cache_dir: Path, n_threads: int | None, log: Callable[[str], None]) -> Path:
+def _quantized(base: Path, name: str, cache_dir: Path, n_threads: int | None, log: Callable[[str], None],
+               verbose: bool) -> Path:
     """`cache_dir/<base stem>-<name>.gguf`, made by the converter's quantizer when absent."""
     from edge_sql.convert.quantize import quantize_gguf
 
@@ -117,5 +105,5 @@ def _quantized(base: Path, name: str, cache_dir: Path, n_threads: int | None, lo
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     log(f"quantizing {Path(base).name} to {name} -> {target}")
-    quantize_gguf(Path(base), target, name, n_threads=n_threads)
+    quantize_gguf(Path(base), target, name, n_threads=n_threads, verbose=verbose)
     return target

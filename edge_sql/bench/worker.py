@@ -21,6 +21,27 @@ from edge_sql.bench.tasks import EpisodeTask, FidelityTask
 from edge_sql.errors import EdgeSqlError
 
 
+def _recording_session_type():
+    """A Session that notes which context positions the model itself wrote (for fidelity)."""
+    from edge_sql.runtime import Session
+
+    class RecordingSession(Session):
+        generated_spans: list[list[int]]
+
+        def reset(self) -> None:
+            super().reset()
+            self.generated_spans = []
+
+        def generate(self, *args, **kwargs):
+            start = self.n_past
+            completion = super().generate(*args, **kwargs)
+            if self.n_past > start:
+                self.generated_spans.append([start, self.n_past])
+            return completion
+
+    return RecordingSession
+
+
 def run_episodes(task: EpisodeTask) -> None:
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.episode import run_episode
@@ -28,7 +49,7 @@ def run_episodes(task: EpisodeTask) -> None:
     from edge_sql.bench.modes import prompt_for_mode
     from edge_sql.evaluation.datasets import load_dataset
     from edge_sql.evaluation.scoring import score_prediction
-    from edge_sql.runtime import SamplingParams, Session
+    from edge_sql.runtime import SamplingParams
     from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
     log = ResultsLog(Path(task.results_path))
@@ -38,7 +59,7 @@ def run_episodes(task: EpisodeTask) -> None:
     params = SamplingParams(seed=task.seed, greedy=task.greedy)
 
     started = time.perf_counter()
-    session = Session(task.model_path, n_ctx=task.n_ctx, n_threads=task.n_threads)
+    session = _recording_session_type()(task.model_path, n_ctx=task.n_ctx, n_threads=task.n_threads)
     load_s = time.perf_counter() - started
     started = time.perf_counter()
     session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant
@@ -82,18 +103,20 @@ def run_episodes(task: EpisodeTask) -> None:
         }
         if task.record_tokens:
             record["tokens"] = session.tokens
+            record["generated_spans"] = session.generated_spans  # [start, end) of the model's own tokens
         log.append(record)
     session.close()
 
 
 def run_fidelity(task: FidelityTask) -> None:
-    from edge_sql.bench.fidelity import compare_on_tokens
+    from edge_sql.bench.fidelity import compare_on_tokens, generated_targets
     from edge_sql.runtime import Session
 
     log = ResultsLog(Path(task.results_path))
     wanted = {(mode, qid) for mode, qid in task.keys}
-    transcripts = {
-        (r["mode"], str(r["question_id"])): r["tokens"][: task.max_tokens]
+    transcripts = {  # the reference's tokens and the positions that predicted its own output
+        (r["mode"], str(r["question_id"])): (tokens := r["tokens"][: task.max_tokens],
+                                             generated_targets(r["generated_spans"], len(tokens)))
         for r in log.records("episode")
         if r["variant"] == task.reference_name and r.get("tokens") and (r["mode"], str(r["question_id"])) in wanted
     }
@@ -101,7 +124,8 @@ def run_fidelity(task: FidelityTask) -> None:
     variant = Session(task.model_path, n_ctx=256, n_batch=task.chunk, n_threads=task.n_threads)
     for mode, question_id in tqdm(sorted(transcripts), desc=f"{task.variant} fidelity", unit="tr", file=sys.stderr):
         started = time.perf_counter()
-        stats = compare_on_tokens(reference, variant, transcripts[(mode, question_id)], chunk=task.chunk)
+        tokens, positions = transcripts[(mode, question_id)]
+        stats = compare_on_tokens(reference, variant, tokens, chunk=task.chunk, positions=positions)
         log.append({"kind": "fidelity", **WorkKey(task.variant, mode, question_id, task.seed).as_fields(),
                     **asdict(stats), "seconds": time.perf_counter() - started})
     variant.close()

@@ -6,17 +6,7 @@ from pathlib import Path
 
 import click
 
-from edge_sql.errors import EdgeSqlError
-
-
-def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
-    """`("max_rounds=2",)` -> {"max_rounds": 2}, checked against the agent's Budget fields."""
-    from edge_sql.agent.budget import parse_budget_items as parse
-
-    try:
-        return parse(items)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--budget") from None
+from edge_sql.commands.options import budget_options
 
 
 @click.command(name="bench")
@@ -46,14 +36,6 @@ def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all available).")
 @click.option("--ctx", "n_ctx", type=click.IntRange(min=256), default=12288, show_default=True,
               help="Context size of each episode.")
-@click.option("--max-rounds", type=click.IntRange(min=1), help="Tool rounds before the forced answer (protocol: 6).")
-@click.option("--think-tokens", type=click.IntRange(min=1),
-              help="Bound on each <think> block (default: none, only the episode's room).")
-@click.option("--calls-per-turn", type=click.IntRange(min=1), help="Bound on tool calls in one turn (default: no cap).")
-@click.option("--episode-tokens", type=click.IntRange(min=256), help="Token budget of an episode (protocol: 12288).")
-@click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
-              help="Set any other field of the agent's Budget, e.g. --budget max_final_sql_tokens=64 "
-              "(repeatable).")
 @click.option("--fidelity-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Teacher-force at most this many tokens of each BF16 transcript.")
 @click.option("--prompt-file", "prompt_files", multiple=True, metavar="FILE|NAME",
@@ -65,13 +47,14 @@ def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
               "and the cache of quantized files.")
 @click.option("--note", default="", metavar="TEXT",
               help="A line shown under the report's heading and the plots' titles (e.g. 'random weights').")
+@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log (e.g. the quantizer's line per tensor).")
+@budget_options
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
 def command(base: Path | None, model: str | None, variants_text: str | None, dataset: str, dataset_format: str,
             db_root: Path | None, limit: int | None, modes: str, seed: int, greedy: bool, threads: int | None,
-            n_ctx: int, max_rounds: int | None, think_tokens: int | None, calls_per_turn: int | None,
-            episode_tokens: int | None, budget_items: tuple[str, ...], fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path,
-            note: str, resume: bool) -> None:
+            n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, note: str, verbose: bool,
+            resume: bool, budget: dict[str, int]) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -81,31 +64,23 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
     from edge_sql.bench import BenchConfig, parse_variant_names, run_bench
     from edge_sql.bench.modes import parse_modes
 
-    budget = {key: value for key, value in {
-        "max_rounds": max_rounds, "max_think_tokens": think_tokens, "max_final_think_tokens": think_tokens,
-        "max_calls_per_turn": calls_per_turn, "max_tokens": episode_tokens,
-    }.items() if value is not None}
-    try:
-        budget.update(parse_budget_items(budget_items))
-        config = BenchConfig(
-            out_dir=out_dir, base=base, model=model, variants=parse_variant_names(variants_text),
-            dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
-            modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
-            prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
-            resume=resume, note=note,
-        )
-        log = lambda message: click.echo(message, err=True)  # noqa: E731
-        if len(prompt_files) > 1:
-            from edge_sql.bench.templates import run_template_comparison
+    config = BenchConfig(
+        out_dir=out_dir, base=base, model=model, variants=parse_variant_names(variants_text),
+        dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
+        modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
+        prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
+        resume=resume, note=note, verbose=verbose,
+    )
+    log = lambda message: click.echo(message, err=True)  # noqa: E731
+    if len(prompt_files) > 1:
+        from edge_sql.bench.templates import run_template_comparison
 
-            outcomes, files = run_template_comparison(config, prompt_files, log=log)
-            click.echo(files[-1].read_text(encoding="utf-8"))
-            click.echo(f"{sum(o.episodes_run for o in outcomes)} episodes run; reports in "
-                       + ", ".join(str(o.out_dir) for o in outcomes) + "; comparison: " + ", ".join(map(str, files)))
-            return
-        outcome = run_bench(config, log=log)
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from exc
+        outcomes, files = run_template_comparison(config, prompt_files, log=log)
+        click.echo(files[-1].read_text(encoding="utf-8"))
+        click.echo(f"{sum(o.episodes_run for o in outcomes)} episodes run; reports in "
+                   + ", ".join(str(o.out_dir) for o in outcomes) + "; comparison: " + ", ".join(map(str, files)))
+        return
+    outcome = run_bench(config, log=log)
     click.echo((outcome.out_dir / "bench.md").read_text(encoding="utf-8"))
     click.echo(f"{outcome.episodes_run} episodes and {outcome.fidelity_run} fidelity comparisons run; "
                f"reports in {outcome.out_dir}: " + ", ".join(p.name for p in outcome.files))

@@ -32,12 +32,9 @@ def command(src: str, output: Path, outtype: str, force: bool, no_progress: bool
     """
     from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
-    try:
-        folder, repo = _checkpoint_folder(src)
-        report = convert_checkpoint(folder, output, outtype=outtype, force=force,
-                                    show_progress=not no_progress, source_repo=repo)
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from exc
+    folder, repo = _checkpoint_folder(src)
+    report = convert_checkpoint(folder, output, outtype=outtype, force=force,
+                                show_progress=not no_progress, source_repo=repo)
     click.echo(report.summary())
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from edge_sql.errors import EdgeSqlError
 from edge_sql.evaluation.datasets import load_dataset
 from edge_sql.evaluation.predictions import load_predictions
 from edge_sql.evaluation.scoring import DEFAULT_TIMEOUT_S, evaluate
@@ -72,15 +71,12 @@ def command(
 
     Example: edge-sql eval --dataset bundled --predictions pred.json --json report.json
     """
-    try:
-        questions = load_dataset(dataset, fmt=fmt, db_root=db_root)
-        predicted = load_predictions(predictions, questions)
-        report = evaluate(
-            questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True
-        )
-        click.echo(report.format_table())
-        if json_out is not None:
-            report.write_json(json_out)
-            click.echo(f"report written to {json_out}")
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from exc
+    questions = load_dataset(dataset, fmt=fmt, db_root=db_root)
+    predicted = load_predictions(predictions, questions)
+    report = evaluate(
+        questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True
+    )
+    click.echo(report.format_table())
+    if json_out is not None:
+        report.write_json(json_out)
+        click.echo(f"report written to {json_out}")

@@ -6,7 +6,6 @@ import json
 
 import click
 
-from edge_sql.errors import EdgeSqlError
 from edge_sql.store import ModelStore, StoredModel
 from edge_sql.store.catalog import load_catalog
 
@@ -54,10 +53,7 @@ def command(as_json: bool) -> None:
     `*` marks the default model that `edge-sql run` uses without --model.
     """
     store = ModelStore()
-    try:
-        entries = store.list()
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from exc
+    entries = store.list()
     if as_json:
         payload = [{**e.to_json(), "exists": e.exists, "default": _is_default(e)} for e in entries]
         click.echo(json.dumps({"store": str(store.root), "models": payload}, indent=2))

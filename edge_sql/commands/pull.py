@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from edge_sql.errors import EdgeSqlError
 from edge_sql.store import pull_model
 from edge_sql.store.catalog import load_catalog
 
@@ -56,12 +55,9 @@ def command(
     store (EDGE_SQL_HOME, or the user data folder). Without network, a checkpoint already in the
     cache is used; otherwise point pull at a local folder.
     """
-    try:
-        result = pull_model(
-            model, quant=quant, revision=revision, force=force, name=name, keep_bf16=keep_bf16, log=_log
-        )
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from exc
+    result = pull_model(
+        model, quant=quant, revision=revision, force=force, name=name, keep_bf16=keep_bf16, log=_log
+    )
     entry = result.model
     state = "already in the store" if result.already_present else "ready"
     default = load_catalog()

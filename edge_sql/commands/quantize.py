@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from edge_sql.convert.quantize import QUANT_TYPES, RECIPES
-from edge_sql.errors import EdgeSqlError
 
 
 def _type_help() -> str:
@@ -22,7 +21,8 @@ def _type_help() -> str:
               help="The quantized GGUF file to write (temporary file first, renamed at the end).")
 @click.option("--threads", type=int, default=None, help="Threads for the quantizer (default: all cores).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def command(src: Path, qtype: str, output: Path, threads: int | None, force: bool) -> None:
+@click.option("--verbose", is_flag=True, help="Show llama.cpp's quantizer log (a line per tensor).")
+def command(src: Path, qtype: str, output: Path, threads: int | None, force: bool, verbose: bool) -> None:
     """Quantize the F32/F16/BF16 GGUF SRC (e.g. from `edge-sql convert`) to TYPE.
 
     Example:
@@ -32,8 +32,5 @@ def command(src: Path, qtype: str, output: Path, threads: int | None, force: boo
     from edge_sql.convert.quantize import quantize_gguf
 
     canonical = {name.casefold(): name for name in [*QUANT_TYPES, *RECIPES]}.get(qtype.casefold(), qtype)
-    try:
-        report = quantize_gguf(src, output, canonical, force=force, n_threads=threads)
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from exc
+    report = quantize_gguf(src, output, canonical, force=force, n_threads=threads, verbose=verbose)
     click.echo(report.summary())

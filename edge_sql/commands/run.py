@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from edge_sql.commands.options import budget_options
 from edge_sql.errors import EdgeSqlError
 
 PROMPT = "edge-sql> "
@@ -68,19 +69,10 @@ def _print_event(event) -> None:
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None,
               help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
                    "template's name (sqale-v1); see edge_sql/agent/prompts/.")
-@click.option("--think-tokens", type=click.IntRange(min=1), default=None,
-              help="Bound on each <think> block in tokens (default: none; thinking is bounded only by "
-                   "the room left in the episode's 12,288 tokens, as in training).")
-@click.option("--max-rounds", type=click.IntRange(min=1), default=None,
-              help="Tool rounds before the answer is forced (protocol: 6).")
-@click.option("--calls-per-turn", type=click.IntRange(min=1), default=None,
-              help="Most tool calls in one turn (default: no cap; training capped rounds, not calls).")
-@click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
-              help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable).")
+@budget_options
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
-            n_ctx: int, prompt_file: Path | None, think_tokens: int | None, max_rounds: int | None,
-            calls_per_turn: int | None, budget_items: tuple[str, ...]) -> None:
+            n_ctx: int, prompt_file: Path | None, budget: dict[str, int]) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -92,30 +84,16 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
       edge-sql run --db chinook.sqlite
       edge-sql run --db chinook.sqlite --question "How many albums are there?" --json
     """
-    budget = _budget(think_tokens, max_rounds, calls_per_turn, budget_items)
+    from edge_sql.agent.budget import Budget
+
     try:
         code = _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads,
-                    n_ctx, prompt_file, budget)
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from None
+                    n_ctx, prompt_file, Budget(**budget))
     except KeyboardInterrupt:
         click.echo("\nstopped.", err=True)
         code = EXIT_INTERRUPTED
     if code:
         sys.exit(code)
-
-
-def _budget(think_tokens, max_rounds, calls_per_turn, budget_items):
-    """The default Budget with the command line's changes; a bad value is a usage error."""
-    from edge_sql.agent.budget import Budget, budget_with
-
-    shortcuts = {"max_think_tokens": think_tokens, "max_final_think_tokens": think_tokens,
-                 "max_rounds": max_rounds, "max_calls_per_turn": calls_per_turn}
-    items = [f"{name}={value}" for name, value in shortcuts.items() if value is not None] + list(budget_items)
-    try:
-        return budget_with(Budget(), items)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--budget") from None
 
 
 def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads, n_ctx,

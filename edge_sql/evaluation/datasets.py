@@ -14,13 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from edge_sql.errors import DatabaseError, EdgeSqlError
+from edge_sql.errors import DatabaseError, DatasetError, EdgeSqlError
 
 BUNDLED_FILE_NAME = "edge_sql_eval.json"
-
-
-class DatasetError(EdgeSqlError):
-    """A questions file is missing, not JSON, or not in the expected format."""
 
 
 @dataclass(frozen=True)
@@ -62,12 +58,12 @@ def _read_json_list(questions_file: Path) -> list[Any]:
 def _text(entry: Any, key: str, index: int, path: Path) -> str:
     """A required, non-empty text field of one entry."""
     if not isinstance(entry, dict):
-        raise DatasetError(f"{path}: entry {index} is not a JSON object")
+        raise DatasetError(f"{path}: entry {index} is not a JSON object", path=path)
     if key not in entry:
-        raise DatasetError(f"{path}: entry {index} lacks the field '{key}'")
+        raise DatasetError(f"{path}: entry {index} lacks the field '{key}'", path=path)
     value = entry[key]
     if not (isinstance(value, str) and value.strip()):
-        raise DatasetError(f"{path}: entry {index} has an empty or non-text '{key}'")
+        raise DatasetError(f"{path}: entry {index} has an empty or non-text '{key}'", path=path)
     return value
 
 
@@ -77,7 +73,7 @@ def _optional_text(entry: dict[str, Any], key: str, index: int, path: Path) -> s
     if value is None:
         return None
     if not isinstance(value, str):
-        raise DatasetError(f"{path}: entry {index} has a non-text '{key}'")
+        raise DatasetError(f"{path}: entry {index} has a non-text '{key}'", path=path)
     return value.strip() or None
 
 

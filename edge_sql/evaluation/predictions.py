@@ -10,14 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import PredictionsError
 from edge_sql.evaluation.datasets import Question, base_id, read_json_file
 
 BIRD_SEPARATOR = "\t----- bird -----\t"
-
-
-class PredictionsError(EdgeSqlError):
-    """A predictions file is missing, not JSON, or does not fit the questions."""
 
 
 def load_predictions(path: Path | str, questions: Sequence[Question]) -> dict[str, str]:
@@ -47,7 +43,7 @@ def _read_json_object(path: Path) -> dict[str, str]:
         )
     for key, value in data.items():
         if not isinstance(value, str):
-            raise PredictionsError(f"{path}: the prediction for '{key}' is not a string of SQL")
+            raise PredictionsError(f"{path}: the prediction for '{key}' is not a string of SQL", path=path)
     return data
 
 

@@ -7,13 +7,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import ReportError
 
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
-
-
-class ReportError(EdgeSqlError):
-    """A report cannot be written where the user asked."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +93,7 @@ class EvalReport:
         try:
             Path(path).write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise ReportError(f"cannot write the report to {path}: {exc.strerror}") from None
+            raise ReportError(f"cannot write the report to {path}: {exc.strerror}", path=path) from None
 
     def format_table(self) -> str:
         """A plain-text table: one line per difficulty, then the overall line."""

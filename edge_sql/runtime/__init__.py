@@ -1,7 +1,7 @@
 """The llama.cpp runtime: validate a GGUF, load it, evaluate tokens once, sample under a grammar."""
 
+from edge_sql.convert.gguf_file import SUPPORTED_ARCHITECTURES, GGUFFile, validate_gguf
 from edge_sql.runtime.constrained import GrammarError
-from edge_sql.runtime.gguf_check import SUPPORTED_ARCHITECTURES, GGUFInfo, validate_gguf
 from edge_sql.runtime.sampling import SamplingParams
 from edge_sql.runtime.session import Completion, ContextFullError, Session, SessionInfo, Timings
 
@@ -9,7 +9,7 @@ __all__ = [
     "SUPPORTED_ARCHITECTURES",
     "Completion",
     "ContextFullError",
-    "GGUFInfo",
+    "GGUFFile",
     "GrammarError",
     "SamplingParams",
     "Session",

@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 import threading
 
 import llama_cpp
 
+from edge_sql.convert.llama_log import route_llama_log
+
 _lock = threading.Lock()
 _initialised = False
-_verbose = False
-
-
-@llama_cpp.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    if _verbose:
-        sys.stderr.write(text.decode("utf-8", errors="replace"))
 
 
 def init_backend(*, verbose: bool = False) -> None:
     """Initialise llama.cpp once per process and route its log (silent unless verbose)."""
-    global _initialised, _verbose
+    global _initialised
     with _lock:
-        _verbose = verbose
+        route_llama_log(verbose=verbose)
         if not _initialised:
-            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _initialised = True
 

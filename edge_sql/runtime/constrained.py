@@ -14,11 +14,7 @@ import llama_cpp
 import llguidance
 import numpy as np
 
-from edge_sql.errors import EdgeSqlError
-
-
-class GrammarError(EdgeSqlError):
-    """A grammar that llguidance cannot compile."""
+from edge_sql.errors import GrammarError
 
 
 def build_lltokenizer(

@@ -137,14 +137,3 @@ def sample_allowed(
         part = np.argpartition(values, -k)[-k:]
         allowed, values = allowed[part], values[part]
     return draw(allowed, values, params, rng), False
-
-
-def sample_masked_reference(
-    logits: np.ndarray, allowed: np.ndarray, params: SamplingParams, rng: np.random.Generator
-) -> int:
-    """Plain full-vocabulary masking (slow); the reference the shortcut is tested against."""
-    masked = np.where(allowed, logits, -np.inf)
-    k = 1 if params.is_greedy else (params.top_k or int(allowed.sum()))
-    k = min(k, int(allowed.sum()))
-    ids = np.argpartition(masked, -k)[-k:]
-    return draw(ids, masked[ids], params, rng)

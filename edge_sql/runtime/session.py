@@ -1,8 +1,9 @@
 """One llama.cpp model and context on the low-level bindings: eval each token once, sample.
 
-Why not `llama_cpp.Llama`: it re-evaluates the whole prompt of hybrid models on every call
-(trap 2 in docs), checks grammars against the whole vocabulary per token (trap 1) and
-allocates an n_batch x n_vocab score buffer (trap 3). Here the context is append-only:
+Why not `llama_cpp.Llama`: it re-evaluates the whole prompt of hybrid models (whose recurrent
+state cannot be rolled back to a common prefix) on every call, checks grammars against the
+whole vocabulary per token, and allocates an n_batch x n_vocab score buffer. Here the context
+is append-only:
 `eval` adds prompt tokens, `generate` adds sampled tokens, and every token is decoded
 exactly once. The last sampled token of a completion is decoded lazily, together with the
 next `eval` batch, so no decode call is spent on it alone.
@@ -25,10 +26,11 @@ from typing import Literal
 import llama_cpp
 import numpy as np
 
-from edge_sql.errors import EdgeSqlError, ModelFileError
+from edge_sql.convert.gguf_file import validate_gguf
+from edge_sql.errors import ContextFullError, EdgeSqlError, ModelFileError
 from edge_sql.runtime.backend import default_threads, gpu_backend_name, init_backend, repack_is_safe
+from edge_sql.runtime.batch import TokenBatch
 from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
-from edge_sql.runtime.gguf_check import validate_gguf
 from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
 
 StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
@@ -36,10 +38,6 @@ _GRAMMAR_CACHE_SIZE = 16
 # Physical batch: 256 measured 40 MiB less peak RSS than 512 at a 12,288-token context and
 # equal or faster prefill on the 2B shape (benchmarks/results/runtime.md).
 DEFAULT_UBATCH = 256
-
-
-class ContextFullError(EdgeSqlError):
-    """The tokens to evaluate do not fit in the context window."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ class Session:
         gguf = validate_gguf(model_path)
         init_backend(verbose=verbose)
         self._model = self._ctx = None
-        self._batch: llama_cpp.llama_batch | None = None
+        self._batch: TokenBatch | None = None
         gpu = gpu_backend_name()
         n_layers = gguf.block_count or 0
         if n_gpu_layers is None:
@@ -182,13 +180,7 @@ class Session:
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self._n_batch = n_batch
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        self._batch_token = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
-        self._batch_pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
-        self._batch_logits = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
-        for i in range(n_batch):
-            self._batch.n_seq_id[i] = 1
-            self._batch.seq_id[i][0] = 0
+        self._batch = TokenBatch(n_batch)
 
         self.info = SessionInfo(
             model_path=gguf.path, architecture=gguf.architecture, model_bytes=gguf.file_size,
@@ -349,17 +341,10 @@ class Session:
         while self._n_evaluated < n_total:
             chunk = self._tokens[self._n_evaluated:self._n_evaluated + self._n_batch]
             n = len(chunk)
-            self._batch_token[:n] = chunk
-            self._batch_pos[:n] = np.arange(self._n_evaluated, self._n_evaluated + n)
-            self._batch_logits[:n] = 0
             last_chunk = self._n_evaluated + n == n_total
-            if last_chunk:
-                self._batch_logits[n - 1] = 1
-            self._batch.n_tokens = n
+            self._batch.fill(chunk, self._n_evaluated, outputs="last" if last_chunk else "none")
             self._logits = None
-            status = llama_cpp.llama_decode(self._ctx, self._batch)
-            if status != 0:
-                raise RuntimeError(f"llama_decode failed with status {status} at position {self._n_evaluated}")
+            self._batch.decode(self._ctx)
             self._n_evaluated += n
             if last_chunk:
                 pointer = llama_cpp.llama_get_logits_ith(self._ctx, -1)
@@ -522,7 +507,7 @@ class Session:
         self._grammars = OrderedDict()
         self._lltokenizer = None
         if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
+            self._batch.close()
             self._batch = None
         if self._ctx:
             llama_cpp.llama_free(self._ctx)

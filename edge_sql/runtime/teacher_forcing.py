@@ -1,7 +1,7 @@
 """Teacher forcing: the model's next-token log-probabilities at every position of a sequence.
 
-`Session` asks llama.cpp for the logits of the last token only (trap 3: no n_batch x n_vocab
-buffer), and its context is built to output one row per batch. Comparing two models position
+`Session` asks llama.cpp for the logits of the last token only (so it has no n_batch x n_vocab
+logits buffer), and its context is built to output one row per batch. Comparing two models position
 by position needs every position's distribution, so this module opens a second, short-lived
 llama.cpp context on the session's loaded model (the weights are shared, not reloaded), sized
 for the sequence, with room for `chunk` output rows. It decodes the tokens in chunks, marks
@@ -18,6 +18,7 @@ import llama_cpp
 import numpy as np
 
 from edge_sql.errors import ModelFileError
+from edge_sql.runtime.batch import TokenBatch
 from edge_sql.runtime.session import Session
 
 DEFAULT_CHUNK = 64
@@ -61,26 +62,13 @@ def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFA
     ctx = llama_cpp.llama_init_from_model(session.llama_model, params)  # the session's loaded weights
     if not ctx:
         raise ModelFileError(f"llama.cpp could not create a {params.n_ctx}-token context for teacher forcing")
-    batch = llama_cpp.llama_batch_init(chunk, 0, 1)
     try:
-        batch_token = np.ctypeslib.as_array(batch.token, shape=(chunk,))
-        batch_pos = np.ctypeslib.as_array(batch.pos, shape=(chunk,))
-        batch_logits = np.ctypeslib.as_array(batch.logits, shape=(chunk,))
-        for i in range(chunk):
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-        for start in range(0, len(tokens), chunk):
-            piece = tokens[start:start + chunk]
-            n = len(piece)
-            batch_token[:n] = piece
-            batch_pos[:n] = np.arange(start, start + n)
-            batch_logits[:n] = 1
-            batch.n_tokens = n
-            status = llama_cpp.llama_decode(ctx, batch)
-            if status != 0:
-                raise RuntimeError(f"llama_decode failed with status {status} at position {start}")
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(n, n_vocab))
-            yield log_softmax(logits)
+        with TokenBatch(chunk) as batch:
+            for start in range(0, len(tokens), chunk):
+                piece = tokens[start:start + chunk]
+                batch.fill(piece, start, outputs="all")
+                batch.decode(ctx)
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(len(piece), n_vocab))
+                yield log_softmax(logits)
     finally:
-        llama_cpp.llama_batch_free(batch)
         llama_cpp.llama_free(ctx)

@@ -6,6 +6,7 @@ from edge_sql.store.hub import HubError, HubUnreachableError, RepoNotFoundError,
 from edge_sql.store.index import ModelStore, StoredModel
 from edge_sql.store.pull import PullResult, pull_model
 from edge_sql.store.resolve import ModelNotPulledError, ensure_model, resolve_model
+from edge_sql.store.spec import ModelSpec
 
 
 def list_models() -> list[StoredModel]:
@@ -19,6 +20,7 @@ __all__ = [
     "HubError",
     "HubUnreachableError",
     "ModelNotPulledError",
+    "ModelSpec",
     "ModelStore",
     "PullResult",
     "RepoNotFoundError",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import HubError, HubUnreachableError, RepoNotFoundError
 
 # Only what conversion needs (and the model's license and card): no vision-only or training files.
 CHECKPOINT_PATTERNS = (
@@ -29,18 +29,6 @@ LOCAL_ALTERNATIVE = (
     "to use a checkpoint you already have, run `edge-sql pull /path/to/checkpoint` "
     "(or `edge-sql convert` then `edge-sql quantize`)"
 )
-
-
-class HubError(EdgeSqlError):
-    """The hub answered, but the download cannot go on (bad revision, server error, broken transfer)."""
-
-
-class HubUnreachableError(HubError):
-    """The hub cannot be reached (no network, DNS failure, offline mode) and the cache cannot stand in."""
-
-
-class RepoNotFoundError(HubError):
-    """The hub has no such repository (or it is private or gated)."""
 
 
 @dataclass(frozen=True)

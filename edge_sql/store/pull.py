@@ -11,6 +11,7 @@ from edge_sql.errors import EdgeSqlError
 from edge_sql.store.catalog import CatalogEntry, load_catalog
 from edge_sql.store.hub import HubError, HubUnreachableError, RepoNotFoundError, Snapshot, download_checkpoint
 from edge_sql.store.index import ModelStore, StoredModel, safe_name
+from edge_sql.store.spec import ModelSpec
 from edge_sql.store.variants import BASE_VARIANT, CONVERTED_VARIANTS, is_converted, normalize_variant
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -42,14 +43,6 @@ class PullResult:
     snapshot: Snapshot | None = None
 
 
-def split_spec(spec: str) -> tuple[str, str | None]:
-    """`synsql:Q8_0` -> (`synsql`, `Q8_0`); a spec without a colon has no variant."""
-    name, sep, variant = spec.rpartition(":")
-    if sep and name and variant and "/" not in variant and "\\" not in variant:
-        return name, variant
-    return spec, None
-
-
 def pull_source(spec: str | None, *, name: str | None = None) -> tuple[PullSource, str | None]:
     """Turns a pull argument into a source and the variant it names (if any).
 
@@ -67,7 +60,8 @@ def pull_source(spec: str | None, *, name: str | None = None) -> tuple[PullSourc
                 f"{folder} is a folder but has no config.json; point pull at a Hugging Face checkpoint folder"
             )
         return PullSource(name=safe_name(name or folder.resolve().name), folder=folder.resolve()), None
-    base, variant = split_spec(spec)
+    parsed = ModelSpec.parse(spec)
+    base, variant = parsed.base, parsed.variant
     entry = catalog.find(base)
     if entry is not None:
         return _catalog_source(entry, name, catalog.default_variant), variant

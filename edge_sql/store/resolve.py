@@ -7,24 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edge_sql.errors import ModelFileError
+from edge_sql.errors import ModelFileError, ModelNotPulledError
 from edge_sql.store.catalog import load_catalog
 from edge_sql.store.index import ModelStore
-from edge_sql.store.pull import pull_model, split_spec
+from edge_sql.store.pull import pull_model
+from edge_sql.store.spec import ModelSpec
 from edge_sql.store.variants import normalize_variant
 
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
-
-
-class ModelNotPulledError(ModelFileError):
-    """The model is known but its variant is not in the store (or its file was deleted)."""
-
-    def __init__(self, message: str, *, name: str, pull_spec: str, variant: str, file_missing: bool) -> None:
-        super().__init__(message)
-        self.name = name
-        self.pull_spec = pull_spec
-        self.variant = variant
-        self.file_missing = file_missing
 
 
 def looks_like_path(spec: str) -> bool:
@@ -48,7 +38,8 @@ def resolve_model(spec: str | None, *, store: ModelStore | None = None) -> Path:
         return _existing_file(Path(spec).expanduser())
     store = store or ModelStore()
     catalog = load_catalog()
-    base, variant_text = split_spec(spec) if spec is not None else (catalog.default.name, None)
+    parsed = ModelSpec.parse(spec) if spec is not None else ModelSpec(catalog.default.name)
+    base, variant_text = parsed.base, parsed.variant
     variant = normalize_variant(variant_text) if variant_text else catalog.default_variant
     name, pull_spec = _store_name(base, store)
     entry = store.get(name, variant)

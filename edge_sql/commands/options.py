@@ -1,0 +1,52 @@
+"""Click options shared by several commands: one definition each, so `run` and `bench` agree."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import click
+
+# option parameter -> the Budget fields it sets (`--budget FIELD=N` sets any field, and wins)
+BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
+    "max_rounds": ("max_rounds",),
+    "think_tokens": ("max_think_tokens", "max_final_think_tokens"),
+    "calls_per_turn": ("max_calls_per_turn",),
+    "episode_tokens": ("max_tokens",),
+}
+
+_BUDGET_OPTIONS = (
+    click.option("--max-rounds", type=click.IntRange(min=1), default=None,
+                 help="Tool rounds before the answer is forced (protocol: 6)."),
+    click.option("--think-tokens", type=click.IntRange(min=1), default=None,
+                 help="Bound on each <think> block in tokens (default: none; thinking is bounded only by "
+                      "the room left in the episode, as in training)."),
+    click.option("--calls-per-turn", type=click.IntRange(min=1), default=None,
+                 help="Most tool calls in one turn (default: no cap; training capped rounds, not calls)."),
+    click.option("--episode-tokens", type=click.IntRange(min=256), default=None,
+                 help="Token budget of an episode: prompt, turns and results (protocol: 12288)."),
+    click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
+                 help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable)."),
+)
+
+
+def budget_options(command: Callable) -> Callable:
+    """Adds the budget options to a click command, which receives them as one argument:
+    `budget`, the Budget fields to change ({"max_rounds": 3, ...}), checked (a bad one is a
+    usage error naming --budget)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, budget_items: tuple[str, ...], **kwargs):
+        from edge_sql.agent.budget import parse_budget_items
+
+        items = [f"{field}={value}" for option, fields in BUDGET_SHORTCUTS.items()
+                 if (value := kwargs.pop(option)) is not None for field in fields]
+        try:
+            budget = parse_budget_items([*items, *budget_items])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--budget") from None
+        return command(*args, budget=budget, **kwargs)
+
+    for option in reversed(_BUDGET_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper

@@ -1,0 +1,58 @@
+"""A llama.cpp token batch for one sequence, filled from Python without a per-token loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import llama_cpp
+import numpy as np
+
+
+class TokenBatch:
+    """A `llama_batch` of up to `capacity` tokens of sequence 0, with numpy views on its arrays.
+
+    Used by `Session` (logits of the last token only) and by teacher forcing (logits of every
+    token). Free it with `close()` (or use it as a context manager).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"a batch holds at least 1 token, got {capacity}")
+        self.capacity = capacity
+        self.batch = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self._token = np.ctypeslib.as_array(self.batch.token, shape=(capacity,))
+        self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(capacity,))
+        self._output = np.ctypeslib.as_array(self.batch.logits, shape=(capacity,))
+        for i in range(capacity):
+            self.batch.n_seq_id[i] = 1
+            self.batch.seq_id[i][0] = 0
+
+    def fill(self, tokens: Sequence[int], start: int, *, outputs: str) -> None:
+        """Put `tokens` at positions start, start+1, ...; `outputs` ("last", "all" or "none")
+        says which positions llama.cpp computes logits for."""
+        n = len(tokens)
+        if not 0 < n <= self.capacity:
+            raise ValueError(f"{n} tokens do not fit a batch of {self.capacity}")
+        self._token[:n] = tokens
+        self._pos[:n] = np.arange(start, start + n)
+        self._output[:n] = 1 if outputs == "all" else 0
+        if outputs == "last":
+            self._output[n - 1] = 1
+        self.batch.n_tokens = n
+
+    def decode(self, ctx: llama_cpp.llama_context_p) -> None:
+        """`llama_decode` the batch; RuntimeError names the status and first position on failure."""
+        status = llama_cpp.llama_decode(ctx, self.batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} at position {int(self._pos[0])}")
+
+    def close(self) -> None:
+        if self.batch is not None:
+            llama_cpp.llama_batch_free(self.batch)
+            self.batch = None
+
+    def __enter__(self) -> "TokenBatch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
