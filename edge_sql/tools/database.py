@@ -25,6 +25,7 @@ from edge_sql.errors import DatabaseError, EdgeSqlError
 from edge_sql.tools import db_file
 from edge_sql.tools.db_file import SQLITE_HEADER  # noqa: F401  (kept importable from here)
 from edge_sql.tools.identifiers import fold_identifier, unquote_identifier
+from edge_sql.tools.policy import READ_ONLY_TABLE_FUNCTIONS
 from edge_sql.tools.statement_runner import (
     StatementRunner,
     WorkerDied,
@@ -200,9 +201,11 @@ class ReadOnlyDatabase:
         (compiling with EXPLAIN runs nothing), else that only reads may run."""
         if keyword != "EXPLAIN":
             self._run("EXPLAIN " + sql, tuple(params), 0, None, limit)
+        hint = ("; for a table's columns use SELECT * FROM pragma_table_info('name')"
+                if keyword == "PRAGMA" else "")
         raise QueryError(
             f"not allowed: the database is read-only, and only a single SELECT, WITH or VALUES "
-            f"statement can run (this one starts with {keyword})"
+            f"statement can run (this one starts with {keyword}{hint})"
         )
 
     def _run(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: Any,
@@ -248,6 +251,12 @@ class ReadOnlyDatabase:
         if message.startswith("not authorized") or message == "authorization denied":
             refused = denial or "this statement"
             return QueryError(f"not allowed: the database is read-only ({refused} is refused)")
+        if message.startswith("access to ") and message.endswith(" is prohibited"):
+            allowed = ", ".join(sorted(READ_ONLY_TABLE_FUNCTIONS))
+            return QueryError(
+                f"not allowed: {denial or 'reading this table'} is refused (the table-valued "
+                f"functions that may be read: {allowed})"
+            )
         if "database is locked" in message or "database table is locked" in message:
             return QueryError(
                 f"the database is locked by another program (waited {format_seconds(limit)}); "
@@ -286,7 +295,7 @@ class ReadOnlyDatabase:
         for _, stored, _ in self._schema:
             if fold_identifier(stored) == wanted:
                 return stored
-        raise QueryError(f"no such table: {name}")
+        raise QueryError(f"no such table: {_shown(name)}")
 
     def create_statement(self, table: str) -> str:
         """The CREATE TABLE (or CREATE VIEW) statement as stored in the schema."""
@@ -303,7 +312,8 @@ class ReadOnlyDatabase:
         for stored in self.column_names(table):
             if fold_identifier(stored) == wanted:
                 return stored
-        raise QueryError(f"no such column: {column} (in table {self.resolve_table(table)})")
+        raise QueryError(
+            f"no such column: {_shown(column)} (in table {self.resolve_table(table)})")
 
     def primary_key(self, table: str) -> list[str]:
         columns = self._pragma("table_info", self.resolve_table(table))
@@ -350,3 +360,8 @@ def _checked_limit(seconds: Any) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise QueryError(f"a time limit must be a positive number of seconds, not {seconds!r}")
     return float(seconds)
+
+
+def _shown(name: str, limit: int = 100) -> str:
+    """A name as an error message echoes it: a long one is cut, with its length."""
+    return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} characters)"
