@@ -272,6 +272,10 @@ class ReadOnlyDatabase:
                     f"integrity_check\"`), which undoes the unfinished change, then try again"
                 )
             return QueryError("not allowed: the database is read-only")
+        if message.startswith("Incorrect number of bindings"):
+            return QueryError(
+                "the SQL has a parameter placeholder (?, :name or $name) but no value is given "
+                "for it; write the values into the SQL")
         if "string or blob too big" in message:
             return QueryError(
                 f"a value in the query grew past the {MAX_VALUE_BYTES // (1024 * 1024)} MB "
