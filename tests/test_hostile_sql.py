@@ -363,3 +363,240 @@ def test_hostile_call(tmp_path: Path, family: str, tool: object, args: object,
                       expected: str) -> None:
     db = fresh_copy(CHINOOK, tmp_path / "db")
     check_call(db, tool, args, expected)
+
+
+# -- 8. the database file itself ----------------------------------------------------------------
+
+
+def open_fails(path: Path, expected: str, *, folders: tuple[Path, ...], **options: object) -> None:
+    """Opening `path` fails with exactly `expected`, quickly, and changes nothing."""
+    before = folder_state(*folders)
+    start = time.monotonic()
+    with pytest.raises(DatabaseError) as caught:
+        ReadOnlyDatabase(path, time_limit_s=LIMIT_S, **options)
+    assert time.monotonic() - start < 2 * LIMIT_S
+    assert str(caught.value) == expected
+    assert folder_state(*folders) == before
+
+
+def wal_database(folder: Path, *, keep_wal: bool) -> Path:
+    """A WAL-mode copy of Chinook with one committed change; with `keep_wal`, that change is
+    still only in its -wal (as when the writing program is open or was killed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    work = folder.parent / (folder.name + "-writer")
+    work.mkdir()
+    source = fresh_copy(CHINOOK, work)
+    conn = sqlite3.connect(source)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("INSERT INTO Genre VALUES (26, 'Polka')")
+    conn.commit()
+    target = folder / "chinook.sqlite"
+    if keep_wal:
+        shutil.copyfile(source, target)
+        shutil.copyfile(str(source) + "-wal", str(target) + "-wal")
+    conn.close()  # checkpoints the change into the file, which stays in WAL mode
+    if not keep_wal:
+        shutil.copyfile(source, target)
+    shutil.rmtree(work)
+    return target
+
+
+def wal_copies() -> set[str]:
+    import tempfile
+
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("edge-sql-wal-")}
+
+
+def read_genres(path: Path, *, folders: tuple[Path, ...], **options: object) -> int:
+    before, copies = folder_state(*folders), wal_copies()
+    with ReadOnlyDatabase(path, time_limit_s=LIMIT_S, **options) as db:
+        count = db.execute("SELECT count(*) FROM Genre", max_rows=1).rows[0][0]
+        assert Toolbox(db).call("run_query", {"sql": "SELECT Name FROM Genre WHERE GenreId = 1"}
+                                ).output == "Name\nRock"
+    assert folder_state(*folders) == before
+    assert wal_copies() <= copies  # the private copy is gone after close
+    return count
+
+
+def test_wal_database_with_log_is_read_from_a_private_copy(tmp_path: Path) -> None:
+    db = wal_database(tmp_path / "db", keep_wal=True)
+    assert sorted(os.listdir(db.parent)) == ["chinook.sqlite", "chinook.sqlite-wal"]
+    assert read_genres(db, folders=(db.parent,)) == 26  # the change in the -wal is seen
+
+
+def test_wal_database_without_log(tmp_path: Path) -> None:
+    db = wal_database(tmp_path / "db", keep_wal=False)
+    assert sorted(os.listdir(db.parent)) == ["chinook.sqlite"]
+    assert read_genres(db, folders=(db.parent,)) == 26
+
+
+def test_wal_database_with_empty_log_and_shm(tmp_path: Path) -> None:
+    db = wal_database(tmp_path / "db", keep_wal=False)
+    Path(str(db) + "-wal").write_bytes(b"")
+    Path(str(db) + "-shm").write_bytes(b"\0" * 32768)
+    assert read_genres(db, folders=(db.parent,)) == 26
+
+
+def test_symlink_to_wal_database(tmp_path: Path) -> None:
+    db = wal_database(tmp_path / "target", keep_wal=True)
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "db.sqlite").symlink_to(db)
+    assert read_genres(links / "db.sqlite", folders=(links, db.parent)) == 26
+
+
+def test_symlink_to_database(tmp_path: Path) -> None:
+    db = fresh_copy(CHINOOK, tmp_path / "target")
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "db.sqlite").symlink_to(db)
+    check_call(links / "db.sqlite", "run_query", {"sql": "DROP TABLE Track"},
+               refused("changing the schema"), folders=(links, db.parent))
+
+
+def test_wal_database_over_the_copy_limit(tmp_path: Path) -> None:
+    db = wal_database(tmp_path / "db", keep_wal=True)
+    size = (os.path.getsize(db) + os.path.getsize(str(db) + "-wal")) / 1e6
+    open_fails(db, (
+        f"{db} is a WAL-mode database with changes not yet written into it (chinook.sqlite-wal); "
+        f"edge-sql reads such a database from a private copy, and it is {size:.0f} MB, over the "
+        f"0.5 MB copy limit. Close the programs using it, or run `sqlite3 {db} \"PRAGMA "
+        f"wal_checkpoint(TRUNCATE)\"`, then try again"), folders=(db.parent,), wal_copy_limit_mb=0.5)
+
+
+def test_fifo_never_blocks(tmp_path: Path) -> None:
+    fifo = tmp_path / "db.sqlite"
+    os.mkfifo(fifo)
+    open_fails(fifo, f"{fifo} is a named pipe (FIFO), not a SQLite database file",
+               folders=(tmp_path,))
+
+
+def test_symlink_to_fifo(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "db.sqlite").symlink_to(tmp_path / "pipe")
+    open_fails(tmp_path / "db.sqlite",
+               f"{tmp_path / 'db.sqlite'} is a named pipe (FIFO), not a SQLite database file",
+               folders=(tmp_path,))
+
+
+def test_device() -> None:
+    open_fails(Path("/dev/null"), "/dev/null is a device, not a SQLite database file", folders=())
+
+
+def test_directory(tmp_path: Path) -> None:
+    open_fails(tmp_path, f"{tmp_path} is a directory, not a SQLite database file",
+               folders=(tmp_path,))
+
+
+def test_broken_symlink(tmp_path: Path) -> None:
+    (tmp_path / "db.sqlite").symlink_to(tmp_path / "gone.sqlite")
+    open_fails(tmp_path / "db.sqlite", f"database file not found: {tmp_path / 'db.sqlite'}",
+               folders=(tmp_path,))
+
+
+def test_symlink_loop(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    open_fails(tmp_path / "a", f"cannot read database file {tmp_path / 'a'}: "
+               "Too many levels of symbolic links", folders=(tmp_path,))
+
+
+def test_path_of_5000_characters(tmp_path: Path) -> None:
+    path = tmp_path / ("x" * (5000 - len(str(tmp_path)) - 1))
+    assert len(str(path)) == 5000
+    open_fails(path, f"the database path is too long (5000 characters; the limit is 4096): "
+               f"{str(path)[:60]}...", folders=(tmp_path,))
+
+
+def test_path_with_a_too_long_name(tmp_path: Path) -> None:
+    path = tmp_path / ("x" * 300)
+    open_fails(path, "the database path is too long for this system (a part of it exceeds the "
+               f"allowed length): {str(path)[:60]}...", folders=(tmp_path,))
+
+
+def test_empty_and_text_files(tmp_path: Path) -> None:
+    (tmp_path / "empty.db").write_bytes(b"")
+    (tmp_path / "notes.db").write_text("id,name\n1,Alice\n")
+    open_fails(tmp_path / "empty.db",
+               f"{tmp_path / 'empty.db'} is an empty file (0 bytes), not a SQLite database",
+               folders=(tmp_path,))
+    open_fails(tmp_path / "notes.db",
+               f"{tmp_path / 'notes.db'} is not a SQLite database (it lacks the SQLite file header)",
+               folders=(tmp_path,))
+
+
+HOLD_LOCK = ("import sqlite3, sys, time\n"
+             "conn = sqlite3.connect(sys.argv[1])\n"
+             "conn.execute('BEGIN EXCLUSIVE')\n"
+             "print('locked', flush=True)\n"
+             "sys.stdin.read()\n")
+
+LOCKED = ("the database is locked by another program (waited 0.5 s); try again when that "
+          "program has finished writing to it")
+
+
+def hold_lock(db: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def release(holder: subprocess.Popen) -> None:
+    assert holder.stdin is not None
+    holder.stdin.close()
+    holder.wait(timeout=10)
+
+
+def test_database_locked_by_another_process(tmp_path: Path) -> None:
+    db = fresh_copy(CHINOOK, tmp_path / "db")
+    holder = hold_lock(db)
+    try:
+        open_fails(db, LOCKED, folders=(db.parent,))
+    finally:
+        release(holder)
+    assert read_genres(db, folders=(db.parent,)) == 25
+
+
+def test_database_locked_during_a_session(tmp_path: Path) -> None:
+    db = fresh_copy(CHINOOK, tmp_path / "db")
+    with ReadOnlyDatabase(db, time_limit_s=LIMIT_S) as opened:
+        tools = Toolbox(opened)
+        holder = hold_lock(db)
+        try:
+            before = folder_state(db.parent)
+            start = time.monotonic()
+            assert tools.call("run_query", {"sql": "SELECT count(*) FROM Track"}).output == (
+                f"Error: {LOCKED}")
+            assert time.monotonic() - start < 2 * LIMIT_S
+            assert folder_state(db.parent) == before
+        finally:
+            release(holder)
+        assert tools.call("run_query", {"sql": "SELECT count(*) FROM Track"}).output == (
+            "count(*)\n3503")
+
+
+CRASH_MID_WRITE = ("import os, sqlite3, sys\n"
+                   "conn = sqlite3.connect(sys.argv[1])\n"
+                   "conn.execute('PRAGMA cache_size=1')\n"
+                   "conn.execute('BEGIN')\n"
+                   "conn.execute(\"UPDATE Track SET Name = Name || 'x'\")\n"
+                   "os._exit(0)\n")
+
+
+def test_hot_journal(tmp_path: Path) -> None:
+    db = fresh_copy(CHINOOK, tmp_path / "db")
+    subprocess.run([sys.executable, "-c", CRASH_MID_WRITE, str(db)], check=True)
+    assert sorted(os.listdir(db.parent)) == ["chinook.sqlite", "chinook.sqlite-journal"]
+    open_fails(db, (
+        f"the database {db} has a leftover rollback journal (chinook.sqlite-journal): a program "
+        f"writing to it crashed before finishing. Open it once with a program that can write to "
+        f"it (for example `sqlite3 {db} \"PRAGMA integrity_check\"`), which undoes the "
+        f"unfinished change, then try again"), folders=(db.parent,))
+
+
+def test_no_tables(tmp_path: Path) -> None:
+    db = tmp_path / "empty.sqlite"
+    sqlite3.connect(db).execute("PRAGMA user_version=1").connection.close()
+    open_fails(db, f"{db} has no tables (empty database)", folders=(tmp_path,))
