@@ -64,7 +64,16 @@ def run_worker(task: dict[str, Any], work_dir: Path) -> ChildOutcome:
         task_file = Path(handle.name)
     try:
         process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, str(task_file)], stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(process.pid, 0)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:  # Ctrl-C or SIGTERM here: stop the child too, and let it clean up
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            raise
         process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
         return ChildOutcome(process.returncode, _maxrss_bytes(usage.ru_maxrss))
     finally:
