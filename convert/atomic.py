@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from edge_sql.interrupts import signals_deferred
+
 log = logging.getLogger(__name__)
 
 
@@ -68,15 +70,18 @@ def atomic_output(out: Path) -> Iterator[Path]:
     """
     out = Path(out)
     remove_dead_partials(out)
-    fd, name = tempfile.mkstemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".part", dir=out.parent)
-    os.close(fd)
-    tmp = Path(name)
+    name = None
     try:
+        with signals_deferred():  # the file exists only once `name` is set for the clean-up
+            fd, name = tempfile.mkstemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".part", dir=out.parent)
+            os.close(fd)
+        tmp = Path(name)
         yield tmp
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if name is not None:
+            Path(name).unlink(missing_ok=True)
         raise

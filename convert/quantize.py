@@ -10,7 +10,10 @@ temporary file and renamed into place, so a failure leaves nothing behind.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ import gguf
 from edge_sql.convert.atomic import atomic_output
 from edge_sql.convert.gguf_layout import read_layout
 from edge_sql.errors import ConversionError, ModelFileError
+from edge_sql.interrupts import signals_deferred
 from edge_sql.runtime.gguf_check import validate_gguf
 
 T = gguf.GGMLQuantizationType
@@ -135,6 +139,28 @@ def _check_output(src: Path, out: Path, *, force: bool) -> None:
 def _run_llama_quantize(
     src: Path, out: Path, ftype: int, overrides: tuple[tuple[str, T], ...], n_threads: int | None
 ) -> None:
+    """llama.cpp's quantizer in a child process: a signal cannot interrupt a C call in this one
+    (Ctrl-C or SIGTERM would wait minutes for it), but the child can be stopped at once."""
+    request = json.dumps({"src": str(src), "out": str(out), "ftype": ftype, "n_threads": n_threads,
+                          "overrides": [[pattern, int(storage)] for pattern, storage in overrides]})
+    process = None
+    try:
+        with signals_deferred():  # a signal inside Popen would leave the child running unseen
+            process = subprocess.Popen([sys.executable, "-m", "edge_sql.convert.quantize", request],
+                                       stdin=subprocess.DEVNULL)
+        status = process.wait()
+    except BaseException:  # Ctrl-C or SIGTERM: stop the child; atomic_output removes its file
+        if process is not None:
+            process.kill()
+            process.wait()
+        raise
+    if status != 0:
+        raise ConversionError(f"llama.cpp failed to quantize {src.name} (its log above says why)")
+
+
+def _quantize_in_this_process(
+    src: Path, out: Path, ftype: int, overrides: tuple[tuple[str, int], ...], n_threads: int | None
+) -> int:
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
@@ -148,6 +174,12 @@ def _run_llama_quantize(
             entry.pattern = pattern.encode()
             entry.type = int(storage)
         params.tt_overrides = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
-    status = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
-    if status != 0:
-        raise ConversionError(f"llama.cpp failed to quantize {src.name} (its log above says why)")
+    return llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
+
+
+if __name__ == "__main__":  # the child of _run_llama_quantize
+    job = json.loads(sys.argv[1])
+    sys.exit(1 if _quantize_in_this_process(
+        Path(job["src"]), Path(job["out"]), job["ftype"],
+        tuple((pattern, storage) for pattern, storage in job["overrides"]), job["n_threads"],
+    ) else 0)

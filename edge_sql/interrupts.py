@@ -44,3 +44,32 @@ def termination_cleans_up() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+_DEFERRABLE = (signal.SIGINT, *SIGNALS)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and termination signals back for the block (e.g. creating a temporary file,
+    starting a child process), so nothing is made that the clean-up cannot see; a signal that
+    came meanwhile takes effect as the block ends. Python handlers are swapped rather than the
+    signal mask blocked: another thread (tqdm's monitor, llama.cpp's) would still take it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {signum: signal.signal(signum, lambda n, _f: pending.append(n))
+                for signum in _DEFERRABLE}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if pending:
+            first = pending[0]
+            handler = previous[first]
+            if callable(handler):
+                handler(first, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(first)

@@ -71,8 +71,8 @@ def test_convert_interrupted(tiny_checkpoint: Path, tmp_path: Path, signum: int,
 def test_convert_terminated_before_writing(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "model.gguf"
     process = start(["convert", str(tiny_checkpoint), "-o", str(out), "--no-progress"])
-    code, stderr = stop(process, signal.SIGTERM, 0.3)  # still importing or reading the checkpoint
-    assert code == 143, stderr
+    code, stderr = stop(process, signal.SIGTERM, 0.3)  # still starting or reading the checkpoint
+    assert code in (143, -signal.SIGTERM), stderr  # before the CLI runs: Python's default ending
     assert not out.exists() and parts_under(tmp_path) == []
 
 
@@ -103,7 +103,7 @@ def test_pull_interrupted(tiny_checkpoint: Path, tmp_path: Path, signum: int,
     wait_for_part(process, store, count=parts_before)
     code, stderr = stop(process, signum, 0.0)
     assert code == EXIT_CODES[signum], stderr
-    assert parts_under(store) == []
+    assert parts_under(store) == [], stderr
     recorded = ModelStore(store).list()
     assert "Q8_0" not in [m.variant for m in recorded]
     assert all(m.exists for m in recorded)  # BF16 recorded only once complete
