@@ -600,3 +600,40 @@ def test_no_tables(tmp_path: Path) -> None:
     db = tmp_path / "empty.sqlite"
     sqlite3.connect(db).execute("PRAGMA user_version=1").connection.close()
     open_fails(db, f"{db} has no tables (empty database)", folders=(tmp_path,))
+
+
+# -- eval and bench run model SQL under the same guarantees -------------------------------------
+
+
+def test_eval_scores_a_hostile_prediction_as_wrong(tmp_path: Path) -> None:
+    from edge_sql.evaluation.scoring import Score, score_prediction
+
+    db = fresh_copy(CHINOOK, tmp_path / "db")
+    before = folder_state(db.parent)
+    gold = "SELECT count(*) FROM Genre"
+    start = time.monotonic()
+    assert score_prediction("SELECT printf('%.*c', 2000000000, 'x')", gold, db,
+                            timeout_s=LIMIT_S) == Score(
+        False, "predicted SQL failed: query exceeded the 0.5 s time limit")
+    assert time.monotonic() - start < 2 * LIMIT_S + 1.0  # plus opening the database
+    assert score_prediction("DROP TABLE IF EXISTS nope", gold, db, timeout_s=LIMIT_S) == Score(
+        False, f"predicted SQL failed: {not_a_read('DROP').removeprefix('Error: ')}")
+    assert score_prediction("SELECT 25", gold, db, timeout_s=LIMIT_S) == Score(True)
+    assert folder_state(db.parent) == before
+
+
+def test_bench_agreement_under_hostile_sql(tmp_path: Path) -> None:
+    from edge_sql.bench.agreement import NO_RESULT, ResultCache
+
+    db = fresh_copy(CHINOOK, tmp_path / "db")
+    before = folder_state(db.parent)
+    cache = ResultCache(timeout_s=LIMIT_S)
+    try:
+        start = time.monotonic()
+        assert cache.result(db, NESTED_CTE) is NO_RESULT
+        assert cache.result(db, "DELETE FROM Track") is NO_RESULT
+        assert time.monotonic() - start < 2 * LIMIT_S + 1.0
+        assert cache.agree(db, "SELECT count(*) FROM Genre", "SELECT 25")
+    finally:
+        cache.close()
+    assert folder_state(db.parent) == before
