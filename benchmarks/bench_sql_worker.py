@@ -22,12 +22,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "edge_sql" / "tools"))  # sql_worker imports policy as a script does
 
 from edge_sql.tools import ReadOnlyDatabase  # noqa: E402
 from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB  # noqa: E402
 from edge_sql.tools.db_file import prepare  # noqa: E402
-from sql_worker import Worker  # noqa: E402
+from edge_sql.tools.sql_worker import Worker  # noqa: E402
 
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 # What tool calls send: sample_rows, distinct_values, a join from run_query, a schema read.

@@ -1,9 +1,10 @@
 """The read-only policy: an SQLite authorizer that allows reading and nothing else.
 
 It is an allowlist: SELECT, reading columns, calling functions (except extension loading),
-recursive CTEs, a few schema-reading pragmas and the read-only table-valued functions. Everything else (INSERT, UPDATE, DELETE,
-CREATE/DROP/ALTER, ATTACH/DETACH, VACUUM, transactions, savepoints, ANALYZE, REINDEX, every
-other pragma) is denied, and the denial is remembered so the error can say what was refused.
+recursive CTEs, a few schema-reading pragmas and the read-only table-valued functions.
+Everything else (INSERT, UPDATE, DELETE, CREATE/DROP/ALTER, ATTACH/DETACH, VACUUM, transactions,
+savepoints, ANALYZE, REINDEX, every other pragma) is denied, and the denial is remembered so the
+error can say what was refused.
 """
 
 from __future__ import annotations

@@ -29,7 +29,10 @@ import sys
 import threading
 import time
 
-from policy import ReadOnlyAuthorizer  # noqa: E402  (run as a script: policy.py is beside it)
+if __package__:  # imported as a module of the package (benchmarks, tests)
+    from edge_sql.tools.policy import ReadOnlyAuthorizer
+else:  # run as a script: policy.py is beside it, first on sys.path
+    from policy import ReadOnlyAuthorizer
 
 MAX_VALUE_BYTES = 64 * 1024 * 1024  # no string or blob a query builds may exceed this
 _PROGRESS_EVERY_N_OPS = 1000
