@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from edge_sql.errors import EdgeSqlError
-from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase
+from edge_sql.tools.database import ForeignKey, QueryResult, ReadOnlyDatabase
 from edge_sql.tools.formatting import format_result
 from edge_sql.tools.identifiers import display_identifier, quote_identifier
 from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec
