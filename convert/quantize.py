@@ -10,7 +10,10 @@ temporary file and renamed into place, so a failure leaves nothing behind.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from edge_sql.convert.atomic import atomic_output
 from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, read_gguf, validate_gguf
 from edge_sql.convert.qwen35 import tensor_pattern
 from edge_sql.errors import ConversionError, ModelFileError
+from edge_sql.interrupts import signals_deferred
 
 T = gguf.GGMLQuantizationType
 
@@ -142,6 +146,30 @@ def _run_llama_quantize(
     src: Path, out: Path, ftype: LlamaFileType, overrides: tuple[tuple[str, T], ...], n_threads: int | None,
     verbose: bool,
 ) -> None:
+    """llama.cpp's quantizer in a child process: a signal cannot interrupt a C call in this one
+    (Ctrl-C or SIGTERM would wait minutes for it), but the child can be stopped at once."""
+    request = json.dumps({"src": str(src), "out": str(out), "ftype": int(ftype), "n_threads": n_threads,
+                          "verbose": verbose,
+                          "overrides": [[pattern, int(storage)] for pattern, storage in overrides]})
+    process = None
+    try:
+        with signals_deferred():  # a signal inside Popen would leave the child running unseen
+            process = subprocess.Popen([sys.executable, "-m", "edge_sql.convert.quantize", request],
+                                       stdin=subprocess.DEVNULL)
+        status = process.wait()
+    except BaseException:  # Ctrl-C or SIGTERM: stop the child; atomic_output removes its file
+        if process is not None:
+            process.kill()
+            process.wait()
+        raise
+    if status != 0:
+        why = "its log above says why" if verbose else "run with --verbose for its log"
+        raise ConversionError(f"llama.cpp failed to quantize {src.name} ({why})")
+
+
+def _quantize_in_this_process(
+    src: Path, out: Path, ftype: int, overrides: tuple[tuple[str, int], ...], n_threads: int | None, verbose: bool
+) -> int:
     import llama_cpp
 
     from edge_sql.convert.llama_log import route_llama_log
@@ -158,6 +186,12 @@ def _run_llama_quantize(
             entry.pattern = pattern.encode()
             entry.type = int(storage)
         params.tt_overrides = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
-    status = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
-    if status != 0:
-        raise ConversionError(f"llama.cpp failed to quantize {src.name} (run with --verbose for its log)")
+    return llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
+
+
+if __name__ == "__main__":  # the child of _run_llama_quantize
+    job = json.loads(sys.argv[1])
+    sys.exit(1 if _quantize_in_this_process(
+        Path(job["src"]), Path(job["out"]), job["ftype"],
+        tuple((pattern, storage) for pattern, storage in job["overrides"]), job["n_threads"], job["verbose"],
+    ) else 0)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
 from edge_sql import __version__
 from edge_sql.errors import EdgeSqlError
+from edge_sql.interrupts import Terminated, termination_cleans_up
 
 # name -> module in edge_sql.commands that defines `command`
 SUBCOMMANDS = {
@@ -40,6 +42,16 @@ class LazyGroup(click.Group):
             return None
         module = importlib.import_module(f"edge_sql.commands.{module_name}")
         return module.command
+
+    def invoke(self, ctx: click.Context) -> object:
+        """SIGTERM/SIGHUP clean up as Ctrl-C does, then exit with 128 + the signal number."""
+        with termination_cleans_up():
+            try:
+                return super().invoke(ctx)
+            except Terminated as exc:
+                click.echo(f"\nstopped: {exc}", err=True)
+                sys.stderr.flush()
+                raise click.exceptions.Exit(128 + exc.signum) from None
 
 
 @click.group(cls=LazyGroup)

@@ -53,8 +53,12 @@ def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
     assert out == ["False", "edge_sql.api", "edge_sql.agent.budget", "edge_sql.agent.result", "edge_sql.errors"]
 
 
+LEAF_MODULES = ("edge_sql.errors", "edge_sql.interrupts")
+
+
 def test_the_converter_imports_nothing_above_it() -> None:
-    """Imports run one way: `edge_sql.convert` uses only itself and `edge_sql.errors` from edge-sql."""
+    """Imports run one way: `edge_sql.convert` uses only itself and the two leaf modules
+    `edge_sql.errors` and `edge_sql.interrupts` (which import nothing from edge-sql)."""
     import ast
 
     for path in sorted((REPO / "convert").glob("*.py")):
@@ -63,7 +67,10 @@ def test_the_converter_imports_nothing_above_it() -> None:
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             for name in names:
                 if name == "edge_sql" or name.startswith("edge_sql."):
-                    assert name.startswith("edge_sql.convert") or name == "edge_sql.errors", f"{path.name}: {name}"
+                    assert name.startswith("edge_sql.convert") or name in LEAF_MODULES, f"{path.name}: {name}"
+    for leaf in LEAF_MODULES:
+        source = (REPO / (leaf.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+        assert "from edge_sql" not in source and "import edge_sql" not in source, leaf
 
 
 def test_benchmark_scripts_import_nothing_from_tests() -> None:
@@ -94,11 +101,14 @@ def test_every_third_party_import_is_declared() -> None:
     providers = metadata.packages_distributions()
     imported = set()
     for path in [*(REPO / "edge_sql").rglob("*.py"), *(REPO / "convert").glob("*.py")]:
+        beside = {sibling.stem for sibling in path.parent.glob("*.py")}  # a script's own neighbours
+        names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[0] for a in node.names}
+                names |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                imported.add(node.module.split(".")[0])
+                names.add(node.module.split(".")[0])
+        imported |= names - beside
     third_party = {name for name in imported if name not in sys.stdlib_module_names and name != "edge_sql"}
     for name in sorted(third_party):
         distributions = {d.lower().replace("_", "-") for d in providers.get(name, [])}

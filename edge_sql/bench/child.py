@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edge_sql.interrupts import signals_deferred
+
 WORKER_MODULE = "edge_sql.bench.worker"
 
 
@@ -63,8 +65,21 @@ def run_worker(task: dict[str, Any], work_dir: Path) -> ChildOutcome:
         json.dump(task, handle)
         task_file = Path(handle.name)
     try:
-        process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, str(task_file)], stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(process.pid, 0)
+        process = None
+        try:
+            with signals_deferred():  # a signal inside Popen would leave the child running unseen
+                process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, str(task_file)],
+                                           stdin=subprocess.DEVNULL)
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:  # Ctrl-C or SIGTERM here: stop the child too, and let it clean up
+            if process is not None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            raise
         process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
         return ChildOutcome(process.returncode, _maxrss_bytes(usage.ru_maxrss))
     finally:

@@ -139,8 +139,11 @@ def main(argv: list[str]) -> int:
     if kind not in runners:
         raise SystemExit(f"unknown bench task kind {kind!r}")
     run, task_type = runners[kind]
+    from edge_sql.interrupts import termination_cleans_up
+
     try:
-        run(task_type(**task))
+        with termination_cleans_up():  # the bench parent stops us with SIGTERM: unwind as Ctrl-C
+            run(task_type(**task))
     finally:
         ResultsLog(Path(task["results_path"])).append(
             {"kind": "peak", "task": kind, "variant": task["variant"], "peak_rss_bytes": own_peak_rss_bytes()}

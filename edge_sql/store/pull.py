@@ -12,6 +12,7 @@ from edge_sql.store.catalog import CatalogEntry, load_catalog
 from edge_sql.store.hub import HubError, HubUnreachableError, RepoNotFoundError, Snapshot, download_checkpoint
 from edge_sql.store.index import ModelStore, StoredModel, safe_name
 from edge_sql.store.spec import ModelSpec
+from edge_sql.store.lock import model_lock
 from edge_sql.store.variants import BASE_VARIANT, CONVERTED_VARIANTS, is_converted, normalize_variant
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -116,6 +117,23 @@ def pull_model(
         quant or spec_variant or source.default_variant or load_catalog().default_variant
     )
 
+    with model_lock(store.root, source.name, log):  # a second pull of this model waits here
+        return _pull_locked(store, source, variant, revision=revision, force=force,
+                            keep_bf16=keep_bf16, cache_dir=cache_dir, endpoint=endpoint, log=log)
+
+
+def _pull_locked(
+    store: ModelStore,
+    source: PullSource,
+    variant: str,
+    *,
+    revision: str | None,
+    force: bool,
+    keep_bf16: bool,
+    cache_dir: Path | None,
+    endpoint: str | None,
+    log: Callable[[str], None],
+) -> PullResult:
     existing = store.get(source.name, variant)
     if existing is not None and existing.exists and not force and _same_revision(existing, revision):
         log(f"{existing.ref} is already in the store ({existing.path}); use --force to pull it again")

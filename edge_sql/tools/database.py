@@ -1,30 +1,45 @@
-"""A read-only SQLite connection with a time limit, row and cell caps, and schema helpers.
+"""A read-only SQLite database with hard limits on every statement, and schema helpers.
 
-Three independent guards keep the file unchanged: the URI opens it with `mode=ro`,
-`PRAGMA query_only=ON` refuses any write, and an allowlist authorizer (`policy.py`) refuses
-every statement that is not a read. A progress handler stops a statement at its time limit.
+The connection lives in a worker process (sql_worker.py, driven by statement_runner.py): a
+statement that overruns its time limit (while compiling, inside one slow function call, or
+waiting for another program's lock) is ended by killing that process, and its memory is capped
+(RLIMIT_AS and SQLite's hard_heap_limit there), so neither can hang or kill this process.
+Four independent guards keep the file unchanged: only one SELECT/WITH/VALUES statement runs,
+the URI opens it with `mode=ro` (or a private copy: db_file.py), `PRAGMA query_only=ON` refuses
+any write, and an allowlist authorizer (policy.py) refuses every action that is not a read.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import math
+import re
+import shutil
 import threading
-import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from edge_sql.errors import DatabaseError, EdgeSqlError
+from edge_sql.tools import db_file
+from edge_sql.tools.db_file import SQLITE_HEADER  # noqa: F401  (kept importable from here)
 from edge_sql.tools.identifiers import fold_identifier, unquote_identifier
-from edge_sql.tools.policy import ReadOnlyAuthorizer
+from edge_sql.tools.policy import READ_ONLY_TABLE_FUNCTIONS
+from edge_sql.tools.statement_runner import (
+    StatementRunner,
+    WorkerDied,
+    WorkerInterrupted,
+    WorkerTimeout,
+)
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_MAX_CELL_CHARS = 500
 MAX_VALUE_BYTES = 64 * 1024 * 1024  # no string or blob a query builds may exceed this
-_PROGRESS_EVERY_N_OPS = 1000
+DEFAULT_MEMORY_LIMIT_MB = 1024
+READ_STATEMENTS = ("SELECT", "WITH", "VALUES")
 _AUTO = object()
+_LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?(?:\*/|\Z))*", re.S)
+_KEYWORD = re.compile(r"[A-Za-z]+")
 
 
 class QueryError(EdgeSqlError):
@@ -55,60 +70,55 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def _sqlite_uri(path: Path, *, immutable: bool) -> str:
-    posix = path.as_posix()
-    if not posix.startswith("/"):
-        posix = "/" + posix  # Windows drive paths: file:/C:/...
-    uri = "file:" + quote(posix, safe="/") + "?mode=ro"
-    return uri + "&immutable=1" if immutable else uri
+def kill_grace_s(limit: float) -> float:
+    """How long past its limit a statement may take before its worker is killed: the worker's
+    own progress handler ends ordinary statements at the limit, without a restart."""
+    return min(1.0, max(0.1, 0.25 * limit))
 
 
-def _check_file(path: Path) -> bytes:
-    """Reject what is plainly not a SQLite database before SQLite sees it; return the header."""
-    if not path.exists():
-        raise DatabaseError(f"database file not found: {path}")
-    if path.is_dir():
-        raise DatabaseError(f"{path} is a directory, not a SQLite database file")
-    try:
-        with path.open("rb") as handle:
-            header = handle.read(100)
-    except OSError as exc:
-        raise DatabaseError(f"cannot read database file {path}: {exc.strerror}") from None
-    if not header:
-        raise DatabaseError(f"{path} is an empty file (0 bytes), not a SQLite database")
-    if not header.startswith(SQLITE_HEADER):
-        raise DatabaseError(f"{path} is not a SQLite database (it lacks the SQLite file header)")
-    return header
+def first_keyword(sql: str) -> str | None:
+    """The statement's first keyword, upper-cased, after comments; None if there is none."""
+    rest = sql[_LEADING.match(sql).end():]
+    if not rest:
+        return None
+    word = _KEYWORD.match(rest)
+    return word.group(0).upper() if word else rest[:1]
 
 
-def _is_wal_without_log(path: Path, header: bytes) -> bool:
-    """A WAL-mode file whose -wal log is absent: opening it normally would leave -wal/-shm."""
-    in_wal_mode = len(header) >= 20 and header[18] == 2 and header[19] == 2
-    return in_wal_mode and not Path(str(path) + "-wal").exists()
-
-
-def _cap_cell(value: Any, max_chars: int) -> Any:
-    if isinstance(value, str) and len(value) > max_chars:
-        return f"{value[:max_chars]}... [truncated, {len(value)} chars]"
-    if isinstance(value, bytes) and len(value) > max_chars:
-        return f"<blob, {len(value)} bytes>"
-    return value
+def _cleanup(runner: StatementRunner | None, copy_dir: Path | None) -> None:
+    if runner is not None:
+        runner.close()
+    if copy_dir is not None:
+        shutil.rmtree(copy_dir, ignore_errors=True)
 
 
 class ReadOnlyDatabase:
     """One SQLite file opened read-only. Safe to share between threads (statements serialize).
 
-    Raises `DatabaseError` with a one-line message when the file is missing, a directory,
-    not SQLite, or has no tables.
+    Raises `DatabaseError` with a one-line message when the file is missing, not a regular
+    file, not SQLite, locked, left half-written by a crashed writer, or has no tables.
+    `memory_limit_mb` caps what one statement's process may use.
     """
 
-    def __init__(self, path: str | Path, *, time_limit_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        time_limit_s: float = 5.0,
+        memory_limit_mb: float = DEFAULT_MEMORY_LIMIT_MB,
+        wal_copy_limit_mb: float = db_file.DEFAULT_WAL_COPY_LIMIT_MB,
+    ) -> None:
         self.path = Path(path).expanduser()
-        self.time_limit_s = time_limit_s
-        header = _check_file(self.path)
+        self.time_limit_s = _checked_limit(time_limit_s)
+        self.memory_limit_mb = memory_limit_mb
         self._lock = threading.RLock()
-        self._authorizer = ReadOnlyAuthorizer()
-        self._conn = self._connect(immutable=_is_wal_without_log(self.path, header))
+        self._runner: StatementRunner | None = None
+        target = db_file.prepare(self.path, wal_copy_limit_mb=wal_copy_limit_mb)
+        self._real_path = target.real_path
+        self._runner = StatementRunner(
+            target.uri, memory_limit_bytes=int(memory_limit_mb * 1024 * 1024)
+        )
+        self._finalizer = weakref.finalize(self, _cleanup, self._runner, target.copy_dir)
         self._foreign_keys: list[ForeignKey] | None = None
         try:
             self._schema = self._read_schema()
@@ -118,42 +128,29 @@ class ReadOnlyDatabase:
 
     # -- opening -------------------------------------------------------------------------
 
-    def _connect(self, *, immutable: bool) -> sqlite3.Connection:
-        uri = _sqlite_uri(self.path.resolve(), immutable=immutable)
-        try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise DatabaseError(f"cannot open database {self.path}: {exc}") from None
-        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-        if hasattr(conn, "enable_load_extension"):
-            conn.enable_load_extension(False)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-        conn.execute("PRAGMA query_only=ON")
-        conn.set_authorizer(self._authorizer)
-        return conn
-
     def _read_schema(self) -> list[tuple[str, str, str]]:
         """(type, name, sql) of every user table and view, in creation order."""
+        sql = ("SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view') "
+               "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid")
         try:
-            rows = self._conn.execute(
-                "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view') "
-                "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
-            ).fetchall()
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc):
-                raise DatabaseError(f"{self.path} is not a SQLite database ({exc})") from None
-            raise DatabaseError(f"cannot read database {self.path}: {exc}") from None
+            rows = self._run(sql, (), None, None, self.time_limit_s).rows
+        except QueryError as exc:
+            message = str(exc)
+            if "not a database" in message:
+                raise DatabaseError(f"{self.path} is not a SQLite database ({message})") from None
+            if message.startswith(("the database ", "cannot open")):
+                raise DatabaseError(message) from None
+            raise DatabaseError(f"cannot read database {self.path}: {message}") from None
         if not any(kind == "table" for kind, _, _ in rows):
             raise DatabaseError(f"{self.path} has no tables (empty database)")
         return [(kind, name, sql or "") for kind, name, sql in rows]
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            conn.close()
-            self._conn = None
+        """Stop the worker and remove any private copy (idempotent)."""
+        self._runner = None
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
 
     def __enter__(self) -> ReadOnlyDatabase:
         return self
@@ -162,9 +159,10 @@ class ReadOnlyDatabase:
         self.close()
 
     def interrupt(self) -> None:
-        """Stop the running statement from another thread or a signal handler."""
-        if self._conn is not None:
-            self._conn.interrupt()
+        """Stop the running statement at once, from another thread or a signal handler."""
+        runner = self._runner
+        if runner is not None:
+            runner.interrupt()
 
     # -- statements ----------------------------------------------------------------------
 
@@ -179,56 +177,110 @@ class ReadOnlyDatabase:
     ) -> QueryResult:
         """Run one read-only statement and fetch at most `max_rows` rows.
 
-        `max_rows=None` fetches every row exactly (no cell cap unless one is given): that is
-        what scoring uses. Otherwise long cells are cut to `max_cell_chars` (default
-        `DEFAULT_MAX_CELL_CHARS`) with a `[truncated, N chars]` marker. Raises `QueryError`.
+        Only a single SELECT, WITH or VALUES statement runs. `max_rows=None` fetches every row
+        exactly (no cell cap unless one is given): that is what scoring uses. Otherwise long
+        cells are cut to `max_cell_chars` (default `DEFAULT_MAX_CELL_CHARS`) with a
+        `[truncated, N chars]` marker. Raises `QueryError`.
         """
+        if not isinstance(sql, str):
+            raise QueryError(f"the SQL must be text, not {type(sql).__name__}")
         if not sql.strip():
             raise QueryError("empty SQL statement")
         if max_cell_chars is _AUTO:
             max_cell_chars = None if max_rows is None else DEFAULT_MAX_CELL_CHARS
-        limit = self.time_limit_s if time_limit_s is None else time_limit_s
-        with self._lock:
-            if self._conn is None:
-                raise QueryError("the database is closed")
-            deadline = time.monotonic() + limit
-            self._authorizer.last_denial = None
-            self._conn.set_progress_handler(
-                lambda: int(time.monotonic() > deadline), _PROGRESS_EVERY_N_OPS
-            )
-            cursor = None
-            try:
-                cursor = self._conn.execute(sql, tuple(params))
-                columns = [d[0] for d in cursor.description] if cursor.description else []
-                if max_rows is None:
-                    rows, truncated = cursor.fetchall(), False
-                else:
-                    rows = cursor.fetchmany(max_rows + 1)
-                    truncated = len(rows) > max_rows
-                    rows = rows[:max_rows]
-            except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as exc:
-                raise self._query_error(exc, limit, deadline) from None
-            finally:
-                if cursor is not None:
-                    cursor.close()
-                self._conn.set_progress_handler(None, 0)
-        if max_cell_chars is not None:
-            rows = [tuple(_cap_cell(v, max_cell_chars) for v in row) for row in rows]
-        return QueryResult(columns=columns, rows=rows, truncated=truncated)
+        limit = self.time_limit_s if time_limit_s is None else _checked_limit(time_limit_s)
+        keyword = first_keyword(sql)
+        if keyword is None:
+            raise QueryError("the SQL is only a comment; send one SELECT statement")
+        if keyword not in READ_STATEMENTS:
+            self._refuse(sql, keyword, params, limit)
+        return self._run(sql, tuple(params), max_rows, max_cell_chars, limit)
 
-    def _query_error(self, exc: Exception, limit: float, deadline: float) -> QueryError:
-        message = str(exc)
+    def _refuse(self, sql: str, keyword: str, params: Sequence[Any], limit: float) -> None:
+        """Raise for a statement that is not a read: the policy's own reason when it has one
+        (compiling with EXPLAIN runs nothing), else that only reads may run."""
+        if keyword != "EXPLAIN":
+            self._run("EXPLAIN " + sql, tuple(params), 0, None, limit)
+        hint = ("; for a table's columns use SELECT * FROM pragma_table_info('name')"
+                if keyword == "PRAGMA" else "")
+        raise QueryError(
+            f"not allowed: the database is read-only, and only a single SELECT, WITH or VALUES "
+            f"statement can run (this one starts with {keyword}{hint})"
+        )
+
+    def _run(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: Any,
+             limit: float) -> QueryResult:
+        with self._lock:
+            runner = self._runner
+            if runner is None:
+                raise QueryError("the database is closed")
+            request = ("exec", sql, params, max_rows, max_cell_chars, limit)
+            try:
+                reply = runner.request(request, limit + kill_grace_s(limit))
+            except ValueError:
+                raise QueryError("query parameters must be numbers, text, bytes or None") from None
+            except WorkerTimeout:
+                raise QueryError(f"query exceeded the {format_seconds(limit)} time limit") from None
+            except WorkerInterrupted:
+                raise QueryError("query was interrupted") from None
+            except WorkerDied:
+                raise QueryError(
+                    f"the query crashed the SQL process (most likely it needed more than the "
+                    f"{self.memory_limit_mb:g} MB memory limit); the database was reopened"
+                ) from None
+        if reply[0] == "ok":
+            _, columns, rows, truncated = reply
+            return QueryResult(columns=list(columns), rows=[tuple(r) for r in rows],
+                               truncated=bool(truncated))
+        raise self._query_error(reply, limit)
+
+    def _query_error(self, reply: tuple, limit: float) -> QueryError:
+        kind, message = reply[1], reply[2]
+        denial = reply[3] if len(reply) > 3 else ""
+        if kind == "open":
+            return QueryError(f"cannot open database {self.path}: {message}")
+        if kind == "timeout":
+            return QueryError(f"query exceeded the {format_seconds(limit)} time limit")
+        if kind == "memory" or message == "out of memory":
+            return QueryError(
+                f"the query ran out of memory (the limit is {self.memory_limit_mb:g} MB)")
         if message == "interrupted":
-            if time.monotonic() >= deadline:
-                return QueryError(f"query exceeded the {format_seconds(limit)} time limit")
             return QueryError("query was interrupted")
         if "one statement at a time" in message:
             return QueryError("only one SQL statement is allowed at a time")
         if message.startswith("not authorized") or message == "authorization denied":
-            refused = self._authorizer.last_denial or "this statement"
+            refused = denial or "this statement"
             return QueryError(f"not allowed: the database is read-only ({refused} is refused)")
+        if message.startswith("access to ") and message.endswith(" is prohibited"):
+            allowed = ", ".join(sorted(READ_ONLY_TABLE_FUNCTIONS))
+            return QueryError(
+                f"not allowed: {denial or 'reading this table'} is refused (the table-valued "
+                f"functions that may be read: {allowed})"
+            )
+        if "database is locked" in message or "database table is locked" in message:
+            return QueryError(
+                f"the database is locked by another program (waited {format_seconds(limit)}); "
+                f"try again when that program has finished writing to it"
+            )
         if "readonly database" in message:
+            journal = db_file.journal_path(self._real_path)
+            if journal.exists():
+                return QueryError(
+                    f"the database {self.path} has a leftover rollback journal ({journal.name}): "
+                    f"a program writing to it crashed before finishing. Open it once with a "
+                    f"program that can write to it (for example `sqlite3 {self.path} \"PRAGMA "
+                    f"integrity_check\"`), which undoes the unfinished change, then try again"
+                )
             return QueryError("not allowed: the database is read-only")
+        if message.startswith("Incorrect number of bindings"):
+            return QueryError(
+                "the SQL has a parameter placeholder (?, :name or $name) but no value is given "
+                "for it; write the values into the SQL")
+        if "string or blob too big" in message:
+            return QueryError(
+                f"a value in the query grew past the {MAX_VALUE_BYTES // (1024 * 1024)} MB "
+                f"limit (string or blob too big)"
+            )
         return QueryError(message)
 
     # -- schema --------------------------------------------------------------------------
@@ -247,7 +299,7 @@ class ReadOnlyDatabase:
         for _, stored, _ in self._schema:
             if fold_identifier(stored) == wanted:
                 return stored
-        raise QueryError(f"no such table: {name}")
+        raise QueryError(f"no such table: {_shown(name)}")
 
     def create_statement(self, table: str) -> str:
         """The CREATE TABLE (or CREATE VIEW) statement as stored in the schema."""
@@ -264,7 +316,8 @@ class ReadOnlyDatabase:
         for stored in self.column_names(table):
             if fold_identifier(stored) == wanted:
                 return stored
-        raise QueryError(f"no such column: {column} (in table {self.resolve_table(table)})")
+        raise QueryError(
+            f"no such column: {_shown(column)} (in table {self.resolve_table(table)})")
 
     def primary_key(self, table: str) -> list[str]:
         columns = self._pragma("table_info", self.resolve_table(table))
@@ -274,7 +327,7 @@ class ReadOnlyDatabase:
         """A schema pragma about one table. (The table-valued `pragma_*()` functions are not
         used: preparing them asks the authorizer for a write to sqlite_master.)"""
         literal = "'" + table.replace("'", "''") + "'"
-        return self.execute(f"PRAGMA {pragma}({literal})", max_rows=None).rows
+        return self._run(f"PRAGMA {pragma}({literal})", (), None, None, self.time_limit_s).rows
 
     def foreign_keys(self) -> list[ForeignKey]:
         """Every foreign key of every table (read once, then cached)."""
@@ -303,3 +356,16 @@ class ReadOnlyDatabase:
             return self.resolve_table(name)
         except QueryError:
             return name
+
+
+def _checked_limit(seconds: Any) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise QueryError(f"a time limit must be a number of seconds, not {seconds!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise QueryError(f"a time limit must be a positive number of seconds, not {seconds!r}")
+    return float(seconds)
+
+
+def _shown(name: str, limit: int = 100) -> str:
+    """A name as an error message echoes it: a long one is cut, with its length."""
+    return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} characters)"

@@ -1,9 +1,10 @@
 """The read-only policy: an SQLite authorizer that allows reading and nothing else.
 
 It is an allowlist: SELECT, reading columns, calling functions (except extension loading),
-recursive CTEs, and a few schema-reading pragmas. Everything else (INSERT, UPDATE, DELETE,
-CREATE/DROP/ALTER, ATTACH/DETACH, VACUUM, transactions, savepoints, ANALYZE, REINDEX, every
-other pragma) is denied, and the denial is remembered so the error can say what was refused.
+recursive CTEs, a few schema-reading pragmas and the read-only table-valued functions.
+Everything else (INSERT, UPDATE, DELETE, CREATE/DROP/ALTER, ATTACH/DETACH, VACUUM, transactions,
+savepoints, ANALYZE, REINDEX, every other pragma) is denied, and the denial is remembered so the
+error can say what was refused.
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ READ_ONLY_PRAGMAS = frozenset(
      "index_xinfo"}
 )
 DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
+# Table-valued functions a SELECT may read: they expose only this database's schema or their
+# own JSON argument. Preparing one asks for an UPDATE of sqlite_master (SQLite registers the
+# eponymous virtual table); that is allowed in a statement that began as a read, and reading any
+# other `pragma_*` function or the tables in DENIED_TABLES is refused.
+READ_ONLY_TABLE_FUNCTIONS = frozenset(
+    {"pragma_table_info", "pragma_table_xinfo", "pragma_index_list", "pragma_index_info",
+     "pragma_foreign_key_list", "json_each", "json_tree"}
+)
+# Other eponymous virtual tables that may be compiled in: never readable.
+DENIED_TABLES = frozenset({"sqlite_dbpage", "dbstat", "sqlite_stmt", "bytecode", "tables_used",
+                           "fts3tokenize", "zipfile", "fsdir", "sqlite_dbdata", "sqlite_dbptr"})
 
 _SELECT = sqlite3.SQLITE_SELECT
 _READ = sqlite3.SQLITE_READ
@@ -70,12 +82,31 @@ class ReadOnlyAuthorizer:
 
     def __init__(self) -> None:
         self.last_denial: str | None = None
+        self._first_action: int | None = None
+
+    def start_statement(self) -> None:
+        """Forget the previous statement (call before preparing each one)."""
+        self.last_denial = None
+        self._first_action = None
 
     def __call__(
         self, action: int, arg1: str | None, arg2: str | None, db_name: str | None,
         source: str | None,
     ) -> int:
+        if self._first_action is None:
+            self._first_action = action
+        if action == _READ:
+            table = (arg1 or "").lower()
+            if table in DENIED_TABLES or (
+                table.startswith("pragma_") and table not in READ_ONLY_TABLE_FUNCTIONS
+            ):
+                return self._deny(f"reading {arg1}")
         if action in (_SELECT, _READ, _RECURSIVE):
+            return sqlite3.SQLITE_OK
+        # A table-valued function being set up inside a read (see READ_ONLY_TABLE_FUNCTIONS);
+        # a real UPDATE statement's first action is the UPDATE itself.
+        if (action == sqlite3.SQLITE_UPDATE and (arg1 or "").lower() == "sqlite_master"
+                and self._first_action == _SELECT and db_name == "main"):
             return sqlite3.SQLITE_OK
         if action == _FUNCTION:
             if (arg2 or "").lower() in DENIED_FUNCTIONS:

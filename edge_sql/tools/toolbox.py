@@ -3,16 +3,21 @@ unknown tools, bad arguments, SQL errors, refusals and time-outs come back as `o
 
 from __future__ import annotations
 
+import math
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase
+from edge_sql.errors import EdgeSqlError
+from edge_sql.tools.database import ForeignKey, QueryResult, ReadOnlyDatabase
 from edge_sql.tools.formatting import format_result, one_line_ddl
 from edge_sql.tools.identifiers import display_identifier, quote_identifier
 from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec
 
 PREVIEW_ROWS = 5
+MAX_INTEGER_DIGITS = 9  # parsing stays cheap and bounded: "5,000 digits" is a mistake, not a count
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,%d}" % MAX_INTEGER_DIGITS)
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,10 @@ class Toolbox:
         try:
             kwargs = _checked_args(spec, {} if args is None else args)
             return self._tools[spec.name](**kwargs)
-        except (ToolCallError, QueryError) as exc:
+        except (ToolCallError, EdgeSqlError) as exc:
             return _error(str(exc))
+        except Exception as exc:  # noqa: BLE001  (the model must get text, whatever went wrong)
+            return _error(f"{spec.name} failed: {type(exc).__name__}: {str(exc)[:200]}")
 
     # -- the tools -----------------------------------------------------------------------
 
@@ -137,7 +144,7 @@ class Toolbox:
         `preview_rows` rows and a note when there are more. Errors come back as `ok=False`."""
         try:
             result = self.db.execute(sql, max_rows=max_rows)
-        except QueryError as exc:
+        except EdgeSqlError as exc:
             return _error(str(exc))
         more = result.truncated or len(result.rows) > self.preview_rows
         text = format_result(result.columns, result.rows[: self.preview_rows], max_rows=self.preview_rows,
@@ -211,7 +218,10 @@ def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any) -> Any:
         return value
     number = _as_integer(value)
     if number is None:
-        raise ToolCallError(f"{spec.name}: {arg.name} must be an integer")
+        allowed = ""
+        if arg.minimum is not None and arg.maximum is not None:
+            allowed = f" from {arg.minimum} to {arg.maximum}"
+        raise ToolCallError(f"{spec.name}: {arg.name} must be an integer{allowed}")
     if arg.minimum is not None:
         number = max(arg.minimum, number)
     if arg.maximum is not None:
@@ -220,12 +230,17 @@ def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any) -> Any:
 
 
 def _as_integer(value: Any) -> int | None:
+    """An int, an integral float or a plain ASCII decimal string of at most
+    MAX_INTEGER_DIGITS digits; anything else (bools, "²", "+-5", 5,000 digits) is None."""
+    bound = 10**MAX_INTEGER_DIGITS
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return int(value.strip())
+        return value if -bound < value < bound else None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value) if -bound < value < bound else None
+    if isinstance(value, str) and len(value) <= MAX_INTEGER_DIGITS + 40:
+        text = value.strip(" \t")
+        if _INTEGER_TEXT.fullmatch(text):
+            return int(text)
     return None

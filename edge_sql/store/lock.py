@@ -1,0 +1,43 @@
+"""One pull of a model at a time: an advisory file lock per model name in the store.
+
+A second `edge-sql pull` of the same model waits for the first (it says so), then finds the
+model already there instead of racing it for the same files. The lock is `flock` on
+`<store>/.locks/<name>.lock`: the kernel releases it when its holder exits, however it exits, so
+a killed pull never leaves a stale lock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks here; pulls are not serialized
+    fcntl = None  # type: ignore[assignment]
+
+
+@contextmanager
+def model_lock(root: Path, name: str, log: Callable[[str], None] = lambda _m: None) -> Iterator[None]:
+    """Hold the lock for model `name` in the store at `root`; wait (saying so) if it is taken."""
+    if fcntl is None:
+        yield
+        return
+    folder = Path(root) / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
+            log(f"another pull of {name} is running (process {holder}); waiting for it to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
