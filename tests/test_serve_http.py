@@ -96,12 +96,15 @@ def test_ask_streams_rounds_calls_and_the_answer(server, dbs):
     events = read_events(response)
     conn.close()
     names = [name for name, _ in events]
-    assert names[0] == "queued" and events[0][1] == {"position": 1} and names[1] == "running"
+    assert names[0] == "queued" and events[0][1]["position"] == 1 and names[1] == "running"
+    elapsed = [data["elapsed_s"] for name, data in events[:-1]]
+    assert elapsed == sorted(elapsed) and 0 <= elapsed[0] < elapsed[-1] < 300
     assert names[-1] == "answer" and names[2] == "round"
     answer = events[-1][1]
     _check_answer(answer, body["question"], dbs["chinook"])
     assert [data["round"] for name, data in events if name == "round"] == [r["index"] for r in answer["rounds"]]
-    streamed_calls = [{k: v for k, v in data.items() if k != "round"} for name, data in events if name == "call"]
+    streamed_calls = [{k: v for k, v in data.items() if k not in ("round", "elapsed_s")}
+                      for name, data in events if name == "call"]
     assert streamed_calls == [call for r in answer["rounds"] for call in r["calls"]]
     assert ("forced" in names) == answer["forced"]
     status, _, plain = server.request("POST", "/v1/ask", body)  # the same request without streaming

@@ -118,6 +118,9 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
     with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
                budget=budget, log=_log) as agent:
         _log(f"loaded {agent.info.describe()}")
+        # The grammar engine's view of the vocabulary is built on first use (seconds, holding the
+        # GIL, not cancellable): build it now, so that no client's first request waits for it.
+        agent.session.lltokenizer()
         service = Service(agent, databases, limits, log=_log)
         try:
             if http:

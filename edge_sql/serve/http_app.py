@@ -186,22 +186,27 @@ def sse(event: str, data: Any) -> bytes:
 
 
 async def job_events(job: Job) -> AsyncIterator[bytes]:
-    """One SSE event per queue move, round, call and forced answer, then `answer` or `error`."""
+    """One SSE event per queue move, round, call and forced answer, then `answer` or `error`.
+
+    Every event but `answer` (which is exactly the JSON of `run --json`) carries `elapsed_s`:
+    seconds from the request's arrival to the moment the server produced the event.
+    """
     async for item in job.updates():
+        elapsed = {"elapsed_s": round(job.update_elapsed_s, 4)}
         if isinstance(item, Position):
-            yield sse("running", {}) if item.position == 0 else sse("queued", {"position": item.position})
+            yield sse("running", elapsed) if item.position == 0 else sse("queued", {"position": item.position, **elapsed})
         elif isinstance(item, Finished):
             if item.result is not None:
                 yield sse("answer", item.result.to_json(transcript=False))
             else:
                 status, _ = _error_status(item.error)
-                yield sse("error", {"error": str(item.error), "status": status})
+                yield sse("error", {"error": str(item.error), "status": status, **elapsed})
         elif item.kind == "round":
-            yield sse("round", {"round": item.round})
+            yield sse("round", {"round": item.round, **elapsed})
         elif item.kind == "call" and item.call is not None:
-            yield sse("call", {"round": item.round, **item.call.to_json()})
+            yield sse("call", {"round": item.round, **item.call.to_json(), **elapsed})
         elif item.kind == "forced":
-            yield sse("forced", {"round": item.round, "reason": item.reason})
+            yield sse("forced", {"round": item.round, "reason": item.reason, **elapsed})
 
 
 class EventStream(Response):

@@ -69,15 +69,18 @@ def build_mcp(service: Service) -> MCPServer:
     limits = service.limits
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
-    async def ask(question: str, database: str, ctx: Context,
-                  evidence: str | None = None) -> Annotated[CallToolResult, AskOutput]:
+    async def ask(question: str, database: str, ctx: Context, evidence: str | None = None,
+                  seed: int | None = None) -> Annotated[CallToolResult, AskOutput]:
         """Answer a question about one of the server's databases with a SQL query and its rows.
 
         `database` is a name from list_databases; `evidence` is an optional hint (e.g. what a
-        term means). Progress reports each tool round as the local model explores the database.
+        term means); `seed` makes the answer reproducible. Progress reports each tool round as
+        the local model explores the database.
         """
+        if seed is not None and not 0 <= seed < 2**32:
+            raise ToolError("seed must be between 0 and 2**32 - 1")
         try:
-            job = service.submit(AskRequest(question=question, database=database, evidence=evidence))
+            job = service.submit(AskRequest(question=question, database=database, evidence=evidence, seed=seed))
         except EdgeSqlError as exc:
             raise ToolError(str(exc)) from None
         step = 0

@@ -100,7 +100,8 @@ class Job:
         self.outcome: Finished | None = None
         self._queue = queue
         self._loop = loop
-        self._items: asyncio.Queue[Update] = asyncio.Queue()
+        self._items: asyncio.Queue[tuple[float, Update]] = asyncio.Queue()
+        self.update_elapsed_s = 0.0     # when the update just yielded was posted, from submit
         self._db: ReadOnlyDatabase | None = None
 
     @property
@@ -120,14 +121,16 @@ class Job:
         while True:
             if self.state == "queued":
                 try:
-                    item = await asyncio.wait_for(self._items.get(), max(0.0, self.wait_deadline - time.monotonic()))
+                    posted, item = await asyncio.wait_for(self._items.get(),
+                                                          max(0.0, self.wait_deadline - time.monotonic()))
                 except TimeoutError:
                     message = (f"the request waited {self.wait_timeout_s:g} s in the queue without starting "
                                "(the model is busy with earlier requests); try again later")
                     self._queue.withdraw(self, QueueTimeout(message, self._queue.retry_after_s()))
                     continue  # withdrawn: Finished is queued; or it just started: go on
             else:
-                item = await self._items.get()
+                posted, item = await self._items.get()
+            self.update_elapsed_s = posted - self.submitted
             yield item
             if isinstance(item, Finished):
                 return
@@ -146,7 +149,7 @@ class Job:
         if isinstance(item, Finished):
             self.outcome = item
         try:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._items.put_nowait, (time.monotonic(), item))
         except RuntimeError:  # the event loop is closed: nobody listens any more
             pass
 
