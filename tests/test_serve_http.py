@@ -139,8 +139,10 @@ def test_oversized_chunked_body_is_413(server):
 
 
 def test_unknown_route_and_method(server):
-    assert server.request("GET", "/v1/nothing")[0] == 404
-    assert server.request("GET", "/v1/ask")[0] == 405
+    status, _, body = server.request("GET", "/v1/nothing")
+    assert status == 404 and body == {"error": "GET /v1/nothing: Not Found"}
+    status, headers, body = server.request("GET", "/v1/ask")
+    assert status == 405 and headers["allow"] == "POST" and body == {"error": "GET /v1/ask: Method Not Allowed"}
 
 
 def test_two_concurrent_clients_get_complete_answers(server, dbs):

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -56,8 +57,15 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
     ]
     if mcp_app is not None:
         routes.extend(mcp_app.routes)
-    app = Starlette(routes=routes, lifespan=mcp_lifespan)
+    app = Starlette(routes=routes, lifespan=mcp_lifespan,
+                    exception_handlers={HTTPException: _http_error})
     return BearerToken(app, token) if token else app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown path 404, wrong method 405) as JSON too."""
+    assert isinstance(exc, HTTPException)
+    return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=exc.headers)
 
 
 class BearerToken:

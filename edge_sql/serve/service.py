@@ -137,9 +137,14 @@ class Service:
 
 def model_variant(path: Path) -> str:
     """The GGUF's storage type (Q4_K_M, BF16, ...), from its `general.file_type`."""
-    from edge_sql.convert.quantize import QUANT_TYPES
+    import gguf
+
     from edge_sql.runtime.gguf_check import validate_gguf
 
     file_type = validate_gguf(path).metadata.get("general.file_type")
-    names = {value: name for name, value in QUANT_TYPES.items()} | {0: "F32"}
-    return names.get(file_type, "unknown" if file_type is None else f"file type {file_type}")
+    if file_type is None:
+        return "unknown"
+    try:
+        return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except ValueError:
+        return f"file type {file_type}"
