@@ -80,6 +80,7 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
     assert not result.is_error, result.content
     out = result.structured_content
     assert out["stop"] in ("submitted", "final_answer") and out["rounds"]
+    assert 0 < out["wall_s"] < 300
     texts = [m for _, m in messages]
     assert texts[0] == "queued: position 1" and texts[1] == "running"
     assert [t for t in texts if re.fullmatch(r"round \d+", t)] == [f"round {r['round']}" for r in out["rounds"]]

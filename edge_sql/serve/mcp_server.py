@@ -52,6 +52,7 @@ class AskOutput(BaseModel):
     stop: str = Field(description="submitted, final_answer, cancelled or error")
     error: str | None
     rounds: list[RoundOutput]
+    wall_s: float = Field(description="Seconds the episode took (without the wait in the queue)")
 
 
 class DatabaseOutput(BaseModel):
@@ -134,7 +135,7 @@ def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutp
         sql=result.sql, columns=list(result.columns),
         rows=[[json_value(v) for v in row] for row in result.rows[:max_rows]],
         row_count=len(result.rows), more_rows=result.truncated, forced=result.forced, fallback=result.fallback,
-        stop=result.stop, error=result.error,
+        stop=result.stop, error=result.error, wall_s=result.stats.get("wall_s", 0.0),
         rounds=[RoundOutput(round=r.index, calls=[CallOutput(tool=c.tool, args=c.args, ok=c.ok, output=short(c.output))
                                                   for c in r.calls]) for r in result.rounds],
     )
