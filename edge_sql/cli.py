@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "quantize": "quantize",
     "eval": "evaluate",
     "bench": "bench",
+    "serve": "serve",
 }
 
 

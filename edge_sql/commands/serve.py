@@ -1,0 +1,133 @@
+"""`edge-sql serve`: the agent as an MCP server (stdio) or a local HTTP API (with MCP at /mcp)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from edge_sql.errors import EdgeSqlError
+
+
+def _log(message: str) -> None:
+    click.echo(f"edge-sql serve: {message}", err=True)  # stderr: stdout carries MCP over stdio
+
+
+def _databases(items: tuple[str, ...]) -> dict[str, Path]:
+    from edge_sql.serve.service import parse_db_option
+
+    databases: dict[str, Path] = {}
+    for item in items:
+        try:
+            name, path = parse_db_option(item)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--db") from None
+        if name in databases:
+            raise click.BadParameter(f"database name {name!r} given twice", param_hint="--db")
+        databases[name] = path
+    return databases
+
+
+@click.command()
+@click.option("--db", "db_items", multiple=True, required=True, metavar="NAME=PATH",
+              help="A database clients may ask about, by NAME (repeatable). Opened read-only; clients never see or pass paths.")
+@click.option("--mcp", "use_mcp", is_flag=True, help="Serve MCP over stdin/stdout (what desktop MCP clients launch).")
+@click.option("--http", "use_http", is_flag=True,
+              help="Serve HTTP: the /v1 API and MCP (streamable HTTP) at /mcp. The default without --mcp.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind for --http. Anything but localhost requires --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port for --http (0: any free port).")
+@click.option("--token", envvar="EDGE_SQL_TOKEN", default=None,
+              help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).")
+@click.option("--model", default=None, metavar="PATH|NAME", help="A .gguf file or a model-store name (default: the default model).")
+@click.option("--gpu-layers", type=click.IntRange(min=0), default=None, help="Layers to offload to the GPU.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
+@click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True, help="Context size in tokens.")
+@click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")
+@click.option("--think-tokens", type=click.IntRange(min=1), default=None, help="Bound on each <think> block in tokens.")
+@click.option("--max-rounds", type=click.IntRange(min=1), default=None, help="Tool rounds before the answer is forced (protocol: 6).")
+@click.option("--calls-per-turn", type=click.IntRange(min=1), default=None, help="Most tool calls in one turn (default 8).")
+@click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N", help="Set any field of the agent's Budget (repeatable).")
+@click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Requests that may wait behind the running one; more get 503 (HTTP) or a tool error (MCP).")
+@click.option("--queue-timeout", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+              help="Seconds a request may wait in the queue before it is dropped with an error.")
+@click.option("--max-body", type=click.IntRange(min=256), default=64 * 1024, show_default=True, help="Largest HTTP request body in bytes (413 above).")
+@click.option("--max-question", type=click.IntRange(min=1), default=2000, show_default=True, help="Longest question in characters (422 above).")
+@click.option("--max-rows", type=click.IntRange(min=1), default=200, show_default=True, help="Rows of an answer returned to clients.")
+def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, token: str | None,
+            model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
+            think_tokens: int | None, max_rounds: int | None, calls_per_turn: int | None,
+            budget_items: tuple[str, ...], queue_size: int, queue_timeout: float, max_body: int, max_question: int,
+            max_rows: int) -> None:
+    """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
+
+    One model answers every client; requests queue in arrival order. Databases are named at
+    start and clients refer to them by name only.
+
+    \b
+    Examples:
+      edge-sql serve --mcp --db chinook=chinook.sqlite
+      edge-sql serve --db chinook=chinook.sqlite --port 8765
+      curl -s localhost:8765/v1/ask -d '{"question": "How many albums?", "database": "chinook"}'
+    """
+    from edge_sql.serve.service import is_local_host
+
+    databases = _databases(db_items)
+    http = use_http or not use_mcp
+    if http and not is_local_host(host) and not token:
+        raise click.UsageError(f"--host {host} is not a local address: set --token (or EDGE_SQL_TOKEN) so that "
+                               "only clients with the token can ask")
+    if token is not None and not token.strip():
+        raise click.BadParameter("the token is empty", param_hint="--token")
+    budget = _budget(think_tokens, max_rounds, calls_per_turn, budget_items, max_rows)
+    try:
+        _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
+               queue_size, queue_timeout, max_body, max_question, max_rows)
+    except EdgeSqlError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _budget(think_tokens, max_rounds, calls_per_turn, budget_items, max_rows):
+    """The default Budget with the command line's changes (the budget flags of `run`)."""
+    from edge_sql.agent.budget import Budget, budget_with
+
+    shortcuts = {"max_think_tokens": think_tokens, "max_final_think_tokens": think_tokens,
+                 "max_rounds": max_rounds, "max_calls_per_turn": calls_per_turn, "max_result_rows": max_rows}
+    items = [f"{name}={value}" for name, value in shortcuts.items() if value is not None] + list(budget_items)
+    try:
+        return budget_with(Budget(), items)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--budget") from None
+
+
+def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
+           queue_size, queue_timeout, max_body, max_question, max_rows) -> None:
+    from edge_sql.agent import load_prompt
+    from edge_sql.api import Agent
+    from edge_sql.serve.run import serve_http, serve_stdio
+    from edge_sql.serve.service import Limits, Service
+    from edge_sql.tools import ReadOnlyDatabase
+
+    for path in databases.values():  # bad files fail before the model loads
+        ReadOnlyDatabase(path).close()
+    load_prompt(prompt_file)
+    limits = Limits(max_body_bytes=max_body, max_question_chars=max_question, max_rows=max_rows,
+                    max_waiting=queue_size, wait_timeout_s=queue_timeout)
+    _log(f"loading {model or 'the default model'} ...")
+    with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
+               budget=budget, log=_log) as agent:
+        _log(f"loaded {agent.info.describe()}")
+        # The grammar engine's view of the vocabulary is built on first use (seconds, holding the
+        # GIL, not cancellable): build it now, so that no client's first request waits for it.
+        agent.session.lltokenizer()
+        service = Service(agent, databases, limits, log=_log)
+        try:
+            if http:
+                serve_http(service, host, port, token=token, log=_log)
+            else:
+                _log(f"MCP over stdio; databases: {', '.join(databases)}")
+                serve_stdio(service)
+        finally:
+            service.close()
+    _log("stopped")

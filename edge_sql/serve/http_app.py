@@ -1,0 +1,242 @@
+"""The HTTP interface: a small Starlette app, plus the MCP streamable HTTP endpoint at /mcp.
+
+    POST /v1/ask        {question, database, evidence?, seed?} -> the JSON of `edge-sql run --json`;
+                        with `Accept: text/event-stream`: events queued, running, round, call,
+                        forced, then answer (that same JSON) or error
+    GET  /v1/databases  names and tables
+    GET  /health        model, variant, queue
+
+Errors are JSON `{"error": message}`: 401 without the bearer token (when one is set), 404 for
+an unknown database, 413 for a body over the limit, 422 for a malformed body or a broken
+limit, 503 with Retry-After when the queue is full or a request waited too long. A client that
+disconnects cancels its episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from edge_sql.errors import EdgeSqlError
+from edge_sql.serve.queue import AskRequest, Cancelled, Finished, Job, Position, QueueFull, QueueTimeout
+from edge_sql.serve.service import BadRequest, Service, UnknownDatabase
+
+ASK_FIELDS = {"question": str, "database": str, "evidence": (str, type(None)), "seed": (int, type(None))}
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette | None = None,
+              mcp_lifespan: Any = None) -> ASGIApp:
+    """The ASGI app; `mcp_app` (the SDK's streamable HTTP app) adds its /mcp route and lifespan."""
+    async def ask_endpoint(request: Request) -> Response:
+        return await ask(service, request)
+
+    async def databases_endpoint(request: Request) -> Response:
+        return JSONResponse({"databases": service.list_databases()})
+
+    async def health_endpoint(request: Request) -> Response:
+        return JSONResponse(service.health())
+
+    routes = [
+        Route("/v1/ask", ask_endpoint, methods=["POST"]),
+        Route("/v1/databases", databases_endpoint, methods=["GET"]),
+        Route("/health", health_endpoint, methods=["GET"]),
+    ]
+    if mcp_app is not None:
+        routes.extend(mcp_app.routes)
+    app = Starlette(routes=routes, lifespan=mcp_lifespan,
+                    exception_handlers={HTTPException: _http_error})
+    return BearerToken(app, token) if token else app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown path 404, wrong method 405) as JSON too."""
+    assert isinstance(exc, HTTPException)
+    return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=exc.headers)
+
+
+class BearerToken:
+    """Every request must carry `Authorization: Bearer <token>` (compared in constant time)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                response = error(401, "missing or wrong bearer token (send Authorization: Bearer TOKEN)",
+                                 headers={"WWW-Authenticate": 'Bearer realm="edge-sql"'})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+# ---- POST /v1/ask ----------------------------------------------------------------------------
+
+
+async def ask(service: Service, request: Request) -> Response:
+    try:
+        body = await _read_body(request, service.limits.max_body_bytes)
+        ask_request = parse_ask(body)
+        job = service.submit(ask_request)
+    except _TooLarge as exc:
+        return error(413, str(exc))
+    except (BadRequest, _Malformed) as exc:
+        return error(422, str(exc))
+    except UnknownDatabase as exc:
+        return error(404, str(exc))
+    except QueueFull as exc:
+        return error(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return EventStream(job)
+    watcher = asyncio.ensure_future(_cancel_on_disconnect(request.receive, job))
+    try:
+        outcome = await job.wait()
+    finally:
+        watcher.cancel()
+        if not job.finished:
+            job.cancel()
+    return _outcome_response(outcome)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Malformed(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing more than `limit` bytes whether or not Content-Length says so."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge(f"the request body has {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(f"the request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_ask(body: bytes) -> AskRequest:
+    """A JSON object with exactly the known fields, each of the right type."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _Malformed(f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise _Malformed("the body must be a JSON object: {\"question\": ..., \"database\": ...}")
+    unknown = sorted(set(data) - set(ASK_FIELDS))
+    if unknown:
+        raise _Malformed(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(ASK_FIELDS)} "
+                         "(databases are named by the server: see GET /v1/databases)")
+    for name in ("question", "database"):
+        if name not in data:
+            raise _Malformed(f"missing field {name!r}")
+    for name, kinds in ASK_FIELDS.items():
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise _Malformed(f"field {name!r} has the wrong type ({type(value).__name__})")
+    seed = data.get("seed")
+    if seed is not None and not 0 <= seed < 2**32:
+        raise _Malformed("field 'seed' must be between 0 and 2**32 - 1")
+    return AskRequest(question=data["question"], database=data["database"], evidence=data.get("evidence"),
+                      seed=seed)
+
+
+def _outcome_response(outcome: Finished) -> Response:
+    if outcome.result is not None:
+        return JSONResponse(outcome.result.to_json(transcript=False))
+    status, headers = _error_status(outcome.error)
+    return error(status, str(outcome.error), headers)
+
+
+def _error_status(exc: EdgeSqlError | None) -> tuple[int, dict[str, str] | None]:
+    if isinstance(exc, (QueueTimeout, QueueFull)):
+        return 503, {"Retry-After": str(exc.retry_after_s)}
+    if isinstance(exc, Cancelled):
+        return 499, None  # nobody reads it: the client is gone
+    return 500, None
+
+
+async def _cancel_on_disconnect(receive: Receive, job: Job) -> None:
+    """Wait for the client to go away (the body is already read), then cancel the job."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            job.cancel()
+            return
+
+
+# ---- Server-sent events ----------------------------------------------------------------------
+
+
+def sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def job_events(job: Job) -> AsyncIterator[bytes]:
+    """One SSE event per queue move, round, call and forced answer, then `answer` or `error`.
+
+    Every event but `answer` (which is exactly the JSON of `run --json`) carries `elapsed_s`:
+    seconds from the request's arrival to the moment the server produced the event.
+    """
+    async for item in job.updates():
+        elapsed = {"elapsed_s": round(job.update_elapsed_s, 4)}
+        if isinstance(item, Position):
+            yield sse("running", elapsed) if item.position == 0 else sse("queued", {"position": item.position, **elapsed})
+        elif isinstance(item, Finished):
+            if item.result is not None:
+                yield sse("answer", item.result.to_json(transcript=False))
+            else:
+                status, _ = _error_status(item.error)
+                yield sse("error", {"error": str(item.error), "status": status, **elapsed})
+        elif item.kind == "round":
+            yield sse("round", {"round": item.round, **elapsed})
+        elif item.kind == "call" and item.call is not None:
+            yield sse("call", {"round": item.round, **item.call.to_json(), **elapsed})
+        elif item.kind == "forced":
+            yield sse("forced", {"round": item.round, "reason": item.reason, **elapsed})
+
+
+class EventStream(Response):
+    """A text/event-stream response that cancels the job as soon as the client disconnects."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                            (b"x-accel-buffering", b"no")]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, self.job))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in job_events(self.job):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the client is gone; the watcher has cancelled the job
+            pass
+        finally:
+            watcher.cancel()
+            if not self.job.finished:
+                self.job.cancel()

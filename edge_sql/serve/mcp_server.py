@@ -1,0 +1,155 @@
+"""The MCP interface: tools `ask` and `list_databases` on the official Python SDK.
+
+`ask` queues one episode on the shared agent, reports the queue position and every round and
+call as MCP progress, and returns a bounded summary as structured content plus a short text.
+A client's cancellation cancels the tool's task; the job is then withdrawn from the queue or
+its episode stopped at the next token.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from edge_sql import __version__
+from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.result import EpisodeResult, json_value
+from edge_sql.errors import EdgeSqlError
+from edge_sql.serve.queue import AskRequest, Finished, Position
+from edge_sql.serve.service import Service
+
+INSTRUCTIONS = (
+    "Ask questions in plain language about the SQLite databases this server was started with. "
+    "Call list_databases for their names and tables, then ask(question, database). Each answer "
+    "is one SQL query with its result; the databases are opened read-only."
+)
+
+
+class CallOutput(BaseModel):
+    tool: str
+    args: dict[str, Any]
+    ok: bool
+    output: str = Field(description="What the tool returned to the model (shortened)")
+
+
+class RoundOutput(BaseModel):
+    round: int
+    calls: list[CallOutput]
+
+
+class AskOutput(BaseModel):
+    sql: str | None = Field(description="The answer query (null when there is none)")
+    columns: list[str]
+    rows: list[list[Any]] = Field(description="The first rows of the answer")
+    row_count: int = Field(description="Rows the answer returned (up to the server's row limit)")
+    more_rows: bool = Field(description="True when the query had more rows than row_count")
+    forced: bool = Field(description="The answer came from the forced final turn (tool rounds used up)")
+    fallback: bool = Field(description="The model's own answer did not run; sql is its last query that ran")
+    stop: str = Field(description="submitted, final_answer, cancelled or error")
+    error: str | None
+    rounds: list[RoundOutput]
+    wall_s: float = Field(description="Seconds the episode took (without the wait in the queue)")
+
+
+class DatabaseOutput(BaseModel):
+    name: str
+    tables: list[str]
+
+
+class DatabasesOutput(BaseModel):
+    databases: list[DatabaseOutput]
+
+
+def build_mcp(service: Service) -> MCPServer:
+    """An MCPServer exposing `service`: run it over stdio or mount its streamable HTTP app."""
+    server = MCPServer("edge-sql", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    limits = service.limits
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def ask(question: str, database: str, ctx: Context, evidence: str | None = None,
+                  seed: int | None = None) -> Annotated[CallToolResult, AskOutput]:
+        """Answer a question about one of the server's databases with a SQL query and its rows.
+
+        `database` is a name from list_databases; `evidence` is an optional hint (e.g. what a
+        term means); `seed` makes the answer reproducible. Progress reports each tool round as
+        the local model explores the database.
+        """
+        if seed is not None and not 0 <= seed < 2**32:
+            raise ToolError("seed must be between 0 and 2**32 - 1")
+        try:
+            job = service.submit(AskRequest(question=question, database=database, evidence=evidence, seed=seed))
+        except EdgeSqlError as exc:
+            raise ToolError(str(exc)) from None
+        step = 0
+        try:
+            async for item in job.updates():
+                if isinstance(item, Finished):
+                    return _tool_result(item, limits.mcp_rows, limits.mcp_output_chars)
+                message = _progress_message(item)
+                if message is not None:
+                    step += 1
+                    await ctx.report_progress(step, None, message)
+        finally:
+            if not job.finished:
+                job.cancel()  # the client cancelled (or went away): stop the episode
+        raise AssertionError("updates() always ends with Finished")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    def list_databases() -> DatabasesOutput:
+        """The databases this server can answer questions about, with their tables."""
+        return DatabasesOutput(databases=[DatabaseOutput(**entry) for entry in service.list_databases()])
+
+    return server
+
+
+def _progress_message(item: Position | EpisodeEvent) -> str | None:
+    if isinstance(item, Position):
+        return "running" if item.position == 0 else f"queued: position {item.position}"
+    if item.kind == "round":
+        return f"round {item.round}"
+    if item.kind == "call" and item.call is not None:
+        return f"round {item.round}: {item.call.tool} {'ok' if item.call.ok else 'error'}"
+    if item.kind == "forced":
+        return f"final answer forced ({item.reason})"
+    return None  # "answer": the result follows at once
+
+
+def _tool_result(outcome: Finished, max_rows: int, max_output: int) -> CallToolResult:
+    if outcome.result is None:
+        raise ToolError(str(outcome.error))
+    output = ask_output(outcome.result, max_rows, max_output)
+    return CallToolResult(content=[TextContent(type="text", text=summary_text(output))],
+                          structured_content=output.model_dump(mode="json"))
+
+
+def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutput:
+    """The bounded MCP view of an episode: first rows, total count, short call outputs."""
+    def short(text: str) -> str:
+        return text if len(text) <= max_output else text[:max_output] + "…"
+
+    return AskOutput(
+        sql=result.sql, columns=list(result.columns),
+        rows=[[json_value(v) for v in row] for row in result.rows[:max_rows]],
+        row_count=len(result.rows), more_rows=result.truncated, forced=result.forced, fallback=result.fallback,
+        stop=result.stop, error=result.error, wall_s=result.stats.get("wall_s", 0.0),
+        rounds=[RoundOutput(round=r.index, calls=[CallOutput(tool=c.tool, args=c.args, ok=c.ok, output=short(c.output))
+                                                  for c in r.calls]) for r in result.rounds],
+    )
+
+
+def summary_text(output: AskOutput) -> str:
+    """A few lines a chat client can show: the SQL, the row count, how the answer was made."""
+    calls = sum(len(r.calls) for r in output.rounds)
+    lines = [f"SQL: {output.sql}" if output.sql else f"No answer ({output.stop}): {output.error}"]
+    if output.sql:
+        count = f"{output.row_count}{'+' if output.more_rows else ''} rows"
+        shown = f", first {len(output.rows)} in the structured result" if output.rows else ""
+        lines.append(f"{count}{shown}; columns: {', '.join(output.columns)}")
+    notes = [note for flag, note in ((output.forced, "forced final answer"),
+                                     (output.fallback, "fallback to the last query that ran")) if flag]
+    lines.append(f"{len(output.rounds)} rounds, {calls} calls" + (f"; {'; '.join(notes)}" if notes else ""))
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""What both interfaces share: the named databases, the limits, one `Agent` behind one queue.
+
+The operator names every database at start (`--db NAME=PATH`); clients refer to them by name
+only. Requests are checked here (known name, question and evidence lengths) so that HTTP and
+MCP give the same answers to the same mistakes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.result import EpisodeResult
+from edge_sql.errors import EdgeSqlError
+from edge_sql.serve.queue import AskQueue, AskRequest, Job
+from edge_sql.tools import ReadOnlyDatabase
+
+LOCAL_HOSTS = {"localhost"}
+
+
+class UnknownDatabase(EdgeSqlError):
+    """A client named a database the server was not started with."""
+
+
+class BadRequest(EdgeSqlError):
+    """A request that breaks a limit or has a wrong field (HTTP 422, an MCP tool error)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one request may send and get back."""
+
+    max_body_bytes: int = 64 * 1024
+    max_question_chars: int = 2000
+    max_evidence_chars: int = 4000
+    max_rows: int = 200            # rows of the answer returned over HTTP (Budget.max_result_rows)
+    mcp_rows: int = 20             # rows shown in an MCP tool result (with the total count)
+    mcp_output_chars: int = 200    # each call's output in an MCP tool result
+    max_waiting: int = 8           # requests waiting behind the running one
+    wait_timeout_s: float = 300.0  # longest wait in the queue before the request is dropped
+
+
+def parse_db_option(item: str) -> tuple[str, Path]:
+    """`NAME=PATH` -> (NAME, PATH); ValueError with the reason otherwise."""
+    name, sep, path = item.partition("=")
+    name = name.strip()
+    if not sep or not name or not path:
+        raise ValueError(f"{item!r} is not NAME=PATH")
+    if not all(c.isalnum() or c in "-_." for c in name):
+        raise ValueError(f"database name {name!r}: use letters, digits, '-', '_' and '.' only")
+    return name, Path(path).expanduser()
+
+
+def is_local_host(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class DatabaseEntry:
+    name: str
+    path: Path
+    tables: list[str] = field(default_factory=list)
+
+
+class Service:
+    """One agent, its queue and the databases it may open."""
+
+    def __init__(self, agent: Any, databases: dict[str, Path], limits: Limits = Limits(),
+                 log: Callable[[str], None] = lambda _m: None) -> None:
+        if not databases:
+            raise EdgeSqlError("name at least one database with --db NAME=PATH")
+        self.agent = agent
+        self.limits = limits
+        self.log = log
+        self.databases: dict[str, DatabaseEntry] = {}
+        for name, path in databases.items():
+            with ReadOnlyDatabase(path) as db:  # a bad file fails at start, not on the first request
+                self.databases[name] = DatabaseEntry(name, Path(path), db.table_names())
+        self.variant = model_variant(agent.info.model_path)
+        self.queue = AskQueue(self._ask, max_waiting=limits.max_waiting, wait_timeout_s=limits.wait_timeout_s,
+                              log=log)
+
+    def _ask(self, request: AskRequest, db: ReadOnlyDatabase, on_event: Callable[[EpisodeEvent], None],
+             should_stop: Callable[[], bool]) -> EpisodeResult:
+        return self.agent.ask(request.question, db, evidence=request.evidence, seed=request.seed,
+                              on_event=on_event, should_stop=should_stop)
+
+    def check(self, request: AskRequest) -> Path:
+        """The database path for a valid request; UnknownDatabase or BadRequest otherwise."""
+        limits = self.limits
+        if not request.question.strip():
+            raise BadRequest("question is empty")
+        if len(request.question) > limits.max_question_chars:
+            raise BadRequest(f"question has {len(request.question)} characters; the limit is "
+                             f"{limits.max_question_chars}")
+        if request.evidence is not None and len(request.evidence) > limits.max_evidence_chars:
+            raise BadRequest(f"evidence has {len(request.evidence)} characters; the limit is "
+                             f"{limits.max_evidence_chars}")
+        entry = self.databases.get(request.database)
+        if entry is None:
+            names = ", ".join(sorted(self.databases))
+            raise UnknownDatabase(f"unknown database {request.database!r}; this server has: {names}")
+        return entry.path
+
+    def submit(self, request: AskRequest) -> Job:
+        """Check and queue a request (on the event loop that reads it); raises QueueFull when full."""
+        return self.queue.submit(request, self.check(request))
+
+    def list_databases(self) -> list[dict[str, Any]]:
+        """Names and tables, never paths: clients do not need to know where files live."""
+        return [{"name": e.name, "tables": list(e.tables)} for e in self.databases.values()]
+
+    def health(self) -> dict[str, Any]:
+        info = self.agent.info
+        return {
+            "status": "ok",
+            "model": info.model_path.name,
+            "variant": self.variant,
+            "architecture": info.architecture,
+            "backend": info.backend,
+            "queue": self.queue.snapshot(),
+        }
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def model_variant(path: Path) -> str:
+    """The GGUF's storage type (Q4_K_M, BF16, ...), from its `general.file_type`."""
+    import gguf
+
+    from edge_sql.runtime.gguf_check import validate_gguf
+
+    file_type = validate_gguf(path).metadata.get("general.file_type")
+    if file_type is None:
+        return "unknown"
+    try:
+        return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except ValueError:
+        return f"file type {file_type}"

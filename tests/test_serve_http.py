@@ -1,0 +1,255 @@
+"""`edge-sql serve` over HTTP: a real server process on a free port, the fixture model, real databases."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from serve_helpers import CLI, SMALL, ServerProcess, read_events, serve_command, without_stats
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
+CHINOOK = DATA_DIR / "chinook" / "chinook.sqlite"
+NORTHWIND = DATA_DIR / "northwind" / "northwind.sqlite"
+RESULT_KEYS = {"question", "evidence", "sql", "columns", "rows", "truncated", "forced", "fallback", "answer", "stop",
+               "force_reason", "error", "rounds", "stats", "prompt_version"}
+
+
+@pytest.fixture(scope="module")
+def dbs(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("serve-dbs")
+    copies = {"chinook": folder / "chinook.sqlite", "northwind": folder / "northwind.sqlite"}
+    shutil.copyfile(CHINOOK, copies["chinook"])
+    shutil.copyfile(NORTHWIND, copies["northwind"])
+    return copies
+
+
+@pytest.fixture(scope="module")
+def server(tiny_gguf, dbs, tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve-log") / "server.log"
+    process = ServerProcess(serve_command(tiny_gguf, dbs, *SMALL, "--port", "0", "--max-question", "300",
+                                          "--max-body", "4096"), log)
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def _rows_of(sql: str, path: Path) -> list[list]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return [list(row) for row in conn.execute(sql).fetchall()]
+
+
+def _check_answer(answer: dict, question: str, path: Path) -> None:
+    """A complete answer: every field of `run --json`, rounds with calls, rows that the SQL returns."""
+    assert set(answer) == RESULT_KEYS and answer["question"] == question
+    assert answer["stop"] in ("submitted", "final_answer") and answer["rounds"]
+    assert all(call["tool"] and isinstance(call["ok"], bool) for r in answer["rounds"] for call in r["calls"])
+    if answer["sql"] is not None:
+        assert answer["rows"] == _rows_of(answer["sql"], path)[:200]
+    else:
+        assert answer["error"] and answer["rows"] == []
+
+
+def test_health_and_databases(server, tiny_gguf, dbs):
+    health = server.health()
+    assert health["model"] == tiny_gguf.name and health["variant"] == "BF16" and health["architecture"] == "qwen35"
+    assert health["queue"]["running"] is False and health["queue"]["waiting"] == 0
+    assert health["queue"]["max_waiting"] == 8
+    status, _, body = server.request("GET", "/v1/databases")
+    assert status == 200
+    with sqlite3.connect(dbs["northwind"]) as conn:
+        northwind_tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    by_name = {entry["name"]: entry["tables"] for entry in body["databases"]}
+    assert set(by_name) == {"chinook", "northwind"}
+    assert set(by_name["northwind"]) == northwind_tables
+    assert "Album" in by_name["chinook"]
+    assert str(dbs["chinook"].parent) not in json.dumps(body)  # clients never see paths
+
+
+def test_ask_json_is_what_run_json_prints(server, tiny_gguf, dbs):
+    question = "How many albums are there?"
+    status, headers, answer = server.request("POST", "/v1/ask", {"question": question, "database": "chinook",
+                                                                 "seed": 5})
+    assert status == 200 and headers["content-type"] == "application/json", answer
+    _check_answer(answer, question, dbs["chinook"])
+    run = subprocess.run([*CLI, "run", "--db", str(dbs["chinook"]), "--model", str(tiny_gguf), *SMALL,
+                          "--budget", "max_result_rows=200", "--question", question, "--seed", "5", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert without_stats(json.loads(run.stdout)) == without_stats(answer)
+    assert set(json.loads(run.stdout)["stats"]) == set(answer["stats"])
+
+
+def test_ask_streams_rounds_calls_and_the_answer(server, dbs):
+    body = {"question": "Which genres are there?", "database": "chinook", "seed": 9}
+    conn = server.connection()
+    conn.request("POST", "/v1/ask", body=json.dumps(body), headers={"Accept": "text/event-stream"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
+    events = read_events(response)
+    conn.close()
+    names = [name for name, _ in events]
+    assert names[0] == "queued" and events[0][1]["position"] == 1 and names[1] == "running"
+    elapsed = [data["elapsed_s"] for name, data in events[:-1]]
+    assert elapsed == sorted(elapsed) and 0 <= elapsed[0] < elapsed[-1] < 300
+    assert names[-1] == "answer" and names[2] == "round"
+    answer = events[-1][1]
+    _check_answer(answer, body["question"], dbs["chinook"])
+    assert [data["round"] for name, data in events if name == "round"] == [r["index"] for r in answer["rounds"]]
+    streamed_calls = [{k: v for k, v in data.items() if k not in ("round", "elapsed_s")}
+                      for name, data in events if name == "call"]
+    assert streamed_calls == [call for r in answer["rounds"] for call in r["calls"]]
+    assert ("forced" in names) == answer["forced"]
+    status, _, plain = server.request("POST", "/v1/ask", body)  # the same request without streaming
+    assert status == 200 and without_stats(plain) == without_stats(answer)
+
+
+@pytest.mark.parametrize(("raw", "status", "message"), [
+    (b'{"question": "How many albums?", "database": "nope"}', 404, "unknown database 'nope'"),
+    (b"not json", 422, "not JSON"),
+    (b'["How many albums?", "chinook"]', 422, "JSON object"),
+    (b'{"database": "chinook"}', 422, "missing field 'question'"),
+    (b'{"question": "How many albums?", "database": "chinook", "seed": "x"}', 422, "'seed' has the wrong type"),
+    (b'{"question": "How many albums?", "database": "chinook", "seed": true}', 422, "'seed' has the wrong type"),
+    (b'{"question": "How many albums?", "database": "chinook", "path": "/etc/passwd"}', 422, "unknown field(s) 'path'"),
+    (b'{"question": "   ", "database": "chinook"}', 422, "question is empty"),
+    (json.dumps({"question": "x" * 301, "database": "chinook"}).encode(), 422, "301 characters; the limit is 300"),
+    (json.dumps({"question": "y", "database": "chinook", "evidence": "z" * 5000}).encode(), 413, "limit is 4096"),
+])
+def test_bad_requests_get_clear_errors(server, raw, status, message):
+    got, headers, body = server.request("POST", "/v1/ask", raw=raw)
+    assert got == status and headers["content-type"] == "application/json"
+    assert message in body["error"]
+
+
+def test_oversized_chunked_body_is_413(server):
+    conn = server.connection()
+    conn.request("POST", "/v1/ask", body=iter([b'{"question": "', b"a" * 3000, b"b" * 3000, b'"}']),
+                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    response = conn.getresponse()
+    assert response.status == 413 and "over the limit of 4096" in json.loads(response.read())["error"]
+    conn.close()
+
+
+def test_unknown_route_and_method(server):
+    status, _, body = server.request("GET", "/v1/nothing")
+    assert status == 404 and body == {"error": "GET /v1/nothing: Not Found"}
+    status, headers, body = server.request("GET", "/v1/ask")
+    assert status == 405 and headers["allow"] == "POST" and body == {"error": "GET /v1/ask: Method Not Allowed"}
+
+
+def test_two_concurrent_clients_get_complete_answers(server, dbs):
+    asks = {"a": ({"question": "Which artist has the most albums?", "database": "chinook", "seed": 21}, "chinook"),
+            "b": ({"question": "How many products are there?", "database": "northwind", "seed": 22}, "northwind")}
+    before = server.health()["queue"]["completed"]
+    results: dict[str, tuple] = {}
+
+    def client(name: str) -> None:
+        results[name] = server.request("POST", "/v1/ask", asks[name][0])
+
+    threads = [threading.Thread(target=client, args=(name,)) for name in asks]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while (queue := server.health()["queue"])["waiting"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert queue["running"] and queue["waiting"] == 1  # one runs on the one model, the other waits its turn
+    for thread in threads:
+        thread.join(timeout=300)
+    for name, (body, db) in asks.items():
+        status, _, answer = results[name]
+        assert status == 200, answer
+        _check_answer(answer, body["question"], dbs[db])
+        alone = server.request("POST", "/v1/ask", body)[2]  # each alone gives the same episode
+        assert without_stats(alone) == without_stats(answer)
+    assert server.health()["queue"]["completed"] == before + 4
+
+
+def test_mcp_over_streamable_http(server):
+    async def main() -> None:
+        async with Client(f"http://127.0.0.1:{server.port}/mcp") as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            assert tools == {"ask", "list_databases"}
+            listed = await client.call_tool("list_databases", {})
+            names = [entry["name"] for entry in listed.structured_content["databases"]]
+            assert names == ["chinook", "northwind"]
+
+    anyio.run(main)
+
+
+def test_database_files_are_byte_identical_afterwards(server, dbs):
+    server.wait_idle()
+    assert dbs["chinook"].read_bytes() == CHINOOK.read_bytes()
+    assert dbs["northwind"].read_bytes() == NORTHWIND.read_bytes()
+
+
+# ---- a server bound to a non-local address ---------------------------------------------------
+
+
+def test_non_local_address_requires_a_token(tiny_gguf, dbs, tmp_path):
+    refused = subprocess.run(serve_command(tiny_gguf, dbs, "--host", "0.0.0.0", "--port", "0"),
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "set --token" in refused.stderr
+    server = ServerProcess(serve_command(tiny_gguf, {"chinook": dbs["chinook"]}, *SMALL, "--host", "0.0.0.0",
+                                         "--port", "0", "--token", "s3cret"), tmp_path / "server.log")
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            status, got, body = server.request("GET", "/health", headers=headers)
+            assert status == 401 and got["www-authenticate"].startswith("Bearer") and "bearer token" in body["error"]
+        status, _, body = server.request("POST", "/v1/ask", {"question": "How many albums?", "database": "chinook"})
+        assert status == 401
+        assert server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})[0] == 401
+        status, _, body = server.request("GET", "/v1/databases", headers={"Authorization": "Bearer s3cret"})
+        assert status == 200 and body["databases"][0]["name"] == "chinook"
+        assert server.request("GET", "/health", headers={"Authorization": "Bearer s3cret"})[2]["queue"]["completed"] == 0
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+# ---- the queue: full, timed out, disconnected ------------------------------------------------
+
+
+def test_queue_full_timeout_and_disconnect(tiny_gguf, dbs, tmp_path):
+    """One long episode runs; one request waits past its limit; one finds the queue full; the
+    streaming client disconnects and its episode stops."""
+    long_episode = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "400"]
+    server = ServerProcess(serve_command(tiny_gguf, {"chinook": dbs["chinook"]}, *long_episode, "--port", "0",
+                                         "--queue-size", "1", "--queue-timeout", "1.5"), tmp_path / "server.log")
+    try:
+        stream = server.connection()
+        stream.request("POST", "/v1/ask", body=json.dumps({"question": "List the albums.", "database": "chinook"}),
+                       headers={"Accept": "text/event-stream"})
+        response = stream.getresponse()
+        assert [name for name, _ in read_events(response, until="round")] == ["queued", "running", "round"]
+
+        waited: dict[str, tuple] = {}
+        waiter = threading.Thread(target=lambda: waited.update(
+            r=server.request("POST", "/v1/ask", {"question": "How many tracks?", "database": "chinook"})))
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while server.health()["queue"]["waiting"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, headers, body = server.request("POST", "/v1/ask", {"question": "And genres?", "database": "chinook"})
+        assert status == 503 and int(headers["retry-after"]) >= 1 and "queue is full" in body["error"]
+
+        waiter.join(timeout=30)
+        status, headers, body = waited["r"]
+        assert status == 503 and int(headers["retry-after"]) >= 1
+        assert "waited 1.5 s in the queue" in body["error"]
+        queue = server.health()["queue"]
+        assert queue["running"] and queue["waiting"] == 0 and queue["timed_out"] == 1 and queue["rejected"] == 1
+
+        stream.close()  # the client goes away in the middle of round 1: its episode stops
+        queue = server.wait_idle(timeout_s=20)["queue"]
+        assert queue["cancelled"] == 1 and queue["completed"] == 0
+        server.wait_for_log(r"ask #1 \(chinook\): cancelled, 1 rounds")
+    finally:
+        assert server.stop() == 0, server.log()
+    assert dbs["chinook"].read_bytes() == CHINOOK.read_bytes()

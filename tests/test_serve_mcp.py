@@ -1,0 +1,131 @@
+"""`edge-sql serve --mcp` over stdio, driven by the MCP SDK's own client (as a desktop client would)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from serve_helpers import serve_command
+
+# round 1 thinks for 200 tokens: long enough to cancel in the middle of it
+ARGS = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "200"]
+ORIGINAL = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+
+
+def _wait_for(pattern: str, log: Path, timeout_s: float = 60.0) -> re.Match[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        match = re.search(pattern, log.read_text())
+        if match:
+            return match
+        time.sleep(0.1)
+    raise AssertionError(f"{pattern!r} not in the server log:\n{log.read_text()}")
+
+
+@pytest.fixture
+def stdio_server(tiny_gguf, chinook_db, tmp_path):
+    command = serve_command(tiny_gguf, {"chinook": chinook_db}, *ARGS)
+    return StdioServerParameters(command=command[0], args=command[1:]), tmp_path / "server.log"
+
+
+def test_mcp_client_over_stdio(stdio_server, chinook_db):
+    params, log_path = stdio_server
+
+    async def main() -> None:
+        with log_path.open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                await _tools_are_listed(client)
+                await _list_databases(client, chinook_db)
+                await _ask_reports_progress(client, chinook_db)
+                await _unknown_database_is_a_tool_error(client)
+                await _cancel_stops_the_episode(client, log_path)
+
+    anyio.run(main)
+    assert chinook_db.read_bytes() == ORIGINAL.read_bytes()
+
+
+async def _tools_are_listed(client: Client) -> None:
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == {"ask", "list_databases"}
+    schema = tools["ask"].input_schema
+    assert set(schema["properties"]) == {"question", "database", "evidence", "seed"}
+    assert set(schema["required"]) == {"question", "database"}
+    assert {"sql", "rows", "row_count", "forced", "fallback", "rounds"} <= set(tools["ask"].output_schema["properties"])
+    assert tools["ask"].annotations.read_only_hint is True
+
+
+async def _list_databases(client: Client, db: Path) -> None:
+    result = await client.call_tool("list_databases", {})
+    assert not result.is_error
+    with sqlite3.connect(db) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                             "AND name NOT LIKE 'sqlite_%' ORDER BY rowid")]
+    assert result.structured_content == {"databases": [{"name": "chinook", "tables": tables}]}
+
+
+async def _ask_reports_progress(client: Client, db: Path) -> None:
+    messages: list[tuple[float, str | None]] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        messages.append((value, message))
+
+    result = await client.call_tool("ask", {"question": "How many albums are there?", "database": "chinook"},
+                                    progress_callback=progress)
+    assert not result.is_error, result.content
+    out = result.structured_content
+    assert out["stop"] in ("submitted", "final_answer") and out["rounds"]
+    assert 0 < out["wall_s"] < 300
+    texts = [m for _, m in messages]
+    assert texts[0] == "queued: position 1" and texts[1] == "running"
+    assert [t for t in texts if re.fullmatch(r"round \d+", t)] == [f"round {r['round']}" for r in out["rounds"]]
+    calls = [f"round {r['round']}: {c['tool']} {'ok' if c['ok'] else 'error'}" for r in out["rounds"] for c in r["calls"]]
+    assert [t for t in texts if ":" in t and t.startswith("round")] == calls
+    assert [v for v, _ in messages] == list(range(1, len(messages) + 1))  # progress only grows
+    assert out["row_count"] == len(out["rows"]) or out["row_count"] > len(out["rows"]) == 20
+    if out["sql"] is not None:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            rows = [list(r) for r in conn.execute(out["sql"]).fetchall()]
+        assert out["rows"] == rows[:20] and out["row_count"] == min(len(rows), 200)
+        assert result.content[0].text.startswith(f"SQL: {out['sql']}")
+    else:
+        assert out["error"] and result.content[0].text.startswith(f"No answer ({out['stop']})")
+    assert f"{len(out['rounds'])} rounds" in result.content[0].text
+
+
+async def _unknown_database_is_a_tool_error(client: Client) -> None:
+    result = await client.call_tool("ask", {"question": "How many albums?", "database": "/etc/passwd"})
+    assert result.is_error
+    assert result.content[0].text.endswith("unknown database '/etc/passwd'; this server has: chinook")
+
+
+async def _cancel_stops_the_episode(client: Client, log_path: Path) -> None:
+    started = anyio.Event()
+    scopes: list[anyio.CancelScope] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        if message == "round 1":
+            started.set()
+
+    async def call() -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            await client.call_tool("ask", {"question": "List every track.", "database": "chinook"},
+                                   progress_callback=progress)
+            raise AssertionError("the call was meant to be cancelled")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        with anyio.fail_after(120):
+            await started.wait()
+        scopes[0].cancel()
+    # the server stops the episode at the next token, in round 1 (200 tokens of thinking)
+    _wait_for(r"ask #2 \(chinook\): cancelled, 1 rounds, 0 calls", log_path, timeout_s=30)
+    # and serves the next call
+    result = await client.call_tool("list_databases", {})
+    assert not result.is_error
