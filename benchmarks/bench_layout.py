@@ -51,7 +51,7 @@ def audit(model: Path, *, seeds: list[int], budget: Budget, threads: int) -> dic
                 for db, question in QUESTIONS:
                     with ReadOnlyDatabase(DATA / db / f"{db}.sqlite") as database:
                         result = run_episode(session, Toolbox(database), question, prompt=prompt, budget=budget,
-                                             params=SamplingParams(seed=seed, greedy=seed < 0), audit=True)
+                                             params=SamplingParams(seed=max(seed, 0), greedy=seed < 0), audit=True)
                     totals[layout]["steps"] += result.stats["grammar_steps_audited"]
                     totals[layout]["overruled"] += result.stats["grammar_overruled"]
                     totals[layout]["episodes"] += 1

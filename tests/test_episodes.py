@@ -18,7 +18,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from episode_checks import EpisodeRun, check_each_token_evaluated_once, check_turns_parse, sha256
+from episode_checks import (
+    PROMPT,
+    EpisodeRun,
+    check_each_token_evaluated_once,
+    check_turns_parse,
+    last_good_query,
+    sha256,
+)
 
 from edge_sql.agent import Budget, run_episode
 from edge_sql.runtime import SamplingParams, Session
@@ -136,8 +143,10 @@ def test_budget_lines_count_down(episodes):
         expected = [run.budget.max_rounds - k for k in range(1, len(lines) + 1)]
         assert [int(n) for n in lines] == expected
         assert ("[1 tool turns" not in run.result.transcript)
-        if run.result.forced:
-            assert "Exploration limit reached" in run.result.transcript
+        if run.result.forced:  # the forced-final message once, in the budget line's place
+            forced = PROMPT.forced_text(last_good_query(run.result))
+            assert run.result.transcript.count(forced) == 1
+            assert run.result.transcript.split(forced)[1].startswith(PROMPT.chat.turn_end)
 
 
 def test_each_token_is_evaluated_once(episodes):
