@@ -9,9 +9,6 @@ Finished items are in the results file, so a rerun with `resume` only does what 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +17,7 @@ from typing import Any
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.aggregate import summarize
 from edge_sql.bench.child import ChildOutcome, run_worker
+from edge_sql.bench.machine import machine_description
 from edge_sql.bench.modes import MODES
 from edge_sql.bench.plots import write_plots
 from edge_sql.bench.report import write_json, write_markdown
@@ -56,6 +54,8 @@ class BenchConfig:
     fidelity_chunk: int = 64
     resume: bool = True
     note: str = ""   # shown under the report's heading and the plots' titles
+    ray: str | None = None   # a Ray cluster's address, or "local": episodes run there (edge_sql.cluster)
+    ray_workers: int | None = None   # Ray actors per variant (default: as many as the cluster's CPUs allow)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -124,20 +124,6 @@ def _check_settings(config: BenchConfig, out_dir: Path, log: ResultsLog) -> None
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
 
 
-def machine_description() -> dict[str, Any]:
-    import llama_cpp
-
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        memory = None
-    return {
-        "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(), "memory_bytes": memory, "python": sys.version.split()[0],
-        "llama_cpp_python": llama_cpp.__version__,
-    }
-
-
 def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: None) -> BenchOutcome:
     """Run (or resume) a bench and write its reports into `config.out_dir`."""
     out_dir = Path(config.out_dir)
@@ -155,7 +141,12 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
                                 from_store=from_store, n_threads=config.n_threads, log=log)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
 
-    episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
+    if config.ray is not None:
+        from edge_sql.cluster.bench import run_episodes_on_ray
+
+        episodes_run = run_episodes_on_ray(config, variants, questions, results, log=log)
+    else:
+        episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
     fidelity_run = sum(_run_fidelity(config, variants[0], variant, planned, results, out_dir, log)
                        for variant in variants)
 
@@ -183,16 +174,17 @@ def _record_process(results: ResultsLog, variant: Variant, task: str, outcome: C
         log(f"{variant.name}: the {task} worker exited with status {outcome.returncode}; continuing")
 
 
-def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Question], results: ResultsLog,
-                  out_dir: Path, log: Callable[[str], None]) -> int:
+def pending_items(config: BenchConfig, variant: Variant, questions: Sequence[Question],
+                  results: ResultsLog) -> list[tuple[str, str]]:
+    """The (mode, question id) episodes of `variant` not yet in the results file."""
     done = results.done("episode")
-    items = [(mode, q.id) for mode in config.modes for q in questions
-             if WorkKey(variant.name, mode, q.id, config.seed) not in done]
-    if not items:
-        log(f"{variant.name}: all {len(config.modes) * len(questions)} episodes already done")
-        return 0
-    log(f"{variant.name}: {len(items)} episodes ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)")
-    task = EpisodeTask(
+    return [(mode, q.id) for mode in config.modes for q in questions
+            if WorkKey(variant.name, mode, q.id, config.seed) not in done]
+
+
+def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, str]], results: ResultsLog) -> EpisodeTask:
+    """The episodes task of `variant` (what a local worker process or a Ray actor runs)."""
+    return EpisodeTask(
         variant=variant.name, model_path=str(variant.path), results_path=str(results.path),
         dataset=str(config.dataset), dataset_format=config.dataset_format,
         db_root=None if config.db_root is None else str(config.db_root), items=items, seed=config.seed,
@@ -200,6 +192,16 @@ def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Que
         prompt_file=None if config.prompt_file is None else str(config.prompt_file),
         record_tokens=variant.name == REFERENCE,
     )
+
+
+def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Question], results: ResultsLog,
+                  out_dir: Path, log: Callable[[str], None]) -> int:
+    items = pending_items(config, variant, questions, results)
+    if not items:
+        log(f"{variant.name}: all {len(config.modes) * len(questions)} episodes already done")
+        return 0
+    log(f"{variant.name}: {len(items)} episodes ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)")
+    task = episode_task(config, variant, items, results)
     outcome = run_worker(asdict(task), out_dir)
     _record_process(results, variant, "episodes", outcome, log)
     return len(results.done("episode") & {WorkKey(variant.name, m, q, config.seed) for m, q in items})
