@@ -143,12 +143,14 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
 
     if config.ray is not None:
         from edge_sql.cluster.bench import run_episodes_on_ray
+        from edge_sql.cluster.fidelity import run_fidelity_on_ray
 
         episodes_run = run_episodes_on_ray(config, variants, questions, results, log=log)
+        fidelity_run = run_fidelity_on_ray(config, variants, planned, results, log=log)
     else:
         episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
-    fidelity_run = sum(_run_fidelity(config, variants[0], variant, planned, results, out_dir, log)
-                       for variant in variants)
+        fidelity_run = sum(_run_fidelity(config, variants[0], variant, planned, results, out_dir, log)
+                           for variant in variants)
 
     summary = summarize(variants, results.records(), planned=planned, questions={q.id: q for q in questions},
                         modes=config.modes, reference_name=REFERENCE, cache=ResultCache())
@@ -207,20 +209,32 @@ def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Que
     return len(results.done("episode") & {WorkKey(variant.name, m, q, config.seed) for m, q in items})
 
 
-def _run_fidelity(config: BenchConfig, reference: Variant, variant: Variant, planned: set[WorkKey],
-                  results: ResultsLog, out_dir: Path, log: Callable[[str], None]) -> int:
+def pending_fidelity(config: BenchConfig, reference: Variant, variant: Variant, planned: set[WorkKey],
+                     results: ResultsLog) -> list[tuple[str, str]]:
+    """The (mode, question id) of the reference's transcripts `variant` is not yet compared on."""
     transcripts = {(r["mode"], str(r["question_id"])) for r in results.records("episode")
                    if r["variant"] == reference.name and r.get("tokens") and WorkKey.of(r) in planned}
     done = results.done("fidelity")
-    keys = sorted(k for k in transcripts if WorkKey(variant.name, k[0], k[1], config.seed) not in done)
-    if not keys:
-        return 0
-    log(f"{variant.name}: fidelity against {reference.name} on {len(keys)} transcripts")
-    task = FidelityTask(
+    return sorted(k for k in transcripts if WorkKey(variant.name, k[0], k[1], config.seed) not in done)
+
+
+def fidelity_task(config: BenchConfig, reference: Variant, variant: Variant, keys: list[tuple[str, str]],
+                  results: ResultsLog) -> FidelityTask:
+    """The fidelity task of `variant` on `keys` (what a local worker process or a Ray task runs)."""
+    return FidelityTask(
         variant=variant.name, model_path=str(variant.path), reference_path=str(reference.path),
         results_path=str(results.path), keys=keys, seed=config.seed, n_threads=config.n_threads,
         max_tokens=config.fidelity_tokens, chunk=config.fidelity_chunk, reference_name=reference.name,
     )
+
+
+def _run_fidelity(config: BenchConfig, reference: Variant, variant: Variant, planned: set[WorkKey],
+                  results: ResultsLog, out_dir: Path, log: Callable[[str], None]) -> int:
+    keys = pending_fidelity(config, reference, variant, planned, results)
+    if not keys:
+        return 0
+    log(f"{variant.name}: fidelity against {reference.name} on {len(keys)} transcripts")
+    task = fidelity_task(config, reference, variant, keys, results)
     outcome = run_worker(asdict(task), out_dir)
     _record_process(results, variant, "fidelity", outcome, log)
     return len(results.done("fidelity") & {WorkKey(variant.name, m, q, config.seed) for m, q in keys})

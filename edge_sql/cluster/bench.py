@@ -129,8 +129,11 @@ def actor_memory_bytes(variant: Variant) -> int:
 
 
 def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questions: Sequence[Question],
-                        results: ResultsLog, *, log: Callable[[str], None] = lambda _msg: None) -> int:
-    """Run every variant's pending episodes on the Ray cluster of `config.ray`; returns how many ran."""
+                        results: ResultsLog, *, log: Callable[[str], None] = lambda _msg: None,
+                        overheads: list[float] | None = None) -> int:
+    """Run every variant's pending episodes on the Ray cluster of `config.ray`; returns how many ran.
+    `overheads` (if given) receives each call's scheduling overhead in seconds: the driver's round
+    trip minus the actor's own time, for every call but an actor's first (which also loads)."""
     from edge_sql.bench.runner import episode_task, pending_items
 
     ray = connect(config.ray or "auto", log=log)
@@ -155,11 +158,13 @@ def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questi
         pools.append(_Pool(variant, deque(items), actors))
 
     in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]] = {}
+    sent: dict[Any, float] = {}
 
     def next_call(pool: _Pool, actor: Any) -> None:
         if pool.queue:
             item = pool.queue.popleft()
-            in_flight[actor.run.remote(*item)] = (pool, actor, item)
+            ref = actor.run.remote(*item)
+            in_flight[ref], sent[ref] = (pool, actor, item), time.perf_counter()
         else:
             in_flight[actor.finish.remote()] = (pool, actor, None)
 
@@ -168,7 +173,7 @@ def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questi
         for pool in pools:
             for actor in pool.actors:
                 next_call(pool, actor)
-        episodes_run = _drain(ray, in_flight, next_call, results, log)
+        episodes_run = _drain(ray, in_flight, next_call, results, log, sent, overheads if overheads is not None else [])
     finally:   # on an interruption too: free the cluster's CPUs and memory
         for actor in [server, *(a for pool in pools for a in pool.actors)]:
             ray.kill(actor)
@@ -176,12 +181,14 @@ def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questi
 
 
 def _drain(ray: Any, in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]],
-           next_call: Callable[[_Pool, Any], None], results: ResultsLog, log: Callable[[str], None]) -> int:
+           next_call: Callable[[_Pool, Any], None], results: ResultsLog, log: Callable[[str], None],
+           sent: dict[Any, float], overheads: list[float]) -> int:
     """Append each answer as it comes and give its actor the next episode; returns episodes run."""
     episodes_run = 0
     while in_flight:
         [ref], _ = ray.wait(list(in_flight), num_returns=1)
         pool, actor, item = in_flight.pop(ref)
+        round_trip = time.perf_counter() - sent.pop(ref, 0.0)
         try:
             answer = ray.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
@@ -194,6 +201,8 @@ def _drain(ray: Any, in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | No
             continue
         if answer["load"] is not None:
             results.append(answer["load"])
+        else:
+            overheads.append(round_trip - answer["actor_s"])
         results.append(answer["episode"])
         episodes_run += 1
         next_call(pool, actor)
