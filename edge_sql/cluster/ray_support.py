@@ -34,7 +34,13 @@ def connect(address: str, *, log: Callable[[str], None] = lambda _msg: None) -> 
     if address == LOCAL:
         ray.init(include_dashboard=False, logging_level="WARNING")
     else:
-        ray.init(address=address, logging_level="WARNING")
+        try:
+            ray.init(address=address, logging_level="WARNING")
+        except ConnectionError as exc:
+            raise EdgeSqlError(
+                f"no Ray cluster at {address!r} ({exc}); start one with `ray start --head` on this machine "
+                "(and `ray start --address HEAD_IP:6379` on the others), or use --ray local"
+            ) from None
     resources = ray.cluster_resources()
     log(f"Ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):.0f} CPUs")
     return ray

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-RAY_HELP = ("Run on a Ray cluster: --ray ADDRESS (e.g. ray://head:10001), --ray alone for the cluster this "
-            "machine joined with `ray start`, --ray local for a Ray runtime on this machine. Needs the "
-            "'cluster' extra: pip install \"edge-sql[cluster]\".")
+RAY_HELP = ("Run on a Ray cluster, from one of its machines: --ray alone for the cluster this machine "
+            "joined with `ray start`, --ray HEAD_IP:6379 to name it, --ray local for a Ray runtime on this "
+            "machine only. Needs the 'cluster' extra: pip install \"edge-sql[cluster]\".")
 
 
 def ray_address_option(func: Callable[..., Any]) -> Callable[..., Any]:
