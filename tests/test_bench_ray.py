@@ -4,7 +4,8 @@ The same bench (BF16 and Q8_0 of the fixture model, two bundled questions with t
 withheld, tiny budgets) runs once with the local runner and once on Ray: the reports must agree field by
 field, timings aside. A second Ray run has one worker per variant, whose process is killed
 with SIGKILL after its first episode: Ray restarts it and the run still records every episode
-exactly once, with the same answers. `eval --ray` must give local `eval`'s report.
+exactly once, with the same answers; a third variant, a truncated file, is reported as crashed
+and the run goes on. `eval --ray` must give local `eval`'s report.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def ray_runtime():
     ray.shutdown()
 
 
-def _bench(base: Path, out: Path, *extra: str) -> str:
-    args = ["bench", "--base", str(base), "--variants", "BF16,Q8_0", "--limit", "2", "--modes", "withheld",
+def _bench(base: Path, out: Path, *extra: str, variants: str = "BF16,Q8_0") -> str:
+    args = ["bench", "--base", str(base), "--variants", variants, "--limit", "2", "--modes", "withheld",
             "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "32", "--out", str(out), *TINY_BUDGET, *extra]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -92,11 +93,14 @@ def runs(tiny_gguf: Path, ray_runtime, tmp_path_factory: pytest.TempPathFactory)
     root = tmp_path_factory.mktemp("bench-ray")
     local, on_ray, killed = root / "local", root / "ray", root / "killed"
     outputs = {"local": _bench(tiny_gguf, local), "ray": _bench(tiny_gguf, on_ray, "--ray", "local")}
+    broken = root / "broken.gguf"
+    broken.write_bytes(tiny_gguf.read_bytes()[:4096])  # a GGUF header cut short: its worker cannot load it
+    variants = f"BF16,Q8_0,{broken}"
     killer = _Killer(killed)
     killer.start()
-    outputs["killed"] = _bench(tiny_gguf, killed, "--ray", "local", "--ray-workers", "1")
+    outputs["killed"] = _bench(tiny_gguf, killed, "--ray", "local", "--ray-workers", "1", variants=variants)
     killer.stop.set()
-    outputs["resumed"] = _bench(tiny_gguf, killed, "--ray", "local", "--ray-workers", "1")
+    outputs["resumed"] = _bench(tiny_gguf, killed, "--ray", "local", "--ray-workers", "1", variants=variants)
     return {"dirs": {"local": local, "ray": on_ray, "killed": killed}, "outputs": outputs,
             "killed_pid": killer.killed_pid}
 
@@ -138,8 +142,11 @@ def test_killed_worker_is_retried_and_no_episode_is_counted_twice(runs: dict[str
     assert runs["killed_pid"] is not None
     records = _records(killed)
     episodes = Counter((r["variant"], r["mode"], r["question_id"]) for r in records if r["kind"] == "episode")
-    assert len(episodes) == 4 and set(episodes.values()) == {1}
-    assert not [r for r in records if r["kind"] == "crash"]
+    assert len(episodes) == 4 and set(episodes.values()) == {1} and {k[0] for k in episodes} == {"BF16", "Q8_0"}
+    crashes = [r for r in records if r["kind"] == "crash"]
+    assert {r["variant"] for r in crashes} == {"broken"} and {r["task"] for r in crashes} == {"episodes", "fidelity"}
+    assert all("ModelFileError" in r["error"] and "truncated or corrupt" in r["error"] for r in crashes)
+    assert "- broken: episodes failed on Ray: edge_sql.errors.ModelFileError:" in (killed / "bench.md").read_text()
     loads = [r for r in records if r["kind"] == "load" and r["variant"] == "BF16"]
     assert len(loads) == 2 and loads[0]["pid"] == runs["killed_pid"] != loads[1]["pid"]   # Ray restarted it
     assert "4 episodes and 4 fidelity comparisons run" in runs["outputs"]["killed"]

@@ -96,7 +96,8 @@ def markdown(summary: dict[str, Any]) -> str:
     crashed = [(row["name"], c) for row in rows for c in row["crashes"]]
     if crashed:
         lines += ["", "Crashed worker processes:", ""]
-        lines += [f"- {name}: {c['task']} exited with status {c['returncode']}" for name, c in crashed]
+        lines += [f"- {name}: {c['task']} " + (f"exited with status {c['returncode']}" if c.get("returncode") is not None
+                                               else f"failed on Ray: {c.get('error')}") for name, c in crashed]
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from edge_sql.bench.results import ResultsLog
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
-from edge_sql.cluster.ray_support import connect, largest_node_cpus
+from edge_sql.cluster.ray_support import connect, error_text, largest_node_cpus
 from edge_sql.evaluation.datasets import Question
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ def _give_up(ray: Any, results: ResultsLog, pool: _Pool, actor: Any, item: tuple
     a crash; its episode stays pending for --resume. If it was the variant's last actor, the
     variant's remaining episodes stay pending too."""
     pool.actors.remove(actor)
-    message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    message = error_text(exc)
     results.append({"kind": "crash", "task": "episodes", "variant": pool.variant.name, "returncode": None,
                     "error": message, **({"mode": item[0], "question_id": item[1]} if item else {})})
     log(f"{pool.variant.name}: a Ray worker failed ({message}); continuing")

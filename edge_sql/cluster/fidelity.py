@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
-from edge_sql.cluster.ray_support import connect, largest_node_cpus
+from edge_sql.cluster.ray_support import connect, error_text, largest_node_cpus
 
 if TYPE_CHECKING:
     from edge_sql.bench.runner import BenchConfig
@@ -86,7 +86,7 @@ def run_fidelity_on_ray(config: BenchConfig, variants: Sequence[Variant], planne
             try:
                 records = ray.get(ref)
             except (ray.exceptions.RayTaskError, ray.exceptions.WorkerCrashedError, ray.exceptions.RayError) as exc:
-                message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                message = error_text(exc)
                 results.append({"kind": "crash", "task": "fidelity", "variant": variant.name, "returncode": None,
                                 "error": message})
                 log(f"{variant.name}: a Ray fidelity task failed ({message}); {len(chunk)} transcripts left for --resume")

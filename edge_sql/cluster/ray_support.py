@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from types import ModuleType
 
@@ -59,3 +60,11 @@ def largest_node_cpus() -> int:
     import ray
 
     return max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=1)
+
+
+def error_text(exc: BaseException) -> str:
+    """One line saying why a Ray task or actor failed: the last line of Ray's message, which is
+    the original exception (`ModelFileError: ...`) or the system's reason (e.g. killed by OOM)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
