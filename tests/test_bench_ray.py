@@ -244,3 +244,36 @@ def test_the_local_runner_does_not_import_ray(tiny_gguf: Path, tmp_path: Path) -
     result = _run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "False"]
+
+
+def test_a_dataset_missing_on_a_node_is_copied_with_its_databases(ray_runtime, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sql.cluster.bench import DataSources, localize_data
+    from edge_sql.cluster.files import SourceFile, start_file_server
+    from edge_sql.evaluation.datasets import load_dataset
+
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "node-store"))
+    sample = Path(__file__).resolve().parent / "data" / "spider_sample"
+    questions = load_dataset(sample / "dev.json", fmt="spider", db_root=sample / "database")
+
+    def as_elsewhere(path: Path) -> SourceFile:   # a node that lacks the file sees another mtime
+        real = SourceFile.of(path)
+        return SourceFile(real.path, real.size, real.mtime_ns + 1)
+
+    sources = DataSources(as_elsewhere(sample / "dev.json"), str(sample / "database"),
+                          {q.db_id: as_elsewhere(q.db_path) for q in questions})
+    task = {"dataset": str(sample / "dev.json"), "dataset_format": "spider", "db_root": str(sample / "database")}
+    server, name = start_file_server(sources.all_files())
+    try:
+        moved = localize_data(task, sources, name)
+    finally:
+        ray.kill(server)
+    assert Path(moved["dataset"]).is_relative_to(tmp_path / "node-store" / "cluster-files")
+    copies = load_dataset(moved["dataset"], fmt="spider", db_root=moved["db_root"])
+    assert [(q.id, q.gold_sql) for q in copies] == [(q.id, q.gold_sql) for q in questions]
+    for original, copy in zip(questions, copies, strict=True):
+        assert copy.db_path != original.db_path and copy.db_path.read_bytes() == original.db_path.read_bytes()
+    # a node that sees the driver's files uses them where they are
+    here = DataSources(SourceFile.of(sample / "dev.json"), str(sample / "database"),
+                       {q.db_id: SourceFile.of(q.db_path) for q in questions})
+    assert localize_data(task, here, name) == task
