@@ -1,6 +1,7 @@
 """Episode throughput of the local bench runner against the Ray runner with 1 and 2 workers.
 
-Usage: python benchmarks/bench_ray.py MODEL.gguf [--questions 8] [--rounds 2] [--out benchmarks/results/ray.md]
+Usage: python benchmarks/bench_ray.py MODEL.gguf [--questions 8] [--rounds 2] [--one-thread-only]
+                                   [--out benchmarks/results/ray.md]
 
 One variant (the given file, run as the bench's reference) answers the same bundled questions
 (schema withheld, seed 0, small budgets) five ways, each into a fresh results file:
@@ -41,7 +42,7 @@ def _answers(results: ResultsLog) -> dict[tuple[str, str], tuple]:
             for r in results.records("episode")}
 
 
-def run(model: Path, questions: int, rounds: int, work: Path) -> tuple[list[dict], float]:
+def run(model: Path, questions: int, rounds: int, work: Path, one_thread_only: bool = False) -> tuple[list[dict], float]:
     import ray
 
     from edge_sql.cluster.bench import run_episodes_on_ray
@@ -57,6 +58,8 @@ def run(model: Path, questions: int, rounds: int, work: Path) -> tuple[list[dict
             ("Ray, 1 worker x 2 CPUs", "local", 2, 1)]
     # every way once per round, the order reversed in every other round: drift on a shared machine
     # then shows as the spread between a way's rows instead of favouring whichever ran first
+    if one_thread_only:   # a big model on a busy 2-core machine: two-thread rows would take hours
+        ways = [way for way in ways if way[2] == 1]
     plan = [(n, way) for n in range(rounds) for way in (ways if n % 2 == 0 else ways[::-1])]
     try:
         for round_, (label, address, threads, workers) in plan:
@@ -90,12 +93,14 @@ def run(model: Path, questions: int, rounds: int, work: Path) -> tuple[list[dict
     return rows, ray_init_s
 
 
-def table(rows: list[dict], ray_init_s: float, model: Path, questions: int, rounds: int) -> str:
+def table(rows: list[dict], ray_init_s: float, model: Path, questions: int, rounds: int,
+          one_thread_only: bool = False) -> str:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()[:20]
     lines = [
         "# Bench episodes: local runner vs Ray runner",
         "",
-        f"`python benchmarks/bench_ray.py {model.name} --questions {questions} --rounds {rounds}`: "
+        f"`python benchmarks/bench_ray.py {model.name} --questions {questions} --rounds {rounds}"
+        f"{' --one-thread-only' if one_thread_only else ''}`: "
         f"{questions} bundled questions, "
         "schema withheld, seed 0, one tool round, 8 think tokens, 4k context; one variant "
         f"({model.name}, {model.stat().st_size / 1e6:.0f} MB). Wall time of the episode phase, "
@@ -125,11 +130,12 @@ def main() -> int:
     parser.add_argument("model", type=Path, help="a GGUF file (e.g. the tests' fixture model)")
     parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--one-thread-only", action="store_true", help="only the ways with 1-CPU workers")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ray.md"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as work:
-        rows, ray_init_s = run(args.model.resolve(), args.questions, args.rounds, Path(work))
-    text = table(rows, ray_init_s, args.model, args.questions, args.rounds)
+        rows, ray_init_s = run(args.model.resolve(), args.questions, args.rounds, Path(work), args.one_thread_only)
+    text = table(rows, ray_init_s, args.model, args.questions, args.rounds, args.one_thread_only)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

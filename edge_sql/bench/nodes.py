@@ -51,9 +51,10 @@ def per_node_figures(variant: str, episodes: Sequence[dict[str, Any]], records: 
 
 
 def mixed_hardware(per_node: dict[str, Any], machines: dict[str, dict[str, Any]]) -> bool:
-    """Whether the nodes that ran a variant's episodes differ in CPU."""
-    used = [node for node, figures in per_node.items() if figures["episodes"]]
-    return len({hardware_key(machines.get(node)) for node in used}) > 1
+    """Whether the nodes that ran a variant's episodes differ in CPU (nodes with no description,
+    e.g. from a results file written before records named their node, are not counted)."""
+    used = [node for node, figures in per_node.items() if figures["episodes"] and node in machines]
+    return len({hardware_key(machines[node]) for node in used}) > 1
 
 
 def markdown_lines(summary: dict[str, Any]) -> list[str]:
