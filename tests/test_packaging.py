@@ -89,7 +89,7 @@ def test_benchmark_scripts_import_nothing_from_tests() -> None:
 
 def test_every_third_party_import_is_declared() -> None:
     """Each module edge-sql or its converter imports at run time comes from a declared dependency
-    (matplotlib from the [bench] extra)."""
+    (matplotlib from the [bench] extra, ray from the [cluster] extra: edge_sql.cluster only)."""
     import ast
     import re
     import sys
@@ -97,7 +97,8 @@ def test_every_third_party_import_is_declared() -> None:
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     declared = {re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
-                for spec in [*project["dependencies"], *project["optional-dependencies"]["bench"]]}
+                for spec in [*project["dependencies"], *project["optional-dependencies"]["bench"],
+                             *project["optional-dependencies"]["cluster"]]}
     providers = metadata.packages_distributions()
     imported = set()
     for path in [*(REPO / "edge_sql").rglob("*.py"), *(REPO / "convert").glob("*.py")]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from edge_sql.bench.agreement import ResultCache
+from edge_sql.bench.nodes import SPEED_FIELDS, mixed_hardware, node_machines, per_node_figures
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.evaluation.datasets import Question
@@ -108,6 +109,7 @@ def summarize(
     fidelity = [r for r in records if r["kind"] == "fidelity" and WorkKey.of(r) in planned]
     reference = {(e["mode"], e["question_id"]): e for e in episodes if e["variant"] == reference_name}
     names = {v.name for v in variants}
+    machines = node_machines(records)
     rows = []
     for variant in variants:
         mine = [e for e in episodes if e["variant"] == variant.name]
@@ -126,6 +128,22 @@ def summarize(
             "episode_errors": [{"mode": e["mode"], "question_id": e["question_id"], "error": e["episode_error"]}
                                for e in mine if e.get("episode_error")],
             "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
+            "per_node": per_node_figures(variant.name, mine, records, speed_figures),
         })
+        if mixed_hardware(rows[-1]["per_node"], machines):  # never one figure for unlike hardware
+            rows[-1].update({"mixed_hardware": True, "load_s": None, **dict.fromkeys(SPEED_FIELDS)})
+        else:
+            rows[-1]["mixed_hardware"] = False
     raw = [{k: v for k, v in r.items() if k != TOKEN_IDS_FIELD} for r in episodes if r["variant"] in names]
-    return {"variants": rows, "episodes": raw, "fidelity": [r for r in fidelity if r["variant"] in names]}
+    order = _plan_order(variants, modes, questions)   # not the order finished: Ray workers finish in any order
+    return {"variants": rows, "nodes": machines, "episodes": sorted(raw, key=order),
+            "fidelity": sorted([r for r in fidelity if r["variant"] in names], key=order)}
+
+
+def _plan_order(variants: Sequence[Variant], modes: Sequence[str], questions: dict[str, Question]) -> Any:
+    """Sort key of records: variant, then mode, then question, in the bench's own order."""
+    rank = {v.name: i for i, v in enumerate(variants)}
+    mode_rank = {m: i for i, m in enumerate(modes)}
+    question_rank = {q: i for i, q in enumerate(questions)}
+    return lambda r: (rank.get(r["variant"], len(rank)), mode_rank.get(r["mode"], len(mode_rank)),
+                      question_rank.get(r["question_id"], len(question_rank)))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_sql.bench.nodes import markdown_lines as node_lines
 from edge_sql.evaluation.report import DIFFICULTY_ORDER
 
 JSON_NAME = "bench.json"
@@ -87,6 +88,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 entry = row["accuracy"].get(mode, {})
                 cells = [_accuracy(entry.get("by_difficulty", {}).get(d)) for d in difficulties]
                 lines.append(f"| {row['name']} | {mode} | " + " | ".join(cells) + f" | {_accuracy(entry.get('overall'))} |")
+    lines += node_lines(summary)
     failed = [(row["name"], e) for row in rows for e in row["episode_errors"]]
     if failed:
         lines += ["", "Episodes that could not run (scored 0, left out of the speed figures):", ""]
@@ -94,7 +96,8 @@ def markdown(summary: dict[str, Any]) -> str:
     crashed = [(row["name"], c) for row in rows for c in row["crashes"]]
     if crashed:
         lines += ["", "Crashed worker processes:", ""]
-        lines += [f"- {name}: {c['task']} exited with status {c['returncode']}" for name, c in crashed]
+        lines += [f"- {name}: {c['task']} " + (f"exited with status {c['returncode']}" if c.get("returncode") is not None
+                                               else f"failed on Ray: {c.get('error')}") for name, c in crashed]
     return "\n".join(lines) + "\n"
 
 

@@ -9,9 +9,6 @@ Finished items are in the results file, so a rerun with `resume` only does what 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +17,7 @@ from typing import Any
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.aggregate import summarize
 from edge_sql.bench.child import ChildOutcome, run_worker
+from edge_sql.bench.machine import machine_description
 from edge_sql.bench.modes import MODES
 from edge_sql.bench.plots import write_plots
 from edge_sql.bench.report import write_json, write_markdown
@@ -58,6 +56,8 @@ class BenchConfig:
     note: str = ""   # shown under the report's heading and the plots' titles
     verbose: bool = False   # llama.cpp's own log (e.g. the quantizer's line per tensor) on stderr
     cache_dir: Path | None = None  # quantized files; default <out_dir>/cache
+    ray: str | None = None   # a Ray cluster's address, or "local": episodes run there (edge_sql.cluster)
+    ray_workers: int | None = None   # Ray actors per variant (default: as many as the cluster's CPUs allow)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -133,20 +133,6 @@ def _check_settings(config: BenchConfig, out_dir: Path, log: ResultsLog) -> None
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
 
 
-def machine_description() -> dict[str, Any]:
-    import llama_cpp
-
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        memory = None
-    return {
-        "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(), "memory_bytes": memory, "python": sys.version.split()[0],
-        "llama_cpp_python": llama_cpp.__version__,
-    }
-
-
 def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: None) -> BenchOutcome:
     """Run (or resume) a bench and write its reports into `config.out_dir`."""
     out_dir = Path(config.out_dir)
@@ -164,9 +150,16 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
                                 from_store=from_store, n_threads=config.n_threads, log=log, verbose=config.verbose)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
 
-    episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
-    fidelity_run = sum(_run_fidelity(config, variants[0], variant, planned, results, out_dir, log)
-                       for variant in variants)
+    if config.ray is not None:
+        from edge_sql.cluster.bench import run_episodes_on_ray
+        from edge_sql.cluster.fidelity import run_fidelity_on_ray
+
+        episodes_run = run_episodes_on_ray(config, variants, questions, results, log=log)
+        fidelity_run = run_fidelity_on_ray(config, variants, planned, results, log=log)
+    else:
+        episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
+        fidelity_run = sum(_run_fidelity(config, variants[0], variant, planned, results, out_dir, log)
+                           for variant in variants)
 
     summary = summarize(variants, results.records(), planned=planned, questions={q.id: q for q in questions},
                         modes=config.modes, reference_name=REFERENCE, cache=ResultCache())
@@ -192,16 +185,17 @@ def _record_process(results: ResultsLog, variant: Variant, task: str, outcome: C
         log(f"{variant.name}: the {task} worker exited with status {outcome.returncode}; continuing")
 
 
-def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Question], results: ResultsLog,
-                  out_dir: Path, log: Callable[[str], None]) -> int:
+def pending_items(config: BenchConfig, variant: Variant, questions: Sequence[Question],
+                  results: ResultsLog) -> list[tuple[str, str]]:
+    """The (mode, question id) episodes of `variant` not yet in the results file."""
     done = results.done("episode")
-    items = [(mode, q.id) for mode in config.modes for q in questions
-             if WorkKey(variant.name, mode, q.id, config.seed) not in done]
-    if not items:
-        log(f"{variant.name}: all {len(config.modes) * len(questions)} episodes already done")
-        return 0
-    log(f"{variant.name}: {len(items)} episodes ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)")
-    task = EpisodeTask(
+    return [(mode, q.id) for mode in config.modes for q in questions
+            if WorkKey(variant.name, mode, q.id, config.seed) not in done]
+
+
+def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, str]], results: ResultsLog) -> EpisodeTask:
+    """The episodes task of `variant` (what a local worker process or a Ray actor runs)."""
+    return EpisodeTask(
         variant=variant.name, model_path=str(variant.path), results_path=str(results.path),
         dataset=str(config.dataset), dataset_format=config.dataset_format,
         db_root=None if config.db_root is None else str(config.db_root), items=items, seed=config.seed,
@@ -209,25 +203,47 @@ def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Que
         prompt_file=None if config.prompt_file is None else str(config.prompt_file),
         record_tokens=variant.name == REFERENCE,
     )
+
+
+def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Question], results: ResultsLog,
+                  out_dir: Path, log: Callable[[str], None]) -> int:
+    items = pending_items(config, variant, questions, results)
+    if not items:
+        log(f"{variant.name}: all {len(config.modes) * len(questions)} episodes already done")
+        return 0
+    log(f"{variant.name}: {len(items)} episodes ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)")
+    task = episode_task(config, variant, items, results)
     outcome = run_worker(asdict(task), out_dir)
     _record_process(results, variant, "episodes", outcome, log)
     return len(results.done("episode") & {WorkKey(variant.name, m, q, config.seed) for m, q in items})
 
 
-def _run_fidelity(config: BenchConfig, reference: Variant, variant: Variant, planned: set[WorkKey],
-                  results: ResultsLog, out_dir: Path, log: Callable[[str], None]) -> int:
+def pending_fidelity(config: BenchConfig, reference: Variant, variant: Variant, planned: set[WorkKey],
+                     results: ResultsLog) -> list[tuple[str, str]]:
+    """The (mode, question id) of the reference's transcripts `variant` is not yet compared on."""
     transcripts = {(r["mode"], str(r["question_id"])) for r in results.records("episode")
                    if r["variant"] == reference.name and r.get("tokens") and WorkKey.of(r) in planned}
     done = results.done("fidelity")
-    keys = sorted(k for k in transcripts if WorkKey(variant.name, k[0], k[1], config.seed) not in done)
-    if not keys:
-        return 0
-    log(f"{variant.name}: fidelity against {reference.name} on {len(keys)} transcripts")
-    task = FidelityTask(
+    return sorted(k for k in transcripts if WorkKey(variant.name, k[0], k[1], config.seed) not in done)
+
+
+def fidelity_task(config: BenchConfig, reference: Variant, variant: Variant, keys: list[tuple[str, str]],
+                  results: ResultsLog) -> FidelityTask:
+    """The fidelity task of `variant` on `keys` (what a local worker process or a Ray task runs)."""
+    return FidelityTask(
         variant=variant.name, model_path=str(variant.path), reference_path=str(reference.path),
         results_path=str(results.path), keys=keys, seed=config.seed, n_threads=config.n_threads,
         max_tokens=config.fidelity_tokens, chunk=config.fidelity_chunk, reference_name=reference.name,
     )
+
+
+def _run_fidelity(config: BenchConfig, reference: Variant, variant: Variant, planned: set[WorkKey],
+                  results: ResultsLog, out_dir: Path, log: Callable[[str], None]) -> int:
+    keys = pending_fidelity(config, reference, variant, planned, results)
+    if not keys:
+        return 0
+    log(f"{variant.name}: fidelity against {reference.name} on {len(keys)} transcripts")
+    task = fidelity_task(config, reference, variant, keys, results)
     outcome = run_worker(asdict(task), out_dir)
     _record_process(results, variant, "fidelity", outcome, log)
     return len(results.done("fidelity") & {WorkKey(variant.name, m, q, config.seed) for m, q in keys})

@@ -16,96 +16,20 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edge_sql.bench.child import own_peak_rss_bytes
+from edge_sql.bench.machine import node_name
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.tasks import EpisodeTask, FidelityTask
-from edge_sql.errors import EdgeSqlError
-
-
-def _recording_session_type():
-    """A Session that notes which context positions the model itself wrote (for fidelity)."""
-    from edge_sql.runtime import Session
-
-    class RecordingSession(Session):
-        generated_spans: list[list[int]]
-
-        def reset(self) -> None:
-            super().reset()
-            self.generated_spans = []
-
-        def generate(self, *args, **kwargs):
-            start = self.n_past
-            completion = super().generate(*args, **kwargs)
-            if self.n_past > start:
-                self.generated_spans.append([start, self.n_past])
-            return completion
-
-    return RecordingSession
 
 
 def run_episodes(task: EpisodeTask) -> None:
-    from edge_sql.agent.budget import Budget
-    from edge_sql.agent.episode import run_episode
-    from edge_sql.agent.prompt import load_prompt
-    from edge_sql.bench.modes import prompt_for_mode
-    from edge_sql.evaluation.datasets import load_dataset
-    from edge_sql.evaluation.scoring import score_prediction
-    from edge_sql.runtime import SamplingParams
-    from edge_sql.tools import ReadOnlyDatabase, Toolbox
+    from edge_sql.bench.episodes import EpisodeRunner
 
     log = ResultsLog(Path(task.results_path))
-    questions = {q.id: q for q in load_dataset(task.dataset, fmt=task.dataset_format, db_root=task.db_root)}
-    prompt = load_prompt(task.prompt_file)
-    budget = Budget(**task.budget)
-    params = SamplingParams(seed=task.seed, greedy=task.greedy)
-
-    started = time.perf_counter()
-    session = _recording_session_type()(task.model_path, n_ctx=task.n_ctx, n_threads=task.n_threads)
-    load_s = time.perf_counter() - started
-    started = time.perf_counter()
-    session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant
-    log.append({"kind": "load", "variant": task.variant, "load_s": load_s,
-                "grammar_setup_s": time.perf_counter() - started, "n_threads": session.info.n_threads,
-                "n_ctx": session.n_ctx, "time": time.time()})
-
+    runner = EpisodeRunner(task)
+    log.append(runner.load_record)
     for mode, question_id in tqdm(task.items, desc=f"{task.variant} episodes", unit="ep", file=sys.stderr):
-        question = questions[question_id]
-        key = WorkKey(task.variant, mode, question_id, task.seed)
-        try:
-            with ReadOnlyDatabase(question.db_path) as db:
-                result = run_episode(session, Toolbox(db), question.question, evidence=question.evidence,
-                                     params=params, prompt=prompt_for_mode(prompt, mode, db), budget=budget)
-        except EdgeSqlError as exc:  # e.g. a schema too long for the context: the question scores 0
-            log.append({"kind": "episode", **key.as_fields(), "db_id": question.db_id,
-                        "difficulty": question.difficulty, "sql": None, "correct": False,
-                        "error": f"episode failed: {exc}", "episode_error": str(exc)})
-            continue
-        score = score_prediction(result.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
-        timings = session.timings
-        record = {
-            "kind": "episode",
-            **key.as_fields(),
-            "db_id": question.db_id,
-            "difficulty": question.difficulty,
-            "sql": result.sql,
-            "correct": score.correct,
-            "error": score.error,
-            "stop": result.stop,
-            "forced": result.forced,
-            "fallback": result.fallback,
-            "rounds": len(result.rounds),
-            "calls": sum(len(r.calls) for r in result.rounds),
-            "wall_s": result.stats["wall_s"],
-            "prompt_tokens": timings.prompt_tokens,
-            "prompt_s": timings.prompt_s,
-            "generated_tokens": timings.generated_tokens,
-            "generate_s": timings.generate_s,
-            "transcript_tokens": result.stats["transcript_tokens"],
-        }
-        if task.record_tokens:
-            record["tokens"] = session.tokens
-            record["generated_spans"] = session.generated_spans  # [start, end) of the model's own tokens
-        log.append(record)
-    session.close()
+        log.append(runner.run(mode, question_id))
+    runner.close()
 
 
 def run_fidelity(task: FidelityTask) -> None:
@@ -146,7 +70,8 @@ def main(argv: list[str]) -> int:
             run(task_type(**task))
     finally:
         ResultsLog(Path(task["results_path"])).append(
-            {"kind": "peak", "task": kind, "variant": task["variant"], "peak_rss_bytes": own_peak_rss_bytes()}
+            {"kind": "peak", "task": kind, "variant": task["variant"], "peak_rss_bytes": own_peak_rss_bytes(),
+             "node": node_name()}
         )
     return 0
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from edge_sql.commands.options import budget_options
+from edge_sql.commands.ray_options import ray_options
 
 
 @click.command(name="bench")
@@ -51,10 +52,11 @@ from edge_sql.commands.options import budget_options
 @budget_options
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
+@ray_options
 def command(base: Path | None, model: str | None, variants_text: str | None, dataset: str, dataset_format: str,
             db_root: Path | None, limit: int | None, modes: str, seed: int, greedy: bool, threads: int | None,
             n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, note: str, verbose: bool,
-            resume: bool, budget: dict[str, int]) -> None:
+            resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -69,7 +71,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
         modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
         prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
-        resume=resume, note=note, verbose=verbose,
+        resume=resume, note=note, verbose=verbose, ray=ray_address, ray_workers=ray_workers,
     )
     log = lambda message: click.echo(message, err=True)  # noqa: E731
     if len(prompt_files) > 1:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from edge_sql.commands.ray_options import ray_address_option
 from edge_sql.evaluation.datasets import load_dataset
 from edge_sql.evaluation.predictions import load_predictions
 from edge_sql.evaluation.scoring import DEFAULT_TIMEOUT_S, evaluate
@@ -54,6 +55,7 @@ from edge_sql.evaluation.scoring import DEFAULT_TIMEOUT_S, evaluate
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the full report (every question's result) to this JSON file.",
 )
+@ray_address_option
 def command(
     dataset: str,
     fmt: str,
@@ -61,6 +63,7 @@ def command(
     predictions: Path,
     timeout_s: float,
     json_out: Path | None,
+    ray_address: str | None,
 ) -> None:
     """Score predicted SQL by execution accuracy, with BIRD's rules.
 
@@ -73,9 +76,15 @@ def command(
     """
     questions = load_dataset(dataset, fmt=fmt, db_root=db_root)
     predicted = load_predictions(predictions, questions)
-    report = evaluate(
-        questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True
-    )
+    if ray_address is not None:  # one Ray task per database (edge_sql.cluster)
+        from edge_sql.cluster.evaluate import evaluate_on_ray
+
+        report = evaluate_on_ray(questions, predicted, address=ray_address, timeout_s=timeout_s,
+                                 dataset=str(dataset), log=lambda message: click.echo(message, err=True))
+    else:
+        report = evaluate(
+            questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True
+        )
     click.echo(report.format_table())
     if json_out is not None:
         report.write_json(json_out)

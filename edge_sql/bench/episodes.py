@@ -1,0 +1,119 @@
+"""One variant's bench episodes, as the local child process and the Ray actor both run them.
+
+`EpisodeRunner` loads the variant once (its "load" record says how long that took, on which
+node and with how many threads) and then turns one (mode, question id) into one "episode"
+record at a time. Whoever drives it decides where the records go: the local worker appends
+them to the results file itself; a Ray actor returns them to the driver, which appends them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from edge_sql.bench.machine import machine_description, node_name
+from edge_sql.bench.results import WorkKey
+from edge_sql.bench.tasks import EpisodeTask
+from edge_sql.errors import EdgeSqlError
+
+
+def _recording_session_type():
+    """A Session that notes which context positions the model itself wrote (for fidelity)."""
+    from edge_sql.runtime import Session
+
+    class RecordingSession(Session):
+        generated_spans: list[list[int]]
+
+        def reset(self) -> None:
+            super().reset()
+            self.generated_spans = []
+
+        def generate(self, *args, **kwargs):
+            start = self.n_past
+            completion = super().generate(*args, **kwargs)
+            if self.n_past > start:
+                self.generated_spans.append([start, self.n_past])
+            return completion
+
+    return RecordingSession
+
+
+class EpisodeRunner:
+    """A loaded variant and everything its episodes share (questions, prompt, budget, sampling)."""
+
+    def __init__(self, task: EpisodeTask, *, model_path: str | None = None, node: str | None = None) -> None:
+        """Load `task`'s variant from `model_path` (default: the task's path; a Ray node may hold
+        its own copy elsewhere). `node` labels the records (default: this machine's name)."""
+        from edge_sql.agent.budget import Budget
+        from edge_sql.agent.prompt import load_prompt
+        from edge_sql.evaluation.datasets import load_dataset
+        from edge_sql.runtime import SamplingParams
+
+        self.task = task
+        self.node = node or node_name()
+        self.questions = {q.id: q for q in load_dataset(task.dataset, fmt=task.dataset_format, db_root=task.db_root)}
+        self.prompt = load_prompt(task.prompt_file)
+        self.budget = Budget(**task.budget)
+        self.params = SamplingParams(seed=task.seed, greedy=task.greedy)
+
+        started = time.perf_counter()
+        self.session = _recording_session_type()(model_path or task.model_path, n_ctx=task.n_ctx,
+                                                 n_threads=task.n_threads)
+        load_s = time.perf_counter() - started
+        started = time.perf_counter()
+        self.session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant
+        self.load_record: dict[str, Any] = {
+            "kind": "load", "variant": task.variant, "load_s": load_s,
+            "grammar_setup_s": time.perf_counter() - started, "n_threads": self.session.info.n_threads,
+            "n_ctx": self.session.n_ctx, "time": time.time(), "node": self.node, "machine": machine_description(),
+        }
+
+    def run(self, mode: str, question_id: str) -> dict[str, Any]:
+        """One episode, scored: the "episode" record (an episode that cannot run scores 0)."""
+        from edge_sql.agent.episode import run_episode
+        from edge_sql.bench.modes import prompt_for_mode
+        from edge_sql.evaluation.scoring import score_prediction
+        from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+        task, session = self.task, self.session
+        question = self.questions[question_id]
+        key = WorkKey(task.variant, mode, question_id, task.seed)
+        try:
+            with ReadOnlyDatabase(question.db_path) as db:
+                result = run_episode(session, Toolbox(db), question.question, evidence=question.evidence,
+                                     params=self.params, prompt=prompt_for_mode(self.prompt, mode, db),
+                                     budget=self.budget)
+        except EdgeSqlError as exc:  # e.g. a schema too long for the context: the question scores 0
+            return {"kind": "episode", **key.as_fields(), "db_id": question.db_id,
+                    "difficulty": question.difficulty, "sql": None, "correct": False,
+                    "error": f"episode failed: {exc}", "episode_error": str(exc), "node": self.node}
+        score = score_prediction(result.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
+        timings = session.timings
+        record = {
+            "kind": "episode",
+            **key.as_fields(),
+            "db_id": question.db_id,
+            "difficulty": question.difficulty,
+            "sql": result.sql,
+            "correct": score.correct,
+            "error": score.error,
+            "stop": result.stop,
+            "forced": result.forced,
+            "fallback": result.fallback,
+            "rounds": len(result.rounds),
+            "calls": sum(len(r.calls) for r in result.rounds),
+            "wall_s": result.stats["wall_s"],
+            "prompt_tokens": timings.prompt_tokens,
+            "prompt_s": timings.prompt_s,
+            "generated_tokens": timings.generated_tokens,
+            "generate_s": timings.generate_s,
+            "transcript_tokens": result.stats["transcript_tokens"],
+            "node": self.node,
+        }
+        if task.record_tokens:
+            record["tokens"] = session.tokens
+            record["generated_spans"] = session.generated_spans  # [start, end) of the model's own tokens
+        return record
+
+    def close(self) -> None:
+        self.session.close()
