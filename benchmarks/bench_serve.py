@@ -39,7 +39,7 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from edge_sql.agent.budget import Budget  # noqa: E402
+from edge_sql.agent.budget import Budget, budget_with  # noqa: E402
 from edge_sql.api import Agent  # noqa: E402
 
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
@@ -116,11 +116,18 @@ def mcp_call(port: int, question: str, seed: int) -> dict[str, Any]:
     return anyio.run(main)
 
 
+async def list_databases(port: int) -> None:
+    from mcp import Client
+
+    async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        await client.call_tool("list_databases", {})
+
+
 def start_server(args, db: Path, log_path: Path) -> tuple[subprocess.Popen, int]:
     command = [sys.executable, "-c", "from edge_sql.cli import main; main()", "serve", "--model", str(args.model),
                "--db", f"chinook={db}", "--port", "0", "--threads", str(args.threads), "--ctx", str(args.ctx),
                "--max-rounds", str(args.max_rounds), "--think-tokens", str(args.think_tokens),
-               "--max-rows", "1000"]
+               "--max-rows", "1000", *[arg for item in args.budget_items for arg in ("--budget", item)]]
     log = log_path.open("w")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 600
@@ -166,6 +173,8 @@ def main() -> int:
     parser.add_argument("--ctx", type=int, default=2048)
     parser.add_argument("--max-rounds", type=int, default=2)
     parser.add_argument("--think-tokens", type=int, default=16)
+    parser.add_argument("--budget", dest="budget_items", action="append", default=[], metavar="FIELD=N",
+                        help="more Budget fields, for both paths (repeatable)")
     parser.add_argument("--label", default=None, help="name of the model in the report")
     parser.add_argument("--out", type=Path, default=None, help="append the markdown report to this file")
     args = parser.parse_args()
@@ -173,15 +182,16 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     db = work / "chinook.sqlite"
     shutil.copyfile(CHINOOK, db)
-    budget = Budget(max_rounds=args.max_rounds, max_think_tokens=args.think_tokens,
-                    max_final_think_tokens=args.think_tokens, max_result_rows=1000)
+    budget = budget_with(Budget(max_rounds=args.max_rounds, max_think_tokens=args.think_tokens,
+                                max_final_think_tokens=args.think_tokens, max_result_rows=1000), args.budget_items)
     server, port = start_server(args, db, work / "server.log")
     rows: dict[str, list[dict[str, Any]]] = {"direct": [], "json": [], "sse": [], "mcp": []}
     try:
         with Agent(args.model, n_threads=args.threads, n_ctx=args.ctx, budget=budget, pull_if_missing=False) as agent:
-            # warm-up (not counted): first-use costs of each path
-            direct(agent, db, QUESTIONS[0], 1), http_json(port, QUESTIONS[0], 1), http_sse(port, QUESTIONS[0], 1)
-            mcp_call(port, QUESTIONS[0], 1)
+            # first-use costs, not counted: the grammar engine's vocabulary (the server builds
+            # its own at start) and the MCP client's imports and first session
+            agent.session.lltokenizer()
+            anyio.run(list_databases, port)
             for i, question in enumerate(QUESTIONS[: args.questions]):
                 seed = 100 + i
                 rows["direct"].append(direct(agent, db, question, seed))
@@ -210,7 +220,8 @@ def main() -> int:
         "",
         f"Machine: {machine()}; shared machine (other engineers' jobs were running: compare the",
         "differences measured in one run, not absolute times). Server and client on the same host, loopback.",
-        f"Budget: --max-rounds {args.max_rounds} --think-tokens {args.think_tokens}, --threads {args.threads}, "
+        f"Budget: --max-rounds {args.max_rounds} --think-tokens {args.think_tokens}"
+        f"{''.join(' --budget ' + item for item in args.budget_items)}, --threads {args.threads}, "
         f"--ctx {args.ctx}; {len(episode)} questions on Chinook, seeds 100+.",
         f"Same episode on all paths (identical answer JSON apart from timings): {same} of {len(episode)} questions.",
         "",

@@ -219,7 +219,8 @@ def test_non_local_address_requires_a_token(tiny_gguf, dbs, tmp_path):
 def test_queue_full_timeout_and_disconnect(tiny_gguf, dbs, tmp_path):
     """One long episode runs; one request waits past its limit; one finds the queue full; the
     streaming client disconnects and its episode stops."""
-    long_episode = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "400"]
+    # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens
+    long_episode = ["--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000"]
     server = ServerProcess(serve_command(tiny_gguf, {"chinook": dbs["chinook"]}, *long_episode, "--port", "0",
                                          "--queue-size", "1", "--queue-timeout", "1.5"), tmp_path / "server.log")
     try:

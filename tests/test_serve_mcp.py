@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 
 import anyio
-import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from serve_helpers import serve_command
 
-# round 1 thinks for 200 tokens: long enough to cancel in the middle of it
-ARGS = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "200"]
+SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16"]
+# the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens,
+# long enough to cancel in the middle of it
+LONG = ["--mcp", "--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000"]
 ORIGINAL = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 
 
@@ -28,22 +29,30 @@ def _wait_for(pattern: str, log: Path, timeout_s: float = 60.0) -> re.Match[str]
     raise AssertionError(f"{pattern!r} not in the server log:\n{log.read_text()}")
 
 
-@pytest.fixture
-def stdio_server(tiny_gguf, chinook_db, tmp_path):
-    command = serve_command(tiny_gguf, {"chinook": chinook_db}, *ARGS)
-    return StdioServerParameters(command=command[0], args=command[1:]), tmp_path / "server.log"
+def _params(tiny_gguf: Path, db: Path, args: list[str]) -> StdioServerParameters:
+    command = serve_command(tiny_gguf, {"chinook": db}, *args)
+    return StdioServerParameters(command=command[0], args=command[1:])
 
 
-def test_mcp_client_over_stdio(stdio_server, chinook_db):
-    params, log_path = stdio_server
-
+def test_mcp_client_over_stdio(tiny_gguf, chinook_db, tmp_path):
     async def main() -> None:
-        with log_path.open("w") as errlog:
-            async with Client(stdio_client(params, errlog=errlog)) as client:
+        with (tmp_path / "server.log").open("w") as errlog:
+            async with Client(stdio_client(_params(tiny_gguf, chinook_db, SMALL), errlog=errlog)) as client:
                 await _tools_are_listed(client)
                 await _list_databases(client, chinook_db)
                 await _ask_reports_progress(client, chinook_db)
                 await _unknown_database_is_a_tool_error(client)
+
+    anyio.run(main)
+    assert chinook_db.read_bytes() == ORIGINAL.read_bytes()
+
+
+def test_mcp_cancellation_stops_the_episode(tiny_gguf, chinook_db, tmp_path):
+    log_path = tmp_path / "server.log"
+
+    async def main() -> None:
+        with log_path.open("w") as errlog:
+            async with Client(stdio_client(_params(tiny_gguf, chinook_db, LONG), errlog=errlog)) as client:
                 await _cancel_stops_the_episode(client, log_path)
 
     anyio.run(main)
@@ -124,8 +133,8 @@ async def _cancel_stops_the_episode(client: Client, log_path: Path) -> None:
         with anyio.fail_after(120):
             await started.wait()
         scopes[0].cancel()
-    # the server stops the episode at the next token, in round 1 (200 tokens of thinking)
-    _wait_for(r"ask #2 \(chinook\): cancelled, 1 rounds, 0 calls", log_path, timeout_s=30)
+    # the server stops the episode at the next token, in round 1 (4,000 tokens of thinking)
+    _wait_for(r"ask #1 \(chinook\): cancelled, 1 rounds, 0 calls", log_path, timeout_s=30)
     # and serves the next call
     result = await client.call_tool("list_databases", {})
     assert not result.is_error

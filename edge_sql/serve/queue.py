@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -114,7 +115,10 @@ class Job:
         if not self._queue.withdraw(self, Cancelled("cancelled before it started")):
             db = self._db
             if db is not None:
-                db.interrupt()
+                try:
+                    db.interrupt()  # a running statement stops now, not at its time limit
+                except sqlite3.ProgrammingError:  # closed meanwhile: the episode has ended
+                    pass
 
     async def updates(self) -> AsyncIterator[Update]:
         """Positions, episode events, then one `Finished`; a wait past the limit ends it."""
