@@ -71,6 +71,14 @@ class Agent:
             raise EdgeSqlError("this Agent is closed")
         return self.session.info
 
+    def warm_up(self) -> None:
+        """Build what the first question would otherwise wait for: the grammar engine's view of the
+        vocabulary (seconds for 248k tokens, holding the GIL and not cancellable). Servers call it
+        at start so no client's first request pays for it."""
+        if self.session is None:
+            raise EdgeSqlError("this Agent is closed")
+        self.session.lltokenizer()
+
     def ask(
         self,
         question: str,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edge_sql.errors import EdgeSqlError
+from edge_sql.commands.options import budget_options
 
 
 def _log(message: str) -> None:
@@ -44,10 +44,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
 @click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True, help="Context size in tokens.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")
-@click.option("--think-tokens", type=click.IntRange(min=1), default=None, help="Bound on each <think> block in tokens.")
-@click.option("--max-rounds", type=click.IntRange(min=1), default=None, help="Tool rounds before the answer is forced (protocol: 6).")
-@click.option("--calls-per-turn", type=click.IntRange(min=1), default=None, help="Most tool calls in one turn (default 8).")
-@click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N", help="Set any field of the agent's Budget (repeatable).")
+@budget_options
 @click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
               help="Requests that may wait behind the running one; more get 503 (HTTP) or a tool error (MCP).")
 @click.option("--queue-timeout", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
@@ -57,8 +54,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--max-rows", type=click.IntRange(min=1), default=200, show_default=True, help="Rows of an answer returned to clients.")
 def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, token: str | None,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
-            think_tokens: int | None, max_rounds: int | None, calls_per_turn: int | None,
-            budget_items: tuple[str, ...], queue_size: int, queue_timeout: float, max_body: int, max_question: int,
+            budget: dict[str, int], queue_size: int, queue_timeout: float, max_body: int, max_question: int,
             max_rows: int) -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
@@ -80,25 +76,11 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
                                "only clients with the token can ask")
     if token is not None and not token.strip():
         raise click.BadParameter("the token is empty", param_hint="--token")
-    budget = _budget(think_tokens, max_rounds, calls_per_turn, budget_items, max_rows)
-    try:
-        _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
-               queue_size, queue_timeout, max_body, max_question, max_rows)
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from None
+    from edge_sql.agent.budget import Budget
 
-
-def _budget(think_tokens, max_rounds, calls_per_turn, budget_items, max_rows):
-    """The default Budget with the command line's changes (the budget flags of `run`)."""
-    from edge_sql.agent.budget import Budget, budget_with
-
-    shortcuts = {"max_think_tokens": think_tokens, "max_final_think_tokens": think_tokens,
-                 "max_rounds": max_rounds, "max_calls_per_turn": calls_per_turn, "max_result_rows": max_rows}
-    items = [f"{name}={value}" for name, value in shortcuts.items() if value is not None] + list(budget_items)
-    try:
-        return budget_with(Budget(), items)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--budget") from None
+    _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file,
+           Budget(**{"max_result_rows": max_rows, **budget}), queue_size, queue_timeout, max_body, max_question,
+           max_rows)
 
 
 def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
@@ -118,9 +100,7 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
     with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
                budget=budget, log=_log) as agent:
         _log(f"loaded {agent.info.describe()}")
-        # The grammar engine's view of the vocabulary is built on first use (seconds, holding the
-        # GIL, not cancellable): build it now, so that no client's first request waits for it.
-        agent.session.lltokenizer()
+        agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
         service = Service(agent, databases, limits, log=_log)
         try:
             if http:
