@@ -90,8 +90,13 @@ def test_fidelity_positions_are_those_that_predicted_generated_tokens(tiny_gguf:
         assert full.sum() > 0  # BF16 and F32 compute differently
         picked = compare_on_tokens(ref, var, tokens, chunk=4, positions=[1, 6])
         assert picked.positions == 2
-        assert picked.kl_sum == pytest.approx(full[1] + full[6], rel=1e-6, abs=1e-12)
-        assert picked.kl_max == pytest.approx(max(full[1], full[6]), rel=1e-6, abs=1e-12)
+        # llama.cpp computes logits only at the picked positions: the same values up to rounding
+        # (a matmul over fewer rows), far closer than any other pair of positions would be
+        expected = full[1] + full[6]
+        assert picked.kl_sum == pytest.approx(expected, rel=1e-3)
+        assert picked.kl_max == pytest.approx(max(full[1], full[6]), rel=1e-3)
+        others = [full[i] + full[j] for i in range(len(full)) for j in range(i + 1, len(full)) if (i, j) != (1, 6)]
+        assert min(abs(other - expected) for other in others) > 10 * abs(picked.kl_sum - expected)
 
 
 # ---- results file ------------------------------------------------------------------------------

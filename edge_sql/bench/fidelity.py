@@ -59,19 +59,15 @@ def compare_on_tokens(reference: Session, variant: Session, tokens: Sequence[int
     (the distribution after token i predicts token i + 1), or at every position when None."""
     if reference.n_vocab != variant.n_vocab:
         raise ValueError(f"the models' vocabularies differ ({reference.n_vocab} vs {variant.n_vocab} tokens)")
-    wanted = None if positions is None else np.asarray(sorted(positions), dtype=np.int64)
-    if wanted is not None:
-        if not len(wanted):
+    if positions is not None:
+        positions = sorted(set(positions))
+        if not positions:
             return FidelityStats(positions=0, kl_sum=0.0, kl_max=0.0, top1_agree=0)
-        tokens = list(tokens)[: int(wanted[-1]) + 1]  # nothing after the last position compared
+        tokens = list(tokens)[: positions[-1] + 1]  # nothing after the last position compared
     positions_done, kl_sum, kl_max, agree = 0, 0.0, 0.0, 0
-    offset = 0
-    for ref, var in zip(token_logprobs(reference, tokens, chunk=chunk), token_logprobs(variant, tokens, chunk=chunk)):
-        n = len(ref)
-        if wanted is not None:
-            rows = wanted[(wanted >= offset) & (wanted < offset + n)] - offset
-            ref, var = ref[rows], var[rows]
-        offset += n
+    pairs = zip(token_logprobs(reference, tokens, chunk=chunk, positions=positions),
+                token_logprobs(variant, tokens, chunk=chunk, positions=positions))
+    for ref, var in pairs:
         if not len(ref):
             continue
         kl = kl_rows(ref, var)

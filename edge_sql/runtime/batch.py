@@ -27,17 +27,20 @@ class TokenBatch:
             self.batch.n_seq_id[i] = 1
             self.batch.seq_id[i][0] = 0
 
-    def fill(self, tokens: Sequence[int], start: int, *, outputs: str) -> None:
-        """Put `tokens` at positions start, start+1, ...; `outputs` ("last", "all" or "none")
-        says which positions llama.cpp computes logits for."""
+    def fill(self, tokens: Sequence[int], start: int, *, outputs: str | np.ndarray) -> None:
+        """Put `tokens` at positions start, start+1, ...; `outputs` ("last", "all", "none", or
+        one flag per token) says which positions llama.cpp computes logits for."""
         n = len(tokens)
         if not 0 < n <= self.capacity:
             raise ValueError(f"{n} tokens do not fit a batch of {self.capacity}")
         self._token[:n] = tokens
         self._pos[:n] = np.arange(start, start + n)
-        self._output[:n] = 1 if outputs == "all" else 0
-        if outputs == "last":
-            self._output[n - 1] = 1
+        if isinstance(outputs, str):
+            self._output[:n] = 1 if outputs == "all" else 0
+            if outputs == "last":
+                self._output[n - 1] = 1
+        else:
+            self._output[:n] = np.asarray(outputs, dtype=bool)
         self.batch.n_tokens = n
 
     def decode(self, ctx: llama_cpp.llama_context_p) -> None:

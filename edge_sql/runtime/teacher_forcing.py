@@ -12,7 +12,7 @@ numerically stable log-softmax. Only one chunk x n_vocab block is alive at a tim
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
@@ -34,9 +34,12 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return (shifted - log_total.astype(np.float32)).astype(np.float32, copy=False)
 
 
-def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK) -> Iterator[np.ndarray]:
+def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK,
+                   positions: Collection[int] | None = None) -> Iterator[np.ndarray]:
     """Yield, chunk by chunk, float32 arrays of shape (n, n_vocab) with n <= `chunk`: row i holds
-    log P(next token | the sequence up to and including token i), for every token in order.
+    log P(next token | the sequence up to and including token i), for every token in order, or
+    only for `positions` when given (llama.cpp then computes no logits for the other tokens; a
+    chunk without any of them yields an empty array).
 
     Raises ValueError for an empty sequence, a chunk below 1 or token ids outside the
     vocabulary, and ModelFileError when llama.cpp cannot create the context (out of memory).
@@ -51,6 +54,10 @@ def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFA
     if bad:
         raise ValueError(f"token ids out of range: {bad[:5]}")
     chunk = min(chunk, len(tokens))
+    wanted = None
+    if positions is not None:
+        wanted = np.zeros(len(tokens), dtype=bool)
+        wanted[np.asarray(sorted(positions), dtype=np.int64)] = True  # IndexError past the end
 
     params = llama_cpp.llama_context_default_params()
     params.n_ctx = -(-len(tokens) // _CTX_ROUND) * _CTX_ROUND
@@ -66,9 +73,14 @@ def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFA
         with TokenBatch(chunk) as batch:
             for start in range(0, len(tokens), chunk):
                 piece = tokens[start:start + chunk]
-                batch.fill(piece, start, outputs="all")
+                flags = None if wanted is None else wanted[start:start + len(piece)]
+                batch.fill(piece, start, outputs="all" if flags is None else flags)
                 batch.decode(ctx)
-                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(len(piece), n_vocab))
+                n_out = len(piece) if flags is None else int(flags.sum())
+                if n_out == 0:
+                    yield np.empty((0, n_vocab), dtype=np.float32)
+                    continue
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(n_out, n_vocab))
                 yield log_softmax(logits)
     finally:
         llama_cpp.llama_free(ctx)
