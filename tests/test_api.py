@@ -40,7 +40,12 @@ def test_one_load_answers_several_questions(agent, tiny_gguf, chinook_db, northw
         data = result.to_json()
         assert FIELDS <= set(data)
         assert result.rounds and all(call.tool for r in result.rounds for call in r.calls)
-        assert result.stats["transcript_tokens"] == result.stats["prompt_tokens_evaluated"] + result.stats["generated_tokens"]
+        stats = result.stats
+        assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
+                                              + stats["prefix_tokens_restored"])
+    # the shared prompt prefix is evaluated for the first question only, then restored
+    assert results[0].stats["prefix_tokens_restored"] in (0, results[1].stats["prefix_tokens_restored"])
+    assert results[1].stats["prefix_tokens_restored"] == results[2].stats["prefix_tokens_restored"] > 100
     assert "Evidence: France is a country" in results[1].transcript
     assert results[0].question == "How many albums are there?"
 

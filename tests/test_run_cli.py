@@ -40,7 +40,9 @@ def test_question_json_prints_one_object_with_every_field(tiny_gguf, chinook_db)
     for round_ in data["rounds"]:
         for call in round_["calls"]:
             assert {"tool", "args", "ok", "output"} <= set(call)
-    assert data["stats"]["transcript_tokens"] == data["stats"]["prompt_tokens_evaluated"] + data["stats"]["generated_tokens"]
+    stats = data["stats"]
+    assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
+                                          + stats["prefix_tokens_restored"])
 
 
 def test_live_view_and_trace(tiny_gguf, northwind_db):

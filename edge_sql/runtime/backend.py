@@ -4,20 +4,50 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import llama_cpp
 
 _lock = threading.Lock()
 _initialised = False
 _verbose = False
+_captures: list[list[str]] = []
 
 
 @llama_cpp.llama_log_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    message = text.decode("utf-8", errors="replace")
+    for lines in _captures:
+        lines.append(message)
     if _verbose:
-        sys.stderr.write(text.decode("utf-8", errors="replace"))
+        sys.stderr.write(message)
+
+
+@contextmanager
+def capture_log() -> Iterator[list[str]]:
+    """Collect llama.cpp's log messages while inside (e.g. the buffer sizes it allocates)."""
+    lines: list[str] = []
+    _captures.append(lines)
+    try:
+        yield lines
+    finally:
+        _captures.remove(lines)
+
+
+_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|RS|output|compute) buffer size\s*=\s*([0-9.]+) MiB")
+
+
+def buffer_sizes(log: list[str]) -> dict[str, int]:
+    """Bytes llama.cpp allocated per kind, from its log: {"CPU_Mapped model": n, "CPU KV": n, ...}."""
+    sizes: dict[str, int] = {}
+    for match in _BUFFER_LINE.finditer("".join(log)):
+        key = f"{match.group(1)} {match.group(2)}"
+        sizes[key] = sizes.get(key, 0) + int(float(match.group(3)) * 1024 * 1024)
+    return sizes
 
 
 def init_backend(*, verbose: bool = False) -> None:
