@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "quantize": "quantize",
     "eval": "evaluate",
     "bench": "bench",
+    "tune": "tune",
 }
 
 

@@ -56,6 +56,7 @@ class BenchConfig:
     fidelity_chunk: int = 64
     resume: bool = True
     note: str = ""   # shown under the report's heading and the plots' titles
+    tune: bool = True  # episodes run with the calibrated llama.cpp settings (False: safe defaults)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -63,6 +64,7 @@ class BenchConfig:
             "base": str(self.base), "dataset": str(self.dataset), "dataset_format": self.dataset_format,
             "db_root": str(self.db_root), "n_ctx": self.n_ctx, "budget": dict(sorted(self.budget.items())),
             "greedy": self.greedy, "prompt_file": str(self.prompt_file), "fidelity_tokens": self.fidelity_tokens,
+            "tune": self.tune,
         }
 
 
@@ -198,7 +200,7 @@ def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Que
         db_root=None if config.db_root is None else str(config.db_root), items=items, seed=config.seed,
         n_threads=config.n_threads, n_ctx=config.n_ctx, budget=config.budget, greedy=config.greedy,
         prompt_file=None if config.prompt_file is None else str(config.prompt_file),
-        record_tokens=variant.name == REFERENCE,
+        record_tokens=variant.name == REFERENCE, tune=config.tune,
     )
     outcome = run_worker(asdict(task), out_dir)
     _record_process(results, variant, "episodes", outcome, log)

@@ -7,6 +7,7 @@ file as they finish, so a crash loses at most the item in progress.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -24,6 +25,7 @@ from edge_sql.errors import EdgeSqlError
 def run_episodes(task: EpisodeTask) -> None:
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.episode import run_episode
+    from edge_sql.api import load_settings
     from edge_sql.agent.prompt import load_prompt
     from edge_sql.bench.modes import prompt_for_mode
     from edge_sql.evaluation.datasets import load_dataset
@@ -37,13 +39,18 @@ def run_episodes(task: EpisodeTask) -> None:
     budget = Budget(**task.budget)
     params = SamplingParams(seed=task.seed, greedy=task.greedy)
 
+    settings, tuning = load_settings(Path(task.model_path), tune=task.tune, n_gpu_layers=None,
+                                     log=lambda message: print(message, file=sys.stderr))
+    if task.n_threads is not None:
+        settings = dataclasses.replace(settings, n_threads=task.n_threads)
     started = time.perf_counter()
-    session = Session(task.model_path, n_ctx=task.n_ctx, n_threads=task.n_threads)
+    session = Session(task.model_path, n_ctx=task.n_ctx, **settings.session_kwargs())
     load_s = time.perf_counter() - started
     started = time.perf_counter()
     session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant
     log.append({"kind": "load", "variant": task.variant, "load_s": load_s,
                 "grammar_setup_s": time.perf_counter() - started, "n_threads": session.info.n_threads,
+                "settings": session.info.settings, "tuning": tuning,
                 "n_ctx": session.n_ctx, "time": time.time()})
 
     for mode, question_id in tqdm(task.items, desc=f"{task.variant} episodes", unit="ep", file=sys.stderr):
@@ -75,6 +82,7 @@ def run_episodes(task: EpisodeTask) -> None:
             "calls": sum(len(r.calls) for r in result.rounds),
             "wall_s": result.stats["wall_s"],
             "prompt_tokens": timings.prompt_tokens,
+            "prefix_tokens_restored": timings.restored_tokens,
             "prompt_s": timings.prompt_s,
             "generated_tokens": timings.generated_tokens,
             "generate_s": timings.generate_s,

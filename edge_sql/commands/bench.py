@@ -65,11 +65,13 @@ def parse_budget_items(items: tuple[str, ...]) -> dict[str, int]:
               help="A line shown under the report's heading and the plots' titles (e.g. 'random weights').")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
+@click.option("--no-tune", is_flag=True,
+              help="Run every variant with safe llama.cpp defaults instead of its calibrated settings (to compare).")
 def command(base: Path | None, model: str | None, variants_text: str | None, dataset: str, dataset_format: str,
             db_root: Path | None, limit: int | None, modes: str, seed: int, greedy: bool, threads: int | None,
             n_ctx: int, max_rounds: int | None, think_tokens: int | None, calls_per_turn: int | None,
             episode_tokens: int | None, budget_items: tuple[str, ...], fidelity_tokens: int, prompt_file: Path | None, out_dir: Path,
-            note: str, resume: bool) -> None:
+            note: str, resume: bool, no_tune: bool = False) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -89,7 +91,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
             out_dir=out_dir, base=base, model=model, variants=parse_variant_names(variants_text),
             dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
             modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
-            prompt_file=prompt_file, fidelity_tokens=fidelity_tokens, resume=resume, note=note,
+            prompt_file=prompt_file, fidelity_tokens=fidelity_tokens, resume=resume, note=note, tune=not no_tune,
         )
         outcome = run_bench(config, log=lambda message: click.echo(message, err=True))
     except EdgeSqlError as exc:
