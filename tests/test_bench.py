@@ -27,7 +27,7 @@ TINY_BUDGET = [
 def _bench(base: Path, out: Path, limit: int, *extra: str) -> str:
     args = ["bench", "--base", str(base), "--variants", f"BF16,Q8_0,{out.parent / 'broken.gguf'}",
             "--limit", str(limit), "--modes", "withheld,given", "--threads", "1", "--ctx", "4096",
-            "--fidelity-tokens", "96", "--out", str(out), *TINY_BUDGET, *extra]
+            "--fidelity-tokens", "96", "--out", str(out), "--no-tune", *TINY_BUDGET, *extra]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
@@ -58,6 +58,7 @@ def test_bench_json_has_every_figure(bench_runs: dict) -> None:
         assert 0 < row["load_s"] < 120
         assert row["peak_rss_bytes"] > row["size_bytes"] and not row["peak_rss_is_upper_bound"]
         assert row["prompt_tok_s"] > 0 and row["decode_tok_s"] > 0
+        assert row["tuning"] == "off" and "flash_attn=auto n_ubatch=256 n_threads=1" in row["settings"]
         assert 0 < row["wall_s_median"] <= row["wall_s_p95"]
         assert row["fidelity"]["transcripts"] == 4 and row["fidelity"]["positions"] == 4 * 96
         for share in (row["answer_agreement"]["overall"], row["answer_agreement"]["withheld"],

@@ -39,7 +39,7 @@ def run_episodes(task: EpisodeTask) -> None:
     budget = Budget(**task.budget)
     params = SamplingParams(seed=task.seed, greedy=task.greedy)
 
-    settings, tuning = load_settings(Path(task.model_path), tune=task.tune, n_gpu_layers=None,
+    settings, tuning = load_settings(Path(task.model_path), tune=task.tune, n_gpu_layers=None, n_ctx=task.n_ctx,
                                      log=lambda message: print(message, file=sys.stderr))
     if task.n_threads is not None:
         settings = dataclasses.replace(settings, n_threads=task.n_threads)
