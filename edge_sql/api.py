@@ -36,7 +36,8 @@ def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True
 
 
 def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
-                  log: Callable[[str], None] = lambda _m: None, n_ctx: int = 12288) -> tuple[Settings, str]:
+                  log: Callable[[str], None] = lambda _m: None, n_ctx: int = 12288,
+                  n_threads: int | None = None) -> tuple[Settings, str]:
     """The llama.cpp settings to load `model_path` with, and how they were chosen:
     "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
     "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults)."""
@@ -48,7 +49,7 @@ def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
         return default_settings(), "gpu"
     if not tune:
         return default_settings(), "off"
-    return tuned_settings(model_path, progress=log, n_ctx=n_ctx)
+    return tuned_settings(model_path, progress=log, n_ctx=n_ctx, n_threads=n_threads)
 
 
 def prefix_state_dir() -> Path:
@@ -95,7 +96,7 @@ class Agent:
         self.budget = budget or Budget()
         self.model_path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
         settings, self.tuning = load_settings(self.model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log,
-                                              n_ctx=n_ctx)
+                                              n_ctx=n_ctx, n_threads=n_threads)
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
         self.session = Session(

@@ -100,7 +100,8 @@ def test_calibration_is_cached_reused_and_invalidated_when_the_file_changes(
     model = tmp_path / "model.gguf"
     shutil.copyfile(tiny_gguf, model)
     lines: list[str] = []
-    first, how = tuning.tuned_settings(model, progress=lines.append, n_ctx=1024)
+    quick = {k: v for k, v in SMALL.items() if k != "n_ctx"} | {"settings": SETTINGS[1:3]}
+    first, how = tuning.tuned_settings(model, progress=lines.append, n_ctx=1024, options=quick)
     assert how == "calibrated" and any("quick calibration" in line for line in lines)
     files = list((tmp_path / "home" / "tuning").glob("*.json"))
     assert len(files) == 1
@@ -109,13 +110,13 @@ def test_calibration_is_cached_reused_and_invalidated_when_the_file_changes(
     assert first in [m.settings for m in tuning.cached_calibration(model).measurements]
 
     lines.clear()
-    again, how = tuning.tuned_settings(model, progress=lines.append, n_ctx=1024)
+    again, how = tuning.tuned_settings(model, progress=lines.append, n_ctx=1024, options=quick)
     assert (again, how, lines) == (first, "cached", [])
 
     stat = model.stat()
     os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file was rewritten
     assert tuning.cached_calibration(model) is None
-    _, how = tuning.tuned_settings(model, n_ctx=1024)
+    _, how = tuning.tuned_settings(model, n_ctx=1024, options=quick)
     assert how == "calibrated"
     assert len(list((tmp_path / "home" / "tuning").glob("*.json"))) == 1  # the stale entry is gone
 

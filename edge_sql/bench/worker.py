@@ -40,6 +40,7 @@ def run_episodes(task: EpisodeTask) -> None:
     params = SamplingParams(seed=task.seed, greedy=task.greedy)
 
     settings, tuning = load_settings(Path(task.model_path), tune=task.tune, n_gpu_layers=None, n_ctx=task.n_ctx,
+                                     n_threads=task.n_threads,
                                      log=lambda message: print(message, file=sys.stderr))
     if task.n_threads is not None:
         settings = dataclasses.replace(settings, n_threads=task.n_threads)

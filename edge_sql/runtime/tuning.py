@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +144,7 @@ class Calibration:
     machine: str = field(default_factory=cpu_model)
     build: str = field(default_factory=llama_build)
     note: str = ""
+    threads: int | None = None   # the thread count the caller fixed (None: candidates chose)
 
     def best(self) -> Measurement:
         """The fastest measured candidate regardless of memory."""
@@ -231,6 +232,7 @@ def calibrate(
     memory_allowance: int = MEMORY_ALLOWANCE,
     process_bytes: int | None = None,
     profile: Sequence[Segment] | None = None,
+    threads: int | None = None,
     progress: Progress = lambda _m: None,
 ) -> Calibration:
     """Measure `settings` (default: `candidates(full=...)`) on `model_path` and choose one.
@@ -291,7 +293,8 @@ def calibrate(
         note = (f"no candidate fits {memory_allowance / 2**20:.0f} MiB beyond the file: chose the smallest "
                 "memory bound")
     return Calibration(
-        key=cache_key(model_path), model_path=str(model_path), mode="full" if full else "quick", chosen=chosen,
+        key=cache_key(model_path, threads), model_path=str(model_path), mode="full" if full else "quick",
+        chosen=chosen, threads=threads,
         measurements=measurements, memory_allowance=memory_allowance,
         seconds=round(time.perf_counter() - started, 2), note=note,
     )
@@ -326,11 +329,13 @@ def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, ch
 # ---- the cache -----------------------------------------------------------------------------
 
 
-def cache_key(model_path: str | Path) -> str:
-    """What a calibration is valid for: this CPU, this llama.cpp build, this exact file."""
+def cache_key(model_path: str | Path, n_threads: int | None = None) -> str:
+    """What a calibration is valid for: this CPU, this llama.cpp build, this exact file (and a
+    thread count, when the caller fixed one)."""
     import hashlib
 
-    text = json.dumps([cpu_model(), llama_build(), file_fingerprint(model_path), CACHE_VERSION])
+    text = json.dumps([cpu_model(), llama_build(), file_fingerprint(model_path), CACHE_VERSION]
+                      + ([n_threads] if n_threads else []))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -340,10 +345,11 @@ def tuning_dir() -> Path:
     return store_root() / "tuning"
 
 
-def cached_calibration(model_path: str | Path, folder: Path | None = None) -> Calibration | None:
+def cached_calibration(model_path: str | Path, folder: Path | None = None,
+                       n_threads: int | None = None) -> Calibration | None:
     """The cached calibration for this file on this machine and build, or None."""
     folder = folder or tuning_dir()
-    path = folder / f"{cache_key(model_path)}.json"
+    path = folder / f"{cache_key(model_path, n_threads)}.json"
     try:
         return Calibration.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
@@ -356,7 +362,8 @@ def save_calibration(calibration: Calibration, folder: Path | None = None) -> Pa
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.json"):
         try:
-            if json.loads(old.read_text(encoding="utf-8")).get("model_path") == calibration.model_path:
+            data = json.loads(old.read_text(encoding="utf-8"))
+            if data.get("model_path") == calibration.model_path and data.get("threads") == calibration.threads:
                 old.unlink()
         except (OSError, ValueError):
             continue
@@ -368,17 +375,25 @@ def save_calibration(calibration: Calibration, folder: Path | None = None) -> Pa
 
 
 def tuned_settings(model_path: str | Path, *, progress: Progress = lambda _m: None,
-                   folder: Path | None = None, n_ctx: int = EPISODE_TOKENS) -> tuple[Settings, str]:
+                   folder: Path | None = None, n_ctx: int = EPISODE_TOKENS,
+                   options: dict | None = None, n_threads: int | None = None) -> tuple[Settings, str]:
     """The settings `run` uses: cached, else a quick calibration now (then cached).
+
+    `options` are passed on to `calibrate` (candidates, points...). `n_threads` (the caller's
+    fixed thread count) calibrates only that count, cached apart.
 
     Returns (settings, how): how is "cached" or "calibrated".
     """
-    cached = cached_calibration(model_path, folder)
+    cached = cached_calibration(model_path, folder, n_threads)
     if cached is not None:
         return cached.chosen, "cached"
     progress(f"first run of {Path(model_path).name} on this machine: a quick calibration "
              "(`--no-tune` skips it; `edge-sql tune` runs the full sweep)")
-    calibration = calibrate(model_path, progress=progress, n_ctx=min(n_ctx, EPISODE_TOKENS))
+    options = dict(options or {})
+    if n_threads and "settings" not in options:
+        options["settings"] = list(dict.fromkeys(replace(s, n_threads=n_threads) for s in candidates(full=False)))
+    calibration = calibrate(model_path, progress=progress, n_ctx=min(n_ctx, EPISODE_TOKENS), threads=n_threads,
+                            **options)
     save_calibration(calibration, folder)
     progress(f"calibrated in {calibration.seconds:.0f} s: {calibration.chosen.label}")
     return calibration.chosen, "calibrated"
