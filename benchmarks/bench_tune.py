@@ -114,7 +114,32 @@ def main() -> int:
     lines += ["## Quick calibration (what the first `edge-sql run` does)", "",
               f"{qc.seconds:.1f} s wall (target < 60 s on a quiet machine); peak RSS {quick['peak_rss'] / 2**20:.0f} MiB; "
               f"chose `{qc.chosen.label}`.", "", "```", quick["table"], "```", ""]
-    chosen = qc.chosen
+    with tempfile.TemporaryDirectory() as cache_dir:
+        extra = {"settings": qc.chosen.__dict__, "cache_dir": cache_dir, "questions": QUESTIONS}
+        plain = _child("ttft", args.model, {**extra, "cache": False, "questions": QUESTIONS[:1]})
+        first = _child("ttft", args.model, {**extra, "cache": True})
+        fresh = _child("ttft", args.model, {**extra, "cache": True, "questions": QUESTIONS[1:]})
+    lines += ["## Time to the first token, settings `" + first["settings"] + "`", "",
+              "| case | prompt tokens evaluated | restored | time to first token s |", "|---|--:|--:|--:|"]
+    cases = [("no prefix cache (before this change)", plain["rows"][0]),
+             ("first question in a process (prefix evaluated, saved)", first["rows"][0]),
+             ("second question, same process (restored from memory)", first["rows"][1]),
+             ("fresh process, disk cache warm (restored from disk)", fresh["rows"][0])]
+    for name, row in cases:
+        lines.append(f"| {name} | {row['evaluated']} | {row['restored']} | {row['ttft_s']:.2f} |")
+    bound = first["file_bytes"] + first["buffer_bytes"]
+    lines += ["", f"Peak RSS of the two-question process: {first['peak_rss'] / 2**20:.0f} MiB (file "
+              f"{first['file_bytes'] / 2**20:.0f} MiB + {(first['peak_rss'] - first['file_bytes']) / 2**20:.0f} MiB; "
+              f"the context is filled to ~{first['rows'][0]['evaluated'] + first['rows'][0]['restored']} tokens only); "
+              f"calibration's bound for a full 12,288-token context: file + llama.cpp buffers "
+              f"{first['buffer_bytes'] / 2**20:.0f} MiB + the process's own memory = at least {bound / 2**20:.0f} MiB.",
+              f"Python {platform.python_version()}.", ""]
+
+    def write() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines), encoding="utf-8")
+
+    write()
     if not args.skip_sweep:
         points = [int(p) for p in args.sweep_points.split(",")]
         sweep = _child("calibrate", args.model, {"full": True, "points": points, "chunk": args.sweep_chunk})
@@ -136,29 +161,7 @@ def main() -> int:
                 lines.append(f"| {name}: `{m.settings.label}` | {predict(m, profile):.0f} | "
                              f"{predict(m, profile) / predict(best, profile) - 1:+.1%} |")
         lines.append("")
-        chosen = sc.chosen
-    with tempfile.TemporaryDirectory() as cache_dir:
-        extra = {"settings": chosen.__dict__, "cache_dir": cache_dir, "questions": QUESTIONS}
-        plain = _child("ttft", args.model, {**extra, "cache": False, "questions": QUESTIONS[:1]})
-        first = _child("ttft", args.model, {**extra, "cache": True})
-        fresh = _child("ttft", args.model, {**extra, "cache": True, "questions": QUESTIONS[1:]})
-    lines += ["## Time to the first token, settings `" + first["settings"] + "`", "",
-              "| case | prompt tokens evaluated | restored | time to first token s |", "|---|--:|--:|--:|"]
-    cases = [("no prefix cache (before this change)", plain["rows"][0]),
-             ("first question in a process (prefix evaluated, saved)", first["rows"][0]),
-             ("second question, same process (restored from memory)", first["rows"][1]),
-             ("fresh process, disk cache warm (restored from disk)", fresh["rows"][0])]
-    for name, row in cases:
-        lines.append(f"| {name} | {row['evaluated']} | {row['restored']} | {row['ttft_s']:.2f} |")
-    bound = first["file_bytes"] + first["buffer_bytes"]
-    lines += ["", f"Peak RSS of the two-question process: {first['peak_rss'] / 2**20:.0f} MiB (file "
-              f"{first['file_bytes'] / 2**20:.0f} MiB + {(first['peak_rss'] - first['file_bytes']) / 2**20:.0f} MiB; "
-              f"the context is filled to ~{first['rows'][0]['evaluated'] + first['rows'][0]['restored']} tokens only); "
-              f"calibration's bound for a full 12,288-token context: file + llama.cpp buffers "
-              f"{first['buffer_bytes'] / 2**20:.0f} MiB + the process's own memory = at least {bound / 2**20:.0f} MiB.",
-              f"Python {platform.python_version()}.", ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines), encoding="utf-8")
+    write()
     print("\n".join(lines))
     return 0
 

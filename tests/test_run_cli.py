@@ -158,7 +158,7 @@ def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf, chinook_db):
     assert "Traceback" not in err
 
 
-def test_first_run_calibrates_then_reuses_and_tune_prints_the_table(tiny_gguf, chinook_db, tmp_path, monkeypatch):
+def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_gguf, chinook_db, tmp_path, monkeypatch):
     """Tuning on (the default): the first run calibrates with a progress line, the next reuses it."""
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
     tuned = [arg for arg in SMALL if arg != "--no-tune"]

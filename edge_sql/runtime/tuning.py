@@ -46,7 +46,7 @@ from edge_sql.runtime.session import DEFAULT_UBATCH, Session
 EPISODE_TOKENS = 12288
 MEMORY_ALLOWANCE = 400 * 1024 * 1024
 CACHE_VERSION = 1
-QUICK_POINTS = (512, 1536)
+QUICK_POINTS = (256, 1024)
 FULL_POINTS = (512, 4096, 8192, 11776)
 
 Progress = Callable[[str], None]
