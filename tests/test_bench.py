@@ -79,7 +79,8 @@ def test_bench_json_has_every_figure(bench_runs: dict) -> None:
     assert len(episodes) == 8
     for episode in episodes:
         assert {"sql", "correct", "wall_s", "prompt_tokens", "generated_tokens", "transcript_tokens"} <= set(episode)
-        assert episode["prompt_tokens"] + episode["generated_tokens"] == episode["transcript_tokens"]
+        assert (episode["prompt_tokens"] + episode["generated_tokens"] + episode["prefix_tokens_restored"]
+                == episode["transcript_tokens"])
         assert "tokens" not in episode
 
 

@@ -19,10 +19,13 @@ then restores that state and times one prefill chunk (best of two) and a few dec
 there, instead of prefilling thousands of tokens again. Beyond the last point costs are extrapolated linearly
 (attention cost grows linearly with the context).
 
-Memory is bounded, not sampled: llama.cpp logs every buffer it allocates for the context (KV
-cells for the whole n_ctx, recurrent state, the compute buffer reserved for the worst case of
-n_ubatch tokens against a full context, extra weight copies when repacking); their sum plus the
-process's own memory before loading plus the mapped file is an upper bound on the peak RSS.
+Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
+for the context (KV cells for the whole n_ctx, recurrent state, the compute buffer reserved for
+the worst case of n_ubatch tokens against a full context, extra weight copies when repacking);
+their sum, plus the process's memory before loading, plus what loading the model allocates
+besides the mapped file (vocabulary, metadata: measured), plus the file is the estimate of the
+peak RSS. Not in it: what the caller allocates later (llguidance's vocabulary view, the saved
+prompt state, Python objects of an episode).
 
 Unsafe candidates are never tried: repacked weights only where `backend.repack_is_safe()`.
 With layers offloaded to a GPU calibration does not apply (offload keeps its own defaults).
@@ -209,15 +212,33 @@ def predict(measurement: Measurement, profile: Sequence[Segment]) -> float:
     return total
 
 
-def process_rss_bytes() -> int:
-    """This process's resident memory now (Linux /proc; 0 where unknown)."""
+def process_rss_bytes(field: str = "VmRSS") -> int:
+    """This process's resident memory now (Linux /proc; 0 where unknown). `RssAnon` leaves
+    out file-backed pages such as the mapped model."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def model_load_bytes(model_path: Path) -> int:
+    """Anonymous memory llama.cpp keeps for a loaded model besides the mapped file (the
+    vocabulary, metadata, tensor descriptions): not in its buffer-size log lines."""
+    import llama_cpp
+
+    init_backend()
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = False
+    before = process_rss_bytes("RssAnon")
+    model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), params)
+    after = process_rss_bytes("RssAnon")
+    if model:
+        llama_cpp.llama_model_free(model)
+    return max(0, after - before)
 
 
 def calibrate(
@@ -237,8 +258,9 @@ def calibrate(
 ) -> Calibration:
     """Measure `settings` (default: `candidates(full=...)`) on `model_path` and choose one.
 
-    `process_bytes` is the memory the process holds besides llama.cpp (default: its RSS now,
-    before anything is loaded); it counts against `memory_allowance` like llama.cpp's buffers.
+    `process_bytes` is the memory the process holds besides llama.cpp's context buffers
+    (default: its RSS now, before anything is loaded, plus what loading the model adds besides
+    the mapped file); it counts against `memory_allowance` like llama.cpp's buffers.
     When no candidate fits, the one with the smallest bound is chosen and `note` says so.
     """
     init_backend()
@@ -251,7 +273,7 @@ def calibrate(
     n_decode = decode_tokens or (16 if full else 8)
     points = sorted(points or (FULL_POINTS if full else QUICK_POINTS))
     points = [p for p in points if p + chunk + n_decode + 1 <= n_ctx] or [max(1, n_ctx - chunk - n_decode - 1)]
-    baseline = process_rss_bytes() if process_bytes is None else process_bytes
+    baseline = process_rss_bytes() + model_load_bytes(model_path) if process_bytes is None else process_bytes
     profile = list(profile or episode_profile(min(EPISODE_TOKENS, n_ctx)))
 
     rng = np.random.default_rng(0)
