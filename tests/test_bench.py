@@ -131,7 +131,7 @@ def test_changed_settings_refuse_to_resume(bench_runs: dict, tiny_gguf: Path, tm
     out = tmp_path / "out"
     shutil.copytree(bench_runs["out"], out, ignore=shutil.ignore_patterns("cache"))
     args = ["bench", "--base", str(tiny_gguf), "--variants", "BF16", "--limit", "1", "--out", str(out),
-            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "96", *TINY_BUDGET, "--max-rounds", "2"]
+            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "96", "--no-tune", *TINY_BUDGET, "--max-rounds", "2"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert "results made with other settings (budget)" in result.output and "--no-resume" in result.output

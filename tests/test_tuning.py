@@ -92,6 +92,7 @@ def test_per_token_interpolates_and_extrapolates() -> None:
     assert tuning.per_token([100, 300], [1.0, 3.0], 200) == pytest.approx(2.0)
     assert tuning.per_token([100, 300], [1.0, 3.0], 500) == pytest.approx(5.0)
     assert tuning.per_token([100, 300], [1.0, 3.0], 0) == pytest.approx(0.5)  # floored at half the cheapest
+    assert tuning.per_token([100, 300], [3.0, 2.0], 900) == pytest.approx(2.0)  # noise never makes it cheaper
 
 
 def test_calibration_is_cached_reused_and_invalidated_when_the_file_changes(

@@ -189,7 +189,8 @@ class Calibration:
 
 def per_token(points: Sequence[int], costs: Sequence[float], context: float) -> float:
     """Cost per token at `context`: piecewise linear through the points, extrapolated linearly
-    past either end (never below half the cheapest measured cost)."""
+    past either end (past the last never below its cost, anywhere never below half the
+    cheapest: noise can make a longer context look cheaper)."""
     if len(points) == 1:
         return costs[0]
     i = 1
@@ -197,6 +198,8 @@ def per_token(points: Sequence[int], costs: Sequence[float], context: float) -> 
         i += 1
     x0, x1, y0, y1 = points[i - 1], points[i], costs[i - 1], costs[i]
     value = y0 + (y1 - y0) * (context - x0) / (x1 - x0)
+    if context > points[-1]:  # a longer context never costs less than the last point measured
+        value = max(value, costs[-1])
     return max(value, 0.5 * min(costs))
 
 
