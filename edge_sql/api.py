@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import SamplingParams, Session, SessionInfo
+from edge_sql.runtime.tuning import Settings
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 
@@ -33,12 +35,42 @@ def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True
     return resolve_model(spec)
 
 
+def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
+                  log: Callable[[str], None] = lambda _m: None, n_ctx: int = 12288,
+                  n_threads: int | None = None) -> tuple[Settings, str]:
+    """The llama.cpp settings to load `model_path` with, and how they were chosen:
+    "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
+    "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults)."""
+    from edge_sql.runtime.backend import gpu_backend_name, init_backend
+    from edge_sql.runtime.tuning import default_settings, tuned_settings
+
+    init_backend()
+    if gpu_backend_name() and n_gpu_layers != 0:
+        return default_settings(), "gpu"
+    if not tune:
+        return default_settings(), "off"
+    return tuned_settings(model_path, progress=log, n_ctx=n_ctx, n_threads=n_threads)
+
+
+def prefix_state_dir() -> Path:
+    """Where saved prompt-prefix states live: the model store's `prefix-states/`."""
+    from edge_sql.store.home import store_root
+
+    return store_root() / "prefix-states"
+
+
 class Agent:
     """A loaded model that answers questions about SQLite databases.
 
     `model` is a GGUF path, a model-store name (`synsql`, `synsql:Q4_K_M`) or None for the
     default model, which is pulled (downloaded and converted) the first time if it is not in
     the store. The model is loaded once; every `ask` is a new episode on the same context.
+
+    `tune` loads the model with the settings calibrated for this file on this machine (a quick
+    calibration the first time, cached in the store; `tuning` says "cached", "calibrated",
+    "off" or "gpu"); `tune=False` uses safe defaults. `prefix_cache` also keeps the state after
+    the shared system prompt on disk, so a later process skips evaluating it (in memory it is
+    always kept between questions).
 
     Thread safety: one Agent holds one llama.cpp context, so `ask` calls are serialized by a
     lock. Calling `ask` from several threads is safe; the calls run one after another and each
@@ -57,11 +89,20 @@ class Agent:
         budget: Budget | None = None,
         pull_if_missing: bool = True,
         log: Callable[[str], None] = lambda _m: None,
+        tune: bool = True,
+        prefix_cache: bool = True,
     ) -> None:
         self.prompt: PromptTemplate = load_prompt(prompt_file)
         self.budget = budget or Budget()
         self.model_path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-        self.session = Session(self.model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        settings, self.tuning = load_settings(self.model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log,
+                                              n_ctx=n_ctx, n_threads=n_threads)
+        if n_threads is not None:  # the caller's thread count wins over the calibrated one
+            settings = dataclasses.replace(settings, n_threads=n_threads)
+        self.session = Session(
+            self.model_path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **settings.session_kwargs(),
+            prefix_cache_dir=prefix_state_dir() if prefix_cache else None, log=log,
+        )
         self._lock = threading.Lock()
 
     @property
@@ -106,10 +147,13 @@ class Agent:
             with self._lock:
                 if self.session is None:
                     raise EdgeSqlError("this Agent is closed")
-                return run_episode(
+                result = run_episode(
                     self.session, Toolbox(database), question, evidence=evidence, params=params,
                     prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
                 )
+                result.stats["llama_settings"] = self.session.info.settings
+                result.stats["tuning"] = self.tuning
+                return result
         finally:
             if own_db:
                 database.close()

@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "eval": "evaluate",
     "bench": "bench",
     "serve": "serve",
+    "tune": "tune",
 }
 
 

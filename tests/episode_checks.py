@@ -67,7 +67,11 @@ def last_good_query(result: EpisodeResult) -> str | None:
 
 
 def check_each_token_evaluated_once(result: EpisodeResult, session_tokens: int) -> None:
-    """Prompt and generated tokens add up to the transcript, which is what the session holds."""
+    """Prompt, generated and restored tokens add up to the transcript, which is what the
+    session holds: no token is evaluated twice, and restored ones (the shared prompt prefix,
+    from a saved state) are not evaluated at all."""
     stats = result.stats
-    assert stats["prompt_tokens_evaluated"] + stats["generated_tokens"] == stats["transcript_tokens"]
+    restored = stats["prefix_tokens_restored"]
+    assert restored >= 0
+    assert stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + restored == stats["transcript_tokens"]
     assert stats["transcript_tokens"] == session_tokens

@@ -13,7 +13,7 @@ from typing import Any
 
 CLI = [sys.executable, "-c", "from edge_sql.cli import main; main()"]
 # A small episode budget: each ask takes seconds on the fixture model.
-SMALL = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16"]
+SMALL = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 LISTENING = re.compile(r"listening on http://(\S+?):(\d+) ")
 
 

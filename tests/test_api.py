@@ -18,7 +18,8 @@ FIELDS = {"sql", "columns", "rows", "forced", "fallback", "rounds", "stats", "st
 
 @pytest.fixture(scope="module")
 def agent(tiny_gguf):
-    with edge_sql.Agent(tiny_gguf, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False) as agent:
+    with edge_sql.Agent(tiny_gguf, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
+                        prefix_cache=False) as agent:
         yield agent
 
 
@@ -40,7 +41,14 @@ def test_one_load_answers_several_questions(agent, tiny_gguf, chinook_db, northw
         data = result.to_json()
         assert FIELDS <= set(data)
         assert result.rounds and all(call.tool for r in result.rounds for call in r.calls)
-        assert result.stats["transcript_tokens"] == result.stats["prompt_tokens_evaluated"] + result.stats["generated_tokens"]
+        stats = result.stats
+        assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
+                                              + stats["prefix_tokens_restored"])
+    # the shared prompt prefix is evaluated for the first question only, then restored
+    assert results[0].stats["prefix_tokens_restored"] in (0, results[1].stats["prefix_tokens_restored"])
+    assert results[1].stats["prefix_tokens_restored"] == results[2].stats["prefix_tokens_restored"] > 100
+    assert results[0].stats["tuning"] == "off"  # tune=False: safe defaults, named in the stats
+    assert results[0].stats["llama_settings"] == "flash_attn=auto n_ubatch=256 n_threads=1 repack=off gpu_layers=0"
     assert "How many orders were shipped to France?, evidence: France is a country<|im_end|>" in results[1].transcript
     assert results[0].question == "How many albums are there?"
 
@@ -91,7 +99,8 @@ def test_missing_model_and_closed_agent(tiny_gguf, tmp_path, monkeypatch, chinoo
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "store"))
     with pytest.raises(ModelFileError, match="edge-sql pull"):
         edge_sql.Agent(None, pull_if_missing=False)
-    closed = edge_sql.Agent(tiny_gguf, n_ctx=1024, n_threads=1, budget=SMALL, pull_if_missing=False)
+    closed = edge_sql.Agent(tiny_gguf, n_ctx=1024, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
+                            prefix_cache=False)
     closed.close()
     closed.close()
     with pytest.raises(EdgeSqlError, match="closed"):

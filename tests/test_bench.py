@@ -27,7 +27,7 @@ TINY_BUDGET = [
 def _bench(base: Path, out: Path, limit: int, *extra: str) -> str:
     args = ["bench", "--base", str(base), "--variants", f"BF16,Q8_0,{out.parent / 'broken.gguf'}",
             "--limit", str(limit), "--modes", "withheld,given", "--threads", "1", "--ctx", "4096",
-            "--fidelity-tokens", "4096", "--out", str(out), *TINY_BUDGET, *extra]
+            "--fidelity-tokens", "4096", "--out", str(out), "--no-tune", *TINY_BUDGET, *extra]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
@@ -61,6 +61,7 @@ def test_bench_json_has_every_figure(bench_runs: dict) -> None:
         assert 0 < row["load_s"] < 120
         assert row["peak_rss_bytes"] > row["size_bytes"] and not row["peak_rss_is_upper_bound"]
         assert row["prompt_tok_s"] > 0 and row["decode_tok_s"] > 0
+        assert row["tuning"] == "off" and "flash_attn=auto n_ubatch=256 n_threads=1" in row["settings"]
         assert 0 < row["wall_s_median"] <= row["wall_s_p95"]
         assert row["fidelity"]["transcripts"] == 4 and row["fidelity"]["positions"] == bf16_generated
         for share in (row["answer_agreement"]["overall"], row["answer_agreement"]["withheld"],
@@ -81,7 +82,8 @@ def test_bench_json_has_every_figure(bench_runs: dict) -> None:
     assert len(episodes) == 8
     for episode in episodes:
         assert {"sql", "correct", "wall_s", "prompt_tokens", "generated_tokens", "transcript_tokens"} <= set(episode)
-        assert episode["prompt_tokens"] + episode["generated_tokens"] == episode["transcript_tokens"]
+        assert (episode["prompt_tokens"] + episode["generated_tokens"] + episode["prefix_tokens_restored"]
+                == episode["transcript_tokens"])
         assert "tokens" not in episode
 
 
@@ -132,7 +134,7 @@ def test_changed_settings_refuse_to_resume(bench_runs: dict, tiny_gguf: Path, tm
     out = tmp_path / "out"
     shutil.copytree(bench_runs["out"], out, ignore=shutil.ignore_patterns("cache"))
     args = ["bench", "--base", str(tiny_gguf), "--variants", "BF16", "--limit", "1", "--out", str(out),
-            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "4096", *TINY_BUDGET, "--max-rounds", "2"]
+            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "4096", "--no-tune", *TINY_BUDGET, "--max-rounds", "2"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert "results made with other settings (budget)" in result.output and "--no-resume" in result.output

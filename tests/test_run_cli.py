@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from edge_sql.cli import main
 
-SMALL = ["--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2", "--max-rounds", "3",
+SMALL = ["--no-tune", "--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2", "--max-rounds", "3",
          "--budget", "max_sql_chars=24", "--budget", "max_name_chars=16", "--budget", "max_final_sql_tokens=24",
          "--budget", "min_string_chars=8"]
 JSON_FIELDS = {"sql", "columns", "rows", "forced", "fallback", "rounds", "stats", "stop", "error"}
@@ -40,7 +40,9 @@ def test_question_json_prints_one_object_with_every_field(tiny_gguf, chinook_db)
     for round_ in data["rounds"]:
         for call in round_["calls"]:
             assert {"tool", "args", "ok", "output"} <= set(call)
-    assert data["stats"]["transcript_tokens"] == data["stats"]["prompt_tokens_evaluated"] + data["stats"]["generated_tokens"]
+    stats = data["stats"]
+    assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
+                                          + stats["prefix_tokens_restored"])
 
 
 def test_live_view_and_trace(tiny_gguf, northwind_db):
@@ -141,7 +143,7 @@ def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf, chinook_db):
     """A real process: SIGINT during the episode ends it with status 130 and no traceback."""
     args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db), "--model", str(tiny_gguf),
             "--question", "How many albums?", "--seed", "2", "--threads", "1", "--ctx", "4096",
-            "--think-tokens", "2000", "--budget", "max_tokens=4096"]
+            "--think-tokens", "2000", "--budget", "max_tokens=4096", "--no-tune"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
@@ -154,3 +156,27 @@ def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf, chinook_db):
     assert process.returncode == 130, (out, err)
     assert "stopped" in out + err
     assert "Traceback" not in err
+
+
+def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_gguf, chinook_db, tmp_path, monkeypatch):
+    """Tuning on (the default): the first run calibrates with a progress line, the next reuses it."""
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    tuned = [arg for arg in SMALL if arg != "--no-tune"]
+    first = run("--db", str(chinook_db), "--model", str(tiny_gguf), "--question", "How many albums?", "--json",
+                "--seed", "5", *tuned)
+    assert first.exit_code == 0, first.output
+    assert "quick calibration" in first.stderr and "calibrating tiny-bf16.gguf: 1/" in first.stderr
+    stats = json.loads(first.stdout.strip().splitlines()[-1])["stats"]
+    assert stats["tuning"] == "calibrated" and stats["llama_settings"].startswith("flash_attn=")
+    assert "n_threads=1" in stats["llama_settings"]  # --threads wins over the calibrated count
+    assert stats["prefix_tokens_restored"] == 0  # nothing saved yet: evaluated, then saved to disk
+    assert list((tmp_path / "home" / "prefix-states").glob("*.state"))
+
+    second = run("--db", str(chinook_db), "--model", str(tiny_gguf), "--question", "How many albums?", "--json",
+                 "--seed", "5", *tuned)
+    assert second.exit_code == 0, second.output
+    assert "calibrating" not in second.stderr and "settings (cached)" in second.stderr
+    again = json.loads(second.stdout.strip().splitlines()[-1])["stats"]
+    assert again["llama_settings"] == stats["llama_settings"]
+    assert again["prefix_tokens_restored"] > 300  # a fresh process skips the shared prompt
+    assert again["transcript_tokens"] == stats["transcript_tokens"]  # same seed, same episode

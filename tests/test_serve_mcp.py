@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from serve_helpers import serve_command
 
-SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16"]
+SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens,
 # long enough to cancel in the middle of it
 LONG = ["--mcp", "--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000"]

@@ -203,3 +203,23 @@ def test_one_model_spec_parser(text: str, base: str, variant: str | None) -> Non
     assert str(spec.with_variant("BF16")) == f"{base}:BF16"
     if variant:
         assert str(spec) == text
+
+
+def test_models_command_shows_the_settings_calibrated_on_this_machine(store: ModelStore) -> None:
+    from click.testing import CliRunner
+
+    from edge_sql.cli import main
+    from edge_sql.runtime.tuning import Calibration, Measurement, Settings, cache_key, save_calibration
+
+    path = _fake_gguf(store.model_path("synsql", "Q4_K_M"))
+    store.add("synsql", "Q4_K_M", path, checksum=False)
+    store.add("bird", "Q8_0", _fake_gguf(store.model_path("bird", "Q8_0")), checksum=False)
+    chosen = Settings(flash_attn=False, n_ubatch=128, n_threads=2)
+    save_calibration(Calibration(key=cache_key(path), model_path=str(path), mode="full", chosen=chosen,
+                                 measurements=[Measurement(chosen, [512], [0.01], [0.05], 1)],
+                                 memory_allowance=2, seconds=1.0))
+    shown = CliRunner().invoke(main, ["models"]).output
+    assert "synsql:Q4_K_M  flash_attn=off n_ubatch=128 n_threads=2 repack=off (full)" in shown
+    assert "bird:Q8_0  not tuned yet" in shown
+    as_json = json.loads(CliRunner().invoke(main, ["models", "--json"]).output)
+    assert [m["settings"] for m in as_json["models"]] == [None, "flash_attn=off n_ubatch=128 n_threads=2 repack=off (full)"]

@@ -169,6 +169,7 @@ class _Episode:
                 f"the prompt and question need about {needed} tokens and leave no room for a tool "
                 f"turn in a {self.limit}-token context; use a larger context (--ctx)"
             )
+        self.session.shared_prefix(self.transcript.tokenize(pieces[:3]))  # same for every question: saved once
         self.transcript.append(pieces)
 
     def _tool_round(self) -> str | None:
@@ -391,6 +392,7 @@ class _Episode:
         timings = self.session.timings
         return {
             "prompt_tokens_evaluated": self.session.prompt_tokens_evaluated,
+            "prefix_tokens_restored": self.session.prefix_tokens_restored,
             "generated_tokens": self.session.generated_tokens,
             "forced_tokens": timings.forced_tokens,
             "transcript_tokens": len(self.transcript),

@@ -120,6 +120,8 @@ def summarize(
             "path": str(variant.path),
             "size_bytes": variant.size_bytes,
             "load_s": loads[-1]["load_s"] if loads else None,
+            "settings": loads[-1].get("settings") if loads else None,
+            "tuning": loads[-1].get("tuning") if loads else None,
             **peak_memory(records, variant.name),
             **speed_figures(mine),
             "fidelity": fidelity_figures([r for r in fidelity if r["variant"] == variant.name]),

@@ -8,7 +8,10 @@ them to the results file itself; a Ray actor returns them to the driver, which a
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from edge_sql.bench.machine import machine_description, node_name
@@ -45,6 +48,7 @@ class EpisodeRunner:
         """Load `task`'s variant from `model_path` (default: the task's path; a Ray node may hold
         its own copy elsewhere). `node` labels the records (default: this machine's name)."""
         from edge_sql.agent.budget import Budget
+        from edge_sql.api import load_settings
         from edge_sql.agent.prompt import load_prompt
         from edge_sql.evaluation.datasets import load_dataset
         from edge_sql.runtime import SamplingParams
@@ -56,15 +60,21 @@ class EpisodeRunner:
         self.budget = Budget(**task.budget)
         self.params = SamplingParams(seed=task.seed, greedy=task.greedy)
 
+        path = model_path or task.model_path
+        settings, self.tuning = load_settings(Path(path), tune=task.tune, n_gpu_layers=None, n_ctx=task.n_ctx,
+                                              n_threads=task.n_threads,
+                                              log=lambda message: print(message, file=sys.stderr))
+        if task.n_threads is not None:
+            settings = dataclasses.replace(settings, n_threads=task.n_threads)
         started = time.perf_counter()
-        self.session = _recording_session_type()(model_path or task.model_path, n_ctx=task.n_ctx,
-                                                 n_threads=task.n_threads)
+        self.session = _recording_session_type()(path, n_ctx=task.n_ctx, **settings.session_kwargs())
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         self.session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant
         self.load_record: dict[str, Any] = {
             "kind": "load", "variant": task.variant, "load_s": load_s,
             "grammar_setup_s": time.perf_counter() - started, "n_threads": self.session.info.n_threads,
+            "settings": self.session.info.settings, "tuning": self.tuning,
             "n_ctx": self.session.n_ctx, "time": time.time(), "node": self.node, "machine": machine_description(),
         }
 
@@ -104,6 +114,7 @@ class EpisodeRunner:
             "calls": sum(len(r.calls) for r in result.rounds),
             "wall_s": result.stats["wall_s"],
             "prompt_tokens": timings.prompt_tokens,
+            "prefix_tokens_restored": timings.restored_tokens,
             "prompt_s": timings.prompt_s,
             "generated_tokens": timings.generated_tokens,
             "generate_s": timings.generate_s,

@@ -74,6 +74,8 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {_accuracy(row['accuracy'].get('withheld', {}).get('overall'))} "
             f"| {_accuracy(row['accuracy'].get('given', {}).get('overall'))} |"
         )
+    lines += ["", "llama.cpp settings each variant ran with: " + "; ".join(
+        f"{row['name']} {row.get('settings') or '?'} ({row.get('tuning') or '?'})" for row in rows) + "."]
     lines += ["", "Answer agreement counts: " + "; ".join(
         f"{row['name']} {row['answer_agreement']['agreed']}/{row['answer_agreement']['compared']}"
         f" ({row['answer_agreement']['agreed_without_result']} with no result from either)" for row in rows

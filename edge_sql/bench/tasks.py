@@ -25,6 +25,7 @@ class EpisodeTask:
     prompt_file: str | None = None
     record_tokens: bool = False   # keep the transcript's token ids (the reference's, for fidelity)
     score_timeout_s: float = 30.0
+    tune: bool = True             # load with the settings calibrated for this machine (else safe defaults)
     kind: str = "episodes"
 
 

@@ -7,6 +7,7 @@ file as they finish, so a crash loses at most the item in progress.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time

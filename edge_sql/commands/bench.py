@@ -53,10 +53,12 @@ from edge_sql.commands.ray_options import ray_options
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
 @ray_options
+@click.option("--no-tune", is_flag=True,
+              help="Run every variant with safe llama.cpp defaults instead of its calibrated settings (to compare).")
 def command(base: Path | None, model: str | None, variants_text: str | None, dataset: str, dataset_format: str,
             db_root: Path | None, limit: int | None, modes: str, seed: int, greedy: bool, threads: int | None,
             n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, note: str, verbose: bool,
-            resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None) -> None:
+            resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -71,7 +73,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
         modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
         prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
-        resume=resume, note=note, verbose=verbose, ray=ray_address, ray_workers=ray_workers,
+        resume=resume, note=note, verbose=verbose, ray=ray_address, ray_workers=ray_workers, tune=not no_tune,
     )
     log = lambda message: click.echo(message, err=True)  # noqa: E731
     if len(prompt_files) > 1:

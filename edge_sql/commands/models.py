@@ -19,6 +19,16 @@ def human_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
+def tuned_label(entry: StoredModel) -> str | None:
+    """The llama.cpp settings calibrated for this file on this machine, or None (not tuned yet)."""
+    from edge_sql.runtime.tuning import cached_calibration
+
+    if not entry.exists:
+        return None
+    calibration = cached_calibration(entry.path)
+    return f"{calibration.chosen.label} ({calibration.mode})" if calibration else None
+
+
 def _is_default(entry: StoredModel) -> bool:
     catalog = load_catalog()
     return (entry.name, entry.variant) == (catalog.default_model, catalog.default_variant)
@@ -55,7 +65,8 @@ def command(as_json: bool) -> None:
     store = ModelStore()
     entries = store.list()
     if as_json:
-        payload = [{**e.to_json(), "exists": e.exists, "default": _is_default(e)} for e in entries]
+        payload = [{**e.to_json(), "exists": e.exists, "default": _is_default(e), "settings": tuned_label(e)}
+                   for e in entries]
         click.echo(json.dumps({"store": str(store.root), "models": payload}, indent=2))
         return
     if not entries:
@@ -67,4 +78,7 @@ def command(as_json: bool) -> None:
         )
         return
     click.echo(render_table(entries))
+    click.echo("\nllama.cpp settings on this machine (`edge-sql tune NAME` calibrates):")
+    for e in entries:
+        click.echo(f"  {e.name}:{e.variant}  {tuned_label(e) or 'not tuned yet (the first run calibrates)'}")
     click.echo(f"\nstore: {store.root}")

@@ -70,9 +70,12 @@ def _print_event(event) -> None:
               help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
                    "template's name (sqale-v1); see edge_sql/agent/prompts/.")
 @budget_options
+@click.option("--no-tune", is_flag=True,
+              help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this "
+                   "machine (the first run of a model calibrates quickly; `edge-sql tune` runs the full sweep).")
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
-            n_ctx: int, prompt_file: Path | None, budget: dict[str, int]) -> None:
+            n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -88,7 +91,7 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
     try:
         code = _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads,
-                    n_ctx, prompt_file, Budget(**budget))
+                    n_ctx, prompt_file, Budget(**budget), tune=not no_tune)
     except KeyboardInterrupt:
         click.echo("\nstopped.", err=True)
         code = EXIT_INTERRUPTED
@@ -97,7 +100,7 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
 
 def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads, n_ctx,
-         prompt_file, budget) -> int:
+         prompt_file, budget, tune: bool = True) -> int:
     from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
@@ -106,7 +109,7 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
     db = ReadOnlyDatabase(db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(prompt_file)  # so is a bad prompt file
-        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget)
+        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune)
         try:
             if question is not None:
                 return _answer(agent, db, question, evidence, as_json, trace, seed, greedy)
@@ -118,13 +121,14 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
         db.close()
 
 
-def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget):
+def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=True):
     from edge_sql.api import Agent
 
     click.echo(f"loading {model or 'the default model'} ...", err=True)
     agent = Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
-                  budget=budget, log=lambda message: click.echo(message, err=True))
+                  budget=budget, log=lambda message: click.echo(message, err=True), tune=tune)
     click.echo(f"loaded {agent.info.describe()}", err=True)
+    click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent
 
 

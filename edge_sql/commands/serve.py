@@ -45,6 +45,8 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True, help="Context size in tokens.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")
 @budget_options
+@click.option("--no-tune", is_flag=True,
+              help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this machine.")
 @click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
               help="Requests that may wait behind the running one; more get 503 (HTTP) or a tool error (MCP).")
 @click.option("--queue-timeout", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
@@ -54,7 +56,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--max-rows", type=click.IntRange(min=1), default=200, show_default=True, help="Rows of an answer returned to clients.")
 def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, token: str | None,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
-            budget: dict[str, int], queue_size: int, queue_timeout: float, max_body: int, max_question: int,
+            budget: dict[str, int], no_tune: bool, queue_size: int, queue_timeout: float, max_body: int, max_question: int,
             max_rows: int) -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
@@ -80,11 +82,11 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
 
     _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file,
            Budget(**{"max_result_rows": max_rows, **budget}), queue_size, queue_timeout, max_body, max_question,
-           max_rows)
+           max_rows, tune=not no_tune)
 
 
 def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
-           queue_size, queue_timeout, max_body, max_question, max_rows) -> None:
+           queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True) -> None:
     from edge_sql.agent import load_prompt
     from edge_sql.api import Agent
     from edge_sql.serve.run import serve_http, serve_stdio
@@ -97,7 +99,7 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
     limits = Limits(max_body_bytes=max_body, max_question_chars=max_question, max_rows=max_rows,
                     max_waiting=queue_size, wait_timeout_s=queue_timeout)
     _log(f"loading {model or 'the default model'} ...")
-    with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
+    with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file, tune=tune,
                budget=budget, log=_log) as agent:
         _log(f"loaded {agent.info.describe()}")
         agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up

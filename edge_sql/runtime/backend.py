@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import llama_cpp
 
+from edge_sql.convert.llama_log import capture_llama_log as capture_log
 from edge_sql.convert.llama_log import route_llama_log
 
 _lock = threading.Lock()
 _initialised = False
+
+
+_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|RS|output|compute) buffer size\s*=\s*([0-9.]+) MiB")
+
+
+def buffer_sizes(log: list[str]) -> dict[str, int]:
+    """Bytes llama.cpp allocated per kind, from its log: {"CPU_Mapped model": n, "CPU KV": n, ...}."""
+    sizes: dict[str, int] = {}
+    for match in _BUFFER_LINE.finditer("".join(log)):
+        key = f"{match.group(1)} {match.group(2)}"
+        sizes[key] = sizes.get(key, 0) + int(float(match.group(3)) * 1024 * 1024)
+    return sizes
 
 
 def init_backend(*, verbose: bool = False) -> None:

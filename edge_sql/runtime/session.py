@@ -28,9 +28,17 @@ import numpy as np
 
 from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.errors import ContextFullError, EdgeSqlError, ModelFileError
-from edge_sql.runtime.backend import default_threads, gpu_backend_name, init_backend, repack_is_safe
+from edge_sql.runtime.backend import (
+    buffer_sizes,
+    capture_log,
+    default_threads,
+    gpu_backend_name,
+    init_backend,
+    repack_is_safe,
+)
 from edge_sql.runtime.batch import TokenBatch
 from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
+from edge_sql.runtime.prefix_state import PrefixStore, StateSnapshot, prefix_key
 from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
 
 StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
@@ -56,6 +64,20 @@ class SessionInfo:
     n_ubatch: int
     repack: bool
     n_vocab: int
+    flash_attn: str = "auto"  # "on", "off" or "auto" (llama.cpp decides)
+    # bytes llama.cpp allocated beyond the mapped file, by kind ("CPU KV", "CPU compute", ...)
+    buffers: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> str:
+        """The speed-relevant llama.cpp settings in one short line (what `--json` stats name)."""
+        return (f"flash_attn={self.flash_attn} n_ubatch={self.n_ubatch} n_threads={self.n_threads} "
+                f"repack={'on' if self.repack else 'off'} gpu_layers={self.gpu_layers}")
+
+    @property
+    def buffer_bytes(self) -> int:
+        """llama.cpp's own allocations that are not the memory-mapped model file."""
+        return sum(size for kind, size in self.buffers.items() if not kind.endswith("_Mapped model"))
 
     def describe(self) -> str:
         where = f"{self.backend}, {self.gpu_layers}/{self.n_layers} layers on GPU" if self.gpu_layers else "CPU"
@@ -71,6 +93,8 @@ class Timings:
 
     prompt_tokens: int = 0
     prompt_s: float = 0.0      # eval(): decoding prompt tokens (and a pending sampled token)
+    restored_tokens: int = 0   # prompt tokens restored from a saved prefix state, not evaluated
+    restore_s: float = 0.0     # of eval()'s time, restoring them
     generated_tokens: int = 0  # sampled + forced
     forced_tokens: int = 0     # of which the grammar forced
     generate_s: float = 0.0    # wall time inside generate()
@@ -118,7 +142,14 @@ class Session:
     `repack=False` keeps llama.cpp's weights as mapped from the file: its repacked CPU copies
     decode faster but cost about 590 MB more than the 400 MB memory budget allows, and on AMX
     builds they crash (`repack=True` is then refused, see `backend.repack_is_safe`).
-    `n_ubatch=None` is 256 (`DEFAULT_UBATCH`). `info` says what was chosen.
+    `n_ubatch=None` is 256 (`DEFAULT_UBATCH`); `flash_attn=None` lets llama.cpp decide (on
+    for CPU), True/False force it (`tuning` picks these per machine). `info` says what was chosen.
+
+    Shared prefix: after `shared_prefix(tokens)`, the next `eval` on an empty context that
+    starts with `tokens` restores their saved state (attention KV and recurrent state) instead
+    of evaluating them, or evaluates them alone and saves the state. The last prefix is kept in
+    memory; `prefix_cache_dir` also keeps states on disk for later processes (keyed by model
+    file, tokens, settings and llama.cpp build; at most `prefix_cache_bytes` in all).
     """
 
     def __init__(
@@ -132,6 +163,10 @@ class Session:
         n_ubatch: int | None = None,
         repack: bool = False,
         verbose: bool = False,
+        flash_attn: bool | None = None,
+        prefix_cache_dir: str | Path | None = None,
+        prefix_cache_bytes: int = 512 * 1024 * 1024,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         if n_ctx < 16 or n_batch < 1 or (n_ubatch is not None and n_ubatch < 1):
             raise ValueError("n_ctx must be >= 16 and n_batch, n_ubatch >= 1")
@@ -157,7 +192,8 @@ class Session:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = repack
-        self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
+        with capture_log() as load_lines:
+            self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
         if not self._model:
             raise ModelFileError(f"llama.cpp could not load {gguf.path} (run with verbose=True for its log)")
 
@@ -170,7 +206,13 @@ class Session:
         ctx_params.n_threads = n_threads
         ctx_params.n_threads_batch = n_threads
         ctx_params.no_perf = False  # keep llama.cpp's own decode counters (llama_perf_counts)
-        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        if flash_attn is not None:
+            ctx_params.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        with capture_log() as lines:
+            self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        self._buffers = buffer_sizes(lines)
         if not self._ctx:
             self.close()
             raise ModelFileError(f"llama.cpp could not create a {n_ctx}-token context for {gguf.path} (out of memory?)")
@@ -187,7 +229,12 @@ class Session:
             backend=gpu if gpu and n_gpu_layers else "CPU", gpu_layers=n_gpu_layers,
             n_layers=llama_cpp.llama_model_n_layer(self._model), n_threads=n_threads,
             n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, repack=repack, n_vocab=self._n_vocab,
+            flash_attn="auto" if flash_attn is None else ("on" if flash_attn else "off"),
+            buffers={**buffer_sizes(load_lines), **self._buffers},
         )
+        self._log = log or (lambda _message: None)
+        self._prefix_store = PrefixStore(prefix_cache_dir, max_bytes=prefix_cache_bytes, log=self._log)
+        self._pending_prefix: list[int] | None = None
         self._pieces: dict[int, bytes] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
         self._lltokenizer = None
@@ -202,8 +249,10 @@ class Session:
         llama_cpp.llama_perf_context_reset(self._ctx)
         self._tokens: list[int] = []
         self._n_evaluated = 0
+        self._n_restored = 0
         self._logits: np.ndarray | None = None
         self._rng: np.random.Generator | None = None
+        self._pending_prefix = None
         self.timings = Timings()
 
     def seed(self, seed: int | None) -> None:
@@ -245,9 +294,15 @@ class Session:
         return self.timings.generated_tokens
 
     @property
+    def prefix_tokens_restored(self) -> int:
+        """Prompt tokens restored from a saved prefix state since the last reset (not evaluated)."""
+        return self.timings.restored_tokens
+
+    @property
     def decoded_tokens(self) -> int:
-        """Tokens passed to llama_decode since the last reset (n_past minus a pending token)."""
-        return self._n_evaluated
+        """Tokens passed to llama_decode since the last reset (n_past minus a pending token,
+        minus restored prefix tokens)."""
+        return self._n_evaluated - self._n_restored
 
     def llama_perf_counts(self) -> tuple[int, int]:
         """llama.cpp's own counters since the last reset: (batch tokens, single-token decodes).
@@ -323,10 +378,81 @@ class Session:
         if bad:
             raise ValueError(f"token ids out of range: {bad[:5]}")
         start = time.perf_counter()
+        prefix, self._pending_prefix = self._pending_prefix, None
+        if prefix and not self._tokens and tokens[:len(prefix)] == prefix:
+            if self._restore_prefix(prefix):
+                self.timings.restore_s += time.perf_counter() - start
+            else:  # evaluate the prefix alone, so its state can be saved
+                self._tokens.extend(prefix)
+                self._flush()
+                self.timings.prompt_tokens += len(prefix)
+                self._save_prefix()
+            tokens = tokens[len(prefix):]
         self._tokens.extend(tokens)
         self._flush()
         self.timings.prompt_s += time.perf_counter() - start
         self.timings.prompt_tokens += len(tokens)
+
+    # ---- saved states ----------------------------------------------------------------------
+
+    def shared_prefix(self, tokens: Iterable[int]) -> None:
+        """Declare that the next `eval` on this empty context starts with `tokens`, a prefix
+        many episodes share (system prompt and tool list): restore its saved state if there
+        is one, else evaluate it alone and save it. Ignored when the context is not empty."""
+        self._pending_prefix = [int(t) for t in tokens] if not self._tokens else None
+
+    def snapshot(self) -> StateSnapshot:
+        """The whole context: its tokens, llama.cpp's sequence state and the last logits."""
+        self._flush()
+        if self._logits is None:
+            raise RuntimeError("the context is empty: nothing to snapshot")
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, 0)
+        if written != size:
+            raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
+        return StateSnapshot(tokens=tuple(self._tokens), state=bytes(buffer), logits=self._logits.copy())
+
+    def restore(self, snapshot: StateSnapshot) -> bool:
+        """Replace the context with a snapshot's (counted as restored, not evaluated tokens).
+
+        Returns False, leaving the context empty, when llama.cpp rejects the state (made with
+        another model or settings) or it does not fit this context. Counters and the sampler's
+        seed are kept.
+        """
+        llama_cpp.llama_memory_clear(self._memory, True)
+        self._tokens, self._n_evaluated, self._n_restored, self._logits = [], 0, 0, None
+        if len(snapshot.tokens) > self._n_ctx or snapshot.logits.shape != (self._n_vocab,):
+            return False
+        buffer = (ctypes.c_uint8 * len(snapshot.state)).from_buffer_copy(snapshot.state)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(snapshot.state), 0) != len(snapshot.state):
+            llama_cpp.llama_memory_clear(self._memory, True)
+            return False
+        if llama_cpp.llama_memory_seq_pos_max(self._memory, 0) != len(snapshot.tokens) - 1:
+            llama_cpp.llama_memory_clear(self._memory, True)
+            return False
+        self._tokens = list(snapshot.tokens)
+        self._n_evaluated = self._n_restored = len(self._tokens)
+        self._logits = np.array(snapshot.logits, dtype=np.float32)
+        self.timings.restored_tokens += len(self._tokens)
+        return True
+
+    def _prefix_key(self, prefix: list[int]) -> str:
+        return prefix_key(self.info, prefix)
+
+    def _restore_prefix(self, prefix: list[int]) -> bool:
+        key = self._prefix_key(prefix)
+        snapshot = self._prefix_store.get(key, prefix)
+        if snapshot is None:
+            return False
+        if self.restore(snapshot):
+            return True
+        self._log(f"note: the saved prompt state {key[:12]} did not load; evaluating the prompt instead")
+        self._prefix_store.discard(key)
+        return False
+
+    def _save_prefix(self) -> None:
+        self._prefix_store.put(self._prefix_key(self._tokens), self.snapshot())
 
     def logits(self) -> np.ndarray:
         """A copy of the next-token logits after everything in the context."""

@@ -1,0 +1,424 @@
+"""Calibration: the fastest llama.cpp settings for this model file on this machine, in budget.
+
+Settings never change answers beyond float rounding: another n_ubatch or thread count makes
+llama.cpp pick other matmul kernels and split sums differently, and flash attention sums in
+another order. The documented tolerance (tests/test_tuning.py): max |logit difference| within
+5% of the logits' range and KL below 0.01, so the most likely token changes only between
+near-ties (measured: 0.06 on the fixture's range of ~60, up to 1.0 on SmolLM2 Q4_1's ~45).
+
+Which settings decode an episode fastest depends on the CPU (flash attention helps on some and
+costs about 30% late in an episode on others; n_ubatch trades prefill speed for memory). So
+for a loaded file we measure, for each candidate, the cost per token of prefill and of decode
+at several context lengths, predict the time of a typical episode (`episode_profile`: six
+rounds growing to the 12,288-token budget) and pick the fastest candidate whose peak memory at
+a full 12,288-token context stays within the file plus `MEMORY_ALLOWANCE`.
+
+How it stays short: the context is filled once with random tokens (speed does not depend on
+the values) and llama.cpp's sequence state is saved at each measuring point; every candidate
+then restores that state and times one prefill chunk (best of two) and a few decodes (median)
+there, instead of prefilling thousands of tokens again. Beyond the last point costs are extrapolated linearly
+(attention cost grows linearly with the context).
+
+Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
+for the context (KV cells for the whole n_ctx, recurrent state, the compute buffer reserved for
+the worst case of n_ubatch tokens against a full context, extra weight copies when repacking);
+their sum, plus the process's memory before loading, plus what loading the model allocates
+besides the mapped file (vocabulary, metadata: measured), plus the file is the estimate of the
+peak RSS. Not in it: what the caller allocates later (llguidance's vocabulary view, the saved
+prompt state, Python objects of an episode).
+
+Unsafe candidates are never tried: repacked weights only where `backend.repack_is_safe()`.
+With layers offloaded to a GPU calibration does not apply (offload keeps its own defaults).
+Results are cached per (CPU, llama.cpp build, file fingerprint) under the store's `tuning/`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from edge_sql.runtime.backend import default_threads, init_backend, repack_is_safe
+from edge_sql.runtime.identity import cpu_model, file_fingerprint, llama_build, physical_cores
+from edge_sql.runtime.session import DEFAULT_UBATCH, Session
+
+EPISODE_TOKENS = 12288
+MEMORY_ALLOWANCE = 400 * 1024 * 1024
+CACHE_VERSION = 1
+QUICK_POINTS = (256, 1024)
+FULL_POINTS = (512, 4096, 8192, 11776)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The llama.cpp settings calibration chooses between. `flash_attn=None`: llama.cpp decides."""
+
+    flash_attn: bool | None
+    n_ubatch: int
+    n_threads: int
+    repack: bool = False
+
+    @property
+    def label(self) -> str:
+        fa = "auto" if self.flash_attn is None else ("on" if self.flash_attn else "off")
+        return f"flash_attn={fa} n_ubatch={self.n_ubatch} n_threads={self.n_threads} repack={'on' if self.repack else 'off'}"
+
+    def session_kwargs(self) -> dict:
+        return {"flash_attn": self.flash_attn, "n_ubatch": self.n_ubatch, "n_threads": self.n_threads,
+                "repack": self.repack}
+
+
+def default_settings() -> Settings:
+    """What runs without calibration (`--no-tune`): llama.cpp's flash-attention choice, ubatch 256, all CPUs."""
+    return Settings(flash_attn=None, n_ubatch=DEFAULT_UBATCH, n_threads=default_threads())
+
+
+def candidates(*, full: bool) -> list[Settings]:
+    """The settings to try. Quick: flash attention on/off x ubatch 128/256 (and physical cores,
+    repack where safe). Full: also ubatch 64 and 512."""
+    threads = sorted({default_threads(), physical_cores()}, reverse=True)
+    ubatches = (64, 128, 256, 512) if full else (128, 256)
+    found = [Settings(fa, ub, threads[0]) for fa in (True, False) for ub in ubatches]
+    found += [Settings(fa, DEFAULT_UBATCH, n) for n in threads[1:] for fa in (True, False)]
+    if repack_is_safe():
+        found += [Settings(fa, DEFAULT_UBATCH, threads[0], repack=True) for fa in (True, False)]
+    return found
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Part of an episode: `prefill` prompt tokens then `decode` sampled ones, from `context`."""
+
+    context: int
+    prefill: int
+    decode: int
+
+
+def episode_profile(budget: int = EPISODE_TOKENS, rounds: int = 6, prompt: int = 700, decode_per_round: int = 640,
+                    final: int = 700) -> list[Segment]:
+    """A typical episode under the protocol: the prompt, then per round the model's turn (think
+    and calls, ~640 tokens) and the results turn, growing to `budget`; then the final answer."""
+    results = max(0, (budget - prompt - final) // rounds - decode_per_round)
+    segments, context = [Segment(0, prompt, 0)], prompt
+    for _ in range(rounds):
+        segments.append(Segment(context, results if segments[-1].decode else 0, decode_per_round))
+        context += segments[-1].prefill + decode_per_round
+    segments.append(Segment(context, results, final))
+    return segments
+
+
+@dataclass
+class Measurement:
+    """One candidate's measured costs (seconds per token at each context length) and memory bound."""
+
+    settings: Settings
+    points: list[int]
+    prefill_s: list[float]
+    decode_s: list[float]
+    memory_bytes: int          # bound on peak RSS beyond the model file, at n_ctx
+    episode_s: float = 0.0     # predicted time of `episode_profile()`
+    fits: bool = True
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "settings": asdict(self.settings)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Measurement:
+        return cls(**{**data, "settings": Settings(**data["settings"])})
+
+
+@dataclass
+class Calibration:
+    """The result: what was measured, under which budget, and the chosen settings."""
+
+    key: str
+    model_path: str
+    mode: str                    # "quick" or "full"
+    chosen: Settings
+    measurements: list[Measurement]
+    memory_allowance: int
+    seconds: float
+    machine: str = field(default_factory=cpu_model)
+    build: str = field(default_factory=llama_build)
+    note: str = ""
+    threads: int | None = None   # the thread count the caller fixed (None: candidates chose)
+
+    def best(self) -> Measurement:
+        """The fastest measured candidate regardless of memory."""
+        return min(self.measurements, key=lambda m: m.episode_s)
+
+    def chosen_measurement(self) -> Measurement:
+        return next(m for m in self.measurements if m.settings == self.chosen)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["chosen"] = asdict(self.chosen)
+        data["measurements"] = [m.to_json() for m in self.measurements]
+        data["version"] = CACHE_VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Calibration:
+        data = dict(data)
+        if data.pop("version", None) != CACHE_VERSION:
+            raise ValueError("another cache version")
+        data["chosen"] = Settings(**data["chosen"])
+        data["measurements"] = [Measurement.from_json(m) for m in data["measurements"]]
+        return cls(**data)
+
+    def table(self) -> str:
+        """The sweep as a text table, fastest first; `*` marks the chosen setting."""
+        lines = [f"{'':2}{'settings':<52} {'episode s':>9} {'memory MiB':>10}  "
+                 + "  ".join(f"{'@' + str(p):>13}" for p in self.measurements[0].points),
+                 f"{'':2}{'':<52} {'':>9} {'':>10}  " + "  ".join(f"{'prefill/decode':>13}" for _ in self.measurements[0].points)]
+        for m in sorted(self.measurements, key=lambda m: m.episode_s):
+            mark = "* " if m.settings == self.chosen else "  "
+            speeds = "  ".join(f"{1 / p:6.0f}/{1 / d:6.1f}" for p, d in zip(m.prefill_s, m.decode_s))
+            over = "" if m.fits else " (over)"
+            lines.append(f"{mark}{m.settings.label:<52} {m.episode_s:9.1f} {m.memory_bytes / 2**20:10.0f}  {speeds}{over}")
+        lines.append(f"(tok/s at each context length; memory: bound beyond the file at a {EPISODE_TOKENS}-token "
+                     f"context, budget {self.memory_allowance / 2**20:.0f} MiB)")
+        return "\n".join(lines)
+
+
+def per_token(points: Sequence[int], costs: Sequence[float], context: float) -> float:
+    """Cost per token at `context`: piecewise linear through the points, extrapolated linearly
+    past either end (past the last never below its cost, anywhere never below half the
+    cheapest: noise can make a longer context look cheaper)."""
+    if len(points) == 1:
+        return costs[0]
+    i = 1
+    while i < len(points) - 1 and context > points[i]:
+        i += 1
+    x0, x1, y0, y1 = points[i - 1], points[i], costs[i - 1], costs[i]
+    value = y0 + (y1 - y0) * (context - x0) / (x1 - x0)
+    if context > points[-1]:  # a longer context never costs less than the last point measured
+        value = max(value, costs[-1])
+    return max(value, 0.5 * min(costs))
+
+
+def predict(measurement: Measurement, profile: Sequence[Segment]) -> float:
+    """Seconds for the episode profile under one candidate's measured costs."""
+    total = 0.0
+    for seg in profile:
+        if seg.prefill:
+            total += seg.prefill * per_token(measurement.points, measurement.prefill_s, seg.context + seg.prefill / 2)
+        if seg.decode:
+            start = seg.context + seg.prefill
+            total += seg.decode * per_token(measurement.points, measurement.decode_s, start + seg.decode / 2)
+    return total
+
+
+def process_rss_bytes(field: str = "VmRSS") -> int:
+    """This process's resident memory now (Linux /proc; 0 where unknown). `RssAnon` leaves
+    out file-backed pages such as the mapped model."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def model_load_bytes(model_path: Path) -> int:
+    """Anonymous memory llama.cpp keeps for a loaded model besides the mapped file (the
+    vocabulary, metadata, tensor descriptions): not in its buffer-size log lines."""
+    import llama_cpp
+
+    init_backend()
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = False
+    before = process_rss_bytes("RssAnon")
+    model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), params)
+    after = process_rss_bytes("RssAnon")
+    if model:
+        llama_cpp.llama_model_free(model)
+    return max(0, after - before)
+
+
+def calibrate(
+    model_path: str | Path,
+    *,
+    full: bool = False,
+    settings: Sequence[Settings] | None = None,
+    points: Sequence[int] | None = None,
+    n_ctx: int = EPISODE_TOKENS,
+    prefill_chunk: int | None = None,
+    decode_tokens: int | None = None,
+    memory_allowance: int = MEMORY_ALLOWANCE,
+    process_bytes: int | None = None,
+    profile: Sequence[Segment] | None = None,
+    threads: int | None = None,
+    progress: Progress = lambda _m: None,
+) -> Calibration:
+    """Measure `settings` (default: `candidates(full=...)`) on `model_path` and choose one.
+
+    `process_bytes` is the memory the process holds besides llama.cpp's context buffers
+    (default: its RSS now, before anything is loaded, plus what loading the model adds besides
+    the mapped file); it counts against `memory_allowance` like llama.cpp's buffers.
+    When no candidate fits, the one with the smallest bound is chosen and `note` says so.
+    """
+    init_backend()
+    started = time.perf_counter()
+    model_path = Path(model_path)
+    settings = [s for s in (settings or candidates(full=full)) if not s.repack or repack_is_safe()]
+    if not settings:
+        raise ValueError("no candidate settings to measure (repacked weights are unsafe with this build)")
+    chunk = prefill_chunk or (512 if full else 128)
+    n_decode = decode_tokens or (16 if full else 8)
+    points = sorted(points or (FULL_POINTS if full else QUICK_POINTS))
+    points = [p for p in points if p + chunk + n_decode + 1 <= n_ctx] or [max(1, n_ctx - chunk - n_decode - 1)]
+    baseline = process_rss_bytes() + model_load_bytes(model_path) if process_bytes is None else process_bytes
+    profile = list(profile or episode_profile(min(EPISODE_TOKENS, n_ctx)))
+
+    rng = np.random.default_rng(0)
+    chunk_tokens: list[int] = []
+    decode_ids: list[int] = []
+    measured: dict[Settings, Measurement] = {}
+    # States are filled once per flash-attention value: llama.cpp lays the V cache out
+    # transposed without flash attention, and refuses a state saved with the other layout.
+    for flash_attn in dict.fromkeys(s.flash_attn for s in settings):
+        group = [s for s in settings if s.flash_attn == flash_attn]
+        progress(f"calibrating {model_path.name}: filling a {points[-1]}-token context "
+                 f"(flash_attn={group[0].label.split()[0].split('=')[1]}) ...")
+        states = {}
+        with Session(model_path, n_ctx=n_ctx, n_threads=default_threads(), n_gpu_layers=0, flash_attn=flash_attn) as base:
+            pool = np.arange(min(base.n_vocab, 100_000))  # ordinary text tokens: no control tokens
+            if not chunk_tokens:
+                chunk_tokens = rng.choice(pool, chunk).tolist()
+                decode_ids = rng.choice(pool, n_decode + 1).tolist()
+            filled = 0
+            for point in points:
+                base.eval(rng.choice(pool, point - filled).tolist())
+                filled = point
+                states[point] = base.snapshot()
+        for candidate in group:
+            progress(f"calibrating {model_path.name}: {len(measured) + 1}/{len(settings)} {candidate.label}")
+            measured[candidate] = _measure(model_path, candidate, n_ctx, states, chunk_tokens, decode_ids, baseline)
+        del states
+    measurements = [measured[s] for s in settings]
+
+    for m in measurements:
+        m.episode_s = predict(m, profile)
+        m.fits = m.memory_bytes <= memory_allowance
+    fitting = [m for m in measurements if m.fits]
+    note = ""
+    if fitting:
+        chosen = min(fitting, key=lambda m: (m.episode_s, m.memory_bytes)).settings
+    else:
+        chosen = min(measurements, key=lambda m: (m.memory_bytes, m.episode_s)).settings
+        note = (f"no candidate fits {memory_allowance / 2**20:.0f} MiB beyond the file: chose the smallest "
+                "memory bound")
+    return Calibration(
+        key=cache_key(model_path, threads), model_path=str(model_path), mode="full" if full else "quick",
+        chosen=chosen, threads=threads,
+        measurements=measurements, memory_allowance=memory_allowance,
+        seconds=round(time.perf_counter() - started, 2), note=note,
+    )
+
+
+def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, chunk: list[int],
+             decode_ids: list[int], baseline: int) -> Measurement:
+    prefill_s, decode_s = [], []
+    with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
+        memory = baseline + session.info.buffer_bytes
+        for i, (point, state) in enumerate(sorted(states.items())):
+            if not session.restore(state):
+                raise RuntimeError(f"calibration could not restore its {point}-token state")
+            if i == 0:
+                session.eval(decode_ids[:1])  # warm-up: first-touch costs of a fresh context
+            best = float("inf")
+            for _ in range(2):  # the faster of two runs: other processes only ever add time
+                session.restore(state)
+                tick = time.perf_counter()
+                session.eval(chunk)
+                best = min(best, time.perf_counter() - tick)
+            ticks = []
+            for token in decode_ids[1:]:
+                tick = time.perf_counter()
+                session.eval([token])
+                ticks.append(time.perf_counter() - tick)
+            prefill_s.append(best / len(chunk))
+            decode_s.append(float(np.median(ticks)))  # robust to a preempted step
+    return Measurement(candidate, sorted(states), prefill_s, decode_s, memory)
+
+
+# ---- the cache -----------------------------------------------------------------------------
+
+
+def cache_key(model_path: str | Path, n_threads: int | None = None) -> str:
+    """What a calibration is valid for: this CPU, this llama.cpp build, this exact file (and a
+    thread count, when the caller fixed one)."""
+    import hashlib
+
+    text = json.dumps([cpu_model(), llama_build(), file_fingerprint(model_path), CACHE_VERSION]
+                      + ([n_threads] if n_threads else []))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def tuning_dir() -> Path:
+    from edge_sql.store.home import store_root
+
+    return store_root() / "tuning"
+
+
+def cached_calibration(model_path: str | Path, folder: Path | None = None,
+                       n_threads: int | None = None) -> Calibration | None:
+    """The cached calibration for this file on this machine and build, or None."""
+    folder = folder or tuning_dir()
+    path = folder / f"{cache_key(model_path, n_threads)}.json"
+    try:
+        return Calibration.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_calibration(calibration: Calibration, folder: Path | None = None) -> Path:
+    """Write the calibration (atomically) and drop older ones for the same file path."""
+    folder = folder or tuning_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.json"):
+        try:
+            data = json.loads(old.read_text(encoding="utf-8"))
+            if data.get("model_path") == calibration.model_path and data.get("threads") == calibration.threads:
+                old.unlink()
+        except (OSError, ValueError):
+            continue
+    path = folder / f"{calibration.key}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(calibration.to_json(), indent=1), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def tuned_settings(model_path: str | Path, *, progress: Progress = lambda _m: None,
+                   folder: Path | None = None, n_ctx: int = EPISODE_TOKENS,
+                   options: dict | None = None, n_threads: int | None = None) -> tuple[Settings, str]:
+    """The settings `run` uses: cached, else a quick calibration now (then cached).
+
+    `options` are passed on to `calibrate` (candidates, points...). `n_threads` (the caller's
+    fixed thread count) calibrates only that count, cached apart.
+
+    Returns (settings, how): how is "cached" or "calibrated".
+    """
+    cached = cached_calibration(model_path, folder, n_threads)
+    if cached is not None:
+        return cached.chosen, "cached"
+    progress(f"first run of {Path(model_path).name} on this machine: a quick calibration "
+             "(`--no-tune` skips it; `edge-sql tune` runs the full sweep)")
+    options = dict(options or {})
+    if n_threads and "settings" not in options:
+        options["settings"] = list(dict.fromkeys(replace(s, n_threads=n_threads) for s in candidates(full=False)))
+    calibration = calibrate(model_path, progress=progress, n_ctx=min(n_ctx, EPISODE_TOKENS), threads=n_threads,
+                            **options)
+    save_calibration(calibration, folder)
+    progress(f"calibrated in {calibration.seconds:.0f} s: {calibration.chosen.label}")
+    return calibration.chosen, "calibrated"

@@ -1,0 +1,173 @@
+"""The shared prompt prefix evaluated once: saved llama.cpp state restored in memory and from disk.
+
+On the fixture Qwen3.5 model (hybrid: attention KV cells and recurrent Gated DeltaNet state),
+with the real system prompt and tool list as the prefix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sql.agent import Budget, load_prompt
+from edge_sql.runtime import SamplingParams, Session
+
+ARGS = dict(n_ctx=2048, n_threads=1)
+
+
+def _opening(session: Session, question: str = "How many albums are there?") -> tuple[list[int], list[int]]:
+    """The shared prefix and the question's own tokens, as the episode builds them."""
+    prompt = load_prompt()
+    chat = prompt.chat
+    shared = [(chat.open_turn("system"), True), (prompt.system_text(max_rounds=Budget().max_rounds), True),
+              (chat.turn_end + chat.turn_separator + chat.open_turn("user"), True)]
+    own = [(prompt.user_text(question, None), False),
+           (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True)]
+    ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]  # noqa: E731
+    return ids(shared), ids(own)
+
+
+def _fresh(model: Path, prefix: list[int], own: list[int], **kwargs) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Logits after the prefix and after the question, evaluated from nothing; 4 greedy tokens."""
+    with Session(model, **{**ARGS, **kwargs}) as session:
+        session.eval(prefix)
+        after_prefix = session.logits()
+        session.eval(own)
+        after_question = session.logits()
+        tokens = session.generate(params=SamplingParams(greedy=True), max_tokens=4).tokens
+    return after_prefix, after_question, tokens
+
+
+def _cached_run(session: Session, prefix: list[int], own: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    session.reset()
+    session.shared_prefix(prefix)
+    session.eval(prefix)
+    after_prefix = session.logits()
+    session.eval(own)
+    after_question = session.logits()
+    tokens = session.generate(params=SamplingParams(greedy=True), max_tokens=4).tokens
+    return after_prefix, after_question, tokens
+
+
+def _same(a, b) -> None:
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert a[2] == b[2]
+
+
+def test_restored_prefix_gives_the_logits_of_a_fresh_evaluation_in_memory_and_from_disk(
+        tiny_gguf: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "states"
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=cache) as session:
+        prefix, own = _opening(session)
+        assert len(prefix) > 300  # the system prompt and the tool list
+        reference = _fresh(tiny_gguf, prefix, own)
+
+        first = _cached_run(session, prefix, own)  # evaluated, then saved
+        assert session.prefix_tokens_restored == 0 and session.prompt_tokens_evaluated == len(prefix) + len(own)
+        assert len(list(cache.glob("*.state"))) == 1
+        _same(first, reference)
+
+        second = _cached_run(session, prefix, own)  # restored from memory
+        assert session.prefix_tokens_restored == len(prefix)
+        assert session.prompt_tokens_evaluated == len(own)
+        assert session.decoded_tokens == len(own) + 4 - 1  # the last sampled token is still pending
+        assert session.n_past == len(prefix) + len(own) + 4
+        _same(second, reference)
+
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=cache) as later:  # a new process would do the same
+        from_disk = _cached_run(later, prefix, own)
+        assert later.prefix_tokens_restored == len(prefix)
+        _same(from_disk, reference)
+
+
+def test_a_different_question_after_the_restored_prefix(tiny_gguf: Path, tmp_path: Path) -> None:
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+        prefix, own = _opening(session)
+        _, other = _opening(session, "Which artist has the most albums?")
+        _cached_run(session, prefix, own)
+        restored = _cached_run(session, prefix, other)
+        assert session.prefix_tokens_restored == len(prefix)
+    _same(restored, _fresh(tiny_gguf, prefix, other))
+
+
+def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
+        tiny_gguf: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "states"
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=cache) as session:
+        prefix, own = _opening(session)
+        _cached_run(session, prefix, own)
+        changed = prefix[:-3] + session.tokenize(" Be brief.") + prefix[-3:]  # another template text
+        result = _cached_run(session, changed, own)
+        assert session.prefix_tokens_restored == 0
+    _same(result, _fresh(tiny_gguf, changed, own))
+
+    copy = tmp_path / "copy.gguf"  # the same weights in another (newer) file
+    shutil.copyfile(tiny_gguf, copy)
+    stat = copy.stat()
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    with Session(copy, **ARGS, prefix_cache_dir=cache) as other_file:
+        _cached_run(other_file, prefix, own)
+        assert other_file.prefix_tokens_restored == 0
+
+    for setting in (dict(n_ubatch=64), dict(flash_attn=False), dict(n_ctx=1024)):
+        with Session(tiny_gguf, **{**ARGS, **setting}, prefix_cache_dir=cache) as other_setting:
+            result = _cached_run(other_setting, prefix, own)
+            assert other_setting.prefix_tokens_restored == 0, setting
+        _same(result, _fresh(tiny_gguf, prefix, own, **setting))
+    assert len(list(cache.glob("*.state"))) == 6  # one per distinct key
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_a_corrupt_or_truncated_state_file_is_ignored_with_a_note_and_rebuilt(
+        tiny_gguf: Path, tmp_path: Path, damage: str) -> None:
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+        prefix, own = _opening(session)
+        reference = _cached_run(session, prefix, own)
+    (path,) = tmp_path.glob("*.state")
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = bytearray(b"not a state file at all")
+    path.write_bytes(bytes(data))
+
+    notes: list[str] = []
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path, log=notes.append) as session:
+        result = _cached_run(session, prefix, own)
+        assert session.prefix_tokens_restored == 0
+    _same(result, reference)
+    assert len(notes) == 1 and "ignoring the saved prompt state" in notes[0], notes
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path, log=notes.append) as session:  # rebuilt
+        _same(_cached_run(session, prefix, own), reference)
+        assert session.prefix_tokens_restored == len(prefix)
+    assert len(notes) == 1
+
+
+def test_the_disk_cache_stays_within_its_size(tiny_gguf: Path, tmp_path: Path) -> None:
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+        prefix, own = _opening(session)
+        _cached_run(session, prefix, own)
+        size = next(tmp_path.glob("*.state")).stat().st_size
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path, prefix_cache_bytes=int(size * 1.5)) as session:
+        newer = prefix[:-3] + session.tokenize(" Be brief.") + prefix[-3:]
+        _cached_run(session, newer, own)
+    assert len(list(tmp_path.glob("*.state"))) == 1  # the older state was evicted
+    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+        _cached_run(session, newer, own)
+        assert session.prefix_tokens_restored == len(newer)
+
+
+def test_without_a_declared_prefix_nothing_is_restored(tiny_gguf: Path) -> None:
+    with Session(tiny_gguf, **ARGS) as session:
+        prefix, own = _opening(session)
+        for _ in range(2):
+            session.reset()
+            session.eval(prefix + own)
+            assert session.prefix_tokens_restored == 0 and session.prompt_tokens_evaluated == len(prefix) + len(own)

@@ -1,0 +1,171 @@
+"""Calibration on real llama.cpp with the fixture model: budget, safety, cache, answers unchanged.
+
+Timings on shared CI machines are noisy, so these tests assert what calibration decides from
+its measurements (memory bound, choice among candidates, cache keys), never which setting is
+fastest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sql.runtime import Session
+from edge_sql.runtime import tuning
+from edge_sql.runtime.backend import repack_is_safe
+from edge_sql.runtime.identity import file_fingerprint
+from edge_sql.runtime.tuning import Settings, calibrate, candidates, predict
+
+# Small enough for a test: a 1,024-token context measured at 64 and 256 tokens, one thread.
+SMALL = dict(n_ctx=1024, points=(64, 256), prefill_chunk=32, decode_tokens=4, process_bytes=0)
+SETTINGS = [Settings(fa, ub, 1) for fa in (True, False) for ub in (32, 256)]
+# The documented tolerance for settings the tuner may choose (see runtime/tuning.py).
+LOGIT_RANGE_SHARE, MAX_KL = 0.05, 0.01
+
+
+def _buffer_bytes(model: Path, settings: Settings) -> int:
+    with Session(model, n_ctx=SMALL["n_ctx"], **settings.session_kwargs()) as session:
+        return session.info.buffer_bytes
+
+
+def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: Path) -> None:
+    bounds = {s: _buffer_bytes(tiny_gguf, s) for s in SETTINGS}
+    assert len(set(bounds.values())) > 1, bounds  # ubatch and flash attention change the compute buffer
+    allowance = sorted(bounds.values())[len(bounds) // 2 - 1]  # some candidates fit, some do not
+    lines: list[str] = []
+    result = calibrate(tiny_gguf, settings=SETTINGS, memory_allowance=allowance, progress=lines.append, **SMALL)
+
+    assert [m.settings for m in result.measurements] == SETTINGS
+    assert any(line.startswith("calibrating tiny") for line in lines)  # the progress line
+    for m in result.measurements:
+        assert m.memory_bytes == bounds[m.settings]  # the bound is llama.cpp's own buffers (process_bytes=0)
+        assert m.fits == (m.memory_bytes <= allowance)
+        assert m.points == [64, 256] and len(m.prefill_s) == len(m.decode_s) == 2
+        assert all(0 < t < 10 for t in m.prefill_s + m.decode_s)
+        assert m.episode_s == pytest.approx(predict(m, tuning.episode_profile(1024)))
+    fitting = [m for m in result.measurements if m.fits]
+    assert fitting and len(fitting) < len(SETTINGS)
+    chosen = result.chosen_measurement()
+    assert chosen.fits and chosen.memory_bytes <= allowance
+    assert chosen.episode_s == min(m.episode_s for m in fitting)
+    table = result.table()
+    assert "(over)" in table and f"* {result.chosen.label}" in table
+
+
+def test_no_candidate_fits_falls_back_to_the_smallest_memory(tiny_gguf: Path) -> None:
+    result = calibrate(tiny_gguf, settings=SETTINGS[:2], memory_allowance=1, **SMALL)
+    assert not any(m.fits for m in result.measurements)
+    assert result.chosen_measurement().memory_bytes == min(m.memory_bytes for m in result.measurements)
+    assert "no candidate fits" in result.note
+
+
+def test_repack_is_never_tried_where_it_is_unsafe(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuning, "repack_is_safe", lambda: False)
+    assert not any(s.repack for s in candidates(full=True))
+    unsafe = Settings(True, 256, 1, repack=True)
+    result = calibrate(tiny_gguf, settings=[unsafe, SETTINGS[0]], **SMALL)
+    assert [m.settings for m in result.measurements] == [SETTINGS[0]]
+    monkeypatch.setattr(tuning, "repack_is_safe", lambda: True)
+    assert any(s.repack for s in candidates(full=True))  # offered where the build runs it safely
+    assert any(s.repack for s in candidates(full=False))
+
+
+def test_this_build_offers_repack_only_if_safe() -> None:
+    assert any(s.repack for s in candidates(full=True)) == repack_is_safe()
+
+
+def test_episode_profile_grows_to_the_budget_in_six_rounds() -> None:
+    profile = tuning.episode_profile()
+    assert sum(1 for seg in profile if seg.decode) == 7  # six tool rounds and the final answer
+    end = profile[-1]
+    assert tuning.EPISODE_TOKENS - 700 <= end.context + end.prefill + end.decode <= tuning.EPISODE_TOKENS
+    assert [seg.context for seg in profile] == sorted(seg.context for seg in profile)
+
+
+def test_per_token_interpolates_and_extrapolates() -> None:
+    assert tuning.per_token([100, 300], [1.0, 3.0], 200) == pytest.approx(2.0)
+    assert tuning.per_token([100, 300], [1.0, 3.0], 500) == pytest.approx(5.0)
+    assert tuning.per_token([100, 300], [1.0, 3.0], 0) == pytest.approx(0.5)  # floored at half the cheapest
+    assert tuning.per_token([100, 300], [3.0, 2.0], 900) == pytest.approx(2.0)  # noise never makes it cheaper
+
+
+def test_calibration_is_cached_reused_and_invalidated_when_the_file_changes(
+        tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(tiny_gguf, model)
+    lines: list[str] = []
+    quick = {k: v for k, v in SMALL.items() if k != "n_ctx"} | {"settings": SETTINGS[1:3]}
+    first, how = tuning.tuned_settings(model, progress=lines.append, n_ctx=1024, options=quick)
+    assert how == "calibrated" and any("quick calibration" in line for line in lines)
+    files = list((tmp_path / "home" / "tuning").glob("*.json"))
+    assert len(files) == 1
+    saved = json.loads(files[0].read_text())
+    assert saved["model_path"] == str(model) and saved["mode"] == "quick"
+    assert first in [m.settings for m in tuning.cached_calibration(model).measurements]
+
+    lines.clear()
+    again, how = tuning.tuned_settings(model, progress=lines.append, n_ctx=1024, options=quick)
+    assert (again, how, lines) == (first, "cached", [])
+
+    stat = model.stat()
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file was rewritten
+    assert tuning.cached_calibration(model) is None
+    _, how = tuning.tuned_settings(model, n_ctx=1024, options=quick)
+    assert how == "calibrated"
+    assert len(list((tmp_path / "home" / "tuning").glob("*.json"))) == 1  # the stale entry is gone
+
+
+def test_fingerprint_sees_a_changed_byte_with_size_and_mtime_kept(tiny_gguf: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(tiny_gguf, model)
+    stat = model.stat()
+    before = file_fingerprint(model)
+    with model.open("r+b") as handle:
+        handle.seek(stat.st_size - 10)
+        byte = handle.read(1)
+        handle.seek(stat.st_size - 10)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert model.stat().st_size == stat.st_size and model.stat().st_mtime_ns == stat.st_mtime_ns
+    assert file_fingerprint(model) != before
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_gguf", "smollm2_gguf"])
+def test_logits_agree_across_the_settings_the_tuner_may_choose(model_fixture: str,
+                                                              request: pytest.FixtureRequest) -> None:
+    model = request.getfixturevalue(model_fixture)
+    tokens = np.random.default_rng(1).integers(0, 30000, 133).tolist()
+    # one thread: llama.cpp splits a matmul's rows between threads, so the count does not
+    # change any sum (and spinning threads on a busy two-core machine make this test slow)
+    options = list(dict.fromkeys([Settings(None, 256, 1)] + [replace(s, n_threads=1) for s in candidates(full=True)]))
+    assert len(options) >= 9
+    reference = None
+    for settings in options:
+        with Session(model, n_ctx=512, **settings.session_kwargs()) as session:
+            session.eval(tokens[:130])
+            after_prompt = session.logits()
+            for token in tokens[130:]:
+                session.eval([token])
+            got = (after_prompt, session.logits())
+        if reference is None:
+            reference = got
+            continue
+        for ref, logits in zip(reference, got):
+            spread = float(ref.max() - ref.min())
+            assert float(np.abs(logits - ref).max()) <= LOGIT_RANGE_SHARE * spread, settings
+            # the most likely token changes only between near-ties (within the tolerance)
+            assert ref[int(logits.argmax())] >= ref.max() - LOGIT_RANGE_SHARE * spread, settings
+            p, q = _softmax(ref), _softmax(logits)
+            assert float(np.sum(p * (np.log(p + 1e-30) - np.log(q + 1e-30)))) < MAX_KL, settings
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits.astype(np.float64) - logits.max())
+    return z / z.sum()
