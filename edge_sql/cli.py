@@ -26,14 +26,9 @@ SUBCOMMANDS = {
 
 
 class LazyGroup(click.Group):
-    """Imports a subcommand's module only when that subcommand is used (keeps `--help` fast), and
-    turns any `EdgeSqlError` a command raises into click's one-line `Error: ...` and exit status 1."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except EdgeSqlError as exc:
-            raise click.ClickException(str(exc)) from exc
+    """Imports a subcommand's module only when that subcommand is used (keeps `--help` fast); turns
+    any `EdgeSqlError` a command raises into click's one-line `Error: ...` and exit status 1, and
+    SIGTERM/SIGHUP into the same clean-up as Ctrl-C."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
@@ -50,6 +45,8 @@ class LazyGroup(click.Group):
         with termination_cleans_up():
             try:
                 return super().invoke(ctx)
+            except EdgeSqlError as exc:
+                raise click.ClickException(str(exc)) from exc
             except Terminated as exc:
                 click.echo(f"\nstopped: {exc}", err=True)
                 sys.stderr.flush()
