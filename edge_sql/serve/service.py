@@ -137,14 +137,10 @@ class Service:
 
 def model_variant(path: Path) -> str:
     """The GGUF's storage type (Q4_K_M, BF16, ...), from its `general.file_type`."""
-    import gguf
+    from edge_sql.convert.gguf_file import validate_gguf
 
-    from edge_sql.runtime.gguf_check import validate_gguf
-
-    file_type = validate_gguf(path).metadata.get("general.file_type")
-    if file_type is None:
-        return "unknown"
-    try:
-        return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-    except ValueError:
-        return f"file type {file_type}"
+    info = validate_gguf(path)
+    if info.file_type is not None:
+        return info.file_type.name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    raw = info.metadata.get("general.file_type")
+    return "unknown" if raw is None else f"file type {raw}"
