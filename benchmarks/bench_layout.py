@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="sampled seeds per question (plus one greedy run)")
     parser.add_argument("--repeats", type=int, default=4, help="2B episodes per layout")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-smollm2", action="store_true", help="audit only the trained fixture")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -107,7 +108,8 @@ def main() -> None:
              "Episodes over Chinook and Northwind with the sqale-v2 template, once per layout; every grammar step "
              "audited (forced tokens too): 'overruled' = the model's raw argmax was not allowed.", "",
              "| model | layout | episodes | grammar steps | overruled | share |", "|---|---|---:|---:|---:|---:|"]
-    models = [("SmolLM2-135M-Instruct", smollm2)] + ([("trained fixture", args.trained)] if args.trained else [])
+    models = ([] if args.skip_smollm2 else [("SmolLM2-135M-Instruct", smollm2)])
+    models += [("trained fixture", args.trained)] if args.trained else []
     for name, path in models:
         started = time.perf_counter()
         totals = audit(path, seeds=seeds, budget=small, threads=args.threads)

@@ -34,8 +34,11 @@ TINY_BUDGET = [
 ]
 TIMING_FIELDS = {"load_s", "peak_rss_bytes", "prompt_tok_s", "decode_tok_s", "wall_s_median", "wall_s_p95",
                  "wall_s", "prompt_s", "generate_s", "seconds", "n_threads"}
-# where and how it ran, not what it measured: Ray settings, and how many workers loaded a variant
-RUN_FIELDS = {"ray", "ray_workers", "loads"}
+# where and how it ran, not what it measured: Ray settings, how many workers loaded a variant, and
+# how a transcript's prompt split into evaluated and restored tokens (a worker restores the shared
+# prefix from its second question on, so it depends on how questions were spread over workers;
+# transcript_tokens, their sum with the generated tokens, is still compared)
+RUN_FIELDS = {"ray", "ray_workers", "loads", "prompt_tokens", "prefix_tokens_restored"}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def ray_runtime():
 
 def _bench(base: Path, out: Path, *extra: str, variants: str = "BF16,Q8_0") -> str:
     args = ["bench", "--base", str(base), "--variants", variants, "--limit", "2", "--modes", "withheld",
-            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "32", "--out", str(out), *TINY_BUDGET, *extra]
+            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "32", "--out", str(out), "--no-tune", *TINY_BUDGET, *extra]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
