@@ -56,12 +56,7 @@ def _prefix_and_question(session, question: str) -> tuple[list[int], list[int]]:
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.prompt import load_prompt
 
-    prompt = load_prompt()
-    chat = prompt.chat
-    shared = [(chat.open_turn("system"), True), (prompt.system_text(max_rounds=Budget().max_rounds), True),
-              (chat.turn_end + chat.turn_separator + chat.open_turn("user"), True)]
-    own = [(prompt.user_text(question, None), False),
-           (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True)]
+    shared, own = load_prompt().opening(question, None, max_rounds=Budget().max_rounds)
     ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]  # noqa: E731
     return ids(shared), ids(own)
 

@@ -21,12 +21,7 @@ ARGS = dict(n_ctx=2048, n_threads=1)
 
 def _opening(session: Session, question: str = "How many albums are there?") -> tuple[list[int], list[int]]:
     """The shared prefix and the question's own tokens, as the episode builds them."""
-    prompt = load_prompt()
-    chat = prompt.chat
-    shared = [(chat.open_turn("system"), True), (prompt.system_text(max_rounds=Budget().max_rounds), True),
-              (chat.turn_end + chat.turn_separator + chat.open_turn("user"), True)]
-    own = [(prompt.user_text(question, None), False),
-           (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True)]
+    shared, own = load_prompt().opening(question, None, max_rounds=Budget().max_rounds)
     ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]  # noqa: E731
     return ids(shared), ids(own)
 

@@ -155,21 +155,15 @@ class _Episode:
         return result
 
     def _open(self, question: str, evidence: str | None) -> None:
-        chat = self.chat
-        pieces: list[Piece] = [
-            (chat.open_turn("system"), True),
-            (self.prompt.system_text(max_rounds=self.budget.max_rounds), True),
-            (chat.turn_end + chat.turn_separator + chat.open_turn("user"), True),
-            (self.prompt.user_text(question, evidence), False),
-            (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True),
-        ]
+        shared, own = self.prompt.opening(question, evidence, max_rounds=self.budget.max_rounds)
+        pieces: list[Piece] = shared + own
         needed = len(self.transcript.tokenize(pieces)) + self._final_reserve(None)
         if plan_call_segment(self.limit - needed, self.budget, self._first_segment_need, think=True) is None:
             raise EdgeSqlError(
                 f"the prompt and question need about {needed} tokens and leave no room for a tool "
                 f"turn in a {self.limit}-token context; use a larger context (--ctx)"
             )
-        self.session.shared_prefix(self.transcript.tokenize(pieces[:3]))  # same for every question: saved once
+        self.session.shared_prefix(self.transcript.tokenize(shared))  # same for every question: saved once
         self.transcript.append(pieces)
 
     def _tool_round(self) -> str | None:

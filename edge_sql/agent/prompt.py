@@ -91,6 +91,18 @@ class PromptTemplate:
     chat: ChatFormat
     call_layout: str = "json"   # grammar.CALL_LAYOUTS: what whitespace a call may hold
 
+    def opening(self, question: str, evidence: str | None, *, max_rounds: int
+                ) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+        """An episode's first text as (text, parse special tokens) pieces: the part shared by every
+        question (system turn, the user turn's start), then the question's own part (up to the
+        assistant's opening). Only the template's framing is parsed for special tokens."""
+        chat = self.chat
+        shared = [(chat.open_turn("system"), True), (self.system_text(max_rounds=max_rounds), True),
+                  (chat.turn_end + chat.turn_separator + chat.open_turn("user"), True)]
+        own = [(self.user_text(question, evidence), False),
+               (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True)]
+        return shared, own
+
     def system_text(self, *, max_rounds: int, tools: tuple[ToolSpec, ...] = TOOL_SPECS) -> str:
         return fill(self.system_prompt, tools=render_tool_list(tools), max_rounds=max_rounds)
 
