@@ -157,10 +157,14 @@ def test_two_concurrent_clients_get_complete_answers(server, dbs):
     threads = [threading.Thread(target=client, args=(name,)) for name in asks]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 10
-    while (queue := server.health()["queue"])["waiting"] != 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert queue["running"] and queue["waiting"] == 1  # one runs on the one model, the other waits its turn
+    # one runs on the one model, the other waits its turn: watched until both are done (on a quiet
+    # machine the first may finish before the second arrives, so the waiting need not be seen)
+    deadline = time.monotonic() + 300
+    while any(thread.is_alive() for thread in threads) and time.monotonic() < deadline:
+        queue = server.health()["queue"]
+        assert queue["running"] <= 1
+        assert not queue["waiting"] or queue["running"] == 1
+        time.sleep(0.02)
     for thread in threads:
         thread.join(timeout=300)
     for name, (body, db) in asks.items():
