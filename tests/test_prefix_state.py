@@ -26,26 +26,27 @@ def _opening(session: Session, question: str = "How many albums are there?") -> 
     return ids(shared), ids(own)
 
 
-def _fresh(model: Path, prefix: list[int], own: list[int], **kwargs) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Logits after the prefix and after the question, evaluated from nothing; 4 greedy tokens."""
-    with Session(model, **{**ARGS, **kwargs}) as session:
-        session.eval(prefix)
-        after_prefix = session.logits()
-        session.eval(own)
-        after_question = session.logits()
-        tokens = session.generate(params=SamplingParams(greedy=True), max_tokens=4).tokens
-    return after_prefix, after_question, tokens
-
-
-def _cached_run(session: Session, prefix: list[int], own: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    session.reset()
-    session.shared_prefix(prefix)
+def _evaluate(session: Session, prefix: list[int], own: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Logits after the prefix and after the question; 4 greedy tokens."""
     session.eval(prefix)
     after_prefix = session.logits()
     session.eval(own)
     after_question = session.logits()
     tokens = session.generate(params=SamplingParams(greedy=True), max_tokens=4).tokens
     return after_prefix, after_question, tokens
+
+
+def _fresh(model: Path, prefix: list[int], own: list[int], **kwargs) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """`_evaluate` in a new session: everything evaluated from nothing."""
+    with Session(model, **{**ARGS, **kwargs}) as session:
+        return _evaluate(session, prefix, own)
+
+
+def _cached_run(session: Session, prefix: list[int], own: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """`_evaluate` after a reset, with the prefix declared shared (restored when its state is kept)."""
+    session.reset()
+    session.shared_prefix(prefix)
+    return _evaluate(session, prefix, own)
 
 
 def _same(a, b) -> None:
