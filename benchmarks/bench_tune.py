@@ -9,7 +9,9 @@ Steps (each in a fresh process, so peak RSS is that step's own):
    attention auto = on, n_ubatch 256), all predicted from the sweep's measurements;
 3. time to the first generated token for a first and a second question in one process (the
    second restores the prompt prefix from memory) and in a fresh process with the disk cache
-   warm, with peak RSS and the memory bound of the chosen settings.
+   warm;
+4. peak RSS at a full 12,288-token context, sampled (not estimated) for the chosen settings and
+   today's defaults, each in a fresh process, against calibration's bound and file + 400 MiB.
 Figures on a shared machine are noisy: compare ratios within one run.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -85,6 +88,30 @@ def child_ttft(model: str, extra: dict) -> dict:
             "file_bytes": session.info.model_bytes, "settings": session.info.settings}
 
 
+def child_full_context(model: str, extra: dict) -> dict:
+    """Fill a 12,288-token context (prefill in n_batch chunks, then decode to the end) and
+    return the process's peak RSS: what calibration's memory bound estimates."""
+    import numpy as np
+
+    from edge_sql.runtime import Session
+    from edge_sql.runtime.tuning import EPISODE_TOKENS, Settings
+
+    settings = Settings(**extra["settings"])
+    with Session(model, n_ctx=EPISODE_TOKENS, **settings.session_kwargs()) as session:
+        tokens = np.random.default_rng(0).integers(0, 100_000, EPISODE_TOKENS - 1).tolist()  # the last cell stays free
+        tick = time.perf_counter()
+        session.eval(tokens[:-extra["decode"]])
+        prefill_s = time.perf_counter() - tick
+        tick = time.perf_counter()
+        for token in tokens[-extra["decode"]:]:
+            session.eval([token])
+        decode_s = time.perf_counter() - tick
+        return {"settings": settings.label, "tokens": len(session.tokens), "peak_rss": _peak(),
+                "file_bytes": session.info.model_bytes, "buffer_bytes": session.info.buffer_bytes,
+                "prefill_tok_s": (len(tokens) - extra["decode"]) / prefill_s,
+                "decode_tok_s": extra["decode"] / decode_s}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -92,15 +119,15 @@ def main() -> int:
     parser.add_argument("--sweep-points", default="512,4096")
     parser.add_argument("--sweep-chunk", type=int, default=512, help="prefill tokens timed at each point")
     parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--machine", default="2-core Intel Xeon with AMX (KVM), 24 GB",
+                        help="how the result file describes the machine (and whether it was shared)")
     args = parser.parse_args()
     from edge_sql.runtime.tuning import Calibration, Settings, predict, episode_profile
 
     lines = [f"# Tuning benchmark: {Path(args.model).name}", "",
              f"Command: `python benchmarks/bench_tune.py {' '.join(sys.argv[1:])}`",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "**Shared machine, noisy**: 2-core Intel Xeon with AMX (KVM), 24 GB, shared by about six engineers "
-             "running tests and benchmarks at the same time (load average 10-16 during this run). Absolute "
-             "figures are far below this machine's quiet speed; compare ratios within one table.", "",
+             f"Machine: {args.machine}. Load average when it started: {os.getloadavg()[0]:.1f}.", "",
              "```", subprocess.run(["lscpu"], capture_output=True, text=True).stdout.split("Flags")[0].strip(),
              f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", "```", ""]
 
@@ -135,6 +162,19 @@ def main() -> int:
         args.out.write_text("\n".join(lines), encoding="utf-8")
 
     write()
+    lines += ["## Peak RSS at a full 12,288-token context (sampled, each a fresh process)", "",
+              "| settings | tokens | peak RSS MiB | beyond the file MiB | calibration's bound beyond the file MiB | "
+              "prefill tok/s | decode tok/s at the end |", "|---|--:|--:|--:|--:|--:|--:|"]
+    for settings in dict.fromkeys([qc.chosen, Settings(None, 256, qc.chosen.n_threads)]):
+        full = _child("full_context", args.model, {"settings": settings.__dict__, "decode": 16})
+        measured = next(m for m in qc.measurements if m.settings == settings) if settings in {m.settings for m in qc.measurements} else None
+        bound = f"{measured.memory_bytes / 2**20:.0f}" if measured else "-"
+        lines.append(f"| `{full['settings']}` | {full['tokens']} | {full['peak_rss'] / 2**20:.0f} | "
+                     f"{(full['peak_rss'] - full['file_bytes']) / 2**20:.0f} | {bound} | "
+                     f"{full['prefill_tok_s']:.1f} | {full['decode_tok_s']:.1f} |")
+    lines += ["", "Budget: file + 400 MiB. The bound counts the process's memory before loading, what loading "
+              "adds besides the mapping, and llama.cpp's context buffers.", ""]
+    write()
     if not args.skip_sweep:
         points = [int(p) for p in args.sweep_points.split(",")]
         sweep = _child("calibrate", args.model, {"full": True, "points": points, "chunk": args.sweep_chunk})
@@ -164,7 +204,7 @@ def main() -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         step, model, extra = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-        result = {"calibrate": child_calibrate, "ttft": child_ttft}[step](model, extra)
+        result = {"calibrate": child_calibrate, "ttft": child_ttft, "full_context": child_full_context}[step](model, extra)
         print(json.dumps(result))
         raise SystemExit(0)
     raise SystemExit(main())

@@ -38,6 +38,7 @@ from edge_sql.runtime.backend import (
 )
 from edge_sql.runtime.batch import TokenBatch
 from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
+from edge_sql.runtime.mapping import release_file_pages
 from edge_sql.runtime.prefix_state import PrefixStore, StateSnapshot, prefix_key
 from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
 
@@ -67,6 +68,9 @@ class SessionInfo:
     flash_attn: str = "auto"  # "on", "off" or "auto" (llama.cpp decides)
     # bytes llama.cpp allocated beyond the mapped file, by kind ("CPU KV", "CPU compute", ...)
     buffers: dict[str, int] = field(default_factory=dict)
+    # repacked weights: the file's mapping was released after loading (runtime/mapping.py), so
+    # the repacked copies take the place of their mapped originals instead of adding to them
+    mapping_released: bool = False
 
     @property
     def settings(self) -> str:
@@ -76,8 +80,11 @@ class SessionInfo:
 
     @property
     def buffer_bytes(self) -> int:
-        """llama.cpp's own allocations that are not the memory-mapped model file."""
-        return sum(size for kind, size in self.buffers.items() if not kind.endswith("_Mapped model"))
+        """llama.cpp's own allocations that are not the memory-mapped model file (nor, once the
+        mapping is released, the repacked copies that stand in for its pages)."""
+        return sum(size for kind, size in self.buffers.items()
+                   if not kind.endswith("_Mapped model")
+                   and not (self.mapping_released and kind.endswith("_REPACK model")))
 
     def describe(self) -> str:
         where = f"{self.backend}, {self.gpu_layers}/{self.n_layers} layers on GPU" if self.gpu_layers else "CPU"
@@ -139,9 +146,11 @@ class Session:
 
     `n_gpu_layers=None` offloads every layer when llama.cpp has a GPU backend (CUDA, Metal...)
     and none otherwise; `n_threads=None` uses every CPU this process may run on;
-    `repack=False` keeps llama.cpp's weights as mapped from the file: its repacked CPU copies
-    decode faster but cost about 590 MB more than the 400 MB memory budget allows, and on AMX
-    builds they crash (`repack=True` is then refused, see `backend.repack_is_safe`).
+    `repack=False` keeps llama.cpp's weights as mapped from the file; `repack=True` uses its
+    repacked CPU copies (faster decode on some CPUs, slower prefill on others) and releases the
+    file mapping's pages after loading, so the copies replace the mapped originals in memory
+    instead of adding about 590 MB; on AMX builds repacked weights crash (`repack=True` is then
+    refused, see `backend.repack_is_safe`).
     `n_ubatch=None` is 256 (`DEFAULT_UBATCH`); `flash_attn=None` lets llama.cpp decide (on
     for CPU), True/False force it (`tuning` picks these per machine). `info` says what was chosen.
 
@@ -196,6 +205,8 @@ class Session:
             self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
         if not self._model:
             raise ModelFileError(f"llama.cpp could not load {gguf.path} (run with verbose=True for its log)")
+        # Repacked matrices are copies: give back their mapped originals (see runtime/mapping.py).
+        mapping_released = bool(repack and release_file_pages(gguf.path))
 
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = n_ctx
@@ -230,7 +241,7 @@ class Session:
             n_layers=llama_cpp.llama_model_n_layer(self._model), n_threads=n_threads,
             n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, repack=repack, n_vocab=self._n_vocab,
             flash_attn="auto" if flash_attn is None else ("on" if flash_attn else "off"),
-            buffers={**buffer_sizes(load_lines), **self._buffers},
+            buffers={**buffer_sizes(load_lines), **self._buffers}, mapping_released=mapping_released,
         )
         self._log = log or (lambda _message: None)
         self._prefix_store = PrefixStore(prefix_cache_dir, max_bytes=prefix_cache_bytes, log=self._log)

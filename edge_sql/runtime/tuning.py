@@ -21,8 +21,8 @@ there, instead of prefilling thousands of tokens again. Beyond the last point co
 
 Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
 for the context (KV cells for the whole n_ctx, recurrent state, the compute buffer reserved for
-the worst case of n_ubatch tokens against a full context, extra weight copies when repacking);
-their sum, plus the process's memory before loading, plus what loading the model allocates
+the worst case of n_ubatch tokens against a full context; repacked weight copies count only
+where the file mapping could not be released, see `runtime/mapping.py`); their sum, plus the process's memory before loading, plus what loading the model allocates
 besides the mapped file (vocabulary, metadata: measured), plus the file is the estimate of the
 peak RSS. Not in it: what the caller allocates later (llguidance's vocabulary view, the saved
 prompt state, Python objects of an episode).
