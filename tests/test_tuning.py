@@ -30,8 +30,20 @@ LOGIT_RANGE_SHARE, MAX_KL = 0.05, 0.01
 
 
 def _buffer_bytes(model: Path, settings: Settings) -> int:
+    """llama.cpp's buffers for `settings` plus ggml's attention work buffer (flash attention off)."""
+    import llama_cpp
+
     with Session(model, n_ctx=SMALL["n_ctx"], **settings.session_kwargs()) as session:
-        return session.info.buffer_bytes
+        n_head = llama_cpp.llama_model_n_head(session.llama_model)
+        return session.info.buffer_bytes + tuning.attention_work_bytes(SMALL["n_ctx"], settings, n_head)
+
+
+def test_the_attention_work_buffer_counts_only_without_flash_attention() -> None:
+    # the 2B shape: 8 query heads; 12,288 x 128 x 8 F16 weights = 24 MiB
+    assert tuning.attention_work_bytes(12288, Settings(False, 128, 2), 8) == 24 * 1024 * 1024
+    assert tuning.attention_work_bytes(12288, Settings(False, 256, 2), 8) == 48 * 1024 * 1024
+    assert tuning.attention_work_bytes(12288, Settings(True, 256, 2), 8) == 0
+    assert tuning.attention_work_bytes(12288, Settings(None, 256, 2), 8) == 0  # auto: on for CPU
 
 
 def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: Path) -> None:
@@ -44,7 +56,7 @@ def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: P
     assert [m.settings for m in result.measurements] == SETTINGS
     assert any(line.startswith("calibrating tiny") for line in lines)  # the progress line
     for m in result.measurements:
-        assert m.memory_bytes == bounds[m.settings]  # the bound is llama.cpp's own buffers (process_bytes=0)
+        assert m.memory_bytes == bounds[m.settings]  # llama.cpp's buffers + ggml's work copy (process_bytes=0)
         assert m.fits == (m.memory_bytes <= allowance)
         assert m.points == [64, 256] and len(m.prefill_s) == len(m.decode_s) == 2
         assert all(0 < t < 10 for t in m.prefill_s + m.decode_s)

@@ -22,9 +22,11 @@ there, instead of prefilling thousands of tokens again. Beyond the last point co
 Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
 for the context (KV cells for the whole n_ctx, recurrent state, the compute buffer reserved for
 the worst case of n_ubatch tokens against a full context; repacked weight copies count only
-where the file mapping could not be released, see `runtime/mapping.py`); their sum, plus the process's memory before loading, plus what loading the model allocates
-besides the mapped file (vocabulary, metadata: measured), plus the file is the estimate of the
-peak RSS. Not in it: what the caller allocates later (llguidance's vocabulary view, the saved
+where the file mapping could not be released, see `runtime/mapping.py`); their sum, plus
+ggml's work copy of the attention weights when flash attention is off
+(`attention_work_bytes`), plus the process's memory before loading, plus what loading the
+model allocates besides the mapped file (vocabulary, metadata: measured), plus the file is the
+estimate of the peak RSS. Not in it: what the caller allocates later (llguidance's vocabulary view, the saved
 prompt state, Python objects of an episode).
 
 Unsafe candidates are never tried: repacked weights only where `backend.repack_is_safe()`.
@@ -40,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 
 from edge_sql.runtime.backend import default_threads, init_backend, repack_is_safe
@@ -48,7 +51,7 @@ from edge_sql.runtime.session import DEFAULT_UBATCH, Session
 
 EPISODE_TOKENS = 12288
 MEMORY_ALLOWANCE = 400 * 1024 * 1024
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the bound counts ggml's attention work buffer
 QUICK_POINTS = (256, 1024)
 FULL_POINTS = (512, 4096, 8192, 11776)
 
@@ -325,11 +328,25 @@ def calibrate(
     )
 
 
+def attention_work_bytes(n_ctx: int, settings: Settings, n_head: int) -> int:
+    """ggml's CPU work buffer at a full context, which llama.cpp's buffer log leaves out.
+
+    Without flash attention the weighted sum over V multiplies the (transposed, F16) V cache by
+    the F32 attention weights, which ggml first converts to F16 in its work buffer:
+    n_ctx x n_ubatch x n_head x 2 bytes (24 MiB on the 2B shape at n_ubatch 128). Measured
+    (benchmarks/results/tune-Q4_K_M.md): without it the bound was 37 MiB under the sampled peak
+    with flash attention off and within 4 MiB with it on. Flash attention (on, or auto on CPU)
+    works in tiles and needs no such copy.
+    """
+    return 0 if settings.flash_attn is not False else n_ctx * settings.n_ubatch * n_head * 2
+
+
 def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, chunk: list[int],
              decode_ids: list[int], baseline: int) -> Measurement:
     prefill_s, decode_s = [], []
     with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
-        memory = baseline + session.info.buffer_bytes
+        n_head = llama_cpp.llama_model_n_head(session.llama_model)
+        memory = baseline + session.info.buffer_bytes + attention_work_bytes(n_ctx, candidate, n_head)
         for i, (point, state) in enumerate(sorted(states.items())):
             if not session.restore(state):
                 raise RuntimeError(f"calibration could not restore its {point}-token state")
