@@ -176,7 +176,7 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
     table = CliRunner().invoke(main, ["models"])
     assert table.exit_code == 0
     lines = table.output.splitlines()
-    assert lines[0].split() == ["NAME", "VARIANT", "SIZE", "PATH"]
+    assert lines[0].split() == ["NAME", "VARIANT", "SIZE", "MTP", "PATH"]
     assert lines[1].split()[:3] == ["bird", "Q8_0", "64"]
     assert lines[2].split()[:5] == ["*", "synsql", "Q4_K_M", "1.5", "MB"]  # the default is marked
     assert str(store.model_path("synsql", "Q4_K_M")) in lines[2]

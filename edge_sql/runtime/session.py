@@ -65,6 +65,7 @@ class SessionInfo:
     repack: bool
     n_vocab: int
     flash_attn: str = "auto"  # "on", "off" or "auto" (llama.cpp decides)
+    mtp_layers: int = 0       # multi-token-prediction layers loaded (llama.cpp's load_mtp), for MTP drafting
     # bytes llama.cpp allocated beyond the mapped file, by kind ("CPU KV", "CPU compute", ...)
     buffers: dict[str, int] = field(default_factory=dict)
 
@@ -192,6 +193,9 @@ class Session:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = repack
+        # the MTP head (an extra block, only run by an MTP drafter's context) when the file has it:
+        # its weights stay mapped and untouched until a drafter runs, the main graph never uses them
+        model_params.load_mtp = gguf.mtp_layers > 0
         with capture_log() as load_lines:
             self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
         if not self._model:
@@ -231,6 +235,7 @@ class Session:
             n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, repack=repack, n_vocab=self._n_vocab,
             flash_attn="auto" if flash_attn is None else ("on" if flash_attn else "off"),
             buffers={**buffer_sizes(load_lines), **self._buffers},
+            mtp_layers=llama_cpp.llama_model_n_layer_nextn(self._model) if gguf.mtp_layers else 0,
         )
         self._log = log or (lambda _message: None)
         self._prefix_store = PrefixStore(prefix_cache_dir, max_bytes=prefix_cache_bytes, log=self._log)
@@ -280,6 +285,23 @@ class Session:
         if not self._model:
             raise RuntimeError("the session is closed: its model has been freed")
         return self._model
+
+    @property
+    def llama_context(self) -> llama_cpp.llama_context_p:
+        """The session's llama.cpp context, for a context that reads it (an MTP drafter's
+        `ctx_other`). The session owns it; free dependent contexts before `close()`."""
+        if not self._ctx:
+            raise RuntimeError("the session is closed: its context has been freed")
+        return self._ctx
+
+    def add_decode_listener(self, listener: Callable[[np.ndarray, int], None]) -> None:
+        """Call `listener(tokens, first_position)` after every llama_decode of this context
+        (`tokens` is a view, valid during the call): how an MTP drafter sees each hidden state."""
+        self._batch.listeners.append(listener)
+
+    def remove_decode_listener(self, listener: Callable[[np.ndarray, int], None]) -> None:
+        if self._batch is not None and listener in self._batch.listeners:
+            self._batch.listeners.remove(listener)
 
     @property
     def tokens(self) -> list[int]:
