@@ -121,7 +121,8 @@ class MTPDrafter:
         n = len(tokens)
         pointer = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._session.llama_context, 0)
         rows = np.ctypeslib.as_array(pointer, shape=(n, self._n_embd)).copy()
-        before = self._state_at(start - 1)
+        # position 0 has no state before it: llama-server pairs it with zeros, and so does this
+        before = np.zeros(self._n_embd, dtype=np.float32) if start == 0 else self._state_at(start - 1)
         self._forget_from(self._first_stale(start))
         llama_cpp.llama_batch_ext_clear(self._batch)
         for i in range(n):
@@ -198,6 +199,12 @@ class MTPDrafter:
     @property
     def acceptance(self) -> float:
         return self.stats.acceptance
+
+    @property
+    def cache_span(self) -> tuple[int, int]:
+        """First and last position the MTP context's KV cache holds ((-1, -1) when empty)."""
+        return (llama_cpp.llama_memory_seq_pos_min(self._memory, 0),
+                llama_cpp.llama_memory_seq_pos_max(self._memory, 0))
 
     # ---- llama.cpp calls ------------------------------------------------------------------
 
