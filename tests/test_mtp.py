@@ -88,13 +88,35 @@ def test_the_mtp_cache_follows_the_session(tiny_gguf: Path) -> None:
         session.eval([context[-1], drafted[0]])  # as a verification batch would: drafts replaced
         assert drafter.cache_span == (0, p + 1)
         session.reset()
+        drafter.reset()  # as a session with speculation on does on reset
+        assert drafter.draft(context, 2) == []  # no hidden state of the new context yet
         session.eval(prompt[:10])
-        assert drafter.cache_span == (0, 9)  # a reset context starts the cache afresh
+        assert drafter.cache_span == (0, 9)  # a context that starts afresh: the cache too
         drafter.observe(2, 3)
         drafter.observe(0, 1)
         assert drafter.acceptance == 0.5
         with pytest.raises(ValueError):
             drafter.observe(4, 3)
+
+
+def test_a_restored_prefix_keeps_its_mtp_cache(tiny_gguf: Path) -> None:
+    with Session(tiny_gguf, **SESSION_ARGS) as session, MTPDrafter(session) as drafter:
+        prompt = session.tokenize(PROMPT)
+        session.eval(prompt)
+        saved = session.snapshot()
+        session.eval(session.tokenize(" Then I answer."))
+        session.reset()
+        drafter.reset()
+        assert session.restore(saved)  # no decode: the drafter never sees these tokens again
+        mirrored = drafter.stats.mirrored_tokens
+        session.eval(session.tokenize(" So"))
+        assert drafter.stats.mirrored_tokens == mirrored + 1
+        assert drafter.cache_span == (0, len(prompt) - 1)  # the prompt's entries kept, not re-evaluated
+        assert len(drafter.draft(session.tokens + [int(np.argmax(session.logits()))], 2)) == 2
+        session.reset()
+        drafter.reset()
+        session.eval(session.tokenize("SELECT"))  # another context from position 0: nothing kept
+        assert drafter.cache_span[0] == 0 and drafter.cache_span[1] < 3
 
 
 def test_the_drafter_adds_one_layer_of_cache_not_a_second_context(tiny_gguf: Path) -> None:

@@ -18,7 +18,8 @@ How it follows the session, as llama-server's `--spec-type draft-mtp` does (comm
   decoded yet) with the trunk's state at p - 1 gives the head's most likely next token; that
   token with the head's own output state gives the one after, k times (k one-token decodes,
   each with a full-vocabulary output projection: the cost that makes a draft step expensive);
-- `observe(accepted, proposed)` keeps the running acceptance an adaptive caller reads.
+- `observe(accepted, proposed)` keeps the running acceptance an adaptive caller reads;
+  `name` and `reset()` complete the `Drafter` protocol of speculative decoding.
 
 Drafts are argmax tokens, deterministic for a given context. They are proposals only: the
 session's verification decides what is kept, so a bad draft costs time, never correctness.
@@ -61,11 +62,14 @@ class DraftStats:
 class MTPDrafter:
     """Drafts tokens with the session model's MTP head; see the module docstring.
 
-    Attach it right after making the session (it mirrors only decodes that happen while it is
-    attached; tokens evaluated before, or restored from a saved state, are missing from its
-    cache, which makes drafts worse, not wrong). `close()` (or `with`) detaches and frees it;
-    close it before the session.
+    Attach it right after making the session: it mirrors only decodes that happen while it is
+    attached. Tokens evaluated before, or restored from a saved state it has not seen, are
+    missing from its cache, which makes drafts worse, not wrong; a restored prefix it has seen
+    keeps its entries (see `reset`). `close()` (or `with`) detaches and frees it; close it
+    before the session.
     """
+
+    name = "mtp"  # the draft source's name in speculation stats
 
     def __init__(self, session: Session) -> None:
         if session.info.mtp_layers < 1:
@@ -195,6 +199,15 @@ class MTPDrafter:
             raise ValueError(f"accepted ({accepted}) must lie within 0..proposed ({proposed})")
         self.stats.accepted_tokens += accepted
         self.stats.observed_tokens += proposed
+
+    def reset(self) -> None:
+        """The session's context was emptied or replaced: forget its hidden states.
+
+        The MTP cache itself is kept until the next mirrored batch compares it with the new
+        context: entries of a prefix the new context shares (an episode's system prompt,
+        restored from a saved state without decoding) stay valid and keep drafting good."""
+        self._rows = np.zeros((0, self._n_embd), dtype=np.float32)
+        self._rows_start = 0
 
     @property
     def acceptance(self) -> float:
