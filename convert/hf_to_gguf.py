@@ -25,6 +25,7 @@ from edge_sql.convert.gguf_file import bf16_bits_to_f32, f32_to_bf16_bits
 from edge_sql.convert.gguf_stream import PlannedTensor, write_gguf
 from edge_sql.convert.qwen35 import (
     ARCH_NAME,
+    DROPPED_PARTS,
     MappedTensor,
     Qwen35Dims,
     add_model_metadata,
@@ -161,6 +162,9 @@ def plan_tensors(
             continue
         target = map_tensor_name(name, dims.n_layers)
         if target is None or target.gguf_name not in expected:
+            if target is None and re.match(DROPPED_PARTS["mtp"], name):
+                raise ConversionError(f"cannot map the MTP head's tensor {name} to llama.cpp's nextn block; "
+                                      "convert with --no-mtp to leave the head out")
             raise ConversionError(
                 f"cannot map tensor {name} of this Qwen3.5 checkpoint to llama.cpp's qwen35 "
                 f"(layer kinds: {', '.join(dims.layer_kinds)}); this variant is not supported"
