@@ -31,6 +31,7 @@ import ctypes
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
@@ -38,7 +39,9 @@ from llama_cpp import llama_cpp_ext
 
 from edge_sql.errors import EdgeSqlError, ModelFileError
 from edge_sql.runtime.backend import buffer_sizes, capture_log
-from edge_sql.runtime.session import Session
+
+if TYPE_CHECKING:  # session.py may import this module to attach a drafter
+    from edge_sql.runtime.session import Session
 
 
 @dataclass
