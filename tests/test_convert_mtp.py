@@ -88,3 +88,20 @@ def test_no_mtp_leaves_the_head_out_and_the_rest_unchanged(ours: GGUFFile, no_mt
     assert set(layout.tensors) == {n for n in ours.tensors if not n.startswith(f"blk.{N_LAYERS}.")}
     for name in layout.tensors:
         assert layout.read_raw(name) == ours.read_raw(name), name
+
+
+def test_a_config_that_disagrees_with_the_mtp_tensors_is_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from test_convert_errors import _linked_copy, _replace
+
+    from edge_sql.errors import ConversionError
+
+    folder = _linked_copy(tiny_checkpoint, tmp_path / "ckpt")
+    config = json.loads((tiny_checkpoint / "config.json").read_text())
+    config["text_config"]["mtp_num_hidden_layers"] = 2
+    _replace(folder, "config.json", json.dumps(config))
+    out = tmp_path / "x.gguf"
+    with pytest.raises(ConversionError, match="declares 2 MTP layers but the checkpoint holds 1.*--no-mtp"):
+        convert_checkpoint(folder, out, show_progress=False)
+    assert not out.exists()
+    convert_checkpoint(folder, out, show_progress=False, mtp=False)  # without the head it converts
+    assert read_gguf(out).mtp_layers == 0
