@@ -71,6 +71,11 @@ def test_drafts_are_valid_and_deterministic(tiny_gguf: Path) -> None:
             assert drafter.draft(context + first[:2], 3) == []  # the session has no state at those positions
             assert (drafter.stats.drafts, drafter.stats.draft_tokens) == (2, 8)
             assert drafter.stats.mirrored_tokens == len(prompt)
+            drafter.p_min = 1.0  # no token is that certain: the draft stops before its first token
+            assert drafter.draft(context, 4) == []
+            drafter.p_min = 1e-9  # every token is: the whole draft, unchanged
+            assert drafter.draft(context, 4) == first
+            assert drafter.stats.draft_steps == 4 + 4 + 1 + 4
             drafts.append(first)
     assert drafts[0] == drafts[1]
 

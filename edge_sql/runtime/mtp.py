@@ -49,7 +49,8 @@ class DraftStats:
     """What the drafter did since it was made: draft calls, MTP decodes, tokens, seconds."""
 
     drafts: int = 0
-    draft_tokens: int = 0        # tokens proposed (one MTP decode each)
+    draft_tokens: int = 0        # tokens proposed
+    draft_steps: int = 0         # one-token MTP decodes (a token each, one more when p_min stopped it)
     accepted_tokens: int = 0     # of the observed proposals, kept by verification
     observed_tokens: int = 0     # proposals whose outcome `observe` reported
     draft_s: float = 0.0         # time in draft()
@@ -74,7 +75,13 @@ class MTPDrafter:
 
     name = "mtp"  # the draft source's name in speculation stats
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, *, p_min: float = 0.0) -> None:
+        """`p_min`: stop a draft at the first token the head gives less than this probability
+        (llama-server's `--draft-p-min`; 0 never stops). Each step costs about a third of a
+        decode on the 2B shape, so a step that will likely be rejected is a loss."""
+        if not 0.0 <= p_min <= 1.0:
+            raise ValueError(f"p_min must lie in 0..1, got {p_min}")
+        self.p_min = p_min
         if session.info.mtp_layers < 1:
             raise EdgeSqlError(
                 f"{session.info.model_path.name} has no MTP head; convert the checkpoint without --no-mtp "
@@ -169,8 +176,9 @@ class MTPDrafter:
 
     def draft(self, context_tokens: Sequence[int], k: int) -> list[int]:
         """Up to `k` tokens the MTP head expects after `context_tokens` (the session's context,
-        whose last token may still be undecoded). Empty when k < 1 or when the session has not
-        decoded the position before the last token (no trunk state to start from)."""
+        whose last token may still be undecoded). Empty when k < 1, when the session has not
+        decoded the position before the last token (no trunk state to start from), or when the
+        head's first token is below `p_min`."""
         p = len(context_tokens) - 1
         state = self._state_at(p - 1) if p >= 1 else None
         k = min(k, self._session.n_ctx - p)
@@ -183,8 +191,11 @@ class MTPDrafter:
             llama_cpp.llama_batch_ext_clear(self._batch)
             self._add(token, p + i, state, output=True)
             self._process()
+            self.stats.draft_steps += 1
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, 0), shape=(self._n_vocab,))
             token = int(np.argmax(logits))
+            if self.p_min > 0.0 and 1.0 / np.exp(logits - logits[token], dtype=np.float64).sum() < self.p_min:
+                break  # the head is not sure enough: what is drafted so far is the draft
             drafted.append(token)
             pointer = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._ctx, 0)
             state = np.ctypeslib.as_array(pointer, shape=(self._n_embd,)).copy()
