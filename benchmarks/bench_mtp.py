@@ -51,7 +51,7 @@ def measure(model: Path, threads: int, prompt_tokens: int, steps: int, rounds: i
     from edge_sql.runtime.mtp import MTPDrafter
 
     rng = np.random.default_rng(7)
-    with Session(model, n_ctx=N_CTX, n_threads=threads) as session:
+    with Session(model, n_ctx=N_CTX, n_threads=threads, mtp=True) as session:
         vocab = min(session.n_vocab, 248044)  # ordinary tokens only
         session.eval(rng.integers(0, vocab, prompt_tokens).tolist())
         rss_loaded = _rss_mib()

@@ -19,7 +19,7 @@ from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.mtp import MTPDrafter
 
 # two threads at most: the machine is shared; a small context keeps each session light
-SESSION_ARGS = dict(n_ctx=512, n_batch=64, n_threads=2)
+SESSION_ARGS = dict(n_ctx=512, n_batch=64, n_threads=2, mtp=True)
 PROMPT = ("<|im_start|>user\nHow many customers live in Berlin? Use the customers table.<|im_end|>\n"
           "<|im_start|>assistant\n<think>\nI should count the rows of customers where city is Berlin.")
 # the fixture: 2 KV heads of dim 64 in the MTP layer, F16 cache
@@ -53,6 +53,11 @@ def test_the_head_loads_and_leaves_the_main_model_unchanged(tiny_gguf: Path, no_
         assert drafted_alongside == without.generate(params=greedy, max_tokens=8).tokens
         with pytest.raises(EdgeSqlError, match="has no MTP head"):
             MTPDrafter(without)
+    with Session(tiny_gguf, **{**SESSION_ARGS, "mtp": False}) as not_loaded:
+        assert not_loaded.info.mtp_layers == 0  # loaded only on request (its weights cost memory)
+        assert np.array_equal(_prompt_logits(not_loaded), reference)
+        with pytest.raises(EdgeSqlError, match=r"mtp=True"):
+            MTPDrafter(not_loaded)
 
 
 def test_drafts_are_valid_and_deterministic(tiny_gguf: Path) -> None:

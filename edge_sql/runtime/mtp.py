@@ -1,7 +1,7 @@
 """MTP drafting: the model's own multi-token-prediction head proposes the next tokens.
 
 Why a second llama.cpp context: llama.cpp runs the MTP head (the GGUF's extra `nextn` block,
-loaded with `load_mtp`) as its own graph, in a context of type `LLAMA_CONTEXT_TYPE_MTP` on the
+loaded with `load_mtp`: `Session(..., mtp=True)`) as its own graph, in a context of type `LLAMA_CONTEXT_TYPE_MTP` on the
 session's loaded weights (nothing is loaded twice), with `ctx_other` = the session's context as
 llama-server sets it. For Qwen3.5 that context's memory is an attention KV cache for the MTP
 layer alone (llama.cpp filters it to blocks >= n_layer): one layer of n_ctx positions, never a
@@ -37,6 +37,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
+from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.errors import EdgeSqlError, ModelFileError
 from edge_sql.runtime.backend import buffer_sizes, capture_log
 
@@ -83,6 +84,8 @@ class MTPDrafter:
             raise ValueError(f"p_min must lie in 0..1, got {p_min}")
         self.p_min = p_min
         if session.info.mtp_layers < 1:
+            if validate_gguf(session.info.model_path).mtp_layers:
+                raise EdgeSqlError("the session did not load the MTP head: make it with Session(..., mtp=True)")
             raise EdgeSqlError(
                 f"{session.info.model_path.name} has no MTP head; convert the checkpoint without --no-mtp "
                 "to draft with it"
