@@ -8,9 +8,9 @@ Measures, each step in its own child process (wall time, and peak RSS from the c
 rusage via os.wait4):
   1. `edge-sql convert` HF BF16 -> GGUF BF16;
   2. llama.cpp's own convert_hf_to_gguf.py on the same checkpoint (if given: it ships in the
-     llama-cpp-python sdist under vendor/llama.cpp; run with --no-mtp so both files hold the
-     same tensors), then checks that both GGUFs hold the same tensors (names, shapes, types,
-     bytes);
+     llama-cpp-python sdist under vendor/llama.cpp; both converters keep the MTP head by
+     default, so both files hold the same tensors), then checks that both GGUFs hold the same
+     tensors (names, shapes, types, bytes);
   3. `edge-sql quantize` from our BF16 GGUF to each type and recipe: time and file size.
 Leaves in benchmarks/work/: the checkpoint, qwen3.5-2b-random-bf16.gguf and
 qwen3.5-2b-random-Q4_K_M.gguf (reused by the runtime benchmarks); other outputs are deleted.
@@ -134,7 +134,7 @@ def main() -> int:
         ref = WORK / "llama-cpp-converter-bf16.gguf"
         env = {**os.environ, "PYTHONPATH": str(args.llama_cpp_converter.parent / "gguf-py")}
         rows.append(run_measured("llama.cpp convert_hf_to_gguf.py", [
-            python, str(args.llama_cpp_converter), str(args.checkpoint), "--outtype", "bf16", "--no-mtp",
+            python, str(args.llama_cpp_converter), str(args.checkpoint), "--outtype", "bf16",
             "--outfile", str(ref)], ref, log, env=env))
         comparison = compare_gguf(bf16, ref)
         ref.unlink()
@@ -163,7 +163,7 @@ def main() -> int:
     ]
     lines += [f"| {r.label} | {r.seconds:.1f} s | {gb(r.peak_rss)} | {gb(r.size)} |" for r in rows]
     if comparison:
-        lines += ["", f"Output comparison (ours vs llama.cpp's, `--no-mtp`): {comparison}."]
+        lines += ["", f"Output comparison (ours vs llama.cpp's, both with the MTP head): {comparison}."]
     lines += [
         "",
         f"## Quantization from our BF16 GGUF (`edge-sql quantize`, {args.threads} threads)",

@@ -125,6 +125,12 @@ class GGUFFile:
         return int(value) if isinstance(value, int) else None
 
     @property
+    def mtp_layers(self) -> int:
+        """Multi-token-prediction layers the file carries (`{arch}.nextn_predict_layers`; 0 if none)."""
+        value = self.metadata.get(f"{self.architecture}.nextn_predict_layers")
+        return int(value) if isinstance(value, int) else 0
+
+    @property
     def context_length(self) -> int | None:
         value = self.metadata.get(f"{self.architecture}.context_length")
         return int(value) if isinstance(value, int) else None

@@ -3,7 +3,8 @@
 `convert_checkpoint` plans the output from the checkpoint's config and tensor headers (every
 dimension from config.json), checks that every tensor maps and has the shape llama.cpp
 expects, then streams tensor by tensor, large tensors in blocks of rows, through
-`edge_sql.convert.gguf_stream.write_gguf`.
+`edge_sql.convert.gguf_stream.write_gguf`. The multi-token-prediction head is kept (as
+llama.cpp's converter writes it, for MTP drafting) unless `mtp=False`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Iterator
@@ -24,12 +25,14 @@ from edge_sql.convert.gguf_file import bf16_bits_to_f32, f32_to_bf16_bits
 from edge_sql.convert.gguf_stream import PlannedTensor, write_gguf
 from edge_sql.convert.qwen35 import (
     ARCH_NAME,
+    DROPPED_PARTS,
     MappedTensor,
     Qwen35Dims,
     add_model_metadata,
     dropped_part,
     expected_shapes,
     map_tensor_name,
+    mtp_layer_count,
 )
 from edge_sql.convert.tokenizer_meta import TokenizerData, add_tokenizer_metadata, read_tokenizer
 from edge_sql.convert.transforms import ROW_WISE, TRANSFORMS
@@ -59,12 +62,15 @@ class ConversionReport:
     dropped: dict[str, int] = field(default_factory=dict)  # "vision" / "mtp" / "tied lm_head" -> count
     file_size: int = 0
     seconds: float = 0.0
+    mtp_layers: int = 0  # MTP layers written (the head llama.cpp drafts with)
 
     def summary(self) -> str:
         dropped = ", ".join(f"{n} {label}" for label, n in self.dropped.items()) or "none"
+        mtp = f"kept ({self.mtp_layers} layer{'s' if self.mtp_layers != 1 else ''})" if self.mtp_layers else "none"
         return (
             f"wrote {self.output} ({self.outtype}, {self.file_size / 1e9:.2f} GB, {self.tensors} tensors, "
-            f"{self.parameters / 1e9:.3f} B parameters) in {self.seconds:.1f} s; dropped tensors: {dropped}"
+            f"{self.parameters / 1e9:.3f} B parameters) in {self.seconds:.1f} s; MTP head: {mtp}; "
+            f"dropped tensors: {dropped}"
         )
 
 
@@ -77,8 +83,11 @@ def convert_checkpoint(
     show_progress: bool = True,
     source_repo: str | None = None,
     license: str | None = None,
+    mtp: bool = True,
 ) -> ConversionReport:
-    """Convert the checkpoint folder `src` to the GGUF file `out`; see the module docstring."""
+    """Convert the checkpoint folder `src` to the GGUF file `out`; see the module docstring.
+
+    `mtp=False` leaves the multi-token-prediction head out (llama.cpp's `--no-mtp`)."""
     started = time.perf_counter()
     if outtype not in OUTTYPES:
         raise ConversionError(f"unknown output type {outtype!r}; choose one of {', '.join(OUTTYPES)}")
@@ -86,6 +95,7 @@ def convert_checkpoint(
     check_output_path(out, force=force)
     checkpoint = Checkpoint.open(src)
     dims = Qwen35Dims.from_config(checkpoint.config)
+    dims = replace(dims, mtp_layers=_mtp_layers(checkpoint, dims) if mtp else 0)
     tensors, dropped = plan_tensors(checkpoint, dims, OUTTYPES[outtype])
     tokenizer = read_tokenizer(checkpoint.folder, dims.vocab_size)
     repo = source_repo or _repo_id_from_cache_path(checkpoint.folder)
@@ -105,7 +115,27 @@ def convert_checkpoint(
     return ConversionReport(
         source=src, output=out, outtype=outtype, tensors=len(tensors), parameters=parameters,
         dropped=dropped, file_size=out.stat().st_size, seconds=time.perf_counter() - started,
+        mtp_layers=dims.mtp_layers,
     )
+
+
+def _mtp_layers(checkpoint: Checkpoint, dims: Qwen35Dims) -> int:
+    """MTP layers to write: the config's `mtp_num_hidden_layers` when the checkpoint holds them
+    (0 when it ships no `mtp.layers.*`); llama.cpp's qwen35 runs exactly one."""
+    present = mtp_layer_count(list(checkpoint.names()))
+    if not present:
+        return 0
+    declared = dims.mtp_layers or present
+    if declared != present:
+        raise ConversionError(
+            f"config.json declares {declared} MTP layers but the checkpoint holds {present}; "
+            "convert with --no-mtp to leave the MTP head out"
+        )
+    if present > 1:
+        raise ConversionError(
+            f"the checkpoint has {present} MTP layers; llama.cpp's qwen35 runs one: convert with --no-mtp"
+        )
+    return present
 
 
 def check_output_path(out: Path, *, force: bool) -> None:
@@ -130,8 +160,11 @@ def plan_tensors(
         if part is not None:
             dropped[part] = dropped.get(part, 0) + 1
             continue
-        target = map_tensor_name(name)
+        target = map_tensor_name(name, dims.n_layers)
         if target is None or target.gguf_name not in expected:
+            if target is None and re.match(DROPPED_PARTS["mtp"], name):
+                raise ConversionError(f"cannot map the MTP head's tensor {name} to llama.cpp's nextn block; "
+                                      "convert with --no-mtp to leave the head out")
             raise ConversionError(
                 f"cannot map tensor {name} of this Qwen3.5 checkpoint to llama.cpp's qwen35 "
                 f"(layer kinds: {', '.join(dims.layer_kinds)}); this variant is not supported"
@@ -148,7 +181,7 @@ def plan_tensors(
     if missing:
         raise ConversionError(f"the checkpoint lacks {len(missing)} tensors the model needs (first: {missing[0]})")
     plan = []
-    for gguf_name in expected:  # embedding, blocks in order, output norm (and output)
+    for gguf_name in expected:  # embedding, blocks in order, MTP block, output norm (and output)
         target, source = mapped[gguf_name]
         shape = expected[gguf_name]
         storage = gguf.GGMLQuantizationType.F32 if target.rule.keep_f32 or len(shape) == 1 else outtype

@@ -5,6 +5,11 @@ per-tensor overrides (regular expressions on GGUF tensor names, llama.cpp's `tt_
 made from the converter's tensor table), e.g. `SENSITIVE_RECIPE`, which keeps the tensors most
 sensitive to quantization in the Qwen3.5 family (`SENSITIVE_TENSORS`) at Q8_0. The output is written to a
 temporary file and renamed into place, so a failure leaves nothing behind.
+
+The MTP head (the extra `blk.{n_layers}` block of a file converted with it) is quantized by
+llama.cpp like any block for a plain type, so plain types match `llama-quantize`'s files. The
+recipes keep it at Q8_0: it is about 3% of the weights (1.5% more file), and its precision only
+decides how many drafted tokens verification accepts, the whole point of running it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from gguf import LlamaFileType
 from gguf import MODEL_TENSOR as MT
 
 from edge_sql.convert.atomic import atomic_output
-from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, read_gguf, validate_gguf
+from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, GGUFFile, read_gguf, validate_gguf
 from edge_sql.convert.qwen35 import tensor_pattern
 from edge_sql.errors import ConversionError, ModelFileError
 from edge_sql.interrupts import signals_deferred
@@ -54,6 +59,7 @@ class Recipe:
     base: str
     overrides: tuple[tuple[str, T], ...]
     description: str
+    mtp_head: T | None = None  # storage of the MTP block's matrices (None: as the base type decides)
 
 
 # The tensors most sensitive to quantization in Qwen3.5 (benchmarks/results/variants): the
@@ -68,11 +74,13 @@ RECIPES: dict[str, Recipe] = {
     for r in (
         Recipe(
             SENSITIVE_RECIPE, "Q4_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
-            f"Q4_K_M, with {_SENSITIVE_LIST} (most sensitive in Qwen3.5) kept at Q8_0",
+            f"Q4_K_M, with {_SENSITIVE_LIST} (most sensitive in Qwen3.5) and the MTP head kept at Q8_0",
+            mtp_head=T.Q8_0,
         ),
         Recipe(
             "Q3_K_M-sensitive-q8", "Q3_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
-            f"Q3_K_M, with {_SENSITIVE_LIST} kept at Q8_0",
+            f"Q3_K_M, with {_SENSITIVE_LIST} and the MTP head kept at Q8_0",
+            mtp_head=T.Q8_0,
         ),
     )
 }
@@ -109,10 +117,11 @@ def quantize_gguf(
     base = recipe.base if recipe else qtype
     if base not in QUANT_TYPES:
         raise ConversionError(f"unknown quantization type {qtype!r}; choose one of {', '.join(choices())}")
-    _check_input(src)
+    info = _check_input(src)
     _check_output(src, out, force=force)
+    overrides = (*recipe.overrides, *mtp_overrides(info, recipe.mtp_head)) if recipe else ()
     with atomic_output(out) as tmp:
-        _run_llama_quantize(src, tmp, QUANT_TYPES[base], recipe.overrides if recipe else (), n_threads, verbose)
+        _run_llama_quantize(src, tmp, QUANT_TYPES[base], overrides, n_threads, verbose)
         types = tensor_type_counts(tmp)
     return QuantizeReport(src, out, qtype, out.stat().st_size, time.perf_counter() - started, types)
 
@@ -121,7 +130,15 @@ def tensor_type_counts(path: Path) -> dict[str, int]:
     return dict(Counter(read_gguf(path).tensor_types().values()))
 
 
-def _check_input(src: Path) -> None:
+def mtp_overrides(info: GGUFFile, storage: T | None) -> tuple[tuple[str, T], ...]:
+    """Type overrides putting the file's MTP blocks (the last `mtp_layers` blocks) at `storage`."""
+    if storage is None or not info.mtp_layers or not info.block_count:
+        return ()
+    first = info.block_count - info.mtp_layers
+    return tuple((rf"^blk\.{bid}\.", storage) for bid in range(first, info.block_count))
+
+
+def _check_input(src: Path) -> GGUFFile:
     """A complete GGUF of a model edge-sql runs, not yet quantized."""
     try:
         info = validate_gguf(src)
@@ -131,6 +148,7 @@ def _check_input(src: Path) -> None:
     if raw is not None and info.file_type not in UNQUANTIZED_FILE_TYPES:
         name = _FILE_TYPE_NAMES.get(info.file_type, f"file type {raw}")
         raise ConversionError(f"{src} is already quantized ({name}); quantize from the F32/F16/BF16 GGUF", path=src)
+    return info
 
 
 def _check_output(src: Path, out: Path, *, force: bool) -> None:

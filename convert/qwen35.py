@@ -3,6 +3,14 @@
 Everything here is read from the checkpoint's config.json; nothing about a particular model
 size is assumed. The tensor table maps Hugging Face names to GGUF names plus the value
 transforms of `edge_sql.convert.transforms`; the generic writer in `edge_sql.convert.gguf_stream` applies it.
+
+The multi-token-prediction (MTP) head is written as llama.cpp's converter writes it (vendored
+in llama-cpp-python 0.3.36, `_QwenMtpMixin`): its decoder layer becomes an extra block
+`blk.{n_layers}` after the trunk (full-attention tensor names, norms +1), `mtp.fc` becomes
+`nextn.eh_proj`, the two pre-fc norms `nextn.enorm`/`nextn.hnorm` and `mtp.norm`
+`nextn.shared_head_norm`; `block_count` counts the extra block, `nextn_predict_layers` says how
+many there are, and `recurrent_layers` marks it as attention. llama.cpp loads it only with
+`llama_model_params.load_mtp`, so a file with the head runs unchanged without it.
 """
 
 from __future__ import annotations
@@ -46,6 +54,12 @@ class Qwen35Dims:
     linear_k_head_dim: int
     linear_v_head_dim: int
     tied_embeddings: bool
+    mtp_layers: int = 0  # MTP layers written after the trunk (0: no MTP head in the GGUF)
+
+    @property
+    def n_blocks(self) -> int:
+        """Blocks in the GGUF: the trunk plus the MTP layers (llama.cpp's `block_count`)."""
+        return self.n_layers + self.mtp_layers
 
     @classmethod
     def from_config(cls, config: dict) -> "Qwen35Dims":
@@ -120,6 +134,7 @@ class Qwen35Dims:
             linear_k_head_dim=k_dim,
             linear_v_head_dim=v_dim,
             tied_embeddings=tied,
+            mtp_layers=int(text.get("mtp_num_hidden_layers") or 0),
         )
 
 
@@ -143,6 +158,7 @@ class TensorRule:
     suffix: str = ".weight"
     transforms: tuple[str, ...] = ()
     keep_f32: bool = False  # stored as F32 whatever the output type (llama.cpp reads these as F32)
+    mtp: bool = False  # an MTP head tensor: its block is n_layers + the MTP layer index
 
 
 _TEXT = r"model\.(?:language_model\.)?"
@@ -178,13 +194,39 @@ TENSOR_RULES: tuple[TensorRule, ...] = (
     TensorRule(_BLOCK + r"mlp\.down_proj\.weight", T.FFN_DOWN),
 )
 
+# The MTP head, as llama.cpp's converter maps it: the head's own tensors go to the first MTP
+# block; its decoder layer is a full-attention block with the trunk's names.
+_MTP = r"(?:model\.)?mtp\."
+_MTP_BLOCK = _MTP + r"layers\.(?P<bid>\d+)\."
+_MTP_LAYER_TENSORS = {
+    r"input_layernorm\.weight": (T.ATTN_NORM, ("plus_one",)),
+    r"post_attention_layernorm\.weight": (T.ATTN_POST_NORM, ("plus_one",)),
+    r"self_attn\.q_proj\.weight": (T.ATTN_Q, ()),
+    r"self_attn\.k_proj\.weight": (T.ATTN_K, ()),
+    r"self_attn\.v_proj\.weight": (T.ATTN_V, ()),
+    r"self_attn\.o_proj\.weight": (T.ATTN_OUT, ()),
+    r"self_attn\.q_norm\.weight": (T.ATTN_Q_NORM, ("plus_one",)),
+    r"self_attn\.k_norm\.weight": (T.ATTN_K_NORM, ("plus_one",)),
+    r"mlp\.gate_proj\.weight": (T.FFN_GATE, ()),
+    r"mlp\.up_proj\.weight": (T.FFN_UP, ()),
+    r"mlp\.down_proj\.weight": (T.FFN_DOWN, ()),
+}
+MTP_RULES: tuple[TensorRule, ...] = (
+    TensorRule(_MTP + r"fc\.weight", T.NEXTN_EH_PROJ, mtp=True),
+    TensorRule(_MTP + r"pre_fc_norm_embedding\.weight", T.NEXTN_ENORM, transforms=("plus_one",), mtp=True),
+    TensorRule(_MTP + r"pre_fc_norm_hidden\.weight", T.NEXTN_HNORM, transforms=("plus_one",), mtp=True),
+    TensorRule(_MTP + r"norm\.weight", T.NEXTN_SHARED_HEAD_NORM, transforms=("plus_one",), mtp=True),
+    *(TensorRule(_MTP_BLOCK + pattern, target, transforms=transforms, mtp=True)
+      for pattern, (target, transforms) in _MTP_LAYER_TENSORS.items()),
+)
+
 # Tensors that are not part of the text GGUF: label -> HF name pattern.
 DROPPED_PARTS: dict[str, str] = {
     "vision": r"model\.visual\.",
-    "mtp": r"mtp\.",
+    "mtp": r"(?:model\.)?mtp\.",
 }
 
-_COMPILED = [(re.compile(rule.pattern + r"$"), rule) for rule in TENSOR_RULES]
+_COMPILED = [(re.compile(rule.pattern + r"$"), rule) for rule in TENSOR_RULES + MTP_RULES]
 
 
 @dataclass(frozen=True)
@@ -195,18 +237,28 @@ class MappedTensor:
     bid: int | None
 
 
-def map_tensor_name(hf_name: str) -> MappedTensor | None:
-    """The GGUF tensor an HF tensor becomes, or None when no rule matches."""
+def map_tensor_name(hf_name: str, n_layers: int = 0) -> MappedTensor | None:
+    """The GGUF tensor an HF tensor becomes, or None when no rule matches.
+
+    MTP tensors land in block `n_layers` + their MTP layer index (the trunk's layer count)."""
     for regex, rule in _COMPILED:
         match = regex.match(hf_name)
         if match:
             bid = int(match["bid"]) if "bid" in regex.groupindex else None
+            if rule.mtp:
+                bid = n_layers + (bid or 0)
             return MappedTensor(hf_name, gguf_name(rule.target, bid), rule, bid)
     return None
 
 
+def mtp_layer_count(hf_names: list[str]) -> int:
+    """MTP decoder layers present among the checkpoint's tensor names (`mtp.layers.N.*`)."""
+    found = [int(m["bid"]) for n in hf_names if (m := re.match(_MTP_BLOCK, n))]
+    return max(found) + 1 if found else 0
+
+
 def _rule_for(target: T) -> TensorRule:
-    for rule in TENSOR_RULES:
+    for rule in TENSOR_RULES + MTP_RULES:
         if rule.target == target:
             return rule
     raise KeyError(f"no tensor rule for {target.name}")
@@ -224,9 +276,11 @@ def tensor_pattern(target: T) -> str:
 
 
 def dropped_part(hf_name: str, dims: Qwen35Dims) -> str | None:
-    """Why an HF tensor is left out of the GGUF ("vision", "mtp", "tied lm_head"), or None."""
+    """Why an HF tensor is left out of the GGUF ("vision", "mtp", "tied lm_head"), or None.
+
+    MTP tensors are dropped only when `dims` has no MTP layers (`--no-mtp`)."""
     for label, pattern in DROPPED_PARTS.items():
-        if re.match(pattern, hf_name):
+        if re.match(pattern, hf_name) and not (label == "mtp" and dims.mtp_layers):
             return label
     if hf_name == "lm_head.weight" and dims.tied_embeddings:
         return "tied lm_head"
@@ -269,6 +323,27 @@ def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
                 (T.SSM_NORM, bid, (d.linear_v_head_dim,)),
                 (T.SSM_OUT, bid, (h, value_dim)),
             ]
+    for bid in range(d.n_layers, d.n_blocks):  # the MTP head: a full-attention block plus its own tensors
+        planned += [
+            (T.ATTN_NORM, bid, (h,)),
+            (T.ATTN_POST_NORM, bid, (h,)),
+            (T.FFN_GATE, bid, (ffn, h)),
+            (T.FFN_UP, bid, (ffn, h)),
+            (T.FFN_DOWN, bid, (h, ffn)),
+            (T.ATTN_Q, bid, (2 * d.n_heads * d.head_dim, h)),
+            (T.ATTN_K, bid, (d.n_kv_heads * d.head_dim, h)),
+            (T.ATTN_V, bid, (d.n_kv_heads * d.head_dim, h)),
+            (T.ATTN_OUT, bid, (h, d.n_heads * d.head_dim)),
+            (T.ATTN_Q_NORM, bid, (d.head_dim,)),
+            (T.ATTN_K_NORM, bid, (d.head_dim,)),
+        ]
+        if bid == d.n_layers:
+            planned += [
+                (T.NEXTN_EH_PROJ, bid, (h, 2 * h)),
+                (T.NEXTN_ENORM, bid, (h,)),
+                (T.NEXTN_HNORM, bid, (h,)),
+                (T.NEXTN_SHARED_HEAD_NORM, bid, (h,)),
+            ]
     planned.append((T.OUTPUT_NORM, None, (h,)))
     if not d.tied_embeddings:
         planned.append((T.OUTPUT, None, (d.vocab_size, h)))
@@ -280,7 +355,7 @@ def add_model_metadata(writer: gguf.GGUFWriter, dims: Qwen35Dims) -> None:
     d = dims
     writer.add_context_length(d.context_length)
     writer.add_embedding_length(d.hidden_size)
-    writer.add_block_count(d.n_layers)
+    writer.add_block_count(d.n_blocks)
     writer.add_feed_forward_length(d.intermediate_size)
     writer.add_head_count(d.n_heads)
     writer.add_head_count_kv(d.n_kv_heads)
@@ -296,5 +371,9 @@ def add_model_metadata(writer: gguf.GGUFWriter, dims: Qwen35Dims) -> None:
     writer.add_ssm_time_step_rank(d.linear_v_heads)
     writer.add_ssm_inner_size(d.linear_v_head_dim * d.linear_v_heads)
     writer.add_full_attention_interval(d.full_attention_interval)
-    # the per-layer pattern itself, so layer_types that do not follow the interval still load
-    writer.add_array(f"{ARCH_NAME}.attention.recurrent_layers", [kind == "linear" for kind in d.layer_kinds])
+    # the per-layer pattern itself, so layer_types that do not follow the interval still load;
+    # MTP blocks are attention blocks
+    writer.add_array(f"{ARCH_NAME}.attention.recurrent_layers",
+                     [kind == "linear" for kind in d.layer_kinds] + [False] * d.mtp_layers)
+    if d.mtp_layers:
+        writer.add_nextn_predict_layers(d.mtp_layers)

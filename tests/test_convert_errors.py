@@ -134,6 +134,8 @@ def test_cli_converts_and_refuses_to_overwrite(tiny_checkpoint: Path, tmp_path: 
     args = ["convert", str(tiny_checkpoint), "-o", str(out), "--outtype", "f16", "--no-progress"]
     result = runner.invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert "dropped tensors: 21 vision, 15 mtp" in result.output
+    assert "MTP head: kept (1 layer); dropped tensors: 21 vision" in result.output
     assert runner.invoke(main, args).exit_code == 1
+    no_mtp = runner.invoke(main, [*args, "--force", "--no-mtp"])
+    assert no_mtp.exit_code == 0 and "MTP head: none; dropped tensors: 21 vision, 15 mtp" in no_mtp.output
     assert runner.invoke(main, [*args, "--force"]).exit_code == 0

@@ -60,17 +60,20 @@ def test_sharded_and_single_file_give_identical_tensors(bf16: GGUFFile, sharded_
     assert differing == {"general.name"}  # named after the folder: "checkpoint" / "checkpoint-sharded"
 
 
-def test_vision_and_mtp_tensors_are_dropped_and_counted(tiny_checkpoint_sharded: Path, sharded_conversion) -> None:
+def test_vision_tensors_are_dropped_and_counted_and_the_mtp_head_kept(
+    tiny_checkpoint_sharded: Path, sharded_conversion
+) -> None:
     report, layout = sharded_conversion
     index = json.loads((tiny_checkpoint_sharded / "model.safetensors.index.json").read_text())
     names = list(index["weight_map"])
     n_vision = sum(n.startswith("model.visual.") for n in names)
     n_mtp = sum(n.startswith("mtp.") for n in names)
     assert n_vision > 0 and n_mtp == 15
-    assert report.dropped == {"vision": n_vision, "mtp": n_mtp}
-    assert report.tensors == len(names) - n_vision - n_mtp == len(layout.tensors) == 55
-    assert not [n for n in layout.tensors if "visual" in n or "mtp" in n or "nextn" in n]
-    assert layout.metadata["qwen35.block_count"] == 4  # the MTP layer is not a block
+    assert report.dropped == {"vision": n_vision} and report.mtp_layers == 1
+    assert report.tensors == len(names) - n_vision == len(layout.tensors) == 55 + n_mtp
+    assert not [n for n in layout.tensors if "visual" in n or "mtp" in n]
+    assert len([n for n in layout.tensors if n.startswith("blk.4.")]) == n_mtp  # the MTP block after the trunk
+    assert layout.metadata["qwen35.block_count"] == 5  # llama.cpp counts the MTP block (test_convert_mtp.py)
 
 
 def test_tensor_names_shapes_and_storage(bf16: GGUFFile, text_config: dict) -> None:
@@ -169,7 +172,8 @@ def test_model_and_tokenizer_metadata(bf16: GGUFFile, tiny_checkpoint: Path, tex
         "general.name": "checkpoint",
         "general.converter.name": "edge-sql convert",
         "general.file_type": 32,  # MOSTLY_BF16
-        "qwen35.block_count": 4,
+        "qwen35.block_count": 5,  # 4 trunk blocks and the MTP block
+        "qwen35.nextn_predict_layers": 1,
         "qwen35.context_length": text_config["max_position_embeddings"],
         "qwen35.embedding_length": 256,
         "qwen35.feed_forward_length": 512,
@@ -186,7 +190,7 @@ def test_model_and_tokenizer_metadata(bf16: GGUFFile, tiny_checkpoint: Path, tex
         "qwen35.ssm.time_step_rank": 4,
         "qwen35.ssm.inner_size": 256,
         "qwen35.full_attention_interval": 4,
-        "qwen35.attention.recurrent_layers": [True, True, True, False],
+        "qwen35.attention.recurrent_layers": [True, True, True, False, False],
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.pre": "qwen35",
         "tokenizer.ggml.add_bos_token": False,

@@ -83,7 +83,7 @@ def test_quantized_file_loads_and_generates(qtype: str, quantized) -> None:
     assert q.report.file_size == q.path.stat().st_size > 0
     types = read_gguf(q.path).tensor_types()
     assert q.report.tensor_types == dict(Counter(types.values()))
-    assert len(types) == 55
+    assert len(types) == 70  # 55 in the trunk, 15 in the MTP head (blk.4)
     recipe = RECIPES.get(qtype)
     base = recipe.base if recipe else qtype
     assert types["blk.0.ffn_gate.weight"] == MAIN_STORAGE[base]
@@ -93,6 +93,12 @@ def test_quantized_file_loads_and_generates(qtype: str, quantized) -> None:
         sensitive = {name: storage for name, storage in types.items() if _is_sensitive(name)}
         assert len(sensitive) == 9  # ssm_out, attn_qkv, attn_gate in each of the 3 linear-attention layers
         assert set(sensitive.values()) == {"Q8_0"}
+    mtp = {name: storage for name, storage in types.items() if name.startswith("blk.4.") and storage != "F32"}
+    assert len(mtp) == 8  # eh_proj, attn_q/k/v/output, ffn_gate/up/down; its norms stay F32
+    if recipe:
+        assert set(mtp.values()) == {"Q8_0"}  # recipes keep the MTP head at Q8_0
+    else:
+        assert mtp["blk.4.ffn_gate.weight"] == MAIN_STORAGE[base]  # plain types: like any block
     assert len(q.generated) == 4 and all(0 <= t < 248320 for t in q.generated)
     assert q.error < MAX_RELATIVE_ERROR.get(base, DEFAULT_MAX_RELATIVE_ERROR)
 

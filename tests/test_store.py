@@ -176,7 +176,7 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
     table = CliRunner().invoke(main, ["models"])
     assert table.exit_code == 0
     lines = table.output.splitlines()
-    assert lines[0].split() == ["NAME", "VARIANT", "SIZE", "PATH"]
+    assert lines[0].split() == ["NAME", "VARIANT", "SIZE", "MTP", "PATH"]
     assert lines[1].split()[:3] == ["bird", "Q8_0", "64"]
     assert lines[2].split()[:5] == ["*", "synsql", "Q4_K_M", "1.5", "MB"]  # the default is marked
     assert str(store.model_path("synsql", "Q4_K_M")) in lines[2]
@@ -223,3 +223,19 @@ def test_models_command_shows_the_settings_calibrated_on_this_machine(store: Mod
     assert "bird:Q8_0  not tuned yet" in shown
     as_json = json.loads(CliRunner().invoke(main, ["models", "--json"]).output)
     assert [m["settings"] for m in as_json["models"]] == [None, "flash_attn=off n_ubatch=128 n_threads=2 repack=off (full)"]
+
+
+def test_the_store_records_whether_a_file_has_the_mtp_head(store: ModelStore, tiny_gguf: Path) -> None:
+    from click.testing import CliRunner
+
+    from edge_sql.cli import main
+
+    with_head = store.add("tiny", "BF16", tiny_gguf, checksum=False)
+    assert with_head.mtp_layers == 1  # read from the file's header (qwen35.nextn_predict_layers)
+    unreadable = store.add("bird", "Q8_0", _fake_gguf(store.model_path("bird", "Q8_0")), checksum=False)
+    assert unreadable.mtp_layers is None
+    assert store.get("tiny", "BF16").mtp_layers == 1  # kept in the index
+    rows = {line.split()[0]: line.split() for line in CliRunner().invoke(main, ["models"]).output.splitlines()[1:3]}
+    assert rows["tiny"][4] == "yes" and rows["bird"][4] == "?"
+    listed = json.loads(CliRunner().invoke(main, ["models", "--json"]).output)["models"]
+    assert {m["name"]: m["mtp_layers"] for m in listed} == {"tiny": 1, "bird": None}

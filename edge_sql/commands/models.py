@@ -8,6 +8,7 @@ import click
 
 from edge_sql.store import ModelStore, StoredModel
 from edge_sql.store.catalog import load_catalog
+from edge_sql.store.index import gguf_mtp_layers
 
 
 def human_size(size: int) -> str:
@@ -29,35 +30,52 @@ def tuned_label(entry: StoredModel) -> str | None:
     return f"{calibration.chosen.label} ({calibration.mode})" if calibration else None
 
 
+def mtp_layers(entry: StoredModel) -> int | None:
+    """MTP head layers of the entry's file (read from its header for entries recorded before the
+    store kept it); None when unknown."""
+    if entry.mtp_layers is not None or not entry.exists:
+        return entry.mtp_layers
+    return gguf_mtp_layers(entry.path)
+
+
+def _mtp_label(entry: StoredModel) -> str:
+    n = mtp_layers(entry)
+    return "?" if n is None else ("yes" if n else "no")
+
+
 def _is_default(entry: StoredModel) -> bool:
     catalog = load_catalog()
     return (entry.name, entry.variant) == (catalog.default_model, catalog.default_variant)
 
 
 def render_table(entries: list[StoredModel]) -> str:
-    """The store as an aligned text table; `*` marks the default model (what `run` uses without --model)."""
-    header = ("NAME", "VARIANT", "SIZE", "PATH")
+    """The store as an aligned text table; `*` marks the default model (what `run` uses without --model);
+    MTP says whether the file has the multi-token-prediction head (MTP drafting needs it)."""
+    header = ("NAME", "VARIANT", "SIZE", "MTP", "PATH")
     rows = [
         (
             ("* " if _is_default(e) else "  ") + e.name,
             e.variant,
             human_size(e.size),
+            _mtp_label(e),
             str(e.path) + ("" if e.exists else "  (file missing)"),
         )
         for e in entries
     ]
-    widths = [max(len(r[i]) for r in [("  " + header[0], *header[1:]), *rows]) for i in range(3)]
+    widths = [max(len(r[i]) for r in [("  " + header[0], *header[1:]), *rows]) for i in range(4)]
     lines = [
-        f"{'  ' + header[0]:<{widths[0]}}  {header[1]:<{widths[1]}}  {header[2]:>{widths[2]}}  {header[3]}"
+        f"{'  ' + header[0]:<{widths[0]}}  {header[1]:<{widths[1]}}  {header[2]:>{widths[2]}}  "
+        f"{header[3]:<{widths[3]}}  {header[4]}"
     ]
-    lines += [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
+    lines += [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:<{widths[3]}}  {r[4]}"
+              for r in rows]
     return "\n".join(lines)
 
 
 @click.command("models")
 @click.option("--json", "as_json", is_flag=True, help="Print the store as JSON (one object per file).")
 def command(as_json: bool) -> None:
-    """List the models in the local store: name, variant, size and path.
+    """List the models in the local store: name, variant, size, MTP head and path.
 
     The store is $EDGE_SQL_HOME, or the user data folder (~/.local/share/edge-sql on Linux).
     `*` marks the default model that `edge-sql run` uses without --model.
@@ -65,8 +83,8 @@ def command(as_json: bool) -> None:
     store = ModelStore()
     entries = store.list()
     if as_json:
-        payload = [{**e.to_json(), "exists": e.exists, "default": _is_default(e), "settings": tuned_label(e)}
-                   for e in entries]
+        payload = [{**e.to_json(), "mtp_layers": mtp_layers(e), "exists": e.exists, "default": _is_default(e),
+                    "settings": tuned_label(e)} for e in entries]
         click.echo(json.dumps({"store": str(store.root), "models": payload}, indent=2))
         return
     if not entries:

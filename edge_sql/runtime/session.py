@@ -66,6 +66,7 @@ class SessionInfo:
     repack: bool
     n_vocab: int
     flash_attn: str = "auto"  # "on", "off" or "auto" (llama.cpp decides)
+    mtp_layers: int = 0       # multi-token-prediction layers loaded (Session(mtp=True): llama.cpp's load_mtp)
     # bytes llama.cpp allocated beyond the mapped file, by kind ("CPU KV", "CPU compute", ...)
     buffers: dict[str, int] = field(default_factory=dict)
     # repacked weights: the file's mapping was released after loading (runtime/mapping.py), so
@@ -152,7 +153,9 @@ class Session:
     instead of adding about 590 MB; on AMX builds repacked weights crash (`repack=True` is then
     refused, see `backend.repack_is_safe`).
     `n_ubatch=None` is 256 (`DEFAULT_UBATCH`); `flash_attn=None` lets llama.cpp decide (on
-    for CPU), True/False force it (`tuning` picks these per machine). `info` says what was chosen.
+    for CPU), True/False force it (`tuning` picks these per machine). `mtp=True` also loads the
+    file's multi-token-prediction head, for an `MTPDrafter` (`info.mtp_layers` says whether it
+    did). `info` says what was chosen.
 
     Shared prefix: after `shared_prefix(tokens)`, the next `eval` on an empty context that
     starts with `tokens` restores their saved state (attention KV and recurrent state) instead
@@ -176,6 +179,7 @@ class Session:
         prefix_cache_dir: str | Path | None = None,
         prefix_cache_bytes: int = 512 * 1024 * 1024,
         log: Callable[[str], None] | None = None,
+        mtp: bool = False,
     ) -> None:
         if n_ctx < 16 or n_batch < 1 or (n_ubatch is not None and n_ubatch < 1):
             raise ValueError("n_ctx must be >= 16 and n_batch, n_ubatch >= 1")
@@ -201,6 +205,9 @@ class Session:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = repack
+        # the MTP head (an extra block that only an MTP drafter's context runs; the main graph
+        # never does) on request: loading it keeps its weights in memory (36 MiB on the 2B Q4_K_M)
+        model_params.load_mtp = mtp and gguf.mtp_layers > 0
         with capture_log() as load_lines:
             self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
         if not self._model:
@@ -242,6 +249,7 @@ class Session:
             n_ctx=self._n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, repack=repack, n_vocab=self._n_vocab,
             flash_attn="auto" if flash_attn is None else ("on" if flash_attn else "off"),
             buffers={**buffer_sizes(load_lines), **self._buffers}, mapping_released=mapping_released,
+            mtp_layers=llama_cpp.llama_model_n_layer_nextn(self._model) if model_params.load_mtp else 0,
         )
         self._log = log or (lambda _message: None)
         self._prefix_store = PrefixStore(prefix_cache_dir, max_bytes=prefix_cache_bytes, log=self._log)
@@ -291,6 +299,23 @@ class Session:
         if not self._model:
             raise RuntimeError("the session is closed: its model has been freed")
         return self._model
+
+    @property
+    def llama_context(self) -> llama_cpp.llama_context_p:
+        """The session's llama.cpp context, for a context that reads it (an MTP drafter's
+        `ctx_other`). The session owns it; free dependent contexts before `close()`."""
+        if not self._ctx:
+            raise RuntimeError("the session is closed: its context has been freed")
+        return self._ctx
+
+    def add_decode_listener(self, listener: Callable[[np.ndarray, int], None]) -> None:
+        """Call `listener(tokens, first_position)` after every llama_decode of this context
+        (`tokens` is a view, valid during the call): how an MTP drafter sees each hidden state."""
+        self._batch.listeners.append(listener)
+
+    def remove_decode_listener(self, listener: Callable[[np.ndarray, int], None]) -> None:
+        if self._batch is not None and listener in self._batch.listeners:
+            self._batch.listeners.remove(listener)
 
     @property
     def tokens(self) -> list[int]:

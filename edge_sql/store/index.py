@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import EdgeSqlError, ModelFileError
 from edge_sql.store.home import store_root
 
 INDEX_VERSION = 1
@@ -31,6 +31,7 @@ class StoredModel:
     revision: str | None = None
     source: str | None = None
     sha256: str | None = None
+    mtp_layers: int | None = None  # MTP head layers in the file (drafting needs >= 1); None: unknown
 
     @property
     def ref(self) -> str:
@@ -64,6 +65,16 @@ def file_sha256(path: Path, chunk_size: int = 1 << 22) -> str:
         while chunk := f.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def gguf_mtp_layers(path: Path) -> int | None:
+    """The MTP layers a GGUF file's header declares, or None when it is not a readable GGUF."""
+    from edge_sql.convert.gguf_file import read_gguf  # numpy and gguf: only when a file is read
+
+    try:
+        return read_gguf(path, max_array=0).mtp_layers
+    except ModelFileError:
+        return None
 
 
 def _now() -> str:
@@ -138,6 +149,7 @@ class ModelStore:
             revision=revision,
             source=source,
             sha256=file_sha256(path) if checksum else None,
+            mtp_layers=gguf_mtp_layers(path),
         )
         others = [
             m
