@@ -18,7 +18,7 @@ import pytest
 
 from edge_sql.runtime import Session
 from edge_sql.runtime import tuning
-from edge_sql.runtime.backend import repack_is_safe
+from edge_sql.runtime.backend import default_threads, repack_is_safe
 from edge_sql.runtime.identity import file_fingerprint
 from edge_sql.runtime.tuning import Settings, calibrate, candidates, predict
 
@@ -181,3 +181,20 @@ def test_logits_agree_across_the_settings_the_tuner_may_choose(model_fixture: st
 def _softmax(logits: np.ndarray) -> np.ndarray:
     z = np.exp(logits.astype(np.float64) - logits.max())
     return z / z.sum()
+
+
+def test_a_busy_machine_is_noted_and_a_quiet_one_is_not() -> None:
+    assert tuning.busy_note(None, 2) == ""          # no load average on this OS
+    assert tuning.busy_note(0.4, 2) == ""
+    assert tuning.busy_note(1.0, 2) == ""           # half the CPUs: still fine
+    note = tuning.busy_note(3.1, 2)
+    assert "busy" in note and "3.1 on 2 CPUs" in note and "edge-sql tune" in note
+    load = tuning.other_load(own_threads=1000)      # more threads than any load: clamped at zero
+    assert load is None or load == 0.0
+
+
+def test_the_calibration_records_the_load_of_other_processes(tiny_gguf: Path) -> None:
+    result = calibrate(tiny_gguf, settings=SETTINGS[:1], **SMALL)
+    assert result.other_load is not None and result.other_load >= 0.0
+    assert ("busy" in result.note) == (result.other_load > default_threads() / 2)
+    assert tuning.Calibration.from_json(json.loads(json.dumps(result.to_json()))).other_load == result.other_load

@@ -37,6 +37,7 @@ Results are cached per (CPU, llama.cpp build, file fingerprint) under the store'
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -51,7 +52,7 @@ from edge_sql.runtime.session import DEFAULT_UBATCH, Session
 
 EPISODE_TOKENS = 12288
 MEMORY_ALLOWANCE = 400 * 1024 * 1024
-CACHE_VERSION = 2  # 2: the bound counts ggml's attention work buffer
+CACHE_VERSION = 2  # 2: the bound counts ggml's attention work buffer; other_load
 QUICK_POINTS = (256, 1024)
 FULL_POINTS = (512, 4096, 8192, 11776)
 
@@ -151,6 +152,7 @@ class Calibration:
     build: str = field(default_factory=llama_build)
     note: str = ""
     threads: int | None = None   # the thread count the caller fixed (None: candidates chose)
+    other_load: float | None = None  # run-queue length of other processes when it ended (None: unknown)
 
     def best(self) -> Measurement:
         """The fastest measured candidate regardless of memory."""
@@ -320,11 +322,13 @@ def calibrate(
         chosen = min(measurements, key=lambda m: (m.memory_bytes, m.episode_s)).settings
         note = (f"no candidate fits {memory_allowance / 2**20:.0f} MiB beyond the file: chose the smallest "
                 "memory bound")
+    load = other_load(max(s.n_threads for s in settings))
+    note = "; ".join(part for part in (note, busy_note(load, default_threads())) if part)
     return Calibration(
         key=cache_key(model_path, threads), model_path=str(model_path), mode="full" if full else "quick",
         chosen=chosen, threads=threads,
         measurements=measurements, memory_allowance=memory_allowance,
-        seconds=round(time.perf_counter() - started, 2), note=note,
+        seconds=round(time.perf_counter() - started, 2), note=note, other_load=load,
     )
 
 
@@ -339,6 +343,28 @@ def attention_work_bytes(n_ctx: int, settings: Settings, n_head: int) -> int:
     works in tiles and needs no such copy.
     """
     return 0 if settings.flash_attn is not False else n_ctx * settings.n_ubatch * n_head * 2
+
+
+def other_load(own_threads: int) -> float | None:
+    """How many runnable threads other processes had, on average over the last minute: the
+    1-minute load average less this calibration's own threads (None where the OS has none)."""
+    try:
+        return max(0.0, os.getloadavg()[0] - own_threads)
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_note(load: float | None, cpus: int) -> str:
+    """A warning when other processes kept more than half the CPUs busy while measuring.
+
+    llama.cpp's threads wait for each other at every step, so sharing the cores with other work
+    slows them far more than proportionally (measured here: 2B decode at 0.3 tok/s instead of
+    about 20 with two other llama.cpp processes on 2 cores); the choice is then noise.
+    """
+    if load is None or load <= cpus / 2:
+        return ""
+    return (f"the machine was busy while measuring (other processes' load {load:.1f} on {cpus} CPUs): "
+            "the speeds are unreliable; run `edge-sql tune` again when it is quiet")
 
 
 def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, chunk: list[int],
@@ -438,4 +464,6 @@ def tuned_settings(model_path: str | Path, *, progress: Progress = lambda _m: No
                             **options)
     save_calibration(calibration, folder)
     progress(f"calibrated in {calibration.seconds:.0f} s: {calibration.chosen.label}")
+    if calibration.note:
+        progress(f"note: {calibration.note}")
     return calibration.chosen, "calibrated"
