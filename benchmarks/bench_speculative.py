@@ -418,7 +418,9 @@ def report(args, costs: list[dict], runs: list[dict], replay: dict | None) -> st
                   "| episode | tokens | model-written | projected decode speed-up |", "|---|--:|--:|--:|",
                   *[f"| {eid} | {n} | {m} | {s:.2f}x |" for eid, n, m, s in replay["per_episode"]], "",
                   f"Projected decode speed-up over the three, at a verify cost of 1 + {args.cost_per_token} k "
-                  f"decodes: **{replay['speedup']:.2f}x** (model-written tokens per unit of decode cost).", ""]
+                  f"decodes: **{replay['speedup']:.2f}x** (model-written tokens per unit of decode cost; "
+                  f"draft_max {args.draft_max}).", "",
+                  "By draft_max: " + ", ".join(f"{k}: {v:.2f}x" for k, v in replay["by_max_k"].items()) + ".", ""]
     return "\n".join(lines)
 
 
@@ -435,6 +437,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="passes over the questions")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cost-per-token", type=float, default=0.1)
+    parser.add_argument("--draft-max", type=int, default=8)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
@@ -455,7 +458,11 @@ def main() -> None:
                              budget=Budget(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12,
                                            max_sql_chars=96, max_name_chars=32, max_final_sql_tokens=40,
                                            max_calls_per_turn=2)))
-    replay = published(args.qwen_vocab, max_k=8, cost_per_token=args.cost_per_token) if args.qwen_vocab else None
+    replay = None
+    if args.qwen_vocab:
+        replay = published(args.qwen_vocab, max_k=args.draft_max, cost_per_token=args.cost_per_token)
+        replay["by_max_k"] = {k: published(args.qwen_vocab, max_k=k, cost_per_token=args.cost_per_token)["speedup"]
+                              for k in (2, 4, 8, 16)}
     text = report(args, costs, runs, replay)
     print(text)
     if args.out:

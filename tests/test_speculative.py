@@ -364,3 +364,56 @@ def test_greedy_episodes_are_token_identical_with_lookup(model, request, databas
     generated = sum(r.stats["generated_tokens"] for r, _, _ in runs["lookup"])
     print(f"\n{model}: lookup accepted {accepted} draft tokens of {generated} generated")
     assert accepted > 0
+
+
+# ---- the command line and the API ---------------------------------------------------------------
+
+CLI_SMALL = ["--no-tune", "--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2",
+             "--max-rounds", "2", "--budget", "max_sql_chars=24", "--budget", "max_name_chars=16",
+             "--budget", "max_final_sql_tokens=24", "--budget", "min_string_chars=8"]
+
+
+def test_run_json_reports_drafts_and_answers_the_same(tiny_trained_gguf, chinook_db) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from edge_sql.cli import main
+
+    outputs = {}
+    for mode in ("off", "lookup"):
+        result = CliRunner().invoke(main, ["run", "--db", str(chinook_db), "--model", str(tiny_trained_gguf),
+                                           "--question", "How many rows does the Album table have?", "--json",
+                                           "--trace", "--greedy", "--speculate", mode, *CLI_SMALL],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        outputs[mode] = json.loads(result.stdout.strip().splitlines()[-1])
+    off, on = outputs["off"], outputs["lookup"]
+    assert on["transcript"] == off["transcript"] and on["sql"] == off["sql"] and on["rows"] == off["rows"]
+    assert off["stats"]["speculate"] == "off" and off["stats"]["draft_tokens"] == 0
+    stats = on["stats"]
+    assert stats["speculate"] == "lookup" and "speculate=lookup" in stats["llama_settings"]
+    lookup = stats["drafts"]["lookup"]
+    assert lookup["drafted"] == stats["draft_tokens"] == stats["draft_tokens_accepted"] + stats["draft_tokens_rolled_back"]
+    assert lookup["accepted"] == stats["draft_tokens_accepted"] > 0
+    assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
+                                          + stats["prefix_tokens_restored"])
+    for command in ("run", "bench", "serve"):
+        help_text = CliRunner().invoke(main, [command, "--help"]).output
+        assert "--speculate [off|lookup|auto|mtp]" in help_text, command
+    refused = CliRunner().invoke(main, ["run", "--db", str(chinook_db), "--model", str(tiny_trained_gguf),
+                                        "--question", "x", "--speculate", "mtp", *CLI_SMALL])
+    assert refused.exit_code == 1 and "not available for this model file" in refused.output
+
+
+def test_agent_speculates_when_asked(tiny_trained_gguf, chinook_db) -> None:
+    import edge_sql
+
+    with edge_sql.Agent(tiny_trained_gguf, n_ctx=2048, n_threads=1, pull_if_missing=False, tune=False,
+                        prefix_cache=False, speculate="auto",
+                        budget=Budget(max_tokens=2048, **{k: v for k, v in TRAINED_BUDGET.items() if k != "max_tokens"})
+                        ) as agent:
+        assert agent.info.speculate == "auto" and agent.session.speculator.auto
+        result = agent.ask("Show the Name of every row of Artist.", chinook_db, greedy=True)
+    assert result.stats["speculate"] == "auto" and result.stats["draft_tokens"] > 0
+    assert result.stats["drafts"]["lookup"]["accepted"] == result.stats["draft_tokens_accepted"]

@@ -177,13 +177,13 @@ class Session:
     `repack=False` keeps llama.cpp's weights as mapped from the file: its repacked CPU copies
     decode faster but cost about 590 MB more than the 400 MB memory budget allows, and on AMX
     builds they crash (`repack=True` is then refused, see `backend.repack_is_safe`).
+    `n_ubatch=None` is 256 (`DEFAULT_UBATCH`); `flash_attn=None` lets llama.cpp decide (on
+    for CPU), True/False force it (`tuning` picks these per machine). `info` says what was chosen.
 
     Speculative decoding (`speculate` "lookup" or "auto", see `generate`) sizes the context
     for verify batches of up to `draft_max` drafts: logits for `draft_max + 1` positions, and
     for recurrent layers `draft_max` snapshots of their state (llama.cpp's `n_rs_seq`), about
     (1 + draft_max) times the recurrent state's memory. "off" (the default) changes nothing.
-    `n_ubatch=None` is 256 (`DEFAULT_UBATCH`); `flash_attn=None` lets llama.cpp decide (on
-    for CPU), True/False force it (`tuning` picks these per machine). `info` says what was chosen.
 
     Shared prefix: after `shared_prefix(tokens)`, the next `eval` on an empty context that
     starts with `tokens` restores their saved state (attention KV and recurrent state) instead
