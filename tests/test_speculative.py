@@ -98,9 +98,38 @@ def _run(session: Session, prompt: list[int], *, max_tokens: int, grammar: str |
     return completion, session.logits()
 
 
-def _assert_same_logits(a: np.ndarray, b: np.ndarray) -> None:
-    assert int(np.argmax(a)) == int(np.argmax(b))
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-3 * float(np.abs(b).max()))
+# Verify batches and single-token decodes round differently on Qwen3.5's recurrent layers (up to
+# about 0.2% of the largest logit on the fixture; on SmolLM2 they are bit-identical), so a greedy
+# step whose top two logits are closer than that may go either way, with or without drafts.
+NEAR_TIE = 0.005
+
+
+def _reference(plain: Session, prompt: list[int], *, max_tokens: int, tail: list[int] = ()):
+    """The plain greedy run, checked to have no near-tie on its path (the identity tests'
+    precondition: a prompt whose path has one must be replaced, not the assertion relaxed)."""
+    reference, logits = _run(plain, prompt, max_tokens=max_tokens, tail=tail)
+    if plain.info.architecture != "qwen35":
+        return reference, logits  # attention only: batches and single decodes agree to the bit
+    for i in range(len(reference.tokens)):
+        plain.reset()
+        plain.eval(prompt + reference.tokens[:i])
+        top = np.sort(plain.logits())[-2:]
+        assert top[1] - top[0] > NEAR_TIE * abs(top[1]) + 1e-3, f"near-tie at step {i}: use another prompt"
+    return reference, logits
+
+
+def _assert_same_logits(logits: np.ndarray, plain: Session, tokens: list[int], incremental: np.ndarray) -> None:
+    """`logits` equal those of a context that never saw a draft: `tokens` evaluated from
+    scratch in one batch (the same arithmetic as a verify batch: equal to rounding), and the
+    plain incremental run's (single-token decodes round differently on Qwen3.5's recurrent
+    layers, about 0.2% of the largest logit here) up to that rounding."""
+    plain.reset()
+    plain.eval(tokens)
+    scratch = plain.logits()
+    scale = float(np.abs(scratch).max())
+    assert int(np.argmax(logits)) == int(np.argmax(scratch)) == int(np.argmax(incremental))
+    np.testing.assert_allclose(logits, scratch, rtol=0, atol=1e-4 * scale)
+    np.testing.assert_allclose(logits, incremental, rtol=0, atol=1e-2 * scale)
 
 
 def test_speculation_sizes_the_context_only_when_on(pair) -> None:
@@ -118,7 +147,7 @@ def test_rejected_drafts_roll_back_to_a_context_that_never_saw_them(pair) -> Non
     plain, spec = pair
     prompt = plain.tokenize(_chat("Write a query that lists the albums."))
     tail = plain.tokenize(" and more")
-    reference, ref_logits = _run(plain, prompt, max_tokens=20, tail=tail)
+    reference, ref_logits = _reference(plain, prompt, max_tokens=20, tail=tail)
     wrong = plain.tokenize("~")[0]
     assert wrong not in reference.tokens
     drafter = WrongDrafter(wrong)
@@ -128,7 +157,7 @@ def test_rejected_drafts_roll_back_to_a_context_that_never_saw_them(pair) -> Non
     finally:
         spec.use_drafters([LookupDrafter()])
     assert completion.tokens == reference.tokens and completion.stop_reason == reference.stop_reason
-    _assert_same_logits(logits, ref_logits)
+    _assert_same_logits(logits, plain, prompt + completion.tokens + tail, ref_logits)
     counts = completion.timings.drafts["wrong"]
     assert counts.batches >= 10 and counts.accepted == 0 and counts.rolled_back == counts.drafted >= counts.batches
     assert drafter.observed and all(accepted == 0 for accepted, _ in drafter.observed)
@@ -144,9 +173,9 @@ def test_rejected_drafts_roll_back_to_a_context_that_never_saw_them(pair) -> Non
 
 def test_partly_right_drafts_are_accepted_up_to_the_first_mismatch(pair) -> None:
     plain, spec = pair
-    prompt = plain.tokenize(_chat("Count from one to twenty."))
+    prompt = plain.tokenize(_chat("List the tables."))
     tail = plain.tokenize("\nok")
-    reference, ref_logits = _run(plain, prompt, max_tokens=24, tail=tail)
+    reference, ref_logits = _reference(plain, prompt, max_tokens=24, tail=tail)
     assert reference.stop_reason == "max_tokens"
     wrong = plain.tokenize("~")[0]
     spec.use_drafters([SpoiltOracle(prompt, reference.tokens, every=5, wrong=wrong)])
@@ -155,7 +184,7 @@ def test_partly_right_drafts_are_accepted_up_to_the_first_mismatch(pair) -> None
     finally:
         spec.use_drafters([LookupDrafter()])
     assert completion.tokens == reference.tokens
-    _assert_same_logits(logits, ref_logits)
+    _assert_same_logits(logits, plain, prompt + completion.tokens + tail, ref_logits)
     counts = completion.timings.drafts["oracle"]
     # every 5th token is spoilt: of each 5 generated tokens 4 come from accepted drafts at best
     assert counts.accepted >= len(reference.tokens) // 2
@@ -178,7 +207,7 @@ def test_grammar_state_advances_only_over_accepted_tokens(pair) -> None:
     assert completion.tokens == reference.tokens and completion.text == reference.text
     assert completion.stop_reason == reference.stop_reason == "grammar_done"
     assert completion.n_forced == reference.n_forced
-    _assert_same_logits(logits, ref_logits)
+    _assert_same_logits(logits, plain, prompt + completion.tokens, ref_logits)
     assert completion.timings.drafts["oracle"].accepted > 0
 
 
@@ -186,8 +215,8 @@ def test_stop_conditions_are_those_of_plain_decoding(pair) -> None:
     """Cancellation after n checks, max_tokens and a stop token end a speculative generation
     at the same token as a plain one."""
     plain, spec = pair
-    prompt = plain.tokenize(_chat("Say hello."))
-    reference, _ = _run(plain, prompt, max_tokens=40)
+    prompt = plain.tokenize(_chat("Write a query that lists the albums."))
+    reference, _ = _reference(plain, prompt, max_tokens=40)
     spec.use_drafters([SpoiltOracle(prompt, reference.tokens, every=4, wrong=plain.tokenize("~")[0])])
     try:
         for session in (plain, spec):
@@ -202,8 +231,8 @@ def test_stop_conditions_are_those_of_plain_decoding(pair) -> None:
         short = [_run(s, prompt, max_tokens=9)[0] for s in (plain, spec)]
         assert short[0].tokens == short[1].tokens == reference.tokens[:9]
         assert short[1].stop_reason == "max_tokens"
-        # a stop token: the first token from the 4th on that the reference had not written before
-        at = next(i for i in range(3, len(reference.tokens)) if reference.tokens[i] not in reference.tokens[:i])
+        # a stop token: the first token from the 2nd on that the reference had not written before
+        at = next(i for i in range(1, len(reference.tokens)) if reference.tokens[i] not in reference.tokens[:i])
         ended = []
         for s in (plain, spec):
             s.reset()
@@ -236,8 +265,8 @@ def test_sampling_after_drafts_keeps_the_model_distribution(smollm2_gguf) -> Non
         plain_runs = [_run(plain, prompt, max_tokens=3, params=params(seed))[0].tokens for seed in range(n)]
         spec_runs = [_run(spec, prompt, max_tokens=3, params=params(seed))[0] for seed in range(n, 2 * n)]
         same_seed = [_run(spec, prompt, max_tokens=3, params=params(seed))[0].tokens for seed in range(40)]
-    drafted = spec.timings.drafts["oracle"]
-    assert drafted.accepted > 0 and drafted.rolled_back > 0  # drafts were both kept and rejected
+    drafted = [c.timings.drafts["oracle"] for c in spec_runs if c.timings.drafts]
+    assert sum(d.accepted for d in drafted) > 0 and sum(d.rolled_back for d in drafted) > 0  # kept and rejected
     assert sum(a == b for a, b in zip(same_seed, plain_runs)) >= 39
     for position in (1, 2):  # positions whose logits came from a verify batch
         counts_plain = Counter(tuple(run[:position + 1]) for run in plain_runs)
@@ -272,15 +301,16 @@ def test_speculator_adapts_draft_length_and_auto_turns_a_losing_source_off() -> 
     speculator.record(name, 4, 4)
     assert len(speculator.propose([1], room=100)[1]) == 8  # fully accepted: doubled, up to max_k
     assert len(speculator.propose([1], room=3)[1]) == 3  # never more than the room
-    for _ in range(4):  # rejected at once: one token, and a loss each time
-        speculator.record(name, 1, 0)
-        if not speculator.is_on(name):
-            break
-        assert len(speculator.propose([1], room=100)[1]) == 1
-    assert not speculator.is_on(name) and speculator.propose([1], room=100) is None
+    speculator.record(name, 8, 0)
+    assert len(speculator.propose([1], room=100)[1]) == 1  # rejected at once: one token next time
+    losing = Speculator([WrongDrafter(7)], max_k=8, auto=True)
+    for batch in range(4):  # each batch: one draft, rejected, a loss of 0.1 decodes
+        assert losing.is_on("wrong")
+        losing.record(losing.propose([1], room=100)[0], 1, 0)
+    assert not losing.is_on("wrong") and losing.propose([1], room=100) is None
     for _ in range(70):
-        speculator.propose([1], room=100)
-    assert speculator.is_on(name)  # tried again after the cool-down
+        losing.propose([1], room=100)
+    assert losing.is_on("wrong")  # tried again after the cool-down
     plain = Speculator([WrongDrafter(7)], max_k=8, auto=False)
     for _ in range(10):
         plain.record("wrong", 1, 0)
@@ -358,8 +388,10 @@ def test_greedy_episodes_are_token_identical_with_lookup(model, request, databas
             assert stats["draft_tokens"] == stats["draft_tokens_accepted"] + stats["draft_tokens_rolled_back"]
             assert stats["draft_tokens"] == sum(d["drafted"] for d in stats["drafts"].values())
             assert ref.stats["draft_tokens"] == 0 and ref.stats["drafts"] == {}
-            # each token of the transcript evaluated once (or restored), plus the rolled-back drafts
-            assert decoded - ref_decoded == stats["draft_tokens_rolled_back"]
+            # each token of the transcript evaluated once (or restored), plus the rolled-back drafts;
+            # the last token is pending (not yet decoded) without drafts and may have been
+            # decoded as an accepted draft with them
+            assert decoded - ref_decoded - stats["draft_tokens_rolled_back"] in (0, 1)
     accepted = sum(r.stats["draft_tokens_accepted"] for r, _, _ in runs["lookup"])
     generated = sum(r.stats["generated_tokens"] for r, _, _ in runs["lookup"])
     print(f"\n{model}: lookup accepted {accepted} draft tokens of {generated} generated")
