@@ -43,8 +43,9 @@ from edge_sql.runtime.lookup import LookupDrafter
 from edge_sql.runtime.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
-DATA = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "edge_sql" / "data"
+PUBLISHED = REPO / "tests/data/sqale_published/episodes.json"  # the SQaLe page's three episodes (data)
 QUESTIONS = [
     ("chinook", "How many rows does the Album table have?"),
     ("northwind", "What is the largest UnitPrice in Products?"),
@@ -117,7 +118,7 @@ def verify_cost(model: Path, *, ks: Sequence[int], steps: int, repeats: int, thr
         llama_cpp.llama_memory_seq_rm = timed_rm
         try:
             for _ in range(repeats):
-                for label, session, k in [("off", plain, 0)] + [(f"k={k}", spec, k) for k in ks]:
+                for label, session, k in [("off", plain, 0)] + [(f"k={k}", spec, k) for k in [0, *ks]]:
                     if session is spec:
                         if k:
                             spec.use_drafters([WrongDrafter(wrong)], max_k=k, adaptive=False)
@@ -127,6 +128,7 @@ def verify_cost(model: Path, *, ks: Sequence[int], steps: int, repeats: int, thr
                     session.eval(prompt)
                     completion = session.generate(params=SamplingParams(greedy=True), max_tokens=steps)
                     times.setdefault(label, []).append(completion.timings.decode_s / len(completion.tokens))
+                    print(f"{model.name} {label}: {1e3 * times[label][-1]:.2f} ms/token", file=sys.stderr)
         finally:
             llama_cpp.llama_memory_seq_rm = real_rm
         session = spec
@@ -258,9 +260,26 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
 
 # ---- 3. the published episodes, simulated ----------------------------------------------------
 
+def call_args(tool: str, args_text: str) -> dict:
+    """The page's args string (`"AlertLogs", 10`, or bare SQL) as the tool's args dict."""
+    from edge_sql.tools import TOOLS_BY_NAME
+
+    spec = TOOLS_BY_NAME[tool]
+    if not args_text.strip():
+        return {}
+    try:
+        values = json.loads(f"[{args_text}]")
+    except json.JSONDecodeError:
+        values = [args_text]
+    if len(values) > len(spec.args):
+        values = [args_text]
+    return {arg.name: value for arg, value in zip(spec.args, values)}
+
+
 def published_pieces() -> list[tuple[str, list[tuple[str, bool, str | None]]]]:
     """Each published episode as (text, parse specials, kind: None = not model-written) pieces."""
-    from sqale_replay import call_args, load_episodes
+    def load_episodes():
+        return json.loads(PUBLISHED.read_text(encoding="utf-8"))["episodes"]
 
     prompt = load_prompt()
     chat = prompt.chat

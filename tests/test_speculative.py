@@ -311,6 +311,14 @@ def test_speculator_adapts_draft_length_and_auto_turns_a_losing_source_off() -> 
     for _ in range(70):
         losing.propose([1], room=100)
     assert losing.is_on("wrong")  # tried again after the cool-down
+    costly = Speculator([WrongDrafter(7)], max_k=8, auto=True)
+    for batch in range(4):  # 3 of 4 drafts accepted, but the batch measured 5 decodes: a loss
+        costly.record(costly.propose([1], room=100)[0], 4, 3, cost=5.0)
+    assert not costly.is_on("wrong")
+    cheap = Speculator([WrongDrafter(7)], max_k=8, auto=True)
+    for batch in range(8):  # 1 of 4 accepted in a batch that cost 1.2 decodes: a gain
+        cheap.record(cheap.propose([1], room=100)[0], 4, 1, cost=1.2)
+    assert cheap.is_on("wrong")
     plain = Speculator([WrongDrafter(7)], max_k=8, auto=False)
     for _ in range(10):
         plain.record("wrong", 1, 0)

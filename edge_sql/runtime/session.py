@@ -166,6 +166,7 @@ class _Verify:
     drafts: list[int]
     logits: list[np.ndarray]
     base: int
+    seconds: float = 0.0  # of the verify batch's decode
     accepted: int = 0
 
 
@@ -278,6 +279,7 @@ class Session:
             raise EdgeSqlError(f"--speculate {speculate}: llama.cpp cannot roll back the recurrent state of "
                                f"{gguf.architecture} models; use --speculate off")
         self._draft_max = draft_max
+        self._single_decode_s: float | None = None  # running mean, for the speculator's cost model
         self._speculator = Speculator(drafters, max_k=draft_max, auto=speculate == "auto") if drafters else None
 
         self.info = SessionInfo(
@@ -554,7 +556,12 @@ class Session:
             last_chunk = self._n_evaluated + n == len(self._tokens)
             self._batch.fill(chunk, self._n_evaluated, outputs="last" if last_chunk else "none")
             self._logits = None
+            tick = time.perf_counter()
             self._batch.decode(self._ctx)
+            if n == 1 and self._speculator is not None:
+                seconds = time.perf_counter() - tick
+                mean = self._single_decode_s
+                self._single_decode_s = seconds if mean is None else 0.9 * mean + 0.1 * seconds
             self._n_evaluated += n
             if last_chunk:
                 pointer = llama_cpp.llama_get_logits_ith(self._ctx, -1)
@@ -730,12 +737,14 @@ class Session:
         outputs[keep - 1:] = True
         self._batch.fill(batch, self._n_evaluated, outputs=outputs)
         self._logits = None
+        tick = time.perf_counter()
         self._batch.decode(self._ctx)
+        seconds = time.perf_counter() - tick
         self._n_evaluated = len(self._tokens)
         logits = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, i), shape=(self._n_vocab,))
                   for i in range(keep - 1, len(batch))]
         self._logits = logits[0]
-        return _Verify(source=source, drafts=drafts, logits=logits, base=len(self._tokens))
+        return _Verify(source=source, drafts=drafts, logits=logits, base=len(self._tokens), seconds=seconds)
 
     def _end_verify(self, verify: _Verify, timings: Timings) -> None:
         """Remove the drafts that were not accepted from llama.cpp's memory; count them."""
@@ -749,7 +758,8 @@ class Session:
         counts.drafted += len(verify.drafts)
         counts.accepted += verify.accepted
         counts.batches += 1
-        self._speculator.record(verify.source, len(verify.drafts), verify.accepted)
+        cost = verify.seconds / self._single_decode_s if self._single_decode_s else None
+        self._speculator.record(verify.source, len(verify.drafts), verify.accepted, cost)
         return None
 
     def _constraint(self, lark: str) -> GrammarConstraint:

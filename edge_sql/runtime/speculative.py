@@ -7,13 +7,16 @@ can plug in later behind the same protocol). The `Speculator` asks its drafters 
 order, adapts how many tokens each may propose (more after a fully accepted draft, fewer
 after a rejection), and counts drafted, accepted and rolled-back tokens per source.
 
-Cost model (for `auto`): verifying p drafts evaluates p + 1 tokens in one batch, which costs
-`1 + cost_per_token * p` single-token decodes on a CPU for small p (the weights are read
-once per batch; benchmarks/results/speculative.md measures it). If a of the p drafts are
-accepted, the batch produced a + 1 tokens that would otherwise have cost a + 1 decodes, so
-it saved `a + 1 - (1 + cost_per_token * p)` decodes (negative: a loss). `auto` keeps a
-running mean of that saving per source and turns a source off for a while when it is
-negative, then tries it again (the text may have changed, e.g. thinking -> SQL).
+Cost model (for `auto`): verifying p drafts evaluates p + 1 tokens in one batch. The session
+measures what that batch cost in single-token decodes (its time over the running mean of a
+single-token decode), since it depends on the model and machine: on the 2B shape a batch of
+9 costs little more than one decode (the weights are read once per batch), on a 135M model
+it costs several (benchmarks/results/speculative.md). Before a single decode has been timed,
+`1 + cost_per_token * p` stands in. If a of the p drafts are accepted, the batch produced
+a + 1 tokens that would otherwise have cost a + 1 decodes, so it saved `a + 1 - cost`
+decodes (negative: a loss). `auto` keeps a running mean of that saving per source and turns
+a source off for a while when it is negative, then tries it again (the text may have
+changed, e.g. thinking -> SQL).
 """
 
 from __future__ import annotations
@@ -134,15 +137,16 @@ class Speculator:
                 return source.drafter.name, [int(t) for t in drafts]
         return None
 
-    def record(self, name: str, proposed: int, accepted: int) -> None:
-        """The outcome of one verify batch of `name`'s `proposed` drafts."""
+    def record(self, name: str, proposed: int, accepted: int, cost: float | None = None) -> None:
+        """The outcome of one verify batch of `name`'s `proposed` drafts; `cost`: what the
+        batch cost in single-token decodes, when measured."""
         source = self._sources[name]
         source.drafter.observe(accepted, proposed)
         if self.adaptive and accepted >= proposed >= source.k:
             source.k = min(self.max_k, 2 * source.k)
         elif self.adaptive and accepted < proposed:
             source.k = max(1, accepted + 1)
-        saving = accepted + 1 - (1 + self.cost_per_token * proposed)
+        saving = accepted + 1 - (cost if cost is not None else 1 + self.cost_per_token * proposed)
         source.saving = saving if source.batches == 0 else (1 - _EMA) * source.saving + _EMA * saving
         source.batches += 1
         if self.auto and source.batches >= _MIN_BATCHES and source.saving < 0:
