@@ -209,18 +209,18 @@ def token_kinds(session: Session, tokens: Sequence[int], spans: Sequence[tuple[i
 
 def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int, rounds: int) -> dict:
     """Greedy episodes alternately without and with lookup: timings and per-kind acceptance."""
-    timing = {"off": {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "wall_s": 0.0},
-              "lookup": {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "wall_s": 0.0}}
+    timing = {mode: {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "wall_s": 0.0} for mode in ("off", "lookup", "auto")}
     tally = Tally()
     identical = True
     with Session(model, n_ctx=n_ctx, n_threads=threads) as plain, \
-            Session(model, n_ctx=n_ctx, n_threads=threads, speculate="lookup") as spec:
+            Session(model, n_ctx=n_ctx, n_threads=threads, speculate="lookup") as spec, \
+            Session(model, n_ctx=n_ctx, n_threads=threads, speculate="auto") as auto:
         recorder = RecordingLookup()
         spec.use_drafters([recorder])
         for _ in range(rounds):
             for db, question in QUESTIONS:
                 results = {}
-                for mode, session in (("off", plain), ("lookup", spec)):
+                for mode, session in (("off", plain), ("lookup", spec), ("auto", auto)):
                     spans: list[tuple[int, int]] = []
                     real_generate = session.generate
 
@@ -243,7 +243,7 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
                     timing[mode]["tokens"] += session.timings.generated_tokens
                     timing[mode]["wall_s"] += result.stats["wall_s"]
                 result, tokens, spans = results["lookup"]
-                identical &= tokens == results["off"][1]
+                identical &= tokens == results["off"][1] == results["auto"][1]
                 kinds = token_kinds(spec, tokens, spans, result.forced)
                 for kind in kinds:
                     if kind is not None:
@@ -253,7 +253,7 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
                     tally.add(kind or "calls", batches=1, drafted=proposed, accepted=accepted)
     speedup = timing["off"]["generate_s"] / timing["lookup"]["generate_s"]
     return {"name": name, "model": model.name, "timing": timing, "tally": tally, "identical": identical,
-            "speedup_generate": speedup,
+            "speedup_generate": speedup, "speedup_auto": timing["off"]["generate_s"] / timing["auto"]["generate_s"],
             "speedup_decode": timing["off"]["decode_s"] / timing["lookup"]["decode_s"],
             "speedup_wall": timing["off"]["wall_s"] / timing["lookup"]["wall_s"], "episodes": rounds * len(QUESTIONS)}
 
@@ -319,7 +319,20 @@ def published_pieces() -> list[tuple[str, list[tuple[str, bool, str | None]]]]:
     return out
 
 
-def simulate(tokens: list[int], kinds: list[str | None], *, max_k: int, cost_per_token: float) -> dict:
+def curve_cost(curve: dict[int, float] | None, cost_per_token: float, k: int) -> float:
+    """A verify batch of k drafts in single-token decodes: interpolated on a measured curve
+    ({k: relative cost}), or 1 + cost_per_token * k without one."""
+    if not curve:
+        return 1 + cost_per_token * k
+    points = sorted({0: 1.0, **curve}.items())
+    for (k0, c0), (k1, c1) in zip(points, points[1:]):
+        if k <= k1:
+            return c0 + (c1 - c0) * (k - k0) / (k1 - k0)
+    return points[-1][1]
+
+
+def simulate(tokens: list[int], kinds: list[str | None], *, max_k: int, cost_per_token: float,
+             curve: dict[int, float] | None = None) -> dict:
     """Greedy verification of lookup drafts over a fixed transcript: at a model-written token
     the speculator proposes drafts (at most to the end of that segment); the accepted ones are
     those equal to the transcript. Returns per-kind counts and the decode cost either way."""
@@ -349,12 +362,12 @@ def simulate(tokens: list[int], kinds: list[str | None], *, max_k: int, cost_per
         speculator.record(name, len(drafts), accepted)
         tally.add(kind, generated=accepted + 1, batches=1, drafted=len(drafts), accepted=accepted)
         plain_cost += accepted + 1
-        spec_cost += 1 + cost_per_token * len(drafts)
+        spec_cost += curve_cost(curve, cost_per_token, len(drafts))
         i += accepted + 1
     return {"tally": tally, "plain_cost": plain_cost, "spec_cost": spec_cost}
 
 
-def published(vocab_model: Path, *, max_k: int, cost_per_token: float) -> dict:
+def published(vocab_model: Path, *, max_k: int, cost_per_token: float, curve: dict[int, float] | None = None) -> dict:
     with Session(vocab_model, n_ctx=256, n_threads=1) as session:
         total = Tally()
         plain = spec = 0.0
@@ -366,7 +379,7 @@ def published(vocab_model: Path, *, max_k: int, cost_per_token: float) -> dict:
                 ids = session.tokenize(text, special=special) if text else []
                 tokens += ids
                 kinds += [kind] * len(ids)
-            result = simulate(tokens, kinds, max_k=max_k, cost_per_token=cost_per_token)
+            result = simulate(tokens, kinds, max_k=max_k, cost_per_token=cost_per_token, curve=curve)
             for kind, counts in result["tally"].kinds.items():
                 total.add(kind, **vars(counts))
             plain += result["plain_cost"]
@@ -421,25 +434,28 @@ def report(args, costs: list[dict], runs: list[dict], replay: dict | None) -> st
     for run in runs:
         t = run["timing"]
         lines += [f"## Lookup in greedy episodes: {run['name']} ({run['episodes']} episodes each way)", "",
-                  f"Token-identical with and without lookup: **{run['identical']}**.", "",
+                  f"Token-identical with and without lookup (and auto): **{run['identical']}**.", "",
                   *_tally_table(run["tally"]), "",
                   "| mode | generated tokens | generate s | of which decode s | episode wall s |", "|---|--:|--:|--:|--:|",
                   *[f"| {mode} | {v['tokens']} | {v['generate_s']:.2f} | {v['decode_s']:.2f} | {v['wall_s']:.2f} |"
                     for mode, v in t.items()], "",
                   f"Measured speed-up with lookup: generate phase **{run['speedup_generate']:.2f}x**, decode calls "
-                  f"{run['speedup_decode']:.2f}x, whole episodes {run['speedup_wall']:.2f}x.", ""]
+                  f"{run['speedup_decode']:.2f}x, whole episodes {run['speedup_wall']:.2f}x; with `auto` "
+                  f"(measured cost, a losing source turned off): generate phase {run['speedup_auto']:.2f}x.", ""]
     if replay is not None:
+        first = next(iter(replay["runs"].values()))
         lines += ["## Lookup on the three published SQaLe episodes (simulated greedy verification)", "",
                   "The page's reasoning (abridged by the page), calls and outputs (clipped by the page) rendered "
                   "in the sqale-v2 template and tokenized with the real Qwen3.5 vocabulary. At each model-written "
                   "token the adaptive lookup speculator drafts; accepted = equal to the published continuation.", "",
-                  *_tally_table(replay["tally"]), "",
-                  "| episode | tokens | model-written | projected decode speed-up |", "|---|--:|--:|--:|",
-                  *[f"| {eid} | {n} | {m} | {s:.2f}x |" for eid, n, m, s in replay["per_episode"]], "",
-                  f"Projected decode speed-up over the three, at a verify cost of 1 + {args.cost_per_token} k "
-                  f"decodes: **{replay['speedup']:.2f}x** (model-written tokens per unit of decode cost; "
-                  f"draft_max {args.draft_max}).", "",
-                  "By draft_max: " + ", ".join(f"{k}: {v:.2f}x" for k, v in replay["by_max_k"].items()) + ".", ""]
+                  *_tally_table(first["tally"]), ""]
+        for label, result in replay["runs"].items():
+            lines += [f"Verify cost {label}" + (f" ({replay['curve']})" if label == "measured curve" else "") + ":", "",
+                      "| episode | tokens | model-written | projected decode speed-up |", "|---|--:|--:|--:|",
+                      *[f"| {eid} | {n} | {m} | {s:.2f}x |" for eid, n, m, s in result["per_episode"]], "",
+                      f"Projected decode speed-up over the three: **{result['speedup']:.2f}x** (model-written "
+                      f"tokens per unit of decode cost; draft_max {args.draft_max}). By draft_max: "
+                      + ", ".join(f"{k}: {v:.2f}x" for k, v in result["by_max_k"].items()) + ".", ""]
     return "\n".join(lines)
 
 
@@ -457,6 +473,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cost-per-token", type=float, default=0.1)
     parser.add_argument("--draft-max", type=int, default=8)
+    parser.add_argument("--cost-curve", default="", metavar="K:COST,...",
+                        help="measured verify cost per k (relative to one decode) for the published projection")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
@@ -479,9 +497,16 @@ def main() -> None:
                                            max_calls_per_turn=2)))
     replay = None
     if args.qwen_vocab:
-        replay = published(args.qwen_vocab, max_k=args.draft_max, cost_per_token=args.cost_per_token)
-        replay["by_max_k"] = {k: published(args.qwen_vocab, max_k=k, cost_per_token=args.cost_per_token)["speedup"]
-                              for k in (2, 4, 8, 16)}
+        curve = {int(k): float(c) for k, c in (item.split(":") for item in args.cost_curve.split(","))} \
+            if args.cost_curve else None
+        replay = {"curve": curve, "runs": {}}
+        for label, used in (("1 + %g k" % args.cost_per_token, None), ("measured curve", curve)):
+            if label == "measured curve" and not curve:
+                continue
+            result = published(args.qwen_vocab, max_k=args.draft_max, cost_per_token=args.cost_per_token, curve=used)
+            result["by_max_k"] = {k: published(args.qwen_vocab, max_k=k, cost_per_token=args.cost_per_token,
+                                               curve=used)["speedup"] for k in (1, 2, 4, 8, 16)}
+            replay["runs"][label] = result
     text = report(args, costs, runs, replay)
     print(text)
     if args.out:
