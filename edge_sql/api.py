@@ -70,7 +70,9 @@ class Agent:
     calibration the first time, cached in the store; `tuning` says "cached", "calibrated",
     "off" or "gpu"); `tune=False` uses safe defaults. `prefix_cache` also keeps the state after
     the shared system prompt on disk, so a later process skips evaluating it (in memory it is
-    always kept between questions).
+    always kept between questions). `speculate` ("off", "lookup", "auto"; "mtp" once model files
+    carry an MTP head) decodes drafted tokens in batches and keeps only those the model itself
+    would write: the same answers for fewer decodes (`runtime/speculative.py`).
 
     Thread safety: one Agent holds one llama.cpp context, so `ask` calls are serialized by a
     lock. Calling `ask` from several threads is safe; the calls run one after another and each
@@ -91,6 +93,7 @@ class Agent:
         log: Callable[[str], None] = lambda _m: None,
         tune: bool = True,
         prefix_cache: bool = True,
+        speculate: str = "off",
     ) -> None:
         self.prompt: PromptTemplate = load_prompt(prompt_file)
         self.budget = budget or Budget()
@@ -101,7 +104,7 @@ class Agent:
             settings = dataclasses.replace(settings, n_threads=n_threads)
         self.session = Session(
             self.model_path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **settings.session_kwargs(),
-            prefix_cache_dir=prefix_state_dir() if prefix_cache else None, log=log,
+            prefix_cache_dir=prefix_state_dir() if prefix_cache else None, log=log, speculate=speculate,
         )
         self._lock = threading.Lock()
 

@@ -87,6 +87,8 @@ def answer_text(result: EpisodeResult) -> str:
     stats = result.stats
     lines.append(
         f"({count}; {stats.get('rounds', 0)} rounds, {stats.get('calls', 0)} calls; {stats.get('wall_s', 0):.1f} s; "
-        f"{stats.get('generated_tokens', 0)} tokens generated at {stats.get('decode_tok_s', 0):.1f} tok/s)"
+        f"{stats.get('generated_tokens', 0)} tokens generated at {stats.get('decode_tok_s', 0):.1f} tok/s"
+        + (f"; {stats['draft_tokens_accepted']} of {stats['draft_tokens']} draft tokens accepted"
+           if stats.get("draft_tokens") else "") + ")"
     )
     return "\n".join(lines)

@@ -400,5 +400,12 @@ class _Episode:
             "generate_s": round(timings.generate_s, 4),
             "decode_tok_s": round(timings.decode_tok_s, 2),
             "tools_s": round(self.tools_s, 4),
+            # speculative decoding: drafts evaluated, accepted (in the transcript, counted in
+            # generated_tokens) and rolled back (evaluated, then removed: in no count above)
+            "speculate": self.session.info.speculate,
+            "draft_tokens": timings.draft_tokens,
+            "draft_tokens_accepted": timings.accepted_draft_tokens,
+            "draft_tokens_rolled_back": timings.rolled_back_tokens,
+            "drafts": {source: counts.to_json() for source, counts in timings.drafts.items()},
             **({"grammar_steps_audited": self.audited, "grammar_overruled": self.overruled} if self.audit else {}),
         }

@@ -34,7 +34,22 @@ def speed_figures(episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "decode_tok_s": _ratio(sum(e["generated_tokens"] for e in episodes), sum(e["generate_s"] for e in episodes)),
         "wall_s_median": float(np.median(walls)) if walls else None,
         "wall_s_p95": float(np.percentile(walls, 95)) if walls else None,
+        "drafts": draft_figures(episodes),
     }
+
+
+def draft_figures(episodes: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Speculative decoding per draft source, summed over episodes: drafted, accepted, rolled
+    back, and the acceptance rate (what a draft source buys on these questions)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for episode in episodes:
+        for source, counts in (episode.get("drafts") or {}).items():
+            total = totals.setdefault(source, {"drafted": 0, "accepted": 0, "rolled_back": 0, "batches": 0})
+            for name in total:
+                total[name] += counts[name]
+    for total in totals.values():
+        total["acceptance"] = _ratio(total["accepted"], total["drafted"])
+    return totals
 
 
 def accuracy_figures(episodes: Sequence[dict[str, Any]], questions: dict[str, Question], modes: Sequence[str]) -> dict[str, Any]:

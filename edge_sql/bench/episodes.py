@@ -67,7 +67,8 @@ class EpisodeRunner:
         if task.n_threads is not None:
             settings = dataclasses.replace(settings, n_threads=task.n_threads)
         started = time.perf_counter()
-        self.session = _recording_session_type()(path, n_ctx=task.n_ctx, **settings.session_kwargs())
+        self.session = _recording_session_type()(path, n_ctx=task.n_ctx, speculate=task.speculate,
+                                                 **settings.session_kwargs())
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         self.session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant
@@ -119,6 +120,10 @@ class EpisodeRunner:
             "generated_tokens": timings.generated_tokens,
             "generate_s": timings.generate_s,
             "transcript_tokens": result.stats["transcript_tokens"],
+            "draft_tokens": timings.draft_tokens,
+            "draft_tokens_accepted": timings.accepted_draft_tokens,
+            "draft_tokens_rolled_back": timings.rolled_back_tokens,
+            "drafts": {source: counts.to_json() for source, counts in timings.drafts.items()},
             "node": self.node,
         }
         if task.record_tokens:

@@ -76,6 +76,11 @@ def markdown(summary: dict[str, Any]) -> str:
         )
     lines += ["", "llama.cpp settings each variant ran with: " + "; ".join(
         f"{row['name']} {row.get('settings') or '?'} ({row.get('tuning') or '?'})" for row in rows) + "."]
+    drafted = [(row["name"], source, d) for row in rows for source, d in (row.get("drafts") or {}).items()]
+    if drafted:
+        lines += ["", "Speculative decoding, draft tokens accepted per source: " + "; ".join(
+            f"{name} {source} {d['accepted']}/{d['drafted']} ({_share(d['acceptance'])}; "
+            f"{d['rolled_back']} rolled back)" for name, source, d in drafted) + "."]
     lines += ["", "Answer agreement counts: " + "; ".join(
         f"{row['name']} {row['answer_agreement']['agreed']}/{row['answer_agreement']['compared']}"
         f" ({row['answer_agreement']['agreed_without_result']} with no result from either)" for row in rows

@@ -59,6 +59,7 @@ class BenchConfig:
     ray: str | None = None   # a Ray cluster's address, or "local": episodes run there (edge_sql.cluster)
     ray_workers: int | None = None   # Ray actors per variant (default: as many as the cluster's CPUs allow)
     tune: bool = True  # episodes run with the calibrated llama.cpp settings (False: safe defaults)
+    speculate: str = "off"  # speculative decoding (same answers; speed and draft acceptance change)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -68,6 +69,7 @@ class BenchConfig:
             "greedy": self.greedy, "prompt_file": str(self.prompt_file), "fidelity_tokens": self.fidelity_tokens,
             "fidelity_on": "generated tokens",  # earlier runs compared every position
             "tune": self.tune,
+            **({"speculate": self.speculate} if self.speculate != "off" else {}),  # speed figures differ
         }
 
 
@@ -203,7 +205,7 @@ def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, s
         db_root=None if config.db_root is None else str(config.db_root), items=items, seed=config.seed,
         n_threads=config.n_threads, n_ctx=config.n_ctx, budget=config.budget, greedy=config.greedy,
         prompt_file=None if config.prompt_file is None else str(config.prompt_file),
-        record_tokens=variant.name == REFERENCE, tune=config.tune,
+        record_tokens=variant.name == REFERENCE, tune=config.tune, speculate=config.speculate,
     )
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edge_sql.commands.options import budget_options
+from edge_sql.commands.options import budget_options, speculate_option
 from edge_sql.commands.ray_options import ray_options
 
 
@@ -50,6 +50,7 @@ from edge_sql.commands.ray_options import ray_options
               help="A line shown under the report's heading and the plots' titles (e.g. 'random weights').")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log (e.g. the quantizer's line per tensor).")
 @budget_options
+@speculate_option
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
 @ray_options
@@ -58,7 +59,8 @@ from edge_sql.commands.ray_options import ray_options
 def command(base: Path | None, model: str | None, variants_text: str | None, dataset: str, dataset_format: str,
             db_root: Path | None, limit: int | None, modes: str, seed: int, greedy: bool, threads: int | None,
             n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, note: str, verbose: bool,
-            resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False) -> None:
+            resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False,
+            speculate: str = "off") -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -74,6 +76,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
         prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
         resume=resume, note=note, verbose=verbose, ray=ray_address, ray_workers=ray_workers, tune=not no_tune,
+        speculate=speculate,
     )
     log = lambda message: click.echo(message, err=True)  # noqa: E731
     if len(prompt_files) > 1:

@@ -50,3 +50,16 @@ def budget_options(command: Callable) -> Callable:
     for option in reversed(_BUDGET_OPTIONS):
         wrapper = option(wrapper)
     return wrapper
+
+
+def speculate_option(command: Callable) -> Callable:
+    """Adds `--speculate off|lookup|auto|mtp` (speculative decoding: same answers, fewer decodes).
+
+    The modes are `runtime.speculative.SPECULATE_MODES`, spelled out so that the CLI loads
+    without llama.cpp."""
+    return click.option(
+        "--speculate", type=click.Choice(("off", "lookup", "auto", "mtp")), default="off", show_default=True,
+        help="Speculative decoding: 'lookup' drafts tokens by copying from the transcript (tool results, "
+             "queries that ran) and keeps only those the model itself would write, so answers are the "
+             "same; 'auto' also turns a draft source off while it does not pay; 'mtp' needs a model "
+             "file with an MTP head.")(command)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from edge_sql.commands.options import budget_options
+from edge_sql.commands.options import budget_options, speculate_option
 from edge_sql.errors import EdgeSqlError
 
 PROMPT = "edge-sql> "
@@ -70,12 +70,14 @@ def _print_event(event) -> None:
               help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
                    "template's name (sqale-v1); see edge_sql/agent/prompts/.")
 @budget_options
+@speculate_option
 @click.option("--no-tune", is_flag=True,
               help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this "
                    "machine (the first run of a model calibrates quickly; `edge-sql tune` runs the full sweep).")
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
-            n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False) -> None:
+            n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False,
+            speculate: str = "off") -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -91,7 +93,7 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
     try:
         code = _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads,
-                    n_ctx, prompt_file, Budget(**budget), tune=not no_tune)
+                    n_ctx, prompt_file, Budget(**budget), tune=not no_tune, speculate=speculate)
     except KeyboardInterrupt:
         click.echo("\nstopped.", err=True)
         code = EXIT_INTERRUPTED
@@ -100,7 +102,7 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
 
 def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads, n_ctx,
-         prompt_file, budget, tune: bool = True) -> int:
+         prompt_file, budget, tune: bool = True, speculate: str = "off") -> int:
     from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
@@ -109,7 +111,7 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
     db = ReadOnlyDatabase(db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(prompt_file)  # so is a bad prompt file
-        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune)
+        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune, speculate)
         try:
             if question is not None:
                 return _answer(agent, db, question, evidence, as_json, trace, seed, greedy)
@@ -121,12 +123,12 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
         db.close()
 
 
-def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=True):
+def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=True, speculate="off"):
     from edge_sql.api import Agent
 
     click.echo(f"loading {model or 'the default model'} ...", err=True)
     agent = Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
-                  budget=budget, log=lambda message: click.echo(message, err=True), tune=tune)
+                  budget=budget, log=lambda message: click.echo(message, err=True), tune=tune, speculate=speculate)
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent

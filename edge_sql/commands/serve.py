@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edge_sql.commands.options import budget_options
+from edge_sql.commands.options import budget_options, speculate_option
 
 
 def _log(message: str) -> None:
@@ -45,6 +45,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True, help="Context size in tokens.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")
 @budget_options
+@speculate_option
 @click.option("--no-tune", is_flag=True,
               help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this machine.")
 @click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
@@ -57,7 +58,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, token: str | None,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
             budget: dict[str, int], no_tune: bool, queue_size: int, queue_timeout: float, max_body: int, max_question: int,
-            max_rows: int) -> None:
+            max_rows: int, speculate: str = "off") -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
     One model answers every client; requests queue in arrival order. Databases are named at
@@ -82,11 +83,12 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
 
     _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file,
            Budget(**{"max_result_rows": max_rows, **budget}), queue_size, queue_timeout, max_body, max_question,
-           max_rows, tune=not no_tune)
+           max_rows, tune=not no_tune, speculate=speculate)
 
 
 def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
-           queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True) -> None:
+           queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True,
+           speculate: str = "off") -> None:
     from edge_sql.agent import load_prompt
     from edge_sql.api import Agent
     from edge_sql.serve.run import serve_http, serve_stdio
@@ -100,7 +102,7 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
                     max_waiting=queue_size, wait_timeout_s=queue_timeout)
     _log(f"loading {model or 'the default model'} ...")
     with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file, tune=tune,
-               budget=budget, log=_log) as agent:
+               budget=budget, log=_log, speculate=speculate) as agent:
         _log(f"loaded {agent.info.describe()}")
         agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
         service = Service(agent, databases, limits, log=_log)

@@ -55,6 +55,8 @@ def prefix_key(info: SessionInfo, tokens: Sequence[int]) -> str:
                      info.gpu_layers, info.backend],
         "build": llama_build(),
     }
+    if info.draft_max:  # recurrent-state snapshots for speculation (n_rs_seq)
+        parts["draft_max"] = info.draft_max
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
 
 

@@ -41,6 +41,7 @@ from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
 from edge_sql.runtime.mapping import release_file_pages
 from edge_sql.runtime.prefix_state import PrefixStore, StateSnapshot, prefix_key
 from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
+from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX, DraftCounts, Drafter, Speculator, make_drafters
 
 StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
 _GRAMMAR_CACHE_SIZE = 16
@@ -67,6 +68,9 @@ class SessionInfo:
     n_vocab: int
     flash_attn: str = "auto"  # "on", "off" or "auto" (llama.cpp decides)
     mtp_layers: int = 0       # multi-token-prediction layers loaded (Session(mtp=True): llama.cpp's load_mtp)
+    speculate: str = "off"    # "off", "lookup", "auto" (see runtime/speculative.py)
+    draft_max: int = 0        # most draft tokens in one verify batch (0: speculation off)
+    rollback: str = ""        # how rejected drafts leave memory: "kv" (attention only) or "kv+n_rs_seq"
     # bytes llama.cpp allocated beyond the mapped file, by kind ("CPU KV", "CPU compute", ...)
     buffers: dict[str, int] = field(default_factory=dict)
     # repacked weights: the file's mapping was released after loading (runtime/mapping.py), so
@@ -76,8 +80,9 @@ class SessionInfo:
     @property
     def settings(self) -> str:
         """The speed-relevant llama.cpp settings in one short line (what `--json` stats name)."""
-        return (f"flash_attn={self.flash_attn} n_ubatch={self.n_ubatch} n_threads={self.n_threads} "
+        line = (f"flash_attn={self.flash_attn} n_ubatch={self.n_ubatch} n_threads={self.n_threads} "
                 f"repack={'on' if self.repack else 'off'} gpu_layers={self.gpu_layers}")
+        return line + (f" speculate={self.speculate} draft_max={self.draft_max}" if self.draft_max else "")
 
     @property
     def buffer_bytes(self) -> int:
@@ -108,6 +113,8 @@ class Timings:
     generate_s: float = 0.0    # wall time inside generate()
     decode_s: float = 0.0      # of which llama_decode
     sample_s: float = 0.0      # of which sampling and grammar masks
+    # speculative decoding, per draft source: drafted (evaluated), accepted, rolled back
+    drafts: dict[str, DraftCounts] = field(default_factory=dict)
 
     @property
     def prompt_tok_s(self) -> float:
@@ -117,9 +124,26 @@ class Timings:
     def decode_tok_s(self) -> float:
         return self.generated_tokens / self.generate_s if self.generate_s else 0.0
 
+    @property
+    def draft_tokens(self) -> int:
+        return sum(counts.drafted for counts in self.drafts.values())
+
+    @property
+    def accepted_draft_tokens(self) -> int:
+        return sum(counts.accepted for counts in self.drafts.values())
+
+    @property
+    def rolled_back_tokens(self) -> int:
+        """Draft tokens evaluated and then removed again (not part of the context)."""
+        return self.draft_tokens - self.accepted_draft_tokens
+
     def add(self, other: Timings) -> None:
         for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            if name == "drafts":
+                for source, counts in other.drafts.items():
+                    self.drafts.setdefault(source, DraftCounts()).add(counts)
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 @dataclass
@@ -142,6 +166,18 @@ class Completion:
     n_overruled: int = 0
 
 
+@dataclass
+class _Verify:
+    """A verify batch in flight: drafts at positions base.., logits[i] after i accepted drafts."""
+
+    source: str
+    drafts: list[int]
+    logits: list[np.ndarray]
+    base: int
+    seconds: float = 0.0  # of the verify batch's decode
+    accepted: int = 0
+
+
 class Session:
     """A loaded model with one append-only context.
 
@@ -156,6 +192,11 @@ class Session:
     for CPU), True/False force it (`tuning` picks these per machine). `mtp=True` also loads the
     file's multi-token-prediction head, for an `MTPDrafter` (`info.mtp_layers` says whether it
     did). `info` says what was chosen.
+
+    Speculative decoding (`speculate` "lookup" or "auto", see `generate`) sizes the context
+    for verify batches of up to `draft_max` drafts: logits for `draft_max + 1` positions, and
+    for recurrent layers `draft_max` snapshots of their state (llama.cpp's `n_rs_seq`), about
+    (1 + draft_max) times the recurrent state's memory. "off" (the default) changes nothing.
 
     Shared prefix: after `shared_prefix(tokens)`, the next `eval` on an empty context that
     starts with `tokens` restores their saved state (attention KV and recurrent state) instead
@@ -180,9 +221,15 @@ class Session:
         prefix_cache_bytes: int = 512 * 1024 * 1024,
         log: Callable[[str], None] | None = None,
         mtp: bool = False,
+        speculate: str = "off",
+        draft_max: int = DEFAULT_DRAFT_MAX,
     ) -> None:
         if n_ctx < 16 or n_batch < 1 or (n_ubatch is not None and n_ubatch < 1):
             raise ValueError("n_ctx must be >= 16 and n_batch, n_ubatch >= 1")
+        drafters = make_drafters(speculate)  # an unknown or unavailable mode fails before loading
+        if drafters and not 1 <= draft_max < n_batch:
+            raise ValueError(f"draft_max must be in 1..n_batch-1, got {draft_max}")
+        draft_max = draft_max if drafters else 0
         if n_threads is not None and n_threads < 1:
             raise ValueError("n_threads must be >= 1")
         gguf = validate_gguf(model_path)
@@ -221,6 +268,9 @@ class Session:
         ctx_params.n_ubatch = n_ubatch
         ctx_params.n_seq_max = 1
         ctx_params.n_outputs_max = 1  # only the last position's logits: no n_batch x vocab buffer
+        if draft_max:  # verify batches: logits at every draft position, recurrent snapshots to roll back
+            ctx_params.n_outputs_max = draft_max + 1
+            ctx_params.n_rs_seq = draft_max
         ctx_params.n_threads = n_threads
         ctx_params.n_threads_batch = n_threads
         ctx_params.no_perf = False  # keep llama.cpp's own decode counters (llama_perf_counts)
@@ -241,6 +291,14 @@ class Session:
         self._n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self._n_batch = n_batch
         self._batch = TokenBatch(n_batch)
+        recurrent = llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
+        if draft_max and recurrent and llama_cpp.llama_n_rs_seq(self._ctx) < draft_max:
+            self.close()
+            raise EdgeSqlError(f"--speculate {speculate}: llama.cpp cannot roll back the recurrent state of "
+                               f"{gguf.architecture} models; use --speculate off")
+        self._draft_max = draft_max
+        self._single_decode_s: float | None = None  # running mean, for the speculator's cost model
+        self._speculator = Speculator(drafters, max_k=draft_max, auto=speculate == "auto") if drafters else None
 
         self.info = SessionInfo(
             model_path=gguf.path, architecture=gguf.architecture, model_bytes=gguf.file_size,
@@ -250,6 +308,8 @@ class Session:
             flash_attn="auto" if flash_attn is None else ("on" if flash_attn else "off"),
             buffers={**buffer_sizes(load_lines), **self._buffers}, mapping_released=mapping_released,
             mtp_layers=llama_cpp.llama_model_n_layer_nextn(self._model) if model_params.load_mtp else 0,
+            speculate=speculate if draft_max else "off", draft_max=draft_max,
+            rollback=("kv+n_rs_seq" if recurrent else "kv") if draft_max else "",
         )
         self._log = log or (lambda _message: None)
         self._prefix_store = PrefixStore(prefix_cache_dir, max_bytes=prefix_cache_bytes, log=self._log)
@@ -269,10 +329,13 @@ class Session:
         self._tokens: list[int] = []
         self._n_evaluated = 0
         self._n_restored = 0
+        self._n_rolled_back = 0
         self._logits: np.ndarray | None = None
         self._rng: np.random.Generator | None = None
         self._pending_prefix = None
         self.timings = Timings()
+        if self._speculator is not None:
+            self._speculator.reset()
 
     def seed(self, seed: int | None) -> None:
         """Re-seed the sampler now (otherwise the first generate after reset seeds it)."""
@@ -337,8 +400,30 @@ class Session:
     @property
     def decoded_tokens(self) -> int:
         """Tokens passed to llama_decode since the last reset (n_past minus a pending token,
-        minus restored prefix tokens)."""
-        return self._n_evaluated - self._n_restored
+        minus restored prefix tokens, plus draft tokens that were rolled back)."""
+        return self._n_evaluated - self._n_restored + self._n_rolled_back
+
+    @property
+    def draft_tokens_rolled_back(self) -> int:
+        """Draft tokens evaluated and removed again since the last reset (see `generate`)."""
+        return self._n_rolled_back
+
+    @property
+    def speculator(self) -> Speculator | None:
+        """Who drafts for `generate` (None: speculation is off for this session)."""
+        return self._speculator
+
+    def use_drafters(self, drafters: list[Drafter], *, auto: bool = False, max_k: int | None = None,
+                     adaptive: bool = True) -> None:
+        """Draft with `drafters` (priority order) from now on, at most `max_k` tokens a batch
+        (default and limit: the session's `draft_max`); the session must have been loaded with
+        speculation on (its context is sized for verify batches then)."""
+        if not self._draft_max:
+            raise RuntimeError("speculation is off for this session: load it with speculate='lookup' or 'auto'")
+        max_k = self._draft_max if max_k is None else max_k
+        if not 1 <= max_k <= self._draft_max:
+            raise ValueError(f"max_k must be in 1..{self._draft_max}")
+        self._speculator = Speculator(drafters, max_k=max_k, auto=auto, adaptive=adaptive)
 
     def llama_perf_counts(self) -> tuple[int, int]:
         """llama.cpp's own counters since the last reset: (batch tokens, single-token decodes).
@@ -497,16 +582,22 @@ class Session:
             raise RuntimeError("the context is empty: no logits yet")
         return self._logits.copy()
 
-    def _flush(self) -> None:
-        """Decode the tokens not yet evaluated, in n_batch chunks; logits for the last one."""
-        n_total = len(self._tokens)
+    def _flush(self, upto: int | None = None) -> None:
+        """Decode the tokens not yet evaluated (up to index `upto`), in n_batch chunks; logits
+        for the last one when that is the context's last token."""
+        n_total = len(self._tokens) if upto is None else upto
         while self._n_evaluated < n_total:
-            chunk = self._tokens[self._n_evaluated:self._n_evaluated + self._n_batch]
+            chunk = self._tokens[self._n_evaluated:min(n_total, self._n_evaluated + self._n_batch)]
             n = len(chunk)
-            last_chunk = self._n_evaluated + n == n_total
+            last_chunk = self._n_evaluated + n == len(self._tokens)
             self._batch.fill(chunk, self._n_evaluated, outputs="last" if last_chunk else "none")
             self._logits = None
+            tick = time.perf_counter()
             self._batch.decode(self._ctx)
+            if n == 1 and self._speculator is not None:
+                seconds = time.perf_counter() - tick
+                mean = self._single_decode_s
+                self._single_decode_s = seconds if mean is None else 0.9 * mean + 0.1 * seconds
             self._n_evaluated += n
             if last_chunk:
                 pointer = llama_cpp.llama_get_logits_ith(self._ctx, -1)
@@ -537,6 +628,21 @@ class Session:
 
         `audit=True` (a measurement, slower) decodes forced tokens one at a time too and counts
         the grammar steps where the model's raw top token was not allowed (`n_overruled`).
+
+        Speculation (a session loaded with `speculate` on; not with `audit`): at a sampling
+        step with a token pending, the speculator may propose drafts d1..dk. The pending
+        token(s) and the drafts are decoded in one batch with logits at every draft position.
+        Then the loop runs exactly as without drafts, except that a step takes its logits
+        from that batch instead of decoding: the same checks (cancel, room, grammar, forced
+        tokens), the same grammar mask, the same sampler and random numbers. A sampled token
+        equal to the next draft is already evaluated (accepted); at the first one that is not,
+        the rest of the drafts leave llama.cpp's memory (`llama_memory_seq_rm`: attention
+        cells, and the recurrent state falls back to its `n_rs_seq` snapshot) and the sampled
+        token stays pending, as usual. The grammar only ever consumes appended tokens. So the
+        appended tokens are the ones non-speculative decoding appends for the same logits
+        (greedy: token-identical up to batch-vs-single rounding; sampling: the same
+        distribution and, for a seed, the same draws); drafts only change how many decodes
+        they cost.
         """
         if not self._tokens:
             raise ValueError("generate() needs a prompt: eval() some tokens first")
@@ -552,6 +658,8 @@ class Session:
         chunks: list[str] = []
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         n_forced = n_audited = n_overruled = 0
+        speculator = self._speculator if not audit else None
+        inflight: _Verify | None = None  # drafts decoded and not yet accepted or rolled back
         started = time.perf_counter()
 
         def append(tokens: list[int], forced: bool, visible: bool = True) -> None:
@@ -586,12 +694,19 @@ class Session:
                     n_audited += 1
                     n_overruled += not constraint.is_allowed(np.array([int(np.argmax(self._logits))]))[0]
                 if forced:
+                    if inflight is not None:  # non-speculative decoding would not sample here either
+                        inflight = self._end_verify(inflight, timings)
                     constraint.consume(forced)
                     append(forced, forced=True)
                     n_forced += len(forced)
                     continue
             tick = time.perf_counter()
-            self._flush()
+            if inflight is None and speculator is not None and self._n_evaluated < len(self._tokens):
+                proposal = speculator.propose(self._tokens, min(room - 1, self._draft_max))
+                if proposal is not None:
+                    inflight = self._verify(*proposal)
+            if inflight is None:
+                self._flush()
             tock = time.perf_counter()
             timings.decode_s += tock - tick
             logits = self._logits
@@ -610,14 +725,24 @@ class Session:
                     reason = "grammar_done"  # complete; only llguidance's own EOS was left
                     break
             timings.sample_s += time.perf_counter() - tock
-            if token in stop_set:
-                append([token], forced=False, visible=False)
+            stop = token in stop_set
+            if constraint is not None and not stop:
+                constraint.consume([token])
+            append([token], forced=False, visible=not stop)
+            if inflight is not None:
+                hit = token == inflight.drafts[inflight.accepted]
+                if hit:  # the draft was evaluated in the batch: nothing is pending now
+                    inflight.accepted += 1
+                    self._n_evaluated += 1
+                    self._logits = inflight.logits[inflight.accepted]
+                if not hit or inflight.accepted == len(inflight.drafts):
+                    inflight = self._end_verify(inflight, timings)
+            if stop:
                 reason = "stop"
                 break
-            if constraint is not None:
-                constraint.consume([token])
-            append([token], forced=False)
 
+        if inflight is not None:
+            self._end_verify(inflight, timings)
         tail = decoder.decode(b"", final=True)
         if tail:
             chunks.append(tail)
@@ -637,6 +762,41 @@ class Session:
             ended_turn=bool(new_tokens) and new_tokens[-1] in stop_set,
             timings=timings,
         )
+
+    def _verify(self, source: str, drafts: list[int]) -> _Verify:
+        """Decode the pending tokens and `drafts` in one batch, with logits after the last
+        pending token and after each draft (pending tokens that do not fit go first)."""
+        keep = min(len(self._tokens) - self._n_evaluated, self._n_batch - len(drafts))
+        self._flush(upto=len(self._tokens) - keep)
+        batch = self._tokens[self._n_evaluated:] + drafts
+        outputs = np.zeros(len(batch), dtype=bool)
+        outputs[keep - 1:] = True
+        self._batch.fill(batch, self._n_evaluated, outputs=outputs)
+        self._logits = None
+        tick = time.perf_counter()
+        self._batch.decode(self._ctx)
+        seconds = time.perf_counter() - tick
+        self._n_evaluated = len(self._tokens)
+        logits = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, i), shape=(self._n_vocab,))
+                  for i in range(keep - 1, len(batch))]
+        self._logits = logits[0]
+        return _Verify(source=source, drafts=drafts, logits=logits, base=len(self._tokens), seconds=seconds)
+
+    def _end_verify(self, verify: _Verify, timings: Timings) -> None:
+        """Remove the drafts that were not accepted from llama.cpp's memory; count them."""
+        rejected = len(verify.drafts) - verify.accepted
+        if rejected:
+            start = verify.base + verify.accepted
+            if not llama_cpp.llama_memory_seq_rm(self._memory, 0, start, -1):
+                raise RuntimeError(f"llama.cpp could not roll back {rejected} draft tokens from position {start}")
+            self._n_rolled_back += rejected
+        counts = timings.drafts.setdefault(verify.source, DraftCounts())
+        counts.drafted += len(verify.drafts)
+        counts.accepted += verify.accepted
+        counts.batches += 1
+        cost = verify.seconds / self._single_decode_s if self._single_decode_s else None
+        self._speculator.record(verify.source, len(verify.drafts), verify.accepted, cost)
+        return None
 
     def _constraint(self, lark: str) -> GrammarConstraint:
         """The compiled grammar for `lark` (cached; the llguidance tokenizer is built once)."""
