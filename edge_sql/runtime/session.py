@@ -174,7 +174,7 @@ class _Verify:
     drafts: list[int]
     logits: list[np.ndarray]
     base: int
-    seconds: float = 0.0  # of the verify batch's decode
+    seconds: float = 0.0  # drafting it and the verify batch's decode
     accepted: int = 0
 
 
@@ -226,13 +226,16 @@ class Session:
     ) -> None:
         if n_ctx < 16 or n_batch < 1 or (n_ubatch is not None and n_ubatch < 1):
             raise ValueError("n_ctx must be >= 16 and n_batch, n_ubatch >= 1")
-        drafters = make_drafters(speculate)  # an unknown or unavailable mode fails before loading
-        if drafters and not 1 <= draft_max < n_batch:
+        drafters = make_drafters(speculate)  # an unknown mode fails before loading
+        if speculate != "off" and not 1 <= draft_max < n_batch:
             raise ValueError(f"draft_max must be in 1..n_batch-1, got {draft_max}")
-        draft_max = draft_max if drafters else 0
+        draft_max = draft_max if speculate != "off" else 0
         if n_threads is not None and n_threads < 1:
             raise ValueError("n_threads must be >= 1")
         gguf = validate_gguf(model_path)
+        if speculate == "mtp" and not gguf.mtp_layers:
+            raise EdgeSqlError(f"--speculate mtp: {gguf.path.name} has no MTP head (convert the checkpoint again "
+                               "without --no-mtp), use --speculate lookup")
         init_backend(verbose=verbose)
         self._model = self._ctx = None
         self._batch: TokenBatch | None = None
@@ -254,7 +257,8 @@ class Session:
         model_params.use_extra_bufts = repack
         # the MTP head (an extra block that only an MTP drafter's context runs; the main graph
         # never does) on request: loading it keeps its weights in memory (36 MiB on the 2B Q4_K_M)
-        model_params.load_mtp = mtp and gguf.mtp_layers > 0
+        # (speculation with "mtp" or "auto" drafts with it when the file has one)
+        model_params.load_mtp = (mtp or speculate in ("mtp", "auto")) and gguf.mtp_layers > 0
         with capture_log() as load_lines:
             self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
         if not self._model:
@@ -298,7 +302,8 @@ class Session:
                                f"{gguf.architecture} models; use --speculate off")
         self._draft_max = draft_max
         self._single_decode_s: float | None = None  # running mean, for the speculator's cost model
-        self._speculator = Speculator(drafters, max_k=draft_max, auto=speculate == "auto") if drafters else None
+        self._speculator: Speculator | None = None
+        self._mtp_drafter = None
 
         self.info = SessionInfo(
             model_path=gguf.path, architecture=gguf.architecture, model_bytes=gguf.file_size,
@@ -311,6 +316,13 @@ class Session:
             speculate=speculate if draft_max else "off", draft_max=draft_max,
             rollback=("kv+n_rs_seq" if recurrent else "kv") if draft_max else "",
         )
+        if model_params.load_mtp and speculate in ("mtp", "auto"):
+            from edge_sql.runtime.mtp import MTPDrafter  # its context reads this one's: made after it
+
+            self._mtp_drafter = MTPDrafter(self)
+            drafters.append(self._mtp_drafter)  # after lookup: drafts when no earlier text matches
+        if drafters:
+            self._speculator = Speculator(drafters, max_k=draft_max, auto=speculate == "auto")
         self._log = log or (lambda _message: None)
         self._prefix_store = PrefixStore(prefix_cache_dir, max_bytes=prefix_cache_bytes, log=self._log)
         self._pending_prefix: list[int] | None = None
@@ -702,9 +714,10 @@ class Session:
                     continue
             tick = time.perf_counter()
             if inflight is None and speculator is not None and self._n_evaluated < len(self._tokens):
+                drafting = time.perf_counter()
                 proposal = speculator.propose(self._tokens, min(room - 1, self._draft_max))
-                if proposal is not None:
-                    inflight = self._verify(*proposal)
+                if proposal is not None:  # the batch's cost includes drafting it (MTP: k decodes)
+                    inflight = self._verify(*proposal, draft_s=time.perf_counter() - drafting)
             if inflight is None:
                 self._flush()
             tock = time.perf_counter()
@@ -763,7 +776,7 @@ class Session:
             timings=timings,
         )
 
-    def _verify(self, source: str, drafts: list[int]) -> _Verify:
+    def _verify(self, source: str, drafts: list[int], draft_s: float = 0.0) -> _Verify:
         """Decode the pending tokens and `drafts` in one batch, with logits after the last
         pending token and after each draft (pending tokens that do not fit go first)."""
         keep = min(len(self._tokens) - self._n_evaluated, self._n_batch - len(drafts))
@@ -780,7 +793,7 @@ class Session:
         logits = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, i), shape=(self._n_vocab,))
                   for i in range(keep - 1, len(batch))]
         self._logits = logits[0]
-        return _Verify(source=source, drafts=drafts, logits=logits, base=len(self._tokens), seconds=seconds)
+        return _Verify(source=source, drafts=drafts, logits=logits, base=len(self._tokens), seconds=draft_s + seconds)
 
     def _end_verify(self, verify: _Verify, timings: Timings) -> None:
         """Remove the drafts that were not accepted from llama.cpp's memory; count them."""
@@ -828,6 +841,9 @@ class Session:
         """Free the context, batch and model; the session is unusable afterwards."""
         self._grammars = OrderedDict()
         self._lltokenizer = None
+        if getattr(self, "_mtp_drafter", None) is not None:  # its context reads this one's: freed first
+            self._mtp_drafter.close()
+            self._mtp_drafter = None
         if self._batch is not None:
             self._batch.close()
             self._batch = None

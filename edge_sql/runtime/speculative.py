@@ -2,8 +2,8 @@
 
 `Session.generate` verifies drafts exactly (see its docstring): the tokens it appends do not
 depend on what is drafted, only how many decode calls they cost. This module decides what to
-draft. A `Drafter` proposes tokens for a context (prompt lookup here; the model's MTP head
-can plug in later behind the same protocol). The `Speculator` asks its drafters in priority
+draft. A `Drafter` proposes tokens for a context (prompt lookup here; the model's MTP head in
+runtime/mtp.py, behind the same protocol). The `Speculator` asks its drafters in priority
 order, adapts how many tokens each may propose (more after a fully accepted draft, fewer
 after a rejection), and counts drafted, accepted and rolled-back tokens per source.
 
@@ -118,7 +118,13 @@ class Speculator:
         self._sources = {}
         for drafter in self.drafters:
             drafter.reset()
-            self._sources[drafter.name] = _Source(drafter, k=min(4, self.max_k) if self.adaptive else self.max_k)
+            self._sources[drafter.name] = _Source(drafter, k=min(4, self._cap(drafter)) if self.adaptive
+                                                  else self._cap(drafter))
+
+    def _cap(self, drafter: Drafter) -> int:
+        """The most tokens `drafter` may propose: the session's limit, or the drafter's own
+        `max_k` when it has one (each MTP draft token costs a decode of the head)."""
+        return min(self.max_k, getattr(drafter, "max_k", None) or self.max_k)
 
     def is_on(self, name: str) -> bool:
         """Whether `auto` currently lets source `name` draft."""
@@ -143,7 +149,7 @@ class Speculator:
         source = self._sources[name]
         source.drafter.observe(accepted, proposed)
         if self.adaptive and accepted >= proposed >= source.k:
-            source.k = min(self.max_k, 2 * source.k)
+            source.k = min(self._cap(source.drafter), 2 * source.k)
         elif self.adaptive and accepted < proposed:
             source.k = max(1, accepted + 1)
         saving = accepted + 1 - (cost if cost is not None else 1 + self.cost_per_token * proposed)
@@ -157,15 +163,13 @@ class Speculator:
 def make_drafters(mode: str) -> list[Drafter]:
     """The drafters behind a `--speculate` mode ([] for "off").
 
-    "mtp" needs the model's MTP head, which no loader of this runtime provides yet.
+    "mtp" drafts with the model's MTP head and "auto" adds it after lookup: its drafter reads
+    the session's llama.cpp context, so `Session` appends it once that exists.
     """
     from edge_sql.runtime.lookup import LookupDrafter
 
     if mode not in SPECULATE_MODES:
         raise EdgeSqlError(f"unknown speculation mode {mode!r}: use one of {', '.join(SPECULATE_MODES)}")
-    if mode == "off":
+    if mode in ("off", "mtp"):
         return []
-    if mode == "mtp":
-        raise EdgeSqlError("--speculate mtp is not available for this model file: this runtime cannot load an "
-                           "MTP head yet; use --speculate lookup")
     return [LookupDrafter()]  # "lookup" and "auto" (auto: + MTP when the file has a head)
