@@ -172,7 +172,7 @@ def tiny_trained_gguf() -> Path:
 # collection order, so starting with the longest ones keeps one worker from running a long module
 # alone at the end. The order is by `pytest --durations` on a 2-core Xeon; modules not listed keep
 # their place after these.
-_LONGEST_FIRST = ("test_episodes_trained", "test_episodes", "test_bench_ray", "test_bench", "test_serve_http",
+_LONGEST_FIRST = ("test_episodes_trained", "test_speculative", "test_episodes", "test_bench_ray", "test_bench", "test_serve_http",
                   "test_episodes_smollm2", "test_tuning", "test_run_cli", "test_api", "test_quantize")
 
 
