@@ -170,9 +170,11 @@ def tiny_trained_gguf() -> Path:
 # --- Order: the longest modules first ---------------------------------------------------------
 # pytest-xdist (`-n 2 --dist loadfile`, see pyproject.toml) hands whole modules to its workers in
 # collection order, so starting with the longest ones keeps one worker from running a long module
-# alone at the end. The order is by `pytest --durations` on a 2-core Xeon; modules not listed keep
+# alone at the end. The order is by `pytest --durations` on a 2-core Xeon, except that the second
+# module to use the trained fixture comes after modules that do not need it: the first one trains
+# it (minutes, one thread) and another worker would only wait for it. Modules not listed keep
 # their place after these.
-_LONGEST_FIRST = ("test_episodes_trained", "test_speculative", "test_episodes", "test_bench_ray", "test_bench", "test_serve_http",
+_LONGEST_FIRST = ("test_episodes_trained", "test_episodes", "test_bench_ray", "test_speculative", "test_bench", "test_serve_http",
                   "test_episodes_smollm2", "test_tuning", "test_run_cli", "test_api", "test_quantize")
 
 
