@@ -294,23 +294,20 @@ def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
     key_dim = d.linear_k_heads * d.linear_k_head_dim
     value_dim = d.linear_v_heads * d.linear_v_head_dim
     planned: list[tuple[T, int | None, tuple[int, ...]]] = [(T.TOKEN_EMBD, None, (d.vocab_size, h))]
+
+    def every_block(bid: int) -> list[tuple[T, int | None, tuple[int, ...]]]:
+        return [(T.ATTN_NORM, bid, (h,)), (T.ATTN_POST_NORM, bid, (h,)), (T.FFN_GATE, bid, (ffn, h)),
+                (T.FFN_UP, bid, (ffn, h)), (T.FFN_DOWN, bid, (h, ffn))]
+
+    def full_attention(bid: int) -> list[tuple[T, int | None, tuple[int, ...]]]:
+        return [(T.ATTN_Q, bid, (2 * d.n_heads * d.head_dim, h)), (T.ATTN_K, bid, (d.n_kv_heads * d.head_dim, h)),
+                (T.ATTN_V, bid, (d.n_kv_heads * d.head_dim, h)), (T.ATTN_OUT, bid, (h, d.n_heads * d.head_dim)),
+                (T.ATTN_Q_NORM, bid, (d.head_dim,)), (T.ATTN_K_NORM, bid, (d.head_dim,))]
+
     for bid, kind in enumerate(d.layer_kinds):
-        planned += [
-            (T.ATTN_NORM, bid, (h,)),
-            (T.ATTN_POST_NORM, bid, (h,)),
-            (T.FFN_GATE, bid, (ffn, h)),
-            (T.FFN_UP, bid, (ffn, h)),
-            (T.FFN_DOWN, bid, (h, ffn)),
-        ]
+        planned += every_block(bid)
         if kind == "full":
-            planned += [
-                (T.ATTN_Q, bid, (2 * d.n_heads * d.head_dim, h)),
-                (T.ATTN_K, bid, (d.n_kv_heads * d.head_dim, h)),
-                (T.ATTN_V, bid, (d.n_kv_heads * d.head_dim, h)),
-                (T.ATTN_OUT, bid, (h, d.n_heads * d.head_dim)),
-                (T.ATTN_Q_NORM, bid, (d.head_dim,)),
-                (T.ATTN_K_NORM, bid, (d.head_dim,)),
-            ]
+            planned += full_attention(bid)
         else:
             planned += [
                 (T.ATTN_QKV, bid, (2 * key_dim + value_dim, h)),
@@ -324,19 +321,7 @@ def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
                 (T.SSM_OUT, bid, (h, value_dim)),
             ]
     for bid in range(d.n_layers, d.n_blocks):  # the MTP head: a full-attention block plus its own tensors
-        planned += [
-            (T.ATTN_NORM, bid, (h,)),
-            (T.ATTN_POST_NORM, bid, (h,)),
-            (T.FFN_GATE, bid, (ffn, h)),
-            (T.FFN_UP, bid, (ffn, h)),
-            (T.FFN_DOWN, bid, (h, ffn)),
-            (T.ATTN_Q, bid, (2 * d.n_heads * d.head_dim, h)),
-            (T.ATTN_K, bid, (d.n_kv_heads * d.head_dim, h)),
-            (T.ATTN_V, bid, (d.n_kv_heads * d.head_dim, h)),
-            (T.ATTN_OUT, bid, (h, d.n_heads * d.head_dim)),
-            (T.ATTN_Q_NORM, bid, (d.head_dim,)),
-            (T.ATTN_K_NORM, bid, (d.head_dim,)),
-        ]
+        planned += every_block(bid) + full_attention(bid)
         if bid == d.n_layers:
             planned += [
                 (T.NEXTN_EH_PROJ, bid, (h, 2 * h)),

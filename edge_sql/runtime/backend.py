@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from typing import Self
 
 import llama_cpp
 
@@ -66,3 +67,24 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS, Windows
         return max(1, os.cpu_count() or 1)
+
+
+class Closing:
+    """`with` support and a last-chance `close()` at garbage collection, for objects that hold
+    llama.cpp memory (a session, an MTP drafter's context): subclasses define `close()`, which
+    must be safe to call twice."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

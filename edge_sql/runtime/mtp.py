@@ -39,7 +39,7 @@ from llama_cpp import llama_cpp_ext
 
 from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.errors import EdgeSqlError, ModelFileError
-from edge_sql.runtime.backend import buffer_sizes, capture_log
+from edge_sql.runtime.backend import Closing, buffer_sizes, capture_log
 
 if TYPE_CHECKING:  # session.py may import this module to attach a drafter
     from edge_sql.runtime.session import Session
@@ -64,7 +64,7 @@ class DraftStats:
         return self.accepted_tokens / self.observed_tokens if self.observed_tokens else 0.0
 
 
-class MTPDrafter:
+class MTPDrafter(Closing):
     """Drafts tokens with the session model's MTP head; see the module docstring.
 
     Attach it right after making the session: it mirrors only decodes that happen while it is
@@ -273,15 +273,3 @@ class MTPDrafter:
             llama_cpp.llama_batch_ext_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
-
-    def __enter__(self) -> MTPDrafter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -29,6 +29,7 @@ import numpy as np
 from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.errors import ContextFullError, EdgeSqlError, ModelFileError
 from edge_sql.runtime.backend import (
+    Closing,
     buffer_sizes,
     capture_log,
     default_threads,
@@ -178,7 +179,7 @@ class _Verify:
     accepted: int = 0
 
 
-class Session:
+class Session(Closing):
     """A loaded model with one append-only context.
 
     `n_gpu_layers=None` offloads every layer when llama.cpp has a GPU backend (CUDA, Metal...)
@@ -853,15 +854,3 @@ class Session:
         if self._model:
             llama_cpp.llama_model_free(self._model)
             self._model = None
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
