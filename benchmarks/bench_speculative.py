@@ -42,10 +42,10 @@ from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.lookup import LookupDrafter
 from edge_sql.runtime.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from sqale_published import call_args, load_episodes  # this folder is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "edge_sql" / "data"
-PUBLISHED = REPO / "tests/data/sqale_published/episodes.json"  # the SQaLe page's three episodes (data)
 QUESTIONS = [
     ("chinook", "How many rows does the Album table have?"),
     ("northwind", "What is the largest UnitPrice in Products?"),
@@ -260,27 +260,8 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
 
 # ---- 3. the published episodes, simulated ----------------------------------------------------
 
-def call_args(tool: str, args_text: str) -> dict:
-    """The page's args string (`"AlertLogs", 10`, or bare SQL) as the tool's args dict."""
-    from edge_sql.tools import TOOLS_BY_NAME
-
-    spec = TOOLS_BY_NAME[tool]
-    if not args_text.strip():
-        return {}
-    try:
-        values = json.loads(f"[{args_text}]")
-    except json.JSONDecodeError:
-        values = [args_text]
-    if len(values) > len(spec.args):
-        values = [args_text]
-    return {arg.name: value for arg, value in zip(spec.args, values)}
-
-
 def published_pieces() -> list[tuple[str, list[tuple[str, bool, str | None]]]]:
     """Each published episode as (text, parse specials, kind: None = not model-written) pieces."""
-    def load_episodes():
-        return json.loads(PUBLISHED.read_text(encoding="utf-8"))["episodes"]
-
     prompt = load_prompt()
     chat = prompt.chat
     out = []

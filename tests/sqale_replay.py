@@ -19,62 +19,22 @@ values) is invented here, deterministically, and marked as such. `compare_to_pub
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from edge_sql.tools import TOOLS_BY_NAME
+from sqale_published import PUBLISHED_JSON, call_args, episode, load_episodes, published_calls  # noqa: F401 (re-exported)
 
-PUBLISHED_JSON = Path(__file__).parent / "data" / "sqale_published" / "episodes.json"
 CLIP = "\u2026"  # the page's mark for a clipped line, or (alone on a line) for cut lines
 MORE_ROWS_NOTE = re.compile(r"\.\.\. \(showing first \d+ rows; more rows exist\)\Z")
 _SELECT_FIRST_ROWS = re.compile(r"SELECT \* FROM (\w+) LIMIT (\d+)\Z")
 
 
-# -- the published data -------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def load_episodes() -> tuple[dict[str, Any], ...]:
-    """The three published episodes, as the page holds them."""
-    return tuple(json.loads(PUBLISHED_JSON.read_text(encoding="utf-8"))["episodes"])
-
-
-def episode(episode_id: str) -> dict[str, Any]:
-    return next(ep for ep in load_episodes() if ep["id"] == episode_id)
-
-
-def published_calls(ep: dict[str, Any]) -> Iterable[tuple[int, int, dict[str, Any]]]:
-    """(round index, call index, call) of every published call, the forced answer included."""
-    for r_index, round_ in enumerate(ep["rounds"]):
-        for c_index, call in enumerate(round_["calls"]):
-            yield r_index, c_index, call
-
-
-def call_args(tool: str, args_text: str) -> dict[str, Any]:
-    """The page's args string as the tool's args dict, by the argument order in `specs.py`.
-
-    The page writes JSON values separated by commas (`"AlertLogs", 10`), except the SQL of
-    `run_query`/`submit_sql`, which it shows bare.
-    """
-    spec = TOOLS_BY_NAME[tool]
-    if not args_text.strip():
-        return {}
-    try:
-        values = json.loads(f"[{args_text}]")
-    except json.JSONDecodeError:
-        values = None
-    if values is None or len(values) > len(spec.args):
-        if len(spec.args) != 1 or spec.args[0].type != "string":
-            raise ValueError(f"cannot read the args of {tool}: {args_text!r}")
-        values = [args_text]  # bare SQL
-    return {arg.name: value for arg, value in zip(spec.args, values)}
+# -- the published data: benchmarks/sqale_published.py (shared with bench_speculative) ---------
 
 
 @dataclass(frozen=True)
