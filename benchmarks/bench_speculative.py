@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -370,6 +371,83 @@ def published(vocab_model: Path, *, max_k: int, cost_per_token: float, curve: di
     return {"tally": total, "speedup": plain / spec, "per_episode": per_episode}
 
 
+# ---- 4. the published episodes, replayed on a model (measured) ----------------------------------
+
+def _model_segments(session: Session, pieces) -> list[tuple[str | None, list[int]]]:
+    """The pieces tokenized as `published` does, consecutive model-written pieces of one kind joined."""
+    segments: list[tuple[str | None, list[int]]] = []
+    for text, special, kind in pieces:
+        ids = session.tokenize(text, special=special) if text else []
+        if not ids:
+            continue
+        if segments and segments[-1][0] == kind:
+            segments[-1][1].extend(ids)
+        else:
+            segments.append((kind, ids))
+    return segments
+
+
+def replay_measured(model: Path, *, modes: Sequence[str], threads: int, draft_max: int, n_ctx: int = 8192,
+                    repeats: int = 1) -> dict:
+    """The three published episodes replayed on `model` through `Session.generate`: prompt and
+    tool-result pieces are evaluated as prompt, and at each model-written piece `generate` runs
+    with a sampler that returns the published token instead of the model's choice. So the
+    verify batches, the rollbacks, the speculator and the timings are the real ones, and a
+    draft is accepted exactly when greedy verification of the published text would keep it.
+    Modes alternate per episode; `repeats` passes. Returns per-mode generate/decode seconds."""
+    import edge_sql.runtime.session as session_module
+
+    queue: list[int] = []
+
+    def published_token(_logits, _params, _rng) -> int:
+        return queue.pop(0)
+
+    totals = {mode: {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "drafted": 0, "accepted": 0, "batches": 0,
+                     "prompt_s": 0.0, "prompt_tokens": 0} for mode in modes}
+    def session(mode: str) -> Session:  # "lookup" or "lookup@2" (that draft_max)
+        speculate, _, k = mode.partition("@")
+        return Session(model, n_ctx=n_ctx, n_threads=threads, speculate=speculate,
+                       **({"draft_max": int(k or draft_max)} if speculate != "off" else {}))
+
+    sessions = {mode: session(mode) for mode in modes}
+    real_sample = session_module.sample
+    session_module.sample = published_token
+    try:
+        first = next(iter(sessions.values()))
+        episodes_tokens = [(eid, _model_segments(first, pieces)) for eid, pieces in published_pieces()]
+        for _ in range(repeats):
+            for _eid, segments in episodes_tokens:
+                for mode, session in sessions.items():
+                    session.reset()
+                    t = totals[mode]
+                    for kind, ids in segments:
+                        if kind is None:
+                            tick = time.perf_counter()
+                            session.eval(ids)
+                            t["prompt_s"] += time.perf_counter() - tick
+                            t["prompt_tokens"] += len(ids)
+                            continue
+                        queue[:] = ids
+                        completion = session.generate(max_tokens=len(ids), params=SamplingParams(greedy=True))
+                        assert completion.tokens == ids and not queue, "the replay must append the published tokens"
+                        timings = completion.timings
+                        t["generate_s"] += timings.generate_s
+                        t["decode_s"] += timings.decode_s
+                        t["tokens"] += len(ids)
+                        for counts in timings.drafts.values():
+                            t["drafted"] += counts.drafted
+                            t["accepted"] += counts.accepted
+                            t["batches"] += counts.batches
+    finally:
+        session_module.sample = real_sample
+        for session in sessions.values():
+            session.close()
+    base = totals[modes[0]]["generate_s"]
+    for t in totals.values():
+        t["speedup"] = base / t["generate_s"] if t["generate_s"] else 0.0
+    return {"model": model.name, "threads": threads, "draft_max": draft_max, "repeats": repeats, "modes": totals}
+
+
 # ---- report ----------------------------------------------------------------------------------
 
 def _machine() -> str:
@@ -391,10 +469,9 @@ def _tally_table(tally: Tally) -> list[str]:
     return lines
 
 
-def report(args, costs: list[dict], runs: list[dict], replay: dict | None) -> str:
+def report(args, costs: list[dict], runs: list[dict], replay: dict | None, measured: dict | None = None) -> str:
     lines = ["# Speculative decoding: verify cost, rollback, lookup acceptance", "",
-             f"Machine: {_machine()}. **Shared machine** (other engineers' tests ran at the same time): "
-             "absolute times are noisy, ratios are measured in one run, alternating.", "",
+             f"Machine: {_machine()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.", "",
              f"Command: `python benchmarks/bench_speculative.py {' '.join(sys.argv[1:])}`", ""]
     for cost in costs:
         lines += [f"## Verify-batch cost: {cost['model']} ({cost['context']}-token context, "
@@ -437,6 +514,22 @@ def report(args, costs: list[dict], runs: list[dict], replay: dict | None) -> st
                       f"Projected decode speed-up over the three: **{result['speedup']:.2f}x** (model-written "
                       f"tokens per unit of decode cost; draft_max {args.draft_max}). By draft_max: "
                       + ", ".join(f"{k}: {v:.2f}x" for k, v in result["by_max_k"].items()) + ".", ""]
+    if measured is not None:
+        lines += [f"## The published episodes replayed on {measured['model']} (measured)", "",
+                  f"{measured['threads']} threads, draft_max {measured['draft_max']}, {measured['repeats']} pass(es), "
+                  "modes alternating per episode. Each model-written token of the three published episodes goes "
+                  "through `Session.generate` with a sampler that returns the published token, so verify batches, "
+                  "rollbacks and the speculator are the real ones and a draft is kept exactly when greedy "
+                  "verification of the published text keeps it.", "",
+                  "| mode | model-written tokens | generate s | of which decode s | tok/s | verify batches | drafted | "
+                  "accepted | speed-up |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+        for mode, t in measured["modes"].items():
+            lines.append(f"| {mode} | {t['tokens']} | {t['generate_s']:.2f} | {t['decode_s']:.2f} | "
+                         f"{t['tokens'] / t['generate_s']:.2f} | {t['batches']} | {t['drafted']} | {t['accepted']} | "
+                         f"**{t['speedup']:.2f}x** |")
+        lines += ["", f"Prompt pieces (system prompt, tool results): "
+                  f"{next(iter(measured['modes'].values()))['prompt_tokens']} tokens per mode, evaluated as prompt "
+                  "(the same in every mode).", ""]
     return "\n".join(lines)
 
 
@@ -456,6 +549,13 @@ def main() -> None:
     parser.add_argument("--draft-max", type=int, default=8)
     parser.add_argument("--cost-curve", default="", metavar="K:COST,...",
                         help="measured verify cost per k (relative to one decode) for the published projection")
+    parser.add_argument("--replay-model", type=Path,
+                        help="replay the published episodes on this GGUF (Qwen3.5 vocabulary), measured per mode")
+    parser.add_argument("--replay-modes", default="off,lookup,auto",
+                        help="speculation modes to replay with, the first being the reference; MODE@K: draft_max K")
+    parser.add_argument("--replay-repeats", type=int, default=1)
+    parser.add_argument("--machine-note", default="**Shared machine** (other engineers' tests ran at the same time): "
+                        "absolute times are noisy, ratios are measured in one run, alternating.")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
@@ -488,7 +588,11 @@ def main() -> None:
             result["by_max_k"] = {k: published(args.qwen_vocab, max_k=k, cost_per_token=args.cost_per_token,
                                                curve=used)["speedup"] for k in (1, 2, 4, 8, 16)}
             replay["runs"][label] = result
-    text = report(args, costs, runs, replay)
+    measured = None
+    if args.replay_model:
+        measured = replay_measured(args.replay_model, modes=args.replay_modes.split(","), threads=args.threads,
+                                   draft_max=args.draft_max, repeats=args.replay_repeats)
+    text = report(args, costs, runs, replay, measured)
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")

@@ -1,6 +1,7 @@
 """Benchmark of issue 11: calibration on the 2B shape, and the shared prompt prefix evaluated once.
 
 Usage: python benchmarks/bench_tune.py MODEL.gguf [--out benchmarks/results/tune.md] [--sweep-points 512,4096]
+       [--steps ttft,full,sweep] [--speculate-rows fitted,8] [--machine "..."]
 
 Steps (each in a fresh process, so peak RSS is that step's own):
 1. the quick calibration `edge-sql run` does on first use: its time and table;
@@ -94,10 +95,12 @@ def child_full_context(model: str, extra: dict) -> dict:
     import numpy as np
 
     from edge_sql.runtime import Session
+    from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX
     from edge_sql.runtime.tuning import EPISODE_TOKENS, Settings
 
-    settings = Settings(**extra["settings"])
-    with Session(model, n_ctx=EPISODE_TOKENS, **settings.session_kwargs()) as session:
+    settings = Settings(**{**extra["settings"], "draft_max": extra.get("draft_max", DEFAULT_DRAFT_MAX)})
+    speculation = extra.get("speculate")
+    with Session(model, n_ctx=EPISODE_TOKENS, **settings.session_kwargs(speculation or "off")) as session:
         tokens = np.random.default_rng(0).integers(0, 100_000, EPISODE_TOKENS - 1).tolist()  # the last cell stays free
         tick = time.perf_counter()
         session.eval(tokens[:-extra["decode"]])
@@ -106,7 +109,8 @@ def child_full_context(model: str, extra: dict) -> dict:
         for token in tokens[-extra["decode"]:]:
             session.eval([token])
         decode_s = time.perf_counter() - tick
-        return {"settings": settings.label, "tokens": len(session.tokens), "peak_rss": _peak(),
+        label = settings.label + (f" speculate={extra['speculate']} draft_max={extra['draft_max']}" if speculation else "")
+        return {"settings": label, "tokens": len(session.tokens), "peak_rss": _peak(),
                 "file_bytes": session.info.model_bytes, "buffer_bytes": session.info.buffer_bytes,
                 "prefill_tok_s": (len(tokens) - extra["decode"]) / prefill_s,
                 "decode_tok_s": extra["decode"] / decode_s}
@@ -118,7 +122,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "tune.md")
     parser.add_argument("--sweep-points", default="512,4096")
     parser.add_argument("--sweep-chunk", type=int, default=512, help="prefill tokens timed at each point")
-    parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--steps", default="ttft,full,sweep",
+                        help="what to run after the quick calibration (comma list of ttft, full, sweep)")
+    parser.add_argument("--speculate-rows", default="", metavar="K,...",
+                        help="also fill the full context with speculation on (lookup) at these draft_max values "
+                             "('fitted': the one calibration chose)")
     parser.add_argument("--machine", default="2-core Intel Xeon with AMX (KVM), 24 GB",
                         help="how the result file describes the machine (and whether it was shared)")
     args = parser.parse_args()
@@ -131,67 +139,77 @@ def main() -> int:
              "```", subprocess.run(["lscpu"], capture_output=True, text=True).stdout.split("Flags")[0].strip(),
              f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", "```", ""]
 
+    def write() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines), encoding="utf-8")
+
+    steps = set(args.steps.split(","))
     quick = _child("calibrate", args.model, {"full": False})
     qc = Calibration.from_json(quick["calibration"])
     lines += ["## Quick calibration (what the first `edge-sql run` does)", "",
               f"{qc.seconds:.1f} s wall (target < 60 s on a quiet machine); peak RSS {quick['peak_rss'] / 2**20:.0f} MiB; "
               f"chose `{qc.chosen.label}`.", "", "```", quick["table"], "```", ""]
-    with tempfile.TemporaryDirectory() as cache_dir:
-        extra = {"settings": qc.chosen.__dict__, "cache_dir": cache_dir, "questions": QUESTIONS}
-        plain = _child("ttft", args.model, {**extra, "cache": False, "questions": QUESTIONS[:1]})
-        first = _child("ttft", args.model, {**extra, "cache": True})
-        fresh = _child("ttft", args.model, {**extra, "cache": True, "questions": QUESTIONS[1:]})
-    lines += ["## Time to the first token, settings `" + first["settings"] + "`", "",
-              "| case | prompt tokens evaluated | restored | time to first token s |", "|---|--:|--:|--:|"]
-    cases = [("no prefix cache (before this change)", plain["rows"][0]),
-             ("first question in a process (prefix evaluated, saved)", first["rows"][0]),
-             ("second question, same process (restored from memory)", first["rows"][1]),
-             ("fresh process, disk cache warm (restored from disk)", fresh["rows"][0])]
-    for name, row in cases:
-        lines.append(f"| {name} | {row['evaluated']} | {row['restored']} | {row['ttft_s']:.2f} |")
-    bound = first["file_bytes"] + first["buffer_bytes"]
-    lines += ["", f"Peak RSS of the two-question process: {first['peak_rss'] / 2**20:.0f} MiB (file "
-              f"{first['file_bytes'] / 2**20:.0f} MiB + {(first['peak_rss'] - first['file_bytes']) / 2**20:.0f} MiB; "
-              f"the context is filled to ~{first['rows'][0]['evaluated'] + first['rows'][0]['restored']} tokens only); "
-              f"calibration's bound for a full 12,288-token context: file + llama.cpp buffers "
-              f"{first['buffer_bytes'] / 2**20:.0f} MiB + the process's own memory = at least {bound / 2**20:.0f} MiB.",
-              f"Python {platform.python_version()}.", ""]
-
-    def write() -> None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines), encoding="utf-8")
-
     write()
-    lines += ["## Peak RSS at a full 12,288-token context (sampled, each a fresh process)", "",
-              "| settings | tokens | peak RSS MiB | beyond the file MiB | calibration's bound beyond the file MiB | "
-              "prefill tok/s | decode tok/s at the end |", "|---|--:|--:|--:|--:|--:|--:|"]
-    for settings in dict.fromkeys([qc.chosen, Settings(None, 256, qc.chosen.n_threads)]):
-        full = _child("full_context", args.model, {"settings": settings.__dict__, "decode": 16})
-        measured = next(m for m in qc.measurements if m.settings == settings) if settings in {m.settings for m in qc.measurements} else None
-        bound = f"{measured.memory_bytes / 2**20:.0f}" if measured else "-"
-        lines.append(f"| `{full['settings']}` | {full['tokens']} | {full['peak_rss'] / 2**20:.0f} | "
-                     f"{(full['peak_rss'] - full['file_bytes']) / 2**20:.0f} | {bound} | "
-                     f"{full['prefill_tok_s']:.1f} | {full['decode_tok_s']:.1f} |")
-    lines += ["", "Budget: file + 400 MiB. The bound counts the process's memory before loading, what loading "
-              "adds besides the mapping, and llama.cpp's context buffers.", ""]
-    write()
-    if not args.skip_sweep:
+    if "ttft" in steps:
+        with tempfile.TemporaryDirectory() as cache_dir:
+            extra = {"settings": qc.chosen.__dict__, "cache_dir": cache_dir, "questions": QUESTIONS}
+            plain = _child("ttft", args.model, {**extra, "cache": False, "questions": QUESTIONS[:1]})
+            first = _child("ttft", args.model, {**extra, "cache": True})
+            fresh = _child("ttft", args.model, {**extra, "cache": True, "questions": QUESTIONS[1:]})
+        lines += ["## Time to the first token, settings `" + first["settings"] + "`", "",
+                  "| case | prompt tokens evaluated | restored | time to first token s |", "|---|--:|--:|--:|"]
+        cases = [("no prefix cache (before this change)", plain["rows"][0]),
+                 ("first question in a process (prefix evaluated, saved)", first["rows"][0]),
+                 ("second question, same process (restored from memory)", first["rows"][1]),
+                 ("fresh process, disk cache warm (restored from disk)", fresh["rows"][0])]
+        for name, row in cases:
+            lines.append(f"| {name} | {row['evaluated']} | {row['restored']} | {row['ttft_s']:.2f} |")
+        bound = first["file_bytes"] + first["buffer_bytes"]
+        lines += ["", f"Peak RSS of the two-question process: {first['peak_rss'] / 2**20:.0f} MiB (file "
+                  f"{first['file_bytes'] / 2**20:.0f} MiB + {(first['peak_rss'] - first['file_bytes']) / 2**20:.0f} MiB; "
+                  f"the context is filled to ~{first['rows'][0]['evaluated'] + first['rows'][0]['restored']} tokens only); "
+                  f"calibration's bound for a full 12,288-token context: file + llama.cpp buffers "
+                  f"{first['buffer_bytes'] / 2**20:.0f} MiB + the process's own memory = at least {bound / 2**20:.0f} MiB.",
+                  f"Python {platform.python_version()}.", ""]
+        write()
+    if "full" in steps:
+        lines += ["## Peak RSS at a full 12,288-token context (sampled, each a fresh process)", "",
+                  "| settings | tokens | peak RSS MiB | beyond the file MiB | calibration's bound beyond the file MiB | "
+                  "prefill tok/s | decode tok/s at the end |", "|---|--:|--:|--:|--:|--:|--:|"]
+        rows = [({"settings": settings.__dict__}, settings)
+                for settings in dict.fromkeys([qc.chosen, Settings(None, 256, qc.chosen.n_threads)])]
+        drafts = [int(k) for k in filter(None, args.speculate_rows.replace("fitted", str(qc.chosen.draft_max)).split(","))]
+        rows += [({"settings": {**qc.chosen.__dict__, "draft_max": k}, "speculate": "lookup", "draft_max": k}, qc.chosen)
+                 for k in dict.fromkeys(drafts) if k]
+        for extra, settings in rows:
+            full = _child("full_context", args.model, {**extra, "decode": 16})
+            measured = next((m for m in qc.measurements if m.settings == settings and "speculate" not in extra), None)
+            bound = f"{measured.memory_bytes / 2**20:.0f}" if measured else "-"
+            lines.append(f"| `{full['settings']}` | {full['tokens']} | {full['peak_rss'] / 2**20:.0f} | "
+                         f"{(full['peak_rss'] - full['file_bytes']) / 2**20:.0f} | {bound} | "
+                         f"{full['prefill_tok_s']:.1f} | {full['decode_tok_s']:.1f} |")
+            write()
+        lines += ["", "Budget: file + 400 MiB. The bound counts the process's memory before loading, what loading "
+                  "adds besides the mapping, and llama.cpp's context buffers. Rows with `speculate`: the chosen "
+                  f"setting with lookup speculation on (calibration fitted draft_max {qc.chosen.draft_max} to the budget).", ""]
+        write()
+    if "sweep" in steps:
         points = [int(p) for p in args.sweep_points.split(",")]
         sweep = _child("calibrate", args.model, {"full": True, "points": points, "chunk": args.sweep_chunk})
+        args.out.with_suffix(".sweep.json").write_text(json.dumps(sweep["calibration"], indent=1), encoding="utf-8")
         sc = Calibration.from_json(sweep["calibration"])
         profile = episode_profile()
         by = {m.settings: m for m in sc.measurements}
         fitting = [m for m in sc.measurements if m.fits]
         best = min(fitting or sc.measurements, key=lambda m: m.episode_s)
-        default = by.get(Settings(True, 256, best.settings.n_threads))
-        quick_choice = by.get(qc.chosen)
+        rows = {"sweep's best (within memory)": best, "quick calibration's choice": by.get(qc.chosen),
+                "today's defaults (flash attention on, ubatch 256)": by.get(Settings(True, 256, best.settings.n_threads))}
         lines += ["## Sweep (`edge-sql tune`)", "",
                   f"Points {points}, prefill chunk {args.sweep_chunk}, {sc.seconds:.1f} s wall; peak RSS {sweep['peak_rss'] / 2**20:.0f} MiB.", "",
                   "```", sweep["table"], "```", "",
                   "Episode profile (six rounds growing to 12,288 tokens), predicted from the sweep's measurements:", "",
                   "| setting | episode s | vs best |", "|---|--:|--:|"]
-        for name, m in (("sweep's best (within memory)", best), ("quick calibration's choice", quick_choice),
-                        ("today's defaults (flash attention on, ubatch 256)", default)):
+        for name, m in rows.items():
             if m is not None:
                 lines.append(f"| {name}: `{m.settings.label}` | {predict(m, profile):.0f} | "
                              f"{predict(m, profile) / predict(best, profile) - 1:+.1%} |")

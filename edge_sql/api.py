@@ -37,10 +37,22 @@ def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True
 
 def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
                   log: Callable[[str], None] = lambda _m: None, n_ctx: int = 12288,
-                  n_threads: int | None = None) -> tuple[Settings, str]:
+                  n_threads: int | None = None, speculate: str = "off") -> tuple[Settings, str]:
     """The llama.cpp settings to load `model_path` with, and how they were chosen:
     "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
-    "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults)."""
+    "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults).
+    Calibrated settings carry the most drafts per verify batch that fit the memory budget;
+    `speculate` other than "off" only makes the log say when none fits."""
+    settings, how = _settings(model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx,
+                              n_threads=n_threads)
+    if speculate != "off" and not settings.draft_max:
+        log(f"--speculate {speculate}: off, no draft fits the memory budget with these settings "
+            "(each draft keeps a copy of the recurrent state; `edge-sql tune` shows the budget)")
+    return settings, how
+
+
+def _settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None, log: Callable[[str], None],
+              n_ctx: int, n_threads: int | None) -> tuple[Settings, str]:
     from edge_sql.runtime.backend import gpu_backend_name, init_backend
     from edge_sql.runtime.tuning import default_settings, tuned_settings
 
@@ -99,12 +111,12 @@ class Agent:
         self.budget = budget or Budget()
         self.model_path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
         settings, self.tuning = load_settings(self.model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log,
-                                              n_ctx=n_ctx, n_threads=n_threads)
+                                              n_ctx=n_ctx, n_threads=n_threads, speculate=speculate)
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
         self.session = Session(
-            self.model_path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **settings.session_kwargs(),
-            prefix_cache_dir=prefix_state_dir() if prefix_cache else None, log=log, speculate=speculate,
+            self.model_path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **settings.session_kwargs(speculate),
+            prefix_cache_dir=prefix_state_dir() if prefix_cache else None, log=log,
         )
         self._lock = threading.Lock()
 

@@ -51,7 +51,8 @@ def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: P
     assert len(set(bounds.values())) > 1, bounds  # ubatch and flash attention change the compute buffer
     allowance = sorted(bounds.values())[len(bounds) // 2 - 1]  # some candidates fit, some do not
     lines: list[str] = []
-    result = calibrate(tiny_gguf, settings=SETTINGS, memory_allowance=allowance, progress=lines.append, **SMALL)
+    result = calibrate(tiny_gguf, settings=SETTINGS, memory_allowance=allowance, progress=lines.append, full=True,
+                       **SMALL)  # full: candidates over the budget are timed too (the quick mode skips them)
 
     assert [m.settings for m in result.measurements] == SETTINGS
     assert any(line.startswith("calibrating tiny") for line in lines)  # the progress line
@@ -68,6 +69,46 @@ def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: P
     assert chosen.episode_s == min(m.episode_s for m in fitting)
     table = result.table()
     assert "(over)" in table and f"* {result.chosen.label}" in table
+
+
+def test_quick_calibration_times_only_candidates_within_the_budget(tiny_gguf: Path) -> None:
+    """The first run's calibration skips timing (and filling contexts for) what cannot be chosen."""
+    bounds = {s: _buffer_bytes(tiny_gguf, s) for s in SETTINGS}
+    allowance = sorted(bounds.values())[len(bounds) // 2 - 1]
+    result = calibrate(tiny_gguf, settings=SETTINGS, memory_allowance=allowance, full=False, **SMALL)
+    for m in result.measurements:
+        assert m.memory_bytes == bounds[m.settings] and m.fits == (m.memory_bytes <= allowance)
+        assert bool(m.points) == m.fits  # timed exactly when within the budget
+        assert (m.episode_s < float("inf")) == m.fits
+    assert result.chosen_measurement().fits
+    assert "(over: not timed)" in result.table() and "@64" in result.table()
+    assert any(not m.fits for m in result.measurements) and any(m.fits for m in result.measurements)
+
+
+def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Path) -> None:
+    """draft_max is fitted to what the chosen setting leaves of the budget, and a session loaded
+    with it stays within the budget (llama.cpp's buffers, measured with speculation on)."""
+    base = _buffer_bytes(tiny_gguf, SETTINGS[0])
+    measured = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=base, **SMALL).chosen_measurement()
+    assert measured.n_vocab == 248320 and measured.state_bytes > 0  # Gated DeltaNet layers keep a state
+    per_draft = tuning.speculation_bytes(1, measured.state_bytes, measured.n_vocab)
+    for drafts_that_fit in (3, 1, 0):
+        allowance = base + drafts_that_fit * per_draft + per_draft // 2
+        result = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=allowance, **SMALL)
+        assert result.chosen.draft_max == drafts_that_fit
+        kwargs = result.chosen.session_kwargs("lookup")
+        if not drafts_that_fit:
+            assert kwargs["speculate"] == "off"
+            assert "no draft fits" in result.table()
+            continue
+        assert kwargs["speculate"] == "lookup" and kwargs["draft_max"] == drafts_that_fit
+        assert f"draft_max {drafts_that_fit} fits" in result.table()
+        with Session(tiny_gguf, n_ctx=SMALL["n_ctx"], **kwargs) as session:
+            assert session.info.draft_max == drafts_that_fit
+            assert session.info.buffer_bytes <= allowance  # flash attention on: no work copy
+            # what speculation added is what the fit counted for it
+            assert session.info.buffer_bytes - base <= tuning.speculation_bytes(drafts_that_fit, measured.state_bytes,
+                                                                                measured.n_vocab)
 
 
 def test_no_candidate_fits_falls_back_to_the_smallest_memory(tiny_gguf: Path) -> None:

@@ -62,13 +62,12 @@ class EpisodeRunner:
 
         path = model_path or task.model_path
         settings, self.tuning = load_settings(Path(path), tune=task.tune, n_gpu_layers=None, n_ctx=task.n_ctx,
-                                              n_threads=task.n_threads,
+                                              n_threads=task.n_threads, speculate=task.speculate,
                                               log=lambda message: print(message, file=sys.stderr))
         if task.n_threads is not None:
             settings = dataclasses.replace(settings, n_threads=task.n_threads)
         started = time.perf_counter()
-        self.session = _recording_session_type()(path, n_ctx=task.n_ctx, speculate=task.speculate,
-                                                 **settings.session_kwargs())
+        self.session = _recording_session_type()(path, n_ctx=task.n_ctx, **settings.session_kwargs(task.speculate))
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         self.session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant

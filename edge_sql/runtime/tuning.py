@@ -15,7 +15,7 @@ a full 12,288-token context stays within the file plus `MEMORY_ALLOWANCE`.
 
 How it stays short: the context is filled once with random tokens (speed does not depend on
 the values) and llama.cpp's sequence state is saved at each measuring point; every candidate
-then restores that state and times one prefill chunk (best of two) and a few decodes (median)
+then restores that state and times one prefill chunk (best of two; one in the quick mode) and a few decodes (median)
 there, instead of prefilling thousands of tokens again. Beyond the last point costs are extrapolated linearly
 (attention cost grows linearly with the context).
 
@@ -29,6 +29,12 @@ model allocates besides the mapped file (vocabulary, metadata: measured), plus t
 estimate of the peak RSS. Not in it: what the caller allocates later (llguidance's vocabulary view, the saved
 prompt state, Python objects of an episode).
 
+The quick calibration (the first `run` of a file) times only the candidates whose bound is
+within the budget: the others cannot be chosen, and on the 2B Q4_K_M all flash-attention-off
+candidates are over it. Speculation's memory is fitted the same way: each draft of a verify
+batch keeps a snapshot of the recurrent state (llama.cpp's `n_rs_seq`) and a logits row, so the
+chosen settings carry the most drafts (`draft_max`, at most 8) that the budget still holds.
+
 Unsafe candidates are never tried: repacked weights only where `backend.repack_is_safe()`.
 With layers offloaded to a GPU calibration does not apply (offload keeps its own defaults).
 Results are cached per (CPU, llama.cpp build, file fingerprint) under the store's `tuning/`.
@@ -37,6 +43,7 @@ Results are cached per (CPU, llama.cpp build, file fingerprint) under the store'
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -49,10 +56,15 @@ import numpy as np
 from edge_sql.runtime.backend import default_threads, init_backend, repack_is_safe
 from edge_sql.runtime.identity import cpu_model, file_fingerprint, llama_build, physical_cores
 from edge_sql.runtime.session import DEFAULT_UBATCH, Session
+from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX
 
 EPISODE_TOKENS = 12288
 MEMORY_ALLOWANCE = 400 * 1024 * 1024
-CACHE_VERSION = 2  # 2: the bound counts ggml's attention work buffer; other_load
+CACHE_VERSION = 3  # 2: the bound counts ggml's attention work buffer; other_load. 3: draft_max in budget
+# What each draft token of a verify batch adds besides a recurrent-state snapshot, per vocabulary
+# entry: its logits row (4 bytes) and the graph's output for it (measured on the 2B shape: the
+# compute buffer grows 19.0 MiB from draft_max 0 to 16, 5.0 bytes x 248,320 per draft)
+DRAFT_ROW_BYTES_PER_TOKEN = 5
 QUICK_POINTS = (256, 1024)
 FULL_POINTS = (512, 4096, 8192, 11776)
 
@@ -67,15 +79,20 @@ class Settings:
     n_ubatch: int
     n_threads: int
     repack: bool = False
+    # most drafts per verify batch when speculation is on: not a candidate (it does not change
+    # speed when off), fitted to the memory left under the budget (`fit_draft_max`); 0: none fits
+    draft_max: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
 
     @property
     def label(self) -> str:
         fa = "auto" if self.flash_attn is None else ("on" if self.flash_attn else "off")
         return f"flash_attn={fa} n_ubatch={self.n_ubatch} n_threads={self.n_threads} repack={'on' if self.repack else 'off'}"
 
-    def session_kwargs(self) -> dict:
+    def session_kwargs(self, speculate: str = "off") -> dict:
+        """`Session` arguments; speculation stays off where no draft fits the memory budget."""
         return {"flash_attn": self.flash_attn, "n_ubatch": self.n_ubatch, "n_threads": self.n_threads,
-                "repack": self.repack}
+                "repack": self.repack, "speculate": speculate if self.draft_max else "off",
+                "draft_max": self.draft_max or DEFAULT_DRAFT_MAX}
 
 
 def default_settings() -> Settings:
@@ -84,10 +101,10 @@ def default_settings() -> Settings:
 
 
 def candidates(*, full: bool) -> list[Settings]:
-    """The settings to try. Quick: flash attention on/off x ubatch 128/256 (and physical cores,
-    repack where safe). Full: also ubatch 64 and 512."""
+    """The settings to try. Quick: flash attention on/off x ubatch 128/256/512 (and physical
+    cores, repack where safe). Full: also ubatch 64."""
     threads = sorted({default_threads(), physical_cores()}, reverse=True)
-    ubatches = (64, 128, 256, 512) if full else (128, 256)
+    ubatches = (64, 128, 256, 512) if full else (128, 256, 512)
     found = [Settings(fa, ub, threads[0]) for fa in (True, False) for ub in ubatches]
     found += [Settings(fa, DEFAULT_UBATCH, n) for n in threads[1:] for fa in (True, False)]
     if repack_is_safe():
@@ -128,6 +145,8 @@ class Measurement:
     memory_bytes: int          # bound on peak RSS beyond the model file, at n_ctx
     episode_s: float = 0.0     # predicted time of `episode_profile()`
     fits: bool = True
+    state_bytes: int = 0       # llama.cpp's recurrent state of one sequence (0: attention only)
+    n_vocab: int = 0
 
     def to_json(self) -> dict:
         return {**asdict(self), "settings": asdict(self.settings)}
@@ -179,16 +198,24 @@ class Calibration:
 
     def table(self) -> str:
         """The sweep as a text table, fastest first; `*` marks the chosen setting."""
+        points = next((m.points for m in self.measurements if m.points), [])  # candidates over budget: untimed
         lines = [f"{'':2}{'settings':<52} {'episode s':>9} {'memory MiB':>10}  "
-                 + "  ".join(f"{'@' + str(p):>13}" for p in self.measurements[0].points),
-                 f"{'':2}{'':<52} {'':>9} {'':>10}  " + "  ".join(f"{'prefill/decode':>13}" for _ in self.measurements[0].points)]
+                 + "  ".join(f"{'@' + str(p):>13}" for p in points),
+                 f"{'':2}{'':<52} {'':>9} {'':>10}  " + "  ".join(f"{'prefill/decode':>13}" for _ in points)]
         for m in sorted(self.measurements, key=lambda m: m.episode_s):
             mark = "* " if m.settings == self.chosen else "  "
             speeds = "  ".join(f"{1 / p:6.0f}/{1 / d:6.1f}" for p, d in zip(m.prefill_s, m.decode_s))
-            over = "" if m.fits else " (over)"
-            lines.append(f"{mark}{m.settings.label:<52} {m.episode_s:9.1f} {m.memory_bytes / 2**20:10.0f}  {speeds}{over}")
+            over = "" if m.fits else (" (over)" if m.points else "(over: not timed)")
+            episode = f"{m.episode_s:9.1f}" if m.points else f"{'-':>9}"
+            lines.append(f"{mark}{m.settings.label:<52} {episode} {m.memory_bytes / 2**20:10.0f}  {speeds}{over}")
         lines.append(f"(tok/s at each context length; memory: bound beyond the file at a {EPISODE_TOKENS}-token "
                      f"context, budget {self.memory_allowance / 2**20:.0f} MiB)")
+        chosen = self.chosen_measurement()
+        per_draft = speculation_bytes(1, chosen.state_bytes, chosen.n_vocab) / 2**20
+        lines.append(f"(speculation: draft_max {self.chosen.draft_max} fits the budget with the chosen setting, "
+                     f"{per_draft:.1f} MiB per draft)" if self.chosen.draft_max else
+                     f"(speculation: no draft fits the budget with the chosen setting ({per_draft:.1f} MiB per "
+                     "draft): --speculate stays off)")
         return "\n".join(lines)
 
 
@@ -288,10 +315,18 @@ def calibrate(
     chunk_tokens: list[int] = []
     decode_ids: list[int] = []
     measured: dict[Settings, Measurement] = {}
+    timed = settings
+    if not full:  # quick: a candidate over the memory budget is not timed (nor its context filled)
+        for candidate in settings:
+            with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
+                bound = _memory_bound(session, candidate, n_ctx, baseline)
+            if bound.memory_bytes > memory_allowance:
+                measured[candidate] = bound
+        timed = [s for s in settings if s not in measured]
     # States are filled once per flash-attention value: llama.cpp lays the V cache out
     # transposed without flash attention, and refuses a state saved with the other layout.
-    for flash_attn in dict.fromkeys(s.flash_attn for s in settings):
-        group = [s for s in settings if s.flash_attn == flash_attn]
+    for flash_attn in dict.fromkeys(s.flash_attn for s in timed):
+        group = [s for s in timed if s.flash_attn == flash_attn]
         progress(f"calibrating {model_path.name}: filling a {points[-1]}-token context "
                  f"(flash_attn={group[0].label.split()[0].split('=')[1]}) ...")
         states = {}
@@ -306,13 +341,16 @@ def calibrate(
                 filled = point
                 states[point] = base.snapshot()
         for candidate in group:
-            progress(f"calibrating {model_path.name}: {len(measured) + 1}/{len(settings)} {candidate.label}")
-            measured[candidate] = _measure(model_path, candidate, n_ctx, states, chunk_tokens, decode_ids, baseline)
+            progress(f"calibrating {model_path.name}: {len(measured) + 1}/{len(settings)} {candidate.label}"
+                     + (f" ({len(settings) - len(timed)} over the memory budget, not timed)"
+                        if len(timed) < len(settings) and candidate == timed[0] else ""))
+            measured[candidate] = _measure(model_path, candidate, n_ctx, states, chunk_tokens, decode_ids, baseline,
+                                           runs=2 if full else 1)
         del states
     measurements = [measured[s] for s in settings]
 
     for m in measurements:
-        m.episode_s = predict(m, profile)
+        m.episode_s = predict(m, profile) if m.points else math.inf
         m.fits = m.memory_bytes <= memory_allowance
     fitting = [m for m in measurements if m.fits]
     note = ""
@@ -322,6 +360,7 @@ def calibrate(
         chosen = min(measurements, key=lambda m: (m.memory_bytes, m.episode_s)).settings
         note = (f"no candidate fits {memory_allowance / 2**20:.0f} MiB beyond the file: chose the smallest "
                 "memory bound")
+    chosen = replace(chosen, draft_max=fit_draft_max(measured[chosen], memory_allowance))
     load = other_load(max(s.n_threads for s in settings))
     note = "; ".join(part for part in (note, busy_note(load, default_threads())) if part)
     return Calibration(
@@ -330,6 +369,20 @@ def calibrate(
         measurements=measurements, memory_allowance=memory_allowance,
         seconds=round(time.perf_counter() - started, 2), note=note, other_load=load,
     )
+
+
+def speculation_bytes(draft_max: int, state_bytes: int, n_vocab: int) -> int:
+    """What speculation with `draft_max` adds to a session: llama.cpp keeps `draft_max`
+    snapshots of the recurrent state (`n_rs_seq`) and logits for `draft_max` more positions."""
+    return draft_max * (state_bytes + DRAFT_ROW_BYTES_PER_TOKEN * n_vocab)
+
+
+def fit_draft_max(measurement: Measurement, memory_allowance: int, limit: int = DEFAULT_DRAFT_MAX) -> int:
+    """The most drafts per verify batch that keep `measurement`'s bound within the budget
+    (0 when not even one fits: speculation then stays off)."""
+    room = memory_allowance - measurement.memory_bytes
+    return next((k for k in range(limit, 0, -1)
+                 if speculation_bytes(k, measurement.state_bytes, measurement.n_vocab) <= room), 0)
 
 
 def attention_work_bytes(n_ctx: int, settings: Settings, n_head: int) -> int:
@@ -368,18 +421,19 @@ def busy_note(load: float | None, cpus: int) -> str:
 
 
 def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, chunk: list[int],
-             decode_ids: list[int], baseline: int) -> Measurement:
+             decode_ids: list[int], baseline: int, runs: int = 2) -> Measurement:
+    """Prefill (the fastest of `runs` chunks: other processes only ever add time; the quick
+    calibration takes one to stay within a minute) and decode (median) at each filled state."""
     prefill_s, decode_s = [], []
     with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
-        n_head = llama_cpp.llama_model_n_head(session.llama_model)
-        memory = baseline + session.info.buffer_bytes + attention_work_bytes(n_ctx, candidate, n_head)
+        bound = _memory_bound(session, candidate, n_ctx, baseline)
         for i, (point, state) in enumerate(sorted(states.items())):
             if not session.restore(state):
                 raise RuntimeError(f"calibration could not restore its {point}-token state")
             if i == 0:
                 session.eval(decode_ids[:1])  # warm-up: first-touch costs of a fresh context
             best = float("inf")
-            for _ in range(2):  # the faster of two runs: other processes only ever add time
+            for _ in range(runs):
                 session.restore(state)
                 tick = time.perf_counter()
                 session.eval(chunk)
@@ -391,7 +445,15 @@ def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, ch
                 ticks.append(time.perf_counter() - tick)
             prefill_s.append(best / len(chunk))
             decode_s.append(float(np.median(ticks)))  # robust to a preempted step
-    return Measurement(candidate, sorted(states), prefill_s, decode_s, memory)
+    return replace(bound, points=sorted(states), prefill_s=prefill_s, decode_s=decode_s)
+
+
+def _memory_bound(session: Session, candidate: Settings, n_ctx: int, baseline: int) -> Measurement:
+    """An untimed measurement: the memory bound of `candidate` loaded as `session`."""
+    n_head = llama_cpp.llama_model_n_head(session.llama_model)
+    memory = baseline + session.info.buffer_bytes + attention_work_bytes(n_ctx, candidate, n_head)
+    state = sum(size for kind, size in session.info.buffers.items() if kind.endswith(" RS"))
+    return Measurement(candidate, [], [], [], memory, state_bytes=state, n_vocab=session.n_vocab)
 
 
 # ---- the cache -----------------------------------------------------------------------------
