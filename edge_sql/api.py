@@ -45,9 +45,10 @@ def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
     `speculate` other than "off" only makes the log say when none fits."""
     settings, how = _settings(model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx,
                               n_threads=n_threads)
-    if speculate != "off" and not settings.draft_max:
-        log(f"--speculate {speculate}: off, no draft fits the memory budget with these settings "
-            "(each draft keeps a copy of the recurrent state; `edge-sql tune` shows the budget)")
+    if speculate != "off" and settings.speculation(speculate)[0] != speculate:
+        log(f"--speculate {speculate}: {settings.speculation(speculate)[0]} within the memory budget with these "
+            "settings (each draft keeps a copy of the recurrent state, the MTP drafter a context of its own; "
+            "`edge-sql tune` shows what fits)")
     return settings, how
 
 

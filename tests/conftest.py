@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -181,3 +182,19 @@ _LONGEST_FIRST = ("test_episodes_trained", "test_episodes", "test_bench_ray", "t
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker runs on its own share of the CPUs.
+
+    llama.cpp sizes its thread pool from the CPUs a process may run on (`default_threads`), and
+    its threads spin at every barrier: two workers each running two threads on two cores stall
+    one another (decode 10-60x slower on these machines). Pinned, a worker's llama.cpp, torch
+    and subprocesses (bench workers, Ray) use its own cores only. `pytest -n 0` runs unpinned.
+    """
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= count:
+        os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) % count::count])

@@ -75,7 +75,9 @@ def reference(tiny_checkpoint: Path) -> dict[str, tuple[list[int], np.ndarray]]:
 def _compare(gguf_path: Path, reference: dict) -> dict[str, tuple[float, float, np.ndarray]]:
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(gguf_path), n_ctx=512, n_batch=512, n_threads=2, logits_all=True, verbose=False)
+    from edge_sql.runtime.backend import default_threads
+
+    llm = Llama(model_path=str(gguf_path), n_ctx=512, n_batch=512, n_threads=default_threads(), logits_all=True, verbose=False)
     results = {}
     for name, (ids, ref) in reference.items():
         llm.reset()  # from position 0: the whole context, recurrent state included, starts fresh

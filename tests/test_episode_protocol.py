@@ -52,7 +52,7 @@ def chinook(tmp_path: Path) -> Path:
 
 def run(tiny_gguf_q8: Path, db: Path, script: list[str], budget: Budget = Budget()):
     before = sha256(db)
-    with ScriptedSession(tiny_gguf_q8, script=script, n_ctx=budget.max_tokens, n_threads=2) as session:
+    with ScriptedSession(tiny_gguf_q8, script=script, n_ctx=budget.max_tokens) as session:
         with ReadOnlyDatabase(db) as database:
             result = run_episode(session, Toolbox(database), "How many albums are there?", budget=budget)
         assert not session.script, "the episode stopped before the script ended"

@@ -71,7 +71,7 @@ def databases(tmp_path_factory) -> dict[str, Path]:
 def episodes(tiny_trained_gguf, databases) -> dict:
     before = {name: sha256(path) for name, path in databases.items()}
     runs: list[EpisodeRun] = []
-    with Session(tiny_trained_gguf, n_ctx=N_CTX, n_threads=2) as session:
+    with Session(tiny_trained_gguf, n_ctx=N_CTX) as session:
         toolboxes = {name: Toolbox(ReadOnlyDatabase(path)) for name, path in databases.items()}
         for setup, (budget, sampling, count) in SETUPS.items():
             for i in range(count):

@@ -10,7 +10,7 @@ import numpy as np
 from edge_sql.runtime.mapping import file_mappings, release_file_pages, resident_file_bytes
 from edge_sql.runtime.session import Session, SessionInfo
 
-ARGS = dict(n_ctx=256, n_threads=2, n_gpu_layers=0)
+ARGS = dict(n_ctx=256, n_gpu_layers=0)
 
 
 def _logits_after(session: Session, first: list[int], second: list[int], *, release: bool) -> np.ndarray:

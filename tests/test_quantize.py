@@ -38,7 +38,7 @@ def _logits_and_greedy(path: Path, n_new: int = 4) -> tuple[np.ndarray, list[int
     (which keeps quantized weights out of llama.cpp's AMX buffers on builds where they crash)."""
     from edge_sql.runtime import SamplingParams, Session
 
-    with Session(path, n_ctx=128, n_batch=128, n_threads=2) as session:
+    with Session(path, n_ctx=128, n_batch=128) as session:
         session.eval(session.tokenize(PROMPT))
         logits = session.logits()
         completion = session.generate(params=SamplingParams(greedy=True), max_tokens=n_new)

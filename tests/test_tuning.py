@@ -62,6 +62,9 @@ def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: P
         assert m.points == [64, 256] and len(m.prefill_s) == len(m.decode_s) == 2
         assert all(0 < t < 10 for t in m.prefill_s + m.decode_s)
         assert m.episode_s == pytest.approx(predict(m, tuning.episode_profile(1024)))
+    # one token is one ubatch: candidates differing only in n_ubatch share their (pooled) decode timings
+    by_flash = {fa: [m.decode_s for m in result.measurements if m.settings.flash_attn == fa] for fa in (True, False)}
+    assert all(len(group) == 2 and group[0] == group[1] for group in by_flash.values())
     fitting = [m for m in result.measurements if m.fits]
     assert fitting and len(fitting) < len(SETTINGS)
     chosen = result.chosen_measurement()
@@ -86,29 +89,39 @@ def test_quick_calibration_times_only_candidates_within_the_budget(tiny_gguf: Pa
 
 
 def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Path) -> None:
-    """draft_max is fitted to what the chosen setting leaves of the budget, and a session loaded
-    with it stays within the budget (llama.cpp's buffers, measured with speculation on)."""
+    """draft_max is fitted to what the chosen setting leaves of the budget after the MTP
+    drafter's context (the fixture has an MTP head), and a session loaded with it, drafting
+    from lookup and the head, stays within the budget (llama.cpp's buffers, measured)."""
     base = _buffer_bytes(tiny_gguf, SETTINGS[0])
+    mtp = tuning.mtp_context_bytes(tiny_gguf, SETTINGS[0], SMALL["n_ctx"])
+    assert mtp > 0  # the head's layer: its own KV cells and compute buffer
     measured = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=base, **SMALL).chosen_measurement()
     assert measured.n_vocab == 248320 and measured.state_bytes > 0  # Gated DeltaNet layers keep a state
     per_draft = tuning.speculation_bytes(1, measured.state_bytes, measured.n_vocab)
-    for drafts_that_fit in (3, 1, 0):
-        allowance = base + drafts_that_fit * per_draft + per_draft // 2
+    for drafts_that_fit in (3, 1, 0):  # beside the MTP drafter's context
+        allowance = base + mtp + drafts_that_fit * per_draft + per_draft // 2
         result = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=allowance, **SMALL)
-        assert result.chosen.draft_max == drafts_that_fit
-        kwargs = result.chosen.session_kwargs("lookup")
-        if not drafts_that_fit:
-            assert kwargs["speculate"] == "off"
-            assert "no draft fits" in result.table()
+        lookup_fit = min(8, (mtp + drafts_that_fit * per_draft + per_draft // 2) // per_draft)
+        assert result.mtp_bytes == mtp
+        assert (result.chosen.draft_max, result.chosen.draft_max_mtp) == (lookup_fit, drafts_that_fit)
+        assert result.chosen.speculation("lookup") == ("lookup", lookup_fit)
+        if not drafts_that_fit:  # the head's context does not fit: auto drafts by lookup alone, mtp is off
+            assert result.chosen.speculation("auto") == ("lookup", lookup_fit)
+            assert result.chosen.speculation("mtp") == ("off", 0)
+            assert "none, auto drafts by lookup alone" in result.table()
             continue
-        assert kwargs["speculate"] == "lookup" and kwargs["draft_max"] == drafts_that_fit
-        assert f"draft_max {drafts_that_fit} fits" in result.table()
+        assert f"with the MTP drafter's context ({mtp / 2**20:.0f} MiB): draft_max {drafts_that_fit}" in result.table()
+        kwargs = result.chosen.session_kwargs("auto")
+        assert kwargs["speculate"] == "auto" and kwargs["draft_max"] == drafts_that_fit
         with Session(tiny_gguf, n_ctx=SMALL["n_ctx"], **kwargs) as session:
-            assert session.info.draft_max == drafts_that_fit
+            assert session.info.draft_max == drafts_that_fit and session.info.mtp_layers == 1
             assert session.info.buffer_bytes <= allowance  # flash attention on: no work copy
             # what speculation added is what the fit counted for it
-            assert session.info.buffer_bytes - base <= tuning.speculation_bytes(drafts_that_fit, measured.state_bytes,
-                                                                                measured.n_vocab)
+            assert session.info.buffer_bytes - base <= mtp + tuning.speculation_bytes(
+                drafts_that_fit, measured.state_bytes, measured.n_vocab)
+    nothing = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=base + per_draft // 2, **SMALL)
+    assert nothing.chosen.speculation("auto") == ("off", 0) and "no draft fits" in nothing.table()
+    assert nothing.chosen.session_kwargs("lookup")["speculate"] == "off"
 
 
 def test_no_candidate_fits_falls_back_to_the_smallest_memory(tiny_gguf: Path) -> None:

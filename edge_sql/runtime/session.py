@@ -322,6 +322,8 @@ class Session(Closing):
 
             self._mtp_drafter = MTPDrafter(self)
             drafters.append(self._mtp_drafter)  # after lookup: drafts when no earlier text matches
+            self.info.buffers.update({f"MTP {kind}": size for kind, size in self._mtp_drafter.buffers.items()
+                                      if not kind.endswith("_Mapped model")})  # its own context: KV, compute
         if drafters:
             self._speculator = Speculator(drafters, max_k=draft_max, auto=speculate == "auto")
         self._log = log or (lambda _message: None)

@@ -16,7 +16,9 @@ a full 12,288-token context stays within the file plus `MEMORY_ALLOWANCE`.
 How it stays short: the context is filled once with random tokens (speed does not depend on
 the values) and llama.cpp's sequence state is saved at each measuring point; every candidate
 then restores that state and times one prefill chunk (best of two; one in the quick mode) and a few decodes (median)
-there, instead of prefilling thousands of tokens again. Beyond the last point costs are extrapolated linearly
+there, instead of prefilling thousands of tokens again. A single-token decode does not depend on
+n_ubatch, so candidates that differ only in n_ubatch share their decode timings (the quick mode
+times them once; the full sweep takes their median): noise in decode never picks the n_ubatch. Beyond the last point costs are extrapolated linearly
 (attention cost grows linearly with the context).
 
 Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
@@ -79,9 +81,11 @@ class Settings:
     n_ubatch: int
     n_threads: int
     repack: bool = False
-    # most drafts per verify batch when speculation is on: not a candidate (it does not change
-    # speed when off), fitted to the memory left under the budget (`fit_draft_max`); 0: none fits
+    # most drafts per verify batch when speculation is on: not candidates (they do not change
+    # speed when off), fitted to the memory left under the budget (`fit_draft_max`), without and
+    # with the MTP drafter's context (files with an MTP head); 0: none fits
     draft_max: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
+    draft_max_mtp: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
 
     @property
     def label(self) -> str:
@@ -89,10 +93,20 @@ class Settings:
         return f"flash_attn={fa} n_ubatch={self.n_ubatch} n_threads={self.n_threads} repack={'on' if self.repack else 'off'}"
 
     def session_kwargs(self, speculate: str = "off") -> dict:
-        """`Session` arguments; speculation stays off where no draft fits the memory budget."""
+        """`Session` arguments, speculation within the memory budget: "mtp" and "auto" with the
+        drafts that fit beside the MTP drafter's context; "auto" drafts by lookup alone where
+        that context does not fit; off where no draft fits."""
+        speculate, draft_max = self.speculation(speculate)
         return {"flash_attn": self.flash_attn, "n_ubatch": self.n_ubatch, "n_threads": self.n_threads,
-                "repack": self.repack, "speculate": speculate if self.draft_max else "off",
-                "draft_max": self.draft_max or DEFAULT_DRAFT_MAX}
+                "repack": self.repack, "speculate": speculate, "draft_max": draft_max or DEFAULT_DRAFT_MAX}
+
+    def speculation(self, speculate: str) -> tuple[str, int]:
+        """The speculation mode and draft_max that `speculate` becomes within the budget."""
+        if speculate in ("mtp", "auto") and self.draft_max_mtp:
+            return speculate, self.draft_max_mtp
+        if speculate in ("lookup", "auto") and self.draft_max:
+            return "lookup", self.draft_max
+        return "off", 0
 
 
 def default_settings() -> Settings:
@@ -101,10 +115,11 @@ def default_settings() -> Settings:
 
 
 def candidates(*, full: bool) -> list[Settings]:
-    """The settings to try. Quick: flash attention on/off x ubatch 128/256/512 (and physical
-    cores, repack where safe). Full: also ubatch 64."""
+    """The settings to try: flash attention on/off x ubatch 64/128/256/512 (and physical cores,
+    repack where safe). Quick and full differ in how they are measured, not in what: on the 2B
+    Q4_K_M only ubatch 64 keeps flash attention off (the fastest here) within the budget."""
     threads = sorted({default_threads(), physical_cores()}, reverse=True)
-    ubatches = (64, 128, 256, 512) if full else (128, 256, 512)
+    ubatches = (64, 128, 256, 512)
     found = [Settings(fa, ub, threads[0]) for fa in (True, False) for ub in ubatches]
     found += [Settings(fa, DEFAULT_UBATCH, n) for n in threads[1:] for fa in (True, False)]
     if repack_is_safe():
@@ -172,6 +187,7 @@ class Calibration:
     note: str = ""
     threads: int | None = None   # the thread count the caller fixed (None: candidates chose)
     other_load: float | None = None  # run-queue length of other processes when it ended (None: unknown)
+    mtp_bytes: int = 0  # the MTP drafter's own context (files with an MTP head): counted before fitting draft_max
 
     def best(self) -> Measurement:
         """The fastest measured candidate regardless of memory."""
@@ -212,10 +228,12 @@ class Calibration:
                      f"context, budget {self.memory_allowance / 2**20:.0f} MiB)")
         chosen = self.chosen_measurement()
         per_draft = speculation_bytes(1, chosen.state_bytes, chosen.n_vocab) / 2**20
-        lines.append(f"(speculation: draft_max {self.chosen.draft_max} fits the budget with the chosen setting, "
-                     f"{per_draft:.1f} MiB per draft)" if self.chosen.draft_max else
-                     f"(speculation: no draft fits the budget with the chosen setting ({per_draft:.1f} MiB per "
-                     "draft): --speculate stays off)")
+        mtp = (f"; with the MTP drafter's context ({self.mtp_bytes / 2**20:.0f} MiB): "
+               + (f"draft_max {self.chosen.draft_max_mtp}" if self.chosen.draft_max_mtp else "none, auto drafts by lookup alone")
+               if self.mtp_bytes else "")
+        lines.append(f"(speculation within the budget, {per_draft:.1f} MiB per draft: "
+                     + (f"draft_max {self.chosen.draft_max}" if self.chosen.draft_max else "no draft fits, --speculate stays off")
+                     + f"{mtp})")
         return "\n".join(lines)
 
 
@@ -304,7 +322,7 @@ def calibrate(
     settings = [s for s in (settings or candidates(full=full)) if not s.repack or repack_is_safe()]
     if not settings:
         raise ValueError("no candidate settings to measure (repacked weights are unsafe with this build)")
-    chunk = prefill_chunk or (512 if full else 128)
+    chunk = prefill_chunk or (512 if full else 256)  # episode prefills are tool results of hundreds of tokens
     n_decode = decode_tokens or (16 if full else 8)
     points = sorted(points or (FULL_POINTS if full else QUICK_POINTS))
     points = [p for p in points if p + chunk + n_decode + 1 <= n_ctx] or [max(1, n_ctx - chunk - n_decode - 1)]
@@ -344,9 +362,11 @@ def calibrate(
             progress(f"calibrating {model_path.name}: {len(measured) + 1}/{len(settings)} {candidate.label}"
                      + (f" ({len(settings) - len(timed)} over the memory budget, not timed)"
                         if len(timed) < len(settings) and candidate == timed[0] else ""))
+            decoded = any(_decode_key(m.settings) == _decode_key(candidate) and m.decode_s for m in measured.values())
             measured[candidate] = _measure(model_path, candidate, n_ctx, states, chunk_tokens, decode_ids, baseline,
-                                           runs=2 if full else 1)
+                                           runs=2 if full else 1, decode=full or not decoded)
         del states
+    _pool_decode(measured)  # quick: decode timed once per group; full: the group's median
     measurements = [measured[s] for s in settings]
 
     for m in measurements:
@@ -360,14 +380,16 @@ def calibrate(
         chosen = min(measurements, key=lambda m: (m.memory_bytes, m.episode_s)).settings
         note = (f"no candidate fits {memory_allowance / 2**20:.0f} MiB beyond the file: chose the smallest "
                 "memory bound")
-    chosen = replace(chosen, draft_max=fit_draft_max(measured[chosen], memory_allowance))
+    mtp = mtp_context_bytes(model_path, chosen, n_ctx)
+    chosen = replace(chosen, draft_max=fit_draft_max(measured[chosen], memory_allowance),
+                     draft_max_mtp=fit_draft_max(measured[chosen], memory_allowance - mtp))
     load = other_load(max(s.n_threads for s in settings))
     note = "; ".join(part for part in (note, busy_note(load, default_threads())) if part)
     return Calibration(
         key=cache_key(model_path, threads), model_path=str(model_path), mode="full" if full else "quick",
         chosen=chosen, threads=threads,
         measurements=measurements, memory_allowance=memory_allowance,
-        seconds=round(time.perf_counter() - started, 2), note=note, other_load=load,
+        seconds=round(time.perf_counter() - started, 2), note=note, other_load=load, mtp_bytes=mtp,
     )
 
 
@@ -383,6 +405,19 @@ def fit_draft_max(measurement: Measurement, memory_allowance: int, limit: int = 
     room = memory_allowance - measurement.memory_bytes
     return next((k for k in range(limit, 0, -1)
                  if speculation_bytes(k, measurement.state_bytes, measurement.n_vocab) <= room), 0)
+
+
+def mtp_context_bytes(model_path: Path, settings: Settings, n_ctx: int) -> int:
+    """What the MTP drafter's context allocates (its layer's KV for n_ctx, its compute buffer)
+    with `settings`, for a file with an MTP head; 0 without one. Speculation with "mtp" or "auto"
+    adds it, so draft_max is fitted to what is left after it."""
+    from edge_sql.convert.gguf_file import validate_gguf
+
+    if not validate_gguf(model_path).mtp_layers:
+        return 0
+    fitted = replace(settings, draft_max=1)
+    with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **fitted.session_kwargs("mtp")) as session:
+        return sum(size for kind, size in session.info.buffers.items() if kind.startswith("MTP "))
 
 
 def attention_work_bytes(n_ctx: int, settings: Settings, n_head: int) -> int:
@@ -420,10 +455,30 @@ def busy_note(load: float | None, cpus: int) -> str:
             "the speeds are unreliable; run `edge-sql tune` again when it is quiet")
 
 
+def _decode_key(settings: Settings) -> tuple:
+    """What a single-token decode's speed depends on: not n_ubatch (one token is one ubatch)."""
+    return settings.flash_attn, settings.n_threads, settings.repack
+
+
+def _pool_decode(measurements: dict[Settings, Measurement]) -> None:
+    """Give candidates that decode alike (same `_decode_key`) the median of their decode
+    timings: differences between them are noise, and noise must not choose the n_ubatch."""
+    groups: dict[tuple, list[Measurement]] = {}
+    for m in measurements.values():
+        if m.points:
+            groups.setdefault(_decode_key(m.settings), []).append(m)
+    for group in groups.values():
+        timed = [m.decode_s for m in group if m.decode_s]
+        pooled = [float(np.median(column)) for column in zip(*timed)]
+        for m in group:
+            m.decode_s = list(pooled)
+
+
 def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, chunk: list[int],
-             decode_ids: list[int], baseline: int, runs: int = 2) -> Measurement:
+             decode_ids: list[int], baseline: int, runs: int = 2, decode: bool = True) -> Measurement:
     """Prefill (the fastest of `runs` chunks: other processes only ever add time; the quick
-    calibration takes one to stay within a minute) and decode (median) at each filled state."""
+    calibration takes one to stay within a minute) and, if `decode`, decode (median) at each
+    filled state."""
     prefill_s, decode_s = [], []
     with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
         bound = _memory_bound(session, candidate, n_ctx, baseline)
@@ -439,12 +494,13 @@ def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, ch
                 session.eval(chunk)
                 best = min(best, time.perf_counter() - tick)
             ticks = []
-            for token in decode_ids[1:]:
+            for token in decode_ids[1:] if decode else ():
                 tick = time.perf_counter()
                 session.eval([token])
                 ticks.append(time.perf_counter() - tick)
             prefill_s.append(best / len(chunk))
-            decode_s.append(float(np.median(ticks)))  # robust to a preempted step
+            if ticks:
+                decode_s.append(float(np.median(ticks)))  # robust to a preempted step
     return replace(bound, points=sorted(states), prefill_s=prefill_s, decode_s=decode_s)
 
 
