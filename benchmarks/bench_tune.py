@@ -51,7 +51,9 @@ def child_calibrate(model: str, extra: dict) -> dict:
 
     full = extra["full"]
     points = extra.get("points")
-    result = calibrate(model, full=full, points=points, prefill_chunk=extra.get("chunk"), progress=lambda m: print(m, file=sys.stderr, flush=True))
+    started = time.perf_counter()
+    result = calibrate(model, full=full, points=points, prefill_chunk=extra.get("chunk"),
+                       progress=lambda m: print(f"{time.perf_counter() - started:6.1f} s  {m}", file=sys.stderr, flush=True))
     return {"calibration": result.to_json(), "table": result.table(), "peak_rss": _peak()}
 
 

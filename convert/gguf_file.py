@@ -176,12 +176,25 @@ def read_gguf(path: str | Path, *, max_array: int = 1024) -> GGUFFile:
         raise ModelFileError(f"cannot read model file {path}: {exc.strerror or exc}", path=path) from None
 
 
+_HEADERS: dict[tuple, GGUFFile] = {}  # validated headers by (path, size, mtime, inode): see validate_gguf
+_HEADERS_KEPT = 16
+
+
 def validate_gguf(path: str | Path) -> GGUFFile:
     """Check that `path` is a complete GGUF of a supported architecture; raise ModelFileError if not.
 
     Reads only the header (metadata and tensor directory, no arrays) through a memory map, so it
-    takes well under a second on a multi-GB file.
+    takes well under a second on a multi-GB file; but skipping a 248k-token vocabulary still
+    walks every string, so a header validated before (same path, size, mtime and inode) is
+    reused: every `Session` validates its file, and calibration opens one per candidate.
     """
+    try:
+        stat = Path(path).stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    except OSError:
+        key = None
+    if key is not None and key in _HEADERS:
+        return _HEADERS[key]
     info = read_gguf(path, max_array=0)
     if info.architecture is None:
         raise ModelFileError(f"{info.path} has no general.architecture key; it is not a model GGUF", path=info.path)
@@ -189,6 +202,10 @@ def validate_gguf(path: str | Path) -> GGUFFile:
         supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
         raise ModelFileError(f"{info.path} is a '{info.architecture}' model; edge-sql runs only: {supported}",
                              path=info.path)
+    if key is not None:
+        if len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.pop(next(iter(_HEADERS)))
+        _HEADERS[key] = info
     return info
 
 

@@ -175,7 +175,9 @@ class Agent:
                 database.close()
 
     def close(self) -> None:
-        """Free the model (idempotent). Waits for a running `ask` to finish."""
+        """Free the context (idempotent). Waits for a running `ask` to finish. The loaded model
+        stays in the process until another model is loaded, so a new Agent on the same file
+        starts at once; `edge_sql.runtime.release_idle()` frees it now."""
         with self._lock:
             if self.session is not None:
                 self.session.close()

@@ -148,3 +148,15 @@ def test_no_crash_in_a_child_process(tmp_path: Path, smollm2_gguf: Path) -> None
     lines = result.stdout.splitlines()
     assert len(lines) == len(files)
     assert all(line.startswith("rejected") for line in lines[:4]), lines
+
+
+def test_a_file_validated_before_is_read_again_once_it_changes(tmp_path: Path, smollm2_gguf: Path) -> None:
+    """Headers are reused by (path, size, mtime, inode): a file cut in place is not."""
+    copy = tmp_path / "model.gguf"
+    shutil.copyfile(smollm2_gguf, copy)
+    first = validate_gguf(copy)
+    assert validate_gguf(copy) is first  # reused: the vocabulary is not walked again
+    data = copy.read_bytes()
+    copy.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelFileError, match="truncated"):
+        validate_gguf(copy)

@@ -4,6 +4,7 @@ from edge_sql.convert.gguf_file import SUPPORTED_ARCHITECTURES, GGUFFile, valida
 from edge_sql.runtime.constrained import GrammarError
 from edge_sql.runtime.sampling import SamplingParams
 from edge_sql.runtime.session import Completion, ContextFullError, Session, SessionInfo, Timings
+from edge_sql.runtime.shared_models import release_idle
 
 __all__ = [
     "SUPPORTED_ARCHITECTURES",
@@ -15,5 +16,6 @@ __all__ = [
     "Session",
     "SessionInfo",
     "Timings",
+    "release_idle",
     "validate_gguf",
 ]

@@ -39,7 +39,7 @@ from edge_sql.runtime.backend import (
 )
 from edge_sql.runtime.batch import TokenBatch
 from edge_sql.runtime.constrained import GrammarConstraint, build_lltokenizer
-from edge_sql.runtime.mapping import release_file_pages
+from edge_sql.runtime import shared_models
 from edge_sql.runtime.prefix_state import PrefixStore, StateSnapshot, prefix_key
 from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
 from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX, DraftCounts, Drafter, Speculator, make_drafters
@@ -238,7 +238,7 @@ class Session(Closing):
             raise EdgeSqlError(f"--speculate mtp: {gguf.path.name} has no MTP head (convert the checkpoint again "
                                "without --no-mtp), use --speculate lookup")
         init_backend(verbose=verbose)
-        self._model = self._ctx = None
+        self._model = self._ctx = self._loaded = None
         self._batch: TokenBatch | None = None
         gpu = gpu_backend_name()
         n_layers = gguf.block_count or 0
@@ -260,12 +260,10 @@ class Session(Closing):
         # never does) on request: loading it keeps its weights in memory (36 MiB on the 2B Q4_K_M)
         # (speculation with "mtp" or "auto" drafts with it when the file has one)
         model_params.load_mtp = (mtp or speculate in ("mtp", "auto")) and gguf.mtp_layers > 0
-        with capture_log() as load_lines:
-            self._model = llama_cpp.llama_model_load_from_file(str(gguf.path).encode(), model_params)
-        if not self._model:
-            raise ModelFileError(f"llama.cpp could not load {gguf.path} (run with verbose=True for its log)")
-        # Repacked matrices are copies: give back their mapped originals (see runtime/mapping.py).
-        mapping_released = bool(repack and release_file_pages(gguf.path))
+        # shared with other sessions of this file and parameters (and their vocabulary view)
+        self._loaded = shared_models.acquire(gguf.path, model_params)
+        self._model = self._loaded.model
+        load_lines, mapping_released = self._loaded.load_log, self._loaded.mapping_released
 
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = n_ctx
@@ -329,7 +327,7 @@ class Session(Closing):
         self._log = log or (lambda _message: None)
         self._prefix_store = PrefixStore(prefix_cache_dir, max_bytes=prefix_cache_bytes, log=self._log)
         self._pending_prefix: list[int] | None = None
-        self._pieces: dict[int, bytes] = {}
+        self._pieces = self._loaded.pieces  # token bytes, shared by the sessions of this model
         self._piece_buffer = ctypes.create_string_buffer(256)
         self._lltokenizer = None
         self._grammars: OrderedDict[str, GrammarConstraint] = OrderedDict()
@@ -372,8 +370,9 @@ class Session(Closing):
     @property
     def llama_model(self) -> llama_cpp.llama_model_p:
         """The loaded llama.cpp model, to open another context on the same weights (as
-        `teacher_forcing` does). The session owns it: never free it, and free any context made
-        from it before `close()`. Raises RuntimeError once the session is closed."""
+        `teacher_forcing` does). Sessions of the same file share it (runtime/shared_models.py):
+        never free it, and free any context made from it before `close()`. Raises RuntimeError
+        once the session is closed."""
         if not self._model:
             raise RuntimeError("the session is closed: its model has been freed")
         return self._model
@@ -827,15 +826,16 @@ class Session(Closing):
         return constraint
 
     def lltokenizer(self):
-        """llguidance's view of this vocabulary (built on first use: seconds for 248k tokens)."""
+        """llguidance's view of this vocabulary (built on first use: seconds for 248k tokens;
+        shared by the sessions of one loaded model, see runtime/shared_models.py)."""
         if self._lltokenizer is None:
             ids = range(self._n_vocab)
-            self._lltokenizer = build_lltokenizer(
+            self._lltokenizer = self._loaded.shared_lltokenizer(lambda: build_lltokenizer(
                 self._vocab,
                 pieces=[self.token_bytes(t) for t in ids],
                 special=[self.is_special_token(t) for t in ids],
                 eos_token=llama_cpp.llama_vocab_eos(self._vocab),
-            )
+            ))
         return self._lltokenizer
 
     # ---- lifetime ------------------------------------------------------------------------
@@ -854,5 +854,5 @@ class Session(Closing):
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
         if self._model:
-            llama_cpp.llama_model_free(self._model)
+            shared_models.release(self._loaded)  # freed when no session uses it (or kept idle)
             self._model = None

@@ -18,7 +18,9 @@ the values) and llama.cpp's sequence state is saved at each measuring point; eve
 then restores that state and times one prefill chunk (best of two; one in the quick mode) and a few decodes (median)
 there, instead of prefilling thousands of tokens again. A single-token decode does not depend on
 n_ubatch, so candidates that differ only in n_ubatch share their decode timings (the quick mode
-times them once; the full sweep takes their median): noise in decode never picks the n_ubatch. Beyond the last point costs are extrapolated linearly
+times them once; the full sweep takes their median): noise in decode never picks the n_ubatch.
+The quick mode also times their prefill at the last point only, scaled along the curve of the
+group's first candidate. Beyond the last point costs are extrapolated linearly
 (attention cost grows linearly with the context).
 
 Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
@@ -359,14 +361,16 @@ def calibrate(
                 filled = point
                 states[point] = base.snapshot()
         for candidate in group:
-            progress(f"calibrating {model_path.name}: {len(measured) + 1}/{len(settings)} {candidate.label}"
-                     + (f" ({len(settings) - len(timed)} over the memory budget, not timed)"
+            progress(f"calibrating {model_path.name}: {timed.index(candidate) + 1}/{len(timed)} {candidate.label}"
+                     + (f" ({len(settings) - len(timed)} more over the memory budget, not timed)"
                         if len(timed) < len(settings) and candidate == timed[0] else ""))
-            decoded = any(_decode_key(m.settings) == _decode_key(candidate) and m.decode_s for m in measured.values())
+            reference = next((m for m in measured.values() if m.decode_s
+                              and _decode_key(m.settings) == _decode_key(candidate)), None)
             measured[candidate] = _measure(model_path, candidate, n_ctx, states, chunk_tokens, decode_ids, baseline,
-                                           runs=2 if full else 1, decode=full or not decoded)
+                                           runs=2 if full else 1, decode=full or reference is None,
+                                           reference=None if full else reference)
         del states
-    _pool_decode(measured)  # quick: decode timed once per group; full: the group's median
+    _pool_decode(measured)  # quick: decode timed once per group (prefill scaled); full: the group's median
     measurements = [measured[s] for s in settings]
 
     for m in measurements:
@@ -475,14 +479,19 @@ def _pool_decode(measurements: dict[Settings, Measurement]) -> None:
 
 
 def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, chunk: list[int],
-             decode_ids: list[int], baseline: int, runs: int = 2, decode: bool = True) -> Measurement:
+             decode_ids: list[int], baseline: int, runs: int = 2, decode: bool = True,
+             reference: Measurement | None = None) -> Measurement:
     """Prefill (the fastest of `runs` chunks: other processes only ever add time; the quick
     calibration takes one to stay within a minute) and, if `decode`, decode (median) at each
-    filled state."""
+    filled state. With a `reference` (the quick mode: a candidate of the same flash-attention
+    group measured at every point), prefill is timed at the last point only and scaled along
+    the reference's curve: how prefill cost grows with the context is the attention's, and
+    n_ubatch moves the whole curve."""
     prefill_s, decode_s = [], []
+    visit = sorted(states.items())[-1:] if reference is not None and not decode else sorted(states.items())
     with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
         bound = _memory_bound(session, candidate, n_ctx, baseline)
-        for i, (point, state) in enumerate(sorted(states.items())):
+        for i, (point, state) in enumerate(visit):
             if not session.restore(state):
                 raise RuntimeError(f"calibration could not restore its {point}-token state")
             if i == 0:
@@ -501,6 +510,9 @@ def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, ch
             prefill_s.append(best / len(chunk))
             if ticks:
                 decode_s.append(float(np.median(ticks)))  # robust to a preempted step
+    if len(visit) < len(states):
+        scale = prefill_s[-1] / reference.prefill_s[-1]
+        prefill_s = [cost * scale for cost in reference.prefill_s]
     return replace(bound, points=sorted(states), prefill_s=prefill_s, decode_s=decode_s)
 
 

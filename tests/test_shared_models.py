@@ -1,0 +1,55 @@
+"""Sessions of one file share the loaded model and its vocabulary view (runtime/shared_models.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edge_sql.runtime import Session, release_idle, shared_models
+
+ARGS = dict(n_ctx=256, n_threads=1)
+
+
+def test_sessions_of_one_file_share_the_model_and_its_vocabulary_view(tiny_gguf: Path) -> None:
+    release_idle()
+    with Session(tiny_gguf, **ARGS) as first, Session(tiny_gguf, n_ctx=512, n_threads=1, flash_attn=False) as second:
+        assert first.llama_model == second.llama_model  # one model, two contexts
+        assert first.lltokenizer() is second.lltokenizer()
+        tokens = first.tokenize("SELECT COUNT(*) FROM Album")
+        first.eval(tokens)
+        second.eval(tokens)
+        assert np.abs(first.logits() - second.logits()).max() < 0.05 * np.ptp(first.logits())  # own contexts
+        assert len(second.tokens) == len(tokens) and len(first.tokens) == len(tokens)
+    (loaded,) = shared_models._loaded.values()
+    assert loaded.refs == 0  # both closed: kept idle for the next session
+    with Session(tiny_gguf, **ARGS) as again:
+        assert shared_models._loaded[loaded.key] is loaded and again.llama_model == loaded.model
+        assert loaded.lltokenizer is not None  # not rebuilt
+    assert release_idle() == 1 and not shared_models._loaded
+
+
+def test_loading_another_file_frees_the_idle_model(tiny_gguf: Path, tiny_gguf_q8: Path) -> None:
+    release_idle()
+    with Session(tiny_gguf, **ARGS):
+        pass
+    with Session(tiny_gguf_q8, **ARGS) as other:
+        assert [m.key[0] for m in shared_models._loaded.values()] == [str(tiny_gguf_q8.resolve())]
+        assert next(iter(shared_models._loaded.values())).refs == 1
+        other.eval(other.tokenize("Hello"))
+        assert np.isfinite(other.logits()).all()
+    release_idle()
+
+
+def test_a_rewritten_file_is_loaded_again(tiny_gguf: Path, tmp_path: Path) -> None:
+    release_idle()
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(tiny_gguf.read_bytes())
+    with Session(copy, **ARGS):
+        pass
+    (before,) = shared_models._loaded.values()
+    copy.write_bytes(tiny_gguf.read_bytes())  # same bytes, a new file version (mtime)
+    with Session(copy, **ARGS):
+        (after,) = shared_models._loaded.values()
+        assert after is not before and after.key != before.key
+    release_idle()
