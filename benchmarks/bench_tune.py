@@ -124,6 +124,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "tune.md")
     parser.add_argument("--sweep-points", default="512,4096")
     parser.add_argument("--sweep-chunk", type=int, default=512, help="prefill tokens timed at each point")
+    parser.add_argument("--sweep-json", type=Path, help="compare the quick choice with this saved sweep (*.sweep.json)")
     parser.add_argument("--steps", default="ttft,full,sweep",
                         help="what to run after the quick calibration (comma list of ttft, full, sweep)")
     parser.add_argument("--speculate-rows", default="", metavar="K,...",
@@ -195,10 +196,16 @@ def main() -> int:
                   "adds besides the mapping, and llama.cpp's context buffers. Rows with `speculate`: the chosen "
                   f"setting with lookup speculation on (calibration fitted draft_max {qc.chosen.draft_max} to the budget).", ""]
         write()
-    if "sweep" in steps:
-        points = [int(p) for p in args.sweep_points.split(",")]
-        sweep = _child("calibrate", args.model, {"full": True, "points": points, "chunk": args.sweep_chunk})
-        args.out.with_suffix(".sweep.json").write_text(json.dumps(sweep["calibration"], indent=1), encoding="utf-8")
+    if "sweep" in steps or args.sweep_json:
+        if args.sweep_json:  # a sweep saved by an earlier run on this machine: the quick choice against it
+            sweep = {"calibration": json.loads(args.sweep_json.read_text(encoding="utf-8")), "peak_rss": 0}
+            sweep["table"] = Calibration.from_json(sweep["calibration"]).table()
+            points = Calibration.from_json(sweep["calibration"]).measurements[0].points
+            lines += [f"Sweep: the one saved in `{args.sweep_json.name}` (measured earlier on this machine).", ""]
+        else:
+            points = [int(p) for p in args.sweep_points.split(",")]
+            sweep = _child("calibrate", args.model, {"full": True, "points": points, "chunk": args.sweep_chunk})
+            args.out.with_suffix(".sweep.json").write_text(json.dumps(sweep["calibration"], indent=1), encoding="utf-8")
         sc = Calibration.from_json(sweep["calibration"])
         profile = episode_profile()
         by = {m.settings: m for m in sc.measurements}
