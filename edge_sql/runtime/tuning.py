@@ -343,6 +343,10 @@ def calibrate(
             if bound.memory_bytes > memory_allowance:
                 measured[candidate] = bound
         timed = [s for s in settings if s not in measured]
+        if not timed:  # none fits: the smallest bound will be chosen, so time that one only
+            smallest = min(measured.values(), key=lambda m: m.memory_bytes).settings
+            del measured[smallest]
+            timed = [smallest]
     # States are filled once per flash-attention value: llama.cpp lays the V cache out
     # transposed without flash attention, and refuses a state saved with the other layout.
     for flash_attn in dict.fromkeys(s.flash_attn for s in timed):
