@@ -258,26 +258,31 @@ class AskQueue:
         for index, waiting in enumerate(self._waiting, start=1):
             waiting.post(Position(index))
 
+    def _promote(self) -> Job | None:
+        """With the lock held: the next waiting job becomes the running one (or none runs)."""
+        job = self._waiting.popleft() if self._waiting and not self._closed else None
+        if job is not None:
+            job.state = "running"
+            self._post_positions()
+        self._running = job
+        return job
+
     def _next(self) -> Job | None:
         with self._cond:
             while not self._waiting and not self._closed:
                 self._cond.wait()
-            if self._closed:
-                return None
-            job = self._waiting.popleft()
-            job.state = "running"
-            self._running = job
-            self._post_positions()
-        job.post(Position(0))
+            job = self._promote()
+        if job is not None:
+            job.post(Position(0))
         return job
 
     def _work(self) -> None:
-        while (job := self._next()) is not None:
+        job = self._next()
+        while job is not None:
             started = time.monotonic()
             outcome = self._run(job)
             elapsed = time.monotonic() - started
             with self._cond:
-                self._running = None
                 job.state = "done"
                 if (outcome.result is not None and outcome.result.stop == "cancelled") or isinstance(
                         outcome.error, Cancelled):
@@ -287,8 +292,13 @@ class AskQueue:
                     self._mean_s = 0.7 * self._mean_s + 0.3 * elapsed
                 else:
                     self.counts.failed += 1
+                # hand over in the same step: a job never waits while none runs (what /health shows)
+                following = self._promote()
             self._log(self._summary(job, outcome, elapsed))
             job.post(outcome)
+            if following is not None:
+                following.post(Position(0))
+            job = following if following is not None else self._next()
 
     def _run(self, job: Job) -> Finished:
         try:
