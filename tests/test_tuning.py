@@ -88,6 +88,46 @@ def test_quick_calibration_times_only_candidates_within_the_budget(tiny_gguf: Pa
     assert any(not m.fits for m in result.measurements) and any(m.fits for m in result.measurements)
 
 
+def test_quick_calibration_stretches_its_contexts_and_falls_back_to_filling(
+        tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick mode reaches its points without prefilling them (a short state stretched); where
+    stretching is not possible it fills them; the sweep always fills them for real."""
+    filled: list[int] = []
+    real_fill = tuning._filled_states
+    monkeypatch.setattr(tuning, "_filled_states", lambda base, points, *a: filled.append(len(points)) or real_fill(base, points, *a))
+    quick = calibrate(tiny_gguf, settings=SETTINGS[:1], full=False, **SMALL)
+    assert filled == [] and quick.chosen_measurement().points == [64, 256]
+    calibrate(tiny_gguf, settings=SETTINGS[:1], full=True, **SMALL)
+    assert filled == [2]
+    monkeypatch.setattr(tuning, "stretch_snapshot", lambda snapshot, n: None)
+    fallback = calibrate(tiny_gguf, settings=SETTINGS[:1], full=False, **SMALL)
+    assert filled == [2, 2] and fallback.chosen_measurement().points == [64, 256]
+
+
+def test_quick_calibration_times_a_reference_per_decode_key_and_others_while_time_is_left(
+        tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = [Settings(fa, ub, 1) for fa in (True, False) for ub in (16, 32, 256)]  # chunk: 32 tokens
+    lines: list[str] = []
+    result = calibrate(tiny_gguf, settings=settings, full=False, progress=lines.append, **SMALL)
+    by = {m.settings: m for m in result.measurements}
+    for fa in (True, False):
+        ref, ub32, ub256 = (by[Settings(fa, ub, 1)] for ub in (16, 32, 256))
+        assert ref.points == ub32.points == ub256.points == [64, 256]
+        assert ref.decode_s == ub32.decode_s == ub256.decode_s  # a decode does not depend on n_ubatch
+        assert ub256.prefill_s == ub32.prefill_s  # a 32-token chunk is one ubatch for both: one timing
+        ratio = np.array(ub32.prefill_s) / np.array(ref.prefill_s)  # timed once, scaled along the curve
+        assert np.allclose(ratio, ratio[0])
+
+    monkeypatch.setattr(tuning, "QUICK_SECONDS", 0.0)  # no time left after the references
+    lines.clear()
+    hurried = calibrate(tiny_gguf, settings=settings, full=False, progress=lines.append, **SMALL)
+    timed = {m.settings for m in hurried.measurements if m.points}
+    assert timed == {Settings(True, 16, 1), Settings(False, 16, 1)}
+    assert hurried.chosen in timed
+    assert sum("not timed (the quick calibration's time is up)" in line for line in lines) == 4  # ub32, ub256 x 2
+    assert "(not timed: the quick calibration's time was up)" in hurried.table()
+
+
 def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Path) -> None:
     """draft_max is fitted to what the chosen setting leaves of the budget after the MTP
     drafter's context (the fixture has an MTP head), and a session loaded with it, drafting
@@ -133,17 +173,16 @@ def test_no_candidate_fits_falls_back_to_the_smallest_memory(tiny_gguf: Path) ->
 
 def test_repack_is_never_tried_where_it_is_unsafe(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tuning, "repack_is_safe", lambda: False)
-    assert not any(s.repack for s in candidates(full=True))
+    assert not any(s.repack for s in candidates())
     unsafe = Settings(True, 256, 1, repack=True)
     result = calibrate(tiny_gguf, settings=[unsafe, SETTINGS[0]], **SMALL)
     assert [m.settings for m in result.measurements] == [SETTINGS[0]]
     monkeypatch.setattr(tuning, "repack_is_safe", lambda: True)
-    assert any(s.repack for s in candidates(full=True))  # offered where the build runs it safely
-    assert any(s.repack for s in candidates(full=False))
+    assert any(s.repack for s in candidates())  # offered where the build runs it safely
 
 
 def test_this_build_offers_repack_only_if_safe() -> None:
-    assert any(s.repack for s in candidates(full=True)) == repack_is_safe()
+    assert any(s.repack for s in candidates()) == repack_is_safe()
 
 
 def test_episode_profile_grows_to_the_budget_in_six_rounds() -> None:
@@ -210,7 +249,7 @@ def test_logits_agree_across_the_settings_the_tuner_may_choose(model_fixture: st
     tokens = np.random.default_rng(1).integers(0, 30000, 133).tolist()
     # one thread: llama.cpp splits a matmul's rows between threads, so the count does not
     # change any sum (and spinning threads on a busy two-core machine make this test slow)
-    options = list(dict.fromkeys([Settings(None, 256, 1)] + [replace(s, n_threads=1) for s in candidates(full=True)]))
+    options = list(dict.fromkeys([Settings(None, 256, 1)] + [replace(s, n_threads=1) for s in candidates()]))
     assert len(options) >= 9
     reference = None
     for settings in options:

@@ -13,15 +13,18 @@ at several context lengths, predict the time of a typical episode (`episode_prof
 rounds growing to the 12,288-token budget) and pick the fastest candidate whose peak memory at
 a full 12,288-token context stays within the file plus `MEMORY_ALLOWANCE`.
 
-How it stays short: the context is filled once with random tokens (speed does not depend on
-the values) and llama.cpp's sequence state is saved at each measuring point; every candidate
-then restores that state and times one prefill chunk (best of two; one in the quick mode) and a few decodes (median)
-there, instead of prefilling thousands of tokens again. A single-token decode does not depend on
-n_ubatch, so candidates that differ only in n_ubatch share their decode timings (the quick mode
-times them once; the full sweep takes their median): noise in decode never picks the n_ubatch.
-The quick mode also times their prefill at the last point only, scaled along the curve of the
-group's first candidate. Beyond the last point costs are extrapolated linearly
-(attention cost grows linearly with the context).
+How it stays short: no candidate prefills the context itself. The full sweep (`edge-sql
+tune`) fills it once per flash-attention value with random tokens (speed does not depend on the
+values) and saves llama.cpp's sequence state at each measuring point; every candidate restores
+those states and times a prefill chunk (best of two) and a few decodes (median) there. The quick
+calibration (the first `run` of a file) does not even fill: it evaluates 64 real tokens and
+stretches their state to 1,024 and 8,192 cells (`runtime/stretched_state.py`: a step's cost
+depends on how many cells attention reads, not on what they hold), times one reference per
+decode key at both points with interleaved decodes, and the other n_ubatch values by one chunk
+each while its minute lasts (`_time_quick`). A single-token decode does not depend on n_ubatch,
+so candidates that differ only in n_ubatch share their decode timings: noise in decode never
+picks the n_ubatch. Beyond the last point costs are extrapolated linearly (attention cost grows
+linearly with the context).
 
 Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
 for the context (KV cells for the whole n_ctx, recurrent state, the compute buffer reserved for
@@ -34,8 +37,8 @@ estimate of the peak RSS. Not in it: what the caller allocates later (llguidance
 prompt state, Python objects of an episode).
 
 The quick calibration (the first `run` of a file) times only the candidates whose bound is
-within the budget: the others cannot be chosen, and on the 2B Q4_K_M all flash-attention-off
-candidates are over it. Speculation's memory is fitted the same way: each draft of a verify
+within the budget: the others cannot be chosen (on the 2B Q4_K_M all flash-attention-off
+candidates but ubatch 64 are over it). Speculation's memory is fitted the same way: each draft of a verify
 batch keeps a snapshot of the recurrent state (llama.cpp's `n_rs_seq`) and a logits row, so the
 chosen settings carry the most drafts (`draft_max`, at most 8) that the budget still holds.
 
@@ -59,8 +62,10 @@ import numpy as np
 
 from edge_sql.runtime.backend import default_threads, init_backend, repack_is_safe
 from edge_sql.runtime.identity import cpu_model, file_fingerprint, llama_build, physical_cores
+from edge_sql.runtime.prefix_state import StateSnapshot
 from edge_sql.runtime.session import DEFAULT_UBATCH, Session
 from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX
+from edge_sql.runtime.stretched_state import stretch_snapshot
 
 EPISODE_TOKENS = 12288
 MEMORY_ALLOWANCE = 400 * 1024 * 1024
@@ -69,7 +74,9 @@ CACHE_VERSION = 3  # 2: the bound counts ggml's attention work buffer; other_loa
 # entry: its logits row (4 bytes) and the graph's output for it (measured on the 2B shape: the
 # compute buffer grows 19.0 MiB from draft_max 0 to 16, 5.0 bytes x 248,320 per draft)
 DRAFT_ROW_BYTES_PER_TOKEN = 5
-QUICK_POINTS = (256, 1024)
+QUICK_POINTS = (1024, 8192)  # stretched states (`_stretched_states`): no prefill to reach them
+STRETCH_BASE = 64  # real tokens behind a stretched state
+QUICK_SECONDS = 50.0  # the quick calibration stops timing more candidates past this (`_time_quick`)
 FULL_POINTS = (512, 4096, 8192, 11776)
 
 Progress = Callable[[str], None]
@@ -116,7 +123,7 @@ def default_settings() -> Settings:
     return Settings(flash_attn=None, n_ubatch=DEFAULT_UBATCH, n_threads=default_threads())
 
 
-def candidates(*, full: bool) -> list[Settings]:
+def candidates() -> list[Settings]:
     """The settings to try: flash attention on/off x ubatch 64/128/256/512 (and physical cores,
     repack where safe). Quick and full differ in how they are measured, not in what: on the 2B
     Q4_K_M only ubatch 64 keeps flash attention off (the fastest here) within the budget."""
@@ -223,7 +230,9 @@ class Calibration:
         for m in sorted(self.measurements, key=lambda m: m.episode_s):
             mark = "* " if m.settings == self.chosen else "  "
             speeds = "  ".join(f"{1 / p:6.0f}/{1 / d:6.1f}" for p, d in zip(m.prefill_s, m.decode_s))
-            over = "" if m.fits else (" (over)" if m.points else "(over: not timed)")
+            over = "" if m.fits else " (over)"
+            if not m.points:
+                over = "(over: not timed)" if not m.fits else "(not timed: the quick calibration's time was up)"
             episode = f"{m.episode_s:9.1f}" if m.points else f"{'-':>9}"
             lines.append(f"{mark}{m.settings.label:<52} {episode} {m.memory_bytes / 2**20:10.0f}  {speeds}{over}")
         lines.append(f"(tok/s at each context length; memory: bound beyond the file at a {EPISODE_TOKENS}-token "
@@ -311,7 +320,7 @@ def calibrate(
     threads: int | None = None,
     progress: Progress = lambda _m: None,
 ) -> Calibration:
-    """Measure `settings` (default: `candidates(full=...)`) on `model_path` and choose one.
+    """Measure `settings` (default: `candidates()`) on `model_path` and choose one.
 
     `process_bytes` is the memory the process holds besides llama.cpp's context buffers
     (default: its RSS now, before anything is loaded, plus what loading the model adds besides
@@ -321,7 +330,7 @@ def calibrate(
     init_backend()
     started = time.perf_counter()
     model_path = Path(model_path)
-    settings = [s for s in (settings or candidates(full=full)) if not s.repack or repack_is_safe()]
+    settings = [s for s in (settings or candidates()) if not s.repack or repack_is_safe()]
     if not settings:
         raise ValueError("no candidate settings to measure (repacked weights are unsafe with this build)")
     chunk = prefill_chunk or (512 if full else 256)  # episode prefills are tool results of hundreds of tokens
@@ -331,51 +340,28 @@ def calibrate(
     baseline = process_rss_bytes() + model_load_bytes(model_path) if process_bytes is None else process_bytes
     profile = list(profile or episode_profile(min(EPISODE_TOKENS, n_ctx)))
 
-    rng = np.random.default_rng(0)
-    chunk_tokens: list[int] = []
-    decode_ids: list[int] = []
+    inputs = _Inputs(np.random.default_rng(0), chunk, n_decode)
     measured: dict[Settings, Measurement] = {}
+    bounds: dict[Settings, Measurement] = {}
     timed = settings
     if not full:  # quick: a candidate over the memory budget is not timed (nor its context filled)
         for candidate in settings:
             with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
-                bound = _memory_bound(session, candidate, n_ctx, baseline)
-            if bound.memory_bytes > memory_allowance:
-                measured[candidate] = bound
+                bounds[candidate] = _memory_bound(session, candidate, n_ctx, baseline)
+            if bounds[candidate].memory_bytes > memory_allowance:
+                measured[candidate] = bounds[candidate]
         timed = [s for s in settings if s not in measured]
         if not timed:  # none fits: the smallest bound will be chosen, so time that one only
             smallest = min(measured.values(), key=lambda m: m.memory_bytes).settings
             del measured[smallest]
             timed = [smallest]
-    # States are filled once per flash-attention value: llama.cpp lays the V cache out
-    # transposed without flash attention, and refuses a state saved with the other layout.
-    for flash_attn in dict.fromkeys(s.flash_attn for s in timed):
-        group = [s for s in timed if s.flash_attn == flash_attn]
-        progress(f"calibrating {model_path.name}: filling a {points[-1]}-token context "
-                 f"(flash_attn={group[0].label.split()[0].split('=')[1]}) ...")
-        states = {}
-        with Session(model_path, n_ctx=n_ctx, n_threads=default_threads(), n_gpu_layers=0, flash_attn=flash_attn) as base:
-            pool = np.arange(min(base.n_vocab, 100_000))  # ordinary text tokens: no control tokens
-            if not chunk_tokens:
-                chunk_tokens = rng.choice(pool, chunk).tolist()
-                decode_ids = rng.choice(pool, n_decode + 1).tolist()
-            filled = 0
-            for point in points:
-                base.eval(rng.choice(pool, point - filled).tolist())
-                filled = point
-                states[point] = base.snapshot()
-        for candidate in group:
-            progress(f"calibrating {model_path.name}: {timed.index(candidate) + 1}/{len(timed)} {candidate.label}"
-                     + (f" ({len(settings) - len(timed)} more over the memory budget, not timed)"
-                        if len(timed) < len(settings) and candidate == timed[0] else ""))
-            reference = next((m for m in measured.values() if m.decode_s
-                              and _decode_key(m.settings) == _decode_key(candidate)), None)
-            measured[candidate] = _measure(model_path, candidate, n_ctx, states, chunk_tokens, decode_ids, baseline,
-                                           runs=2 if full else 1, decode=full or reference is None,
-                                           reference=None if full else reference)
-        del states
-    _pool_decode(measured)  # quick: decode timed once per group (prefill scaled); full: the group's median
-    measurements = [measured[s] for s in settings]
+    over = len(settings) - len(timed)
+    progress(f"calibrating {model_path.name}: {len(timed)} candidates"
+             + (f" ({over} more over the memory budget, not timed)" if over else ""))
+    timing = _time_sweep if full else _time_quick
+    measured.update(timing(model_path, timed, points, n_ctx, inputs, baseline, bounds, progress, started))
+    _pool_decode(measured)  # quick: decode timed once per decode key (prefill scaled); full: their median
+    measurements = [measured.get(s) or bounds[s] for s in settings]  # quick: some left untimed
 
     for m in measurements:
         m.episode_s = predict(m, profile) if m.points else math.inf
@@ -463,6 +449,34 @@ def busy_note(load: float | None, cpus: int) -> str:
             "the speeds are unreliable; run `edge-sql tune` again when it is quiet")
 
 
+def _filled_states(base: Session, points: Sequence[int], rng: np.random.Generator,
+                   pool: np.ndarray) -> dict[int, StateSnapshot]:
+    """The context filled for real (random tokens) to each point, a snapshot at each."""
+    base.reset()
+    states, filled = {}, 0
+    for point in points:
+        base.eval(rng.choice(pool, point - filled).tolist())
+        filled = point
+        states[point] = base.snapshot()
+    return states
+
+
+def _stretched_states(base: Session, points: Sequence[int], rng: np.random.Generator,
+                      pool: np.ndarray) -> dict[int, StateSnapshot] | None:
+    """The quick mode's contexts: `STRETCH_BASE` real tokens, their state stretched to each
+    point (`runtime/stretched_state.py`: a step's cost depends on how many cells attention
+    reads, not on what they hold), so measuring at 8,192 tokens costs no 8,192-token prefill.
+    None where llama.cpp's state is not in the format stretching knows, or it refuses it."""
+    base.reset()
+    base.eval(rng.choice(pool, min(STRETCH_BASE, points[0])).tolist())
+    short = base.snapshot()
+    states = {point: stretch_snapshot(short, point) for point in points}
+    if any(state is None for state in states.values()) or not base.restore(states[points[-1]]):
+        return None
+    base.eval(rng.choice(pool, 1).tolist())  # llama.cpp accepts a step after the longest
+    return states
+
+
 def _decode_key(settings: Settings) -> tuple:
     """What a single-token decode's speed depends on: not n_ubatch (one token is one ubatch)."""
     return settings.flash_attn, settings.n_threads, settings.repack
@@ -482,42 +496,157 @@ def _pool_decode(measurements: dict[Settings, Measurement]) -> None:
             m.decode_s = list(pooled)
 
 
-def _measure(model_path: Path, candidate: Settings, n_ctx: int, states: dict, chunk: list[int],
-             decode_ids: list[int], baseline: int, runs: int = 2, decode: bool = True,
-             reference: Measurement | None = None) -> Measurement:
-    """Prefill (the fastest of `runs` chunks: other processes only ever add time; the quick
-    calibration takes one to stay within a minute) and, if `decode`, decode (median) at each
-    filled state. With a `reference` (the quick mode: a candidate of the same flash-attention
-    group measured at every point), prefill is timed at the last point only and scaled along
-    the reference's curve: how prefill cost grows with the context is the attention's, and
-    n_ubatch moves the whole curve."""
-    prefill_s, decode_s = [], []
-    visit = sorted(states.items())[-1:] if reference is not None and not decode else sorted(states.items())
-    with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
-        bound = _memory_bound(session, candidate, n_ctx, baseline)
-        for i, (point, state) in enumerate(visit):
-            if not session.restore(state):
-                raise RuntimeError(f"calibration could not restore its {point}-token state")
-            if i == 0:
-                session.eval(decode_ids[:1])  # warm-up: first-touch costs of a fresh context
-            best = float("inf")
-            for _ in range(runs):
-                session.restore(state)
-                tick = time.perf_counter()
-                session.eval(chunk)
-                best = min(best, time.perf_counter() - tick)
-            ticks = []
-            for token in decode_ids[1:] if decode else ():
-                tick = time.perf_counter()
-                session.eval([token])
-                ticks.append(time.perf_counter() - tick)
-            prefill_s.append(best / len(chunk))
-            if ticks:
-                decode_s.append(float(np.median(ticks)))  # robust to a preempted step
-    if len(visit) < len(states):
-        scale = prefill_s[-1] / reference.prefill_s[-1]
-        prefill_s = [cost * scale for cost in reference.prefill_s]
-    return replace(bound, points=sorted(states), prefill_s=prefill_s, decode_s=decode_s)
+@dataclass
+class _Inputs:
+    """The random tokens every candidate is timed with (drawn once the vocabulary is known)."""
+
+    rng: np.random.Generator
+    chunk_size: int
+    n_decode: int
+    chunk: list[int] = field(default_factory=list)
+    decode: list[int] = field(default_factory=list)
+    pool: np.ndarray | None = None
+
+    def draw(self, n_vocab: int) -> None:
+        if self.pool is None:
+            self.pool = np.arange(min(n_vocab, 100_000))  # ordinary text tokens: no control tokens
+            self.chunk = self.rng.choice(self.pool, self.chunk_size).tolist()
+            self.decode = self.rng.choice(self.pool, self.n_decode + 1).tolist()
+
+
+def _contexts(model_path: Path, flash_attn: bool | None, points: Sequence[int], n_ctx: int, inputs: _Inputs,
+              *, stretch: bool) -> dict[int, StateSnapshot]:
+    """A snapshot at each point, filled for real or (`stretch`) stretched from a short real one.
+    Per flash-attention value: llama.cpp lays the V cache out transposed without flash
+    attention, and refuses a state saved with the other layout."""
+    with Session(model_path, n_ctx=n_ctx, n_threads=default_threads(), n_gpu_layers=0, flash_attn=flash_attn) as base:
+        inputs.draw(base.n_vocab)
+        states = _stretched_states(base, points, inputs.rng, inputs.pool) if stretch else None
+        return states if states is not None else _filled_states(base, points, inputs.rng, inputs.pool)
+
+
+def _fa_label(settings: Settings) -> str:
+    return settings.label.split()[0]
+
+
+def _restore(session: Session, state: StateSnapshot) -> None:
+    if not session.restore(state):
+        raise RuntimeError(f"calibration could not restore its {len(state.tokens)}-token state")
+
+
+def _time_at(session: Session, state: StateSnapshot, inputs: _Inputs, *, prefill_runs: int,
+             decode: Sequence[int]) -> tuple[float, list[float]]:
+    """At one filled state: prefill seconds per token (the fastest of `prefill_runs` chunks:
+    other processes only ever add time; inf for none) and the seconds of each `decode` step."""
+    best = math.inf
+    for _ in range(prefill_runs):
+        _restore(session, state)
+        tick = time.perf_counter()
+        session.eval(inputs.chunk)
+        best = min(best, (time.perf_counter() - tick) / len(inputs.chunk))
+    _restore(session, state)
+    ticks = []
+    for token in decode:
+        tick = time.perf_counter()
+        session.eval([token])
+        ticks.append(time.perf_counter() - tick)
+    return best, ticks
+
+
+def _warmed(model_path: Path, candidate: Settings, n_ctx: int, state: StateSnapshot, inputs: _Inputs) -> Session:
+    """A session for `candidate`, its first-touch costs paid (a step at `state`)."""
+    session = Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs())
+    _restore(session, state)
+    session.eval(inputs.decode[:1])
+    return session
+
+
+def _time_sweep(model_path: Path, timed: Sequence[Settings], points: Sequence[int], n_ctx: int, inputs: _Inputs,
+                baseline: int, bounds: dict[Settings, Measurement], progress: Progress,
+                started: float) -> dict[Settings, Measurement]:
+    """`edge-sql tune`: contexts filled for real; every candidate at every point, prefill the
+    best of two chunks, decode the median of its own steps (pooled afterwards)."""
+    measured = {}
+    for flash_attn in dict.fromkeys(s.flash_attn for s in timed):
+        group = [s for s in timed if s.flash_attn == flash_attn]
+        progress(f"calibrating {model_path.name}: filling a {points[-1]}-token context ({_fa_label(group[0])}) ...")
+        states = _contexts(model_path, flash_attn, points, n_ctx, inputs, stretch=False)
+        for candidate in group:
+            progress(f"calibrating {model_path.name}: {timed.index(candidate) + 1}/{len(timed)} {candidate.label}")
+            with _warmed(model_path, candidate, n_ctx, states[points[0]], inputs) as session:
+                timings = [_time_at(session, states[p], inputs, prefill_runs=2, decode=inputs.decode[1:]) for p in points]
+                measured[candidate] = replace(_memory_bound(session, candidate, n_ctx, baseline), points=list(points),
+                                              prefill_s=[prefill for prefill, _ in timings],
+                                              decode_s=[float(np.median(ticks)) for _, ticks in timings])
+        del states
+    return measured
+
+
+def _time_quick(model_path: Path, timed: Sequence[Settings], points: Sequence[int], n_ctx: int, inputs: _Inputs,
+                baseline: int, bounds: dict[Settings, Measurement], progress: Progress,
+                started: float) -> dict[Settings, Measurement]:
+    """The first run's calibration, within `QUICK_SECONDS` of starting.
+
+    Contexts are stretched (`_stretched_states`), not filled. One reference candidate per
+    decode key (the first: the smallest n_ubatch) is timed at every point; the references'
+    decodes are interleaved A B B A, since the machine's speed drifts over a minute and flash
+    attention on against off, decided by decode late in an episode, is the choice that matters
+    most. Then, while time is left, the other candidates' prefill at the first point (the
+    cheapest chunk), scaled along their reference's curve: n_ubatch moves the curve; one whose n_ubatch is at least the chunk computes it as the
+    candidate with n_ubatch equal to the chunk does, and gets that timing. Candidates left
+    untimed cannot be chosen; `edge-sql tune` times them all."""
+    name = model_path.name
+    refs = list({_decode_key(s): s for s in reversed(timed)}.values())[::-1]  # the first of each key
+    states: dict = {}
+    for ref in refs:
+        if ref.flash_attn not in states:
+            progress(f"calibrating {name}: a {points[-1]}-token context ({_fa_label(ref)}) ...")
+            states[ref.flash_attn] = _contexts(model_path, ref.flash_attn, points, n_ctx, inputs, stretch=True)
+    half = max(1, inputs.n_decode // 2)
+    prefill: dict[Settings, list[float]] = {}
+    ticks: dict[tuple[Settings, int], list[float]] = {}
+    session, current = None, None
+    try:
+        for visit, ref in enumerate(refs + refs[::-1]):
+            first = visit < len(refs)
+            if ref != current:
+                if session is not None:
+                    session.close()
+                if first:
+                    progress(f"calibrating {name}: {visit + 1}/{len(timed)} {ref.label}")
+                session, current = _warmed(model_path, ref, n_ctx, states[ref.flash_attn][points[0]], inputs), ref
+            steps = inputs.decode[1:][:half] if first else inputs.decode[1:][half:]
+            for point in points:
+                cost, steps_s = _time_at(session, states[ref.flash_attn][point], inputs, prefill_runs=int(first),
+                                         decode=steps)
+                if first:
+                    prefill.setdefault(ref, []).append(cost)
+                ticks.setdefault((ref, point), []).extend(steps_s)
+    finally:
+        if session is not None:
+            session.close()
+    measured = {ref: replace(bounds[ref], points=list(points), prefill_s=prefill[ref],
+                             decode_s=[float(np.median(ticks[ref, p])) for p in points]) for ref in refs}
+
+    chunk = inputs.chunk_size
+    for candidate in (s for s in timed if s not in measured):
+        ref = measured[next(r for r in refs if _decode_key(r) == _decode_key(candidate))]
+        same = next((m for s, m in measured.items() if _decode_key(s) == _decode_key(candidate)
+                     and min(s.n_ubatch, chunk) == min(candidate.n_ubatch, chunk)), None)
+        if same is not None:  # the same ubatches of the chunk: the same computation
+            measured[candidate] = replace(bounds[candidate], points=list(points), prefill_s=list(same.prefill_s))
+            continue
+        needed = ref.prefill_s[0] * chunk + 1.0  # a chunk at the first point and a context
+        if time.perf_counter() - started + needed > QUICK_SECONDS:
+            progress(f"calibrating {name}: {candidate.label} not timed (the quick calibration's time is up)")
+            continue
+        progress(f"calibrating {name}: {timed.index(candidate) + 1}/{len(timed)} {candidate.label}")
+        with _warmed(model_path, candidate, n_ctx, states[candidate.flash_attn][points[0]], inputs) as session:
+            cost, _ = _time_at(session, states[candidate.flash_attn][points[0]], inputs, prefill_runs=1, decode=())
+            scale = cost / ref.prefill_s[0]
+            measured[candidate] = replace(bounds[candidate], points=list(points),
+                                          prefill_s=[c * scale for c in ref.prefill_s])
+    return measured
 
 
 def _memory_bound(session: Session, candidate: Settings, n_ctx: int, baseline: int) -> Measurement:
@@ -593,7 +722,7 @@ def tuned_settings(model_path: str | Path, *, progress: Progress = lambda _m: No
              "(`--no-tune` skips it; `edge-sql tune` runs the full sweep)")
     options = dict(options or {})
     if n_threads and "settings" not in options:
-        options["settings"] = list(dict.fromkeys(replace(s, n_threads=n_threads) for s in candidates(full=False)))
+        options["settings"] = list(dict.fromkeys(replace(s, n_threads=n_threads) for s in candidates()))
     calibration = calibrate(model_path, progress=progress, n_ctx=min(n_ctx, EPISODE_TOKENS), threads=n_threads,
                             **options)
     save_calibration(calibration, folder)
