@@ -17,8 +17,8 @@ FIELDS = {"sql", "columns", "rows", "forced", "fallback", "rounds", "stats", "st
 
 
 @pytest.fixture(scope="module")
-def agent(tiny_gguf_q8):
-    with edge_sql.Agent(tiny_gguf_q8, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
+def agent(tiny_gguf_fast):
+    with edge_sql.Agent(tiny_gguf_fast, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
                         prefix_cache=False) as agent:
         yield agent
 
@@ -29,14 +29,14 @@ def test_agent_is_exported_lazily():
         edge_sql.NotAThing  # noqa: B018
 
 
-def test_one_load_answers_several_questions(agent, tiny_gguf_q8, chinook_db, northwind_db):
+def test_one_load_answers_several_questions(agent, tiny_gguf_fast, chinook_db, northwind_db):
     session = agent.session
     results = [
         agent.ask("How many albums are there?", chinook_db, seed=1),
         agent.ask("How many orders were shipped to France?", northwind_db, seed=2, evidence="France is a country"),
         agent.ask("Which artist has the most albums?", ReadOnlyDatabase(chinook_db), greedy=True),
     ]
-    assert agent.session is session and agent.model_path == tiny_gguf_q8
+    assert agent.session is session and agent.model_path == tiny_gguf_fast
     for result in results:
         data = result.to_json()
         assert FIELDS <= set(data)
@@ -93,13 +93,13 @@ def test_bad_inputs_raise_clear_errors(agent, tmp_path):
         agent.ask("   ", tmp_path / "missing.sqlite")
 
 
-def test_missing_model_and_closed_agent(tiny_gguf_q8, tmp_path, monkeypatch, chinook_db):
+def test_missing_model_and_closed_agent(tiny_gguf_fast, tmp_path, monkeypatch, chinook_db):
     with pytest.raises(ModelFileError, match="no such model file"):
         edge_sql.Agent(tmp_path / "nope.gguf")
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "store"))
     with pytest.raises(ModelFileError, match="edge-sql pull"):
         edge_sql.Agent(None, pull_if_missing=False)
-    closed = edge_sql.Agent(tiny_gguf_q8, n_ctx=1024, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
+    closed = edge_sql.Agent(tiny_gguf_fast, n_ctx=1024, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
                             prefix_cache=False)
     closed.close()
     closed.close()

@@ -50,9 +50,9 @@ def chinook(tmp_path: Path) -> Path:
     return path
 
 
-def run(tiny_gguf_q8: Path, db: Path, script: list[str], budget: Budget = Budget()):
+def run(tiny_gguf_fast: Path, db: Path, script: list[str], budget: Budget = Budget()):
     before = sha256(db)
-    with ScriptedSession(tiny_gguf_q8, script=script, n_ctx=budget.max_tokens) as session:
+    with ScriptedSession(tiny_gguf_fast, script=script, n_ctx=budget.max_tokens) as session:
         with ReadOnlyDatabase(db) as database:
             result = run_episode(session, Toolbox(database), "How many albums are there?", budget=budget)
         assert not session.script, "the episode stopped before the script ended"
@@ -64,10 +64,10 @@ def run(tiny_gguf_q8: Path, db: Path, script: list[str], budget: Budget = Budget
     return result
 
 
-def test_a_fourteen_call_round_with_repeats_runs_every_call_numbered(tiny_gguf_q8, chinook):
+def test_a_fourteen_call_round_with_repeats_runs_every_call_numbered(tiny_gguf_fast, chinook):
     script = [first_segment("I look around.", FOURTEEN[0]), *("\n" + c for c in FOURTEEN[1:]), "",
               first_segment("Done.", call("submit_sql", sql="SELECT COUNT(*) FROM Album"))]
-    result = run(tiny_gguf_q8, chinook, script)
+    result = run(tiny_gguf_fast, chinook, script)
     assert Budget().max_calls_per_turn is None  # no cap that training did not have
     first = result.rounds[0]
     assert [c.tool for c in first.calls] == [json.loads(c)["tool"] for c in FOURTEEN]
@@ -82,12 +82,12 @@ def test_a_fourteen_call_round_with_repeats_runs_every_call_numbered(tiny_gguf_q
     assert result.stop == "submitted" and result.rows == [[347]]
 
 
-def test_json_layouts_and_blank_lines_between_calls_run(tiny_gguf_q8, chinook):
+def test_json_layouts_and_blank_lines_between_calls_run(tiny_gguf_fast, chinook):
     pretty = '{\n  "tool": "describe_table",\n  "args": {"table_name": "Genre"}\n}'
     compact = '{"tool":"run_query","args":{"sql":"SELECT COUNT(*) FROM Genre"}}'
     script = [first_segment("Two calls.", pretty), "\n\n\n" + compact, "\n",
               first_segment("Submit.", call("submit_sql", sql="SELECT COUNT(*) FROM Genre"))]
-    result = run(tiny_gguf_q8, chinook, script)
+    result = run(tiny_gguf_fast, chinook, script)
     calls = result.rounds[0].calls
     assert [(c.tool, c.args, c.ok) for c in calls] == [
         ("describe_table", {"table_name": "Genre"}, True), ("run_query", {"sql": "SELECT COUNT(*) FROM Genre"}, True)]
@@ -96,12 +96,12 @@ def test_json_layouts_and_blank_lines_between_calls_run(tiny_gguf_q8, chinook):
 
 
 @pytest.mark.parametrize("answer", [MULTI_LINE_ANSWER, "```sql\n" + MULTI_LINE_ANSWER + ";\n```", MULTI_LINE_ANSWER + ";"])
-def test_forced_final_turn_is_the_published_message_and_takes_sql_text(tiny_gguf_q8, chinook, answer):
+def test_forced_final_turn_is_the_published_message_and_takes_sql_text(tiny_gguf_fast, chinook, answer):
     last_good = "SELECT COUNT(*) FROM Album"
     script = [first_segment("Count.", call("run_query", sql=last_good)),
               "\n" + call("run_query", sql="SELECT nope"), "",
               "I will return a filtered count.</think>\n\n" + answer]
-    result = run(tiny_gguf_q8, chinook, script, Budget(max_rounds=1))
+    result = run(tiny_gguf_fast, chinook, script, Budget(max_rounds=1))
     results_turn = result.transcript.split("<|im_start|>user\n")[2].split("<|im_end|>")[0]
     assert results_turn.endswith("\n\n" + PROMPT.forced_text(last_good))
     assert PROMPT.forced_text(last_good) == (
@@ -115,10 +115,10 @@ def test_forced_final_turn_is_the_published_message_and_takes_sql_text(tiny_gguf
     assert result.rows == [[2]]
 
 
-def test_forced_message_without_a_good_query_and_a_broken_answer(tiny_gguf_q8, chinook):
+def test_forced_message_without_a_good_query_and_a_broken_answer(tiny_gguf_fast, chinook):
     script = [first_segment("Try.", call("run_query", sql="SELECT nope")), "",
               "Still unsure.</think>\n\nSELECT nope FROM nowhere"]
-    result = run(tiny_gguf_q8, chinook, script, Budget(max_rounds=1))
+    result = run(tiny_gguf_fast, chinook, script, Budget(max_rounds=1))
     results_turn = result.transcript.split("<|im_start|>user\n")[2].split("<|im_end|>")[0]
     assert results_turn.endswith("\n\n" + PROMPT.forced_final_no_query)
     assert result.sql is None and not result.fallback

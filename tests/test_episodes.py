@@ -56,8 +56,8 @@ EPISODES_PER_SETUP = 18
 
 
 @pytest.fixture(scope="module")
-def tiny_session(tiny_gguf_q8):
-    with Session(tiny_gguf_q8, n_ctx=2048, n_threads=1) as session:
+def tiny_session(tiny_gguf_fast):
+    with Session(tiny_gguf_fast, n_ctx=2048, n_threads=1) as session:
         yield session
 
 

@@ -27,8 +27,8 @@ def run(*args: str, input: str | None = None):
     return CliRunner().invoke(main, ["run", *args], input=input, catch_exceptions=False)
 
 
-def test_question_json_prints_one_object_with_every_field(tiny_gguf_q8, chinook_db):
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_q8), "--question", "How many albums?", "--json",
+def test_question_json_prints_one_object_with_every_field(tiny_gguf_fast, chinook_db):
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                  "--seed", "5", *SMALL)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
@@ -45,18 +45,18 @@ def test_question_json_prints_one_object_with_every_field(tiny_gguf_q8, chinook_
                                           + stats["prefix_tokens_restored"])
 
 
-def test_live_view_and_trace(tiny_gguf_q8, northwind_db):
-    result = run("--db", str(northwind_db), "--model", str(tiny_gguf_q8), "--question", "How many orders?", "--trace",
+def test_live_view_and_trace(tiny_gguf_fast, northwind_db):
+    result = run("--db", str(northwind_db), "--model", str(tiny_gguf_fast), "--question", "How many orders?", "--trace",
                  "--seed", "9", *SMALL)
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.startswith("round 1\n")
     assert "--- transcript ---\n<|im_start|>system\n" in out
     assert "<|im_start|>user\nHow many orders?<|im_end|>" in out
-    assert f"loaded {tiny_gguf_q8.name}" in result.stderr
+    assert f"loaded {tiny_gguf_fast.name}" in result.stderr
 
 
-def test_prompt_file_replaces_the_template(tiny_gguf_q8, chinook_db, tmp_path):
+def test_prompt_file_replaces_the_template(tiny_gguf_fast, chinook_db, tmp_path):
     from edge_sql.agent.prompt import DEFAULT_PROMPT_FILE
 
     custom = tmp_path / "mine.toml"
@@ -64,7 +64,7 @@ def test_prompt_file_replaces_the_template(tiny_gguf_q8, chinook_db, tmp_path):
                       .replace('version = "sqale-v2"', 'version = "mine-1"')
                       .replace('user_template = "{question}{evidence}"',
                                'user_template = "Please answer: {question}{evidence}"'), encoding="utf-8")
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_q8), "--question", "How many albums?", "--json",
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                  "--trace", "--prompt-file", str(custom), "--seed", "4", *SMALL)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -72,8 +72,8 @@ def test_prompt_file_replaces_the_template(tiny_gguf_q8, chinook_db, tmp_path):
     assert "<|im_start|>user\nPlease answer: How many albums?<|im_end|>" in data["transcript"]
 
 
-def test_interactive_prompt_answers_until_exit(tiny_gguf_q8, chinook_db):
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_q8), "--json", "--seed", "1", *SMALL,
+def test_interactive_prompt_answers_until_exit(tiny_gguf_fast, chinook_db):
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--json", "--seed", "1", *SMALL,
                  input="How many albums?\nHow many artists?\nexit\nnever asked\n")
     assert result.exit_code == 0, result.output
     answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
@@ -81,9 +81,9 @@ def test_interactive_prompt_answers_until_exit(tiny_gguf_q8, chinook_db):
     assert result.stderr.count("edge-sql> ") == 3
 
 
-def test_interactive_empty_line_and_eof_quit(tiny_gguf_q8, chinook_db):
+def test_interactive_empty_line_and_eof_quit(tiny_gguf_fast, chinook_db):
     for text in ("\n", ""):
-        result = run("--db", str(chinook_db), "--model", str(tiny_gguf_q8), *SMALL, input=text)
+        result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), *SMALL, input=text)
         assert result.exit_code == 0, result.output
         assert "round" not in result.stdout
 
@@ -109,8 +109,8 @@ def _empty_db(tmp_path: Path) -> Path:
         ("bad_prompt_file", "prompt file not found"),
     ],
 )
-def test_bad_input_exits_non_zero_with_one_line(case, message, tmp_path, chinook_db, tiny_gguf_q8):
-    db, model, extra = str(chinook_db), str(tiny_gguf_q8), ["--question", "How many?"]
+def test_bad_input_exits_non_zero_with_one_line(case, message, tmp_path, chinook_db, tiny_gguf_fast):
+    db, model, extra = str(chinook_db), str(tiny_gguf_fast), ["--question", "How many?"]
     if case == "missing_db":
         db, model = str(tmp_path / "nope.sqlite"), str(tmp_path / "nope.gguf")  # the db is checked first
     elif case == "not_sqlite":
@@ -139,9 +139,9 @@ def test_bad_input_exits_non_zero_with_one_line(case, message, tmp_path, chinook
         assert "loading" not in result.stderr  # refused before the model loads
 
 
-def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf_q8, chinook_db):
+def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf_fast, chinook_db):
     """A real process: SIGINT during the episode ends it with status 130 and no traceback."""
-    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db), "--model", str(tiny_gguf_q8),
+    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db), "--model", str(tiny_gguf_fast),
             "--question", "How many albums?", "--seed", "2", "--threads", "1", "--ctx", "4096",
             "--think-tokens", "2000", "--budget", "max_tokens=4096", "--no-tune"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -158,21 +158,21 @@ def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf_q8, chinook_db):
     assert "Traceback" not in err
 
 
-def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_gguf_q8, chinook_db, tmp_path, monkeypatch):
+def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_gguf_fast, chinook_db, tmp_path, monkeypatch):
     """Tuning on (the default): the first run calibrates with a progress line, the next reuses it."""
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
     tuned = [arg for arg in SMALL if arg != "--no-tune"]
-    first = run("--db", str(chinook_db), "--model", str(tiny_gguf_q8), "--question", "How many albums?", "--json",
+    first = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                 "--seed", "5", *tuned)
     assert first.exit_code == 0, first.output
-    assert "quick calibration" in first.stderr and f"calibrating {tiny_gguf_q8.name}: 1/" in first.stderr
+    assert "quick calibration" in first.stderr and f"calibrating {tiny_gguf_fast.name}: 1/" in first.stderr
     stats = json.loads(first.stdout.strip().splitlines()[-1])["stats"]
     assert stats["tuning"] == "calibrated" and stats["llama_settings"].startswith("flash_attn=")
     assert "n_threads=1" in stats["llama_settings"]  # --threads wins over the calibrated count
     assert stats["prefix_tokens_restored"] == 0  # nothing saved yet: evaluated, then saved to disk
     assert list((tmp_path / "home" / "prefix-states").glob("*.state"))
 
-    second = run("--db", str(chinook_db), "--model", str(tiny_gguf_q8), "--question", "How many albums?", "--json",
+    second = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                  "--seed", "5", *tuned)
     assert second.exit_code == 0, second.output
     assert "calibrating" not in second.stderr and "settings (cached)" in second.stderr

@@ -32,9 +32,9 @@ def dbs(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_gguf_q8, dbs, tmp_path_factory):
+def server(tiny_gguf_fast, dbs, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve-log") / "server.log"
-    process = ServerProcess(serve_command(tiny_gguf_q8, dbs, *SMALL, "--port", "0", "--max-question", "300",
+    process = ServerProcess(serve_command(tiny_gguf_fast, dbs, *SMALL, "--port", "0", "--max-question", "300",
                                           "--max-body", "4096"), log)
     yield process
     assert process.stop() == 0, process.log()
@@ -56,9 +56,9 @@ def _check_answer(answer: dict, question: str, path: Path) -> None:
         assert answer["error"] and answer["rows"] == []
 
 
-def test_health_and_databases(server, tiny_gguf_q8, dbs):
+def test_health_and_databases(server, tiny_gguf_fast, dbs):
     health = server.health()
-    assert health["model"] == tiny_gguf_q8.name and health["variant"] == "Q8_0" and health["architecture"] == "qwen35"
+    assert health["model"] == tiny_gguf_fast.name and health["variant"] == "Q8_0" and health["architecture"] == "qwen35"
     assert health["queue"]["running"] is False and health["queue"]["waiting"] == 0
     assert health["queue"]["max_waiting"] == 8
     status, _, body = server.request("GET", "/v1/databases")
@@ -73,13 +73,13 @@ def test_health_and_databases(server, tiny_gguf_q8, dbs):
     assert str(dbs["chinook"].parent) not in json.dumps(body)  # clients never see paths
 
 
-def test_ask_json_is_what_run_json_prints(server, tiny_gguf_q8, dbs):
+def test_ask_json_is_what_run_json_prints(server, tiny_gguf_fast, dbs):
     question = "How many albums are there?"
     status, headers, answer = server.request("POST", "/v1/ask", {"question": question, "database": "chinook",
                                                                  "seed": 5})
     assert status == 200 and headers["content-type"] == "application/json", answer
     _check_answer(answer, question, dbs["chinook"])
-    run = subprocess.run([*CLI, "run", "--db", str(dbs["chinook"]), "--model", str(tiny_gguf_q8), *SMALL,
+    run = subprocess.run([*CLI, "run", "--db", str(dbs["chinook"]), "--model", str(tiny_gguf_fast), *SMALL,
                           "--budget", "max_result_rows=200", "--question", question, "--seed", "5", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -197,11 +197,11 @@ def test_database_files_are_byte_identical_afterwards(server, dbs):
 # ---- a server bound to a non-local address ---------------------------------------------------
 
 
-def test_non_local_address_requires_a_token(tiny_gguf_q8, dbs, tmp_path):
-    refused = subprocess.run(serve_command(tiny_gguf_q8, dbs, "--host", "0.0.0.0", "--port", "0"),
+def test_non_local_address_requires_a_token(tiny_gguf_fast, dbs, tmp_path):
+    refused = subprocess.run(serve_command(tiny_gguf_fast, dbs, "--host", "0.0.0.0", "--port", "0"),
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "set --token" in refused.stderr
-    server = ServerProcess(serve_command(tiny_gguf_q8, {"chinook": dbs["chinook"]}, *SMALL, "--host", "0.0.0.0",
+    server = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": dbs["chinook"]}, *SMALL, "--host", "0.0.0.0",
                                          "--port", "0", "--token", "s3cret"), tmp_path / "server.log")
     try:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
@@ -220,12 +220,12 @@ def test_non_local_address_requires_a_token(tiny_gguf_q8, dbs, tmp_path):
 # ---- the queue: full, timed out, disconnected ------------------------------------------------
 
 
-def test_queue_full_timeout_and_disconnect(tiny_gguf_q8, dbs, tmp_path):
+def test_queue_full_timeout_and_disconnect(tiny_gguf_fast, dbs, tmp_path):
     """One long episode runs; one request waits past its limit; one finds the queue full; the
     streaming client disconnects and its episode stops."""
     # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens
     long_episode = ["--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000"]
-    server = ServerProcess(serve_command(tiny_gguf_q8, {"chinook": dbs["chinook"]}, *long_episode, "--port", "0",
+    server = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": dbs["chinook"]}, *long_episode, "--port", "0",
                                          "--queue-size", "1", "--queue-timeout", "1.5"), tmp_path / "server.log")
     try:
         stream = server.connection()

@@ -29,15 +29,15 @@ def _wait_for(pattern: str, log: Path, timeout_s: float = 60.0) -> re.Match[str]
     raise AssertionError(f"{pattern!r} not in the server log:\n{log.read_text()}")
 
 
-def _params(tiny_gguf_q8: Path, db: Path, args: list[str]) -> StdioServerParameters:
-    command = serve_command(tiny_gguf_q8, {"chinook": db}, *args)
+def _params(tiny_gguf_fast: Path, db: Path, args: list[str]) -> StdioServerParameters:
+    command = serve_command(tiny_gguf_fast, {"chinook": db}, *args)
     return StdioServerParameters(command=command[0], args=command[1:])
 
 
-def test_mcp_client_over_stdio(tiny_gguf_q8, chinook_db, tmp_path):
+def test_mcp_client_over_stdio(tiny_gguf_fast, chinook_db, tmp_path):
     async def main() -> None:
         with (tmp_path / "server.log").open("w") as errlog:
-            async with Client(stdio_client(_params(tiny_gguf_q8, chinook_db, SMALL), errlog=errlog)) as client:
+            async with Client(stdio_client(_params(tiny_gguf_fast, chinook_db, SMALL), errlog=errlog)) as client:
                 await _tools_are_listed(client)
                 await _list_databases(client, chinook_db)
                 await _ask_reports_progress(client, chinook_db)
@@ -47,12 +47,12 @@ def test_mcp_client_over_stdio(tiny_gguf_q8, chinook_db, tmp_path):
     assert chinook_db.read_bytes() == ORIGINAL.read_bytes()
 
 
-def test_mcp_cancellation_stops_the_episode(tiny_gguf_q8, chinook_db, tmp_path):
+def test_mcp_cancellation_stops_the_episode(tiny_gguf_fast, chinook_db, tmp_path):
     log_path = tmp_path / "server.log"
 
     async def main() -> None:
         with log_path.open("w") as errlog:
-            async with Client(stdio_client(_params(tiny_gguf_q8, chinook_db, LONG), errlog=errlog)) as client:
+            async with Client(stdio_client(_params(tiny_gguf_fast, chinook_db, LONG), errlog=errlog)) as client:
                 await _cancel_stops_the_episode(client, log_path)
 
     anyio.run(main)

@@ -29,12 +29,12 @@ def test_sessions_of_one_file_share_the_model_and_its_vocabulary_view(tiny_gguf:
     assert release_idle() == 1 and not shared_models._loaded
 
 
-def test_loading_another_file_frees_the_idle_model(tiny_gguf: Path, tiny_gguf_q8: Path) -> None:
+def test_loading_another_file_frees_the_idle_model(tiny_gguf: Path, tiny_gguf_fast: Path) -> None:
     release_idle()
     with Session(tiny_gguf, **ARGS):
         pass
-    with Session(tiny_gguf_q8, **ARGS) as other:
-        assert [m.key[0] for m in shared_models._loaded.values()] == [str(tiny_gguf_q8.resolve())]
+    with Session(tiny_gguf_fast, **ARGS) as other:
+        assert [m.key[0] for m in shared_models._loaded.values()] == [str(tiny_gguf_fast.resolve())]
         assert next(iter(shared_models._loaded.values())).refs == 1
         other.eval(other.tokenize("Hello"))
         assert np.isfinite(other.logits()).all()

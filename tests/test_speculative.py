@@ -261,10 +261,21 @@ def test_sampling_after_drafts_keeps_the_model_distribution(smollm2_gguf) -> Non
         prompt = plain.tokenize(_chat("Name a colour."))
         greedy, _ = _run(plain, prompt, max_tokens=4)
         spec.use_drafters([SpoiltOracle(prompt, greedy.tokens, every=100, wrong=0)])
+        prompt_state = {}
+        for session in (plain, spec):  # the prompt evaluated once per session, restored for each run
+            session.reset()
+            session.eval(prompt)
+            prompt_state[session] = session.snapshot()
+
+        def sample(session: Session, seed: int):
+            session.reset()
+            assert session.restore(prompt_state[session])
+            return session.generate(params=params(seed), max_tokens=3)
+
         n = 160
-        plain_runs = [_run(plain, prompt, max_tokens=3, params=params(seed))[0].tokens for seed in range(n)]
-        spec_runs = [_run(spec, prompt, max_tokens=3, params=params(seed))[0] for seed in range(n, 2 * n)]
-        same_seed = [_run(spec, prompt, max_tokens=3, params=params(seed))[0].tokens for seed in range(40)]
+        plain_runs = [sample(plain, seed).tokens for seed in range(n)]
+        spec_runs = [sample(spec, seed) for seed in range(n, 2 * n)]
+        same_seed = [sample(spec, seed).tokens for seed in range(40)]
     drafted = [c.timings.drafts["oracle"] for c in spec_runs if c.timings.drafts]
     assert sum(d.accepted for d in drafted) > 0 and sum(d.rolled_back for d in drafted) > 0  # kept and rejected
     assert sum(a == b for a, b in zip(same_seed, plain_runs)) >= 39

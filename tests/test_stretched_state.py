@@ -20,8 +20,8 @@ N_CTX = 512
 
 
 @pytest.mark.parametrize("flash_attn", [True, False])
-def test_llama_cpp_holds_a_stretched_state_as_written(tiny_gguf_q8: Path, flash_attn: bool) -> None:
-    with Session(tiny_gguf_q8, n_ctx=N_CTX, n_threads=1, flash_attn=flash_attn) as session:
+def test_llama_cpp_holds_a_stretched_state_as_written(tiny_gguf_fast: Path, flash_attn: bool) -> None:
+    with Session(tiny_gguf_fast, n_ctx=N_CTX, n_threads=1, flash_attn=flash_attn) as session:
         session.eval(list(range(1000, 1024)))
         short = session.snapshot()
         assert stretch_snapshot(short, 24).state == short.state  # stretching to its own length: unchanged
@@ -41,8 +41,8 @@ def test_llama_cpp_holds_a_stretched_state_as_written(tiny_gguf_q8: Path, flash_
         assert np.isfinite(session.logits()).all()
 
 
-def test_a_state_of_another_shape_is_not_stretched(tiny_gguf_q8: Path) -> None:
-    with Session(tiny_gguf_q8, n_ctx=N_CTX, n_threads=1) as session:
+def test_a_state_of_another_shape_is_not_stretched(tiny_gguf_fast: Path) -> None:
+    with Session(tiny_gguf_fast, n_ctx=N_CTX, n_threads=1) as session:
         session.eval(list(range(1000, 1016)))
         short = session.snapshot()
     assert stretch_snapshot(short, 8) is None  # shorter than it is
