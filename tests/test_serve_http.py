@@ -58,7 +58,7 @@ def _check_answer(answer: dict, question: str, path: Path) -> None:
 
 def test_health_and_databases(server, tiny_gguf_fast, dbs):
     health = server.health()
-    assert health["model"] == tiny_gguf_fast.name and health["variant"] == "Q8_0" and health["architecture"] == "qwen35"
+    assert health["model"] == tiny_gguf_fast.name and health["variant"] == "Q4_0" and health["architecture"] == "qwen35"
     assert health["queue"]["running"] is False and health["queue"]["waiting"] == 0
     assert health["queue"]["max_waiting"] == 8
     status, _, body = server.request("GET", "/v1/databases")
