@@ -258,3 +258,45 @@ def test_queue_full_timeout_and_disconnect(tiny_gguf_fast, dbs, tmp_path):
     finally:
         assert server.stop() == 0, server.log()
     assert dbs["chinook"].read_bytes() == CHINOOK.read_bytes()
+
+
+def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path) -> None:
+    """The queue's own view, without a server: a job that arrives while nothing runs is the
+    running one in the same step, so /health never shows one waiting while none runs (the
+    worker thread may not have woken yet); a job behind a running one waits."""
+    import asyncio
+
+    from edge_sql.errors import EdgeSqlError
+    from edge_sql.serve.queue import AskQueue, AskRequest
+
+    db = tmp_path / "chinook.sqlite"
+    shutil.copyfile(Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite", db)
+    release = threading.Event()
+
+    def ask(request, database, post, stopped):
+        release.wait(30)
+        raise EdgeSqlError(f"answered {request.question}")
+
+    queue = AskQueue(ask)
+
+    async def twice() -> list:
+        seen = []
+        for round_ in range(2):  # the second round finds the queue idle again
+            first = queue.submit(AskRequest(f"{round_}a", "chinook"), db)
+            idle = queue.snapshot()
+            second = queue.submit(AskRequest(f"{round_}b", "chinook"), db)
+            busy = queue.snapshot()
+            release.set()
+            outcomes = [str((await job.wait()).error) for job in (first, second)]
+            release.clear()
+            seen.append((idle, busy, outcomes))
+        return seen
+
+    try:
+        seen = asyncio.run(twice())
+    finally:
+        queue.close()
+    for round_, (idle, busy, outcomes) in enumerate(seen):
+        assert (idle["running"], idle["waiting"]) == (True, 0)
+        assert (busy["running"], busy["waiting"]) == (True, 1)
+        assert outcomes == [f"answered {round_}a", f"answered {round_}b"]

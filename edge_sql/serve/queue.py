@@ -205,6 +205,8 @@ class AskQueue:
             job = Job(next(self._numbers), request, path, self, loop, self.wait_timeout_s)
             self._waiting.append(job)
             job.post(Position(len(self._waiting)))
+            if self._running is None:  # idle: it runs now, so /health never shows a job waiting while none runs
+                self._promote()
             self._cond.notify_all()
         return job
 
@@ -269,9 +271,9 @@ class AskQueue:
 
     def _next(self) -> Job | None:
         with self._cond:
-            while not self._waiting and not self._closed:
+            while self._running is None and not self._waiting and not self._closed:
                 self._cond.wait()
-            job = self._promote()
+            job = self._running or self._promote()  # promoted by `submit`, or the next waiting
         if job is not None:
             job.post(Position(0))
         return job
