@@ -133,7 +133,7 @@ def main() -> int:
     parser.add_argument("--machine", default="2-core Intel Xeon with AMX (KVM), 24 GB",
                         help="how the result file describes the machine (and whether it was shared)")
     args = parser.parse_args()
-    from edge_sql.runtime.tuning import Calibration, Settings, predict, episode_profile
+    from edge_sql.runtime.tuning import CACHE_VERSION, Calibration, Settings, episode_profile, predict
 
     lines = [f"# Tuning benchmark: {Path(args.model).name}", "",
              f"Command: `python benchmarks/bench_tune.py {' '.join(sys.argv[1:])}`",
@@ -198,7 +198,9 @@ def main() -> int:
         write()
     if "sweep" in steps or args.sweep_json:
         if args.sweep_json:  # a sweep saved by an earlier run on this machine: the quick choice against it
-            sweep = {"calibration": json.loads(args.sweep_json.read_text(encoding="utf-8")), "peak_rss": 0}
+            saved = json.loads(args.sweep_json.read_text(encoding="utf-8"))
+            saved["version"] = CACHE_VERSION  # the format is the same; the version only retires cached choices
+            sweep = {"calibration": saved, "peak_rss": 0}
             sweep["table"] = Calibration.from_json(sweep["calibration"]).table()
             points = Calibration.from_json(sweep["calibration"]).measurements[0].points
             lines += [f"Sweep: the one saved in `{args.sweep_json.name}` (measured earlier on this machine).", ""]

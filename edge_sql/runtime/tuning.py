@@ -69,7 +69,8 @@ from edge_sql.runtime.stretched_state import stretch_snapshot
 
 EPISODE_TOKENS = 12288
 MEMORY_ALLOWANCE = 400 * 1024 * 1024
-CACHE_VERSION = 3  # 2: the bound counts ggml's attention work buffer; other_load. 3: draft_max in budget
+CACHE_VERSION = 4  # 2: the bound counts ggml's attention work buffer; other_load. 3: draft_max in budget.
+# 4: the quick mode measures at stretched 1,024/8,192-token contexts (its earlier choices could be 16% slower)
 # What each draft token of a verify batch adds besides a recurrent-state snapshot, per vocabulary
 # entry: its logits row (4 bytes) and the graph's output for it (measured on the 2B shape: the
 # compute buffer grows 19.0 MiB from draft_max 0 to 16, 5.0 bytes x 248,320 per draft)
