@@ -119,6 +119,8 @@ def test_quick_calibration_times_a_reference_per_decode_key_and_others_while_tim
         assert ub256.prefill_s == ub32.prefill_s  # a 32-token chunk is one ubatch for both: one timing
         ratio = np.array(ub32.prefill_s) / np.array(ref.prefill_s)  # timed once, scaled along the curve
         assert np.allclose(ratio, ratio[0])
+    numbered = [line.split(": ", 1)[1].split()[0] for line in lines if "/6 flash_attn" in line]
+    assert numbered == ["1/6", "2/6", "3/6", "4/6"]  # two references, two ubatch-32 chunks; ubatch 256 shares
 
     monkeypatch.setattr(tuning, "QUICK_SECONDS", 0.0)  # no time left after the references
     lines.clear()

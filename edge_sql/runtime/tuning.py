@@ -598,10 +598,12 @@ def _time_quick(model_path: Path, timed: Sequence[Settings], points: Sequence[in
     decodes are interleaved A B B A, since the machine's speed drifts over a minute and flash
     attention on against off, decided by decode late in an episode, is the choice that matters
     most. Then, while time is left, the other candidates' prefill at the first point (the
-    cheapest chunk), scaled along their reference's curve: n_ubatch moves the curve; one whose n_ubatch is at least the chunk computes it as the
-    candidate with n_ubatch equal to the chunk does, and gets that timing. Candidates left
-    untimed cannot be chosen; `edge-sql tune` times them all."""
+    cheapest chunk), scaled along their reference's curve: n_ubatch moves the curve; one whose
+    n_ubatch is at least the chunk computes it as the candidate with n_ubatch equal to the
+    chunk does, and gets that timing. Candidates left untimed cannot be chosen; `edge-sql
+    tune` times them all."""
     name = model_path.name
+    numbers = iter(range(1, len(timed) + 1))  # the progress lines count the candidates timed
     refs = list({_decode_key(s): s for s in reversed(timed)}.values())[::-1]  # the first of each key
     states: dict = {}
     for ref in refs:
@@ -619,7 +621,7 @@ def _time_quick(model_path: Path, timed: Sequence[Settings], points: Sequence[in
                 if session is not None:
                     session.close()
                 if first:
-                    progress(f"calibrating {name}: {visit + 1}/{len(timed)} {ref.label}")
+                    progress(f"calibrating {name}: {next(numbers)}/{len(timed)} {ref.label}")
                 session, current = _warmed(model_path, ref, n_ctx, states[ref.flash_attn][points[0]], inputs), ref
             steps = inputs.decode[1:][:half] if first else inputs.decode[1:][half:]
             for point in points:
@@ -646,7 +648,7 @@ def _time_quick(model_path: Path, timed: Sequence[Settings], points: Sequence[in
         if time.perf_counter() - started + needed > QUICK_SECONDS:
             progress(f"calibrating {name}: {candidate.label} not timed (the quick calibration's time is up)")
             continue
-        progress(f"calibrating {name}: {timed.index(candidate) + 1}/{len(timed)} {candidate.label}")
+        progress(f"calibrating {name}: {next(numbers)}/{len(timed)} {candidate.label}")
         with _warmed(model_path, candidate, n_ctx, states[candidate.flash_attn][points[0]], inputs) as session:
             cost, _ = _time_at(session, states[candidate.flash_attn][points[0]], inputs, prefill_runs=1, decode=())
             scale = cost / ref.prefill_s[0]
