@@ -40,9 +40,6 @@ class _Reader:
     def u32(self) -> int:
         return struct.unpack("<I", self.take(4))[0]
 
-    def u64(self) -> int:
-        return struct.unpack("<Q", self.take(8))[0]
-
 
 def stretch_snapshot(snapshot: StateSnapshot, n_tokens: int) -> StateSnapshot | None:
     """`snapshot` (a context of real tokens at positions 0..n-1) stretched to `n_tokens`

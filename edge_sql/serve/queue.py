@@ -273,14 +273,13 @@ class AskQueue:
         with self._cond:
             while self._running is None and not self._waiting and not self._closed:
                 self._cond.wait()
-            job = self._running or self._promote()  # promoted by `submit`, or the next waiting
+            job = self._running or self._promote()  # promoted by `submit` or `_work`, or the next waiting
         if job is not None:
             job.post(Position(0))
         return job
 
     def _work(self) -> None:
-        job = self._next()
-        while job is not None:
+        while (job := self._next()) is not None:
             started = time.monotonic()
             outcome = self._run(job)
             elapsed = time.monotonic() - started
@@ -295,12 +294,9 @@ class AskQueue:
                 else:
                     self.counts.failed += 1
                 # hand over in the same step: a job never waits while none runs (what /health shows)
-                following = self._promote()
+                self._promote()
             self._log(self._summary(job, outcome, elapsed))
             job.post(outcome)
-            if following is not None:
-                following.post(Position(0))
-            job = following if following is not None else self._next()
 
     def _run(self, job: Job) -> Finished:
         try:
