@@ -23,7 +23,14 @@ CLI = [sys.executable, "-c", "from edge_sql.cli import main; main()"]
 def start(args: list[str], **env: str) -> subprocess.Popen:
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **env}
     return subprocess.Popen([*CLI, *args], env=environment, cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_as_in_a_terminal)
+
+
+def _as_in_a_terminal() -> None:
+    """Ctrl-C reaches the command as it does in a terminal, even where pytest itself was
+    started in the background by a shell without job control, which makes its children
+    ignore SIGINT (POSIX), so that Python installs no KeyboardInterrupt handler in them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def parts_under(folder: Path) -> list[Path]:
