@@ -197,11 +197,11 @@ def test_grammar_state_advances_only_over_accepted_tokens(pair) -> None:
     completion is the non-speculative one and matches the grammar."""
     plain, spec = pair
     prompt = plain.tokenize(_chat("Write SQL for the Album table."))
-    reference, ref_logits = _run(plain, prompt, max_tokens=40, grammar=GRAMMAR)
+    reference, ref_logits = _run(plain, prompt, max_tokens=64, grammar=GRAMMAR)
     assert reference.text.startswith("SELECT ") and reference.text.endswith(";")
     spec.use_drafters([SpoiltOracle(prompt, reference.tokens, every=3, wrong=plain.tokenize("~")[0])])
     try:
-        completion, logits = _run(spec, prompt, max_tokens=40, grammar=GRAMMAR)
+        completion, logits = _run(spec, prompt, max_tokens=64, grammar=GRAMMAR)
     finally:
         spec.use_drafters([LookupDrafter()])
     assert completion.tokens == reference.tokens and completion.text == reference.text
