@@ -53,3 +53,26 @@ def test_a_rewritten_file_is_loaded_again(tiny_gguf: Path, tmp_path: Path) -> No
         (after,) = shared_models._loaded.values()
         assert after is not before and after.key != before.key
     release_idle()
+
+
+def test_a_session_without_the_mtp_head_takes_the_model_loaded_with_it(tiny_gguf: Path) -> None:
+    """The head is an extra block the main graph never runs: a session that does not draft with
+    it uses the file's model loaded with it (same buffers, same logits) instead of loading the
+    file again; a session that drafts with it never gets a model loaded without it."""
+    release_idle()
+    with Session(tiny_gguf, **ARGS) as plain:
+        tokens = plain.tokenize("SELECT COUNT(*) FROM Album")
+        plain.eval(tokens)
+        reference, buffers = plain.logits(), plain.info.buffers
+        with Session(tiny_gguf, mtp=True, **ARGS) as with_head:  # needs the head: loaded again
+            assert with_head.llama_model != plain.llama_model and with_head.info.mtp_layers == 1
+    assert release_idle() == 2  # both idle now
+    with Session(tiny_gguf, mtp=True, **ARGS):
+        pass  # the model with the head stays loaded, idle
+    (loaded,) = shared_models._loaded.values()
+    with Session(tiny_gguf, **ARGS) as without_head:
+        assert without_head.llama_model == loaded.model and loaded.refs == 1
+        assert without_head.info.mtp_layers == 0 and without_head.info.buffers == buffers
+        without_head.eval(tokens)
+        assert np.array_equal(without_head.logits(), reference)
+    assert release_idle() == 1 and not shared_models._loaded

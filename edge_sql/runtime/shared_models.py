@@ -10,7 +10,8 @@ session per candidate setting, the bench one per variant and task, an applicatio
 The last model released is kept loaded (idle) until a session needs another model, so a
 session opened right after the previous one closed reuses it; `release_idle()` frees it at
 once. A model with repacked weights is never kept idle: its copies are anonymous memory, not
-pages of the file.
+pages of the file. A session that does not draft with the MTP head also takes the file's model
+loaded with the head, if there is one, instead of loading the file again without it.
 
 The vocabulary view must outlive nothing it points into: llguidance tokenizes through the
 model's vocabulary pointer, so the view lives and dies with its model here.
@@ -63,12 +64,23 @@ def _key(path: Path, params: llama_cpp.llama_model_params) -> tuple:
             params.n_gpu_layers, bool(params.use_extra_bufts), bool(params.load_mtp))
 
 
+def _with_mtp(key: tuple) -> tuple:
+    """The key of the same file and parameters, with the MTP head loaded."""
+    return (*key[:-1], True)
+
+
 def acquire(path: Path, params: llama_cpp.llama_model_params) -> LoadedModel:
     """The model for `path` loaded with `params`: shared if loaded, else loaded now (an idle
     model of another file is freed first). Raises ModelFileError if llama.cpp cannot load it."""
     key = _key(path, params)
     with _lock:
         loaded = _loaded.get(key)
+        if loaded is None and not params.load_mtp:
+            # The same file loaded with its MTP head serves a session that does not draft with
+            # it: the head is an extra block the main graph never runs, a context on that model
+            # allocates the same buffers, and its weights are pages of the file either way.
+            # Calibration measures the MTP drafter's context last, so `run` then reuses that load.
+            loaded = _loaded.get(_with_mtp(key))
         if loaded is None:
             for other in [m for m in _loaded.values() if m.refs == 0]:
                 _free(other)
