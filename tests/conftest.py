@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _own_store_home(config)
+    _pin_worker_cpus()
+
+
+def _own_store_home(config: pytest.Config) -> None:
+    """Every pytest process (and the commands it starts) keeps its model store, tuning cache and
+    saved prompt states in a temporary folder, never in the user's own store: a test run must
+    not write there, nor find calibrations that an earlier run left (they would make a second
+    run skip work the first one did). Tests that need a store of their own still set one."""
+    home = Path(tempfile.mkdtemp(prefix="edge-sql-home-"))
+    os.environ["EDGE_SQL_HOME"] = str(home)
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
+def _pin_worker_cpus() -> None:
     """Each xdist worker runs on its own share of the CPUs.
 
     llama.cpp sizes its thread pool from the CPUs a process may run on (`default_threads`), and

@@ -224,7 +224,7 @@ def test_queue_full_timeout_and_disconnect(tiny_gguf_fast, dbs, tmp_path):
     """One long episode runs; one request waits past its limit; one finds the queue full; the
     streaming client disconnects and its episode stops."""
     # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens
-    long_episode = ["--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000"]
+    long_episode = ["--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000", "--no-tune"]
     server = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": dbs["chinook"]}, *long_episode, "--port", "0",
                                          "--queue-size", "1", "--queue-timeout", "1.5"), tmp_path / "server.log")
     try:

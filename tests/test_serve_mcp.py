@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import time
@@ -15,7 +16,7 @@ from serve_helpers import serve_command
 SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens,
 # long enough to cancel in the middle of it
-LONG = ["--mcp", "--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000"]
+LONG = ["--mcp", "--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000", "--no-tune"]
 ORIGINAL = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 
 
@@ -31,7 +32,9 @@ def _wait_for(pattern: str, log: Path, timeout_s: float = 60.0) -> re.Match[str]
 
 def _params(tiny_gguf_fast: Path, db: Path, args: list[str]) -> StdioServerParameters:
     command = serve_command(tiny_gguf_fast, {"chinook": db}, *args)
-    return StdioServerParameters(command=command[0], args=command[1:])
+    # the SDK passes a server only a few variables of its own (HOME, PATH...): hand it this
+    # process's environment, so it keeps the test run's store (EDGE_SQL_HOME, see conftest)
+    return StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
 
 
 def test_mcp_client_over_stdio(tiny_gguf_fast, chinook_db, tmp_path):
