@@ -9,9 +9,11 @@ failure removes the temporary file, so no partial GGUF is ever left behind.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import gguf
 import numpy as np
@@ -46,7 +48,7 @@ def write_gguf(
 ) -> None:
     """Write a GGUF file at `out` atomically (temporary file, then rename)."""
     with atomic_output(Path(out)) as tmp:
-        writer = gguf.GGUFWriter(None, arch)
+        writer = BulkArrayWriter(None, arch)
         try:
             _write(writer, tmp, add_metadata, tensors, show_progress, description)
         finally:
@@ -105,3 +107,40 @@ class _progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+_U64 = struct.Struct("<Q")
+
+
+class BulkArrayWriter(gguf.GGUFWriter):
+    """gguf's writer, packing metadata arrays of strings and of integers in bulk.
+
+    A Qwen3.5 tokenizer is 248,320 token strings, as many token types and 247,587 merges, which
+    gguf's writer packs one `struct.pack` per item: 1.2 s of a 3.1 s conversion of the test
+    fixture, the same on the real 2B (2-core AMD EPYC). Packed in bulk, the bytes are the same
+    (tests/test_convert_structure.py compares with gguf's own packing); anything else, and any
+    array whose items are not all `str` or all `int`, is left to gguf.
+    """
+
+    def _pack_val(self, val: Any, vtype: gguf.GGUFValueType, add_vtype: bool,
+                  sub_type: gguf.GGUFValueType | None = None) -> bytes:
+        body = None
+        if vtype == gguf.GGUFValueType.ARRAY and isinstance(val, list) and val \
+                and self.endianess == gguf.GGUFEndian.LITTLE:
+            item_type = sub_type or gguf.GGUFValueType.get_type(val[0])
+            body = _bulk_items(val, item_type)
+        if body is None:
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        head = struct.pack("<I", vtype) if add_vtype else b""
+        return head + struct.pack("<IQ", item_type, len(val)) + body
+
+
+def _bulk_items(items: list, item_type: gguf.GGUFValueType) -> bytes | None:
+    """The packed items of a string or INT32 array (each string: u64 length, UTF-8 bytes), or
+    None where gguf's own packing should decide (other types, mixed items)."""
+    if item_type == gguf.GGUFValueType.STRING and all(type(item) is str for item in items):
+        encoded = [item.encode("utf-8") for item in items]
+        return b"".join(chain.from_iterable(zip(map(_U64.pack, map(len, encoded)), encoded)))
+    if item_type == gguf.GGUFValueType.INT32 and all(type(item) is int for item in items):
+        return struct.pack(f"<{len(items)}i", *items)
+    return None

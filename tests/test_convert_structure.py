@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +221,30 @@ def test_source_repo_and_license_go_into_general_metadata(tiny_checkpoint: Path,
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # ordinary permissions, not mkstemp's 0600
+
+
+def test_metadata_arrays_packed_in_bulk_are_the_bytes_gguf_packs(tiny_checkpoint: Path) -> None:
+    """The converter's writer packs string and integer arrays in bulk (convert/gguf_stream.py);
+    every value gives exactly gguf's own bytes, and gguf still judges what it does not pack."""
+    import gguf
+
+    from edge_sql.convert.gguf_stream import BulkArrayWriter
+    from edge_sql.convert.tokenizer_meta import add_tokenizer_metadata, read_tokenizer
+
+    vocab_size = json.loads((tiny_checkpoint / "config.json").read_text())["text_config"]["vocab_size"]
+    ours, theirs = BulkArrayWriter(None, "qwen35"), gguf.GGUFWriter(None, "qwen35")
+    for writer in (ours, theirs):
+        add_tokenizer_metadata(writer, read_tokenizer(tiny_checkpoint, vocab_size))
+    values = list(theirs.kv_data[0].values())
+    assert {v.type for v in values} >= {gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING}
+    for value in values:  # tokens, token types, merges, ids, chat template, ...
+        packed = ours._pack_val(value.value, value.type, add_vtype=True, sub_type=value.sub_type)
+        assert packed == gguf.GGUFWriter._pack_val(theirs, value.value, value.type, add_vtype=True, sub_type=value.sub_type)
+    array = gguf.GGUFValueType.ARRAY
+    for items in (["ä", "", "a b", "<|im_end|>"], [0, -1, 2**31 - 1, -2**31], [1.5, 2.0], [True, False], [b"raw", "x"]):
+        assert ours._pack_val(items, array, add_vtype=False) == gguf.GGUFWriter._pack_val(theirs, items, array, add_vtype=False)
+    for bad in ([1, "a"], [True, 1], []):  # mixed or empty: gguf's own error
+        with pytest.raises(ValueError):
+            ours._pack_val(bad, array, add_vtype=True)
+    with pytest.raises(struct.error):  # out of INT32's range, as gguf's own packing refuses it
+        ours._pack_val([2**31], array, add_vtype=True)
