@@ -61,16 +61,30 @@ def stop(process: subprocess.Popen, signum: int, delay: float) -> tuple[int, str
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGHUP: 129, signal.SIGINT: 1}  # SIGINT: click's "Aborted!"
 
 
-@pytest.mark.parametrize(("signum", "delay"), [
+def wait_for_size(process: subprocess.Popen, folder: Path, size: int, timeout: float = 300) -> None:
+    """Wait until the .part file under `folder` holds at least `size` bytes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(p.stat().st_size for p in parts_under(folder) if p.exists()) >= size:
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.005)
+    raise AssertionError(f"the .part file under {folder} did not reach {size} bytes")
+
+
+@pytest.mark.parametrize(("signum", "written"), [
     (signal.SIGTERM, 0.0), (signal.SIGINT, 0.3), (signal.SIGHUP, 0.8),
 ])
-def test_convert_interrupted(tiny_checkpoint: Path, tmp_path: Path, signum: int,
-                             delay: float) -> None:
+def test_convert_interrupted(tiny_checkpoint: Path, tiny_gguf_bf16: Path, tmp_path: Path, signum: int,
+                             written: float) -> None:
+    """Signalled once a share of the output is written (the same conversion as `tiny_gguf_bf16`):
+    a point in the file, not a time, so that a faster converter is still caught in the middle."""
     out = tmp_path / "out" / "model.gguf"
     out.parent.mkdir()
     process = start(["convert", str(tiny_checkpoint), "-o", str(out), "--no-progress"])
     wait_for_part(process, out.parent)
-    code, stderr = stop(process, signum, delay)
+    wait_for_size(process, out.parent, int(written * tiny_gguf_bf16.stat().st_size))
+    code, stderr = stop(process, signum, 0.0)
     assert code == EXIT_CODES[signum], stderr
     assert os.listdir(out.parent) == []
 
