@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,23 @@ def test_prepare_variants_rejects_missing_files_and_duplicate_labels(tmp_path: P
         prepare_variants(base, ["BF16", str(base), str(tmp_path / "a" / "m.gguf")], cache_dir=tmp_path)
     with pytest.raises(EdgeSqlError, match="no such BF16 model file"):
         prepare_variants(tmp_path / "none.gguf", ["BF16"], cache_dir=tmp_path)
+
+
+def test_a_quantized_variant_is_made_once_per_cache_and_again_for_a_newer_base(tiny_gguf: Path, tmp_path: Path) -> None:
+    """Benches sharing a cache folder (--cache-dir) quantize a variant once; a base converted
+    again under the same name (newer than the cached file) gets a fresh one."""
+    base = tmp_path / "tiny.gguf"
+    base.write_bytes(tiny_gguf.read_bytes())
+    lines: list[str] = []
+    [_, first] = prepare_variants(base, ["BF16", "Q8_0"], cache_dir=tmp_path / "cache", log=lines.append)
+    made = first.path.stat().st_mtime_ns
+    [_, again] = prepare_variants(base, ["BF16", "Q8_0"], cache_dir=tmp_path / "cache", log=lines.append)
+    assert again.path == first.path and again.path.stat().st_mtime_ns == made and len(lines) == 1
+    os.utime(base, ns=(made + 10**9, made + 10**9))  # the base is newer than the cached variant
+    [_, fresh] = prepare_variants(base, ["BF16", "Q8_0"], cache_dir=tmp_path / "cache", log=lines.append)
+    assert fresh.path == first.path and fresh.path.stat().st_mtime_ns > made
+    assert len(lines) == 2 and "older than the base" in lines[1]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["tiny-Q8_0.gguf"]
 
 
 def test_given_mode_puts_every_create_table_in_the_user_turn() -> None:

@@ -50,7 +50,8 @@ def ray_runtime():
 
 def _bench(base: Path, out: Path, *extra: str, variants: str = "BF16,Q8_0") -> str:
     args = ["bench", "--base", str(base), "--variants", variants, "--limit", "2", "--modes", "withheld",
-            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "32", "--out", str(out), "--no-tune", *TINY_BUDGET, *extra]
+            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "32", "--out", str(out), "--no-tune", *TINY_BUDGET,
+            "--cache-dir", str(out.parent / "quantized"), *extra]  # the runs share one Q8_0
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output

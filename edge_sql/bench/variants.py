@@ -97,13 +97,16 @@ def prepare_variants(
 
 def _quantized(base: Path, name: str, cache_dir: Path, n_threads: int | None, log: Callable[[str], None],
                verbose: bool) -> Path:
-    """`cache_dir/<base stem>-<name>.gguf`, made by the converter's quantizer when absent."""
+    """`cache_dir/<base stem>-<name>.gguf`, made by the converter's quantizer when absent or
+    older than `base` (a base converted again under the same name)."""
     from edge_sql.convert.quantize import quantize_gguf
 
     target = Path(cache_dir) / f"{Path(base).stem}-{name}.gguf"
-    if target.is_file():
+    stale = target.is_file() and target.stat().st_mtime_ns < Path(base).stat().st_mtime_ns
+    if target.is_file() and not stale:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    log(f"quantizing {Path(base).name} to {name} -> {target}")
-    quantize_gguf(Path(base), target, name, n_threads=n_threads, verbose=verbose)
+    why = " (the cached one is older than the base)" if stale else ""
+    log(f"quantizing {Path(base).name} to {name} -> {target}{why}")
+    quantize_gguf(Path(base), target, name, force=stale, n_threads=n_threads, verbose=verbose)
     return target

@@ -46,6 +46,10 @@ from edge_sql.commands.ray_options import ray_options
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("bench-out"),
               show_default=True, help="Folder for bench.json, bench.md, the PNG plots, the results file "
               "and the cache of quantized files.")
+@click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Folder for the variants quantized from --base (default: <out>/cache). Share one "
+              "between benches of the same base to quantize each variant once; a file older than the "
+              "base is made again.")
 @click.option("--note", default="", metavar="TEXT",
               help="A line shown under the report's heading and the plots' titles (e.g. 'random weights').")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log (e.g. the quantizer's line per tensor).")
@@ -58,7 +62,8 @@ from edge_sql.commands.ray_options import ray_options
               help="Run every variant with safe llama.cpp defaults instead of its calibrated settings (to compare).")
 def command(base: Path | None, model: str | None, variants_text: str | None, dataset: str, dataset_format: str,
             db_root: Path | None, limit: int | None, modes: str, seed: int, greedy: bool, threads: int | None,
-            n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, note: str, verbose: bool,
+            n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, cache_dir: Path | None,
+            note: str, verbose: bool,
             resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False,
             speculate: str = "off") -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
@@ -75,7 +80,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
         modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
         prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
-        resume=resume, note=note, verbose=verbose, ray=ray_address, ray_workers=ray_workers, tune=not no_tune,
+        resume=resume, note=note, verbose=verbose, cache_dir=cache_dir, ray=ray_address, ray_workers=ray_workers, tune=not no_tune,
         speculate=speculate,
     )
     log = lambda message: click.echo(message, err=True)  # noqa: E731
