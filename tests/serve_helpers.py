@@ -44,13 +44,7 @@ class ServerProcess:
         return self.log_path.read_text()
 
     def wait_for_log(self, pattern: str, timeout_s: float = 60.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            match = re.search(pattern, self.log())
-            if match:
-                return match
-            time.sleep(0.1)
-        raise AssertionError(f"{pattern!r} not in the server log within {timeout_s} s:\n{self.log()}")
+        return wait_for_log(pattern, self.log_path, timeout_s)
 
     def connection(self, timeout_s: float = 120.0) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
@@ -97,6 +91,17 @@ class ServerProcess:
                 self.process.wait()
         self._log.close()
         return self.process.returncode
+
+
+def wait_for_log(pattern: str, log_path: Path, timeout_s: float = 60.0) -> re.Match[str]:
+    """The first match of `pattern` in a server's log file, once it is there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        match = re.search(pattern, log_path.read_text())
+        if match:
+            return match
+        time.sleep(0.1)
+    raise AssertionError(f"{pattern!r} not in the server log within {timeout_s} s:\n{log_path.read_text()}")
 
 
 def read_events(response: http.client.HTTPResponse, *, until: str | None = None) -> list[tuple[str, Any]]:

@@ -5,29 +5,18 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-import time
 from pathlib import Path
 
 import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from serve_helpers import serve_command
+from serve_helpers import serve_command, wait_for_log
 
 SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens,
 # long enough to cancel in the middle of it
 LONG = ["--mcp", "--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000", "--no-tune"]
 ORIGINAL = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
-
-
-def _wait_for(pattern: str, log: Path, timeout_s: float = 60.0) -> re.Match[str]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        match = re.search(pattern, log.read_text())
-        if match:
-            return match
-        time.sleep(0.1)
-    raise AssertionError(f"{pattern!r} not in the server log:\n{log.read_text()}")
 
 
 def _params(tiny_gguf_fast: Path, db: Path, args: list[str]) -> StdioServerParameters:
@@ -137,7 +126,7 @@ async def _cancel_stops_the_episode(client: Client, log_path: Path) -> None:
             await started.wait()
         scopes[0].cancel()
     # the server stops the episode at the next token, in round 1 (4,000 tokens of thinking)
-    _wait_for(r"ask #1 \(chinook\): cancelled, 1 rounds, 0 calls", log_path, timeout_s=30)
+    wait_for_log(r"ask #1 \(chinook\): cancelled, 1 rounds, 0 calls", log_path, timeout_s=30)
     # and serves the next call
     result = await client.call_tool("list_databases", {})
     assert not result.is_error
