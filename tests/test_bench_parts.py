@@ -14,7 +14,7 @@ from edge_sql.bench.child import own_peak_rss_bytes, run_worker
 from edge_sql.bench.fidelity import compare_on_tokens, generated_targets, kl_rows
 from edge_sql.bench.modes import SCHEMA_HEADER, parse_modes, prompt_for_mode
 from edge_sql.bench.results import ResultsLog, WorkKey
-from edge_sql.bench.runner import spread_by_difficulty
+from edge_sql.bench.runner import BenchConfig, LocalRunner, run_bench, spread_by_difficulty
 from edge_sql.bench.variants import BenchSetupError, default_variant_names, parse_variant_names, prepare_variants
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.errors import EdgeSqlError
@@ -237,3 +237,21 @@ def test_plots_are_skipped_with_a_note_without_matplotlib(tmp_path: Path, monkey
     assert write_plots({"variants": [], "settings": {"modes": [], "reference": "BF16"}}, tmp_path, notes.append) == []
     assert notes == [SKIPPED_NOTE] and "pip install 'edge-sql[bench]'" in SKIPPED_NOTE
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bench_on_ray_needs_the_ray_runner_and_nothing_runs_without_it(tmp_path: Path) -> None:
+    """The bench does not import the cluster package above it: a config that names a Ray
+    cluster is refused before any work unless the Ray runner is handed in."""
+    out = tmp_path / "out"
+    config = BenchConfig(out_dir=out, base=tmp_path / "missing-bf16.gguf", ray="local")
+    with pytest.raises(BenchSetupError, match=r"edge_sql\.cluster\.runner\.RayRunner"):
+        run_bench(config)
+    assert not out.exists()
+
+    class Refuses(LocalRunner):
+        def episodes(self, *args, **kwargs) -> int:
+            raise AssertionError("no work may run")
+
+    # with a runner it goes on to its own checks (here: the missing base file)
+    with pytest.raises(EdgeSqlError, match="missing-bf16.gguf"):
+        run_bench(config, runner=Refuses())

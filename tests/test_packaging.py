@@ -54,23 +54,61 @@ def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
 
 
 LEAF_MODULES = ("edge_sql.errors", "edge_sql.interrupts")
+# docs/architecture.md's package map, bottom to top: a module imports only from its own package
+# and from packages on lower lines (function-level imports included)
+LAYERS = (
+    LEAF_MODULES,
+    ("edge_sql.convert",),
+    ("edge_sql.store",),
+    ("edge_sql.tools",),
+    ("edge_sql.runtime",),
+    ("edge_sql.agent",),
+    ("edge_sql.api",),
+    ("edge_sql",),  # the package itself: the public API, exported lazily from the modules below
+    ("edge_sql.evaluation",),
+    ("edge_sql.bench",),
+    ("edge_sql.serve", "edge_sql.cluster"),
+    ("edge_sql.commands",),
+    ("edge_sql.cli",),
+)
 
 
-def test_the_converter_imports_nothing_above_it() -> None:
-    """Imports run one way: `edge_sql.convert` uses only itself and the two leaf modules
-    `edge_sql.errors` and `edge_sql.interrupts` (which import nothing from edge-sql)."""
+def _package_of(module: str) -> str:
+    """The entry of LAYERS that `module` (a dotted name) belongs to."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and parts[1] != "__init__" else "edge_sql"
+
+
+def _edge_sql_imports(path: Path) -> set[str]:
     import ast
 
-    for path in sorted((REPO / "convert").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            for name in names:
-                if name == "edge_sql" or name.startswith("edge_sql."):
-                    assert name.startswith("edge_sql.convert") or name in LEAF_MODULES, f"{path.name}: {name}"
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        found = ([node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                 else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        names |= {name for name in found if name == "edge_sql" or name.startswith("edge_sql.")}
+    return names
+
+
+def test_imports_run_one_way_down_the_package_map() -> None:
+    """Every edge-sql module imports only its own package and the layers below it: the converter
+    only itself and the two leaf modules, which import nothing from edge-sql; the bench never
+    the Ray runner above it (`edge-sql bench --ray` hands it in)."""
+    layer = {package: i for i, packages in enumerate(LAYERS) for package in packages}
+    sources = [(path, "edge_sql." + ".".join(path.relative_to(REPO / "edge_sql").with_suffix("").parts))
+               for path in (REPO / "edge_sql").rglob("*.py")]
+    sources += [(path, f"edge_sql.convert.{path.stem}") for path in (REPO / "convert").glob("*.py")]
+    assert {_package_of(module) for _, module in sources} == set(layer)  # every package is placed
+    upward = []
+    for path, module in sources:
+        mine = _package_of(module)
+        for name in _edge_sql_imports(path):
+            theirs = _package_of(name)
+            if theirs != mine and layer[theirs] >= layer[mine]:
+                upward.append(f"{path.relative_to(REPO)} imports {name}")
+    assert not upward, upward
     for leaf in LEAF_MODULES:
-        source = (REPO / (leaf.replace(".", "/") + ".py")).read_text(encoding="utf-8")
-        assert "from edge_sql" not in source and "import edge_sql" not in source, leaf
+        assert not _edge_sql_imports(REPO / (leaf.replace(".", "/") + ".py")), leaf
 
 
 def test_benchmark_scripts_import_nothing_from_tests() -> None:

@@ -4,6 +4,10 @@ Order of work: the BF16 reference's episodes first (their transcripts are what f
 measured on), then each other variant's episodes, each variant in its own child process;
 then, per variant, a child that loads BF16 and the variant side by side for fidelity.
 Finished items are in the results file, so a rerun with `resume` only does what is missing.
+
+Where that work runs is a `WorkRunner`: `LocalRunner` (child processes on this machine) unless
+the caller passes another. The Ray runner lives above the bench, in `edge_sql.cluster`, so the
+bench never imports it; `edge-sql bench --ray` passes it in.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.aggregate import summarize
@@ -137,8 +141,41 @@ def _check_settings(config: BenchConfig, out_dir: Path, log: ResultsLog) -> None
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
 
 
-def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: None) -> BenchOutcome:
-    """Run (or resume) a bench and write its reports into `config.out_dir`."""
+class WorkRunner(Protocol):
+    """Where a bench's episodes and fidelity comparisons run. Each method does what the results
+    file lacks, appends what it ran to it, and returns how many items ran."""
+
+    def episodes(self, config: BenchConfig, variants: Sequence[Variant], questions: Sequence[Question],
+                 results: ResultsLog, log: Callable[[str], None]) -> int: ...
+
+    def fidelity(self, config: BenchConfig, variants: Sequence[Variant], planned: set[WorkKey],
+                 results: ResultsLog, log: Callable[[str], None]) -> int: ...
+
+
+class LocalRunner:
+    """This machine: one child process per variant for its episodes, then one per variant that
+    loads the reference beside it for fidelity (so each variant's peak RSS is its own)."""
+
+    def episodes(self, config: BenchConfig, variants: Sequence[Variant], questions: Sequence[Question],
+                 results: ResultsLog, log: Callable[[str], None]) -> int:
+        return sum(_run_episodes(config, variant, questions, results, Path(config.out_dir), log) for variant in variants)
+
+    def fidelity(self, config: BenchConfig, variants: Sequence[Variant], planned: set[WorkKey],
+                 results: ResultsLog, log: Callable[[str], None]) -> int:
+        return sum(_run_fidelity(config, variants[0], variant, planned, results, Path(config.out_dir), log)
+                   for variant in variants)
+
+
+def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: None,
+              runner: WorkRunner | None = None) -> BenchOutcome:
+    """Run (or resume) a bench and write its reports into `config.out_dir`. `runner` says where
+    the work runs (default: `LocalRunner`); a config with `ray` set needs the Ray runner
+    (`edge_sql.cluster.runner.RayRunner`), which `edge-sql bench --ray` passes."""
+    if runner is None:
+        if config.ray is not None:
+            raise BenchSetupError(f"a bench on Ray (ray={config.ray!r}) runs through edge_sql.cluster.runner.RayRunner: "
+                                  "pass run_bench(config, runner=RayRunner())")
+        runner = LocalRunner()
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = ResultsLog(out_dir / RESULTS_FILE_NAME)
@@ -154,16 +191,8 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
                                 from_store=from_store, n_threads=config.n_threads, log=log, verbose=config.verbose)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
 
-    if config.ray is not None:
-        from edge_sql.cluster.bench import run_episodes_on_ray
-        from edge_sql.cluster.fidelity import run_fidelity_on_ray
-
-        episodes_run = run_episodes_on_ray(config, variants, questions, results, log=log)
-        fidelity_run = run_fidelity_on_ray(config, variants, planned, results, log=log)
-    else:
-        episodes_run = sum(_run_episodes(config, variant, questions, results, out_dir, log) for variant in variants)
-        fidelity_run = sum(_run_fidelity(config, variants[0], variant, planned, results, out_dir, log)
-                           for variant in variants)
+    episodes_run = runner.episodes(config, variants, questions, results, log)
+    fidelity_run = runner.fidelity(config, variants, planned, results, log)
 
     summary = summarize(variants, results.records(), planned=planned, questions={q.id: q for q in questions},
                         modes=config.modes, reference_name=REFERENCE, cache=ResultCache())

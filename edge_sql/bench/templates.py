@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_sql.agent.prompt import load_prompt
-from edge_sql.bench.runner import CACHE_DIR_NAME, BenchConfig, BenchOutcome, run_bench
+from edge_sql.bench.runner import CACHE_DIR_NAME, BenchConfig, BenchOutcome, WorkRunner, run_bench
 from edge_sql.bench.variants import BenchSetupError
 
 COMPARISON_JSON = "templates.json"
@@ -24,8 +24,10 @@ COMPARISON_MARKDOWN = "templates.md"
 
 
 def run_template_comparison(config: BenchConfig, prompt_files: Sequence[str | Path], *,
-                            log: Callable[[str], None] = lambda _msg: None) -> tuple[list[BenchOutcome], list[Path]]:
-    """Run the bench of `config` once per template; returns the outcomes and the comparison files."""
+                            log: Callable[[str], None] = lambda _msg: None,
+                            runner: WorkRunner | None = None) -> tuple[list[BenchOutcome], list[Path]]:
+    """Run the bench of `config` once per template (on `runner`, see `run_bench`); returns the
+    outcomes and the comparison files."""
     versions = [load_prompt(file).version for file in prompt_files]  # bad files fail before any work
     if len(set(versions)) != len(versions):
         raise BenchSetupError(f"two templates have the same version ({', '.join(versions)}): give each its own")
@@ -35,7 +37,7 @@ def run_template_comparison(config: BenchConfig, prompt_files: Sequence[str | Pa
         log(f"template {version}")
         sub = replace(config, out_dir=out_dir / version, prompt_file=Path(file),
                       cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME)
-        outcomes.append(run_bench(sub, log=log))
+        outcomes.append(run_bench(sub, log=log, runner=runner))
     table = comparison(outcomes, versions)
     json_path = out_dir / COMPARISON_JSON
     json_path.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")

@@ -84,15 +84,20 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         speculate=speculate,
     )
     log = lambda message: click.echo(message, err=True)  # noqa: E731
+    runner = None
+    if ray_address is not None:
+        from edge_sql.cluster.runner import RayRunner
+
+        runner = RayRunner()
     if len(prompt_files) > 1:
         from edge_sql.bench.templates import run_template_comparison
 
-        outcomes, files = run_template_comparison(config, prompt_files, log=log)
+        outcomes, files = run_template_comparison(config, prompt_files, log=log, runner=runner)
         click.echo(files[-1].read_text(encoding="utf-8"))
         click.echo(f"{sum(o.episodes_run for o in outcomes)} episodes run; reports in "
                    + ", ".join(str(o.out_dir) for o in outcomes) + "; comparison: " + ", ".join(map(str, files)))
         return
-    outcome = run_bench(config, log=log)
+    outcome = run_bench(config, log=log, runner=runner)
     click.echo((outcome.out_dir / "bench.md").read_text(encoding="utf-8"))
     click.echo(f"{outcome.episodes_run} episodes and {outcome.fidelity_run} fidelity comparisons run; "
                f"reports in {outcome.out_dir}: " + ", ".join(p.name for p in outcome.files))
