@@ -295,3 +295,26 @@ def test_the_calibration_records_the_load_of_other_processes(tiny_gguf: Path) ->
     assert result.other_load is not None and result.other_load >= 0.0
     assert ("busy" in result.note) == (result.other_load > default_threads() / 2)
     assert tuning.Calibration.from_json(json.loads(json.dumps(result.to_json()))).other_load == result.other_load
+
+
+def test_tune_reports_a_bad_model_as_one_line_error(tmp_path: Path) -> None:
+    """`edge-sql tune` leaves its errors to the group, like every command: one line, exit 1."""
+    from click.testing import CliRunner
+
+    from edge_sql.cli import main
+    from edge_sql.errors import ModelFileError
+
+    missing = tmp_path / "missing.gguf"
+    result = CliRunner().invoke(main, ["tune", str(missing)])
+    assert result.exit_code == 1
+    assert result.output == f"Error: no such model file: {missing}\n"
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("not a model\n")
+    result = CliRunner().invoke(main, ["tune", str(not_gguf)])
+    assert result.exit_code == 1 and result.output.startswith("Error: ") and str(not_gguf) in result.output
+    assert result.output.count("\n") == 1
+    # `run`'s first-use calibration says nothing either before the file is known to be a model
+    lines: list[str] = []
+    with pytest.raises(ModelFileError, match="not a GGUF file"):
+        tuning.tuned_settings(not_gguf, progress=lines.append, folder=tmp_path / "cache")
+    assert lines == []

@@ -6,8 +6,6 @@ import json
 
 import click
 
-from edge_sql.errors import EdgeSqlError
-
 
 @click.command("tune")
 @click.argument("model", required=False, metavar="[PATH|NAME]")
@@ -29,18 +27,15 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
     from edge_sql.runtime.backend import gpu_backend_name, init_backend
     from edge_sql.runtime.tuning import calibrate, save_calibration
 
-    try:
-        path = resolve_model_path(model, pull_if_missing=False)
-        init_backend()
-        gpu = gpu_backend_name()
-        if gpu and gpu_layers != 0:
-            click.echo(f"calibration does not apply: layers are offloaded to the GPU ({gpu}), which keeps its own "
-                       "defaults. Use --gpu-layers 0 to calibrate for the CPU.")
-            return
-        calibration = calibrate(path, full=not quick, progress=lambda message: click.echo(message, err=True))
-        saved = save_calibration(calibration)
-    except EdgeSqlError as exc:
-        raise click.ClickException(str(exc)) from None
+    path = resolve_model_path(model, pull_if_missing=False)
+    init_backend()
+    gpu = gpu_backend_name()
+    if gpu and gpu_layers != 0:
+        click.echo(f"calibration does not apply: layers are offloaded to the GPU ({gpu}), which keeps its own "
+                   "defaults. Use --gpu-layers 0 to calibrate for the CPU.")
+        return
+    calibration = calibrate(path, full=not quick, progress=lambda message: click.echo(message, err=True))
+    saved = save_calibration(calibration)
     if as_json:
         click.echo(json.dumps(calibration.to_json(), indent=2))
         return

@@ -61,6 +61,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.runtime.backend import default_threads, init_backend, repack_is_safe
 from edge_sql.runtime.identity import cpu_model, file_fingerprint, llama_build, physical_cores
 from edge_sql.runtime.prefix_state import StateSnapshot
@@ -336,6 +337,7 @@ def calibrate(
     init_backend()
     started = time.perf_counter()
     model_path = Path(model_path)
+    validate_gguf(model_path)  # a file llama.cpp cannot load is reported before any progress line
     settings = [s for s in (settings or candidates()) if not s.repack or repack_is_safe()]
     if not settings:
         raise ValueError("no candidate settings to measure (repacked weights are unsafe with this build)")
@@ -411,8 +413,6 @@ def mtp_context_bytes(model_path: Path, settings: Settings, n_ctx: int) -> int:
     """What the MTP drafter's context allocates (its layer's KV for n_ctx, its compute buffer)
     with `settings`, for a file with an MTP head; 0 without one. Speculation with "mtp" or "auto"
     adds it, so draft_max is fitted to what is left after it."""
-    from edge_sql.convert.gguf_file import validate_gguf
-
     if not validate_gguf(model_path).mtp_layers:
         return 0
     fitted = replace(settings, draft_max=1)
@@ -726,6 +726,7 @@ def tuned_settings(model_path: str | Path, *, progress: Progress = lambda _m: No
     cached = cached_calibration(model_path, folder, n_threads)
     if cached is not None:
         return cached.chosen, "cached"
+    validate_gguf(Path(model_path))  # a bad file is reported as such, not as a calibration that failed
     progress(f"first run of {Path(model_path).name} on this machine: a quick calibration "
              "(`--no-tune` skips it; `edge-sql tune` runs the full sweep)")
     options = dict(options or {})
