@@ -138,21 +138,6 @@ class GGUFFile:
     def tensor_types(self) -> dict[str, str]:
         return {name: entry.type.name for name, entry in self.tensors.items()}
 
-    def read_float(self, name: str) -> np.ndarray:
-        """An F32/F16/BF16 tensor's values as float32."""
-        entry = self.tensors[name]
-        raw = np.fromfile(self.path, dtype=FLOAT_DTYPES[entry.type], count=int(np.prod(entry.shape)),
-                          offset=entry.offset).reshape(entry.shape)
-        if entry.type == GGMLQuantizationType.BF16:
-            return bf16_bits_to_f32(raw)
-        return raw.astype(np.float32)
-
-    def read_raw(self, name: str) -> bytes:
-        entry = self.tensors[name]
-        with open(self.path, "rb") as f:
-            f.seek(entry.offset)
-            return f.read(entry.nbytes)
-
 
 def read_gguf(path: str | Path, *, max_array: int = 1024) -> GGUFFile:
     """Read the header of the GGUF file `path`; raise ModelFileError (one line) if it is not a complete one."""

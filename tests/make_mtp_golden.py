@@ -34,13 +34,15 @@ MTP_KEYS = ("block_count", "nextn_predict_layers", "attention.recurrent_layers")
 
 def describe(path: Path) -> dict:
     """Tensors (shape, type, sha256) and the MTP-related `qwen35.*` metadata of a GGUF file."""
+    from gguf_tensors import tensor_bytes
+
     from edge_sql.convert.gguf_file import read_gguf
 
     layout = read_gguf(path)
     tensors = {}
     for name, entry in sorted(layout.tensors.items()):
         tensors[name] = {"shape": list(entry.shape), "type": entry.type.name,
-                         "sha256": hashlib.sha256(layout.read_raw(name)).hexdigest()}
+                         "sha256": hashlib.sha256(tensor_bytes(layout, name)).hexdigest()}
     arch = layout.architecture
     metadata = {f"{arch}.{key}": layout.metadata.get(f"{arch}.{key}") for key in MTP_KEYS}
     return {"tensors": tensors, "metadata": metadata}

@@ -15,7 +15,6 @@ from edge_sql.agent.display import answer_text, call_line, table_text
 from edge_sql.agent.grammar import (
     MAX_BYTES_PER_CHAR,
     StringBounds,
-    call_max_tokens,
     final_grammar,
     first_call_grammar,
     next_call_grammar,
@@ -184,6 +183,36 @@ ANSWER_FORMS = [PUBLISHED_ANSWER, PUBLISHED_ANSWER + ";", PUBLISHED_ANSWER + ";\
                 "```\n" + PUBLISHED_ANSWER + "\n```"]
 
 
+def test_the_models_calls_are_checked_strictly_and_the_tools_leniently_by_one_validator(chinook_db):
+    """parse_call holds the model to what the grammar allows; the toolbox, like the training
+    environment, fills defaults and clamps. One check (tools.arguments), one wording."""
+    from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+    refused = {
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": 21}}': "limit must be an integer from 1 to 20",
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": "2"}}': "limit must be an integer from 1 to 20",
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": 2.0}}': "limit must be an integer from 1 to 20",
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": null}}': "limit must be an integer from 1 to 20",
+        '{"tool": "describe_table", "args": {}}': "describe_table needs the argument 'table_name'",
+        '{"tool": "list_tables", "args": {"x": 1}}': "list_tables got an unexpected argument 'x' (its arguments: none)",
+        '{"tool": "run_query", "args": []}': "run_query expects its args as a JSON object",
+    }
+    with ReadOnlyDatabase(chinook_db) as database:
+        toolbox = Toolbox(database)
+        for line, message in refused.items():
+            with pytest.raises(TurnParseError) as caught:
+                parse_call(line)
+            expected = f"sample_rows: {message}" if message.startswith("limit") else message
+            assert str(caught.value) == expected
+            call = json.loads(line)
+            result = toolbox.call(call["tool"], call["args"])
+            lenient = call["tool"] == "sample_rows"  # clamped, coerced or defaulted: the rows come back
+            assert result.ok == lenient, (line, result.output)
+            if not lenient:
+                assert result.output == f"Error: {expected}"
+        assert toolbox.call("sample_rows", {"table_name": "Genre", "limit": 21}).output.count("\n") == 20
+
+
 def test_parse_tool_turns_as_the_environment_found_calls():
     turn = parse_tool_turn('look</think>\n\n{"tool": "list_tables", "args": {}}\n{"tool": "run_query", "args": {"sql": "SELECT 1"}}',
                            think_end="</think>", after_think="\n\n")
@@ -222,20 +251,20 @@ def test_four_failed_queries_in_a_row_force_the_answer():
     counter = RoundCounter(Budget())
     for _ in range(3):
         counter.record_query("SELECT nope", ok=False)
-    assert not counter.must_answer
+    assert counter.force_reason is None
     counter.record_query("SELECT 1", ok=True)  # a success resets the streak
     for _ in range(3):
         counter.record_query("SELECT nope", ok=False)
-    assert not counter.must_answer and counter.last_good_sql == "SELECT 1"
+    assert counter.force_reason is None and counter.last_good_sql == "SELECT 1"
     counter.record_query("SELECT nope", ok=False)
-    assert counter.must_answer and counter.force_reason == "failed_queries"
+    assert counter.force_reason == "failed_queries"
 
 
 def test_six_rounds_force_the_answer():
     counter = RoundCounter(Budget())
     for done in range(1, 6):
         counter.end_round()
-        assert counter.turns_left == 6 - done and not counter.must_answer
+        assert counter.turns_left == 6 - done and counter.force_reason is None
     counter.end_round()
     assert counter.turns_left == 0 and counter.force_reason == "max_rounds"
 
@@ -368,10 +397,14 @@ def test_worst_case_token_bound_covers_the_longest_call(layout):
     gap = " " * 12 if layout == "json" else " "
     longest = ("{" + gap + '"tool":' + gap + '"join_path",' + gap + '"args":' + gap + "{" + gap + '"table_a":' + gap
                + '"' + "\U0001F600" * 5 + '",' + gap + '"table_b":' + gap + '"' + "\U0001F600" * 5 + '"' + gap + "}" + gap + "}")
-    assert call_max_tokens(bounds, layout=layout) >= len(longest.encode())
+    # the bound the room planner reserves for one more call (separator and call, every byte a token)
+    def bound(b: StringBounds) -> int:
+        return next_call_grammar(bounds=b, layout=layout).max_tokens
+
+    assert bound(bounds) >= len(("\n" + longest).encode())
     run_query = '{"tool": "run_query", "args": {"sql": "' + "\U0001F600" * 10 + '"}}'
-    assert call_max_tokens(bounds, layout=layout) >= len(run_query.encode())
-    assert call_max_tokens(StringBounds(60, 5), layout=layout) - call_max_tokens(StringBounds(50, 5), layout=layout) == MAX_BYTES_PER_CHAR * 10
+    assert bound(bounds) >= len(("\n" + run_query).encode())
+    assert bound(StringBounds(60, 5)) - bound(StringBounds(50, 5)) == MAX_BYTES_PER_CHAR * 10
 
 
 def test_grammar_names_match_the_tool_specs():

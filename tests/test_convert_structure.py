@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf_tensors import tensor_bytes, tensor_values
 from safetensors import safe_open
 
 from edge_sql.convert.gguf_file import GGUFFile, read_gguf
@@ -56,7 +57,7 @@ def test_sharded_and_single_file_give_identical_tensors(bf16: GGUFFile, sharded_
     for name in bf16.tensors:
         assert sharded.tensors[name].type == bf16.tensors[name].type
         assert sharded.tensors[name].shape == bf16.tensors[name].shape
-        assert sharded.read_raw(name) == bf16.read_raw(name), name
+        assert tensor_bytes(sharded, name) == tensor_bytes(bf16, name), name
     differing = {k for k in bf16.metadata if bf16.metadata[k] != sharded.metadata.get(k)}
     assert differing == {"general.name"}  # named after the folder: "checkpoint" / "checkpoint-sharded"
 
@@ -104,13 +105,13 @@ def test_untransformed_bf16_weights_are_bit_identical(bf16: GGUFFile, hf: dict) 
         "blk.3.attn_q.weight": PREFIX + "layers.3.self_attn.q_proj.weight",
     }
     for gguf_name, hf_name in pairs.items():
-        assert bf16.read_raw(gguf_name) == hf[hf_name].contiguous().view(torch.int16).numpy().tobytes()
+        assert tensor_bytes(bf16, gguf_name) == hf[hf_name].contiguous().view(torch.int16).numpy().tobytes()
 
 
 def test_f32_gguf_holds_the_exact_values(tiny_gguf_f32: Path, hf: dict) -> None:
     f32 = read_gguf(tiny_gguf_f32)
     assert f32.tensors["token_embd.weight"].type.name == "F32"
-    np.testing.assert_array_equal(f32.read_float("token_embd.weight"), _f32(hf[PREFIX + "embed_tokens.weight"]))
+    np.testing.assert_array_equal(tensor_values(f32, "token_embd.weight"), _f32(hf[PREFIX + "embed_tokens.weight"]))
 
 
 def test_norm_and_decay_transforms(bf16: GGUFFile, hf: dict) -> None:
@@ -122,9 +123,9 @@ def test_norm_and_decay_transforms(bf16: GGUFFile, hf: dict) -> None:
         "blk.3.attn_q_norm.weight": "layers.3.self_attn.q_norm.weight",
         "blk.3.attn_k_norm.weight": "layers.3.self_attn.k_norm.weight",
     }.items():
-        np.testing.assert_array_equal(bf16.read_float(gguf_name), _f32(hf[PREFIX + hf_name]) + 1.0)
+        np.testing.assert_array_equal(tensor_values(bf16, gguf_name), _f32(hf[PREFIX + hf_name]) + 1.0)
     # ... except the gated linear-attention norm, applied as w
-    np.testing.assert_array_equal(bf16.read_float("blk.0.ssm_norm.weight"), _f32(hf[PREFIX + "layers.0.linear_attn.norm.weight"]))
+    np.testing.assert_array_equal(tensor_values(bf16, "blk.0.ssm_norm.weight"), _f32(hf[PREFIX + "layers.0.linear_attn.norm.weight"]))
 
 
 def _tiled_order(n_k: int, n_v: int) -> list[int]:
@@ -143,23 +144,23 @@ def test_linear_attention_value_heads_are_tiled(bf16: GGUFFile, hf: dict, text_c
     def heads(x: np.ndarray, size: int, axis: int = 0) -> list[np.ndarray]:
         return np.split(x, x.shape[axis] // size, axis=axis)
 
-    z_hf, z = heads(_f32(hf[p + "in_proj_z.weight"]), d), heads(bf16.read_float("blk.1.attn_gate.weight"), d)
+    z_hf, z = heads(_f32(hf[p + "in_proj_z.weight"]), d), heads(tensor_values(bf16, "blk.1.attn_gate.weight"), d)
     for pos, head in enumerate(order):
         np.testing.assert_array_equal(z[pos], z_hf[head])
-    np.testing.assert_array_equal(bf16.read_float("blk.1.ssm_beta.weight"), _f32(hf[p + "in_proj_b.weight"])[order])
-    np.testing.assert_array_equal(bf16.read_float("blk.1.ssm_alpha.weight"), _f32(hf[p + "in_proj_a.weight"])[order])
-    np.testing.assert_array_equal(bf16.read_float("blk.1.ssm_dt.bias"), _f32(hf[p + "dt_bias"])[order])
-    np.testing.assert_allclose(bf16.read_float("blk.1.ssm_a"), -np.exp(_f32(hf[p + "A_log"]))[order], rtol=1e-6)
+    np.testing.assert_array_equal(tensor_values(bf16, "blk.1.ssm_beta.weight"), _f32(hf[p + "in_proj_b.weight"])[order])
+    np.testing.assert_array_equal(tensor_values(bf16, "blk.1.ssm_alpha.weight"), _f32(hf[p + "in_proj_a.weight"])[order])
+    np.testing.assert_array_equal(tensor_values(bf16, "blk.1.ssm_dt.bias"), _f32(hf[p + "dt_bias"])[order])
+    np.testing.assert_allclose(tensor_values(bf16, "blk.1.ssm_a"), -np.exp(_f32(hf[p + "A_log"]))[order], rtol=1e-6)
     out_hf = heads(_f32(hf[p + "out_proj.weight"]), d, axis=1)
-    out = heads(bf16.read_float("blk.1.ssm_out.weight"), d, axis=1)
+    out = heads(tensor_values(bf16, "blk.1.ssm_out.weight"), d, axis=1)
     for pos, head in enumerate(order):
         np.testing.assert_array_equal(out[pos], out_hf[head])
     qk = 2 * n_k * text_config["linear_key_head_dim"]
-    qkv_hf, qkv = _f32(hf[p + "in_proj_qkv.weight"]), bf16.read_float("blk.1.attn_qkv.weight")
+    qkv_hf, qkv = _f32(hf[p + "in_proj_qkv.weight"]), tensor_values(bf16, "blk.1.attn_qkv.weight")
     np.testing.assert_array_equal(qkv[:qk], qkv_hf[:qk])
     for pos, head in enumerate(order):
         np.testing.assert_array_equal(heads(qkv[qk:], d)[pos], heads(qkv_hf[qk:], d)[head])
-    conv_hf, conv = _f32(hf[p + "conv1d.weight"])[:, 0, :], bf16.read_float("blk.1.ssm_conv1d.weight")
+    conv_hf, conv = _f32(hf[p + "conv1d.weight"])[:, 0, :], tensor_values(bf16, "blk.1.ssm_conv1d.weight")
     np.testing.assert_array_equal(conv[:qk], conv_hf[:qk])
     for pos, head in enumerate(order):
         np.testing.assert_array_equal(heads(conv[qk:], d)[pos], heads(conv_hf[qk:], d)[head])

@@ -7,10 +7,23 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sql.runtime.mapping import file_mappings, release_file_pages, resident_file_bytes
+from edge_sql.runtime.mapping import file_mappings, release_file_pages
 from edge_sql.runtime.session import Session, SessionInfo
 
 ARGS = dict(n_ctx=256, n_gpu_layers=0)
+
+
+def resident_file_bytes(path: Path) -> int:
+    """How much of this process's mappings of `path` is resident now (from /proc/self/smaps)."""
+    wanted = set(file_mappings(path))
+    total, current = 0, None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            current = tuple(int(part, 16) for part in head.split("-")) in wanted
+        elif current and head == "Rss:":
+            total += int(line.split()[1]) * 1024
+    return total
 
 
 def _logits_after(session: Session, first: list[int], second: list[int], *, release: bool) -> np.ndarray:

@@ -84,12 +84,8 @@ class RoundCounter:
         return max(0, self.budget.max_rounds - self.rounds)
 
     @property
-    def must_answer(self) -> bool:
-        """True when the next assistant turn must be the forced final one."""
-        return self.turns_left == 0 or self.failed_in_a_row >= self.budget.max_failed_queries
-
-    @property
     def force_reason(self) -> str | None:
+        """Why the next assistant turn must be the forced final one, or None while it need not."""
         if self.turns_left == 0:
             return "max_rounds"
         if self.failed_in_a_row >= self.budget.max_failed_queries:

@@ -181,11 +181,6 @@ def _calls(specs: tuple[ToolSpec, ...], bounds: StringBounds, layout: str) -> tu
     return rules + list(terminals.values()), max(sizes)
 
 
-def call_max_tokens(bounds: StringBounds, specs: tuple[ToolSpec, ...] = TOOL_SPECS, layout: str = "json") -> int:
-    """Worst-case tokens of one call under `bounds` (every byte its own token)."""
-    return _calls(specs, bounds, layout)[1]
-
-
 def first_call_grammar(
     *,
     think_end_token: str,

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_sql.errors import EdgeSqlError
-from edge_sql.tools.specs import TOOLS_BY_NAME, ToolSpec
+from edge_sql.tools.arguments import ToolCallError, checked_args
+from edge_sql.tools.specs import TOOLS_BY_NAME
 
 _FENCE_OPEN = re.compile(r"\A```[A-Za-z]*[ \t]*\r?\n")
 _FENCE_CLOSE = "```"
@@ -75,31 +76,11 @@ def parse_call(line: str) -> ToolCall:
     spec = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
     if spec is None:
         raise TurnParseError(f"unknown tool {name!r}")
-    if not isinstance(args, dict):
-        raise TurnParseError(f"{name}: args must be an object")
-    check_args(spec, args)
+    try:
+        checked_args(spec, args, strict=True)
+    except ToolCallError as exc:
+        raise TurnParseError(str(exc)) from None
     return ToolCall(tool=name, args=args, raw=line)
-
-
-def check_args(spec: ToolSpec, args: dict[str, Any]) -> None:
-    """Raise TurnParseError unless `args` has the spec's names and types (no extras)."""
-    for key in args:
-        if spec.arg(key) is None:
-            raise TurnParseError(f"{spec.name}: unknown argument {key!r}")
-    for name in spec.required_args:
-        if name not in args:
-            raise TurnParseError(f"{spec.name}: missing argument {name!r}")
-    for arg in spec.args:
-        if arg.name not in args:
-            continue
-        value = args[arg.name]
-        if arg.type == "string" and not isinstance(value, str):
-            raise TurnParseError(f"{spec.name}: {arg.name} must be a string")
-        if arg.type == "integer":
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TurnParseError(f"{spec.name}: {arg.name} must be an integer")
-            if (arg.minimum is not None and value < arg.minimum) or (arg.maximum is not None and value > arg.maximum):
-                raise TurnParseError(f"{spec.name}: {arg.name}={value} is out of range")
 
 
 def split_think(text: str, think_end: str, after_think: str) -> tuple[str, str]:

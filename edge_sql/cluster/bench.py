@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from edge_sql.bench.results import ResultsLog
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
-from edge_sql.cluster.ray_support import connect, error_text, largest_node_cpus
+from edge_sql.cluster.ray_support import AUTO, connect, error_text, largest_node_cpus
 from edge_sql.evaluation.datasets import Question
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questi
     trip minus the actor's own time, for every call but an actor's first (which also loads)."""
     from edge_sql.bench.runner import episode_task, pending_items
 
-    ray = connect(config.ray or "auto", log=log)
+    ray = connect(config.ray or AUTO, log=log)
     threads = min(config.n_threads or DEFAULT_THREADS, largest_node_cpus())
     workers = config.ray_workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
     sources = data_sources(config, questions)

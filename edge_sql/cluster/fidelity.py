@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
-from edge_sql.cluster.ray_support import connect, error_text, largest_node_cpus
+from edge_sql.cluster.ray_support import AUTO, connect, error_text, largest_node_cpus
 
 if TYPE_CHECKING:
     from edge_sql.bench.runner import BenchConfig
@@ -54,7 +54,7 @@ def run_fidelity_on_ray(config: BenchConfig, variants: Sequence[Variant], planne
     """Every variant's pending fidelity comparisons on the Ray cluster; returns how many ran."""
     from edge_sql.bench.runner import fidelity_task, pending_fidelity
 
-    ray = connect(config.ray or "auto", log=log)
+    ray = connect(config.ray or AUTO, log=log)
     threads = min(config.n_threads or 4, largest_node_cpus())
     reference = variants[0]
     store_name = config.model or f"bench-{Path(reference.path).stem}"

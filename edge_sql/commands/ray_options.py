@@ -7,13 +7,15 @@ from typing import Any
 
 import click
 
+from edge_sql.cluster.ray_support import AUTO
+
 RAY_HELP = ("Run on a Ray cluster, from one of its machines: --ray alone for the cluster this machine "
             "joined with `ray start`, --ray HEAD_IP:6379 to name it, --ray local for a Ray runtime on this "
             "machine only. Needs the 'cluster' extra: pip install \"edge-sql[cluster]\".")
 
 
 def ray_address_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None,
+    return click.option("--ray", "ray_address", is_flag=False, flag_value=AUTO, default=None,
                         metavar="[ADDRESS|local]", help=RAY_HELP)(func)
 
 

@@ -39,22 +39,6 @@ def file_mappings(path: str | Path) -> list[tuple[int, int]]:
     return ranges
 
 
-def resident_file_bytes(path: str | Path) -> int:
-    """How much of this process's mappings of `path` is resident now (from /proc/self/smaps)."""
-    wanted = set(file_mappings(path))
-    if not wanted:
-        return 0
-    total, current = 0, None
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split(maxsplit=1)[0]
-        if "-" in head and not head.endswith(":"):
-            start, end = (int(part, 16) for part in head.split("-"))
-            current = (start, end) in wanted
-        elif current and head == "Rss:":
-            total += int(line.split()[1]) * 1024
-    return total
-
-
 def release_file_pages(path: str | Path) -> int:
     """Drop this process's resident pages of its mappings of `path`; the bytes advised.
 

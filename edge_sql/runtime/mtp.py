@@ -28,7 +28,6 @@ session's verification decides what is kept, so a bad draft costs time, never co
 from __future__ import annotations
 
 import ctypes
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,16 +46,15 @@ if TYPE_CHECKING:  # session.py may import this module to attach a drafter
 
 @dataclass
 class DraftStats:
-    """What the drafter did since it was made: draft calls, MTP decodes, tokens, seconds."""
+    """What the drafter did since it was made (its cost, which tests check): draft calls, MTP
+    decodes, session tokens mirrored into its own context, and the outcome of its proposals."""
 
     drafts: int = 0
     draft_tokens: int = 0        # tokens proposed
     draft_steps: int = 0         # one-token MTP decodes (a token each, one more when p_min stopped it)
     accepted_tokens: int = 0     # of the observed proposals, kept by verification
     observed_tokens: int = 0     # proposals whose outcome `observe` reported
-    draft_s: float = 0.0         # time in draft()
     mirrored_tokens: int = 0     # session tokens evaluated by the MTP context to follow it
-    mirror_s: float = 0.0        # time spent on that
 
     @property
     def acceptance(self) -> float:
@@ -138,7 +136,6 @@ class MTPDrafter(Closing):
 
     def _mirror(self, tokens: np.ndarray, start: int) -> None:
         """Evaluate a batch the session just decoded: token at p with the trunk's state at p - 1."""
-        tick = time.perf_counter()
         n = len(tokens)
         pointer = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._session.llama_context, 0)
         rows = np.ctypeslib.as_array(pointer, shape=(n, self._n_embd)).copy()
@@ -158,7 +155,6 @@ class MTPDrafter(Closing):
             self._fed[start] = -1
         self._rows, self._rows_start = rows, start
         self.stats.mirrored_tokens += n
-        self.stats.mirror_s += time.perf_counter() - tick
 
     def _first_stale(self, start: int) -> int:
         """Where the MTP cache stops matching the session's context before `start` (or `start`).
@@ -191,7 +187,6 @@ class MTPDrafter(Closing):
         k = min(k, self._session.n_ctx - p)
         if k < 1 or state is None:
             return []
-        tick = time.perf_counter()
         self._forget_from(p)
         token, drafted = int(context_tokens[-1]), []
         for i in range(k):
@@ -211,7 +206,6 @@ class MTPDrafter(Closing):
         self._fed.extend([-1] * len(drafted))
         self.stats.drafts += 1
         self.stats.draft_tokens += len(drafted)
-        self.stats.draft_s += time.perf_counter() - tick
         return drafted
 
     def observe(self, accepted: int, proposed: int) -> None:

@@ -7,7 +7,7 @@ so this module is the single place that says which tools exist and what they tak
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 ArgType = Literal["string", "integer"]
 
@@ -29,17 +29,6 @@ class ToolArg:
     minimum: int | None = None
     maximum: int | None = None
 
-    def json_schema(self) -> dict[str, Any]:
-        """The JSON-schema fragment for this argument (used by grammar builders)."""
-        schema: dict[str, Any] = {"type": self.type, "description": self.description}
-        if self.minimum is not None:
-            schema["minimum"] = self.minimum
-        if self.maximum is not None:
-            schema["maximum"] = self.maximum
-        if self.default is not None:
-            schema["default"] = self.default
-        return schema
-
 
 @dataclass(frozen=True)
 class ToolSpec:
@@ -56,15 +45,6 @@ class ToolSpec:
     def arg(self, name: str) -> ToolArg | None:
         """The argument called `name`, or None."""
         return next((a for a in self.args if a.name == name), None)
-
-    def args_json_schema(self) -> dict[str, Any]:
-        """A JSON schema for this tool's `args` object (no extra keys allowed)."""
-        return {
-            "type": "object",
-            "properties": {a.name: a.json_schema() for a in self.args},
-            "required": list(self.required_args),
-            "additionalProperties": False,
-        }
 
     def signature(self) -> str:
         """`name(arg: type, opt?: type)`, as shown in the prompt's tool list."""

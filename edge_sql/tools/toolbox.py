@@ -3,21 +3,18 @@ unknown tools, bad arguments, SQL errors, refusals and time-outs come back as `o
 
 from __future__ import annotations
 
-import math
-import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from edge_sql.errors import EdgeSqlError
+from edge_sql.tools.arguments import ToolCallError, checked_args
 from edge_sql.tools.database import ForeignKey, QueryResult, ReadOnlyDatabase
 from edge_sql.tools.formatting import format_result, one_line_ddl
 from edge_sql.tools.identifiers import display_identifier, quote_identifier
-from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec
+from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME
 
 PREVIEW_ROWS = 5
-MAX_INTEGER_DIGITS = 9  # parsing stays cheap and bounded: "5,000 digits" is a mistake, not a count
-_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,%d}" % MAX_INTEGER_DIGITS)
 
 
 @dataclass(frozen=True)
@@ -27,10 +24,6 @@ class ToolResult:
     ok: bool
     output: str
     query: QueryResult | None = None
-
-
-class ToolCallError(Exception):
-    """A call the model got wrong; its message is shown to the model after `Error: `."""
 
 
 def _error(message: str) -> ToolResult:
@@ -79,7 +72,7 @@ class Toolbox:
             names = ", ".join(s.name for s in TOOL_SPECS)
             return _error(f"unknown tool {name!r}; the tools are: {names}")
         try:
-            kwargs = _checked_args(spec, {} if args is None else args)
+            kwargs = checked_args(spec, {} if args is None else args)
             return self._tools[spec.name](**kwargs)
         except (ToolCallError, EdgeSqlError) as exc:
             return _error(str(exc))
@@ -185,62 +178,3 @@ class Toolbox:
             path.append((node, step[1]))
             node = step[0]
         return path[::-1]
-
-
-def _checked_args(spec: ToolSpec, args: Any) -> dict[str, Any]:
-    """Validate a call's arguments against its spec: required present, types right, no extras;
-    optional integers get their default and are clamped into range."""
-    if not isinstance(args, dict):
-        raise ToolCallError(f"{spec.name} expects its args as a JSON object")
-    unknown = [key for key in args if spec.arg(key) is None]
-    if unknown:
-        allowed = ", ".join(a.name for a in spec.args) or "none"
-        raise ToolCallError(
-            f"{spec.name} got an unexpected argument {unknown[0]!r} (its arguments: {allowed})"
-        )
-    checked = {}
-    for arg in spec.args:
-        if arg.name not in args or args[arg.name] is None:
-            if arg.required:
-                raise ToolCallError(f"{spec.name} needs the argument {arg.name!r}")
-            checked[arg.name] = arg.default
-            continue
-        checked[arg.name] = _checked_value(spec, arg, args[arg.name])
-    return checked
-
-
-def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any) -> Any:
-    if arg.type == "string":
-        if not isinstance(value, str):
-            raise ToolCallError(f"{spec.name}: {arg.name} must be a string")
-        if "\x00" in value:
-            raise ToolCallError(f"{spec.name}: {arg.name} contains a NUL character")
-        return value
-    number = _as_integer(value)
-    if number is None:
-        allowed = ""
-        if arg.minimum is not None and arg.maximum is not None:
-            allowed = f" from {arg.minimum} to {arg.maximum}"
-        raise ToolCallError(f"{spec.name}: {arg.name} must be an integer{allowed}")
-    if arg.minimum is not None:
-        number = max(arg.minimum, number)
-    if arg.maximum is not None:
-        number = min(arg.maximum, number)
-    return number
-
-
-def _as_integer(value: Any) -> int | None:
-    """An int, an integral float or a plain ASCII decimal string of at most
-    MAX_INTEGER_DIGITS digits; anything else (bools, "²", "+-5", 5,000 digits) is None."""
-    bound = 10**MAX_INTEGER_DIGITS
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if -bound < value < bound else None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value) if -bound < value < bound else None
-    if isinstance(value, str) and len(value) <= MAX_INTEGER_DIGITS + 40:
-        text = value.strip(" \t")
-        if _INTEGER_TEXT.fullmatch(text):
-            return int(text)
-    return None

@@ -1,0 +1,88 @@
+"""The one check of a tool call's arguments against its spec, in two strictnesses.
+
+Lenient (`Toolbox.call`, as the training environment ran the tools): a missing or null optional
+argument takes its default; an integer may come as an integral float or a plain decimal string,
+and is clamped into its range. Strict (`agent.parsing`, the model's own calls, which the
+grammar shaped): the arguments must be exactly what the grammar allows: JSON integers within
+range, nothing filled in or changed. Both refuse unknown and missing arguments, wrong types and
+NUL characters, with the same messages.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from edge_sql.tools.specs import ToolArg, ToolSpec
+
+MAX_INTEGER_DIGITS = 9  # parsing stays cheap and bounded: "5,000 digits" is a mistake, not a count
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,%d}" % MAX_INTEGER_DIGITS)
+
+
+class ToolCallError(Exception):
+    """A call the model got wrong; its message is shown to the model after `Error: `."""
+
+
+def checked_args(spec: ToolSpec, args: Any, *, strict: bool = False) -> dict[str, Any]:
+    """`args` checked against `spec` (see the module's docstring); raises ToolCallError."""
+    if not isinstance(args, dict):
+        raise ToolCallError(f"{spec.name} expects its args as a JSON object")
+    unknown = [key for key in args if spec.arg(key) is None]
+    if unknown:
+        allowed = ", ".join(a.name for a in spec.args) or "none"
+        raise ToolCallError(
+            f"{spec.name} got an unexpected argument {unknown[0]!r} (its arguments: {allowed})"
+        )
+    checked = {}
+    for arg in spec.args:
+        missing = arg.name not in args or (args[arg.name] is None and not strict)
+        if missing:
+            if arg.required:
+                raise ToolCallError(f"{spec.name} needs the argument {arg.name!r}")
+            if not strict:
+                checked[arg.name] = arg.default
+            continue
+        checked[arg.name] = _checked_value(spec, arg, args[arg.name], strict)
+    return checked
+
+
+def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any, strict: bool) -> Any:
+    if arg.type == "string":
+        if not isinstance(value, str):
+            raise ToolCallError(f"{spec.name}: {arg.name} must be a string")
+        if "\x00" in value:
+            raise ToolCallError(f"{spec.name}: {arg.name} contains a NUL character")
+        return value
+    number = _as_integer(value, strict)
+    in_range = number is not None and (arg.minimum is None or number >= arg.minimum) \
+        and (arg.maximum is None or number <= arg.maximum)
+    if number is None or (strict and not in_range):
+        allowed = ""
+        if arg.minimum is not None and arg.maximum is not None:
+            allowed = f" from {arg.minimum} to {arg.maximum}"
+        raise ToolCallError(f"{spec.name}: {arg.name} must be an integer{allowed}")
+    if arg.minimum is not None:
+        number = max(arg.minimum, number)
+    if arg.maximum is not None:
+        number = min(arg.maximum, number)
+    return number
+
+
+def _as_integer(value: Any, strict: bool) -> int | None:
+    """An int (strict: only that), an integral float or a plain ASCII decimal string of at most
+    MAX_INTEGER_DIGITS digits; anything else (bools, "²", "+-5", 5,000 digits) is None."""
+    bound = 10**MAX_INTEGER_DIGITS
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -bound < value < bound else None
+    if strict:
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value) if -bound < value < bound else None
+    if isinstance(value, str) and len(value) <= MAX_INTEGER_DIGITS + 40:
+        text = value.strip(" \t")
+        if _INTEGER_TEXT.fullmatch(text):
+            return int(text)
+    return None
