@@ -28,14 +28,6 @@ class FidelityStats:
     kl_max: float
     top1_agree: int
 
-    @property
-    def kl_mean(self) -> float:
-        return self.kl_sum / self.positions if self.positions else 0.0
-
-    @property
-    def top1(self) -> float:
-        return self.top1_agree / self.positions if self.positions else 0.0
-
 
 def kl_rows(ref_logprobs: np.ndarray, var_logprobs: np.ndarray) -> np.ndarray:
     """KL(P_ref || P_var) for each row of two (n, n_vocab) log-probability arrays, in float64.

@@ -135,8 +135,8 @@ class Speculator:
         self._step += 1
         if room <= 0:
             return None
-        for source in self._sources.values():
-            if self.auto and source.off_until > self._step:
+        for name, source in self._sources.items():
+            if self.auto and not self.is_on(name):
                 continue
             drafts = source.drafter.draft(context, min(source.k, room))[:min(source.k, room)]
             if drafts:
