@@ -67,7 +67,8 @@ class Recipe:
 SENSITIVE_TENSORS = (MT.SSM_OUT, MT.ATTN_QKV, MT.ATTN_GATE)
 SENSITIVE_PATTERNS = tuple(tensor_pattern(t) for t in SENSITIVE_TENSORS)
 SENSITIVE_RECIPE = "Q4_K_M-sensitive-q8"  # the recipe the bench compares with the plain types
-_SENSITIVE_LIST = "ssm_out, attn_qkv and attn_gate"
+_SENSITIVE_NAMES = [gguf.TENSOR_NAMES[t].rsplit(".", 1)[-1] for t in SENSITIVE_TENSORS]  # ssm_out, ...
+_SENSITIVE_LIST = ", ".join(_SENSITIVE_NAMES[:-1]) + " and " + _SENSITIVE_NAMES[-1]
 
 RECIPES: dict[str, Recipe] = {
     r.name: r

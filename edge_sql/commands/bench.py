@@ -19,7 +19,8 @@ from edge_sql.commands.ray_options import ray_options
 @click.option("--variants", "variants_text", metavar="LIST",
               help="Comma-separated variants: quantization types, recipe names or GGUF paths. "
               "BF16 (the reference) is always included. Default: BF16,Q8_0,Q6_K,Q5_K_M,Q4_K_M and "
-              "the recipe keeping ssm_out/attn_qkv/attn_gate at Q8_0.")
+              "Q4_K_M-sensitive-q8, the recipe that keeps the most quantization-sensitive tensors at Q8_0 "
+              "(`edge-sql quantize --help` lists the types and recipes).")
 @click.option("--dataset", default="bundled", show_default=True, metavar="FILE|bundled",
               help="Labelled questions: 'bundled' (64 questions over Chinook and Northwind) or a "
               "BIRD/Spider-style questions file.")
