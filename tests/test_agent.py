@@ -188,11 +188,12 @@ def test_the_models_calls_are_checked_strictly_and_the_tools_leniently_by_one_va
     environment, fills defaults and clamps. One check (tools.arguments), one wording."""
     from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
+    limit = "sample_rows: limit must be an integer from 1 to 20"
     refused = {
-        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": 21}}': "limit must be an integer from 1 to 20",
-        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": "2"}}': "limit must be an integer from 1 to 20",
-        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": 2.0}}': "limit must be an integer from 1 to 20",
-        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": null}}': "limit must be an integer from 1 to 20",
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": 21}}': limit,
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": "2"}}': limit,
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": 2.0}}': limit,
+        '{"tool": "sample_rows", "args": {"table_name": "Genre", "limit": null}}': limit,
         '{"tool": "describe_table", "args": {}}': "describe_table needs the argument 'table_name'",
         '{"tool": "list_tables", "args": {"x": 1}}': "list_tables got an unexpected argument 'x' (its arguments: none)",
         '{"tool": "run_query", "args": []}': "run_query expects its args as a JSON object",
@@ -202,14 +203,13 @@ def test_the_models_calls_are_checked_strictly_and_the_tools_leniently_by_one_va
         for line, message in refused.items():
             with pytest.raises(TurnParseError) as caught:
                 parse_call(line)
-            expected = f"sample_rows: {message}" if message.startswith("limit") else message
-            assert str(caught.value) == expected
+            assert str(caught.value) == message
             call = json.loads(line)
             result = toolbox.call(call["tool"], call["args"])
             lenient = call["tool"] == "sample_rows"  # clamped, coerced or defaulted: the rows come back
             assert result.ok == lenient, (line, result.output)
             if not lenient:
-                assert result.output == f"Error: {expected}"
+                assert result.output == f"Error: {message}"
         assert toolbox.call("sample_rows", {"table_name": "Genre", "limit": 21}).output.count("\n") == 20
 
 

@@ -79,15 +79,22 @@ def _package_of(module: str) -> str:
     return ".".join(parts[:2]) if len(parts) > 1 and parts[1] != "__init__" else "edge_sql"
 
 
-def _edge_sql_imports(path: Path) -> set[str]:
+def _absolute_imports(path: Path) -> set[str]:
+    """The modules `path` imports by absolute name (`import a.b`, `from a.b import c`: "a.b"),
+    function-level imports included."""
     import ast
 
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        found = ([node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
-                 else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-        names |= {name for name in found if name == "edge_sql" or name.startswith("edge_sql.")}
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
     return names
+
+
+def _edge_sql_imports(path: Path) -> set[str]:
+    return {name for name in _absolute_imports(path) if name == "edge_sql" or name.startswith("edge_sql.")}
 
 
 def test_imports_run_one_way_down_the_package_map() -> None:
@@ -128,7 +135,6 @@ def test_benchmark_scripts_import_nothing_from_tests() -> None:
 def test_every_third_party_import_is_declared() -> None:
     """Each module edge-sql or its converter imports at run time comes from a declared dependency
     (matplotlib from the [bench] extra, ray from the [cluster] extra: edge_sql.cluster only)."""
-    import ast
     import re
     import sys
     from importlib import metadata
@@ -141,13 +147,7 @@ def test_every_third_party_import_is_declared() -> None:
     imported = set()
     for path in [*(REPO / "edge_sql").rglob("*.py"), *(REPO / "convert").glob("*.py")]:
         beside = {sibling.stem for sibling in path.parent.glob("*.py")}  # a script's own neighbours
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
-        imported |= names - beside
+        imported |= {name.split(".")[0] for name in _absolute_imports(path)} - beside
     third_party = {name for name in imported if name not in sys.stdlib_module_names and name != "edge_sql"}
     for name in sorted(third_party):
         distributions = {d.lower().replace("_", "-") for d in providers.get(name, [])}

@@ -55,18 +55,17 @@ def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any, strict: bool) -> An
             raise ToolCallError(f"{spec.name}: {arg.name} contains a NUL character")
         return value
     number = _as_integer(value, strict)
-    in_range = number is not None and (arg.minimum is None or number >= arg.minimum) \
-        and (arg.maximum is None or number <= arg.maximum)
-    if number is None or (strict and not in_range):
+    clamped = number
+    if clamped is not None and arg.minimum is not None:
+        clamped = max(arg.minimum, clamped)
+    if clamped is not None and arg.maximum is not None:
+        clamped = min(arg.maximum, clamped)
+    if clamped is None or (strict and clamped != number):  # strict: out of range is an error
         allowed = ""
         if arg.minimum is not None and arg.maximum is not None:
             allowed = f" from {arg.minimum} to {arg.maximum}"
         raise ToolCallError(f"{spec.name}: {arg.name} must be an integer{allowed}")
-    if arg.minimum is not None:
-        number = max(arg.minimum, number)
-    if arg.maximum is not None:
-        number = min(arg.maximum, number)
-    return number
+    return clamped
 
 
 def _as_integer(value: Any, strict: bool) -> int | None:
