@@ -10,6 +10,12 @@ The MTP head (the extra `blk.{n_layers}` block of a file converted with it) is q
 llama.cpp like any block for a plain type, so plain types match `llama-quantize`'s files. The
 recipes keep it at Q8_0: it is about 3% of the weights (1.5% more file), and its precision only
 decides how many drafted tokens verification accepts, the whole point of running it.
+
+With an importance matrix (`imatrix`, convert/imatrix_file.py: checked against the model first)
+the quantizer gets each weight's mean squared input per column, normalised as llama.cpp's
+`llama-quantize` normalises it, and the output records the matrix as `llama-quantize` does
+(`quantize.imatrix.file`, `.dataset`, `.entries_count`, `.chunks_count`). The MTP head is never
+run while collecting, so it has no entries and is quantized as without a matrix.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from gguf import MODEL_TENSOR as MT
 
 from edge_sql.convert.atomic import atomic_output
 from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, GGUFFile, read_gguf, validate_gguf
+from edge_sql.convert.imatrix_file import Imatrix, check_imatrix, read_imatrix
 from edge_sql.convert.qwen35 import tensor_pattern
 from edge_sql.errors import ConversionError, ModelFileError
 from edge_sql.interrupts import signals_deferred
@@ -95,10 +102,13 @@ class QuantizeReport:
     file_size: int
     seconds: float
     tensor_types: dict[str, int] = field(default_factory=dict)  # storage type -> tensor count
+    imatrix: Path | None = None  # the importance matrix it was made with
 
     def summary(self) -> str:
         types = ", ".join(f"{n} {t}" for t, n in sorted(self.tensor_types.items(), key=lambda kv: -kv[1]))
-        return f"wrote {self.output} ({self.qtype}, {self.file_size / 1e9:.3f} GB) in {self.seconds:.1f} s; tensors: {types}"
+        made = f", imatrix {self.imatrix.name}" if self.imatrix else ""
+        return (f"wrote {self.output} ({self.qtype}{made}, {self.file_size / 1e9:.3f} GB) in {self.seconds:.1f} s; "
+                f"tensors: {types}")
 
 
 def choices() -> list[str]:
@@ -107,9 +117,11 @@ def choices() -> list[str]:
 
 
 def quantize_gguf(
-    src: Path, out: Path, qtype: str, *, force: bool = False, n_threads: int | None = None, verbose: bool = False
+    src: Path, out: Path, qtype: str, *, force: bool = False, n_threads: int | None = None, verbose: bool = False,
+    imatrix: Path | None = None,
 ) -> QuantizeReport:
-    """Quantize the GGUF `src` to `out` as `qtype` (a type name or a recipe name).
+    """Quantize the GGUF `src` to `out` as `qtype` (a type name or a recipe name), weighted by the
+    importance matrix file `imatrix` when given (ImatrixError if it does not fit `src`).
 
     llama.cpp's log (a line per tensor) goes to stderr only when `verbose`."""
     started = time.perf_counter()
@@ -119,12 +131,15 @@ def quantize_gguf(
     if base not in QUANT_TYPES:
         raise ConversionError(f"unknown quantization type {qtype!r}; choose one of {', '.join(choices())}")
     info = _check_input(src)
+    if imatrix is not None:
+        check_imatrix(read_imatrix(imatrix), info, source=Path(imatrix))
     _check_output(src, out, force=force)
     overrides = (*recipe.overrides, *mtp_overrides(info, recipe.mtp_head)) if recipe else ()
     with atomic_output(out) as tmp:
-        _run_llama_quantize(src, tmp, QUANT_TYPES[base], overrides, n_threads, verbose)
+        _run_llama_quantize(src, tmp, QUANT_TYPES[base], overrides, n_threads, verbose, imatrix)
         types = tensor_type_counts(tmp)
-    return QuantizeReport(src, out, qtype, out.stat().st_size, time.perf_counter() - started, types)
+    return QuantizeReport(src, out, qtype, out.stat().st_size, time.perf_counter() - started, types,
+                          Path(imatrix) if imatrix is not None else None)
 
 
 def tensor_type_counts(path: Path) -> dict[str, int]:
@@ -163,12 +178,12 @@ def _check_output(src: Path, out: Path, *, force: bool) -> None:
 
 def _run_llama_quantize(
     src: Path, out: Path, ftype: LlamaFileType, overrides: tuple[tuple[str, T], ...], n_threads: int | None,
-    verbose: bool,
+    verbose: bool, imatrix: Path | None = None,
 ) -> None:
     """llama.cpp's quantizer in a child process: a signal cannot interrupt a C call in this one
     (Ctrl-C or SIGTERM would wait minutes for it), but the child can be stopped at once."""
     request = json.dumps({"src": str(src), "out": str(out), "ftype": int(ftype), "n_threads": n_threads,
-                          "verbose": verbose,
+                          "verbose": verbose, "imatrix": str(imatrix) if imatrix is not None else None,
                           "overrides": [[pattern, int(storage)] for pattern, storage in overrides]})
     process = None
     try:
@@ -187,7 +202,8 @@ def _run_llama_quantize(
 
 
 def _quantize_in_this_process(
-    src: Path, out: Path, ftype: int, overrides: tuple[tuple[str, int], ...], n_threads: int | None, verbose: bool
+    src: Path, out: Path, ftype: int, overrides: tuple[tuple[str, int], ...], n_threads: int | None, verbose: bool,
+    imatrix: Path | None = None,
 ) -> int:
     import llama_cpp
 
@@ -205,7 +221,41 @@ def _quantize_in_this_process(
             entry.pattern = pattern.encode()
             entry.type = int(storage)
         params.tt_overrides = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
-    return llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
+    kept = _pass_imatrix(params, imatrix, read_imatrix(imatrix)) if imatrix is not None else None
+    status = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
+    del kept  # the C arrays the quantizer read
+    return status
+
+
+def _pass_imatrix(params, path: Path, imatrix: Imatrix) -> tuple:
+    """Point `params.imatrix` at a NULL-terminated array of {name, data, size} holding the
+    normalised matrix, and `params.kv_overrides` at the four keys `llama-quantize` records.
+    Returns what must stay alive until the quantizer has run."""
+    import llama_cpp
+
+    values = imatrix.normalized()
+    names = [name.encode() for name in values]
+    table = (llama_cpp.llama_model_imatrix_data * (len(values) + 1))()
+    for entry, name, data in zip(table, names, values.values()):
+        entry.name = name
+        entry.data = data.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        entry.size = data.size
+    params.imatrix = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
+    keys = [("quantize.imatrix.file", str(path)), ("quantize.imatrix.entries_count", len(values)),
+            ("quantize.imatrix.chunks_count", imatrix.chunk_count)]
+    if imatrix.datasets:
+        keys.insert(1, ("quantize.imatrix.dataset", imatrix.datasets[0]))
+    kv = (llama_cpp.llama_model_kv_override * (len(keys) + 1))()
+    for entry, (key, value) in zip(kv, keys):
+        entry.key = key.encode()
+        if isinstance(value, str):
+            entry.tag = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR
+            entry.value.val_str = value.encode()[:127]
+        else:
+            entry.tag = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT
+            entry.value.val_i64 = int(value)
+    params.kv_overrides = ctypes.cast(kv, ctypes.POINTER(llama_cpp.llama_model_kv_override))
+    return values, names, table, kv
 
 
 if __name__ == "__main__":  # the child of _run_llama_quantize
@@ -213,4 +263,5 @@ if __name__ == "__main__":  # the child of _run_llama_quantize
     sys.exit(1 if _quantize_in_this_process(
         Path(job["src"]), Path(job["out"]), job["ftype"],
         tuple((pattern, storage) for pattern, storage in job["overrides"]), job["n_threads"], job["verbose"],
+        Path(job["imatrix"]) if job["imatrix"] else None,
     ) else 0)

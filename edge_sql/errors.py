@@ -82,3 +82,7 @@ class ModelNotPulledError(ModelFileError):
 
 class BenchSetupError(EdgeSqlError):
     """The bench's inputs (model files, variants, dataset) do not fit together."""
+
+
+class ImatrixError(_PathError):
+    """An importance matrix that cannot be read, collected, or used with a model (`path`: the file)."""
