@@ -1,56 +1,10 @@
-"""The three published SQaLe episodes (`tests/data/sqale_published/`): read, with their calls'
-arguments as the tools take them.
+"""The published SQaLe episodes' reader, where the benchmarks and tests import it from (it lives
+in the package: `edge_sql/evaluation/sqale_published.py`)."""
 
-Shared by `bench_speculative.py` (lookup acceptance on the published text) and the protocol
-tests (`tests/sqale_replay.py` rebuilds the episodes' databases on top of it); benchmarks import
-nothing from `tests/`, so the reader lives here, beside `checkpoint_tokenizer.py`.
-"""
-
-from __future__ import annotations
-
-import json
-from collections.abc import Iterable
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
-
-from edge_sql.tools import TOOLS_BY_NAME
-
-PUBLISHED_JSON = Path(__file__).resolve().parents[1] / "tests/data/sqale_published/episodes.json"  # data, not test code
-
-
-@lru_cache(maxsize=1)
-def load_episodes() -> tuple[dict[str, Any], ...]:
-    """The three published episodes, as the page holds them."""
-    return tuple(json.loads(PUBLISHED_JSON.read_text(encoding="utf-8"))["episodes"])
-
-
-def episode(episode_id: str) -> dict[str, Any]:
-    return next(ep for ep in load_episodes() if ep["id"] == episode_id)
-
-
-def published_calls(ep: dict[str, Any]) -> Iterable[tuple[int, int, dict[str, Any]]]:
-    """(round index, call index, call) of every published call, the forced answer included."""
-    for r_index, round_ in enumerate(ep["rounds"]):
-        for c_index, call in enumerate(round_["calls"]):
-            yield r_index, c_index, call
-
-
-def call_args(tool: str, args_text: str) -> dict[str, Any]:
-    """The page's args string as the tool's args dict, by the argument order in `specs.py`.
-
-    The page writes JSON values separated by commas (`"AlertLogs", 10`), except the SQL of
-    `run_query`/`submit_sql`, which it shows bare.
-    """
-    spec = TOOLS_BY_NAME[tool]
-    if not args_text.strip():
-        return {}
-    try:
-        values = json.loads(f"[{args_text}]")
-    except json.JSONDecodeError:
-        values = None
-    if values is None or len(values) > len(spec.args):
-        if len(spec.args) != 1 or spec.args[0].type != "string":
-            raise ValueError(f"cannot read the args of {tool}: {args_text!r}")
-        values = [args_text]  # bare SQL
-    return {arg.name: value for arg, value in zip(spec.args, values)}
+from edge_sql.evaluation.sqale_published import (  # noqa: F401 (re-exported)
+    PUBLISHED_JSON,
+    call_args,
+    episode,
+    load_episodes,
+    published_calls,
+)

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "models": "models",
     "convert": "convert",
     "quantize": "quantize",
+    "imatrix": "imatrix",
     "eval": "evaluate",
     "bench": "bench",
     "serve": "serve",

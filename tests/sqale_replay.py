@@ -1,6 +1,6 @@
 """Rebuild the databases of the three published SQaLe episodes, and read the published text.
 
-The SQaLe page (`tests/data/sqale_published/`) publishes three real episodes of the model in its
+The SQaLe page (`edge_sql/data/sqale_published/`) publishes three real episodes of the model in its
 training environment: every tool call and, for most, the tool's output. This module builds, for
 each episode, a real SQLite file on which those calls give the published outputs:
 

@@ -1,6 +1,6 @@
 """Conformance replay: the published SQaLe episodes, call by call, through our real tools.
 
-The page (`tests/data/sqale_published/`) shows what the training environment's tools answered.
+The page (`edge_sql/data/sqale_published/`) shows what the training environment's tools answered.
 We rebuild each episode's database (`sqale_replay.py`), replay every published call through
 `Toolbox` (each collapsed call `n` times) and require the published text wherever the page did
 not clip it. These assertions are written to the published truth, not to our current output.

@@ -22,7 +22,12 @@ def _type_help() -> str:
 @click.option("--threads", type=int, default=None, help="Threads for the quantizer (default: all cores).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's quantizer log (a line per tensor).")
-def command(src: Path, qtype: str, output: Path, threads: int | None, force: bool, verbose: bool) -> None:
+@click.option("--imatrix", "imatrix", default=None, metavar="FILE|auto",
+              help="Weigh rounding by an importance matrix: a GGUF or legacy .dat imatrix file (from "
+              "`edge-sql imatrix` or llama.cpp's llama-imatrix), or auto: the task imatrix of SRC, made "
+              "beside it on first use (SRC.task.imatrix.gguf).")
+def command(src: Path, qtype: str, output: Path, threads: int | None, force: bool, verbose: bool,
+            imatrix: str | None) -> None:
     """Quantize the F32/F16/BF16 GGUF SRC (e.g. from `edge-sql convert`) to TYPE.
 
     Example:
@@ -32,5 +37,10 @@ def command(src: Path, qtype: str, output: Path, threads: int | None, force: boo
     from edge_sql.convert.quantize import quantize_gguf
 
     canonical = {name.casefold(): name for name in [*QUANT_TYPES, *RECIPES]}.get(qtype.casefold(), qtype)
-    report = quantize_gguf(src, output, canonical, force=force, n_threads=threads, verbose=verbose)
+    matrix = Path(imatrix) if imatrix not in (None, "auto") else None
+    if imatrix == "auto":
+        from edge_sql.evaluation.task_imatrix import task_imatrix_for
+
+        matrix = task_imatrix_for(src, n_threads=threads, log=lambda message: click.echo(message, err=True))
+    report = quantize_gguf(src, output, canonical, force=force, n_threads=threads, verbose=verbose, imatrix=matrix)
     click.echo(report.summary())

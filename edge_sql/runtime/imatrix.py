@@ -20,6 +20,7 @@ import ctypes
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import llama_cpp
 import numpy as np
@@ -231,10 +232,7 @@ def collect_imatrix(
 
     Raises ImatrixError for a quantized model, no tokens, or a context llama.cpp cannot create."""
     started = time.perf_counter()
-    file_type = session_file_type(session)
-    if file_type is not None and file_type not in {int(t) for t in UNQUANTIZED_FILE_TYPES}:
-        raise ImatrixError(f"{session.info.model_path.name} is quantized; collect the imatrix on its BF16/F16/F32 file",
-                           path=session.info.model_path)
+    file_type = unquantized_file_type(session.info.model_path)
     sequences = [list(tokens) for tokens in sequences]
     pieces = chunks_of(sequences, chunk_size)
     total = sum(len(p) for p in pieces)
@@ -272,7 +270,11 @@ def collect_imatrix(
     return imatrix, CollectReport(len(sequences), total, len(pieces), time.perf_counter() - started)
 
 
-def session_file_type(session: Session) -> int | None:
-    """`general.file_type` of the session's model file (None when it has none)."""
-    value = validate_gguf(session.info.model_path).metadata.get("general.file_type")
-    return int(value) if isinstance(value, int) else None
+def unquantized_file_type(model: Path) -> int | None:
+    """`general.file_type` of the GGUF `model` (None when it has none); ImatrixError when it is
+    quantized: activations of rounded weights would steer the next rounding."""
+    value = validate_gguf(model).metadata.get("general.file_type")
+    if isinstance(value, int) and value not in {int(t) for t in UNQUANTIZED_FILE_TYPES}:
+        raise ImatrixError(f"{Path(model).name} is quantized; collect the imatrix on its BF16/F16/F32 file",
+                           path=model)
+    return value if isinstance(value, int) else None

@@ -1,0 +1,254 @@
+"""Importance matrices: collected on the fixture, written and read in llama.cpp's two formats,
+checked against the model, and handed to llama.cpp's quantizer."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from gguf import LlamaFileType
+
+from edge_sql.cli import main
+from edge_sql.convert.gguf_file import bf16_bits_to_f32, read_gguf
+from edge_sql.convert.imatrix_file import Imatrix, ImatrixEntry, check_imatrix, read_imatrix, write_imatrix
+from edge_sql.convert.quantize import quantize_gguf
+from edge_sql.errors import ImatrixError
+
+TEXT = ("SELECT c.FirstName, c.LastName, SUM(i.Total) AS spent FROM Customer c JOIN Invoice i "
+        "ON i.CustomerId = c.CustomerId GROUP BY c.CustomerId ORDER BY spent DESC LIMIT 5;")
+LAYER_INPUT = "blk.0.attn_qkv.weight"  # its input is the first block's attention norm of the embeddings
+
+
+def _weights(model: Path, name: str) -> np.ndarray:
+    """A float tensor of the GGUF `model` as float32 (rows first)."""
+    entry = read_gguf(model, max_array=0).tensors[name]
+    dtype = np.uint16 if entry.type.name == "BF16" else np.float32
+    data = np.array(np.memmap(model, mode="r", offset=entry.offset, dtype=dtype, shape=entry.shape))
+    return bf16_bits_to_f32(data) if dtype == np.uint16 else data
+
+
+def _tensor_bytes(path: Path, name: str) -> bytes:
+    entry = read_gguf(path, max_array=0).tensors[name]
+    with open(path, "rb") as handle:
+        handle.seek(entry.offset)
+        return handle.read(entry.nbytes)
+
+
+@pytest.fixture(scope="module")
+def collected(tiny_gguf_bf16: Path) -> tuple[Imatrix, list[int]]:
+    from edge_sql.runtime import Session
+    from edge_sql.runtime.imatrix import collect_imatrix
+
+    with Session(tiny_gguf_bf16, n_ctx=256, n_threads=1) as session:
+        tokens = session.tokenize(TEXT, special=False)
+        imatrix, report = collect_imatrix(session, [tokens, tokens[:20]], datasets=["a query"])
+    assert (report.sequences, report.tokens) == (2, len(tokens) + 20)
+    return imatrix, tokens
+
+
+def test_collected_sums_equal_a_numpy_recomputation_of_the_layer_input(collected, tiny_gguf_bf16: Path) -> None:
+    """blk.0's attention projection reads RMSNorm(embedding rows) x attn_norm: recomputed from the
+    GGUF's own weights for the same tokens, its squared inputs summed per column are the sums."""
+    imatrix, tokens = collected
+    info = read_gguf(tiny_gguf_bf16, max_array=0)
+    eps = info.metadata["qwen35.attention.layer_norm_rms_epsilon"]
+    rows = _weights(tiny_gguf_bf16, "token_embd.weight")[tokens + tokens[:20]].astype(np.float64)
+    x = rows / np.sqrt((rows**2).mean(axis=1, keepdims=True) + eps) * _weights(tiny_gguf_bf16, "blk.0.attn_norm.weight")
+    entry = imatrix.entries[LAYER_INPUT]
+    assert entry.sums.shape == (1, 256)
+    np.testing.assert_allclose(entry.sums[0], (x**2).sum(axis=0), rtol=1e-5)
+    assert len(tokens) >= 16  # products of fewer rows are skipped, as llama.cpp does
+    assert all(e.counts.tolist() == [len(tokens) + 20] for e in imatrix.entries.values())
+    blocks = {name for name in info.tensors if name.startswith("blk.") and len(info.tensors[name].shape) == 2
+              and not name.startswith(f"blk.{info.block_count - info.mtp_layers}.") and "conv1d" not in name}
+    assert set(imatrix.entries) == blocks  # every block matrix, the MTP head (never run) none
+    assert imatrix.model_file_type == LlamaFileType.MOSTLY_BF16
+
+
+def test_the_gguf_file_round_trips_in_llama_cpps_layout(collected, tmp_path: Path) -> None:
+    import gguf
+
+    imatrix, _ = collected
+    path = tmp_path / "tiny.imatrix.gguf"
+    write_imatrix(imatrix, path)
+    back = read_imatrix(path)
+    assert (back.datasets, back.chunk_size, back.model_file_type) == (["a query"], 2048, imatrix.model_file_type)
+    for name, entry in imatrix.entries.items():
+        np.testing.assert_array_equal(back.entries[name].sums, entry.sums.astype(np.float32))
+        np.testing.assert_array_equal(back.entries[name].counts, entry.counts)
+    reader = gguf.GGUFReader(path)  # gguf's own reader: the keys and tensors llama.cpp reads
+    fields = reader.fields
+    assert bytes(fields["general.type"].parts[-1]).decode() == "imatrix"
+    assert "general.architecture" not in fields
+    assert int(fields["imatrix.chunk_size"].parts[-1][0]) == 2048
+    tensors = {t.name: t for t in reader.tensors}
+    assert list(tensors[LAYER_INPUT + ".in_sum2"].shape) == [256, 1]  # ne0 = columns, ne1 = matrices
+    assert list(tensors[LAYER_INPUT + ".counts"].shape) == [1, 1]
+
+
+def _gguf_bytes(kv: list[tuple[str, int, bytes]], tensors: list[tuple[str, list[int], np.ndarray]]) -> bytes:
+    """A GGUF v3 file packed by hand from its format description (keys: name, type, payload)."""
+    def string(text: str) -> bytes:
+        return struct.pack("<Q", len(text.encode())) + text.encode()
+
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv))
+    head += b"".join(string(key) + struct.pack("<I", vtype) + payload for key, vtype, payload in kv)
+    offset, data = 0, b""
+    for name, dims, values in tensors:
+        head += string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        head += struct.pack("<IQ", 0, offset)  # F32
+        blob = values.astype("<f4").tobytes()
+        blob += b"\0" * (-len(blob) % 32)
+        data += blob
+        offset += len(blob)
+    return head + b"\0" * (-len(head) % 32) + data
+
+
+def test_an_imatrix_gguf_as_llama_cpp_writes_it_loads(tmp_path: Path) -> None:
+    strings = struct.pack("<IQ", 8, 1) + struct.pack("<Q", 8) + b"wiki.txt"  # array of 1 string
+    kv = [("general.type", 8, struct.pack("<Q", 7) + b"imatrix"), ("imatrix.datasets", 9, strings),
+          ("imatrix.chunk_count", 4, struct.pack("<I", 3)), ("imatrix.chunk_size", 4, struct.pack("<I", 512))]
+    sums = np.arange(8, dtype=np.float32).reshape(2, 4)  # two experts of four columns
+    path = tmp_path / "llama.imatrix.gguf"
+    path.write_bytes(_gguf_bytes(kv, [("blk.0.ffn_up_exps.weight.in_sum2", [4, 2], sums),
+                                      ("blk.0.ffn_up_exps.weight.counts", [1, 2], np.array([4.0, 0.0]))]))
+    loaded = read_imatrix(path)
+    assert (loaded.datasets, loaded.chunk_count, loaded.chunk_size) == (["wiki.txt"], 3, 512)
+    values = loaded.normalized()["blk.0.ffn_up_exps.weight"]
+    np.testing.assert_array_equal(values, [0.0, 0.25, 0.5, 0.75, 1, 1, 1, 1])  # an expert never used: ones
+
+
+def _legacy_bytes(entries: list[tuple[str, int, list[float]]], trailer: bool = True) -> bytes:
+    """llama.cpp's legacy .dat: count, then (name length, name, ncall, nval, values), then the
+    chunk count and the dataset name."""
+    out = struct.pack("<i", len(entries))
+    for name, ncall, values in entries:
+        out += struct.pack("<i", len(name)) + name.encode() + struct.pack("<ii", ncall, len(values))
+        out += struct.pack(f"<{len(values)}f", *values)
+    if trailer:
+        out += struct.pack("<ii", 10, 8) + b"wiki.txt"
+    return out
+
+
+def test_a_legacy_dat_imatrix_loads(tmp_path: Path) -> None:
+    path = tmp_path / "imatrix.dat"
+    path.write_bytes(_legacy_bytes([("blk.0.attn_q.weight", 10, [5.0, 10.0, 20.0]), ("blk.1.ffn_down.weight", 0, [2.0])]))
+    loaded = read_imatrix(path)
+    assert loaded.legacy and loaded.datasets == ["wiki.txt"] and loaded.chunk_count == 10
+    values = loaded.normalized()
+    np.testing.assert_allclose(values["blk.0.attn_q.weight"], [0.5, 1.0, 2.0])  # value / ncall
+    np.testing.assert_allclose(values["blk.1.ffn_down.weight"], [2.0])  # ncall 0: as stored
+    path.write_bytes(_legacy_bytes([("blk.0.attn_q.weight", 1, [1.0])], trailer=False))
+    assert read_imatrix(path).datasets == []
+
+
+def test_truncated_and_foreign_files_are_refused_in_one_line(collected, tmp_path: Path, tiny_gguf_bf16: Path) -> None:
+    imatrix, _ = collected
+    whole = tmp_path / "whole.imatrix.gguf"
+    write_imatrix(imatrix, whole)
+    cut = tmp_path / "cut.imatrix.gguf"
+    cut.write_bytes(whole.read_bytes()[:-100])
+    with pytest.raises(ImatrixError, match="truncated"):
+        read_imatrix(cut)
+    legacy = tmp_path / "cut.dat"
+    legacy.write_bytes(_legacy_bytes([("blk.0.attn_q.weight", 10, [5.0, 10.0, 20.0])])[:30])
+    with pytest.raises(ImatrixError, match="truncated"):
+        read_imatrix(legacy)
+    with pytest.raises(ImatrixError, match="not an imatrix"):
+        read_imatrix(tiny_gguf_bf16)
+    text = tmp_path / "notes.txt"
+    text.write_text("not an imatrix at all")
+    with pytest.raises(ImatrixError, match="neither a GGUF nor a legacy"):
+        read_imatrix(text)
+    with pytest.raises(ImatrixError, match="not found"):
+        read_imatrix(tmp_path / "missing.gguf")
+
+
+def _one_entry(name: str, size: int, **info) -> Imatrix:
+    return Imatrix({name: ImatrixEntry(np.ones((1, size)), np.array([4.0]))}, **info)
+
+
+def test_an_imatrix_that_does_not_fit_the_model_is_refused(tiny_gguf_bf16: Path, tmp_path: Path) -> None:
+    model = read_gguf(tiny_gguf_bf16, max_array=0)
+    check_imatrix(_one_entry("blk.0.ffn_down.weight", 512), model)  # fits
+    with pytest.raises(ImatrixError, match="has no weight blk.9.ffn_up.weight"):
+        check_imatrix(_one_entry("blk.9.ffn_up.weight", 256), model)
+    with pytest.raises(ImatrixError, match="blk.0.ffn_down.weight has 256 values, the model's weight needs 512"):
+        check_imatrix(_one_entry("blk.0.ffn_down.weight", 256), model)
+    quantized = tmp_path / "from-q4.imatrix.gguf"
+    write_imatrix(_one_entry("blk.0.ffn_down.weight", 512, model_file_type=int(LlamaFileType.MOSTLY_Q4_K_M)), quantized)
+    with pytest.raises(ImatrixError, match=r"collected on a quantized model \(Q4_K_M\)"):
+        quantize_gguf(tiny_gguf_bf16, tmp_path / "out.gguf", "Q4_K_M", imatrix=quantized)
+    assert not (tmp_path / "out.gguf").exists()
+
+
+def test_collecting_on_a_quantized_model_is_refused(tiny_gguf_fast: Path) -> None:
+    from edge_sql.runtime.imatrix import unquantized_file_type
+
+    with pytest.raises(ImatrixError, match="is quantized; collect the imatrix on its BF16/F16/F32 file"):
+        unquantized_file_type(tiny_gguf_fast)
+
+
+def _ggml_quantize(weights: np.ndarray, storage: int, importance: np.ndarray | None, nbytes: int) -> bytes:
+    """ggml's own quantizer for one tensor, weighted by `importance` (per column)."""
+    from llama_cpp._ggml import libggml
+
+    libggml.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    libggml.ggml_quantize_chunk.restype = ctypes.c_size_t
+    weights = np.ascontiguousarray(weights, dtype=np.float32)
+    out = np.zeros(nbytes, dtype=np.uint8)
+    libggml.ggml_quantize_init(storage)
+    libggml.ggml_quantize_chunk(storage, weights.ctypes.data, out.ctypes.data, 0, weights.shape[0], weights.shape[1],
+                                None if importance is None else importance.ctypes.data)
+    return out.tobytes()
+
+
+def test_the_quantizer_receives_the_matrix(collected, tiny_gguf_bf16: Path, tmp_path: Path) -> None:
+    """With the matrix, a tensor's bytes differ from those made without it, and equal ggml's own
+    quantization of the weights weighted by the matrix read back from the file (sum / count)."""
+    imatrix, _ = collected
+    path = tmp_path / "tiny.imatrix.gguf"
+    write_imatrix(imatrix, path)
+    plain = quantize_gguf(tiny_gguf_bf16, tmp_path / "plain.gguf", "Q4_K_M", n_threads=1)
+    weighted = quantize_gguf(tiny_gguf_bf16, tmp_path / "weighted.gguf", "Q4_K_M", n_threads=1, imatrix=path)
+    assert weighted.imatrix == path and "imatrix tiny.imatrix.gguf" in weighted.summary()
+    entry = read_gguf(weighted.output, max_array=0).tensors[LAYER_INPUT]
+    ours, theirs = _tensor_bytes(weighted.output, LAYER_INPUT), _tensor_bytes(plain.output, LAYER_INPUT)
+    assert ours != theirs
+    weights = _weights(tiny_gguf_bf16, LAYER_INPUT)
+    importance = read_imatrix(path).normalized()[LAYER_INPUT]
+    np.testing.assert_allclose(importance, imatrix.entries[LAYER_INPUT].sums[0] / imatrix.entries[LAYER_INPUT].counts[0],
+                               rtol=1e-6)
+    assert ours == _ggml_quantize(weights, int(entry.type), importance, entry.nbytes)
+    assert theirs == _ggml_quantize(weights, int(entry.type), None, entry.nbytes)
+    header = read_gguf(weighted.output).metadata
+    assert header["quantize.imatrix.file"] == str(path)
+    assert header["quantize.imatrix.dataset"] == "a query"
+    assert header["quantize.imatrix.entries_count"] == len(imatrix.entries)
+
+
+def test_cli_collects_from_a_text_file_and_quantizes_with_it(tiny_gguf_bf16: Path, tmp_path: Path) -> None:
+    text = tmp_path / "calibration.txt"
+    text.write_text(TEXT * 4, encoding="utf-8")
+    out = tmp_path / "cli.imatrix.gguf"
+    runner = CliRunner()
+    result = runner.invoke(main, ["imatrix", str(tiny_gguf_bf16), "--calibration", str(text), "-o", str(out),
+                                  "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "31 weights" in result.output and "(calibration.txt)" in result.output
+    assert read_imatrix(out).datasets == ["calibration.txt"]
+    again = runner.invoke(main, ["imatrix", str(tiny_gguf_bf16), "--calibration", str(text), "-o", str(out)])
+    assert again.exit_code == 1 and "already exists; use --force" in again.output
+    quantized = tmp_path / "cli-IQ4_XS.gguf"
+    result = runner.invoke(main, ["quantize", str(tiny_gguf_bf16), "-t", "iq4_xs", "--imatrix", str(out),
+                                  "-o", str(quantized), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert read_gguf(quantized).metadata["quantize.imatrix.file"] == str(out)
+    bad = runner.invoke(main, ["quantize", str(tiny_gguf_bf16), "-t", "Q4_K_M", "--imatrix", str(text),
+                               "-o", str(tmp_path / "x.gguf")])
+    assert bad.exit_code == 1 and bad.output.count("\n") == 1 and "neither a GGUF nor a legacy" in bad.output
