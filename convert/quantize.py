@@ -56,6 +56,9 @@ QUANT_TYPES: dict[str, LlamaFileType] = {
     "BF16": LlamaFileType.MOSTLY_BF16,
 }
 _FILE_TYPE_NAMES = {value: name for name, value in QUANT_TYPES.items()}
+# the types whose quantization an importance matrix steers (K- and I-quants; Q8_0 and Q4_0 round
+# each block to its own scale, the float types do not round)
+IMATRIX_TYPES = frozenset({"Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS", "Q3_K_M"})
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,12 @@ class QuantizeReport:
         made = f", imatrix {self.imatrix.name}" if self.imatrix else ""
         return (f"wrote {self.output} ({self.qtype}{made}, {self.file_size / 1e9:.3f} GB) in {self.seconds:.1f} s; "
                 f"tensors: {types}")
+
+
+def uses_imatrix(qtype: str) -> bool:
+    """True when an importance matrix changes what `qtype` (a type or a recipe) writes."""
+    recipe = RECIPES.get(qtype)
+    return (recipe.base if recipe else qtype) in IMATRIX_TYPES
 
 
 def choices() -> list[str]:

@@ -4,6 +4,7 @@ checked against the model, and handed to llama.cpp's quantizer."""
 from __future__ import annotations
 
 import ctypes
+import json
 import struct
 from pathlib import Path
 
@@ -252,3 +253,91 @@ def test_cli_collects_from_a_text_file_and_quantizes_with_it(tiny_gguf_bf16: Pat
     bad = runner.invoke(main, ["quantize", str(tiny_gguf_bf16), "-t", "Q4_K_M", "--imatrix", str(text),
                                "-o", str(tmp_path / "x.gguf")])
     assert bad.exit_code == 1 and bad.output.count("\n") == 1 and "neither a GGUF nor a legacy" in bad.output
+
+
+def test_pull_quantizes_k_quants_with_the_imatrix_it_is_handed_and_records_it(tiny_checkpoint: Path,
+                                                                                tmp_path: Path) -> None:
+    from edge_sql.evaluation.task_imatrix import make_imatrix
+    from edge_sql.store import ModelStore, pull_model
+
+    text = tmp_path / "calibration.txt"
+    text.write_text(TEXT * 2, encoding="utf-8")
+    made: list[Path] = []
+
+    def imatrix(bf16: Path) -> Path:
+        made.append(make_imatrix(bf16, tmp_path / "pulled.imatrix.gguf", calibration=text, n_threads=1).output)
+        return made[-1]
+
+    store = ModelStore(tmp_path / "store")
+    weighted = pull_model(str(tiny_checkpoint), quant="Q4_K_M", name="tiny", store=store, imatrix=imatrix).model
+    assert made == [tmp_path / "pulled.imatrix.gguf"]
+    assert weighted.imatrix == str(made[0])
+    assert store.get("tiny", "Q4_K_M").imatrix == str(made[0])  # in the index, not only the returned entry
+    assert store.get("tiny", "BF16").imatrix is None
+    assert read_gguf(weighted.path).metadata["quantize.imatrix.file"] == str(made[0])
+    plain = pull_model(str(tiny_checkpoint), quant="Q8_0", name="tiny", store=store, imatrix=imatrix).model
+    assert plain.imatrix is None and len(made) == 1  # Q8_0 is not steered by an imatrix: none made
+
+
+def test_bench_variant_names_with_imatrix(tmp_path: Path) -> None:
+    from edge_sql.bench.variants import IMATRIX_VARIANTS, parse_variant_names
+    from edge_sql.errors import BenchSetupError
+
+    assert parse_variant_names("q4_k_m-imatrix,IQ4_XS-IMATRIX, Q3_K_M-imatrix,Q4_K_M") == ["BF16", *IMATRIX_VARIANTS,
+                                                                                            "Q4_K_M"]
+    with pytest.raises(BenchSetupError, match="Q8_0 is not steered by an importance matrix"):
+        parse_variant_names("Q8_0-imatrix")
+
+
+def test_the_bench_takes_a_store_file_only_when_its_imatrix_matches_the_name(collected, tiny_gguf_bf16: Path,
+                                                                              tmp_path: Path) -> None:
+    from edge_sql.bench.variants import made_with_imatrix, prepare_variants
+
+    imatrix, _ = collected
+    matrix = tmp_path / "m.imatrix.gguf"
+    write_imatrix(imatrix, matrix)
+    stored = quantize_gguf(tiny_gguf_bf16, tmp_path / "stored-Q4_K_M.gguf", "Q4_K_M", n_threads=1,
+                           imatrix=matrix).output
+    variants = prepare_variants(tiny_gguf_bf16, ["BF16", "Q4_K_M-imatrix", "Q4_K_M"], cache_dir=tmp_path / "cache",
+                                from_store={"Q4_K_M": stored}.get, n_threads=1)
+    paths = {v.name: v.path for v in variants}
+    assert paths["Q4_K_M-imatrix"] == stored  # the store's file was made with one
+    assert paths["Q4_K_M"] == tmp_path / "cache" / "tiny-bf16-Q4_K_M.gguf"  # made here, without
+    assert made_with_imatrix(stored) and not made_with_imatrix(paths["Q4_K_M"])
+
+
+def test_the_task_calibration_is_agent_transcripts_with_real_tool_outputs() -> None:
+    from edge_sql.agent.prompt import load_prompt
+    from edge_sql.evaluation import load_bundled
+    from edge_sql.evaluation.calibration import QUESTIONS_PER_DATABASE, task_calibration
+    from edge_sql.evaluation.sqale_published import load_episodes
+    from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+    prompt = load_prompt()
+    calibration = task_calibration(prompt)
+    episodes = load_episodes()
+    assert len(calibration.transcripts) == len(episodes) + 2 * QUESTIONS_PER_DATABASE
+    texts = ["".join(text for text, _ in pieces) for pieces in calibration.transcripts]
+    chat = prompt.chat
+    for text, pieces in zip(texts, calibration.transcripts):
+        assert text.startswith(chat.open_turn("system") + prompt.system_text(max_rounds=6))
+        # only the template's framing is parsed for special tokens, never data
+        assert all(chat.turn_end not in piece for piece, special in pieces if not special)
+    for ep, text in zip(episodes, texts):  # every published output, replayed
+        assert ep["question"] in text
+        for round_ in ep["rounds"]:
+            assert round_["think"].strip() in text
+            for call in round_["calls"]:
+                assert (call["out"] or "") in text
+    assert "\n".join(episodes[0]["tables"]) in texts[0]  # list_tables: the published table list
+    forced = next(r for r in episodes[2]["rounds"] if r.get("forced"))
+    assert texts[2].endswith(chat.think_end + chat.after_think + forced["calls"][0]["args"] + chat.turn_end)
+    chinook = [q for q in load_bundled() if q.db_id == "chinook"]
+    first = chinook[0]
+    text = texts[len(episodes)]
+    with ReadOnlyDatabase(first.db_path) as db:  # the tools' own answers for the first Chinook question
+        tools = Toolbox(db)
+        assert tools.call("run_query", {"sql": first.gold_sql}).output in text
+        assert tools.call("describe_table", {"table_name": "Track"}).output in text
+        assert tools.call("list_tables", {}).output in text
+    assert text.endswith('{"tool": "submit_sql", "args": {"sql": ' + json.dumps(first.gold_sql) + "}}" + chat.turn_end)

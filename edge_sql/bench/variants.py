@@ -1,9 +1,12 @@
 """The model files a bench compares: the BF16 reference and its quantized variants.
 
-A variant is named by a quantization type or recipe (`Q4_K_M`, a recipe name), or given as
-a path to a GGUF file. Named variants come from the model store when the bench runs on a
-store model (`--model synsql`), and otherwise are quantized from the BF16 file into the
-bench's cache folder once (a later run finds them there).
+A variant is named by a quantization type or recipe (`Q4_K_M`, a recipe name), optionally
+with `-imatrix` for a K- or I-quant made with the task importance matrix (`Q4_K_M-imatrix`:
+evaluation/task_imatrix.py, collected once per base into the cache folder), or given as a path
+to a GGUF file. Named variants come from the model store when the bench runs on a store model
+(`--model synsql`) and the stored file was made with an imatrix exactly when the name says so
+(its header's `quantize.imatrix.file`); otherwise they are quantized from the BF16 file into
+the bench's cache folder once (a later run finds them there).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from edge_sql.store.variants import BASE_VARIANT, normalize_variant
 
 REFERENCE = BASE_VARIANT  # "BF16": the variant every other one is compared against
 PLAIN_VARIANTS = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M")
+IMATRIX_SUFFIX = "-imatrix"
+IMATRIX_VARIANTS = ("Q4_K_M-imatrix", "IQ4_XS-imatrix", "Q3_K_M-imatrix")  # with the task imatrix
 
 
 @dataclass(frozen=True)
@@ -43,12 +48,40 @@ def parse_variant_names(text: str | None) -> list[str]:
     items = [item.strip() for item in text.split(",")] if text else default_variant_names()
     names: list[str] = []
     for item in filter(None, items):
-        name = item if _is_path(item) else normalize_variant(item)
+        name = item if _is_path(item) else _variant_name(item)
         if name not in names:
             names.append(name)
     if REFERENCE in names:
         names.remove(REFERENCE)
     return [REFERENCE, *names]
+
+
+def _variant_name(item: str) -> str:
+    """The canonical name of a named variant, `-imatrix` kept for the types an imatrix steers."""
+    from edge_sql.convert.quantize import uses_imatrix
+
+    base, weighted = split_imatrix(item)
+    name = normalize_variant(base)
+    if not weighted:
+        return name
+    if not uses_imatrix(name):
+        raise BenchSetupError(f"{name} is not steered by an importance matrix; {IMATRIX_SUFFIX} applies to "
+                              "K- and I-quants (Q6_K, Q5_K_M, Q4_K_M, IQ4_XS, Q3_K_M and their recipes)")
+    return name + IMATRIX_SUFFIX
+
+
+def split_imatrix(name: str) -> tuple[str, bool]:
+    """`Q4_K_M-imatrix` -> ("Q4_K_M", True); `Q4_K_M` -> ("Q4_K_M", False)."""
+    if name.casefold().endswith(IMATRIX_SUFFIX):
+        return name[: -len(IMATRIX_SUFFIX)], True
+    return name, False
+
+
+def made_with_imatrix(path: Path) -> bool:
+    """Whether the GGUF at `path` records an importance matrix (as llama-quantize and edge-sql do)."""
+    from edge_sql.convert.gguf_file import read_gguf
+
+    return "quantize.imatrix.file" in read_gguf(path, max_array=0).metadata
 
 
 def _is_path(item: str) -> bool:
@@ -87,7 +120,10 @@ def prepare_variants(
             if not path.is_file():
                 raise ModelFileError(f"no such variant file: {path}")
         else:
-            path = (from_store(name) if from_store else None) or _quantized(base, name, cache_dir, n_threads, log, verbose)
+            stored = from_store(split_imatrix(name)[0]) if from_store else None
+            if stored is not None and made_with_imatrix(stored) != split_imatrix(name)[1]:
+                stored = None  # made with an imatrix where the name says without, or the other way round
+            path = stored or _quantized(base, name, cache_dir, n_threads, log, verbose)
         label = variant_label(name)
         if any(v.name == label for v in variants):
             raise BenchSetupError(f"two variants are labelled {label!r}; rename one of the files")
@@ -98,15 +134,22 @@ def prepare_variants(
 def _quantized(base: Path, name: str, cache_dir: Path, n_threads: int | None, log: Callable[[str], None],
                verbose: bool) -> Path:
     """`cache_dir/<base stem>-<name>.gguf`, made by the converter's quantizer when absent or
-    older than `base` (a base converted again under the same name)."""
+    older than `base` (a base converted again under the same name) or than its imatrix."""
     from edge_sql.convert.quantize import quantize_gguf
 
+    qtype, weighted = split_imatrix(name)
+    matrix = None
     target = Path(cache_dir) / f"{Path(base).stem}-{name}.gguf"
-    stale = target.is_file() and target.stat().st_mtime_ns < Path(base).stat().st_mtime_ns
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if weighted:
+        from edge_sql.evaluation.task_imatrix import task_imatrix_for
+
+        matrix = task_imatrix_for(Path(base), folder=Path(cache_dir), n_threads=n_threads, log=log)
+    inputs = [Path(base)] + ([matrix] if matrix else [])
+    stale = target.is_file() and target.stat().st_mtime_ns < max(p.stat().st_mtime_ns for p in inputs)
     if target.is_file() and not stale:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     why = " (the cached one is older than the base)" if stale else ""
     log(f"quantizing {Path(base).name} to {name} -> {target}{why}")
-    quantize_gguf(Path(base), target, name, force=stale, n_threads=n_threads, verbose=verbose)
+    quantize_gguf(Path(base), target, qtype, force=stale, n_threads=n_threads, verbose=verbose, imatrix=matrix)
     return target

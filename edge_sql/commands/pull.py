@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from edge_sql.store import pull_model
@@ -10,6 +12,12 @@ from edge_sql.store.catalog import load_catalog
 
 def _log(message: str) -> None:
     click.echo(message, err=True)
+
+
+def _task_imatrix(bf16: Path) -> Path:
+    from edge_sql.evaluation.task_imatrix import task_imatrix_for
+
+    return task_imatrix_for(bf16, log=_log)
 
 
 @click.command("pull")
@@ -43,8 +51,18 @@ def _log(message: str) -> None:
     show_default=True,
     help="Keep the BF16 GGUF in the store (other variants are quantized from it without converting again).",
 )
+@click.option(
+    "--imatrix/--no-imatrix",
+    "use_imatrix",
+    default=True,
+    show_default=True,
+    help="Quantize K- and I-quants (Q6_K, Q5_K_M, Q4_K_M, IQ4_XS, Q3_K_M and their recipes) with the task "
+    "importance matrix: collected once on the BF16 file over agent transcripts (`edge-sql imatrix`, "
+    "minutes) and kept beside it.",
+)
 def command(
-    model: str | None, quant: str | None, revision: str | None, force: bool, name: str | None, keep_bf16: bool
+    model: str | None, quant: str | None, revision: str | None, force: bool, name: str | None, keep_bf16: bool,
+    use_imatrix: bool,
 ) -> None:
     """Get MODEL into the local model store, ready for `edge-sql run`.
 
@@ -56,7 +74,8 @@ def command(
     cache is used; otherwise point pull at a local folder.
     """
     result = pull_model(
-        model, quant=quant, revision=revision, force=force, name=name, keep_bf16=keep_bf16, log=_log
+        model, quant=quant, revision=revision, force=force, name=name, keep_bf16=keep_bf16, log=_log,
+        imatrix=_task_imatrix if use_imatrix else None,
     )
     entry = result.model
     state = "already in the store" if result.already_present else "ready"

@@ -79,15 +79,17 @@ def _calibration_tokens(session, calibration: str | Path) -> tuple[str, list[lis
     return path.name, [session.tokenize(text, special=False)]
 
 
-def task_imatrix_path(model: Path) -> Path:
-    """Where the task imatrix of `model` is kept: beside it, `<stem>.task.imatrix.gguf`."""
-    return Path(model).with_name(Path(model).stem + TASK_SUFFIX)
+def task_imatrix_path(model: Path, folder: Path | None = None) -> Path:
+    """Where the task imatrix of `model` is kept: `<stem>.task.imatrix.gguf` in `folder` (default:
+    beside the model)."""
+    return (Path(folder) if folder is not None else Path(model).parent) / (Path(model).stem + TASK_SUFFIX)
 
 
-def task_imatrix_for(model: Path, *, n_threads: int | None = None,
+def task_imatrix_for(model: Path, *, folder: Path | None = None, n_threads: int | None = None,
                      log: Callable[[str], None] = lambda _msg: None) -> Path:
-    """The task imatrix of `model`, made now unless a current one is already beside it."""
-    path = task_imatrix_path(model)
+    """The task imatrix of `model` (in `folder`, default beside it), made now unless a current
+    one is there: newer than the model and made from the current calibration."""
+    path = task_imatrix_path(model, folder)
     if path.is_file() and path.stat().st_mtime_ns >= Path(model).stat().st_mtime_ns:
         try:
             if read_imatrix(path).datasets == [task_calibration().name]:

@@ -32,6 +32,7 @@ class StoredModel:
     source: str | None = None
     sha256: str | None = None
     mtp_layers: int | None = None  # MTP head layers in the file (drafting needs >= 1); None: unknown
+    imatrix: str | None = None  # the importance matrix file it was quantized with (None: without)
 
     @property
     def ref(self) -> str:
@@ -134,6 +135,7 @@ class ModelStore:
         revision: str | None = None,
         source: str | None = None,
         checksum: bool = True,
+        imatrix: Path | None = None,
     ) -> StoredModel:
         """Records the GGUF file at `path` as `name:variant`, replacing an older entry of that pair."""
         path = Path(path).resolve()
@@ -150,6 +152,7 @@ class ModelStore:
             source=source,
             sha256=file_sha256(path) if checksum else None,
             mtp_layers=gguf_mtp_layers(path),
+            imatrix=str(Path(imatrix).resolve()) if imatrix is not None else None,
         )
         others = [
             m

@@ -16,6 +16,7 @@ from edge_sql.store.lock import model_lock
 from edge_sql.store.variants import BASE_VARIANT, CONVERTED_VARIANTS, is_converted, normalize_variant
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+ImatrixMaker = Callable[[Path], Path]  # a BF16 GGUF -> the importance matrix file to quantize it with
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,15 @@ def pull_model(
     cache_dir: Path | None = None,
     endpoint: str | None = None,
     log: Callable[[str], None] = lambda _msg: None,
+    imatrix: ImatrixMaker | None = None,
 ) -> PullResult:
     """Makes `spec`'s `quant` variant available in the store and returns its entry.
 
     Downloads (or reuses the cached download), converts to BF16 GGUF, quantizes, and records each
     file made. Does nothing when the variant is already there, unless `force`. The BF16 file stays
     in the store as variant `BF16` (other variants are made from it) unless `keep_bf16` is False.
+    `imatrix(bf16_path)` returns the importance matrix file to quantize a K- or I-quant with
+    (`edge-sql pull` hands in the task imatrix, kept beside the BF16 file); the entry records it.
     """
     store = store or ModelStore()
     source, spec_variant = pull_source(spec, name=name)
@@ -119,7 +123,7 @@ def pull_model(
 
     with model_lock(store.root, source.name, log):  # a second pull of this model waits here
         return _pull_locked(store, source, variant, revision=revision, force=force,
-                            keep_bf16=keep_bf16, cache_dir=cache_dir, endpoint=endpoint, log=log)
+                            keep_bf16=keep_bf16, cache_dir=cache_dir, endpoint=endpoint, log=log, imatrix=imatrix)
 
 
 def _pull_locked(
@@ -133,6 +137,7 @@ def _pull_locked(
     cache_dir: Path | None,
     endpoint: str | None,
     log: Callable[[str], None],
+    imatrix: ImatrixMaker | None = None,
 ) -> PullResult:
     existing = store.get(source.name, variant)
     if existing is not None and existing.exists and not force and _same_revision(existing, revision):
@@ -142,6 +147,8 @@ def _pull_locked(
     checkout = _checkout(source, revision, cache_dir, endpoint, log)
     recorded: list[StoredModel] = []
 
+    used: list[Path] = []  # the importance matrix the variant was quantized with
+
     def record(variant_name: str, path: Path) -> StoredModel:
         entry = store.add(
             source.name,
@@ -150,6 +157,7 @@ def _pull_locked(
             repo=checkout.repo,
             revision=checkout.commit,
             source=checkout.origin,
+            imatrix=used[0] if used and variant_name == variant else None,
         )
         recorded.append(entry)
         log(f"recorded {entry.ref}: {entry.path}")
@@ -160,22 +168,31 @@ def _pull_locked(
         _convert(checkout, target, CONVERTED_VARIANTS[variant], source.license, log)
         return PullResult(record(variant, target), False, recorded, checkout.snapshot)
 
+    def quantize(src: Path) -> None:
+        from edge_sql.convert.quantize import uses_imatrix
+
+        if imatrix is not None and uses_imatrix(variant):
+            used.append(imatrix(src))
+        _quantize(src, target, variant, log, used[0] if used else None)
+
     base = store.get(source.name, BASE_VARIANT)
     if base is not None and base.exists and not force and checkout.made(base):
         log(f"quantizing from the stored {base.ref} ({base.path})")
-        _quantize(base.path, target, variant, log)
+        quantize(base.path)
     elif keep_bf16:
         base_path = store.model_path(source.name, BASE_VARIANT, basename=source.basename)
         _convert(checkout, base_path, "bf16", source.license, log)
         record(BASE_VARIANT, base_path)
-        _quantize(base_path, target, variant, log)
+        quantize(base_path)
     else:
         work_path = target.with_name(f".{target.stem}-work-{BASE_VARIANT}.gguf")
         try:
             _convert(checkout, work_path, "bf16", source.license, log)
-            _quantize(work_path, target, variant, log)
+            quantize(work_path)
         finally:
             work_path.unlink(missing_ok=True)
+        if used:  # made beside the work file: kept beside the variant it made
+            used[0] = used[0].replace(target.with_name(target.stem + ".imatrix.gguf"))
     return PullResult(record(variant, target), False, recorded, checkout.snapshot)
 
 
@@ -263,9 +280,9 @@ def _convert(
     log(report.summary())
 
 
-def _quantize(src: Path, out: Path, variant: str, log: Callable[[str], None]) -> None:
+def _quantize(src: Path, out: Path, variant: str, log: Callable[[str], None], imatrix: Path | None = None) -> None:
     from edge_sql.convert.quantize import quantize_gguf
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    log(f"quantizing to {variant}")
-    log(quantize_gguf(src, out, variant, force=True).summary())
+    log(f"quantizing to {variant}" + (f" with the importance matrix {imatrix.name}" if imatrix else ""))
+    log(quantize_gguf(src, out, variant, force=True, imatrix=imatrix).summary())
