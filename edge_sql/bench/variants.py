@@ -77,6 +77,12 @@ def split_imatrix(name: str) -> tuple[str, bool]:
     return name, False
 
 
+def _steered(name: str) -> bool:
+    from edge_sql.convert.quantize import uses_imatrix
+
+    return uses_imatrix(split_imatrix(name)[0])
+
+
 def made_with_imatrix(path: Path) -> bool:
     """Whether the GGUF at `path` records an importance matrix (as llama-quantize and edge-sql do)."""
     from edge_sql.convert.gguf_file import read_gguf
@@ -121,7 +127,7 @@ def prepare_variants(
                 raise ModelFileError(f"no such variant file: {path}")
         else:
             stored = from_store(split_imatrix(name)[0]) if from_store else None
-            if stored is not None and made_with_imatrix(stored) != split_imatrix(name)[1]:
+            if stored is not None and _steered(name) and made_with_imatrix(stored) != split_imatrix(name)[1]:
                 stored = None  # made with an imatrix where the name says without, or the other way round
             path = stored or _quantized(base, name, cache_dir, n_threads, log, verbose)
         label = variant_label(name)
