@@ -341,3 +341,38 @@ def test_the_task_calibration_is_agent_transcripts_with_real_tool_outputs() -> N
         assert tools.call("describe_table", {"table_name": "Track"}).output in text
         assert tools.call("list_tables", {}).output in text
     assert text.endswith('{"tool": "submit_sql", "args": {"sql": ' + json.dumps(first.gold_sql) + "}}" + chat.turn_end)
+
+
+def test_expert_inputs_are_summed_per_expert_as_llama_cpp_walks_them() -> None:
+    """MUL_MAT_ID: token t's slot k reads input row k % n_x and adds to expert ids[t, k]."""
+    from edge_sql.runtime.imatrix import add_expert_rows
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, 1, 8)).astype(np.float32)  # 5 tokens, one shared input row, 8 columns
+    ids = np.array([[0, 2], [2, 3], [0, 1], [3, 3], [1, 0]], dtype=np.int32)  # two experts per token
+    sums, counts = np.zeros((4, 8)), np.zeros(4)
+    add_expert_rows(sums, counts, x, ids)
+    want_sums, want_counts = np.zeros((4, 8)), np.zeros(4)
+    for token in range(5):
+        for slot in range(2):
+            want_sums[ids[token, slot]] += x[token, slot % 1].astype(np.float64) ** 2
+            want_counts[ids[token, slot]] += 1
+    np.testing.assert_allclose(sums, want_sums)
+    np.testing.assert_array_equal(counts, want_counts)
+
+
+def test_a_current_task_imatrix_beside_the_model_is_reused(collected, tiny_gguf_bf16: Path, tmp_path: Path) -> None:
+    """`quantize --imatrix auto`, pull and the bench take the task imatrix kept beside the model
+    when it is newer than the model and was made from today's calibration."""
+    from dataclasses import replace
+
+    from edge_sql.evaluation.calibration import task_calibration
+    from edge_sql.evaluation.task_imatrix import task_imatrix_for, task_imatrix_path
+
+    imatrix, _ = collected
+    kept = task_imatrix_path(tiny_gguf_bf16, tmp_path)
+    assert kept == tmp_path / "tiny-bf16.task.imatrix.gguf"
+    write_imatrix(replace(imatrix, datasets=[task_calibration().name]), kept)
+    made = kept.stat().st_mtime_ns
+    assert task_imatrix_for(tiny_gguf_bf16, folder=tmp_path) == kept
+    assert kept.stat().st_mtime_ns == made  # not collected again

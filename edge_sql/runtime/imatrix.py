@@ -95,19 +95,20 @@ def weight_name(raw: bytes) -> str:
     return name
 
 
-def tensor_array(t: GGMLTensor, scratch: dict[str, np.ndarray]) -> np.ndarray:
-    """The F32 data of `t` as a 4-D array (ne3, ne2, ne1, ne0), copied from device memory if needed."""
+def tensor_array(t: GGMLTensor, scratch: dict[str, np.ndarray], dtype: type = np.float32) -> np.ndarray:
+    """The data of `t` as a 4-D array (ne3, ne2, ne1, ne0), copied from device memory if needed."""
     ne, nb = [int(v) for v in t.ne], [int(v) for v in t.nb]
-    extent = sum((n - 1) * b for n, b in zip(ne, nb)) + 4
+    extent = sum((n - 1) * b for n, b in zip(ne, nb)) + np.dtype(dtype).itemsize
     if libggml.ggml_backend_buffer_is_host(t.buffer):
         base = (ctypes.c_char * extent).from_address(t.data)
     else:
-        buffer = scratch.get("host")
+        key = np.dtype(dtype).name
+        buffer = scratch.get(key)
         if buffer is None or buffer.nbytes < extent:
-            buffer = scratch["host"] = np.empty(extent, dtype=np.uint8)
+            buffer = scratch[key] = np.empty(extent, dtype=np.uint8)
         libggml.ggml_backend_tensor_get(ctypes.addressof(t), buffer.ctypes.data, 0, extent)
         base = buffer
-    return np.ndarray(shape=tuple(reversed(ne)), dtype=np.float32, buffer=base, strides=tuple(reversed(nb)))
+    return np.ndarray(shape=tuple(reversed(ne)), dtype=dtype, buffer=base, strides=tuple(reversed(nb)))
 
 
 def add_expert_rows(sums: np.ndarray, counts: np.ndarray, x: np.ndarray, ids: np.ndarray) -> None:
@@ -161,7 +162,7 @@ class ImatrixCollector:
         cols = x.shape[-1]
         if t.op == MUL_MAT_ID:
             n_experts = int(src0.ne[2])
-            ids = tensor_array_i32(GGMLTensor.from_address(t.src[2]))[0, 0]  # (tokens, used)
+            ids = tensor_array(GGMLTensor.from_address(t.src[2]), self._scratch, np.int32)[0, 0]  # (tokens, used)
             stats = self._stats(name, n_experts, cols)
             add_expert_rows(stats.sums, stats.counts, x[0], ids)
             return
@@ -189,15 +190,6 @@ class ImatrixCollector:
     def imatrix(self, **info: object) -> Imatrix:
         entries = {name: ImatrixEntry(s.sums.copy(), s.counts.copy()) for name, s in sorted(self.stats.items())}
         return Imatrix(entries, **info)  # type: ignore[arg-type]
-
-
-def tensor_array_i32(t: GGMLTensor) -> np.ndarray:
-    """An I32 tensor (expert ids) as a 4-D array, copied to host memory."""
-    ne, nb = [int(v) for v in t.ne], [int(v) for v in t.nb]
-    extent = sum((n - 1) * b for n, b in zip(ne, nb)) + 4
-    host = np.empty(extent, dtype=np.uint8)
-    libggml.ggml_backend_tensor_get(ctypes.addressof(t), host.ctypes.data, 0, extent)
-    return np.ndarray(shape=tuple(reversed(ne)), dtype=np.int32, buffer=host, strides=tuple(reversed(nb)))
 
 
 @dataclass(frozen=True)
