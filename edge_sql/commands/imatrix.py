@@ -24,6 +24,7 @@ def command(model: Path, calibration: str, output: Path, chunk_size: int, thread
 
     Example:
 
+    \b
         edge-sql imatrix synsql-BF16.gguf -o synsql.imatrix.gguf
         edge-sql quantize synsql-BF16.gguf -t IQ4_XS --imatrix synsql.imatrix.gguf -o synsql-IQ4_XS.gguf
     """
