@@ -22,7 +22,7 @@ def _type_help() -> str:
 @click.option("--threads", type=int, default=None, help="Threads for the quantizer (default: all cores).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's quantizer log (a line per tensor).")
-@click.option("--imatrix", "imatrix", default=None, metavar="FILE|auto",
+@click.option("--imatrix", "imatrix", default=None, metavar="FILE",
               help="Weigh rounding by an importance matrix: a GGUF or legacy .dat imatrix file (from "
               "`edge-sql imatrix` or llama.cpp's llama-imatrix), or auto: the task imatrix of SRC, made "
               "beside it on first use (SRC.task.imatrix.gguf).")
