@@ -4,6 +4,7 @@ Usage:
     python benchmarks/bench_imatrix.py --model smollm2 [--threads 2] [--out benchmarks/results/imatrix.md]
     python benchmarks/bench_imatrix.py --model PATH/TO/BF16.gguf --label NAME
     python benchmarks/bench_imatrix.py --collect-only PATH/TO/BF16.gguf --max-tokens 2048   (time and memory)
+    python benchmarks/bench_imatrix.py --render A.json B.json > benchmarks/results/imatrix.md
 
 For one model it makes three importance matrices' worth of variants of Q4_K_M, IQ4_XS and Q3_K_M:
 without an imatrix, with a generic-text imatrix and with the task imatrix (`edge-sql imatrix
@@ -181,17 +182,23 @@ def collect(model: Path, sequences: list[list[int]], dataset: str, out: Path, th
     return {"tokens": report.tokens, "seconds": round(report.seconds, 1)}
 
 
-def run_model(model: Path, label: str, threads: int, work: Path) -> dict:
+def run_model(model: Path, label: str, threads: int, work: Path, held_out_limit: int | None = None) -> dict:
     prompt = load_prompt()
     with Session(model, n_ctx=256, n_threads=threads) as session:
         task = tokens_of(session, task_calibration(prompt).transcripts)
         budget = sum(map(len, task))
         generic = session.tokenize(generic_text(), special=False)[:budget]
         held_out = tokens_of(session, gold_sql_transcripts(prompt, held_out_questions(work)))
+    held_out = held_out[:held_out_limit]
     matrices = {"generic": work / f"{label}.generic.imatrix.gguf", "task": work / f"{label}.task.imatrix.gguf"}
-    collected = {"task": collect(model, task, "task calibration", matrices["task"], threads),
-                 "generic": collect(model, [generic[i:i + 2048] for i in range(0, len(generic), 2048)],
-                                    "stdlib docstrings", matrices["generic"], threads)}
+    kept = work / f"{label}.collected.json"  # a rerun reuses both matrices and their figures
+    if kept.is_file() and all(m.is_file() for m in matrices.values()):
+        collected = json.loads(kept.read_text(encoding="utf-8"))
+    else:
+        collected = {"task": collect(model, task, "task calibration", matrices["task"], threads),
+                     "generic": collect(model, [generic[i:i + 2048] for i in range(0, len(generic), 2048)],
+                                        "stdlib docstrings", matrices["generic"], threads)}
+        kept.write_text(json.dumps(collected), encoding="utf-8")
     variants = {}
     for qtype in TYPES:
         for matrix in MATRICES:
@@ -226,6 +233,37 @@ def collect_only(model: Path, max_tokens: int, threads: int) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "entries": len(imatrix.entries)}
 
 
+def render(paths: list[Path]) -> str:
+    """The figures of earlier runs (their JSON) as Markdown tables."""
+    lines = []
+    for path in paths:
+        figures = json.loads(path.read_text(encoding="utf-8"))
+        if "results" not in figures:
+            lines += [f"## Collecting on {figures['model']}", "", f"`{figures['command']}`, {figures['cpu']}", "",
+                      "| tokens | seconds | tokens/s | full calibration (est.) | peak RSS loaded | peak RSS collecting |",
+                      "|--:|--:|--:|--:|--:|--:|",
+                      f"| {figures['tokens']:,} | {figures['seconds']} | {figures['tokens_per_s']} | "
+                      f"{figures['calibration_tokens']:,} tokens, {figures['full_calibration_minutes']} min | "
+                      f"{figures['peak_rss_mb_loaded']:,} MB | {figures['peak_rss_mb']:,} MB |", ""]
+            continue
+        held, collected = figures["held_out"], figures["collected"]
+        lines += [f"## {figures['label']} (reference {figures['reference']})", "",
+                  f"`{figures['command']}`, {figures['cpu']}", "",
+                  f"Held out: {held['sequences']} transcripts, {held['tokens']:,} tokens. Collected: task "
+                  f"{collected['task']['tokens']:,} tokens in {collected['task']['seconds']} s, generic "
+                  f"{collected['generic']['tokens']:,} tokens in {collected['generic']['seconds']} s.", "",
+                  "| type | imatrix | mean KL | vs none | top-1 agreement |", "|---|---|--:|--:|--:|"]
+        results = figures["results"]
+        for qtype in TYPES:
+            none = results[f"{qtype} none"]["kl_mean"]
+            for matrix in MATRICES:
+                r = results[f"{qtype} {matrix}"]
+                change = "" if matrix == "none" else f"{(r['kl_mean'] / none - 1) * 100:+.1f}%"
+                lines.append(f"| {qtype} | {matrix} | {r['kl_mean']:.5f} | {change} | {r['top1'] * 100:.2f}% |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", help="smollm2, or a BF16/F16 GGUF path")
@@ -235,14 +273,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edge-sql-bench-imatrix")
     parser.add_argument("--json", type=Path, default=None, help="Also write the figures as JSON here.")
+    parser.add_argument("--held-out", type=int, default=None, help="Use only the first N held-out transcripts.")
+    parser.add_argument("--render", type=Path, nargs="+", default=None, help="Print these runs' JSON as Markdown.")
     args = parser.parse_args()
+    if args.render:
+        print(render(args.render))
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     if args.collect_only:
         figures = collect_only(args.collect_only, args.max_tokens, args.threads)
     else:
         model = smollm2_reference(args.work) if args.model == "smollm2" else Path(args.model)
         figures = run_model(model, args.label or ("smollm2" if args.model == "smollm2" else model.stem),
-                            args.threads, args.work)
+                            args.threads, args.work, args.held_out)
     figures["cpu"] = f"{cpu_name()}, {args.threads} threads"
     figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     text = json.dumps(figures, indent=2)
