@@ -50,7 +50,7 @@ from edge_sql.runtime.imatrix import collect_imatrix
 from edge_sql.runtime.teacher_forcing import token_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
-SPIDER = REPO / "tests" / "data" / "spider_sample"  # data files (real SQLite), read as data
+SPIDER = REPO / "tests/data/spider_sample"  # data files (real SQLite), read as data, not test code
 BIRD = REPO.parent.parent / "shared" / "data" / "bird_minidev"  # /work/shared/data beside the worktrees
 TYPES = ("Q4_K_M", "IQ4_XS", "Q3_K_M")
 MATRICES = ("none", "generic", "task")
