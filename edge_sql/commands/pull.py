@@ -57,8 +57,8 @@ def _task_imatrix(bf16: Path) -> Path:
     default=True,
     show_default=True,
     help="Quantize K- and I-quants (Q6_K, Q5_K_M, Q4_K_M, IQ4_XS, Q3_K_M and their recipes) with the task "
-    "importance matrix: collected once on the BF16 file over agent transcripts (`edge-sql imatrix`, "
-    "minutes) and kept beside it.",
+    "importance matrix: collected once on the BF16 file over agent transcripts (`edge-sql imatrix`; "
+    "49k tokens of prefill) and kept beside it.",
 )
 def command(
     model: str | None, quant: str | None, revision: str | None, force: bool, name: str | None, keep_bf16: bool,

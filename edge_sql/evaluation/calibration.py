@@ -15,7 +15,8 @@ piece tokenized with special tokens only where the episode loop parses them):
   describe the tables the gold SQL names and sample the first, run the gold SQL, submit it.
 
 `questions_per_database` bounds its size: the default (12 of each database's 32 questions, every
-difficulty) makes about 50k tokens with the Qwen3.5 tokenizer, minutes on a laptop for the 2B.
+difficulty) makes 49,415 tokens with the Qwen3.5 tokenizer (benchmarks/results/imatrix.md has
+what collecting over them costs on the 2B shape).
 """
 
 from __future__ import annotations
