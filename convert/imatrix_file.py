@@ -77,11 +77,6 @@ class Imatrix:
             out[name] = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
         return out
 
-    @property
-    def tokens(self) -> int:
-        """Input rows behind the matrix: the largest count of any weight."""
-        return int(max((entry.counts.max() for entry in self.entries.values()), default=0))
-
 
 # -- writing -----------------------------------------------------------------------------------
 
