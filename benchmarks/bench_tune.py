@@ -68,13 +68,14 @@ def _prefix_and_question(session, question: str) -> tuple[list[int], list[int]]:
 
 
 def child_ttft(model: str, extra: dict) -> dict:
-    from edge_sql.runtime import SamplingParams, Session
+    from edge_sql.runtime import PrefixCache, SamplingParams, Session
     from edge_sql.runtime.tuning import Settings
 
     settings = Settings(**extra["settings"])
     started = time.perf_counter()
-    session = Session(model, n_ctx=12288, prefix_cache_dir=extra["cache_dir"] if extra["cache"] else None,
-                      log=lambda m: print(m, file=sys.stderr), **settings.session_kwargs())
+    session = Session(model, settings.session_options(n_ctx=12288),
+                      prefix_cache=PrefixCache(extra["cache_dir"] if extra["cache"] else None,
+                                               log=lambda m: print(m, file=sys.stderr)))
     load_s = time.perf_counter() - started
     rows = []
     for question in extra["questions"]:
@@ -97,12 +98,12 @@ def child_full_context(model: str, extra: dict) -> dict:
     import numpy as np
 
     from edge_sql.runtime import Session
-    from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX
+    from edge_sql.runtime.options import DEFAULT_DRAFT_MAX
     from edge_sql.runtime.tuning import EPISODE_TOKENS, Settings
 
     settings = Settings(**{**extra["settings"], "draft_max": extra.get("draft_max", DEFAULT_DRAFT_MAX)})
     speculation = extra.get("speculate")
-    with Session(model, n_ctx=EPISODE_TOKENS, **settings.session_kwargs(speculation or "off")) as session:
+    with Session(model, settings.session_options(speculation or "off", n_ctx=EPISODE_TOKENS)) as session:
         tokens = np.random.default_rng(0).integers(0, 100_000, EPISODE_TOKENS - 1).tolist()  # the last cell stays free
         tick = time.perf_counter()
         session.eval(tokens[:-extra["decode"]])

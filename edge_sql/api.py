@@ -19,7 +19,7 @@ from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime import SamplingParams, Session, SessionInfo
+from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo
 from edge_sql.runtime.tuning import Settings
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
@@ -116,8 +116,8 @@ class Agent:
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
         self.session = Session(
-            self.model_path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **settings.session_kwargs(speculate),
-            prefix_cache_dir=prefix_state_dir() if prefix_cache else None, log=log,
+            self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers),
+            prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
         self._lock = threading.Lock()
 

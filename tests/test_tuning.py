@@ -34,7 +34,7 @@ def _buffer_bytes(model: Path, settings: Settings) -> int:
     plus what the bound adds for what the buffer log misses."""
     import llama_cpp
 
-    with Session(model, n_ctx=SMALL["n_ctx"], **settings.session_kwargs()) as session:
+    with Session(model, settings.session_options(n_ctx=SMALL["n_ctx"])) as session:
         n_head = llama_cpp.llama_model_n_head(session.llama_model)
         return (session.info.buffer_bytes + tuning.attention_work_bytes(SMALL["n_ctx"], settings, n_head)
                 + tuning.UNCOUNTED_BYTES)
@@ -155,9 +155,9 @@ def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Pa
             assert "none, auto drafts by lookup alone" in result.table()
             continue
         assert f"with the MTP drafter's context ({mtp / 2**20:.0f} MiB): draft_max {drafts_that_fit}" in result.table()
-        kwargs = result.chosen.session_kwargs("auto")
-        assert kwargs["speculate"] == "auto" and kwargs["draft_max"] == drafts_that_fit
-        with Session(tiny_gguf, n_ctx=SMALL["n_ctx"], **kwargs) as session:
+        options = result.chosen.session_options("auto", n_ctx=SMALL["n_ctx"])
+        assert options.speculate == "auto" and options.draft_max == drafts_that_fit
+        with Session(tiny_gguf, options) as session:
             assert session.info.draft_max == drafts_that_fit and session.info.mtp_layers == 1
             assert session.info.buffer_bytes <= allowance  # flash attention on: no work copy
             # what speculation added is what the fit counted for it
@@ -165,7 +165,7 @@ def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Pa
                 drafts_that_fit, measured.state_bytes, measured.n_vocab)
     nothing = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=base + per_draft // 2, **SMALL)
     assert nothing.chosen.speculation("auto") == ("off", 0) and "no draft fits" in nothing.table()
-    assert nothing.chosen.session_kwargs("lookup")["speculate"] == "off"
+    assert nothing.chosen.session_options("lookup").speculate == "off"
 
 
 def test_no_candidate_fits_falls_back_to_the_smallest_memory(tiny_gguf: Path) -> None:
@@ -257,7 +257,7 @@ def test_logits_agree_across_the_settings_the_tuner_may_choose(model_fixture: st
     assert len(options) >= 9
     reference = None
     for settings in options:
-        with Session(model, n_ctx=512, **settings.session_kwargs()) as session:
+        with Session(model, settings.session_options(n_ctx=512)) as session:
             session.eval(tokens[:130])
             after_prompt = session.logits()
             for token in tokens[130:]:

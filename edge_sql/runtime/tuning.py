@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -64,9 +65,9 @@ import numpy as np
 from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.runtime.backend import default_threads, init_backend, repack_is_safe
 from edge_sql.runtime.identity import cpu_model, file_fingerprint, llama_build, physical_cores
+from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, DEFAULT_UBATCH, SessionOptions, SpeculateMode
 from edge_sql.runtime.prefix_state import StateSnapshot
-from edge_sql.runtime.session import DEFAULT_UBATCH, Session
-from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX
+from edge_sql.runtime.session import Session
 from edge_sql.runtime.stretched_state import stretch_snapshot
 
 EPISODE_TOKENS = 12288
@@ -108,15 +109,17 @@ class Settings:
         fa = "auto" if self.flash_attn is None else ("on" if self.flash_attn else "off")
         return f"flash_attn={fa} n_ubatch={self.n_ubatch} n_threads={self.n_threads} repack={'on' if self.repack else 'off'}"
 
-    def session_kwargs(self, speculate: str = "off") -> dict:
-        """`Session` arguments, speculation within the memory budget: "mtp" and "auto" with the
+    def session_options(self, speculate: SpeculateMode = "off", **options: Any) -> SessionOptions:
+        """`Session` options, speculation within the memory budget: "mtp" and "auto" with the
         drafts that fit beside the MTP drafter's context; "auto" drafts by lookup alone where
-        that context does not fit; off where no draft fits."""
+        that context does not fit; off where no draft fits. `options`: the fields calibration
+        does not choose (n_ctx, n_gpu_layers, ...)."""
         speculate, draft_max = self.speculation(speculate)
-        return {"flash_attn": self.flash_attn, "n_ubatch": self.n_ubatch, "n_threads": self.n_threads,
-                "repack": self.repack, "speculate": speculate, "draft_max": draft_max or DEFAULT_DRAFT_MAX}
+        return SessionOptions(flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads,
+                              repack=self.repack, speculate=speculate, draft_max=draft_max or DEFAULT_DRAFT_MAX,
+                              **options)
 
-    def speculation(self, speculate: str) -> tuple[str, int]:
+    def speculation(self, speculate: SpeculateMode) -> tuple[SpeculateMode, int]:
         """The speculation mode and draft_max that `speculate` becomes within the budget."""
         if speculate in ("mtp", "auto") and self.draft_max_mtp:
             return speculate, self.draft_max_mtp
@@ -354,7 +357,7 @@ def calibrate(
     timed = settings
     if not full:  # quick: a candidate over the memory budget is not timed (nor its context filled)
         for candidate in settings:
-            with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
+            with Session(model_path, candidate.session_options(n_ctx=n_ctx, n_gpu_layers=0)) as session:
                 bounds[candidate] = _memory_bound(session, candidate, n_ctx, baseline)
             if bounds[candidate].memory_bytes > memory_allowance:
                 measured[candidate] = bounds[candidate]
@@ -416,7 +419,7 @@ def mtp_context_bytes(model_path: Path, settings: Settings, n_ctx: int) -> int:
     if not validate_gguf(model_path).mtp_layers:
         return 0
     fitted = replace(settings, draft_max=1)
-    with Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **fitted.session_kwargs("mtp")) as session:
+    with Session(model_path, fitted.session_options("mtp", n_ctx=n_ctx, n_gpu_layers=0)) as session:
         return sum(size for kind, size in session.info.buffers.items() if kind.startswith("MTP "))
 
 
@@ -561,7 +564,7 @@ def _time_at(session: Session, state: StateSnapshot, inputs: _Inputs, *, prefill
 
 def _warmed(model_path: Path, candidate: Settings, n_ctx: int, state: StateSnapshot, inputs: _Inputs) -> Session:
     """A session for `candidate`, its first-touch costs paid (a step at `state`)."""
-    session = Session(model_path, n_ctx=n_ctx, n_gpu_layers=0, **candidate.session_kwargs())
+    session = Session(model_path, candidate.session_options(n_ctx=n_ctx, n_gpu_layers=0))
     _restore(session, state)
     session.eval(inputs.decode[:1])
     return session
