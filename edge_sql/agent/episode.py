@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from edge_sql.agent.budget import Budget, RoundCounter
 from edge_sql.agent.grammar import (
@@ -42,11 +43,14 @@ from edge_sql.runtime import Completion, SamplingParams, Session
 from edge_sql.tools import Toolbox, ToolResult
 
 
+EventKind = Literal["round", "call", "forced", "answer"]
+
+
 @dataclass(frozen=True)
 class EpisodeEvent:
     """Progress of an episode, for streaming: a round starts, a call ran, the answer is forced."""
 
-    kind: str                      # "round", "call", "forced", "answer"
+    kind: EventKind
     round: int
     call: CallRecord | None = None
     reason: str | None = None      # "forced": max_rounds, failed_queries or context

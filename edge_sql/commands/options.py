@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import click
 
+from edge_sql.runtime.options import SPECULATE_MODES
+
 # option parameter -> the Budget fields it sets (`--budget FIELD=N` sets any field, and wins)
 BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
     "max_rounds": ("max_rounds",),
@@ -55,10 +57,9 @@ def budget_options(command: Callable) -> Callable:
 def speculate_option(command: Callable) -> Callable:
     """Adds `--speculate off|lookup|auto|mtp` (speculative decoding: same answers, fewer decodes).
 
-    The modes are `runtime.speculative.SPECULATE_MODES`, spelled out so that the CLI loads
-    without llama.cpp."""
+    The modes are the runtime's own (`runtime.options`, which loads without llama.cpp)."""
     return click.option(
-        "--speculate", type=click.Choice(("off", "lookup", "auto", "mtp")), default="off", show_default=True,
+        "--speculate", type=click.Choice(SPECULATE_MODES), default="off", show_default=True,
         help="Speculative decoding: 'lookup' drafts tokens by copying from the transcript (tool results, "
              "queries that ran) and keeps only those the model itself would write, so answers are the "
              "same; 'auto' also turns a draft source off while it does not pay; 'mtp' needs a model "
