@@ -167,3 +167,22 @@ def test_without_a_declared_prefix_nothing_is_restored(tiny_gguf: Path) -> None:
             session.reset()
             session.eval(prefix + own)
             assert session.prefix_tokens_restored == 0 and session.prompt_tokens_evaluated == len(prefix) + len(own)
+
+
+def test_the_key_hashes_the_options_a_state_depends_on(tmp_path: Path) -> None:
+    from edge_sql.runtime.options import SessionOptions
+    from edge_sql.runtime.prefix_state import prefix_key
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(64))
+    base = SessionOptions(n_ctx=2048, n_threads=1)
+    key = prefix_key(model, base, "CPU", [1, 2, 3])
+    # what the model loads or how it drafts leaves the context's state as it is
+    assert prefix_key(model, SessionOptions(n_ctx=2048, n_threads=1, mtp=True, speculate="auto"), "CPU",
+                      [1, 2, 3]) == key
+    for other in (SessionOptions(n_ctx=1024, n_threads=1), SessionOptions(n_ctx=2048, n_threads=2),
+                  SessionOptions(n_ctx=2048, n_threads=1, flash_attn=False),
+                  SessionOptions(n_ctx=2048, n_threads=1, draft_max=4)):
+        assert prefix_key(model, other, "CPU", [1, 2, 3]) != key, other
+    assert prefix_key(model, base, "CUDA", [1, 2, 3]) != key
+    assert prefix_key(model, base, "CPU", [1, 2, 4]) != key

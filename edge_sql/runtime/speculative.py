@@ -13,14 +13,13 @@ appended tokens are the ones non-speculative decoding appends for the same logit
 token-identical up to batch-vs-single rounding; sampling: the same distribution and, for a
 seed, the same draws); drafts only change how many decodes they cost.
 
-A `Drafter` proposes tokens
-for a context (prompt lookup in runtime/lookup.py; the model's MTP head in runtime/mtp.py,
-behind the same protocol). The `Speculator` asks its drafters in priority order and adapts how
-many tokens each may propose (more after a fully accepted draft, fewer after a rejection). The
-`Verifier` decodes a batch of drafts in the session's context, follows the tokens the session
-samples, rolls the rejected drafts back out of llama.cpp's memory and counts drafted and
-accepted tokens per source (`DraftCounts`). `make_verifier` builds all of it for a session's
-options.
+A `Drafter` proposes tokens for a context (prompt lookup in runtime/lookup.py; the model's
+MTP head in runtime/mtp.py, behind the same protocol). The `Speculator` asks its drafters in
+priority order and adapts how many tokens each may propose (more after a fully accepted draft,
+fewer after a rejection). The `Verifier` decodes a batch of drafts in the session's context,
+follows the tokens the session samples, rolls the rejected drafts back out of llama.cpp's
+memory and counts drafted and accepted tokens per source (`DraftCounts`). `make_verifier`
+builds all of it for a session's options.
 
 Cost model (for `auto`): verifying p drafts evaluates p + 1 tokens in one batch. The session
 measures what that batch cost in single-token decodes (its time over the running mean of a
