@@ -376,24 +376,20 @@ class Session(Closing):
                     text.feed(forced)
                     n_forced += len(forced)
                     continue
-            # where the next logits come from: a verify batch (in flight or new) or a flush
             tick = time.perf_counter()
-            if verifier is not None and not verifier.active and self._n_evaluated < len(self._tokens):
-                self._start_verify(verifier, room)
-            self._flush()  # nothing left to decode after a verify batch
+            logits = self._next_logits(verifier, room)
             tock = time.perf_counter()
             timings.decode_s += tock - tick
             # sample under the grammar's mask
             if constraint is None:
-                token = sample(self._logits, params, self._rng)
+                token = sample(logits, params, self._rng)
             else:
                 constraint.compute_mask()
                 if audit:
                     n_audited += 1
-                    n_overruled += _overruled(constraint, self._logits)
+                    n_overruled += _overruled(constraint, logits)
                 try:
-                    token, _ = sample_allowed(self._logits, constraint.is_allowed, constraint.allowed_mask,
-                                              params, self._rng)
+                    token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, self._rng)
                 except NoAllowedToken:
                     if not constraint.is_accepting:
                         raise
@@ -429,16 +425,19 @@ class Session(Closing):
             ended_turn=bool(new_tokens) and new_tokens[-1] in stop_set, timings=timings,
         )
 
-    def _start_verify(self, verifier: Verifier, room: int) -> None:
-        """Decode the pending tokens with the speculator's drafts in one batch, if it has any
-        (pending tokens that do not fit beside the drafts are decoded first)."""
-        proposal = verifier.propose(self._tokens, room)
-        if proposal is None:
-            return
-        keep = min(len(self._tokens) - self._n_evaluated, self._context.n_batch - len(proposal.drafts))
-        self._flush(upto=len(self._tokens) - keep)
-        self._logits = verifier.decode(self._tokens[self._n_evaluated:], self._n_evaluated, proposal)
-        self._n_evaluated = len(self._tokens)
+    def _next_logits(self, verifier: Verifier | None, room: int) -> np.ndarray:
+        """Where the next step's logits come from: the verify batch in flight, a new verify
+        batch of the pending tokens with the speculator's drafts (pending tokens that do not
+        fit beside them decoded first), or decoding the pending tokens (a flush)."""
+        if verifier is not None and not verifier.active and self._n_evaluated < len(self._tokens):
+            proposal = verifier.propose(self._tokens, room)
+            if proposal is not None:
+                keep = min(len(self._tokens) - self._n_evaluated, self._context.n_batch - len(proposal.drafts))
+                self._flush(upto=len(self._tokens) - keep)
+                self._logits = verifier.decode(self._tokens[self._n_evaluated:], self._n_evaluated, proposal)
+                self._n_evaluated = len(self._tokens)
+        self._flush()  # nothing is pending after a verify batch
+        return self._logits
 
     # ---- lifetime ------------------------------------------------------------------------
 
