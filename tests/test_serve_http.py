@@ -282,9 +282,9 @@ def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path) -> None:
     async def twice() -> list:
         seen = []
         for round_ in range(2):  # the second round finds the queue idle again
-            first = queue.submit(AskRequest(f"{round_}a", "chinook"), db)
+            first = queue.submit(AskRequest(question=f"{round_}a", database="chinook"), db)
             idle = queue.snapshot()
-            second = queue.submit(AskRequest(f"{round_}b", "chinook"), db)
+            second = queue.submit(AskRequest(question=f"{round_}b", database="chinook"), db)
             busy = queue.snapshot()
             release.set()
             outcomes = [str((await job.wait()).error) for job in (first, second)]
