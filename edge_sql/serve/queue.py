@@ -66,7 +66,7 @@ class QueueCounts:
 
 
 class Job:
-    """One queued request. Everything but `stop` is touched on the queue's event loop only."""
+    """One queued request, touched on the queue's event loop only, but for `stop` and `_db` (its episode's)."""
 
     def __init__(self, number: int, request: AskRequest, path: Path, queue: AskQueue) -> None:
         self.number = number
