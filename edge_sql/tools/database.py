@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_sql.errors import DatabaseError, EdgeSqlError
+from edge_sql.errors import DatabaseError, QueryError
 from edge_sql.tools import db_file
 from edge_sql.tools.db_file import SQLITE_HEADER  # noqa: F401  (kept importable from here)
 from edge_sql.tools.identifiers import fold_identifier, unquote_identifier
@@ -44,10 +44,6 @@ RUNNABLE_STATEMENTS = (*READ_STATEMENTS, "PRAGMA")
 _AUTO = object()
 _LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?(?:\*/|\Z))*", re.S)
 _KEYWORD = re.compile(r"[A-Za-z]+")
-
-
-class QueryError(EdgeSqlError):
-    """A statement failed: an SQL error, a refused write, or a time-out."""
 
 
 @dataclass(frozen=True)
