@@ -4,9 +4,9 @@ Lenient (`Toolbox.call`, as the training environment ran the tools): a missing o
 argument takes its default; an integer may come as an integral float or a plain decimal string,
 and every integer out of range, however far (-5, 1000, 10**100), is clamped into it: a limit
 asks for how many rows to show, and one past the most asks for the most, so how many digits it
-has changes nothing (a refusal would also cost the model a round). Strict (`agent.parsing`, the model's own calls, which the
-grammar shaped): the arguments must be exactly what the grammar allows: JSON integers within
-range, nothing filled in or changed. Both refuse unknown and missing arguments, wrong types and
+has changes nothing (a refusal would also cost the model a round). Strict (`agent.parsing`, the
+model's own calls, which the grammar shaped): the arguments must be exactly what the grammar
+allows: JSON integers within range, nothing filled in or changed. Both refuse unknown and missing arguments, wrong types and
 NUL characters, with the same messages.
 """
 

@@ -1,4 +1,4 @@
-"""printf() and format() that fail with "string or blob too big" where SQLite's answer NULL.
+"""printf() and format() that fail with "string or blob too big" where the built-ins give NULL.
 
 Every SQLite function that builds a value over the length limit raises SQLITE_TOOBIG, except
 printf() and its alias format(): their text builder drops an over-long result and returns NULL,

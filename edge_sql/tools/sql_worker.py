@@ -1,11 +1,11 @@
-"""The SQL worker: a small process that owns one read-only SQLite connection.
+"""The SQL worker: a small process that owns the read-only SQLite connections to one file.
 
 `ReadOnlyDatabase` (database.py) starts it as a plain script (`python -E -s -S sql_worker.py`,
-so it starts in milliseconds and imports nothing but the standard library, `policy.py` and
-`printf_guard.py` beside it) and talks to it over its stdin/stdout pipes. Everything a statement can do to a
-process (a compile that doubles per CTE level, one `printf` or `instr` call that runs for
-minutes, a busy wait on another program's lock, a row of 60 MB blobs) happens here, where the
-parent can kill it for sure; the parent then starts a fresh one.
+so it starts in milliseconds and imports nothing but the standard library, and `policy.py` and
+`printf_guard.py` beside it) and talks to it over its stdin/stdout pipes. Everything a
+statement can do to a process (a compile that doubles per CTE level, one `printf` or `instr`
+call that runs for minutes, a busy wait on another program's lock, a row of 60 MB blobs)
+happens here, where the parent can kill it for sure; the parent then starts a fresh one.
 
 Guards in this process: an address-space cap (RLIMIT_AS) and SQLite's `hard_heap_limit`, so a
 memory bomb ends in an error or in this process's death, never the parent's; a progress
@@ -157,13 +157,14 @@ class Worker:
         self._set_busy_timeout(time_limit_s)
         deadline = time.monotonic() + time_limit_s
         try:
+            request = (sql, params, max_rows, max_cell_chars, deadline)
             if _MAY_CALL_GUARDED.search(sql):
                 try:
-                    return self._fetch(self.guarded, sql, params, max_rows, max_cell_chars, deadline)
+                    return self._fetch(self.guarded, *request)
                 except sqlite3.Error as exc:
                     if not cannot_run(exc):
                         raise
-            return self._fetch(self.conn, sql, params, max_rows, max_cell_chars, deadline)
+            return self._fetch(self.conn, *request)
         except MemoryError:
             return ("error", "memory", "out of memory")
         except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as exc:
