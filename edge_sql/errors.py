@@ -53,6 +53,22 @@ class ContextFullError(EdgeSqlError):
     """The tokens to evaluate do not fit in the context window."""
 
 
+class QueryError(EdgeSqlError):
+    """A statement failed: an SQL error, a refused write, or a time-out."""
+
+
+class TurnParseError(EdgeSqlError):
+    """An assistant turn that does not follow the protocol."""
+
+
+class PromptFileError(EdgeSqlError):
+    """A prompt template file that cannot be read or lacks a field or placeholder."""
+
+
+class RayUnavailableError(EdgeSqlError):
+    """`--ray` was asked for but Ray is not installed."""
+
+
 class HubError(EdgeSqlError):
     """The hub answered, but the download cannot go on (bad revision, server error, broken transfer)."""
 
