@@ -202,14 +202,15 @@ def time_quick(plan: RunPlan, timed: Sequence[Settings],
                     session = _warmed(plan, ref, states[ref.flash_attn][points[0]])
                 visit(session, ref, first=False)
         elif rest:
-            plan.report.detail(f"calibrating {plan.name}: the second round of decodes skipped ({TIME_IS_UP})")
+            plan.report.detail(f"calibrating {plan.name}: the second round of decodes skipped (the time left "
+                               "does not hold it)")
     finally:
         if session is not None:
             session.close()
     measured = {ref: replace(bounds[ref], points=points, prefill_s=prefill[ref],
                              decode_s=[float(np.median(ticks[ref, p])) for p in points]) for ref in refs}
 
-    chunk, told = inputs.chunk_size, False
+    chunk, out_of_time = inputs.chunk_size, False
     for candidate in (s for s in timed if s not in measured):
         key = decode_key(candidate)
         ref = next(r for r in refs if decode_key(r) == key)
@@ -219,11 +220,11 @@ def time_quick(plan: RunPlan, timed: Sequence[Settings],
             measured[candidate] = replace(bounds[candidate], points=points, prefill_s=list(same.prefill_s))
             continue
         reference = measured[ref]
-        if not plan.budget.allows(warm_s[ref] + reference.prefill_s[0] * chunk):  # a context and a chunk
+        if out_of_time or not plan.budget.allows(warm_s[ref] + reference.prefill_s[0] * chunk):  # a context, a chunk
             plan.report.detail(f"calibrating {plan.name}: {candidate.label} not timed ({TIME_IS_UP})")
-            if not told:
+            if not out_of_time:  # once up, up: no candidate is timed after this line
                 plan.report.say(f"calibrating {plan.name}: time is up, choosing among the settings timed so far")
-                told = True
+                out_of_time = True
             continue
         plan.timing(candidate.label)
         with _warmed(plan, candidate, states[candidate.flash_attn][points[0]]) as session:
