@@ -2,11 +2,13 @@
 
 The quick calibration (the first `run` of a file) has a budget of `QUICK_SECONDS` from start
 to result. What a choice cannot do without is measured whatever the budget: each candidate's
-memory bound (a context created, nothing evaluated) and one reference per decode key at every
-point. Everything else starts only if its estimated cost (from what the same kind of step
-took so far) fits in the time left: the references' second round of decodes, the other
-candidates' prefill chunks, and last the MTP drafter's memory (time is kept for it from the
-start; if it is not measured, speculation drafts without the MTP head until `edge-sql tune`).
+memory bound (a context created, nothing evaluated), one reference per flash-attention value
+at every point, and last the MTP drafter's memory (time is kept for it from the start; its
+model load is the one `run` then reuses). Everything else starts only if its estimated cost
+(from what the same kind of step took so far) fits in the time left: the references of the
+other thread counts and of repacked weights, the second round of decodes, the other
+candidates' prefill chunks. On a busy machine the part measured whatever the budget can
+itself take longer than the budget; the note then says the machine was busy.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from edge_sql.runtime.tuning.plan import Budget, Inputs, Progress, Reporter, Run
 from edge_sql.runtime.tuning.profile import EPISODE_TOKENS, Segment, episode_profile, predict
 from edge_sql.runtime.tuning.result import Calibration, Measurement
 from edge_sql.runtime.tuning.settings import Settings, candidates, runnable
-from edge_sql.runtime.tuning.timing import TIME_IS_UP, pool_decode, time_quick, time_sweep
+from edge_sql.runtime.tuning.timing import pool_decode, time_quick, time_sweep
 
 QUICK_POINTS = (1024, 8192)  # stretched states: no prefill to reach them
 QUICK_SECONDS = 50.0  # the quick calibration's budget, from start to result
@@ -87,6 +89,7 @@ def calibrate(
 
     measured: dict[Settings, Measurement] = {}
     bounds: dict[Settings, Measurement] = {}
+    context_s: dict[Settings, float] = {}
     timed = settings
     if not full:  # quick: a candidate over the memory budget is not timed (nor its context filled)
         bounds, context_s = _bounds(plan, settings)
@@ -96,18 +99,19 @@ def calibrate(
             smallest = min(measured.values(), key=lambda m: m.memory_bytes).settings
             del measured[smallest]
             timed = [smallest]
-        budget.reserve_s = load_s + context_s if has_mtp_head(model_path) else 0.0
+        if has_mtp_head(model_path):  # kept for the last step: a model load and a context
+            budget.reserve_s = load_s + float(np.median(list(context_s.values())))
     over = len(settings) - len(timed)
     plan.n_timed = len(timed)
     plan.report.detail(f"calibrating {model_path.name}: {len(timed)} candidates"
                        + (f" ({over} more over the memory budget, not timed)" if over else ""))
-    measured.update(time_sweep(plan, timed) if full else time_quick(plan, timed, bounds))
+    measured.update(time_sweep(plan, timed) if full else time_quick(plan, timed, bounds, context_s))
     pool_decode(measured)  # quick: decode timed once per decode key (prefill scaled); full: their median
     measurements = [measured.get(s) or bounds[s] for s in settings]  # quick: some left untimed
     chosen, note = _choose(measurements, profile, memory_allowance)
-    chosen, mtp, mtp_note = _fit_speculation(plan, measured[chosen], memory_allowance)
+    chosen, mtp = _fit_speculation(plan, measured[chosen], memory_allowance)
     load = other_load(max(s.n_threads for s in settings))
-    note = "; ".join(part for part in (note, mtp_note, busy_note(load, default_threads())) if part)
+    note = "; ".join(part for part in (note, busy_note(load, default_threads())) if part)
     return Calibration(
         key=cache_key(model_path), model_path=str(model_path), mode="full" if full else "quick",
         chosen=chosen, measurements=measurements, memory_allowance=memory_allowance,
@@ -115,34 +119,27 @@ def calibrate(
     )
 
 
-def _bounds(plan: RunPlan, settings: Sequence[Settings]) -> tuple[dict[Settings, Measurement], float]:
-    """Each candidate's memory bound (a context created, nothing evaluated), and the longest
-    that creating one took (a model load included where the candidate needed one)."""
-    bounds, longest = {}, 0.0
+def _bounds(plan: RunPlan, settings: Sequence[Settings]) -> tuple[dict[Settings, Measurement], dict[Settings, float]]:
+    """Each candidate's memory bound (a context created, nothing evaluated), and what creating
+    its context took (a model load included where the candidate needed one)."""
+    bounds, seconds = {}, {}
     for candidate in settings:
         tick = time.perf_counter()
         with Session(plan.model_path, n_ctx=plan.n_ctx, n_gpu_layers=0, **candidate.session_kwargs()) as session:
             bounds[candidate] = memory_bound(session, candidate, plan.n_ctx, plan.baseline)
-        longest = max(longest, time.perf_counter() - tick)
-    return bounds, longest
+        seconds[candidate] = time.perf_counter() - tick
+    return bounds, seconds
 
 
-def _fit_speculation(plan: RunPlan, chosen: Measurement, memory_allowance: int) -> tuple[Settings, int, str]:
+def _fit_speculation(plan: RunPlan, chosen: Measurement, memory_allowance: int) -> tuple[Settings, int]:
     """The chosen settings with the most drafts that fit what they leave of the budget, without
-    and with the MTP drafter's context (measured last, if time is left for it: without it,
-    "mtp" and "auto" do not draft with the head); that context's bytes; a note if not measured."""
-    mtp, note = 0, ""
-    if has_mtp_head(plan.model_path):
-        estimate, plan.budget.reserve_s = plan.budget.reserve_s, 0.0
-        if plan.budget.allows(estimate):
-            mtp = mtp_context_bytes(plan.model_path, chosen.settings, plan.n_ctx)
-        else:
-            plan.report.detail(f"calibrating {plan.name}: the MTP drafter's memory not measured ({TIME_IS_UP})")
-            note = ("the quick calibration's time was up before the MTP drafter's memory was measured: "
-                    "speculation drafts without it until `edge-sql tune` measures it")
-    with_mtp = fit_draft_max(chosen, memory_allowance - mtp) if not note else 0
-    fitted = replace(chosen.settings, draft_max=fit_draft_max(chosen, memory_allowance), draft_max_mtp=with_mtp)
-    return fitted, mtp, note
+    and with the MTP drafter's context (measured now, on the model loaded with its head, which
+    `run` then reuses); that context's bytes."""
+    plan.budget.reserve_s = 0.0  # what was kept for this step
+    mtp = mtp_context_bytes(plan.model_path, chosen.settings, plan.n_ctx)
+    fitted = replace(chosen.settings, draft_max=fit_draft_max(chosen, memory_allowance),
+                     draft_max_mtp=fit_draft_max(chosen, memory_allowance - mtp))
+    return fitted, mtp
 
 
 def _choose(measurements: Sequence[Measurement], profile: Sequence[Segment],
@@ -169,6 +166,11 @@ def other_load(own_threads: int) -> float | None:
         return None
 
 
+def is_busy(load: float | None, cpus: int) -> bool:
+    """Whether other processes keep more than half the CPUs busy (`other_load`)."""
+    return load is not None and load > cpus / 2
+
+
 def busy_note(load: float | None, cpus: int) -> str:
     """A warning when other processes kept more than half the CPUs busy while measuring.
 
@@ -176,7 +178,7 @@ def busy_note(load: float | None, cpus: int) -> str:
     slows them far more than proportionally (measured here: 2B decode at 0.3 tok/s instead of
     about 20 with two other llama.cpp processes on 2 cores); the choice is then noise.
     """
-    if load is None or load <= cpus / 2:
+    if not is_busy(load, cpus):
         return ""
     return (f"the machine was busy while measuring (other processes' load {load:.1f} on {cpus} CPUs): "
             "the speeds are unreliable; run `edge-sql tune` again when it is quiet")

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edge_sql.convert.gguf_file import validate_gguf
+from edge_sql.runtime.backend import default_threads
 from edge_sql.runtime.tuning import calibration
 from edge_sql.runtime.tuning.cache import cached_calibration, save_calibration
 from edge_sql.runtime.tuning.plan import Progress
@@ -38,9 +39,11 @@ def _calibrate_now(model_path: Path, progress: Progress, folder: Path | None, n_
                    n_threads: int | None) -> Calibration:
     """A quick calibration now, saved; its progress and result in plain words."""
     validate_gguf(model_path)  # a bad file is reported as such, not as a calibration that failed
+    busy = calibration.is_busy(calibration.other_load(0), default_threads())
     progress(f"first run of {model_path.name} on this machine: a quick calibration measures which llama.cpp "
-             f"settings run it fastest here, about {calibration.QUICK_SECONDS:.0f} s, once per file "
-             "(`--no-tune` skips it; `edge-sql tune` runs the full sweep)")
+             f"settings run it fastest here, about {calibration.QUICK_SECONDS:.0f} s"
+             + (" (longer: other processes keep the CPUs busy)" if busy else "")
+             + ", once per file (`--no-tune` skips it; `edge-sql tune` runs the full sweep)")
     if n_threads and "settings" not in options:
         options["settings"] = candidates(n_threads)
     found = calibration.calibrate(model_path, progress=progress, n_ctx=min(n_ctx, EPISODE_TOKENS), plain=True,

@@ -87,6 +87,7 @@ class RunPlan:
     report: Reporter
     n_timed: int = 0           # candidates to time, for the progress lines' counts
     counted: int = 0           # of them, those a progress line has named
+    time_is_up: bool = False   # a step was left out for time: no candidate is timed after
 
     @property
     def name(self) -> str:
@@ -100,3 +101,10 @@ class RunPlan:
         spent = "" if self.budget.seconds is None else \
             f", {self.budget.elapsed():.0f} s of about {self.budget.seconds:.0f} s"
         self.report.say(f"calibrating {self.name}: {number}/{self.n_timed}{spent}")
+
+    def out_of_time(self, label: str) -> None:
+        """A candidate is left untimed: the budget does not hold it (said once in plain words)."""
+        self.report.detail(f"calibrating {self.name}: {label} not timed (the quick calibration's time is up)")
+        if not self.time_is_up:
+            self.report.say(f"calibrating {self.name}: time is up, choosing among the settings timed so far")
+        self.time_is_up = True

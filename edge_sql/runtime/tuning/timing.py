@@ -30,7 +30,6 @@ from edge_sql.runtime.tuning.result import Measurement
 from edge_sql.runtime.tuning.settings import Settings
 
 STRETCH_BASE = 64  # real tokens behind a stretched state
-TIME_IS_UP = "the quick calibration's time is up"
 
 
 def _filled_states(base: Session, points: Sequence[int], rng: np.random.Generator,
@@ -148,31 +147,71 @@ def time_sweep(plan: RunPlan, timed: Sequence[Settings]) -> dict[Settings, Measu
     return measured
 
 
-def time_quick(plan: RunPlan, timed: Sequence[Settings],
-               bounds: dict[Settings, Measurement]) -> dict[Settings, Measurement]:
+def time_quick(plan: RunPlan, timed: Sequence[Settings], bounds: dict[Settings, Measurement],
+               context_s: dict[Settings, float]) -> dict[Settings, Measurement]:
     """The first run's calibration, within `plan.budget`.
 
-    Contexts are stretched (`_stretched_states`), not filled. One reference candidate per
-    decode key (the first: the smallest n_ubatch) is timed at every point: the least a choice
-    needs, measured whatever the budget. Then, only while the budget holds them: the
-    references' decodes a second time in reverse order (A B B A: the machine's speed drifts
-    over a minute, and flash attention on against off, decided by decode late in an episode, is
-    the choice that matters most); the other candidates' prefill at the first point (the
+    Contexts are stretched (`_stretched_states`), not filled. A reference candidate per decode
+    key (the first: the smallest n_ubatch) is timed at every point (`_time_references`). Then,
+    while the budget holds them, the other candidates' prefill at the first point (the
     cheapest chunk), scaled along their reference's curve: n_ubatch moves the curve; one whose
     n_ubatch is at least the chunk computes it as the candidate with n_ubatch equal to the
     chunk does, and gets that timing. Candidates left untimed cannot be chosen; `edge-sql
-    tune` times them all."""
+    tune` times them all. `context_s`: what creating each candidate's context took while its
+    memory was bounded (its model's load included where it needed one), to estimate steps by."""
     points, inputs = list(plan.points), plan.inputs
     refs = list({decode_key(s): s for s in reversed(timed)}.values())[::-1]  # the first of each key
+    core = list({s.flash_attn: s for s in reversed(refs)}.values())[::-1]  # the first of each flash value
+    refs = core + [r for r in refs if r not in core]
     states: dict[bool | None, dict[int, StateSnapshot]] = {}
-    for ref in refs:
-        if ref.flash_attn not in states:
-            plan.report.detail(f"calibrating {plan.name}: a {points[-1]}-token context ({_fa_label(ref)}) ...")
-            states[ref.flash_attn] = _contexts(plan, ref.flash_attn, stretch=True)
+    for ref in core:
+        plan.report.detail(f"calibrating {plan.name}: a {points[-1]}-token context ({_fa_label(ref)}) ...")
+        states[ref.flash_attn] = _contexts(plan, ref.flash_attn, stretch=True)
+    timings = _time_references(plan, refs, len(core), states, context_s)
+    measured = {ref: replace(bounds[ref], points=points, prefill_s=prefill,
+                             decode_s=[float(np.median(ticks)) for ticks in decodes])
+                for ref, (prefill, decodes) in timings.items()}
+
+    chunk = inputs.chunk_size
+    for candidate in (s for s in timed if s not in measured and s not in refs):  # refs: timed or said
+        key = decode_key(candidate)
+        same = next((m for s, m in measured.items() if decode_key(s) == key
+                     and min(s.n_ubatch, chunk) == min(candidate.n_ubatch, chunk)), None)
+        if same is not None:  # the same ubatches of the chunk: the same computation
+            measured[candidate] = replace(bounds[candidate], points=points, prefill_s=list(same.prefill_s))
+            continue
+        reference = next((m for s, m in measured.items() if s in timings and decode_key(s) == key), None)
+        if (plan.time_is_up or reference is None
+                or not plan.budget.allows(context_s.get(candidate, 0.0) + reference.prefill_s[0] * chunk)):
+            plan.out_of_time(candidate.label)
+            continue
+        plan.timing(candidate.label)
+        with _warmed(plan, candidate, states[candidate.flash_attn][points[0]]) as session:
+            cost, _ = _time_at(session, states[candidate.flash_attn][points[0]], inputs.chunk, prefill_runs=1,
+                               decode=())
+            scale = cost / reference.prefill_s[0]
+            measured[candidate] = replace(bounds[candidate], points=points,
+                                          prefill_s=[c * scale for c in reference.prefill_s])
+    return measured
+
+
+def _time_references(plan: RunPlan, refs: Sequence[Settings], n_core: int,
+                     states: dict[bool | None, dict[int, StateSnapshot]],
+                     context_s: dict[Settings, float]) -> dict[Settings, tuple[list[float], list[list[float]]]]:
+    """Each timed reference's prefill cost and decode steps at every point.
+
+    The first `n_core` references (one per flash-attention value: on against off, decided by
+    decode late in an episode, is the choice that matters most) are timed whatever the budget:
+    the least a choice needs. The others only while the budget holds one more (what creating
+    its context took, plus the longest round so far). Then, within the budget, a second round
+    of decodes in reverse order (A B B A: the machine's speed drifts over a minute).
+    """
+    points, inputs = list(plan.points), plan.inputs
     half = max(1, inputs.n_decode // 2)
     prefill: dict[Settings, list[float]] = {}
     ticks: dict[tuple[Settings, int], list[float]] = {}
-    warm_s: dict[Settings, float] = {}  # what loading each reference took: the estimate for the next load
+    warm_s: dict[Settings, float] = {}  # what creating each reference's session took, in the first round
+    rounds_s: list[float] = []
 
     def visit(session: Session, ref: Settings, first: bool) -> None:
         steps = inputs.decode[1:][:half] if first else inputs.decode[1:][half:]
@@ -185,7 +224,10 @@ def time_quick(plan: RunPlan, timed: Sequence[Settings],
 
     session = None
     try:
-        for ref in refs:
+        for number, ref in enumerate(refs):
+            if number >= n_core and not plan.budget.allows(context_s.get(ref, 0.0) + max(rounds_s)):
+                plan.out_of_time(ref.label)
+                continue
             if session is not None:
                 session.close()
             plan.timing(ref.label)
@@ -193,11 +235,13 @@ def time_quick(plan: RunPlan, timed: Sequence[Settings],
             session = _warmed(plan, ref, states[ref.flash_attn][points[0]])
             warm_s[ref] = time.perf_counter() - tick
             visit(session, ref, first=True)
+            rounds_s.append(time.perf_counter() - tick)
+        done = list(warm_s)
         rest = max(0, len(inputs.decode) - 1 - half) / half
-        second = sum(sum(ticks[ref, p]) for ref in refs for p in points) * rest + sum(warm_s.values())
+        second = sum(sum(ticks[ref, p]) for ref in done for p in points) * rest + sum(warm_s.values())
         if rest and plan.budget.allows(second):
-            for ref in refs[::-1]:
-                if ref != refs[-1]:  # the last reference's session is still open
+            for ref in done[::-1]:
+                if ref != done[-1]:  # the last reference's session is still open
                     session.close()
                     session = _warmed(plan, ref, states[ref.flash_attn][points[0]])
                 visit(session, ref, first=False)
@@ -207,30 +251,4 @@ def time_quick(plan: RunPlan, timed: Sequence[Settings],
     finally:
         if session is not None:
             session.close()
-    measured = {ref: replace(bounds[ref], points=points, prefill_s=prefill[ref],
-                             decode_s=[float(np.median(ticks[ref, p])) for p in points]) for ref in refs}
-
-    chunk, out_of_time = inputs.chunk_size, False
-    for candidate in (s for s in timed if s not in measured):
-        key = decode_key(candidate)
-        ref = next(r for r in refs if decode_key(r) == key)
-        same = next((m for s, m in measured.items() if decode_key(s) == key
-                     and min(s.n_ubatch, chunk) == min(candidate.n_ubatch, chunk)), None)
-        if same is not None:  # the same ubatches of the chunk: the same computation
-            measured[candidate] = replace(bounds[candidate], points=points, prefill_s=list(same.prefill_s))
-            continue
-        reference = measured[ref]
-        if out_of_time or not plan.budget.allows(warm_s[ref] + reference.prefill_s[0] * chunk):  # a context, a chunk
-            plan.report.detail(f"calibrating {plan.name}: {candidate.label} not timed ({TIME_IS_UP})")
-            if not out_of_time:  # once up, up: no candidate is timed after this line
-                plan.report.say(f"calibrating {plan.name}: time is up, choosing among the settings timed so far")
-                out_of_time = True
-            continue
-        plan.timing(candidate.label)
-        with _warmed(plan, candidate, states[candidate.flash_attn][points[0]]) as session:
-            cost, _ = _time_at(session, states[candidate.flash_attn][points[0]], inputs.chunk, prefill_runs=1,
-                               decode=())
-            scale = cost / reference.prefill_s[0]
-            measured[candidate] = replace(bounds[candidate], points=points,
-                                          prefill_s=[c * scale for c in reference.prefill_s])
-    return measured
+    return {ref: (prefill[ref], [ticks[ref, p] for p in points]) for ref in done}
