@@ -281,7 +281,8 @@ def test_a_first_run_says_in_plain_words_what_calibration_does_and_how_long(
     assert lines[0].startswith("first run of model.gguf on this machine: a quick calibration measures which "
                                "llama.cpp settings run it fastest here, about 50 s (longer: other processes keep "
                                "the CPUs busy), once per file")
-    counts = [line for line in lines if line.startswith("calibrating model.gguf: ")]
+    assert lines[1] == "calibrating model.gguf: measuring the memory of 4 candidate settings"
+    counts = [line for line in lines[2:] if line.startswith("calibrating model.gguf: ")]
     assert counts[0].startswith("calibrating model.gguf: 1/4, ") and counts[0].endswith(" s of about 50 s")
     done = [line for line in lines if line.startswith("calibrated in ")]
     assert len(done) == 1 and done[0].endswith(" s; later runs of this file reuse it")

@@ -92,6 +92,7 @@ def calibrate(
     context_s: dict[Settings, float] = {}
     timed = settings
     if not full:  # quick: a candidate over the memory budget is not timed (nor its context filled)
+        plan.report.say(f"calibrating {model_path.name}: measuring the memory of {len(settings)} candidate settings")
         bounds, context_s = _bounds(plan, settings)
         measured = {s: m for s, m in bounds.items() if m.memory_bytes > memory_allowance}
         timed = [s for s in settings if s not in measured]

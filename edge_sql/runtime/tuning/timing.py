@@ -152,7 +152,9 @@ def time_quick(plan: RunPlan, timed: Sequence[Settings], bounds: dict[Settings, 
     """The first run's calibration, within `plan.budget`.
 
     Contexts are stretched (`_stretched_states`), not filled. A reference candidate per decode
-    key (the first: the smallest n_ubatch) is timed at every point (`_time_references`). Then,
+    key (the first: the smallest n_ubatch) is timed at every point, the first of each
+    flash-attention value whatever the budget, the others while it holds them
+    (`_time_references`). Then,
     while the budget holds them, the other candidates' prefill at the first point (the
     cheapest chunk), scaled along their reference's curve: n_ubatch moves the curve; one whose
     n_ubatch is at least the chunk computes it as the candidate with n_ubatch equal to the
