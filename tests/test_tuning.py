@@ -311,6 +311,23 @@ def test_a_fixed_thread_count_is_a_candidate_of_the_one_calibration_per_file(
     assert len(list(folder.glob("*.json"))) == 1
 
 
+def test_saving_a_calibration_never_shares_a_temporary_file_with_another_writer(tiny_gguf: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Two processes calibrating one file at once each write under their own temporary name."""
+    chosen = Settings(flash_attn=True, n_ubatch=64, n_threads=1)
+    calibration_record = tuning.Calibration(
+        key=tuning.cache_key(tiny_gguf), model_path=str(tiny_gguf), mode="quick", chosen=chosen,
+        measurements=[tuning.Measurement(chosen, [64], [0.01], [0.05], 1)], memory_allowance=2, seconds=1.0)
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    other = folder / f"{calibration_record.key}.tmp"  # the name every writer used to share
+    other.write_text("another process, half-way through its write")
+    saved = tuning.save_calibration(calibration_record, folder)
+    assert other.read_text() == "another process, half-way through its write"
+    assert tuning.cached_calibration(tiny_gguf, folder).chosen == chosen and saved.parent == folder
+    assert sorted(p.name for p in folder.iterdir()) == sorted([other.name, saved.name])  # no temporary left
+
+
 def test_fingerprint_sees_a_changed_byte_with_size_and_mtime_kept(tiny_gguf: Path, tmp_path: Path) -> None:
     model = tmp_path / "model.gguf"
     shutil.copyfile(tiny_gguf, model)
