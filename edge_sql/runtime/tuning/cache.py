@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from edge_sql.convert.atomic import atomic_output
+from edge_sql.convert.atomic import write_atomic
 from edge_sql.runtime.identity import cpu_model, file_fingerprint, llama_build
 from edge_sql.runtime.tuning.result import CACHE_VERSION, Calibration
 
@@ -45,6 +45,5 @@ def save_calibration(calibration: Calibration, folder: Path | None = None) -> Pa
         except (OSError, ValueError):
             continue
     path = folder / f"{calibration.key}.json"
-    with atomic_output(path) as tmp:
-        tmp.write_text(json.dumps(calibration.to_json(), indent=1), encoding="utf-8")
+    write_atomic(path, json.dumps(calibration.to_json(), indent=1).encode("utf-8"))
     return path
