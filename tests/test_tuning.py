@@ -51,6 +51,23 @@ def test_the_attention_work_buffer_counts_only_without_flash_attention() -> None
     assert tuning.attention_work_bytes(12288, Settings(None, 256, 2), 8) == 0  # auto: on for CPU
 
 
+def test_the_memory_model_reads_llama_cpps_buffers_by_what_they_hold(tiny_gguf: Path) -> None:
+    """One reader of the buffer log's labels: the recurrent state and the MTP drafter's context
+    apart from the rest; what counts against the budget is what lies beyond the mapped file."""
+    from edge_sql.runtime import SessionInfo
+    from edge_sql.runtime.tuning.memory import ContextMemory
+
+    mib = 1024 * 1024
+    buffers = {"CPU_Mapped model": 1200 * mib, "CPU KV": 96 * mib, "CPU RS": 3 * mib, "CPU output": 1 * mib,
+               "CPU compute": 40 * mib, "MTP CPU KV": 4 * mib, "MTP CPU compute": 30 * mib}
+    info = SessionInfo(model_path=tiny_gguf, architecture="qwen35", model_bytes=1200 * mib, backend="CPU",
+                       gpu_layers=0, n_layers=24, n_threads=2, n_ctx=12288, n_batch=512, n_ubatch=256, repack=False,
+                       n_vocab=248320, buffers=buffers)
+    assert ContextMemory.of(info) == ContextMemory(allocated=174 * mib, recurrent_state=3 * mib, mtp_context=34 * mib)
+    attention_only = SessionInfo(**{**info.__dict__, "buffers": {"CPU KV": 96 * mib, "CPU compute": 40 * mib}})
+    assert ContextMemory.of(attention_only) == ContextMemory(allocated=136 * mib, recurrent_state=0, mtp_context=0)
+
+
 def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: Path) -> None:
     bounds = {s: _buffer_bytes(tiny_gguf, s) for s in SETTINGS}
     assert len(set(bounds.values())) > 1, bounds  # ubatch and flash attention change the compute buffer
