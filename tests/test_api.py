@@ -112,7 +112,11 @@ def test_an_agent_that_calibrates_says_so_through_its_logger(tiny_gguf, tmp_path
     the `edge_sql.api` logger (an application sees why the first load takes longer)."""
     import shutil
 
+    from edge_sql.runtime.tuning import Settings, calibration
+
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    two = [Settings(True, 64, 1), Settings(False, 64, 1)]  # two candidates: a short calibration
+    monkeypatch.setattr(calibration, "candidates", lambda n_threads=None: two)
     model = tmp_path / "model.gguf"
     shutil.copyfile(tiny_gguf, model)
     with caplog.at_level("INFO", logger="edge_sql.api"):
