@@ -31,7 +31,7 @@ The parts, in import order:
 """
 
 from edge_sql.runtime.tuning.cache import cache_key, cached_calibration, save_calibration, tuning_dir
-from edge_sql.runtime.tuning.calibration import QUICK_SECONDS, busy_note, calibrate, other_load
+from edge_sql.runtime.tuning.calibration import busy_note, calibrate, other_load
 from edge_sql.runtime.tuning.first_run import tuned_settings
 from edge_sql.runtime.tuning.memory import (
     MEMORY_ALLOWANCE,
@@ -46,7 +46,7 @@ from edge_sql.runtime.tuning.result import CACHE_VERSION, Calibration, Measureme
 from edge_sql.runtime.tuning.settings import Settings, candidates, default_settings
 
 __all__ = [
-    "CACHE_VERSION", "EPISODE_TOKENS", "MEMORY_ALLOWANCE", "QUICK_SECONDS", "UNCOUNTED_BYTES", "Calibration",
+    "CACHE_VERSION", "EPISODE_TOKENS", "MEMORY_ALLOWANCE", "UNCOUNTED_BYTES", "Calibration",
     "Measurement", "Segment", "Settings", "attention_work_bytes", "busy_note", "cache_key", "cached_calibration",
     "calibrate", "candidates", "default_settings", "episode_profile", "fit_draft_max", "mtp_context_bytes",
     "other_load", "per_token", "predict", "save_calibration", "speculation_bytes", "tuned_settings", "tuning_dir",
