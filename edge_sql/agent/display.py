@@ -80,15 +80,23 @@ def answer_text(result: EpisodeResult) -> str:
         notes.append("fallback: the model's answer did not run; this is the last query that ran")
     lines = [f"({'; '.join(notes)})"] if notes else []
     if result.sql is None:
-        lines.append(f"no answer: {result.error}")
+        if result.answer:
+            lines.append("SQL (did not run): " + result.answer)
+        error = result.error or ""
+        lines += [error if error.startswith("no answer") else f"no answer: {error}", stats_line(result, "no result")]
         return "\n".join(lines)
     lines += ["SQL: " + result.sql, "", table_text(result.columns, result.rows)]
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'s' if len(result.rows) != 1 else ''}"
+    lines.append(stats_line(result, count))
+    return "\n".join(lines)
+
+
+def stats_line(result: EpisodeResult, head: str) -> str:
+    """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`."""
     stats = result.stats
-    lines.append(
-        f"({count}; {stats.get('rounds', 0)} rounds, {stats.get('calls', 0)} calls; {stats.get('wall_s', 0):.1f} s; "
+    return (
+        f"({head}; {stats.get('rounds', 0)} rounds, {stats.get('calls', 0)} calls; {stats.get('wall_s', 0):.1f} s; "
         f"{stats.get('generated_tokens', 0)} tokens generated at {stats.get('decode_tok_s', 0):.1f} tok/s"
         + (f"; {stats['draft_tokens_accepted']} of {stats['draft_tokens']} draft tokens accepted"
            if stats.get("draft_tokens") else "") + ")"
     )
-    return "\n".join(lines)
