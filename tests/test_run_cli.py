@@ -102,7 +102,7 @@ def test_interactive_prompt_answers_until_exit(tiny_gguf_fast, chinook_db):
     assert result.exit_code == 0, result.output
     answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
-    assert result.stderr.count("edge-sql> ") == 3
+    assert "edge-sql>" not in result.output and "Ask about" not in result.output  # stdin is no terminal
 
 
 def test_interactive_empty_line_and_eof_quit(tiny_gguf_fast, chinook_db):
