@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -478,3 +479,8 @@ def test_answer_text_without_an_answer_shows_the_failing_sql_and_the_stats():
                      "SQL (did not run): SELECT * FROM <",
                      'no answer: the answer failed to run: near "<": syntax error',
                      "(no result; 3 rounds, 7 calls; 4.2 s; 96 tokens generated at 20.0 tok/s)"]
+
+    rambling = dataclasses.replace(result, answer="\n".join(f"line {i}" for i in range(30)))
+    lines = answer_text(rambling).splitlines()
+    assert lines[1:14] == ["SQL (did not run): line 0", *(f"line {i}" for i in range(1, 12)),
+                           "... 18 more lines (--json shows the whole answer)"]

@@ -1,4 +1,4 @@
-"""`edge-sql run`'s interactive prompt in a real pseudo-terminal (tests/terminal.py): line editing
+"""`edge-sql run`'s interactive prompt in a real pseudo-terminal (benchmarks/terminal.py): line editing
 and history, errors that return to the prompt, Ctrl-C; asserted on what the screen shows."""
 
 from __future__ import annotations

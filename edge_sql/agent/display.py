@@ -12,6 +12,7 @@ from edge_sql.tools import format_value
 CALL_LINE_WIDTH = 110
 CELL_WIDTH = 40
 TABLE_ROWS = 20
+FAILED_SQL_LINES = 12  # of an answer that did not run (a broken one can be long)
 
 
 def shorten(text: str, width: int) -> str:
@@ -81,7 +82,10 @@ def answer_text(result: EpisodeResult) -> str:
     lines = [f"({'; '.join(notes)})"] if notes else []
     if result.sql is None:
         if result.answer:
-            lines.append("SQL (did not run): " + result.answer)
+            answer = result.answer.splitlines()
+            lines.append("SQL (did not run): " + "\n".join(answer[:FAILED_SQL_LINES]))
+            if len(answer) > FAILED_SQL_LINES:
+                lines.append(f"... {len(answer) - FAILED_SQL_LINES} more lines (--json shows the whole answer)")
         error = result.error or ""
         lines += [error if error.startswith("no answer") else f"no answer: {error}", stats_line(result, "no result")]
         return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""A command in a real pseudo-terminal, and what its screen shows.
+"""A command in a real pseudo-terminal, and what its screen shows (the REPL tests and
+record_transcripts.py both drive `edge-sql run` with it).
 
 The process gets a pty as stdin, stdout and stderr, as in a terminal window, so readline, the
 kernel's `^C` echo and `isatty()` behave as they do for a user. `screen()` replays the output
@@ -26,10 +27,12 @@ ESCAPE = re.compile(rb"\x1b\[([0-9;?]*)([A-Za-z@])|\x1b\][^\x07]*\x07|\x1b[=>()]
 class Terminal:
     """`args` running in a new pseudo-terminal; `send` types, `wait_for` reads until text shows."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str]) -> None:
+    def __init__(self, args: Sequence[str], env: dict[str, str], *, cwd: str | os.PathLike[str] | None = None) -> None:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: the pty is its controlling terminal
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
+            if cwd is not None:
+                os.chdir(cwd)
             os.execvpe(args[0], list(args), env)
         self.raw = b""
         self.returncode: int | None = None
