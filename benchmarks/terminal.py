@@ -51,8 +51,10 @@ class Terminal:
     def wait_exit(self, timeout: float = 120.0) -> int:
         """Read to the end of the output; the exit status (128 + N for a signal, as a shell says)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._read(deadline - time.monotonic()):
-            pass
+        while self._read(deadline - time.monotonic()):
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError("the command did not end; the screen:\n" + "\n".join(self.screen()))
         _, status = os.waitpid(self.pid, 0)
         os.close(self.fd)
         self.returncode = os.waitstatus_to_exitcode(status)
@@ -60,11 +62,13 @@ class Terminal:
 
     def kill(self) -> None:
         if self.returncode is None:
+            self.returncode = -signal.SIGKILL
             try:
                 os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+            os.close(self.fd)
 
     def _read(self, timeout: float) -> bool:
         ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))

@@ -4,6 +4,7 @@ and history, errors that return to the prompt, Ctrl-C; asserted on what the scre
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -89,3 +90,13 @@ def test_ctrl_c_stops_the_question_with_one_clean_line(repl):
     assert not any("^C" in line for line in shown)
     terminal.send("exit\r")
     assert terminal.wait_exit() == 0
+
+
+def test_sigterm_at_the_prompt_ends_the_session_with_143_and_keeps_the_history(repl, tmp_path):
+    terminal = repl(*SMALL, "--seed", "3")
+    terminal.send("How many albums?\r")
+    terminal.wait_for(PROMPT, count=2)
+    os.kill(terminal.pid, signal.SIGTERM)
+    assert terminal.wait_exit() == 143
+    assert "stopped: terminated by SIGTERM" in terminal.screen()
+    assert (tmp_path / "home" / "run-history").read_text(encoding="utf-8").splitlines() == ["How many albums?"]

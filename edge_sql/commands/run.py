@@ -91,9 +91,9 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
     \b
     Exit status:
-      0    answered (the last question, at the prompt: the prompt ended)
-      1    an error (one `Error:` line: bad database, model, option value, ...)
-      2    a usage error (unknown option, value of the wrong type)
+      0    --question answered (its SQL ran); at the prompt: the prompt was left
+      1    an error, in one `Error:` line (bad database or model file, question too long, ...)
+      2    a usage error (unknown option, a value out of range)
       3    --question ended with no answer (its SQL failed to run, or it gave none)
       130  stopped by Ctrl-C; 143 and 129: terminated by SIGTERM or SIGHUP (128 + N)
 
@@ -192,6 +192,8 @@ def _interactive(agent, db, evidence, as_json, trace, seed, greedy) -> None:
                 if terminal:
                     click.echo("", err=True)
                 return
+            except Terminated:
+                raise  # SIGTERM/SIGHUP end the session, not just the line
             except KeyboardInterrupt:
                 click.echo("\n(Ctrl-D, an empty line or `exit` quits)", err=True)
                 continue
