@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 import click
 
-# option parameter -> the Budget field it sets (`--budget FIELD=N` sets any field, and wins)
-BUDGET_SHORTCUTS: dict[str, str] = {
-    "max_rounds": "max_rounds",
-    "think_tokens": "max_think_tokens",
-    "calls_per_turn": "max_calls_per_turn",
-    "episode_tokens": "max_tokens",
+# option parameter -> the Budget fields it sets (`--budget FIELD=N` sets any field, and wins)
+BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
+    "max_rounds": ("max_rounds",),
+    "think_tokens": ("max_think_tokens", "max_final_think_tokens"),
+    "calls_per_turn": ("max_calls_per_turn",),
+    "episode_tokens": ("max_tokens",),
 }
 
 # The fewest tokens of a context or an episode: agent.budget.MIN_EPISODE_TOKENS, spelled here so
@@ -45,8 +45,8 @@ def budget_options(command: Callable) -> Callable:
     def wrapper(*args, budget_items: tuple[str, ...], **kwargs):
         from edge_sql.agent.budget import parse_budget_items
 
-        items = [f"{field}={value}" for option, field in BUDGET_SHORTCUTS.items()
-                 if (value := kwargs.pop(option)) is not None]
+        items = [f"{field}={value}" for option, fields in BUDGET_SHORTCUTS.items()
+                 if (value := kwargs.pop(option)) is not None for field in fields]
         try:
             budget = parse_budget_items([*items, *budget_items])
         except ValueError as exc:
@@ -60,8 +60,8 @@ def budget_options(command: Callable) -> Callable:
 
 def _naming_options(message: str) -> str:
     """`message` with the option that sets each Budget field it names, where one does."""
-    named = [f"--{option.replace('_', '-')} sets {field}" for option, field in BUDGET_SHORTCUTS.items()
-             if re.search(rf"\b{field}=", message)]
+    named = [f"--{option.replace('_', '-')} sets {field}" for option, fields in BUDGET_SHORTCUTS.items()
+             for field in fields if re.search(rf"\b{field}=", message)]
     return f"{message} ({'; '.join(named)})" if named else message
 
 
