@@ -60,6 +60,9 @@ CASES = {
     "pull offline": Case(
         ["pull", "owner/nothing"], 1, "a GGUF file runs as it is: `edge-sql run --model FILE.gguf`",
         env={"HF_HUB_OFFLINE": "1"}),
+    "pull from a hub whose name does not resolve": Case(
+        ["pull", "owner/nothing"], 1, "(its host name does not resolve: no network, or no DNS)",
+        env={"HF_ENDPOINT": "http://hub.edge-sql-test.invalid"}),  # .invalid never resolves (RFC 2606)
     "run the default model offline": Case(
         ["run", "--db", str(CHINOOK), "--question", "How many albums?"], 1,
         "(offline mode: HF_HUB_OFFLINE is set)", env={"HF_HUB_OFFLINE": "1"}),
