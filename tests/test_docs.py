@@ -71,7 +71,7 @@ def test_the_recorded_transcript_ends_with_the_published_forced_final_wording():
 
 
 def test_serve_docs_name_the_default_prompt():
-    versions = set(re.findall(r'"prompt_version": "([^"]+)"', (REPO / "docs" / "serve.md").read_text(encoding="utf-8")))
+    versions = set(re.findall(r'"prompt_version":\s*"([^"]+)"', (REPO / "docs" / "serve.md").read_text(encoding="utf-8")))
     assert versions == {load_prompt().version}
 
 
