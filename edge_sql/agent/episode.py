@@ -359,7 +359,8 @@ class _Episode:
                     f"the context's {context}")
         if context < episode:
             return f"the {context}-token context; use a larger context (--ctx, n_ctx), up to the episode's {episode}"
-        return f"the {context}-token context and episode budget; raise both --ctx and --episode-tokens (n_ctx, Budget.max_tokens)"
+        return (f"the {context}-token context and episode budget; raise both --ctx and --episode-tokens "
+                "(n_ctx, Budget.max_tokens)")
 
     def _emit(self, event: EpisodeEvent) -> None:
         if self.on_event is not None:

@@ -121,4 +121,4 @@ def _reason(exc: BaseException) -> str:
     if isinstance(root, OSError) and root.strerror:
         return root.strerror.lower()
     first_line = str(root).strip().splitlines()[0] if str(root).strip() else ""
-    return first_line or "no answer"
+    return first_line or "no reason given"
