@@ -137,3 +137,22 @@ class QueueTimeout(RetryLater):
 
 class Cancelled(EdgeSqlError):
     """The client went away (or cancelled) before its request started."""
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an operating-system error that nothing closer to it explained (a full disk,
+    a folder without write permission, a read-only file system): what failed, on which path, and
+    what to do, in words rather than a class name."""
+    import errno
+
+    reason = exc.strerror or str(exc) or "the operating system refused"
+    where = f": {exc.filename}" if exc.filename is not None else ""
+    advice = {
+        errno.ENOSPC: "; free some space or write somewhere else",
+        errno.EDQUOT: "; free some space or write somewhere else",
+        errno.EFBIG: "; write somewhere else",
+        errno.EACCES: "; check the permissions, or write somewhere else",
+        errno.EPERM: "; check the permissions, or write somewhere else",
+        errno.EROFS: "; write somewhere else",
+    }.get(exc.errno or 0, "")
+    return f"{reason[:1].lower()}{reason[1:]}{where}{advice}"

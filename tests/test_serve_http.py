@@ -82,7 +82,7 @@ def test_ask_json_is_what_run_json_prints(server, tiny_gguf_fast, dbs):
     run = subprocess.run([*CLI, "run", "--db", str(dbs["chinook"]), "--model", str(tiny_gguf_fast), *SMALL,
                           "--budget", "max_result_rows=200", "--question", question, "--seed", "5", "--json"],
                          capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == (0 if json.loads(run.stdout)["sql"] is not None else 3), run.stderr  # 3: no answer
     assert without_stats(json.loads(run.stdout)) == without_stats(answer)
     assert set(json.loads(run.stdout)["stats"]) == set(answer["stats"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from edge_sql.commands.options import budget_options, speculate_option
+from edge_sql.commands.options import budget_options, context_option, speculate_option
 
 
 def _log(message: str) -> None:
@@ -43,7 +43,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--model", default=None, metavar="PATH|NAME", help="A .gguf file or a model-store name (default: the default model).")
 @click.option("--gpu-layers", type=click.IntRange(min=0), default=None, help="Layers to offload to the GPU.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
-@click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True, help="Context size in tokens.")
+@context_option("Context size in tokens.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")
 @budget_options
 @speculate_option
