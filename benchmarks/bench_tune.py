@@ -47,6 +47,7 @@ def _peak() -> int:
 
 
 def child_calibrate(model: str, extra: dict) -> dict:
+    from edge_sql.commands.tune import calibration_table
     from edge_sql.runtime.tuning import calibrate
 
     full = extra["full"]
@@ -54,7 +55,7 @@ def child_calibrate(model: str, extra: dict) -> dict:
     started = time.perf_counter()
     result = calibrate(model, full=full, points=points, prefill_chunk=extra.get("chunk"),
                        progress=lambda m: print(f"{time.perf_counter() - started:6.1f} s  {m}", file=sys.stderr, flush=True))
-    return {"calibration": result.to_json(), "table": result.table(), "peak_rss": _peak()}
+    return {"calibration": result.to_json(), "table": calibration_table(result), "peak_rss": _peak()}
 
 
 def _prefix_and_question(session, question: str) -> tuple[list[int], list[int]]:
@@ -134,6 +135,7 @@ def main() -> int:
     parser.add_argument("--machine", default="2-core Intel Xeon with AMX (KVM), 24 GB",
                         help="how the result file describes the machine (and whether it was shared)")
     args = parser.parse_args()
+    from edge_sql.commands.tune import calibration_table
     from edge_sql.runtime.tuning import CACHE_VERSION, Calibration, Settings, episode_profile, predict
 
     lines = [f"# Tuning benchmark: {Path(args.model).name}", "",
@@ -201,8 +203,9 @@ def main() -> int:
         if args.sweep_json:  # a sweep saved by an earlier run on this machine: the quick choice against it
             saved = json.loads(args.sweep_json.read_text(encoding="utf-8"))
             saved["version"] = CACHE_VERSION  # the format is the same; the version only retires cached choices
+            saved.pop("threads", None)  # before version 5: the thread count a caller fixed
             sweep = {"calibration": saved, "peak_rss": 0}
-            sweep["table"] = Calibration.from_json(sweep["calibration"]).table()
+            sweep["table"] = calibration_table(Calibration.from_json(sweep["calibration"]))
             points = Calibration.from_json(sweep["calibration"]).measurements[0].points
             lines += [f"Sweep: the one saved in `{args.sweep_json.name}` (measured earlier on this machine).", ""]
         else:

@@ -1,8 +1,9 @@
 """What both interfaces share: the named databases, the limits, one `Agent` behind one queue.
 
 The operator names every database at start (`--db NAME=PATH`); clients refer to them by name
-only. Requests are checked here (known name, question and evidence lengths) so that HTTP and
-MCP give the same answers to the same mistakes.
+only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
+evidence lengths) are checked here, so that HTTP and MCP give the same answers to the same
+mistakes.
 """
 
 from __future__ import annotations
@@ -15,19 +16,12 @@ from typing import Any
 
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.errors import EdgeSqlError
-from edge_sql.serve.queue import AskQueue, AskRequest, Job
+from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
+from edge_sql.serve.queue import AskQueue, Job
+from edge_sql.serve.request import AskRequest
 from edge_sql.tools import ReadOnlyDatabase
 
 LOCAL_HOSTS = {"localhost"}
-
-
-class UnknownDatabase(EdgeSqlError):
-    """A client named a database the server was not started with."""
-
-
-class BadRequest(EdgeSqlError):
-    """A request that breaks a limit or has a wrong field (HTTP 422, an MCP tool error)."""
 
 
 @dataclass(frozen=True)
