@@ -409,3 +409,22 @@ def test_stop_cancels_the_running_episode(guarded, page):
     assert queue["cancelled"] == before["cancelled"] + 1 and queue["completed"] == before["completed"]
     guarded.wait_for_log(r"ask #\d+ \(chinook\): cancelled")
     assert not element(page, "answer").is_displayed() and element(page, "ask").is_enabled()
+
+
+def test_open_starts_the_browser_on_the_page(tiny_gguf_fast, chinook, tmp_path, monkeypatch):
+    opener = tmp_path / "opener.sh"  # stands in for the user's browser: $BROWSER is what webbrowser runs
+    opener.write_text('#!/bin/sh\nprintf %s "$1" > "$(dirname "$0")/opened.txt"\n')
+    opener.chmod(0o755)
+    monkeypatch.setenv("BROWSER", f"{opener} %s")
+    process = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook}, *QUICK, "--port", "0", "--open"),
+                            tmp_path / "server.log")
+    try:
+        opened = tmp_path / "opened.txt"
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened.read_text() == f"http://127.0.0.1:{process.port}/"
+        status, headers, _ = process.request("GET", "/")
+        assert status == 200 and headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    finally:
+        assert process.stop() == 0, process.log()
