@@ -22,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
-from serve_helpers import ServerProcess, serve_command
+from serve_helpers import ServerProcess, read_events, serve_command
 
 from edge_sql.serve.web import CONTENT_SECURITY_POLICY
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -428,3 +428,38 @@ def test_open_starts_the_browser_on_the_page(tiny_gguf_fast, chinook, tmp_path, 
         assert status == 200 and headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     finally:
         assert process.stop() == 0, process.log()
+
+
+def test_a_waiting_question_shows_its_place_and_stop_takes_it_out_of_the_queue(guarded, page):
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    open_page(page, guarded)
+    if element(page, "token-panel").is_displayed():
+        give_token(page, TOKEN)
+        wait_for(page, lambda d: element(d, "ask-form").is_displayed(), 30)
+    before = guarded.request("GET", "/health", headers=headers)[2]["queue"]
+    other = guarded.connection()  # another client's long episode runs first
+    other.request("POST", "/v1/ask", body=json.dumps({"question": "Which albums are longest?", "database": "chinook"}),
+                  headers={"Accept": "text/event-stream", **headers})
+    response = other.getresponse()
+    assert [name for name, _ in read_events(response, until="running")] == ["queued", "running"]
+    try:
+        field = element(page, "question")
+        field.clear()
+        field.send_keys("How many customers are there?", Keys.ENTER)
+        wait_for(page, lambda d: element(d, "status").text == "Waiting in the queue: position 1.", 30)
+        assert guarded.request("GET", "/health", headers=headers)[2]["queue"]["waiting"] == 1
+        element(page, "stop").click()
+        wait_for(page, lambda d: element(d, "status").text.startswith("Stopped"), 30)
+        deadline = time.monotonic() + 30
+        while guarded.request("GET", "/health", headers=headers)[2]["queue"]["waiting"] != 0:
+            assert time.monotonic() < deadline, "the stopped question is still waiting"
+            time.sleep(0.05)
+        queue = guarded.request("GET", "/health", headers=headers)[2]["queue"]
+        assert queue["running"] and queue["cancelled"] == before["cancelled"] + 1
+    finally:
+        other.close()  # the other client goes away: its episode stops too
+    deadline = time.monotonic() + 60
+    while (queue := guarded.request("GET", "/health", headers=headers)[2]["queue"])["running"]:
+        assert time.monotonic() < deadline, queue
+        time.sleep(0.1)
+    assert queue["cancelled"] == before["cancelled"] + 2 and queue["completed"] == before["completed"]
