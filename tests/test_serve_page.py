@@ -221,6 +221,8 @@ def test_query_endpoint_answers_and_refuses_like_the_tools(server, chinook):
     ]:
         status, _, body = server.request("POST", "/v1/query", raw=raw)
         assert status == code and message in body["error"], body
+    server.wait_for_log(r"query \(chinook\): error: no such column: nope\n")
+    server.wait_for_log(r"query \(chinook\): 200\+ rows, \d+\.\d\d s\n")
 
 
 def test_with_a_token_the_page_loads_but_the_api_needs_it(guarded):
