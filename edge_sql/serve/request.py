@@ -48,7 +48,7 @@ class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     database: str = Field(description="A name from GET /v1/databases")
-    sql: str = Field(description="One read-only SELECT, WITH or VALUES statement")
+    sql: str = Field(description="One SELECT, WITH or VALUES statement, or a PRAGMA that only reads")
 
     @classmethod
     def from_json(cls, body: bytes) -> QueryRequest:
