@@ -137,14 +137,14 @@ def ask(driver: WebDriver, question: str) -> None:
 
 
 def run_sql(driver: WebDriver, sql: str) -> None:
+    """Edit the SQL and Run it; returns once its result or its error is shown."""
     element(driver, "edit-sql").click()
     box = element(driver, "sql-input")
     box.clear()
     box.send_keys(sql)
-    before = element(driver, "status").text
-    element(driver, "run-sql").click()
-    wait_for(driver, lambda d: element(d, "query-error").is_displayed() or element(d, "status").text != before
-             or element(d, "status").text == "The edited SQL ran.", 60, "the SQL did not run")
+    element(driver, "run-sql").click()  # the page says "Running the SQL…" before this returns
+    wait_for(driver, lambda d: element(d, "status").text in ("The edited SQL ran.", "The edited SQL did not run."),
+             60, "the SQL did not run")
 
 
 def table_rows(driver: WebDriver) -> list[list[str]]:

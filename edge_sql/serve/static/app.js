@@ -245,6 +245,7 @@ $("sql-form").addEventListener("submit", async (event) => {
   const database = page.result.database;
   $("run-sql").disabled = true;
   $("query-error").hidden = true;
+  setStatus("Running the SQL…");
   try {
     const reply = await (await postJson("/v1/query", { database, sql })).json();
     showResult({ ...page.result, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true });
@@ -257,6 +258,7 @@ $("sql-form").addEventListener("submit", async (event) => {
     } else {
       $("query-error").textContent = `Error: ${error.message}`;
       $("query-error").hidden = false;
+      setStatus("The edited SQL did not run.");
     }
   } finally {
     $("run-sql").disabled = false;
