@@ -38,6 +38,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind for --http. Anything but localhost requires --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port for --http (0: any free port).")
+@click.option("--open", "open_page", is_flag=True, help="Open the web page in the default browser once the server listens.")
 @click.option("--token", envvar="EDGE_SQL_TOKEN", default=None,
               help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).")
 @click.option("--model", default=None, metavar="PATH|NAME", help="A .gguf file or a model-store name (default: the default model).")
@@ -56,7 +57,8 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--max-body", type=click.IntRange(min=256), default=64 * 1024, show_default=True, help="Largest HTTP request body in bytes (413 above).")
 @click.option("--max-question", type=click.IntRange(min=1), default=2000, show_default=True, help="Longest question in characters (422 above).")
 @click.option("--max-rows", type=click.IntRange(min=1), default=200, show_default=True, help="Rows of an answer returned to clients.")
-def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, token: str | None,
+def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, open_page: bool,
+            token: str | None,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
             budget: dict[str, int], no_tune: bool, queue_size: int, queue_timeout: float, max_body: int, max_question: int,
             max_rows: int, speculate: str = "off") -> None:
@@ -69,16 +71,19 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
     Examples:
       edge-sql serve --mcp --db chinook=chinook.sqlite
       edge-sql serve --db chinook=chinook.sqlite --port 8765
+      edge-sql serve --db chinook=chinook.sqlite --open        # the web page, in your browser
       curl -s localhost:8765/v1/ask -d '{"question": "How many albums?", "database": "chinook"}'
     """
     databases = _databases(db_items)
     http = use_http or not use_mcp
     _check_token(token, http, host)
+    if open_page and not http:
+        raise click.UsageError("--open opens the web page, which needs HTTP: add --http (or drop --mcp)")
     from edge_sql.agent.budget import Budget
 
     _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file,
            Budget(**{"max_result_rows": max_rows, **budget}), queue_size, queue_timeout, max_body, max_question,
-           max_rows, tune=not no_tune, speculate=speculate)
+           max_rows, tune=not no_tune, speculate=speculate, open_page=open_page)
 
 
 def _check_token(token: str | None, http: bool, host: str) -> None:
@@ -103,7 +108,7 @@ def _check_token(token: str | None, http: bool, host: str) -> None:
 
 def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
            queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True,
-           speculate: str = "off") -> None:
+           speculate: str = "off", open_page: bool = False) -> None:
     from edge_sql.agent import load_prompt
     from edge_sql.api import Agent
     from edge_sql.serve.run import bind, serve_http, serve_stdio
@@ -126,7 +131,7 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
             service = Service(agent, databases, limits, log=_log)
             try:
                 if listener is not None:
-                    serve_http(service, listener, host, token=token, log=_log)
+                    serve_http(service, listener, host, token=token, log=_log, open_page=open_page)
                 else:
                     _log(f"MCP over stdio; databases: {', '.join(databases)}")
                     serve_stdio(service)

@@ -5,8 +5,12 @@
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
     GET  /health        model, variant, queue
+    POST /v1/query      {database, sql} -> columns, rows, truncated: the client's own read-only SQL
+                        (the web page's "Run"), run as the tools run an answer
+    GET  /              the web page (web.py), served without the token; its API calls carry it
 
-Errors are JSON `{"error": message}`: 401 without the bearer token (when one is set), 404 for
+Errors are JSON `{"error": message}`: 400 for SQL that fails or is refused (/v1/query, with the
+tools' message), 401 without the bearer token (when one is set), 404 for
 an unknown database, 413 for a body over the limit, 422 for a malformed body or a broken
 limit, 503 with Retry-After when the queue is full or a request waited too long. A client that
 disconnects cancels its episode.
@@ -27,10 +31,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from edge_sql.errors import BadRequest, Cancelled, EdgeSqlError, RequestTooLarge, RetryLater, UnknownDatabase
+from edge_sql.agent.result import json_value
+from edge_sql.errors import (BadRequest, Cancelled, EdgeSqlError, QueryError, RequestTooLarge, RetryLater,
+                             UnknownDatabase)
 from edge_sql.serve.queue import Finished, Job, Position
-from edge_sql.serve.request import AskRequest
+from edge_sql.serve.request import AskRequest, QueryRequest
 from edge_sql.serve.service import Service
+from edge_sql.serve.web import PageInFront
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -39,6 +46,7 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> J
 
 # The one table from serve's errors to HTTP statuses (a subclass takes its nearest entry; 500 else).
 HTTP_STATUS: dict[type[EdgeSqlError], int] = {
+    QueryError: 400,  # /v1/query: the SQL failed or was refused
     RequestTooLarge: 413,
     BadRequest: 422,
     UnknownDatabase: 404,
@@ -71,16 +79,20 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
     async def health_endpoint(request: Request) -> Response:
         return JSONResponse(service.health())
 
+    async def query_endpoint(request: Request) -> Response:
+        return await query(service, request)
+
     routes = [
         Route("/v1/ask", ask_endpoint, methods=["POST"]),
         Route("/v1/databases", databases_endpoint, methods=["GET"]),
         Route("/health", health_endpoint, methods=["GET"]),
+        Route("/v1/query", query_endpoint, methods=["POST"]),
     ]
     if mcp_app is not None:
         routes.extend(mcp_app.routes)
     app = Starlette(routes=routes, lifespan=mcp_lifespan,
                     exception_handlers={HTTPException: _http_error})
-    return BearerToken(app, token) if token else app
+    return PageInFront(BearerToken(app, token) if token else app)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -105,6 +117,19 @@ class BearerToken:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+# ---- POST /v1/query --------------------------------------------------------------------------
+
+async def query(service: Service, request: Request) -> Response:
+    try:
+        body = await read_body(request, service.limits.max_body_bytes)
+        sql = QueryRequest.from_json(body)
+        result = await asyncio.to_thread(service.query, sql.database, sql.sql)
+    except EdgeSqlError as exc:
+        return error_response(exc)
+    return JSONResponse({"database": sql.database, "sql": sql.sql, "columns": result.columns,
+                         "rows": [[json_value(v) for v in row] for row in result.rows], "truncated": result.truncated})
 
 
 # ---- POST /v1/ask ----------------------------------------------------------------------------

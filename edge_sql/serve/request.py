@@ -1,4 +1,5 @@
-"""What a client may ask, as one pydantic model that both interfaces validate with.
+"""What a client may ask, as one pydantic model that both interfaces validate with (and the
+SQL the web page runs, `POST /v1/query`, validated the same way).
 
 HTTP bodies and MCP tool arguments go through the same `AskRequest` (no unknown fields, no
 coercion: `"5"` is not a seed, `true` is not a number), and a mistake becomes one `BadRequest`
@@ -7,13 +8,14 @@ line that names the field, so both interfaces answer the same mistake with the s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edge_sql.errors import BadRequest
 
 SEED_LIMIT = 2**32
+M = TypeVar("M", bound=BaseModel)
 
 
 class AskRequest(BaseModel):
@@ -29,10 +31,7 @@ class AskRequest(BaseModel):
     @classmethod
     def from_json(cls, body: bytes) -> AskRequest:
         """An HTTP body; BadRequest with the first mistake otherwise."""
-        try:
-            return cls.model_validate_json(body)
-        except ValidationError as exc:
-            raise BadRequest(_first_mistake(exc)) from None
+        return _parsed(cls, body)
 
     @classmethod
     def from_arguments(cls, arguments: dict[str, Any]) -> AskRequest:
@@ -40,10 +39,31 @@ class AskRequest(BaseModel):
         try:
             return cls.model_validate(arguments)
         except ValidationError as exc:
-            raise BadRequest(_first_mistake(exc)) from None
+            raise BadRequest(_first_mistake(exc, cls)) from None
 
 
-def _first_mistake(exc: ValidationError) -> str:
+class QueryRequest(BaseModel):
+    """SQL of the client's own (the web page's edited SQL) for a database the operator named."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    database: str = Field(description="A name from GET /v1/databases")
+    sql: str = Field(description="One SELECT, WITH or VALUES statement, or a PRAGMA that only reads")
+
+    @classmethod
+    def from_json(cls, body: bytes) -> QueryRequest:
+        """An HTTP body; BadRequest with the first mistake otherwise."""
+        return _parsed(cls, body)
+
+
+def _parsed(model: type[M], body: bytes) -> M:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise BadRequest(_first_mistake(exc, model)) from None
+
+
+def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
     """One line for the most telling error: not JSON, not an object, unknown, missing, then wrong."""
     errors = exc.errors()
     by_type: dict[str, list[Any]] = {}
@@ -52,10 +72,11 @@ def _first_mistake(exc: ValidationError) -> str:
     if "json_invalid" in by_type:
         return f"the body is not JSON: {by_type['json_invalid'][0]['ctx']['error']}"
     if "model_type" in by_type:
-        return "the body must be a JSON object: {\"question\": ..., \"database\": ...}"
+        required = ", ".join(f'"{name}": ...' for name, field in model.model_fields.items() if field.is_required())
+        return f"the body must be a JSON object: {{{required}}}"
     if "extra_forbidden" in by_type:
         unknown = ", ".join(repr(e["loc"][0]) for e in by_type["extra_forbidden"])
-        return (f"unknown field(s) {unknown}; allowed: {', '.join(AskRequest.model_fields)} "
+        return (f"unknown field(s) {unknown}; allowed: {', '.join(model.model_fields)} "
                 "(databases are named by the server: see GET /v1/databases)")
     if "missing" in by_type:
         return f"missing field {by_type['missing'][0]['loc'][0]!r}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import signal
 import socket
+import threading
+import webbrowser
 from collections.abc import Callable
 
 from edge_sql.errors import ListenError
@@ -43,6 +45,11 @@ def url_host(host: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
+def page_host(host: str) -> str:
+    """Where a browser on this machine reaches a server bound to `host` (a wildcard: loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host.strip("[]"), url_host(host))
+
+
 def _bind_reason(exc: OSError, port: int) -> str:
     if isinstance(exc, socket.gaierror):
         return f"the host name does not resolve ({exc.strerror}); give --host a name or address of this machine"
@@ -56,8 +63,9 @@ def _bind_reason(exc: OSError, port: int) -> str:
 
 
 def serve_http(service: Service, sock: socket.socket, host: str, *, token: str | None,
-               log: Callable[[str], None]) -> None:
-    """The HTTP API and MCP streamable HTTP on the socket from `bind`, until SIGINT/SIGTERM."""
+               log: Callable[[str], None], open_page: bool = False) -> None:
+    """The HTTP API and MCP streamable HTTP on the socket from `bind`, until SIGINT/SIGTERM; with
+    `open_page`, the web page opens in the default browser (the socket listens: its request waits)."""
     import uvicorn
 
     from edge_sql.serve.http_app import build_app
@@ -68,6 +76,10 @@ def serve_http(service: Service, sock: socket.socket, host: str, *, token: str |
     app = build_app(service, token=token, mcp_app=mcp_app, mcp_lifespan=lambda _app: mcp.session_manager.run())
     bound_port = sock.getsockname()[1]
     log(f"listening on http://{url_host(host)}:{bound_port} (POST /v1/ask, GET /v1/databases, GET /health, MCP at /mcp)")
+    if open_page:
+        url = f"http://{page_host(host)}:{bound_port}/"
+        log(f"opening {url} in the browser")
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
                             lifespan="on")
     previous = signal.signal(signal.SIGTERM, _raise_stopped)
