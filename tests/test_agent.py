@@ -419,6 +419,15 @@ def test_final_grammar_constrains_only_what_must_be(smol_session):
         assert not _accepts(smol_session, lark, "ok</think>\n\n" + sql), sql
 
 
+def test_final_grammar_bounds_the_blank_lines_before_the_answer(smol_session):
+    """A random model once spent its whole SQL bound on newlines: an answer with no SQL."""
+    lark = _final(smol_session)
+    assert _accepts(smol_session, lark, "ok</think>\n\n" + "\n" * 12 + "SELECT 1")
+    assert _accepts(smol_session, lark, "ok</think>\n\n```sql\n" + "\n" * 12 + "SELECT 1\n```")
+    assert not _accepts(smol_session, lark, "ok</think>\n\n" + "\n" * 13 + "SELECT 1")
+    assert not _accepts(smol_session, lark, "ok</think>\n\n```sql\n" + "\n" * 13 + "SELECT 1\n```")
+
+
 @pytest.mark.parametrize("layout", ["json", "strict"])
 def test_worst_case_token_bound_covers_the_longest_call(layout):
     bounds = StringBounds(sql_chars=10, name_chars=5)
