@@ -60,7 +60,7 @@ def measure(model: Path, threads: int, prompt_tokens: int, steps: int, rounds: i
         for _ in range(rounds):
             for sink, attach in ((decode, False), (mirrored, True)):
                 if attach and drafter is None:
-                    drafter = MTPDrafter(session)
+                    drafter = MTPDrafter(session.context)
                     rss_attached = _rss_mib()
                 if not attach and drafter is not None:
                     drafter.close()

@@ -47,6 +47,7 @@ def _peak() -> int:
 
 
 def child_calibrate(model: str, extra: dict) -> dict:
+    from edge_sql.commands.tune import calibration_table
     from edge_sql.runtime.tuning import calibrate
 
     full = extra["full"]
@@ -54,7 +55,7 @@ def child_calibrate(model: str, extra: dict) -> dict:
     started = time.perf_counter()
     result = calibrate(model, full=full, points=points, prefill_chunk=extra.get("chunk"),
                        progress=lambda m: print(f"{time.perf_counter() - started:6.1f} s  {m}", file=sys.stderr, flush=True))
-    return {"calibration": result.to_json(), "table": result.table(), "peak_rss": _peak()}
+    return {"calibration": result.to_json(), "table": calibration_table(result), "peak_rss": _peak()}
 
 
 def _prefix_and_question(session, question: str) -> tuple[list[int], list[int]]:
@@ -68,13 +69,14 @@ def _prefix_and_question(session, question: str) -> tuple[list[int], list[int]]:
 
 
 def child_ttft(model: str, extra: dict) -> dict:
-    from edge_sql.runtime import SamplingParams, Session
+    from edge_sql.runtime import PrefixCache, SamplingParams, Session
     from edge_sql.runtime.tuning import Settings
 
     settings = Settings(**extra["settings"])
     started = time.perf_counter()
-    session = Session(model, n_ctx=12288, prefix_cache_dir=extra["cache_dir"] if extra["cache"] else None,
-                      log=lambda m: print(m, file=sys.stderr), **settings.session_kwargs())
+    session = Session(model, settings.session_options(n_ctx=12288),
+                      prefix_cache=PrefixCache(extra["cache_dir"] if extra["cache"] else None,
+                                               log=lambda m: print(m, file=sys.stderr)))
     load_s = time.perf_counter() - started
     rows = []
     for question in extra["questions"]:
@@ -97,12 +99,12 @@ def child_full_context(model: str, extra: dict) -> dict:
     import numpy as np
 
     from edge_sql.runtime import Session
-    from edge_sql.runtime.speculative import DEFAULT_DRAFT_MAX
+    from edge_sql.runtime.options import DEFAULT_DRAFT_MAX
     from edge_sql.runtime.tuning import EPISODE_TOKENS, Settings
 
     settings = Settings(**{**extra["settings"], "draft_max": extra.get("draft_max", DEFAULT_DRAFT_MAX)})
     speculation = extra.get("speculate")
-    with Session(model, n_ctx=EPISODE_TOKENS, **settings.session_kwargs(speculation or "off")) as session:
+    with Session(model, settings.session_options(speculation or "off", n_ctx=EPISODE_TOKENS)) as session:
         tokens = np.random.default_rng(0).integers(0, 100_000, EPISODE_TOKENS - 1).tolist()  # the last cell stays free
         tick = time.perf_counter()
         session.eval(tokens[:-extra["decode"]])
@@ -133,6 +135,7 @@ def main() -> int:
     parser.add_argument("--machine", default="2-core Intel Xeon with AMX (KVM), 24 GB",
                         help="how the result file describes the machine (and whether it was shared)")
     args = parser.parse_args()
+    from edge_sql.commands.tune import calibration_table
     from edge_sql.runtime.tuning import CACHE_VERSION, Calibration, Settings, episode_profile, predict
 
     lines = [f"# Tuning benchmark: {Path(args.model).name}", "",
@@ -200,8 +203,9 @@ def main() -> int:
         if args.sweep_json:  # a sweep saved by an earlier run on this machine: the quick choice against it
             saved = json.loads(args.sweep_json.read_text(encoding="utf-8"))
             saved["version"] = CACHE_VERSION  # the format is the same; the version only retires cached choices
+            saved.pop("threads", None)  # before version 5: the thread count a caller fixed
             sweep = {"calibration": saved, "peak_rss": 0}
-            sweep["table"] = Calibration.from_json(sweep["calibration"]).table()
+            sweep["table"] = calibration_table(Calibration.from_json(sweep["calibration"]))
             points = Calibration.from_json(sweep["calibration"]).measurements[0].points
             lines += [f"Sweep: the one saved in `{args.sweep_json.name}` (measured earlier on this machine).", ""]
         else:

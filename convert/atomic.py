@@ -1,8 +1,10 @@
 """Write a file under a temporary name next to its target and rename it into place at the end.
 
-The temporary name carries the writer's process id (`.NAME.PID.RANDOM.part`), so a later run
-writing the same target can tell a partial file of a process that no longer exists (killed with
-SIGKILL, a power cut) from one still being written, and remove it.
+The one way edge-sql writes a file that readers may open meanwhile: `atomic_output` for a
+writer that streams into a path, `write_atomic` for bytes already in memory. The temporary
+name carries the writer's process id (`.NAME.PID.RANDOM.part`), so two processes writing the
+same target never share one, and a later run can tell a partial file of a process that no
+longer exists (killed with SIGKILL, a power cut) from one still being written, and remove it.
 """
 
 from __future__ import annotations
@@ -85,3 +87,15 @@ def atomic_output(out: Path) -> Iterator[Path]:
         if name is not None:
             Path(name).unlink(missing_ok=True)
         raise
+
+
+def write_atomic(out: Path, data: bytes, *, durable: bool = False) -> None:
+    """Make `out` hold `data`: readers see the old file or the whole new one, never a part.
+    `durable` also flushes the bytes to the disk before the rename (an index that must survive
+    a power cut); without it the rename alone is atomic, which a cache needs."""
+    with atomic_output(Path(out)) as tmp:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +20,11 @@ from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime import SamplingParams, Session, SessionInfo
+from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo
 from edge_sql.runtime.tuning import Settings
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+_log = logging.getLogger(__name__)
 
 
 def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True,
@@ -62,7 +65,12 @@ def _settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None, log: Ca
         return default_settings(), "gpu"
     if not tune:
         return default_settings(), "off"
-    return tuned_settings(model_path, progress=log, n_ctx=n_ctx, n_threads=n_threads)
+
+    def progress(message: str) -> None:  # a first calibration takes a while: say so through logging too
+        _log.info(message)
+        log(message)
+
+    return tuned_settings(model_path, progress=progress, n_ctx=n_ctx, n_threads=n_threads)
 
 
 def prefix_state_dir() -> Path:
@@ -80,7 +88,8 @@ class Agent:
     the store. The model is loaded once; every `ask` is a new episode on the same context.
 
     `tune` loads the model with the settings calibrated for this file on this machine (a quick
-    calibration the first time, cached in the store; `tuning` says "cached", "calibrated",
+    calibration the first time, cached in the store, its progress sent to `log` and to the
+    `edge_sql.api` logger at INFO; `tuning` says "cached", "calibrated",
     "off" or "gpu"); `tune=False` uses safe defaults. `prefix_cache` also keeps the state after
     the shared system prompt on disk, so a later process skips evaluating it (in memory it is
     always kept between questions). `speculate` ("off", "lookup", "auto"; "mtp" once model files
@@ -116,8 +125,8 @@ class Agent:
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
         self.session = Session(
-            self.model_path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **settings.session_kwargs(speculate),
-            prefix_cache_dir=prefix_state_dir() if prefix_cache else None, log=log,
+            self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers),
+            prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
         self._lock = threading.Lock()
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from edge_sql import __version__
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import EdgeSqlError, os_error_message
 from edge_sql.interrupts import Terminated, termination_cleans_up
 
 # name -> module in edge_sql.commands that defines `command`
@@ -28,8 +28,9 @@ SUBCOMMANDS = {
 
 class LazyGroup(click.Group):
     """Imports a subcommand's module only when that subcommand is used (keeps `--help` fast); turns
-    any `EdgeSqlError` a command raises into click's one-line `Error: ...` and exit status 1, and
-    SIGTERM/SIGHUP into the same clean-up as Ctrl-C."""
+    any `EdgeSqlError` a command raises, and any operating-system error it did not explain (full
+    disk, permissions), into click's one-line `Error: ...` and exit status 1, and SIGTERM/SIGHUP
+    into the same clean-up as Ctrl-C."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
@@ -48,6 +49,8 @@ class LazyGroup(click.Group):
                 return super().invoke(ctx)
             except EdgeSqlError as exc:
                 raise click.ClickException(str(exc)) from exc
+            except OSError as exc:  # a full disk, a folder that cannot be written, ...: one line too
+                raise click.ClickException(os_error_message(exc)) from exc
             except Terminated as exc:
                 click.echo(f"\nstopped: {exc}", err=True)
                 sys.stderr.flush()

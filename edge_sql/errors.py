@@ -53,6 +53,22 @@ class ContextFullError(EdgeSqlError):
     """The tokens to evaluate do not fit in the context window."""
 
 
+class QueryError(EdgeSqlError):
+    """A statement failed: an SQL error, a refused write, or a time-out."""
+
+
+class TurnParseError(EdgeSqlError):
+    """An assistant turn that does not follow the protocol."""
+
+
+class PromptFileError(EdgeSqlError):
+    """A prompt template file that cannot be read or lacks a field or placeholder."""
+
+
+class RayUnavailableError(EdgeSqlError):
+    """`--ray` was asked for but Ray is not installed."""
+
+
 class HubError(EdgeSqlError):
     """The hub answered, but the download cannot go on (bad revision, server error, broken transfer)."""
 
@@ -86,3 +102,61 @@ class BenchSetupError(EdgeSqlError):
 
 class ImatrixError(_PathError):
     """An importance matrix that cannot be read, collected, or used with a model (`path`: the file)."""
+
+
+# ---- serving: what `edge-sql serve` tells its operator and its clients --------------------
+
+
+class ListenError(EdgeSqlError):
+    """The HTTP server cannot listen where the operator asked (port in use, unknown host, no permission)."""
+
+
+class BadRequest(EdgeSqlError):
+    """A request that is malformed, has a wrong field or breaks a limit (HTTP 422, an MCP tool error)."""
+
+
+class RequestTooLarge(BadRequest):
+    """A request body over the server's size limit (HTTP 413)."""
+
+
+class UnknownDatabase(EdgeSqlError):
+    """A client named a database the server was not started with."""
+
+
+class RetryLater(EdgeSqlError):
+    """The server is busy, not broken: `retry_after_s` is a fair guess for trying again (HTTP 503)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class QueueFull(RetryLater):
+    """Every place in the queue is taken."""
+
+
+class QueueTimeout(RetryLater):
+    """The request waited longer than the queue's time limit and was removed without running."""
+
+
+class Cancelled(EdgeSqlError):
+    """The client went away (or cancelled) before its request started."""
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an operating-system error that nothing closer to it explained (a full disk,
+    a folder without write permission, a read-only file system): what failed, on which path, and
+    what to do, in words rather than a class name."""
+    import errno
+
+    reason = exc.strerror or str(exc) or "the operating system refused"
+    where = f": {exc.filename}" if exc.filename is not None else ""
+    advice = {
+        errno.ENOSPC: "; free some space or write somewhere else",
+        errno.EDQUOT: "; free some space or write somewhere else",
+        errno.EFBIG: "; write somewhere else",
+        errno.EACCES: "; check the permissions, or write somewhere else",
+        errno.EPERM: "; check the permissions, or write somewhere else",
+        errno.EROFS: "; write somewhere else",
+    }.get(exc.errno or 0, "")
+    return f"{reason[:1].lower()}{reason[1:]}{where}{advice}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -276,6 +277,33 @@ def test_budget_rejects_nonsense():
         Budget(max_tokens=100)
 
 
+def test_budget_items_say_what_is_wrong_with_them():
+    from edge_sql.agent.budget import parse_budget_items
+
+    assert parse_budget_items(["max_sql_chars=500", "max_rounds=2"]) == {"max_sql_chars": 500, "max_rounds": 2}
+    cases = {
+        "max_sql_chars=-1": "max_sql_chars=-1 is out of range (at least 1)",
+        "max_tokens=300": "max_tokens=300 is out of range (at least 512)",
+        "max_sql_chars=many": "max_sql_chars takes a whole number, not 'many'",
+        "max_sq_chars=5": "is not FIELD=N with FIELD one of:",
+    }
+    for item, message in cases.items():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_budget_items([item])
+
+
+def test_a_minimum_above_its_maximum_is_refused():
+    from edge_sql.agent.budget import parse_budget_items
+
+    with pytest.raises(ValueError, match="min_think_tokens=500 is above max_think_tokens=8"):
+        parse_budget_items(["max_think_tokens=8", "min_think_tokens=500"])
+    with pytest.raises(ValueError, match="Budget.min_string_chars=64 is above Budget.max_sql_chars=24"):
+        Budget(max_sql_chars=24, min_string_chars=64)
+    # a minimum left at its default yields to a smaller maximum
+    assert Budget(max_think_tokens=8).min_think_tokens == 16
+    assert Budget(max_think_tokens=8, min_think_tokens=4, max_final_think_tokens=4).final_think_cap == 4
+
+
 # ---- grammar text ----------------------------------------------------------------------------
 
 
@@ -391,6 +419,15 @@ def test_final_grammar_constrains_only_what_must_be(smol_session):
         assert not _accepts(smol_session, lark, "ok</think>\n\n" + sql), sql
 
 
+def test_final_grammar_bounds_the_blank_lines_before_the_answer(smol_session):
+    """A random model once spent its whole SQL bound on newlines: an answer with no SQL."""
+    lark = _final(smol_session)
+    assert _accepts(smol_session, lark, "ok</think>\n\n" + "\n" * 12 + "SELECT 1")
+    assert _accepts(smol_session, lark, "ok</think>\n\n```sql\n" + "\n" * 12 + "SELECT 1\n```")
+    assert not _accepts(smol_session, lark, "ok</think>\n\n" + "\n" * 13 + "SELECT 1")
+    assert not _accepts(smol_session, lark, "ok</think>\n\n```sql\n" + "\n" * 13 + "SELECT 1\n```")
+
+
 @pytest.mark.parametrize("layout", ["json", "strict"])
 def test_worst_case_token_bound_covers_the_longest_call(layout):
     bounds = StringBounds(sql_chars=10, name_chars=5)
@@ -438,3 +475,21 @@ def test_answer_text_marks_forced_and_fallback():
     text = answer_text(result)
     assert "forced final answer: tool rounds used up" in text and "fallback" in text and "SQL: SELECT 1" in text
     assert json.loads(json.dumps(result.to_json()))["fallback"] is True
+
+
+def test_answer_text_without_an_answer_shows_the_failing_sql_and_the_stats():
+    result = EpisodeResult(question="q", evidence=None, sql=None, columns=[], rows=[], truncated=False,
+                           forced=True, fallback=False, answer="SELECT * FROM <", rounds=[],
+                           stats={"rounds": 3, "calls": 7, "wall_s": 4.25, "generated_tokens": 96, "decode_tok_s": 20.0},
+                           transcript="", stop="final_answer", force_reason="max_rounds",
+                           error='the answer failed to run: near "<": syntax error')
+    lines = answer_text(result).splitlines()
+    assert lines == ["(forced final answer: tool rounds used up)",
+                     "SQL (did not run): SELECT * FROM <",
+                     'no answer: the answer failed to run: near "<": syntax error',
+                     "(no result; 3 rounds, 7 calls; 4.2 s; 96 tokens generated at 20.0 tok/s)"]
+
+    rambling = dataclasses.replace(result, answer="\n".join(f"line {i}" for i in range(30)))
+    lines = answer_text(rambling).splitlines()
+    assert lines[1:14] == ["SQL (did not run): line 0", *(f"line {i}" for i in range(1, 12)),
+                           "... 18 more lines (--json shows the whole answer)"]

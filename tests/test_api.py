@@ -105,3 +105,28 @@ def test_missing_model_and_closed_agent(tiny_gguf_fast, tmp_path, monkeypatch, c
     closed.close()
     with pytest.raises(EdgeSqlError, match="closed"):
         closed.ask("How many?", chinook_db)
+
+
+def test_an_agent_that_calibrates_says_so_through_its_logger(tiny_gguf, tmp_path, monkeypatch, caplog):
+    """`Agent()` on a file this machine has not calibrated: the quick calibration's lines go to
+    the `edge_sql.api` logger (an application sees why the first load takes longer)."""
+    import shutil
+
+    from edge_sql.runtime.tuning import Settings, calibration
+
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    two = [Settings(True, 64, 1), Settings(False, 64, 1)]  # two candidates: a short calibration
+    monkeypatch.setattr(calibration, "candidates", lambda n_threads=None: two)
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(tiny_gguf, model)
+    with caplog.at_level("INFO", logger="edge_sql.api"):
+        with edge_sql.Agent(model, n_ctx=1024, n_threads=1, pull_if_missing=False, prefix_cache=False) as agent:
+            assert agent.tuning == "calibrated"
+    messages = [r.getMessage() for r in caplog.records if r.name == "edge_sql.api"]
+    assert messages[0].startswith("first run of model.gguf on this machine: a quick calibration")
+    assert any(m.startswith("calibrated in ") for m in messages)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="edge_sql.api"):
+        with edge_sql.Agent(model, n_ctx=1024, n_threads=1, pull_if_missing=False, prefix_cache=False) as agent:
+            assert agent.tuning == "cached"
+    assert not [r for r in caplog.records if r.name == "edge_sql.api"]  # nothing to say once cached

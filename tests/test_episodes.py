@@ -172,3 +172,19 @@ def test_failing_answers_have_no_rows_and_say_why(episodes):
 def test_databases_are_byte_identical_afterwards(episodes):
     assert episodes["before"] == episodes["after"]
     assert episodes["pristine_before"] == episodes["pristine_after"]
+
+
+def test_a_turn_that_reaches_the_end_of_the_context_says_what_to_change(tiny_gguf_fast, chinook_db):
+    """The loop plans every segment to fit; should a turn still run into the end of the context,
+    the episode's error names the options that change it rather than the grammar's internals."""
+    from edge_sql.agent.episode import _BrokenTurn, _Episode
+
+    with Session(tiny_gguf_fast, n_ctx=512, n_threads=1) as session, ReadOnlyDatabase(chinook_db) as db:
+        episode = _Episode(session, Toolbox(db), PROMPT, Budget(), SamplingParams(seed=1), None, None)
+        session.reset()
+        filler = session.tokenize("the albums of every artist " * 200, special=False)
+        session.eval(filler[: session.n_ctx - 3])  # three tokens of room for a final turn
+        with pytest.raises(_BrokenTurn) as ended:
+            episode._generate(episode._grammar_final(64), stop_tokens=(episode.end_id,))
+    assert str(ended.value) == ("the turn reached the end of the 512-token context; bound thinking (--think-tokens, "
+                                "Budget.max_think_tokens) or use a larger context (--ctx, n_ctx)")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from edge_sql.errors import DatabaseError
-from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from edge_sql.tools import ReadOnlyDatabase, Toolbox, format_result
 
 LIMIT_S = 0.5
 DATA = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
@@ -49,6 +49,23 @@ def not_a_read(keyword: str, hint: str = "") -> str:
 def reading_refused(table: str) -> str:
     return (f"Error: not allowed: reading {table} is refused (the table-valued functions that may "
             f"be read: {TVF_LIST})")
+
+
+def sqlite3_text(sql: str) -> str:
+    """The rows sqlite3 reads from Chinook for `sql`, written as the tools write them."""
+    conn = sqlite3.connect(f"file:{CHINOOK}?mode=ro", uri=True)
+    try:
+        cursor = conn.execute(sql)
+        lines = [" | ".join(d[0] for d in cursor.description)]
+        lines += [" | ".join(str(v) for v in row) for row in cursor]
+    finally:
+        conn.close()
+    return "\n".join(lines)
+
+
+def first_rows(table: str, n: int) -> str:
+    """What sample_rows shows for `n` rows of a Chinook table."""
+    return sqlite3_text(f'SELECT * FROM "{table}" LIMIT {n}')
 
 
 def folder_state(*folders: Path) -> dict[str, tuple[int, int, str]]:
@@ -164,8 +181,30 @@ PRAGMAS = [
     ("PRAGMA journal_mode=DELETE", refused("PRAGMA journal_mode = DELETE")),
     ("PRAGMA user_version=5", refused("PRAGMA user_version = 5")),
     ("PRAGMA query_only=OFF", refused("PRAGMA query_only = OFF")),
+    ("PRAGMA query_only", refused("PRAGMA query_only")),  # a setting of the sandbox, not the file
+    ("PRAGMA main.busy_timeout", refused("PRAGMA busy_timeout")),
+    ("PRAGMA journal_mode", refused("PRAGMA journal_mode")),
+    ("PRAGMA foreign_key_check", refused("PRAGMA foreign_key_check")),
+    ("PRAGMA main.user_version = 5", refused("PRAGMA user_version = 5")),
+    ("PRAGMA page_size(1024)", refused("PRAGMA page_size = 1024")),
+    ("PRAGMA temp_store", refused("PRAGMA temp_store")),
+    ("PRAGMA nonsense", refused("PRAGMA nonsense")),
+    ("PRAGMA table_info(Track); DROP TABLE Track", "Error: only one SQL statement is allowed at a time"),
+    ("EXPLAIN PRAGMA table_info(Track)", not_a_read("EXPLAIN")),
+    # the pragmas that only read run as written, as in the training environment
     ("PRAGMA table_info(Track)",
-     not_a_read("PRAGMA", "; for a table's columns use SELECT * FROM pragma_table_info('name')")),
+     "cid | name | type | notnull | dflt_value | pk\n0 | TrackId | INTEGER | 1 | None | 1\n"
+     "1 | Name | NVARCHAR(200) | 1 | None | 0\n2 | AlbumId | INTEGER | 0 | None | 0\n"
+     "3 | MediaTypeId | INTEGER | 1 | None | 0\n4 | GenreId | INTEGER | 0 | None | 0\n"
+     "... (showing first 5 rows; more rows exist)"),
+    ("pragma MAIN.\"table_info\"([Genre]);", "cid | name | type | notnull | dflt_value | pk\n"
+     "0 | GenreId | INTEGER | 1 | None | 1\n1 | Name | NVARCHAR(120) | 0 | None | 0"),
+    ("/* columns */ PRAGMA table_xinfo = 'MediaType'",
+     "cid | name | type | notnull | dflt_value | pk | hidden\n0 | MediaTypeId | INTEGER | 1 | None | 1 | 0\n"
+     "1 | Name | NVARCHAR(120) | 0 | None | 0 | 0"),
+    ("PRAGMA index_info(IFK_TrackAlbumId)", "seqno | cid | name\n0 | 2 | AlbumId"),
+    ("PRAGMA user_version", "user_version\n0"),
+    ("PRAGMA table_info(nope)", "cid | name | type | notnull | dflt_value | pk\n(no rows)"),
     ("PRAGMA database_list", refused("PRAGMA database_list")),
     ("PRAGMA wal_checkpoint(TRUNCATE)", refused("PRAGMA wal_checkpoint = TRUNCATE")),
     ("PRAGMA integrity_check", refused("PRAGMA integrity_check")),
@@ -218,6 +257,8 @@ DENIAL = [
      TIMEOUT),
     ("SELECT count(*) FROM Track a, Track b, Track c", TIMEOUT),
     ("SELECT printf('%.*c', 2000000000, 'x')", TIMEOUT),  # one slow function call
+    ("SELECT length(printf('%*d', 70000000, 1))", TOO_BIG),  # printf's own NULL made an error
+    ("SELECT format('%0*d', 70000000, 1) IS NULL", TOO_BIG),
     ("SELECT sum(length(printf('%.*c', 60000000, Name))) FROM Track", TIMEOUT),  # a 60 MB string per row
     ("SELECT count(*) FROM Track a, Track b "
      "WHERE a.Name LIKE printf('%%%s%%', b.Name || printf('%.*c', 20000, '_'))", TIMEOUT),
@@ -236,6 +277,50 @@ DENIAL = [
     ("WITH RECURSIVE r(s) AS (SELECT 'x' UNION ALL SELECT s || s FROM r) SELECT length(s) FROM r",
      "length(s)\n1\n2\n4\n8\n16\n... (showing first 5 rows; more rows exist)"),
 ]
+
+READ_ONLY_PRAGMAS = {
+    CHINOOK: ["PRAGMA table_info(Track)", "PRAGMA main.table_info('Track')",
+              'PRAGMA "table_xinfo"("Track")', "PRAGMA table_info = track", "PRAGMA temp.table_info(Track)",
+              "PRAGMA index_list([Track])", "PRAGMA main.index_list(PlaylistTrack)",
+              "PRAGMA index_info(IFK_TrackAlbumId)", "PRAGMA index_xinfo(`sqlite_autoindex_PlaylistTrack_1`)",
+              "PRAGMA foreign_key_list(InvoiceLine)", "PRAGMA table_list", "PRAGMA table_list(Album)",
+              "PRAGMA index_list(nope)"],
+    NORTHWIND: ['PRAGMA table_info("Order Details")', "PRAGMA main.table_xinfo([Order Details])",
+                "PRAGMA index_list('Order Details')", 'PRAGMA index_xinfo("sqlite_autoindex_Order Details_1")',
+                "PRAGMA index_info('sqlite_autoindex_Order Details_1')", "PRAGMA foreign_key_list(`Order Details`)",
+                "PRAGMA main.table_list", "PRAGMA table_info(Employees)"],
+}
+HEADER_PRAGMAS = ["PRAGMA user_version", "PRAGMA main.application_id", "pragma SCHEMA_VERSION;",
+                  "PRAGMA page_count", "PRAGMA page_size", "PRAGMA freelist_count", "PRAGMA encoding",
+                  "PRAGMA auto_vacuum"]
+
+
+@pytest.mark.parametrize("source", [CHINOOK, NORTHWIND], ids=["chinook", "northwind"])
+def test_read_only_pragmas_give_what_sqlite3_gives(tmp_path: Path, source: Path) -> None:
+    """Each pragma that only reads, with and without a schema prefix and quoting: the columns and
+    rows of sqlite3 for the same statement, the same text through run_query (its 5-row cap
+    included), and the file unchanged."""
+    db = fresh_copy(source, tmp_path / "db")
+    statements = READ_ONLY_PRAGMAS[source] + HEADER_PRAGMAS
+    reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    expected = {}
+    for sql in statements:
+        cursor = reader.execute(sql)
+        expected[sql] = ([d[0] for d in cursor.description], cursor.fetchall())
+    reader.close()
+    empty = [sql for sql, (_, rows) in expected.items() if not rows]
+    assert empty == [s for s in statements if "temp." in s or "nope" in s]  # the rest: real rows
+    before = folder_state(db.parent)
+    with ReadOnlyDatabase(db, time_limit_s=LIMIT_S) as database:
+        tools = Toolbox(database)
+        for sql in statements:
+            result = database.execute(sql, max_rows=None)
+            assert (result.columns, result.rows) == expected[sql], sql
+            columns, rows = expected[sql]
+            text = tools.call("run_query", {"sql": sql})
+            assert text.ok and text.output == format_result(columns, rows, max_rows=5), sql
+    assert folder_state(db.parent) == before
+
 
 STATEMENTS = [("writes", *case) for case in WRITES] + [("attach", *case) for case in ATTACH]
 STATEMENTS += [("pragma", *case) for case in PRAGMAS] + [("files", *case) for case in FILES]
@@ -277,6 +362,46 @@ def test_memory_bomb(tmp_path: Path, sql: str) -> None:
                memory_limit_mb=256)
 
 
+@pytest.mark.parametrize("sql", ["SELECT printf('%.*c', 100000000, 'x')",
+                                 "SELECT format('%.*c', 100000000, 'x') IS NULL",
+                                 "SELECT length(printf('%100000000c', 'x'))"])
+def test_a_printf_over_the_cap_is_an_error_not_null(tmp_path: Path, sql: str) -> None:
+    """SQLite's printf() answers NULL past the length cap; here it is the cap's error (a 5 s
+    limit: building 64 MB one character at a time takes about half a second)."""
+    db = fresh_copy(CHINOOK, tmp_path / "db")
+    check_call(db, "run_query", {"sql": sql}, TOO_BIG, limit_s=5.0)
+
+
+PRINTF_AS_BUILT = [
+    "SELECT printf('%s-%03d', Name, GenreId), format('%.2f', GenreId / 3.0) FROM Genre",
+    "SELECT printf('') IS NULL, printf('%s', '') IS NULL, printf(NULL) IS NULL, printf() IS NULL",
+    "SELECT printf(5), printf('%d%%', 7), printf(x'41'), printf('%q|%Q|%w', 'it''s', NULL, 'a\"b')",
+    "SELECT length(printf('%.*c', 1000000, 'x'))",
+    "SELECT label FROM GenreLabel",  # a view calling printf: trusted_schema=OFF allows only built-ins
+    "SELECT printf('[%s]', label) FROM GenreLabel",
+    "SELECT hex(printf('%s!', raw)), length(printf('%s', raw)) FROM RawText",  # text that is not UTF-8
+]
+
+
+def test_printf_answers_as_sqlite3_within_the_cap(tmp_path: Path) -> None:
+    """The guarded printf gives sqlite3's rows, where a view uses it and where text is not UTF-8."""
+    db = fresh_copy(CHINOOK, tmp_path / "db")
+    with sqlite3.connect(db) as writer:
+        writer.execute("CREATE VIEW GenreLabel AS SELECT printf('%03d %s', GenreId, Name) AS label "
+                       "FROM Genre")
+        writer.execute("CREATE TABLE RawText(raw TEXT)")
+        writer.execute("INSERT INTO RawText VALUES (CAST(x'ff41' AS TEXT))")
+    writer.close()
+    reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    expected = {sql: reader.execute(sql).fetchall() for sql in PRINTF_AS_BUILT}
+    reader.close()
+    before = folder_state(db.parent)
+    with ReadOnlyDatabase(db, time_limit_s=5.0) as database:
+        for sql in PRINTF_AS_BUILT:
+            assert database.execute(sql, max_rows=None).rows == expected[sql], sql
+    assert folder_state(db.parent) == before
+
+
 # -- 6. identifiers and `limit` -----------------------------------------------------------------
 
 SAMPLE_LIMIT = "Error: sample_rows: limit must be an integer from 1 to 20"
@@ -285,8 +410,15 @@ DISTINCT_LIMIT = "Error: distinct_values: limit must be an integer from 1 to 50"
 IDENTIFIERS = [
     ("sample_rows", {"table_name": "Genre", "limit": "²"}, SAMPLE_LIMIT),
     ("sample_rows", {"table_name": "Genre", "limit": "+-5"}, SAMPLE_LIMIT),
-    ("sample_rows", {"table_name": "Genre", "limit": "9" * 5000}, SAMPLE_LIMIT),
-    ("sample_rows", {"table_name": "Genre", "limit": 10**30}, SAMPLE_LIMIT),
+    # every integer out of range is clamped, however large: -5, 1000 and 10**100 alike
+    ("sample_rows", {"table_name": "Genre", "limit": "9" * 5000}, first_rows("Genre", 20)),
+    ("sample_rows", {"table_name": "Genre", "limit": "-" + "9" * 5000}, first_rows("Genre", 1)),
+    ("sample_rows", {"table_name": "Genre", "limit": 10**30}, first_rows("Genre", 20)),
+    ("sample_rows", {"table_name": "Genre", "limit": 10**100}, first_rows("Genre", 20)),
+    ("sample_rows", {"table_name": "Genre", "limit": -10**100}, first_rows("Genre", 1)),
+    ("sample_rows", {"table_name": "Genre", "limit": 1000}, first_rows("Genre", 20)),
+    ("sample_rows", {"table_name": "Genre", "limit": 1e300}, first_rows("Genre", 20)),
+    ("sample_rows", {"table_name": "Genre", "limit": "0001000"}, first_rows("Genre", 20)),
     ("sample_rows", {"table_name": "Genre", "limit": "1e3"}, SAMPLE_LIMIT),
     ("sample_rows", {"table_name": "Genre", "limit": "0x10"}, SAMPLE_LIMIT),
     ("sample_rows", {"table_name": "Genre", "limit": "٣"}, SAMPLE_LIMIT),
@@ -300,7 +432,7 @@ IDENTIFIERS = [
     ("distinct_values", {"table_name": "Genre", "column_name": "Name", "limit": "1_000"},
      DISTINCT_LIMIT),
     ("distinct_values", {"table_name": "Genre", "column_name": "Name", "limit": 10**12},
-     DISTINCT_LIMIT),
+     sqlite3_text("SELECT DISTINCT Name FROM Genre")),  # all 25: the limit is clamped to 50
     ("describe_table", {"table_name": '"; DROP TABLE Track; --'},
      'Error: no such table: "; DROP TABLE Track; --'),
     ("describe_table", {"table_name": "Track; DROP TABLE Track"},

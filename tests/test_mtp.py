@@ -45,25 +45,25 @@ def test_the_head_loads_and_leaves_the_main_model_unchanged(tiny_gguf: Path, no_
         assert with_head.info.n_layers == without.info.n_layers == 4  # the trunk; the head is extra
         reference = _prompt_logits(without)
         assert np.array_equal(_prompt_logits(with_head), reference)
-        with MTPDrafter(with_head):  # the session now also keeps every hidden state for the drafter
+        with MTPDrafter(with_head.context):  # the session now also keeps every hidden state for the drafter
             assert np.array_equal(_prompt_logits(with_head), reference)
             greedy = SamplingParams(greedy=True)
             drafted_alongside = with_head.generate(params=greedy, max_tokens=8).tokens
         _prompt_logits(without)
         assert drafted_alongside == without.generate(params=greedy, max_tokens=8).tokens
         with pytest.raises(EdgeSqlError, match="has no MTP head"):
-            MTPDrafter(without)
+            MTPDrafter(without.context)
     with Session(tiny_gguf, **{**SESSION_ARGS, "mtp": False}) as not_loaded:
         assert not_loaded.info.mtp_layers == 0  # loaded only on request (its weights cost memory)
         assert np.array_equal(_prompt_logits(not_loaded), reference)
         with pytest.raises(EdgeSqlError, match=r"mtp=True"):
-            MTPDrafter(not_loaded)
+            MTPDrafter(not_loaded.context)
 
 
 def test_drafts_are_valid_and_deterministic(tiny_gguf: Path) -> None:
     drafts = []
     for _ in range(2):  # two independent sessions and drafters, same steps
-        with Session(tiny_gguf, **SESSION_ARGS) as session, MTPDrafter(session) as drafter:
+        with Session(tiny_gguf, **SESSION_ARGS) as session, MTPDrafter(session.context) as drafter:
             prompt = session.tokenize(PROMPT)
             session.eval(prompt)
             before = session.logits()
@@ -86,7 +86,7 @@ def test_drafts_are_valid_and_deterministic(tiny_gguf: Path) -> None:
 
 
 def test_the_mtp_cache_follows_the_session(tiny_gguf: Path) -> None:
-    with Session(tiny_gguf, **{**SESSION_ARGS, "n_batch": 16}) as session, MTPDrafter(session) as drafter:
+    with Session(tiny_gguf, **{**SESSION_ARGS, "n_batch": 16}) as session, MTPDrafter(session.context) as drafter:
         prompt = session.tokenize(PROMPT)
         assert len(prompt) > 32
         session.eval(prompt)  # three or more decodes of at most 16 tokens, mirrored one by one
@@ -110,7 +110,7 @@ def test_the_mtp_cache_follows_the_session(tiny_gguf: Path) -> None:
 
 
 def test_a_restored_prefix_keeps_its_mtp_cache(tiny_gguf: Path) -> None:
-    with Session(tiny_gguf, **SESSION_ARGS) as session, MTPDrafter(session) as drafter:
+    with Session(tiny_gguf, **SESSION_ARGS) as session, MTPDrafter(session.context) as drafter:
         prompt = session.tokenize(PROMPT)
         session.eval(prompt)
         saved = session.snapshot()
@@ -130,7 +130,7 @@ def test_a_restored_prefix_keeps_its_mtp_cache(tiny_gguf: Path) -> None:
 
 
 def test_the_drafter_adds_one_layer_of_cache_not_a_second_context(tiny_gguf: Path) -> None:
-    with Session(tiny_gguf, **SESSION_ARGS) as session, MTPDrafter(session) as drafter:
+    with Session(tiny_gguf, **SESSION_ARGS) as session, MTPDrafter(session.context) as drafter:
         assert drafter.buffers["CPU KV"] == 512 * MTP_LAYER_KV_BYTES_PER_POSITION
         assert not [kind for kind in drafter.buffers if kind.endswith(" RS")]  # no recurrent state
         assert not [kind for kind in drafter.buffers if kind.endswith(" model")]  # no weights loaded again

@@ -118,6 +118,40 @@ def test_imports_run_one_way_down_the_package_map() -> None:
         assert not _edge_sql_imports(REPO / (leaf.replace(".", "/") + ".py")), leaf
 
 
+def _runtime_order() -> list[list[str]]:
+    """docs/architecture.md's table of the runtime's modules and packages (`tuning/`), in its
+    order (first row lowest)."""
+    import re
+
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("### Import order inside `edge_sql/runtime/`", 1)[1].split("\n#", 1)[0]
+    return [re.findall(r"`(\w+)(?:\.py|/)`", line) for line in section.splitlines()
+            if re.match(r"\| \d+ \|", line)]
+
+
+def test_runtime_modules_import_in_the_documented_order() -> None:
+    """Inside the runtime a module imports only modules on lower rows of the table (by their
+    own names: a `from edge_sql.runtime import x` would hide which), so no import circle forms;
+    the modules of a subpackage (tuning/) count as one entry and may import each other."""
+    rows = _runtime_order()
+    row = {name: i for i, names in enumerate(rows) for name in names}
+    folder = REPO / "edge_sql" / "runtime"
+    assert sum(len(names) for names in rows) == len(row)  # each entry on one row
+    entries = {path.stem for path in folder.glob("*.py")} | {init.parent.name for init in folder.glob("*/__init__.py")}
+    assert set(row) == entries  # every module and subpackage placed
+    wrong = []
+    for path in sorted(folder.rglob("*.py")):
+        mine = path.relative_to(folder).parts[0].removesuffix(".py")
+        for name in _edge_sql_imports(path):
+            if name == "edge_sql.runtime":
+                wrong.append(f"{path.relative_to(folder)} imports from the package itself")
+            elif name.startswith("edge_sql.runtime."):
+                theirs = name.split(".")[2]
+                if theirs != mine and row[theirs] >= row[mine]:
+                    wrong.append(f"{path.relative_to(folder)} (row {row[mine] + 1}) imports {theirs} (row {row[theirs] + 1})")
+    assert not wrong, wrong
+
+
 def test_benchmark_scripts_import_nothing_from_tests() -> None:
     """Benchmarks measure the product: they import edge_sql and their own helpers, never test code."""
     import ast

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from edge_sql.agent import Budget, load_prompt
-from edge_sql.runtime import SamplingParams, Session
+from edge_sql.runtime import PrefixCache, SamplingParams, Session
 
 ARGS = dict(n_ctx=2048, n_threads=1)
 
@@ -58,7 +58,7 @@ def _same(a, b) -> None:
 def test_restored_prefix_gives_the_logits_of_a_fresh_evaluation_in_memory_and_from_disk(
         tiny_gguf: Path, tmp_path: Path) -> None:
     cache = tmp_path / "states"
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=cache) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(cache)) as session:
         prefix, own = _opening(session)
         assert len(prefix) > 300  # the system prompt and the tool list
         reference = _fresh(tiny_gguf, prefix, own)
@@ -75,14 +75,14 @@ def test_restored_prefix_gives_the_logits_of_a_fresh_evaluation_in_memory_and_fr
         assert session.n_past == len(prefix) + len(own) + 4
         _same(second, reference)
 
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=cache) as later:  # a new process would do the same
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(cache)) as later:  # a new process would do the same
         from_disk = _cached_run(later, prefix, own)
         assert later.prefix_tokens_restored == len(prefix)
         _same(from_disk, reference)
 
 
 def test_a_different_question_after_the_restored_prefix(tiny_gguf: Path, tmp_path: Path) -> None:
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path)) as session:
         prefix, own = _opening(session)
         _, other = _opening(session, "Which artist has the most albums?")
         _cached_run(session, prefix, own)
@@ -94,7 +94,7 @@ def test_a_different_question_after_the_restored_prefix(tiny_gguf: Path, tmp_pat
 def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
         tiny_gguf: Path, tmp_path: Path) -> None:
     cache = tmp_path / "states"
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=cache) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(cache)) as session:
         prefix, own = _opening(session)
         _cached_run(session, prefix, own)
         changed = prefix[:-3] + session.tokenize(" Be brief.") + prefix[-3:]  # another template text
@@ -106,12 +106,12 @@ def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
     shutil.copyfile(tiny_gguf, copy)
     stat = copy.stat()
     os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    with Session(copy, **ARGS, prefix_cache_dir=cache) as other_file:
+    with Session(copy, **ARGS, prefix_cache=PrefixCache(cache)) as other_file:
         _cached_run(other_file, prefix, own)
         assert other_file.prefix_tokens_restored == 0
 
     for setting in (dict(n_ubatch=64), dict(flash_attn=False), dict(n_ctx=1024)):
-        with Session(tiny_gguf, **{**ARGS, **setting}, prefix_cache_dir=cache) as other_setting:
+        with Session(tiny_gguf, **{**ARGS, **setting}, prefix_cache=PrefixCache(cache)) as other_setting:
             result = _cached_run(other_setting, prefix, own)
             assert other_setting.prefix_tokens_restored == 0, setting
         _same(result, _fresh(tiny_gguf, prefix, own, **setting))
@@ -121,7 +121,7 @@ def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
 def test_a_corrupt_or_truncated_state_file_is_ignored_with_a_note_and_rebuilt(
         tiny_gguf: Path, tmp_path: Path, damage: str) -> None:
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path)) as session:
         prefix, own = _opening(session)
         reference = _cached_run(session, prefix, own)
     (path,) = tmp_path.glob("*.state")
@@ -135,27 +135,27 @@ def test_a_corrupt_or_truncated_state_file_is_ignored_with_a_note_and_rebuilt(
     path.write_bytes(bytes(data))
 
     notes: list[str] = []
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path, log=notes.append) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path, log=notes.append)) as session:
         result = _cached_run(session, prefix, own)
         assert session.prefix_tokens_restored == 0
     _same(result, reference)
     assert len(notes) == 1 and "ignoring the saved prompt state" in notes[0], notes
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path, log=notes.append) as session:  # rebuilt
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path, log=notes.append)) as session:  # rebuilt
         _same(_cached_run(session, prefix, own), reference)
         assert session.prefix_tokens_restored == len(prefix)
     assert len(notes) == 1
 
 
 def test_the_disk_cache_stays_within_its_size(tiny_gguf: Path, tmp_path: Path) -> None:
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path)) as session:
         prefix, own = _opening(session)
         _cached_run(session, prefix, own)
         size = next(tmp_path.glob("*.state")).stat().st_size
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path, prefix_cache_bytes=int(size * 1.5)) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path, max_bytes=int(size * 1.5))) as session:
         newer = prefix[:-3] + session.tokenize(" Be brief.") + prefix[-3:]
         _cached_run(session, newer, own)
     assert len(list(tmp_path.glob("*.state"))) == 1  # the older state was evicted
-    with Session(tiny_gguf, **ARGS, prefix_cache_dir=tmp_path) as session:
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path)) as session:
         _cached_run(session, newer, own)
         assert session.prefix_tokens_restored == len(newer)
 
@@ -167,3 +167,22 @@ def test_without_a_declared_prefix_nothing_is_restored(tiny_gguf: Path) -> None:
             session.reset()
             session.eval(prefix + own)
             assert session.prefix_tokens_restored == 0 and session.prompt_tokens_evaluated == len(prefix) + len(own)
+
+
+def test_the_key_hashes_the_options_a_state_depends_on(tmp_path: Path) -> None:
+    from edge_sql.runtime.options import SessionOptions
+    from edge_sql.runtime.prefix_state import prefix_key
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(64))
+    base = SessionOptions(n_ctx=2048, n_threads=1)
+    key = prefix_key(model, base, "CPU", [1, 2, 3])
+    # what the model loads or how it drafts leaves the context's state as it is
+    assert prefix_key(model, SessionOptions(n_ctx=2048, n_threads=1, mtp=True, speculate="auto"), "CPU",
+                      [1, 2, 3]) == key
+    for other in (SessionOptions(n_ctx=1024, n_threads=1), SessionOptions(n_ctx=2048, n_threads=2),
+                  SessionOptions(n_ctx=2048, n_threads=1, flash_attn=False),
+                  SessionOptions(n_ctx=2048, n_threads=1, draft_max=4)):
+        assert prefix_key(model, other, "CPU", [1, 2, 3]) != key, other
+    assert prefix_key(model, base, "CUDA", [1, 2, 3]) != key
+    assert prefix_key(model, base, "CPU", [1, 2, 4]) != key

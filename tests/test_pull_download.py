@@ -157,8 +157,10 @@ def test_no_hub_listening_gives_the_offline_message(tmp_path: Path) -> None:
         download_checkpoint(REPO, cache_dir=tmp_path / "cache", endpoint=endpoint)
     message = str(err.value)
     assert "\n" not in message
-    assert message.startswith(f"could not reach the Hugging Face hub at {endpoint} (ConnectionRefusedError")
+    assert message.startswith(f"could not reach the Hugging Face hub at {endpoint} (the connection was refused) ")
     assert "edge-sql pull /path/to/checkpoint" in message and "edge-sql convert" in message
+    assert "edge-sql run --model FILE.gguf" in message  # advice that works offline
+    assert "Error" not in message and "Exception" not in message  # no class names
 
 
 def test_when_the_hub_is_unreachable_a_complete_cached_snapshot_is_used(
@@ -195,7 +197,8 @@ def test_offline_mode_with_the_real_environment_variable(hub: HubStandin, tmp_pa
         f"Error: could not reach the Hugging Face hub at {hub.endpoint} "
         "(offline mode: HF_HUB_OFFLINE is set) "
         f"and {REPO} is not complete in the local cache; to use a checkpoint you already have, run "
-        "`edge-sql pull /path/to/checkpoint` (or `edge-sql convert` then `edge-sql quantize`)"
+        "`edge-sql pull /path/to/checkpoint` (or `edge-sql convert` then `edge-sql quantize`); a GGUF file "
+        "runs as it is: `edge-sql run --model FILE.gguf`"
     ]
     assert not hub.requests  # offline means not one request
 

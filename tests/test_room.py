@@ -66,6 +66,13 @@ def test_final_turn_thinking_uses_the_room_left():
     assert final_reserve_think_tokens(Budget(max_final_think_tokens=20)) == 20
 
 
+def test_a_think_cap_bounds_the_forced_final_turn_too():
+    """Budget(max_think_tokens=N) in the API means what --think-tokens N means in the CLI."""
+    assert final_think_tokens(5000, Budget(max_think_tokens=8), 512) == 8
+    assert final_reserve_think_tokens(Budget(max_think_tokens=8)) == 8
+    assert final_think_tokens(5000, Budget(max_think_tokens=8, max_final_think_tokens=40), 512) == 40
+
+
 # ---- which answer an episode returns ------------------------------------------------------------
 
 ROWS = QueryResult(columns=["n"], rows=[(3,)], truncated=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from edge_sql.cli import main
+from edge_sql.commands.run import EXIT_NO_ANSWER
 
 SMALL = ["--no-tune", "--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2", "--max-rounds", "3",
          "--budget", "max_sql_chars=24", "--budget", "max_name_chars=16", "--budget", "max_final_sql_tokens=24",
@@ -27,13 +29,18 @@ def run(*args: str, input: str | None = None):
     return CliRunner().invoke(main, ["run", *args], input=input, catch_exceptions=False)
 
 
+def exit_code_for(answer: dict) -> int:
+    """What `run --question` exits with for this answer: 0 with SQL that ran, else EXIT_NO_ANSWER."""
+    return 0 if answer["sql"] is not None else EXIT_NO_ANSWER
+
+
 def test_question_json_prints_one_object_with_every_field(tiny_gguf_fast, chinook_db):
     result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                  "--seed", "5", *SMALL)
-    assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1
+    assert len(lines) == 1, result.output
     data = json.loads(lines[0])
+    assert result.exit_code == exit_code_for(data), result.output
     assert JSON_FIELDS <= set(data) and STATS_FIELDS <= set(data["stats"])
     assert "transcript" not in data
     assert isinstance(data["forced"], bool) and data["rounds"]
@@ -48,12 +55,29 @@ def test_question_json_prints_one_object_with_every_field(tiny_gguf_fast, chinoo
 def test_live_view_and_trace(tiny_gguf_fast, northwind_db):
     result = run("--db", str(northwind_db), "--model", str(tiny_gguf_fast), "--question", "How many orders?", "--trace",
                  "--seed", "9", *SMALL)
-    assert result.exit_code == 0, result.output
     out = result.stdout
+    assert result.exit_code == (0 if "\nSQL: " in out else EXIT_NO_ANSWER), result.output
     assert out.startswith("round 1\n")
     assert "--- transcript ---\n<|im_start|>system\n" in out
     assert "<|im_start|>user\nHow many orders?<|im_end|>" in out
     assert f"loaded {tiny_gguf_fast.name}" in result.stderr
+
+
+def test_no_answer_exits_3_and_shows_the_failing_sql_and_the_stats(tiny_gguf_fast, chinook_db):
+    """The random fixture model's final answers never run (seed 5: a syntax error)."""
+    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "5",
+            "--greedy", *SMALL]
+    as_json = run(*args, "--json")
+    data = json.loads(as_json.stdout)
+    assert data["sql"] is None and data["answer"] and data["error"].startswith("the answer failed to run: ")
+    assert as_json.exit_code == EXIT_NO_ANSWER == 3
+    live = run(*args)
+    assert live.exit_code == EXIT_NO_ANSWER
+    tail = live.stdout.split("final answer (forced)\n", 1)[1].splitlines()
+    assert tail[:4] == ["(forced final answer: tool rounds used up)", f"SQL (did not run): {data['answer']}",
+                        f"no answer: {data['error']}", tail[3]]
+    assert re.fullmatch(r"\(no result; 3 rounds, \d+ calls; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s\)", tail[3])
+    assert "3    --question ended with no answer" in run("--help").stdout
 
 
 def test_prompt_file_replaces_the_template(tiny_gguf_fast, chinook_db, tmp_path):
@@ -66,8 +90,8 @@ def test_prompt_file_replaces_the_template(tiny_gguf_fast, chinook_db, tmp_path)
                                'user_template = "Please answer: {question}{evidence}"'), encoding="utf-8")
     result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                  "--trace", "--prompt-file", str(custom), "--seed", "4", *SMALL)
-    assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
+    assert result.exit_code == exit_code_for(data), result.output
     assert data["prompt_version"] == "mine-1"
     assert "<|im_start|>user\nPlease answer: How many albums?<|im_end|>" in data["transcript"]
 
@@ -78,7 +102,7 @@ def test_interactive_prompt_answers_until_exit(tiny_gguf_fast, chinook_db):
     assert result.exit_code == 0, result.output
     answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
-    assert result.stderr.count("edge-sql> ") == 3
+    assert "edge-sql>" not in result.output and "Ask about" not in result.output  # stdin is no terminal
 
 
 def test_interactive_empty_line_and_eof_quit(tiny_gguf_fast, chinook_db):
@@ -139,8 +163,13 @@ def test_bad_input_exits_non_zero_with_one_line(case, message, tmp_path, chinook
         assert "loading" not in result.stderr  # refused before the model loads
 
 
-def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf_fast, chinook_db):
-    """A real process: SIGINT during the episode ends it with status 130 and no traceback."""
+@pytest.mark.parametrize(("signum", "code", "says"), [
+    (signal.SIGINT, 130, "stopped"), (signal.SIGTERM, 143, "stopped: terminated by SIGTERM"),
+    (signal.SIGHUP, 129, "stopped: terminated by SIGHUP"),
+])
+def test_a_signal_stops_the_episode_cleanly(tiny_gguf_fast, chinook_db, signum, code, says):
+    """A real process: SIGINT during the episode ends it with status 130, SIGTERM and SIGHUP with
+    128 + N (as docs/architecture.md says), each with no traceback."""
     args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db), "--model", str(tiny_gguf_fast),
             "--question", "How many albums?", "--seed", "2", "--threads", "1", "--ctx", "4096",
             "--think-tokens", "2000", "--budget", "max_tokens=4096", "--no-tune"]
@@ -151,10 +180,10 @@ def test_ctrl_c_stops_the_episode_cleanly(tiny_gguf_fast, chinook_db):
     while time.monotonic() < deadline and "round 1" not in line:  # the episode has started
         line = process.stdout.readline()
     time.sleep(1.0)  # now inside a 2000-token think block
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     out, err = process.communicate(timeout=120)
-    assert process.returncode == 130, (out, err)
-    assert "stopped" in out + err
+    assert process.returncode == code, (out, err)
+    assert says in out + err
     assert "Traceback" not in err
 
 
@@ -164,9 +193,10 @@ def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_ggu
     tuned = [arg for arg in SMALL if arg != "--no-tune"]
     first = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                 "--seed", "5", *tuned)
-    assert first.exit_code == 0, first.output
+    answer = json.loads(first.stdout.strip().splitlines()[-1])
+    assert first.exit_code == exit_code_for(answer), first.output
     assert "quick calibration" in first.stderr and f"calibrating {tiny_gguf_fast.name}: 1/" in first.stderr
-    stats = json.loads(first.stdout.strip().splitlines()[-1])["stats"]
+    stats = answer["stats"]
     assert stats["tuning"] == "calibrated" and stats["llama_settings"].startswith("flash_attn=")
     assert "n_threads=1" in stats["llama_settings"]  # --threads wins over the calibrated count
     assert stats["prefix_tokens_restored"] == 0  # nothing saved yet: evaluated, then saved to disk
@@ -174,9 +204,51 @@ def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_ggu
 
     second = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
                  "--seed", "5", *tuned)
-    assert second.exit_code == 0, second.output
+    answer_again = json.loads(second.stdout.strip().splitlines()[-1])
+    assert second.exit_code == exit_code_for(answer_again), second.output
     assert "calibrating" not in second.stderr and "settings (cached)" in second.stderr
-    again = json.loads(second.stdout.strip().splitlines()[-1])["stats"]
+    again = answer_again["stats"]
     assert again["llama_settings"] == stats["llama_settings"]
     assert again["prefix_tokens_restored"] > 300  # a fresh process skips the shared prompt
     assert again["transcript_tokens"] == stats["transcript_tokens"]  # same seed, same episode
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "serve"])
+def test_context_and_episode_ranges_agree_across_commands(command):
+    from edge_sql.agent.budget import MIN_EPISODE_TOKENS
+    from edge_sql.commands.options import MIN_CONTEXT_TOKENS
+
+    assert MIN_CONTEXT_TOKENS == MIN_EPISODE_TOKENS
+    for option in ("--ctx", "--episode-tokens"):
+        below = CliRunner().invoke(main, [command, option, str(MIN_CONTEXT_TOKENS - 1)])
+        assert below.exit_code == 2, below.output
+        assert f"Invalid value for '{option}': {MIN_CONTEXT_TOKENS - 1} is not in the range x>={MIN_CONTEXT_TOKENS}." \
+            in below.output
+
+
+@pytest.mark.parametrize(("items", "message"), [
+    (["--budget", "max_sql_chars=-1"], "max_sql_chars=-1 is out of range (at least 1)"),
+    (["--budget", "min_think_tokens=500", "--think-tokens", "8"],
+     "min_think_tokens=500 is above max_think_tokens=8: a minimum must not exceed its maximum "
+     "(--think-tokens sets max_think_tokens)"),
+])
+def test_budget_values_are_refused_with_what_is_wrong(items, message, tmp_path):
+    result = run("--db", str(tmp_path / "never-opened.sqlite"), *items)
+    assert result.exit_code == 2
+    assert message in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("room", "names"), [
+    (["--ctx", "1024"], "in the 1024-token context; use a larger context (--ctx, n_ctx), up to the episode's 12288"),
+    (["--ctx", "32768", "--episode-tokens", "1024"],
+     "in the 1024-token episode budget; raise --episode-tokens (Budget.max_tokens), up to the context's 32768"),
+    (["--ctx", "1024", "--episode-tokens", "1024"],
+     "in the 1024-token context and episode budget; raise both --ctx and --episode-tokens (n_ctx, Budget.max_tokens)"),
+])
+def test_a_question_over_the_room_names_the_option_that_binds(room, names, tiny_gguf_fast, chinook_db):
+    long_question = "How many albums are there, counting every album of every artist? " * 60
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", long_question,
+                 *SMALL, *room)
+    assert result.exit_code == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: the prompt and question need about ") and error.endswith(names), error

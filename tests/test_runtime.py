@@ -280,3 +280,35 @@ def test_llama_model_is_public_until_close(smollm2_gguf: Path) -> None:
         assert loaded.llama_model  # a non-null llama_model pointer
     with pytest.raises(RuntimeError, match="closed"):
         loaded.llama_model
+
+
+def test_options_are_resolved_once_and_given_as_a_record_or_as_keywords(smollm2_gguf: Path) -> None:
+    from edge_sql.runtime import SessionOptions
+
+    options = SessionOptions(n_ctx=256, n_threads=1)
+    with Session(smollm2_gguf, options) as given, Session(smollm2_gguf, options, n_batch=32) as on_top:
+        assert given.options == SessionOptions(n_ctx=256, n_threads=1, n_gpu_layers=given.info.gpu_layers,
+                                               n_ubatch=256, draft_max=0)
+        assert (on_top.options.n_batch, on_top.options.n_ubatch) == (32, 32)  # ubatch at most n_batch
+        assert on_top.info.n_ubatch == 32 and on_top.info.n_ctx == given.info.n_ctx == 256
+    with pytest.raises(TypeError):
+        Session(smollm2_gguf, options, n_contexts=2)  # not a field of SessionOptions
+    with pytest.raises(ValueError, match="n_threads"):
+        Session(smollm2_gguf, options, n_threads=0)
+
+
+def test_the_context_knows_what_its_memory_holds(session: Session) -> None:
+    """`LlamaContext.tokens` (what an MTP drafter compares with) follows eval, the lazily
+    decoded last sampled token, restore and reset."""
+    session.reset()
+    prompt = session.tokenize(_chat("Count the albums."))
+    session.eval(prompt)
+    assert session.context.tokens == prompt
+    completion = session.generate(params=SamplingParams(seed=3), max_tokens=5)
+    assert session.context.tokens == session.tokens[:-1]  # the last sampled token waits for the next batch
+    saved = session.snapshot()  # decodes it
+    assert session.context.tokens == session.tokens == prompt + completion.tokens
+    session.reset()
+    assert session.context.tokens == [] and session.context.span == (-1, -1)
+    assert session.restore(saved)
+    assert session.context.tokens == list(saved.tokens) and session.context.span[1] == len(saved.tokens) - 1

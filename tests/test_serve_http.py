@@ -82,7 +82,7 @@ def test_ask_json_is_what_run_json_prints(server, tiny_gguf_fast, dbs):
     run = subprocess.run([*CLI, "run", "--db", str(dbs["chinook"]), "--model", str(tiny_gguf_fast), *SMALL,
                           "--budget", "max_result_rows=200", "--question", question, "--seed", "5", "--json"],
                          capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == (0 if json.loads(run.stdout)["sql"] is not None else 3), run.stderr  # 3: no answer
     assert without_stats(json.loads(run.stdout)) == without_stats(answer)
     assert set(json.loads(run.stdout)["stats"]) == set(answer["stats"])
 
@@ -282,9 +282,9 @@ def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path) -> None:
     async def twice() -> list:
         seen = []
         for round_ in range(2):  # the second round finds the queue idle again
-            first = queue.submit(AskRequest(f"{round_}a", "chinook"), db)
+            first = queue.submit(AskRequest(question=f"{round_}a", database="chinook"), db)
             idle = queue.snapshot()
-            second = queue.submit(AskRequest(f"{round_}b", "chinook"), db)
+            second = queue.submit(AskRequest(question=f"{round_}b", database="chinook"), db)
             busy = queue.snapshot()
             release.set()
             outcomes = [str((await job.wait()).error) for job in (first, second)]
@@ -300,3 +300,55 @@ def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path) -> None:
         assert (idle["running"], idle["waiting"]) == (True, 0)
         assert (busy["running"], busy["waiting"]) == (True, 1)
         assert outcomes == [f"answered {round_}a", f"answered {round_}b"]
+
+
+def test_queue_events_withdrawal_and_time_out_on_the_loop(tmp_path: Path) -> None:
+    """The queue's own view: a running episode's events (posted from the executor's thread)
+    arrive in order before its outcome; a cancelled waiter leaves and the one behind moves up;
+    a waiter past the time limit ends in QueueTimeout with Retry-After; counts say so."""
+    import asyncio
+
+    from edge_sql.agent.episode import EpisodeEvent
+    from edge_sql.errors import Cancelled, EdgeSqlError, QueueTimeout
+    from edge_sql.serve.queue import AskQueue, Finished, Position
+    from edge_sql.serve.request import AskRequest
+
+    db = tmp_path / "chinook.sqlite"
+    shutil.copyfile(CHINOOK, db)
+    release = threading.Event()
+    episode_threads: set[str] = set()
+
+    def ask(request, database, post, stopped):
+        episode_threads.add(threading.current_thread().name)
+        for index in (1, 2, 3):
+            post(EpisodeEvent(kind="round", round=index))
+        release.wait(30)
+        raise EdgeSqlError(f"answered {request.question} ({database.table_names()[0]})")
+
+    queue = AskQueue(ask, max_waiting=3, wait_timeout_s=0.5)
+
+    async def scenario() -> tuple[list, list, list, dict]:
+        running = queue.submit(AskRequest(question="first", database="chinook"), db)
+        cancelled = queue.submit(AskRequest(question="second", database="chinook"), db)
+        timed_out = queue.submit(AskRequest(question="third", database="chinook"), db)
+        cancelled.cancel()
+        waited = [item async for item in timed_out.updates()]   # ends when its time is up
+        gone = [item async for item in cancelled.updates()]
+        release.set()
+        ran = [item async for item in running.updates()]
+        return ran, gone, waited, queue.snapshot()
+
+    try:
+        ran, gone, waited, snapshot = asyncio.run(scenario())
+    finally:
+        queue.close()
+    assert ran[:2] == [Position(1), Position(0)]
+    assert [item.round for item in ran[2:-1]] == [1, 2, 3]
+    assert isinstance(ran[-1], Finished) and str(ran[-1].error) == "answered first (Album)"
+    assert gone == [Position(1), Finished(error=gone[-1].error)] and isinstance(gone[-1].error, Cancelled)
+    assert waited[:2] == [Position(2), Position(1)]  # moved up when the second left
+    assert isinstance(waited[-1], Finished) and isinstance(waited[-1].error, QueueTimeout)
+    assert "waited 0.5 s in the queue" in str(waited[-1].error) and waited[-1].error.retry_after_s >= 1
+    assert len(episode_threads) == 1 and threading.current_thread().name not in episode_threads
+    assert (snapshot["running"], snapshot["waiting"]) == (False, 0)
+    assert (snapshot["failed"], snapshot["cancelled"], snapshot["timed_out"]) == (1, 1, 1)

@@ -34,6 +34,7 @@ def test_mcp_client_over_stdio(tiny_gguf_fast, chinook_db, tmp_path):
                 await _list_databases(client, chinook_db)
                 await _ask_reports_progress(client, chinook_db)
                 await _unknown_database_is_a_tool_error(client)
+                await _bad_arguments_are_tool_errors(client)
 
     anyio.run(main)
     assert chinook_db.read_bytes() == ORIGINAL.read_bytes()
@@ -103,6 +104,20 @@ async def _unknown_database_is_a_tool_error(client: Client) -> None:
     result = await client.call_tool("ask", {"question": "How many albums?", "database": "/etc/passwd"})
     assert result.is_error
     assert result.content[0].text.endswith("unknown database '/etc/passwd'; this server has: chinook")
+
+
+async def _bad_arguments_are_tool_errors(client: Client) -> None:
+    """The HTTP body's rules and words: no unknown arguments, no coercion, the seed's range."""
+    for arguments, message in [
+        ({"question": "How many albums?", "database": "chinook", "path": "/etc/passwd"}, "unknown field(s) 'path'"),
+        ({"question": "How many albums?", "database": "chinook", "seed": "5"}, "'seed' has the wrong type (str)"),
+        ({"question": "How many albums?", "database": "chinook", "seed": -1}, "'seed' is out of range"),
+        ({"database": "chinook"}, "missing field 'question'"),
+        ({"question": "   ", "database": "chinook"}, "question is empty"),
+    ]:
+        result = await client.call_tool("ask", arguments)
+        assert result.is_error and message in result.content[0].text, (arguments, result.content)
+        assert "\n" not in result.content[0].text
 
 
 async def _cancel_stops_the_episode(client: Client, log_path: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from edge_sql.convert.atomic import partial_files, write_atomic
 from edge_sql.errors import EdgeSqlError, ModelFileError
 from edge_sql.store import (
     ModelNotPulledError,
@@ -66,7 +68,7 @@ def test_add_records_size_checksum_and_relative_path(store: ModelStore) -> None:
     assert record["revision"] == "a" * 40 and record["created"]
     moved = ModelStore(store.root)
     assert moved.get("SYNSQL", "q8_0") == entry  # case-insensitive lookups
-    assert not list(store.root.glob(".index-*"))  # the atomic write left no temporary file
+    assert not list(store.root.glob(".index*"))  # the atomic write left no temporary file
 
 
 def test_add_replaces_the_same_name_and_variant_and_remove_deletes(store: ModelStore) -> None:
@@ -80,6 +82,20 @@ def test_add_replaces_the_same_name_and_variant_and_remove_deletes(store: ModelS
     assert not path.exists() and store.list() == [other]
     with pytest.raises(EdgeSqlError, match="not in the store"):
         store.remove("m", "Q8_0")
+
+
+def test_write_atomic_leaves_the_old_file_or_the_whole_new_one(tmp_path: Path) -> None:
+    """The one helper the index (and every other small file) is written with."""
+    target = tmp_path / "index.json"
+    write_atomic(target, b"old", durable=True)
+    write_atomic(target, b"new")
+    assert target.read_bytes() == b"new"
+    with pytest.raises(TypeError):
+        write_atomic(target, "text, not bytes")  # type: ignore[arg-type]
+    assert target.read_bytes() == b"new" and partial_files(target) == []
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # ordinary permissions, not mkstemp's
 
 
 def test_damaged_index_is_a_clear_error(store: ModelStore) -> None:

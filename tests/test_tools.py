@@ -15,7 +15,7 @@ from edge_sql.tools import (
     format_result,
     render_tool_list,
 )
-from edge_sql.tools.specs import SAMPLE_ROWS_MAX
+from edge_sql.tools.specs import DISTINCT_VALUES_MAX, SAMPLE_ROWS_MAX
 
 MORE = "... (showing first 5 rows; more rows exist)"
 
@@ -148,6 +148,19 @@ def test_join_path_and_its_sql_runs(chinook: Toolbox) -> None:
     assert ok(chinook, "run_query", sql=f"SELECT count(*) {joins}") == "count(*)\n2240"
     assert ok(chinook, "join_path", table_a="genre", table_b="GENRE") == (
         "Genre is the same table; no join needed.")
+
+
+@pytest.mark.parametrize("limit", [-5, 0, 21, 1000, 10**9, 10**100, -10**100, "1" + "0" * 99, 1e300])
+def test_every_integer_out_of_range_clamps_and_the_description_says_so(chinook: Toolbox,
+                                                                       limit: object) -> None:
+    """One behaviour for any out-of-range integer, however written or large: clamped."""
+    number = int(limit)  # the test's own reading of the value; the tool gets it as written
+    shown = ok(chinook, "sample_rows", table_name="Track", limit=limit).splitlines()
+    assert len(shown) == 1 + max(1, min(SAMPLE_ROWS_MAX, number))  # a header, the rows, no note
+    distinct = ok(chinook, "distinct_values", table_name="Track", column_name="Composer", limit=limit)
+    assert len(distinct.splitlines()) == 1 + max(1, min(DISTINCT_VALUES_MAX, number)) + 1  # and "more rows"
+    line = next(x for x in render_tool_list().splitlines() if x.startswith("- sample_rows("))
+    assert line.endswith(f"(a limit out of range is clamped to 1-{SAMPLE_ROWS_MAX}).")
 
 
 def test_sample_rows(chinook: Toolbox) -> None:

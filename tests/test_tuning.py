@@ -16,8 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_sql.commands.tune import calibration_table
 from edge_sql.runtime import Session
 from edge_sql.runtime import tuning
+from edge_sql.runtime.tuning import calibration, timing
+from edge_sql.runtime.tuning import settings as tuning_settings
 from edge_sql.runtime.backend import default_threads, repack_is_safe
 from edge_sql.runtime.identity import file_fingerprint
 from edge_sql.runtime.tuning import Settings, calibrate, candidates, predict
@@ -34,7 +37,7 @@ def _buffer_bytes(model: Path, settings: Settings) -> int:
     plus what the bound adds for what the buffer log misses."""
     import llama_cpp
 
-    with Session(model, n_ctx=SMALL["n_ctx"], **settings.session_kwargs()) as session:
+    with Session(model, settings.session_options(n_ctx=SMALL["n_ctx"])) as session:
         n_head = llama_cpp.llama_model_n_head(session.llama_model)
         return (session.info.buffer_bytes + tuning.attention_work_bytes(SMALL["n_ctx"], settings, n_head)
                 + tuning.UNCOUNTED_BYTES)
@@ -46,6 +49,23 @@ def test_the_attention_work_buffer_counts_only_without_flash_attention() -> None
     assert tuning.attention_work_bytes(12288, Settings(False, 256, 2), 8) == 48 * 1024 * 1024
     assert tuning.attention_work_bytes(12288, Settings(True, 256, 2), 8) == 0
     assert tuning.attention_work_bytes(12288, Settings(None, 256, 2), 8) == 0  # auto: on for CPU
+
+
+def test_the_memory_model_reads_llama_cpps_buffers_by_what_they_hold(tiny_gguf: Path) -> None:
+    """One reader of the buffer log's labels: the recurrent state and the MTP drafter's context
+    apart from the rest; what counts against the budget is what lies beyond the mapped file."""
+    from edge_sql.runtime import SessionInfo
+    from edge_sql.runtime.tuning.memory import ContextMemory
+
+    mib = 1024 * 1024
+    buffers = {"CPU_Mapped model": 1200 * mib, "CPU KV": 96 * mib, "CPU RS": 3 * mib, "CPU output": 1 * mib,
+               "CPU compute": 40 * mib, "MTP CPU KV": 4 * mib, "MTP CPU compute": 30 * mib}
+    info = SessionInfo(model_path=tiny_gguf, architecture="qwen35", model_bytes=1200 * mib, backend="CPU",
+                       gpu_layers=0, n_layers=24, n_threads=2, n_ctx=12288, n_batch=512, n_ubatch=256, repack=False,
+                       n_vocab=248320, buffers=buffers)
+    assert ContextMemory.of(info) == ContextMemory(allocated=174 * mib, recurrent_state=3 * mib, mtp_context=34 * mib)
+    attention_only = SessionInfo(**{**info.__dict__, "buffers": {"CPU KV": 96 * mib, "CPU compute": 40 * mib}})
+    assert ContextMemory.of(attention_only) == ContextMemory(allocated=136 * mib, recurrent_state=0, mtp_context=0)
 
 
 def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: Path) -> None:
@@ -72,7 +92,7 @@ def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: P
     chosen = result.chosen_measurement()
     assert chosen.fits and chosen.memory_bytes <= allowance
     assert chosen.episode_s == min(m.episode_s for m in fitting)
-    table = result.table()
+    table = calibration_table(result)
     assert "(over)" in table and f"* {result.chosen.label}" in table
 
 
@@ -86,7 +106,7 @@ def test_quick_calibration_times_only_candidates_within_the_budget(tiny_gguf: Pa
         assert bool(m.points) == m.fits  # timed exactly when within the budget
         assert (m.episode_s < float("inf")) == m.fits
     assert result.chosen_measurement().fits
-    assert "(over: not timed)" in result.table() and "@64" in result.table()
+    assert "(over: not timed)" in calibration_table(result) and "@64" in calibration_table(result)
     assert any(not m.fits for m in result.measurements) and any(m.fits for m in result.measurements)
 
 
@@ -95,13 +115,13 @@ def test_quick_calibration_stretches_its_contexts_and_falls_back_to_filling(
     """The quick mode reaches its points without prefilling them (a short state stretched); where
     stretching is not possible it fills them; the sweep always fills them for real."""
     filled: list[int] = []
-    real_fill = tuning._filled_states
-    monkeypatch.setattr(tuning, "_filled_states", lambda base, points, *a: filled.append(len(points)) or real_fill(base, points, *a))
+    real_fill = timing._filled_states
+    monkeypatch.setattr(timing, "_filled_states", lambda base, points, *a: filled.append(len(points)) or real_fill(base, points, *a))
     quick = calibrate(tiny_gguf, settings=SETTINGS[:1], full=False, **SMALL)
     assert filled == [] and quick.chosen_measurement().points == [64, 256]
     calibrate(tiny_gguf, settings=SETTINGS[:1], full=True, **SMALL)
     assert filled == [2]
-    monkeypatch.setattr(tuning, "stretch_snapshot", lambda snapshot, n: None)
+    monkeypatch.setattr(timing, "stretch_snapshot", lambda snapshot, n: None)
     fallback = calibrate(tiny_gguf, settings=SETTINGS[:1], full=False, **SMALL)
     assert filled == [2, 2] and fallback.chosen_measurement().points == [64, 256]
 
@@ -122,14 +142,47 @@ def test_quick_calibration_times_a_reference_per_decode_key_and_others_while_tim
     numbered = [line.split(": ", 1)[1].split()[0] for line in lines if "/6 flash_attn" in line]
     assert numbered == ["1/6", "2/6", "3/6", "4/6"]  # two references, two ubatch-32 chunks; ubatch 256 shares
 
-    monkeypatch.setattr(tuning, "QUICK_SECONDS", 0.0)  # no time left after the references
+    monkeypatch.setattr(calibration, "QUICK_SECONDS", 0.0)  # no time left after the references
     lines.clear()
     hurried = calibrate(tiny_gguf, settings=settings, full=False, progress=lines.append, **SMALL)
     timed = {m.settings for m in hurried.measurements if m.points}
     assert timed == {Settings(True, 16, 1), Settings(False, 16, 1)}
     assert hurried.chosen in timed
     assert sum("not timed (the quick calibration's time is up)" in line for line in lines) == 4  # ub32, ub256 x 2
-    assert "(not timed: the quick calibration's time was up)" in hurried.table()
+    assert "(not timed: the quick calibration's time was up)" in calibration_table(hurried)
+
+
+def test_the_quick_calibration_stops_at_its_budget(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of time, a quick calibration measures only what a choice cannot do without (the
+    memory bounds, one round of a reference per flash-attention value, the MTP drafter's
+    memory): not the reference of another thread count, no second round of decodes, no other
+    candidate; and says so once in plain words."""
+    settings = [Settings(fa, ub, 1) for fa in (True, False) for ub in (16, 64)] + [Settings(True, 16, 2)]
+    visits: list[int] = []  # prefill runs of each timing at a point
+    real_time_at, real_mtp = timing._time_at, calibration.mtp_context_bytes
+    monkeypatch.setattr(timing, "_time_at", lambda session, state, chunk, **kw: visits.append(kw["prefill_runs"])
+                        or real_time_at(session, state, chunk, **kw))
+    mtp_measured: list[Settings] = []
+    monkeypatch.setattr(calibration, "mtp_context_bytes",
+                        lambda path, chosen, n_ctx: mtp_measured.append(chosen) or real_mtp(path, chosen, n_ctx))
+
+    timely = calibrate(tiny_gguf, settings=settings, full=False, **SMALL)  # 50 s: time for everything
+    # 3 references x 2 points, then their second round of decodes, then the 2 other chunks
+    assert visits == [1] * 6 + [0] * 6 + [1, 1]
+    assert all(m.points for m in timely.measurements) and mtp_measured == [timely.chosen]
+
+    monkeypatch.setattr(calibration, "QUICK_SECONDS", 0.0)
+    visits.clear(), mtp_measured.clear()
+    lines: list[str] = []
+    late = calibrate(tiny_gguf, settings=settings, full=False, progress=lines.append, **SMALL)
+    assert visits == [1, 1, 1, 1]  # each flash-attention value's reference once at each point, then nothing
+    assert {m.settings for m in late.measurements if m.points} == {Settings(True, 16, 1), Settings(False, 16, 1)}
+    assert mtp_measured == [late.chosen] and late.mtp_bytes > 0 and late.chosen.draft_max_mtp > 0
+    assert sum("not timed (the quick calibration's time is up)" in line for line in lines) == 3
+    assert sum("second round of decodes skipped" in line for line in lines) == 1
+    plain: list[str] = []
+    calibrate(tiny_gguf, settings=settings, full=False, progress=plain.append, plain=True, **SMALL)
+    assert plain.count("calibrating tiny-bf16.gguf: time is up, choosing among the settings timed so far") == 1
 
 
 def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Path) -> None:
@@ -152,20 +205,20 @@ def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Pa
         if not drafts_that_fit:  # the head's context does not fit: auto drafts by lookup alone, mtp is off
             assert result.chosen.speculation("auto") == ("lookup", lookup_fit)
             assert result.chosen.speculation("mtp") == ("off", 0)
-            assert "none, auto drafts by lookup alone" in result.table()
+            assert "none, auto drafts by lookup alone" in calibration_table(result)
             continue
-        assert f"with the MTP drafter's context ({mtp / 2**20:.0f} MiB): draft_max {drafts_that_fit}" in result.table()
-        kwargs = result.chosen.session_kwargs("auto")
-        assert kwargs["speculate"] == "auto" and kwargs["draft_max"] == drafts_that_fit
-        with Session(tiny_gguf, n_ctx=SMALL["n_ctx"], **kwargs) as session:
+        assert f"with the MTP drafter's context ({mtp / 2**20:.0f} MiB): draft_max {drafts_that_fit}" in calibration_table(result)
+        options = result.chosen.session_options("auto", n_ctx=SMALL["n_ctx"])
+        assert options.speculate == "auto" and options.draft_max == drafts_that_fit
+        with Session(tiny_gguf, options) as session:
             assert session.info.draft_max == drafts_that_fit and session.info.mtp_layers == 1
             assert session.info.buffer_bytes <= allowance  # flash attention on: no work copy
             # what speculation added is what the fit counted for it
             assert session.info.buffer_bytes - base <= mtp + tuning.speculation_bytes(
                 drafts_that_fit, measured.state_bytes, measured.n_vocab)
     nothing = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=base + per_draft // 2, **SMALL)
-    assert nothing.chosen.speculation("auto") == ("off", 0) and "no draft fits" in nothing.table()
-    assert nothing.chosen.session_kwargs("lookup")["speculate"] == "off"
+    assert nothing.chosen.speculation("auto") == ("off", 0) and "no draft fits" in calibration_table(nothing)
+    assert nothing.chosen.session_options("lookup").speculate == "off"
 
 
 def test_no_candidate_fits_falls_back_to_the_smallest_memory(tiny_gguf: Path) -> None:
@@ -176,12 +229,12 @@ def test_no_candidate_fits_falls_back_to_the_smallest_memory(tiny_gguf: Path) ->
 
 
 def test_repack_is_never_tried_where_it_is_unsafe(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tuning, "repack_is_safe", lambda: False)
+    monkeypatch.setattr(tuning_settings, "repack_is_safe", lambda: False)
     assert not any(s.repack for s in candidates())
     unsafe = Settings(True, 256, 1, repack=True)
     result = calibrate(tiny_gguf, settings=[unsafe, SETTINGS[0]], **SMALL)
     assert [m.settings for m in result.measurements] == [SETTINGS[0]]
-    monkeypatch.setattr(tuning, "repack_is_safe", lambda: True)
+    monkeypatch.setattr(tuning_settings, "repack_is_safe", lambda: True)
     assert any(s.repack for s in candidates())  # offered where the build runs it safely
 
 
@@ -231,6 +284,67 @@ def test_calibration_is_cached_reused_and_invalidated_when_the_file_changes(
     assert len(list((tmp_path / "home" / "tuning").glob("*.json"))) == 1  # the stale entry is gone
 
 
+def test_a_first_run_says_in_plain_words_what_calibration_does_and_how_long(
+        tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a newcomer sees of the first run's calibration: what it is for, about how long it
+    takes (longer on a busy machine), how far it got; llama.cpp's setting names only under
+    `edge-sql tune`."""
+    monkeypatch.setattr(calibration, "other_load", lambda own_threads: 99.0)  # a busy machine
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(tiny_gguf, model)
+    quick = {k: v for k, v in SMALL.items() if k != "n_ctx"} | {"settings": SETTINGS}
+    lines: list[str] = []
+    tuning.tuned_settings(model, progress=lines.append, folder=tmp_path / "cache", n_ctx=1024, options=quick)
+    assert lines[0].startswith("first run of model.gguf on this machine: a quick calibration measures which "
+                               "llama.cpp settings run it fastest here, about 50 s (longer: other processes keep "
+                               "the CPUs busy), once per file")
+    assert lines[1] == "calibrating model.gguf: measuring the memory of 4 candidate settings"
+    counts = [line for line in lines[2:] if line.startswith("calibrating model.gguf: ")]
+    assert counts[0].startswith("calibrating model.gguf: 1/4, ") and counts[0].endswith(" s of about 50 s")
+    done = [line for line in lines if line.startswith("calibrated in ")]
+    assert len(done) == 1 and done[0].endswith(" s; later runs of this file reuse it")
+    for jargon in ("flash_attn", "n_ubatch", "n_threads", "repack", "-token context", "candidates ("):
+        assert not any(jargon in line for line in lines), (jargon, lines)
+    detail: list[str] = []  # `edge-sql tune` names them
+    calibrate(model, progress=detail.append, full=False, **quick)
+    assert any("flash_attn=on n_ubatch=32" in line for line in detail)
+
+
+def test_a_fixed_thread_count_is_a_candidate_of_the_one_calibration_per_file(
+        tiny_gguf: Path, tmp_path: Path) -> None:
+    """`--threads N` and the default share one calibration of the file: the caller's count is
+    one of the candidates, and a later caller with another count gets the cached choice at it."""
+    assert 7 in {s.n_threads for s in candidates(7)} and candidates(default_threads()) == candidates()
+    model, folder = tmp_path / "model.gguf", tmp_path / "cache"
+    shutil.copyfile(tiny_gguf, model)
+    quick = {k: v for k, v in SMALL.items() if k != "n_ctx"} | {"settings": SETTINGS[:2]}
+    first, how = tuning.tuned_settings(model, folder=folder, n_ctx=1024, options=quick)
+    assert how == "calibrated"
+    again, how = tuning.tuned_settings(model, folder=folder, n_ctx=1024, options=quick, n_threads=first.n_threads)
+    assert (again, how) == (first, "cached")
+    other, how = tuning.tuned_settings(model, folder=folder, n_ctx=1024, options=quick, n_threads=3)
+    assert (other, how) == (replace(first, n_threads=3), "cached")
+    assert (other.draft_max, other.draft_max_mtp) == (first.draft_max, first.draft_max_mtp)
+    assert len(list(folder.glob("*.json"))) == 1
+
+
+def test_saving_a_calibration_never_shares_a_temporary_file_with_another_writer(tiny_gguf: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Two processes calibrating one file at once each write under their own temporary name."""
+    chosen = Settings(flash_attn=True, n_ubatch=64, n_threads=1)
+    calibration_record = tuning.Calibration(
+        key=tuning.cache_key(tiny_gguf), model_path=str(tiny_gguf), mode="quick", chosen=chosen,
+        measurements=[tuning.Measurement(chosen, [64], [0.01], [0.05], 1)], memory_allowance=2, seconds=1.0)
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    other = folder / f"{calibration_record.key}.tmp"  # the name every writer used to share
+    other.write_text("another process, half-way through its write")
+    saved = tuning.save_calibration(calibration_record, folder)
+    assert other.read_text() == "another process, half-way through its write"
+    assert tuning.cached_calibration(tiny_gguf, folder).chosen == chosen and saved.parent == folder
+    assert sorted(p.name for p in folder.iterdir()) == sorted([other.name, saved.name])  # no temporary left
+
+
 def test_fingerprint_sees_a_changed_byte_with_size_and_mtime_kept(tiny_gguf: Path, tmp_path: Path) -> None:
     model = tmp_path / "model.gguf"
     shutil.copyfile(tiny_gguf, model)
@@ -257,7 +371,7 @@ def test_logits_agree_across_the_settings_the_tuner_may_choose(model_fixture: st
     assert len(options) >= 9
     reference = None
     for settings in options:
-        with Session(model, n_ctx=512, **settings.session_kwargs()) as session:
+        with Session(model, settings.session_options(n_ctx=512)) as session:
             session.eval(tokens[:130])
             after_prompt = session.logits()
             for token in tokens[130:]:

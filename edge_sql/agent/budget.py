@@ -17,7 +17,12 @@ class Budget:
 
     Training capped rounds, not calls, and nothing published bounds a think block below the
     episode budget, so by default (None) calls per turn and thinking are bounded only by the
-    room left in the episode; set them to impose a cap.
+    room left in the episode; set them to impose a cap. `max_think_tokens` bounds every think
+    block, the forced final turn's included (the CLI's `--think-tokens`), unless
+    `max_final_think_tokens` sets that one apart.
+
+    A minimum (`min_think_tokens`, `min_string_chars`) yields to a smaller maximum while it has
+    its default; one set to another value above a maximum it floors is refused.
     """
 
     max_rounds: int = 6
@@ -39,22 +44,48 @@ class Budget:
                      "min_think_tokens", "max_final_sql_tokens", "max_result_rows"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"Budget.{name} must be at least 1")
-        if self.max_tokens < 256:
-            raise ValueError("Budget.max_tokens must be at least 256")
+                raise ValueError(f"Budget.{name}={value} is out of range (at least 1)")
+        if self.max_tokens < MIN_EPISODE_TOKENS:
+            raise ValueError(f"Budget.max_tokens={self.max_tokens} is out of range (at least {MIN_EPISODE_TOKENS})")
+        defaults = {f.name: f.default for f in fields(self)}
+        for low, high in _FLOORED:
+            floor, cap = getattr(self, low), getattr(self, high)
+            if floor != defaults[low] and cap is not None and floor > cap:
+                raise ValueError(f"Budget.{low}={floor} is above Budget.{high}={cap}: a minimum must not "
+                                 "exceed its maximum")
+
+    @property
+    def final_think_cap(self) -> int | None:
+        """The forced final turn's thinking bound: its own, else every think block's (None: none)."""
+        return self.max_final_think_tokens if self.max_final_think_tokens is not None else self.max_think_tokens
+
+
+# The fewest tokens an episode may be given: the protocol's prompt alone is about 400.
+MIN_EPISODE_TOKENS = 512
+
+# (minimum, maximum) pairs: the minimum is a floor the room planner keeps under that maximum
+_FLOORED = (("min_think_tokens", "max_think_tokens"), ("min_think_tokens", "max_final_think_tokens"),
+            ("min_string_chars", "max_sql_chars"), ("min_string_chars", "max_name_chars"))
 
 
 def parse_budget_items(items: Iterable[str]) -> dict[str, int]:
-    """`["max_rounds=2"]` -> {"max_rounds": 2}; ValueError names a bad item or value."""
+    """`["max_rounds=2"]` -> {"max_rounds": 2}; ValueError says which item is wrong and how: not
+    FIELD=N, an unknown field, a value that is not a whole number, or one out of range."""
     known = {f.name for f in fields(Budget)}
     changes: dict[str, int] = {}
     for item in items:
         name, sep, value = item.partition("=")
         name, value = name.strip(), value.strip()
-        if not sep or name not in known or not value.isdigit():
+        if not sep or name not in known:
             raise ValueError(f"{item!r} is not FIELD=N with FIELD one of: {', '.join(sorted(known))}")
-        changes[name] = int(value)
-    Budget(**changes)  # checks the values against the Budget's own bounds
+        try:
+            changes[name] = int(value)
+        except ValueError:
+            raise ValueError(f"{item!r}: {name} takes a whole number, not {value!r}") from None
+    try:
+        Budget(**changes)  # checks the values against the Budget's own bounds
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("Budget.", "")) from None
     return changes
 
 

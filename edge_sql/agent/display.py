@@ -12,6 +12,7 @@ from edge_sql.tools import format_value
 CALL_LINE_WIDTH = 110
 CELL_WIDTH = 40
 TABLE_ROWS = 20
+FAILED_SQL_LINES = 12  # of an answer that did not run (a broken one can be long)
 
 
 def shorten(text: str, width: int) -> str:
@@ -80,15 +81,26 @@ def answer_text(result: EpisodeResult) -> str:
         notes.append("fallback: the model's answer did not run; this is the last query that ran")
     lines = [f"({'; '.join(notes)})"] if notes else []
     if result.sql is None:
-        lines.append(f"no answer: {result.error}")
+        if result.answer:
+            answer = result.answer.splitlines()
+            lines.append("SQL (did not run): " + "\n".join(answer[:FAILED_SQL_LINES]))
+            if len(answer) > FAILED_SQL_LINES:
+                lines.append(f"... {len(answer) - FAILED_SQL_LINES} more lines (--json shows the whole answer)")
+        error = result.error or ""
+        lines += [error if error.startswith("no answer") else f"no answer: {error}", stats_line(result, "no result")]
         return "\n".join(lines)
     lines += ["SQL: " + result.sql, "", table_text(result.columns, result.rows)]
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'s' if len(result.rows) != 1 else ''}"
+    lines.append(stats_line(result, count))
+    return "\n".join(lines)
+
+
+def stats_line(result: EpisodeResult, head: str) -> str:
+    """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`."""
     stats = result.stats
-    lines.append(
-        f"({count}; {stats.get('rounds', 0)} rounds, {stats.get('calls', 0)} calls; {stats.get('wall_s', 0):.1f} s; "
+    return (
+        f"({head}; {stats.get('rounds', 0)} rounds, {stats.get('calls', 0)} calls; {stats.get('wall_s', 0):.1f} s; "
         f"{stats.get('generated_tokens', 0)} tokens generated at {stats.get('decode_tok_s', 0):.1f} tok/s"
         + (f"; {stats['draft_tokens_accepted']} of {stats['draft_tokens']} draft tokens accepted"
            if stats.get("draft_tokens") else "") + ")"
     )
-    return "\n".join(lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from edge_sql.agent.budget import Budget, RoundCounter
 from edge_sql.agent.grammar import (
@@ -42,11 +43,14 @@ from edge_sql.runtime import Completion, SamplingParams, Session
 from edge_sql.tools import Toolbox, ToolResult
 
 
+EventKind = Literal["round", "call", "forced", "answer"]
+
+
 @dataclass(frozen=True)
 class EpisodeEvent:
     """Progress of an episode, for streaming: a round starts, a call ran, the answer is forced."""
 
-    kind: str                      # "round", "call", "forced", "answer"
+    kind: EventKind
     round: int
     call: CallRecord | None = None
     reason: str | None = None      # "forced": max_rounds, failed_queries or context
@@ -159,10 +163,8 @@ class _Episode:
         pieces: list[Piece] = shared + own
         needed = len(self.transcript.tokenize(pieces)) + self._final_reserve(None)
         if plan_call_segment(self.limit - needed, self.budget, self._first_segment_need, think=True) is None:
-            raise EdgeSqlError(
-                f"the prompt and question need about {needed} tokens and leave no room for a tool "
-                f"turn in a {self.limit}-token context; use a larger context (--ctx)"
-            )
+            raise EdgeSqlError(f"the prompt and question need about {needed} tokens and leave no room for a tool "
+                               f"turn in {self._bound_and_remedy()}")
         self.session.shared_prefix(self.transcript.tokenize(shared))  # same for every question: saved once
         self.transcript.append(pieces)
 
@@ -346,9 +348,23 @@ class _Episode:
         self.transcript.add_completion(completion)
         if completion.stop_reason == "cancelled":
             raise _Cancelled
-        if completion.stop_reason in ("max_tokens", "context_full"):
-            raise _BrokenTurn(f"generation hit {completion.stop_reason} inside the grammar")
+        if completion.stop_reason == "context_full":
+            raise _BrokenTurn(f"the turn reached the end of the {self.session.n_ctx}-token context; bound thinking "
+                              "(--think-tokens, Budget.max_think_tokens) or use a larger context (--ctx, n_ctx)")
+        if completion.stop_reason == "max_tokens":
+            raise _BrokenTurn("generation hit max_tokens inside the grammar")
         return completion
+
+    def _bound_and_remedy(self) -> str:
+        """Which bound the episode's room comes from and the option that raises it."""
+        episode, context = self.budget.max_tokens, self.session.n_ctx
+        if episode < context:
+            return (f"the {episode}-token episode budget; raise --episode-tokens (Budget.max_tokens), up to "
+                    f"the context's {context}")
+        if context < episode:
+            return f"the {context}-token context; use a larger context (--ctx, n_ctx), up to the episode's {episode}"
+        return (f"the {context}-token context and episode budget; raise both --ctx and --episode-tokens "
+                "(n_ctx, Budget.max_tokens)")
 
     def _emit(self, event: EpisodeEvent) -> None:
         if self.on_event is not None:

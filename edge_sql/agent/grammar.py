@@ -225,9 +225,11 @@ def next_call_grammar(*, bounds: StringBounds, specs: tuple[ToolSpec, ...] = TOO
 
 # The final answer: optional fence, a body that starts a statement (not `{`, not `;`) and holds
 # no `;`, an optional final `;`, and the closing fence. Backticks inside the body are allowed
-# (SQLite quotes identifiers with them).
+# (SQLite quotes identifiers with them). The white space before the body is bounded like a
+# call's gaps, so the SQL bound cannot be spent on blank lines alone (an answer with no SQL).
 FINAL_ANSWER_REGEX = (
-    r"[ \t\r\n]*(```[A-Za-z]*[ \t]*\r?\n[ \t\r\n]*)?[^ \t\r\n{;`][^;]*(;[ \t\r\n]*)?(```[ \t\r\n]*)?"
+    rf"[ \t\r\n]{{0,{MAX_GAP_CHARS}}}(```[A-Za-z]*[ \t]*\r?\n[ \t\r\n]{{0,{MAX_GAP_CHARS}}})?"
+    r"[^ \t\r\n{;`][^;]*(;[ \t\r\n]*)?(```[ \t\r\n]*)?"
 )
 
 

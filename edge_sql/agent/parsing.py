@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import TurnParseError
 from edge_sql.tools.arguments import ToolCallError, checked_args
 from edge_sql.tools.specs import TOOLS_BY_NAME
 
@@ -23,10 +23,6 @@ _FENCE_OPEN = re.compile(r"\A```[A-Za-z]*[ \t]*\r?\n")
 _FENCE_CLOSE = "```"
 _TOOL_CALL = re.compile(r'\{\s*"tool"')
 _DECODER = json.JSONDecoder()
-
-
-class TurnParseError(EdgeSqlError):
-    """An assistant turn that does not follow the protocol."""
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_sql.agent.grammar import CALL_LAYOUTS
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import PromptFileError
 from edge_sql.tools.specs import TOOL_SPECS, ToolSpec, render_tool_list
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPT_FILE = PROMPTS_DIR / "sqale-v2.toml"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class PromptFileError(EdgeSqlError):
-    """A prompt template file that cannot be read or lacks a field or placeholder."""
 
 
 @dataclass(frozen=True)

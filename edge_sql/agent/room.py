@@ -70,16 +70,16 @@ def plan_call_segment(available: int, budget: Budget, need: NeedFunction, *, thi
 
 def final_think_tokens(available: int, budget: Budget, sql_tokens: int) -> int:
     """Thinking room of the forced final turn: what is left after the answer's SQL bound,
-    capped by `budget.max_final_think_tokens`, never below the minimum the reserve kept."""
+    capped by `budget.final_think_cap`, never below the minimum the reserve kept."""
     room = max(available - sql_tokens, budget.min_think_tokens)
-    cap = budget.max_final_think_tokens
+    cap = budget.final_think_cap
     return min(cap, room) if cap is not None else room
 
 
 def final_reserve_think_tokens(budget: Budget) -> int:
     """Thinking tokens always kept for the forced final turn."""
     floor = max(budget.min_think_tokens, FINAL_THINK_RESERVE)
-    cap = budget.max_final_think_tokens
+    cap = budget.final_think_cap
     return min(cap, floor) if cap is not None else floor
 
 

@@ -11,8 +11,9 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+from edge_sql.errors import QueryError
 from edge_sql.evaluation.scoring import DEFAULT_TIMEOUT_S, result_set
-from edge_sql.tools.database import QueryError, ReadOnlyDatabase
+from edge_sql.tools.database import ReadOnlyDatabase
 
 NO_RESULT = None
 

@@ -67,7 +67,7 @@ class EpisodeRunner:
         if task.n_threads is not None:
             settings = dataclasses.replace(settings, n_threads=task.n_threads)
         started = time.perf_counter()
-        self.session = _recording_session_type()(path, n_ctx=task.n_ctx, **settings.session_kwargs(task.speculate))
+        self.session = _recording_session_type()(path, settings.session_options(task.speculate, n_ctx=task.n_ctx))
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         self.session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant

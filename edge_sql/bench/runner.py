@@ -110,8 +110,12 @@ def resolve_base(config: BenchConfig) -> tuple[Path, Callable[[str], Path | None
     if config.base is not None:
         return Path(config.base), None
     from edge_sql.store import resolve_model
+    from edge_sql.store.resolve import looks_like_path
     from edge_sql.store.spec import ModelSpec
 
+    if looks_like_path(config.model):
+        raise BenchSetupError(f"--model takes a model-store name such as synsql (got the path {config.model!r}); "
+                              "give a BF16 GGUF file with --base FILE.gguf")
     spec = ModelSpec.parse(config.model)
     if spec.variant is not None:
         raise BenchSetupError(f"--model takes a model name without a variant (got {config.model!r}); "

@@ -10,18 +10,20 @@ node, in chunks through Ray's object store, and kept on the node:
 - any other file (a database) goes into `<store>/cluster-files/`.
 
 A kept copy is reused when its size and the source's modification time match. Copies are
-written to a `.part` file under a lock and renamed, so two workers on one node copy once.
+written under a lock through `convert/atomic.py` (a temporary file renamed into place, removed
+if the copy fails), so two workers on one node copy once and none reads half a file.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from edge_sql.convert.atomic import atomic_output
 
 CHUNK_BYTES = 64 << 20
 
@@ -95,8 +97,8 @@ def server_named(name: str) -> Any:
 
 
 def copy_from_server(source: SourceFile, server: str, target: Path) -> Path:
-    """Stream `source` from the file server named `server` into `target` (via `target.part`,
-    under a lock)."""
+    """Stream `source` from the file server named `server` into `target` (atomically, under a
+    lock)."""
     import ray
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -105,13 +107,12 @@ def copy_from_server(source: SourceFile, server: str, target: Path) -> Path:
         if target.is_file() and target.stat().st_size == source.size:
             return target  # another worker on this node copied it meanwhile
         handle = server_named(server)
-        part = target.with_name(target.name + ".part")
-        with open(part, "wb") as out:
-            for offset in range(0, source.size, CHUNK_BYTES):
-                out.write(ray.get(handle.read.remote(source.path, offset, CHUNK_BYTES)))
-        if part.stat().st_size != source.size:
-            raise OSError(f"copy of {source.path} is {part.stat().st_size} bytes, expected {source.size}")
-        os.replace(part, target)
+        with atomic_output(target) as part:
+            with open(part, "wb") as out:
+                for offset in range(0, source.size, CHUNK_BYTES):
+                    out.write(ray.get(handle.read.remote(source.path, offset, CHUNK_BYTES)))
+            if part.stat().st_size != source.size:
+                raise OSError(f"copy of {source.path} is {part.stat().st_size} bytes, expected {source.size}")
     return target
 
 

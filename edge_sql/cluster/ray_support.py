@@ -6,15 +6,11 @@ import re
 from collections.abc import Callable
 from types import ModuleType
 
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import EdgeSqlError, RayUnavailableError
 
 INSTALL_HINT = 'pip install "edge-sql[cluster]"  (or: pip install "ray>=2.60")'
 LOCAL = "local"   # `--ray local`: start a Ray runtime on this machine
 AUTO = "auto"     # `--ray` alone: the running cluster this machine belongs to (RAY_ADDRESS or `ray start`)
-
-
-class RayUnavailableError(EdgeSqlError):
-    """`--ray` was asked for but Ray is not installed."""
 
 
 def require_ray() -> ModuleType:

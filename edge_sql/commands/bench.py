@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edge_sql.commands.options import budget_options, speculate_option
+from edge_sql.commands.options import budget_options, context_option, speculate_option
 from edge_sql.commands.ray_options import ray_options
 
 
@@ -36,8 +36,7 @@ from edge_sql.commands.ray_options import ray_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed of every episode.")
 @click.option("--greedy", is_flag=True, help="Greedy decoding instead of the trained sampling settings.")
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all available).")
-@click.option("--ctx", "n_ctx", type=click.IntRange(min=256), default=12288, show_default=True,
-              help="Context size of each episode.")
+@context_option("Context size of each episode.")
 @click.option("--fidelity-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Teacher-force at most this many tokens of each BF16 transcript.")
 @click.option("--prompt-file", "prompt_files", multiple=True, metavar="FILE|NAME",

@@ -49,7 +49,9 @@ def _checkpoint_folder(src: str) -> tuple[Path, str | None]:
         return path, None
     if path.exists():
         raise EdgeSqlError(f"{src} is a file; give the checkpoint folder (with config.json and safetensors)")
-    if not HUB_ID.match(src):
+    from edge_sql.store.resolve import looks_like_path
+
+    if looks_like_path(src) or not HUB_ID.match(src):  # `./name` would pass for an owner/name id
         raise EdgeSqlError(f"{src} is neither a checkpoint folder nor a Hugging Face repository id (owner/name)")
     from edge_sql.store.hub import download_checkpoint
 

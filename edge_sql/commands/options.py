@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 
 import click
+
+from edge_sql.runtime.options import SPECULATE_MODES
 
 # option parameter -> the Budget fields it sets (`--budget FIELD=N` sets any field, and wins)
 BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
@@ -15,16 +18,21 @@ BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
     "episode_tokens": ("max_tokens",),
 }
 
+# The fewest tokens of a context or an episode: agent.budget.MIN_EPISODE_TOKENS, spelled here so
+# that the CLI loads without llama.cpp (tests/test_run_cli.py checks that they agree).
+MIN_CONTEXT_TOKENS = 512
+
 _BUDGET_OPTIONS = (
     click.option("--max-rounds", type=click.IntRange(min=1), default=None,
                  help="Tool rounds before the answer is forced (protocol: 6)."),
     click.option("--think-tokens", type=click.IntRange(min=1), default=None,
-                 help="Bound on each <think> block in tokens (default: none; thinking is bounded only by "
-                      "the room left in the episode, as in training)."),
+                 help="Bound on each <think> block in tokens, the forced final answer's included (default: "
+                      "none; thinking is bounded only by the room left in the episode, as in training)."),
     click.option("--calls-per-turn", type=click.IntRange(min=1), default=None,
                  help="Most tool calls in one turn (default: no cap; training capped rounds, not calls)."),
-    click.option("--episode-tokens", type=click.IntRange(min=256), default=None,
-                 help="Token budget of an episode: prompt, turns and results (protocol: 12288)."),
+    click.option("--episode-tokens", type=click.IntRange(min=MIN_CONTEXT_TOKENS), default=None,
+                 help="Token budget of an episode: prompt, turns and results (protocol: 12288; at most "
+                      "--ctx is used)."),
     click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
                  help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable)."),
 )
@@ -44,7 +52,7 @@ def budget_options(command: Callable) -> Callable:
         try:
             budget = parse_budget_items([*items, *budget_items])
         except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--budget") from None
+            raise click.BadParameter(_naming_options(str(exc)), param_hint="--budget") from None
         return command(*args, budget=budget, **kwargs)
 
     for option in reversed(_BUDGET_OPTIONS):
@@ -52,13 +60,25 @@ def budget_options(command: Callable) -> Callable:
     return wrapper
 
 
+def _naming_options(message: str) -> str:
+    """`message` with the option that sets each Budget field it names, where one does."""
+    named = [f"--{option.replace('_', '-')} sets {field}" for option, fields in BUDGET_SHORTCUTS.items()
+             for field in fields if re.search(rf"\b{field}=", message)]
+    return f"{message} ({'; '.join(named)})" if named else message
+
+
+def context_option(help_text: str) -> Callable[[Callable], Callable]:
+    """`--ctx N`, the context size in tokens, with one range and default for every command."""
+    return click.option("--ctx", "n_ctx", type=click.IntRange(min=MIN_CONTEXT_TOKENS), default=12288,
+                        show_default=True, help=help_text)
+
+
 def speculate_option(command: Callable) -> Callable:
     """Adds `--speculate off|lookup|auto|mtp` (speculative decoding: same answers, fewer decodes).
 
-    The modes are `runtime.speculative.SPECULATE_MODES`, spelled out so that the CLI loads
-    without llama.cpp."""
+    The modes are the runtime's own (`runtime.options`, which loads without llama.cpp)."""
     return click.option(
-        "--speculate", type=click.Choice(("off", "lookup", "auto", "mtp")), default="off", show_default=True,
+        "--speculate", type=click.Choice(SPECULATE_MODES), default="off", show_default=True,
         help="Speculative decoding: 'lookup' drafts tokens by copying from the transcript (tool results, "
              "queries that ran) and keeps only those the model itself would write, so answers are the "
              "same; 'auto' also turns a draft source off while it does not pay; 'mtp' needs a model "

@@ -12,12 +12,16 @@ from pathlib import Path
 
 import click
 
-from edge_sql.commands.options import budget_options, speculate_option
+from edge_sql.commands.options import budget_options, context_option, speculate_option
 from edge_sql.errors import EdgeSqlError
+from edge_sql.interrupts import Terminated
 
 PROMPT = "edge-sql> "
 QUIT_WORDS = {"exit", "quit", r"\q"}
+EXIT_NO_ANSWER = 3
 EXIT_INTERRUPTED = 130
+HISTORY_FILE = "run-history"  # in the model store: the interactive prompt's questions
+HISTORY_LENGTH = 1000
 
 
 @contextmanager
@@ -64,8 +68,7 @@ def _print_event(event) -> None:
 @click.option("--gpu-layers", type=click.IntRange(min=0), default=None,
               help="Layers to offload to the GPU (default: all when llama.cpp has a GPU backend, else none).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
-@click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True,
-              help="Context size in tokens; an episode uses at most 12,288 of it.")
+@context_option("Context size in tokens; an episode uses at most --episode-tokens of it.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None,
               help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
                    "template's name (sqale-v1); see edge_sql/agent/prompts/.")
@@ -82,7 +85,17 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
     Without --question it opens a prompt: type a question, watch each tool round as it
     runs, and get the final SQL with its result. An empty line, `exit` or Ctrl-D quits;
-    Ctrl-C stops the current question. The database is checked before the model loads.
+    Ctrl-C stops the current question; the arrow keys edit the line and recall earlier
+    questions (kept in the model store). With stdin not a terminal, questions are read
+    one a line, without prompts. The database is checked before the model loads.
+
+    \b
+    Exit status:
+      0    --question answered (its SQL ran); at the prompt: the prompt was left
+      1    an error, in one `Error:` line (bad database or model file, question too long, ...)
+      2    a usage error (unknown option, a value out of range)
+      3    --question ended with no answer (its SQL failed to run, or it gave none)
+      130  stopped by Ctrl-C; 143 and 129: terminated by SIGTERM or SIGHUP (128 + N)
 
     \b
     Examples:
@@ -94,6 +107,8 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
     try:
         code = _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads,
                     n_ctx, prompt_file, Budget(**budget), tune=not no_tune, speculate=speculate)
+    except Terminated:
+        raise  # the CLI group ends it with 128 + the signal number
     except KeyboardInterrupt:
         click.echo("\nstopped.", err=True)
         code = EXIT_INTERRUPTED
@@ -134,44 +149,98 @@ def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=Tru
     return agent
 
 
-def _answer(agent, db, question, evidence, as_json, trace, seed, greedy) -> int:
-    """One question; returns the exit status (0 done, even without an answer; 130 stopped)."""
+def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, interactive: bool = False) -> int:
+    """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED)."""
     from edge_sql.agent.display import answer_text
 
     stop = threading.Event()
+
+    def show(event) -> None:
+        if not stop.is_set():  # after Ctrl-C, nothing but the one line saying so
+            _print_event(event)
+
     with _ctrl_c_stops(stop, db.interrupt):
         result = agent.ask(question, db, evidence=evidence, seed=seed, greedy=greedy,
-                           on_event=None if as_json else _print_event, should_stop=stop.is_set)
+                           on_event=None if as_json else show, should_stop=stop.is_set)
+    cancelled = result.stop == "cancelled"
     if as_json:
         click.echo(json.dumps(result.to_json(transcript=trace), ensure_ascii=False))
+    elif cancelled and interactive:
+        # over the terminal's `^C` echo, when there is one
+        click.echo(("\r" if sys.stdout.isatty() else "") + "stopped; ask another question")
     else:
         click.echo(answer_text(result))
         if trace:
             click.echo("\n--- transcript ---\n" + result.transcript)
-    return EXIT_INTERRUPTED if result.stop == "cancelled" else 0
+    if cancelled:
+        return EXIT_INTERRUPTED
+    return EXIT_NO_ANSWER if result.sql is None else 0
 
 
 def _interactive(agent, db, evidence, as_json, trace, seed, greedy) -> None:
-    """Read questions until an empty line, `exit` or end of input."""
-    if not as_json:
+    """Read questions until an empty line, `exit` or end of input. At a terminal: a prompt with
+    line editing and the questions of earlier sessions; otherwise one question a line, no prompt."""
+    terminal = sys.stdin.isatty()
+    if terminal and not as_json:
         click.echo(f"Ask about {db.path.name} ({len(db.table_names())} tables). "
                    "An empty line or `exit` quits; Ctrl-C stops a question.", err=True)
-    while True:
+    with _line_history(terminal):
+        while True:
+            try:
+                line = _read_question(terminal)
+            except EOFError:
+                if terminal:
+                    click.echo("", err=True)
+                return
+            except Terminated:
+                raise  # SIGTERM/SIGHUP end the session, not just the line
+            except KeyboardInterrupt:
+                click.echo("\n(Ctrl-D, an empty line or `exit` quits)", err=True)
+                continue
+            text = line.strip()
+            if not text or text.lower() in QUIT_WORDS:
+                return
+            try:
+                _answer(agent, db, text, evidence, as_json, trace, seed, greedy, interactive=True)
+            except EdgeSqlError as exc:  # e.g. a question too long for the episode: ask another
+                click.echo(f"Error: {exc}", err=True)
+
+
+def _read_question(terminal: bool) -> str:
+    """One line of input; the prompt goes where it cannot mix with answers (none off a terminal)."""
+    if not terminal:
+        return input()
+    if sys.stdout.isatty():
+        return input(PROMPT)  # through readline: line editing and history
+    click.echo(PROMPT, nl=False, err=True)  # stdout is for the answers (`--json | jq`)
+    return input()
+
+
+@contextmanager
+def _line_history(terminal: bool) -> Iterator[None]:
+    """At a terminal, load the standard library's readline (arrow keys, history) with the questions
+    of earlier sessions, and keep this session's in the model store. A store that cannot be written
+    costs only the history."""
+    try:
+        import readline
+    except ImportError:  # Python built without it (Windows): plain input
+        readline = None
+    if not terminal or readline is None:
+        yield
+        return
+    from edge_sql.store.home import store_root
+
+    path = store_root() / HISTORY_FILE
+    readline.set_history_length(HISTORY_LENGTH)
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass  # no history yet
+    try:
+        yield
+    finally:
         try:
-            if as_json:  # keep stdout for the JSON lines
-                click.echo(PROMPT, nl=False, err=True)
-                line = input()
-            else:
-                line = input(PROMPT)
-        except EOFError:
-            click.echo("", err=True)
-            return
-        except KeyboardInterrupt:
-            click.echo("\n(Ctrl-D, an empty line or `exit` quits)", err=True)
-            continue
-        text = line.strip()
-        if not text or text.lower() in QUIT_WORDS:
-            return
-        code = _answer(agent, db, text, evidence, as_json, trace, seed, greedy)
-        if code == EXIT_INTERRUPTED and not as_json:
-            click.echo("(stopped; ask another question)", err=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(path)
+        except OSError:
+            pass

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
-from edge_sql.commands.options import budget_options, speculate_option
+from edge_sql.commands.options import budget_options, context_option, speculate_option
 
 
 def _log(message: str) -> None:
@@ -37,12 +38,13 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind for --http. Anything but localhost requires --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port for --http (0: any free port).")
+@click.option("--open", "open_page", is_flag=True, help="Open the web page in the default browser once the server listens.")
 @click.option("--token", envvar="EDGE_SQL_TOKEN", default=None,
               help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).")
 @click.option("--model", default=None, metavar="PATH|NAME", help="A .gguf file or a model-store name (default: the default model).")
 @click.option("--gpu-layers", type=click.IntRange(min=0), default=None, help="Layers to offload to the GPU.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
-@click.option("--ctx", "n_ctx", type=click.IntRange(min=512), default=12288, show_default=True, help="Context size in tokens.")
+@context_option("Context size in tokens.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")
 @budget_options
 @speculate_option
@@ -55,7 +57,8 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--max-body", type=click.IntRange(min=256), default=64 * 1024, show_default=True, help="Largest HTTP request body in bytes (413 above).")
 @click.option("--max-question", type=click.IntRange(min=1), default=2000, show_default=True, help="Longest question in characters (422 above).")
 @click.option("--max-rows", type=click.IntRange(min=1), default=200, show_default=True, help="Rows of an answer returned to clients.")
-def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, token: str | None,
+def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, open_page: bool,
+            token: str | None,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
             budget: dict[str, int], no_tune: bool, queue_size: int, queue_timeout: float, max_body: int, max_question: int,
             max_rows: int, speculate: str = "off") -> None:
@@ -68,50 +71,73 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
     Examples:
       edge-sql serve --mcp --db chinook=chinook.sqlite
       edge-sql serve --db chinook=chinook.sqlite --port 8765
+      edge-sql serve --db chinook=chinook.sqlite --open        # the web page, in your browser
       curl -s localhost:8765/v1/ask -d '{"question": "How many albums?", "database": "chinook"}'
     """
-    from edge_sql.serve.service import is_local_host
-
     databases = _databases(db_items)
     http = use_http or not use_mcp
-    if http and not is_local_host(host) and not token:
-        raise click.UsageError(f"--host {host} is not a local address: set --token (or EDGE_SQL_TOKEN) so that "
-                               "only clients with the token can ask")
-    if token is not None and not token.strip():
-        raise click.BadParameter("the token is empty", param_hint="--token")
+    _check_token(token, http, host)
+    if open_page and not http:
+        raise click.UsageError("--open opens the web page, which needs HTTP: add --http (or drop --mcp)")
     from edge_sql.agent.budget import Budget
 
     _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file,
            Budget(**{"max_result_rows": max_rows, **budget}), queue_size, queue_timeout, max_body, max_question,
-           max_rows, tune=not no_tune, speculate=speculate)
+           max_rows, tune=not no_tune, speculate=speculate, open_page=open_page)
+
+
+def _check_token(token: str | None, http: bool, host: str) -> None:
+    """A token where one is needed, usable in a header, and not given where nothing checks it."""
+    from edge_sql.serve.service import is_local_host
+
+    if http and not is_local_host(host) and not token:
+        raise click.UsageError(f"--host {host} is not a local address: set --token (or EDGE_SQL_TOKEN) so that "
+                               "only clients with the token can ask")
+    if token is None:
+        return
+    if not token.strip():
+        raise click.BadParameter("the token is empty", param_hint="--token")
+    if not all("!" <= c <= "~" for c in token):
+        raise click.BadParameter("use printable ASCII without spaces (clients send it in an HTTP header)",
+                                 param_hint="--token")
+    given = click.get_current_context().get_parameter_source("token")
+    if not http and given is ParameterSource.COMMANDLINE:
+        raise click.UsageError("--token protects the HTTP server, and --mcp alone serves over stdio: "
+                               "add --http, or leave the token out")
 
 
 def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
            queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True,
-           speculate: str = "off") -> None:
+           speculate: str = "off", open_page: bool = False) -> None:
     from edge_sql.agent import load_prompt
     from edge_sql.api import Agent
-    from edge_sql.serve.run import serve_http, serve_stdio
+    from edge_sql.serve.run import bind, serve_http, serve_stdio
     from edge_sql.serve.service import Limits, Service
     from edge_sql.tools import ReadOnlyDatabase
 
-    for path in databases.values():  # bad files fail before the model loads
+    # every failure the operator can cause shows before the model loads (which takes a while)
+    for path in databases.values():
         ReadOnlyDatabase(path).close()
     load_prompt(prompt_file)
     limits = Limits(max_body_bytes=max_body, max_question_chars=max_question, max_rows=max_rows,
                     max_waiting=queue_size, wait_timeout_s=queue_timeout)
-    _log(f"loading {model or 'the default model'} ...")
-    with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file, tune=tune,
-               budget=budget, log=_log, speculate=speculate) as agent:
-        _log(f"loaded {agent.info.describe()}")
-        agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
-        service = Service(agent, databases, limits, log=_log)
-        try:
-            if http:
-                serve_http(service, host, port, token=token, log=_log)
-            else:
-                _log(f"MCP over stdio; databases: {', '.join(databases)}")
-                serve_stdio(service)
-        finally:
-            service.close()
+    listener = bind(host, port) if http else None
+    try:
+        _log(f"loading {model or 'the default model'} ...")
+        with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
+                   tune=tune, budget=budget, log=_log, speculate=speculate) as agent:
+            _log(f"loaded {agent.info.describe()}")
+            agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
+            service = Service(agent, databases, limits, log=_log)
+            try:
+                if listener is not None:
+                    serve_http(service, listener, host, token=token, log=_log, open_page=open_page)
+                else:
+                    _log(f"MCP over stdio; databases: {', '.join(databases)}")
+                    serve_stdio(service)
+            finally:
+                service.close()
+    finally:
+        if listener is not None:
+            listener.close()
     _log("stopped")

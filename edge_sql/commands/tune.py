@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from edge_sql.runtime.tuning import Calibration
 
 
 @click.command("tune")
@@ -39,10 +43,47 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
     if as_json:
         click.echo(json.dumps(calibration.to_json(), indent=2))
         return
-    click.echo(calibration.table())
+    click.echo(calibration_table(calibration))
     chosen, best = calibration.chosen_measurement(), calibration.best()
     click.echo(f"\nchosen: {calibration.chosen.label} ({chosen.episode_s:.0f} s per episode predicted; "
                f"fastest measured: {best.episode_s:.0f} s)")
     if calibration.note:
         click.echo(f"note: {calibration.note}")
     click.echo(f"calibrated in {calibration.seconds:.0f} s on {calibration.machine}, {calibration.build}; saved to {saved}")
+
+
+def calibration_table(calibration: Calibration) -> str:
+    """The sweep as a text table, fastest first; `*` marks the chosen setting."""
+    from edge_sql.runtime.tuning import EPISODE_TOKENS
+
+    measured = sorted(calibration.measurements, key=lambda m: m.episode_s)
+    points = next((m.points for m in measured if m.points), [])  # candidates over budget: untimed
+    lines = [f"{'':2}{'settings':<52} {'episode s':>9} {'memory MiB':>10}  "
+             + "  ".join(f"{'@' + str(p):>13}" for p in points),
+             f"{'':2}{'':<52} {'':>9} {'':>10}  " + "  ".join(f"{'prefill/decode':>13}" for _ in points)]
+    for m in measured:
+        mark = "* " if m.settings == calibration.chosen else "  "
+        speeds = "  ".join(f"{1 / p:6.0f}/{1 / d:6.1f}" for p, d in zip(m.prefill_s, m.decode_s))
+        over = "" if m.fits else " (over)"
+        if not m.points:
+            over = "(over: not timed)" if not m.fits else "(not timed: the quick calibration's time was up)"
+        episode = f"{m.episode_s:9.1f}" if m.points else f"{'-':>9}"
+        lines.append(f"{mark}{m.settings.label:<52} {episode} {m.memory_bytes / 2**20:10.0f}  {speeds}{over}")
+    lines.append(f"(tok/s at each context length; memory: bound beyond the file at a {EPISODE_TOKENS}-token "
+                 f"context, budget {calibration.memory_allowance / 2**20:.0f} MiB)")
+    lines.append(_speculation_line(calibration))
+    return "\n".join(lines)
+
+
+def _speculation_line(calibration: Calibration) -> str:
+    """How many drafts per verify batch the chosen settings leave room for."""
+    from edge_sql.runtime.tuning import speculation_bytes
+
+    chosen, measured = calibration.chosen, calibration.chosen_measurement()
+    per_draft = speculation_bytes(1, measured.state_bytes, measured.n_vocab) / 2**20
+    mtp = (f"; with the MTP drafter's context ({calibration.mtp_bytes / 2**20:.0f} MiB): "
+           + (f"draft_max {chosen.draft_max_mtp}" if chosen.draft_max_mtp else "none, auto drafts by lookup alone")
+           if calibration.mtp_bytes else "")
+    return (f"(speculation within the budget, {per_draft:.1f} MiB per draft: "
+            + (f"draft_max {chosen.draft_max}" if chosen.draft_max else "no draft fits, --speculate stays off")
+            + f"{mtp})")

@@ -40,6 +40,8 @@ def database_path(db_root: Path, db_id: str) -> Path:
 def read_json_file(path: Path, what: str, error: type[EdgeSqlError]) -> Any:
     """The JSON value in `path`; `error` (naming `what`, e.g. "questions file") if unreadable."""
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{what} {path} is a folder; give the JSON file")
     if not path.is_file():
         raise error(f"{what} not found: {path}")
     try:

@@ -33,9 +33,10 @@ from typing import Any
 
 from tqdm import tqdm
 
+from edge_sql.errors import QueryError
 from edge_sql.evaluation.datasets import Question, base_id, require_databases
 from edge_sql.evaluation.report import EvalReport, QuestionResult
-from edge_sql.tools.database import QueryError, ReadOnlyDatabase
+from edge_sql.tools.database import ReadOnlyDatabase
 
 DEFAULT_TIMEOUT_S = 30.0
 NO_PREDICTION = "no prediction"

@@ -1,21 +1,47 @@
-"""The llama.cpp runtime: validate a GGUF, load it, evaluate tokens once, sample under a grammar."""
+"""The llama.cpp runtime: validate a GGUF, load it, evaluate tokens once, sample under a grammar.
 
-from edge_sql.convert.gguf_file import SUPPORTED_ARCHITECTURES, GGUFFile, validate_gguf
-from edge_sql.runtime.constrained import GrammarError
-from edge_sql.runtime.sampling import SamplingParams
-from edge_sql.runtime.session import Completion, ContextFullError, Session, SessionInfo, Timings
-from edge_sql.runtime.shared_models import release_idle
+Its names are imported on first use (PEP 562), so `edge_sql.runtime.options` (the speculation
+modes, `SessionOptions`) can be read without loading llama.cpp.
+"""
 
-__all__ = [
-    "SUPPORTED_ARCHITECTURES",
-    "Completion",
-    "ContextFullError",
-    "GGUFFile",
-    "GrammarError",
-    "SamplingParams",
-    "Session",
-    "SessionInfo",
-    "Timings",
-    "release_idle",
-    "validate_gguf",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "SUPPORTED_ARCHITECTURES": "edge_sql.convert.gguf_file",
+    "GGUFFile": "edge_sql.convert.gguf_file",
+    "validate_gguf": "edge_sql.convert.gguf_file",
+    "ContextFullError": "edge_sql.errors",
+    "GrammarError": "edge_sql.errors",
+    "SamplingParams": "edge_sql.runtime.sampling",
+    "Completion": "edge_sql.runtime.records",
+    "SessionInfo": "edge_sql.runtime.records",
+    "Timings": "edge_sql.runtime.records",
+    "SessionOptions": "edge_sql.runtime.options",
+    "SpeculateMode": "edge_sql.runtime.options",
+    "PrefixCache": "edge_sql.runtime.prefix_state",
+    "Session": "edge_sql.runtime.session",
+    "release_idle": "edge_sql.runtime.shared_models",
+}
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from edge_sql.convert.gguf_file import SUPPORTED_ARCHITECTURES, GGUFFile, validate_gguf
+    from edge_sql.errors import ContextFullError, GrammarError
+    from edge_sql.runtime.options import SessionOptions, SpeculateMode
+    from edge_sql.runtime.prefix_state import PrefixCache
+    from edge_sql.runtime.records import Completion, SessionInfo, Timings
+    from edge_sql.runtime.sampling import SamplingParams
+    from edge_sql.runtime.session import Session
+    from edge_sql.runtime.shared_models import release_idle
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

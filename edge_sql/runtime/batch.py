@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import llama_cpp
 import numpy as np
@@ -11,19 +11,15 @@ import numpy as np
 class TokenBatch:
     """A `llama_batch` of up to `capacity` tokens of sequence 0, with numpy views on its arrays.
 
-    Used by `Session` (logits of the last token only) and by teacher forcing (logits of every
-    token). Free it with `close()` (or use it as a context manager).
-
-    `listeners` are called after every successful `decode` with the batch's tokens and its first
-    position: an MTP drafter mirrors each target decode into its own context that way (it must
-    read the target's hidden states before the next decode overwrites them).
+    `LlamaContext.decode` fills and decodes it: the session's context (logits of the last token
+    only, or of a verify batch's drafts) and teacher forcing's (logits of every token). Free it
+    with `close()` (or use it as a context manager).
     """
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"a batch holds at least 1 token, got {capacity}")
         self.capacity = capacity
-        self.listeners: list[Callable[[np.ndarray, int], None]] = []
         self.batch = llama_cpp.llama_batch_init(capacity, 0, 1)
         self._token = np.ctypeslib.as_array(self.batch.token, shape=(capacity,))
         self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(capacity,))
@@ -53,10 +49,11 @@ class TokenBatch:
         status = llama_cpp.llama_decode(ctx, self.batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at position {int(self._pos[0])}")
-        if self.listeners:
-            n = self.batch.n_tokens
-            for listener in list(self.listeners):
-                listener(self._token[:n], int(self._pos[0]))
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """A view of the tokens the batch holds now."""
+        return self._token[:self.batch.n_tokens]
 
     def close(self) -> None:
         if self.batch is not None:

@@ -8,7 +8,8 @@ The sampler then checks only its few top candidates against that bitmask (see
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Collection, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Sequence
 
 import llama_cpp
 import llguidance
@@ -111,3 +112,30 @@ class GrammarConstraint:
     def _check(self) -> None:
         if self._matcher.is_error():
             raise GrammarError(f"grammar error: {self._matcher.get_error()}")
+
+
+class GrammarCache:
+    """The compiled constraints of the last `size` grammars a session used (compiling one costs
+    milliseconds; an episode reuses a handful per turn). `tokenizer` is called on first need:
+    llguidance's vocabulary view takes seconds to build."""
+
+    def __init__(self, tokenizer: Callable[[], llguidance.LLTokenizer], n_vocab: int, size: int = 16) -> None:
+        self._tokenizer = tokenizer
+        self._n_vocab = n_vocab
+        self._size = size
+        self._grammars: OrderedDict[str, GrammarConstraint] = OrderedDict()
+
+    def get(self, lark: str) -> GrammarConstraint:
+        """The constraint for `lark` (GrammarError for a bad grammar)."""
+        constraint = self._grammars.get(lark)
+        if constraint is None:
+            constraint = GrammarConstraint(self._tokenizer(), lark, self._n_vocab)
+            self._grammars[lark] = constraint
+            if len(self._grammars) > self._size:
+                self._grammars.popitem(last=False)
+        else:
+            self._grammars.move_to_end(lark)
+        return constraint
+
+    def clear(self) -> None:
+        self._grammars = OrderedDict()

@@ -1,18 +1,20 @@
 """MTP drafting: the model's own multi-token-prediction head proposes the next tokens.
 
 Why a second llama.cpp context: llama.cpp runs the MTP head (the GGUF's extra `nextn` block,
-loaded with `load_mtp`: `Session(..., mtp=True)`) as its own graph, in a context of type `LLAMA_CONTEXT_TYPE_MTP` on the
-session's loaded weights (nothing is loaded twice), with `ctx_other` = the session's context as
-llama-server sets it. For Qwen3.5 that context's memory is an attention KV cache for the MTP
-layer alone (llama.cpp filters it to blocks >= n_layer): one layer of n_ctx positions, never a
-second copy of the trunk's cache or recurrent state. The trunk's hidden states come from the
-session's context, which is asked to keep them for every token of every batch
+loaded with `load_mtp`: `Session(..., mtp=True)`) as its own graph, in a context of type
+`LLAMA_CONTEXT_TYPE_MTP` on the session's loaded weights (nothing is loaded twice), with
+`ctx_other` = the session's context as llama-server sets it. The drafter knows that target
+`LlamaContext`, not the session: the tokens its memory holds are all it compares with. For
+Qwen3.5 the MTP context's memory is an attention KV cache for the MTP layer alone (llama.cpp
+filters it to blocks >= n_layer): one layer of n_ctx positions, never a second copy of the
+trunk's cache or recurrent state. The trunk's hidden states come from the target context,
+which is asked to keep them for every token of every batch
 (`llama_set_embeddings_nextn(ctx, True, masked=False)`, the bindings in `llama_cpp_ext`).
 
-How it follows the session, as llama-server's `--spec-type draft-mtp` does (common/speculative):
-- after every llama_decode of the session (a decode listener), the MTP context evaluates the
+How it follows the target, as llama-server's `--spec-type draft-mtp` does (common/speculative):
+- after every llama_decode of the target (a decode listener), the MTP context evaluates the
   same tokens, the token at position p paired with the trunk's hidden state at p - 1, so its
-  KV cache mirrors the session's context. Its entries from the batch's first position on are
+  KV cache mirrors the target's. Its entries from the batch's first position on are
   removed first, which also drops earlier drafts and tokens the session rolled back;
 - `draft(context_tokens, k)`: the last context token (position p, usually sampled and not
   decoded yet) with the trunk's state at p - 1 gives the head's most likely next token; that
@@ -29,47 +31,39 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from edge_sql.convert.gguf_file import validate_gguf
-from edge_sql.errors import EdgeSqlError, ModelFileError
-from edge_sql.runtime.backend import Closing, buffer_sizes, capture_log
-
-if TYPE_CHECKING:  # session.py may import this module to attach a drafter
-    from edge_sql.runtime.session import Session
+from edge_sql.errors import EdgeSqlError
+from edge_sql.runtime.backend import Closing
+from edge_sql.runtime.context import LlamaContext, create_context
+from edge_sql.runtime.records import DraftCounts
 
 
 @dataclass
-class DraftStats:
+class MTPWork:
     """What the drafter did since it was made (its cost, which tests check): draft calls, MTP
-    decodes, session tokens mirrored into its own context, and the outcome of its proposals."""
+    decodes and target tokens mirrored into its own context. The outcome of its drafts is
+    counted where verification counts every source's (`DraftCounts`)."""
 
     drafts: int = 0
     draft_tokens: int = 0        # tokens proposed
     draft_steps: int = 0         # one-token MTP decodes (a token each, one more when p_min stopped it)
-    accepted_tokens: int = 0     # of the observed proposals, kept by verification
-    observed_tokens: int = 0     # proposals whose outcome `observe` reported
-    mirrored_tokens: int = 0     # session tokens evaluated by the MTP context to follow it
-
-    @property
-    def acceptance(self) -> float:
-        """Accepted / observed proposals (0.0 before any observation)."""
-        return self.accepted_tokens / self.observed_tokens if self.observed_tokens else 0.0
+    mirrored_tokens: int = 0     # target tokens evaluated by the MTP context to follow it
 
 
 class MTPDrafter(Closing):
-    """Drafts tokens with the session model's MTP head; see the module docstring.
+    """Drafts tokens with the target context's MTP head; see the module docstring.
 
-    Attach it right after making the session: it mirrors only decodes that happen while it is
-    attached. Tokens evaluated before, or restored from a saved state it has not seen, are
-    missing from its cache, which makes drafts worse, not wrong; a restored prefix it has seen
-    keeps its entries (see `reset`). `close()` (or `with`) detaches and frees it; close it
-    before the session.
+    Attach it right after making the target (a session's `context`): it mirrors only decodes
+    that happen while it is attached. Tokens evaluated before, or restored from a saved state
+    it has not seen, are missing from its cache, which makes drafts worse, not wrong; a
+    restored prefix it has seen keeps its entries (see `reset`). `close()` (or `with`) detaches and frees it; close it
+    before the target.
     """
 
     name = "mtp"  # the draft source's name in speculation stats
@@ -78,66 +72,52 @@ class MTPDrafter(Closing):
     # and 2-token drafts at about 55% (benchmarks/results/mtp.md).
     max_k = 2
 
-    def __init__(self, session: Session, *, p_min: float = 0.0) -> None:
+    def __init__(self, target: LlamaContext, *, p_min: float = 0.0) -> None:
         """`p_min`: stop a draft at the first token the head gives less than this probability
         (llama-server's `--draft-p-min`; 0 never stops). Each step costs about a third of a
         decode on the 2B shape, so a step that will likely be rejected is a loss."""
         if not 0.0 <= p_min <= 1.0:
             raise ValueError(f"p_min must lie in 0..1, got {p_min}")
         self.p_min = p_min
-        if session.info.mtp_layers < 1:
-            if validate_gguf(session.info.model_path).mtp_layers:
+        if not target.options.mtp:  # resolved options: the head was loaded
+            if validate_gguf(target.loaded.path).mtp_layers:
                 raise EdgeSqlError("the session did not load the MTP head: make it with Session(..., mtp=True)")
             raise EdgeSqlError(
-                f"{session.info.model_path.name} has no MTP head; convert the checkpoint without --no-mtp "
+                f"{target.loaded.path.name} has no MTP head; convert the checkpoint without --no-mtp "
                 "to draft with it"
             )
-        self._session = session
-        model = session.llama_model
-        params = llama_cpp.llama_context_default_params()
-        params.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
-        params.ctx_other = session.llama_context
-        params.n_ctx = session.n_ctx
-        params.n_batch = session.info.n_batch       # mirrors the session's batches as they come
-        params.n_ubatch = session.info.n_ubatch
-        params.n_seq_max = 1
-        params.n_rs_seq = 0
-        params.n_outputs_max = 1                    # one draft position at a time
-        params.n_threads = params.n_threads_batch = session.info.n_threads
-        params.no_perf = True
-        if session.info.flash_attn != "auto":
-            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if session.info.flash_attn == "on"
-                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-        with capture_log() as lines:
-            self._ctx = llama_cpp.llama_init_from_model(model, params)
-        if not self._ctx:
-            raise ModelFileError(f"llama.cpp could not create the MTP context for {session.info.model_path}")
-        self.buffers = buffer_sizes(lines)  # what the MTP context allocated ("CPU KV", "CPU compute", ...)
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._target = target
+        # the target's options and context size: it mirrors the target's batches as they come,
+        # one draft position at a time
+        self._context = create_context(target.loaded, replace(target.options, n_ctx=target.n_ctx),
+                                       what=f"the MTP context for {target.loaded.path}", reads=target)
+        self.buffers = self._context.buffers  # what the MTP context allocated ("CPU KV", "CPU compute", ...)
+        self._ctx = self._context.ptr
         self._batch = llama_cpp.llama_batch_ext_init(self._ctx)
-        self._n_embd = llama_cpp.llama_model_n_embd_out(model)
-        self._n_vocab = session.n_vocab
+        self._n_embd = llama_cpp.llama_model_n_embd_out(target.model)
+        self._n_vocab = target.n_vocab
         self._pos = (llama_cpp.llama_pos * 4)()
         llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)
-        llama_cpp_ext.llama_set_embeddings_nextn(session.llama_context, True, False)
-        # the trunk's hidden states of the session's last decode: row i is position rows_start + i
+        llama_cpp_ext.llama_set_embeddings_nextn(target.ptr, True, False)
+        # the trunk's hidden states of the target's last decode: row i is position rows_start + i
         self._rows = np.zeros((0, self._n_embd), dtype=np.float32)
         self._rows_start = 0
         self._fed: list[int] = []  # token the MTP cache holds per position (-1: none)
-        self.stats = DraftStats()
-        session.add_decode_listener(self._mirror)
+        self.stats = MTPWork()
+        self.outcome = DraftCounts()  # what verification kept of its drafts (`observe`)
+        target.add_listener(self._mirror)
 
-    # ---- following the session ----------------------------------------------------------
+    # ---- following the target ----------------------------------------------------------
 
     def _state_at(self, pos: int) -> np.ndarray | None:
-        """The trunk's hidden state at `pos`, if the session's last decode produced it."""
+        """The trunk's hidden state at `pos`, if the target's last decode produced it."""
         i = pos - self._rows_start
         return self._rows[i] if 0 <= i < len(self._rows) else None
 
     def _mirror(self, tokens: np.ndarray, start: int) -> None:
-        """Evaluate a batch the session just decoded: token at p with the trunk's state at p - 1."""
+        """Evaluate a batch the target just decoded: token at p with the trunk's state at p - 1."""
         n = len(tokens)
-        pointer = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._session.llama_context, 0)
+        pointer = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._target.ptr, 0)
         rows = np.ctypeslib.as_array(pointer, shape=(n, self._n_embd)).copy()
         # position 0 has no state before it: llama-server pairs it with zeros, and so does this
         before = np.zeros(self._n_embd, dtype=np.float32) if start == 0 else self._state_at(start - 1)
@@ -157,34 +137,34 @@ class MTPDrafter(Closing):
         self.stats.mirrored_tokens += n
 
     def _first_stale(self, start: int) -> int:
-        """Where the MTP cache stops matching the session's context before `start` (or `start`).
+        """Where the MTP cache stops matching the target's memory before `start` (or `start`).
 
         A batch right after the last one appends: nothing before it changed. Otherwise (a
-        rollback, a reset, a restored state) the cache is compared with the session's tokens."""
+        rollback, a reset, a restored state) the cache is compared with the target's tokens."""
         if start == self._rows_start + len(self._rows):
             return start
         known = min(start, len(self._fed))
         if known == 0:
             return 0 if self._fed else start
-        context = self._session.tokens[:known]
+        context = self._target.tokens[:known]
         fed = np.asarray(self._fed[:known])
         differ = np.flatnonzero((fed != -1) & (fed != np.asarray(context)))
         return int(differ[0]) if len(differ) else start
 
     def _forget_from(self, pos: int) -> None:
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, pos, -1)
+        self._context.remove_from(pos)
         del self._fed[pos:]
 
     # ---- drafting -------------------------------------------------------------------------
 
     def draft(self, context_tokens: Sequence[int], k: int) -> list[int]:
-        """Up to `k` tokens the MTP head expects after `context_tokens` (the session's context,
-        whose last token may still be undecoded). Empty when k < 1, when the session has not
+        """Up to `k` tokens the MTP head expects after `context_tokens` (the target's context,
+        whose last token may still be undecoded). Empty when k < 1, when the target has not
         decoded the position before the last token (no trunk state to start from), or when the
         head's first token is below `p_min`."""
         p = len(context_tokens) - 1
         state = self._state_at(p - 1) if p >= 1 else None
-        k = min(k, self._session.n_ctx - p)
+        k = min(k, self._target.n_ctx - p)
         if k < 1 or state is None:
             return []
         self._forget_from(p)
@@ -212,11 +192,10 @@ class MTPDrafter(Closing):
         """Record that verification kept `accepted` of `proposed` drafted tokens."""
         if not 0 <= accepted <= proposed:
             raise ValueError(f"accepted ({accepted}) must lie within 0..proposed ({proposed})")
-        self.stats.accepted_tokens += accepted
-        self.stats.observed_tokens += proposed
+        self.outcome.record(accepted, proposed)
 
     def reset(self) -> None:
-        """The session's context was emptied or replaced: forget its hidden states.
+        """The target was emptied or replaced: forget its hidden states.
 
         The MTP cache itself is kept until the next mirrored batch compares it with the new
         context: entries of a prefix the new context shares (an episode's system prompt,
@@ -226,13 +205,13 @@ class MTPDrafter(Closing):
 
     @property
     def acceptance(self) -> float:
-        return self.stats.acceptance
+        """Accepted / observed proposals (0.0 before any observation)."""
+        return self.outcome.acceptance
 
     @property
     def cache_span(self) -> tuple[int, int]:
         """First and last position the MTP context's KV cache holds ((-1, -1) when empty)."""
-        return (llama_cpp.llama_memory_seq_pos_min(self._memory, 0),
-                llama_cpp.llama_memory_seq_pos_max(self._memory, 0))
+        return self._context.span
 
     # ---- llama.cpp calls ------------------------------------------------------------------
 
@@ -257,13 +236,13 @@ class MTPDrafter(Closing):
     # ---- lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Detach from the session (which stops keeping hidden states) and free the MTP context."""
+        """Detach from the target (which stops keeping hidden states) and free the MTP context."""
         if self._ctx:
-            self._session.remove_decode_listener(self._mirror)
+            self._target.remove_listener(self._mirror)
             try:
-                llama_cpp_ext.llama_set_embeddings_nextn(self._session.llama_context, False, False)
+                llama_cpp_ext.llama_set_embeddings_nextn(self._target.ptr, False, False)
             except RuntimeError:
-                pass  # the session is already closed
+                pass  # the target is already closed
             llama_cpp.llama_batch_ext_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
+            self._context.close()
             self._ctx = None

@@ -3,10 +3,11 @@
 Every question starts with the same system prompt and tool list (hundreds of tokens, seconds
 of prefill on a CPU). `Session` evaluates that prefix once, snapshots its sequence state
 (attention KV cells plus the recurrent state of hybrid models such as Qwen3.5) with the
-logits after it, and restores the snapshot for the next question. On disk a snapshot lives
-under a key that names everything the state depends on: the model file, the exact prefix
-tokens (the template text as this vocabulary spells it), the context settings and the
-llama.cpp build. A file that is corrupt, truncated or for another key is ignored with a
+logits after it, and restores the snapshot for the next question. The `PrefixCache` it is
+handed keeps the last snapshot in memory and, with a folder, many on disk, under a key that
+names everything the state depends on: the model file, the exact prefix tokens (the template
+text as this vocabulary spells it), the session's options that shape its context, the backend
+and the llama.cpp build. A file that is corrupt, truncated or for another key is ignored with a
 note and replaced by a fresh one.
 """
 
@@ -19,15 +20,14 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edge_sql.convert.atomic import atomic_output
 from edge_sql.runtime.identity import file_fingerprint, llama_build
+from edge_sql.runtime.options import SessionOptions
 
-if TYPE_CHECKING:
-    from edge_sql.runtime.session import SessionInfo
-
+DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 MAGIC = b"EDGESQL-STATE-1\n"
 SUFFIX = ".state"
 
@@ -45,28 +45,32 @@ class StateSnapshot:
         return len(self.state) + self.logits.nbytes + 4 * len(self.tokens)
 
 
-def prefix_key(info: SessionInfo, tokens: Sequence[int]) -> str:
-    """What a saved prefix state depends on, hashed: model file, tokens, settings, llama.cpp build."""
+def prefix_key(model_path: Path, options: SessionOptions, backend: str, tokens: Sequence[int]) -> str:
+    """What a saved prefix state depends on, hashed: model file, tokens, the resolved options'
+    state fields (`SessionOptions.state_fields`), backend, llama.cpp build."""
     parts = {
-        "model": file_fingerprint(info.model_path),
+        "model": file_fingerprint(model_path),
         "tokens": hashlib.sha256(np.asarray(tokens, dtype=np.int32).tobytes()).hexdigest(),
         "n_tokens": len(tokens),
-        "settings": [info.n_ctx, info.n_batch, info.n_ubatch, info.n_threads, info.flash_attn, info.repack,
-                     info.gpu_layers, info.backend],
+        "options": options.state_fields(),
+        "backend": backend,
         "build": llama_build(),
     }
-    if info.draft_max:  # recurrent-state snapshots for speculation (n_rs_seq)
-        parts["draft_max"] = info.draft_max
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
 
 
-class PrefixStore:
-    """The last prefix state in memory, and optionally many in a folder of at most `max_bytes`."""
+class PrefixCache:
+    """The last prefix state in memory, and optionally many in a folder of at most `max_bytes`.
 
-    def __init__(self, folder: str | Path | None, *, max_bytes: int, log: Callable[[str], None]) -> None:
+    `log` receives one-line notes (a state ignored or not saved). A session made without one
+    keeps a memory-only cache of its own.
+    """
+
+    def __init__(self, folder: str | Path | None = None, *, max_bytes: int = DEFAULT_CACHE_BYTES,
+                 log: Callable[[str], None] | None = None) -> None:
         self.folder = Path(folder) if folder is not None else None
         self.max_bytes = max_bytes
-        self.log = log
+        self.log = log or (lambda _message: None)
         self._memory: tuple[str, StateSnapshot] | None = None
 
     def get(self, key: str, tokens: Sequence[int]) -> StateSnapshot | None:
@@ -136,12 +140,10 @@ def write_snapshot(path: Path, key: str, snapshot: StateSnapshot) -> None:
     for part in payload:
         digest.update(part)
     header = json.dumps({"key": key, "sizes": [len(p) for p in payload], "sha256": digest.hexdigest()}).encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
+    with atomic_output(path) as tmp, tmp.open("wb") as handle:
         handle.write(MAGIC + struct.pack("<I", len(header)) + header)
         for part in payload:
             handle.write(part)
-    os.replace(tmp, path)
 
 
 def read_snapshot(path: Path, key: str) -> StateSnapshot:

@@ -46,6 +46,11 @@ class LoadedModel:
     lltokenizer: Any = None        # llguidance's view of the vocabulary, built on first use
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def path(self) -> Path:
+        """The model file (resolved)."""
+        return Path(self.key[0])
+
     def shared_lltokenizer(self, build: Callable[[], Any]) -> Any:
         """The vocabulary view, built once (by the first session that needs it)."""
         with self.lock:

@@ -1,11 +1,25 @@
-"""Speculative decoding: who drafts, how many tokens, and whether drafting still pays.
+"""Speculative decoding behind one seam: who drafts, how many tokens, verifying them, rolling back.
 
-`Session.generate` verifies drafts exactly (see its docstring): the tokens it appends do not
-depend on what is drafted, only how many decode calls they cost. This module decides what to
-draft. A `Drafter` proposes tokens for a context (prompt lookup here; the model's MTP head in
-runtime/mtp.py, behind the same protocol). The `Speculator` asks its drafters in priority
-order, adapts how many tokens each may propose (more after a fully accepted draft, fewer
-after a rejection), and counts drafted, accepted and rolled-back tokens per source.
+`Session.generate` verifies drafts exactly: at a sampling step with a token pending, the
+speculator may propose drafts d1..dk. The pending token(s) and the drafts are decoded in one
+batch with logits at every draft position. Then the loop runs exactly as without drafts,
+except that a step takes its logits from that batch instead of decoding: the same checks
+(cancel, room, grammar, forced tokens), the same grammar mask, the same sampler and random
+numbers. A sampled token equal to the next draft is already evaluated (accepted); at the first
+one that is not, the rest of the drafts leave llama.cpp's memory (`llama_memory_seq_rm`:
+attention cells, and the recurrent state falls back to its `n_rs_seq` snapshot) and the
+sampled token stays pending, as usual. The grammar only ever consumes appended tokens. So the
+appended tokens are the ones non-speculative decoding appends for the same logits (greedy:
+token-identical up to batch-vs-single rounding; sampling: the same distribution and, for a
+seed, the same draws); drafts only change how many decodes they cost.
+
+A `Drafter` proposes tokens for a context (prompt lookup in runtime/lookup.py; the model's
+MTP head in runtime/mtp.py, behind the same protocol). The `Speculator` asks its drafters in
+priority order and adapts how many tokens each may propose (more after a fully accepted draft,
+fewer after a rejection). The `Verifier` decodes a batch of drafts in the session's context,
+follows the tokens the session samples, rolls the rejected drafts back out of llama.cpp's
+memory and counts drafted and accepted tokens per source (`DraftCounts`). `make_verifier`
+builds all of it for a session's options.
 
 Cost model (for `auto`): verifying p drafts evaluates p + 1 tokens in one batch. The session
 measures what that batch cost in single-token decodes (its time over the running mean of a
@@ -21,14 +35,19 @@ changed, e.g. thinking -> SQL).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from edge_sql.errors import EdgeSqlError
+import numpy as np
 
-SPECULATE_MODES = ("off", "lookup", "auto", "mtp")
-DEFAULT_DRAFT_MAX = 8
+from edge_sql.runtime.context import LlamaContext
+from edge_sql.runtime.lookup import LookupDrafter
+from edge_sql.runtime.mtp import MTPDrafter
+from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, SessionOptions
+from edge_sql.runtime.records import DraftCounts, Timings
+
 # Extra cost of one more token in a verify batch, in single-token decodes (CPU, small
 # batches): measured on this project's machines in benchmarks/results/speculative.md.
 DEFAULT_COST_PER_TOKEN = 0.1
@@ -53,33 +72,6 @@ class Drafter(Protocol):
     def reset(self) -> None:
         """The context was emptied or replaced: forget it."""
         ...
-
-
-@dataclass
-class DraftCounts:
-    """Draft tokens of one source: evaluated in verify batches, accepted, rolled back."""
-
-    drafted: int = 0   # draft tokens evaluated (each verify batch also holds one real token)
-    accepted: int = 0  # of which the model's own choice agreed: now part of the context
-    batches: int = 0   # verify batches
-
-    @property
-    def rolled_back(self) -> int:
-        """Drafted but rejected: evaluated, then removed from llama.cpp's memory."""
-        return self.drafted - self.accepted
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    def add(self, other: DraftCounts) -> None:
-        self.drafted += other.drafted
-        self.accepted += other.accepted
-        self.batches += other.batches
-
-    def to_json(self) -> dict[str, int | float]:
-        return {"drafted": self.drafted, "accepted": self.accepted, "rolled_back": self.rolled_back,
-                "batches": self.batches, "acceptance": round(self.acceptance, 4)}
 
 
 @dataclass
@@ -160,16 +152,125 @@ class Speculator:
             source.batches, source.saving = 0, 0.0
 
 
-def make_drafters(mode: str) -> list[Drafter]:
-    """The drafters behind a `--speculate` mode ([] for "off").
+@dataclass
+class Proposal:
+    """Drafts of one source for the next verify batch, and the seconds drafting them took."""
 
-    "mtp" drafts with the model's MTP head and "auto" adds it after lookup: its drafter reads
-    the session's llama.cpp context, so `Session` appends it once that exists.
+    source: str
+    drafts: list[int]
+    seconds: float
+
+
+@dataclass
+class _Batch:
+    """A verify batch in flight: drafts at positions base.., logits[i] after i accepted drafts."""
+
+    source: str
+    drafts: list[int]
+    logits: list[np.ndarray]
+    base: int
+    seconds: float  # drafting it and the verify batch's decode
+    accepted: int = 0
+
+
+class Verifier:
+    """The verify state of one context: the batch in flight, its rollback, the draft counts.
+
+    It also keeps the running mean of a single-token decode (`time_single_decode`), the unit
+    of the speculator's cost model, and closes the drafters `make_verifier` made for it (an MTP
+    drafter's context reads the target's: freed before it).
     """
-    from edge_sql.runtime.lookup import LookupDrafter
 
-    if mode not in SPECULATE_MODES:
-        raise EdgeSqlError(f"unknown speculation mode {mode!r}: use one of {', '.join(SPECULATE_MODES)}")
-    if mode in ("off", "mtp"):
-        return []
-    return [LookupDrafter()]  # "lookup" and "auto" (auto: + MTP when the file has a head)
+    def __init__(self, context: LlamaContext, speculator: Speculator, draft_max: int,
+                 owned: Sequence[MTPDrafter] = ()) -> None:
+        self._context = context
+        self.speculator = speculator
+        self.draft_max = draft_max
+        self._owned = list(owned)
+        self._batch: _Batch | None = None
+        self._single_decode_s: float | None = None
+
+    @property
+    def active(self) -> bool:
+        """A verify batch is in flight (drafts decoded, not yet all accepted or rolled back)."""
+        return self._batch is not None
+
+    @property
+    def buffers(self) -> dict[str, int]:
+        """What the drafters' own contexts allocated ("MTP CPU KV", ...), model files left out."""
+        return {f"MTP {kind}": size for drafter in self._owned for kind, size in drafter.buffers.items()
+                if not kind.endswith("_Mapped model")}
+
+    def time_single_decode(self, seconds: float) -> None:
+        mean = self._single_decode_s
+        self._single_decode_s = seconds if mean is None else 0.9 * mean + 0.1 * seconds
+
+    def propose(self, tokens: Sequence[int], room: int) -> Proposal | None:
+        """The speculator's drafts for `tokens` within `room` (one place is the real token's)."""
+        started = time.perf_counter()
+        proposal = self.speculator.propose(tokens, min(room - 1, self.draft_max))
+        if proposal is None:
+            return None
+        return Proposal(*proposal, seconds=time.perf_counter() - started)
+
+    def decode(self, pending: list[int], start: int, proposal: Proposal) -> np.ndarray:
+        """Decode `pending` tokens at `start` and the drafts after them in one batch, with logits
+        after the last pending token and after each draft; the logits after the pending tokens."""
+        batch = pending + proposal.drafts
+        outputs = np.zeros(len(batch), dtype=bool)
+        outputs[len(pending) - 1:] = True
+        tick = time.perf_counter()
+        self._context.decode(batch, start, outputs=outputs)
+        seconds = time.perf_counter() - tick
+        logits = [self._context.logits(i) for i in range(len(pending) - 1, len(batch))]  # batch indices
+        self._batch = _Batch(proposal.source, proposal.drafts, logits, base=start + len(pending),
+                             seconds=proposal.seconds + seconds)
+        return logits[0]
+
+    def follow(self, token: int, timings: Timings) -> np.ndarray | None:
+        """The session appended `token`: the logits after it when it is the next draft (already
+        evaluated), else None (it is pending). Ends the batch at a miss or its last draft."""
+        batch = self._batch
+        logits = None
+        if token == batch.drafts[batch.accepted]:
+            batch.accepted += 1
+            logits = batch.logits[batch.accepted]
+        if logits is None or batch.accepted == len(batch.drafts):
+            self.end(timings)
+        return logits
+
+    def end(self, timings: Timings) -> None:
+        """Remove the drafts not accepted from llama.cpp's memory; count the batch in `timings`."""
+        batch, self._batch = self._batch, None
+        rejected = len(batch.drafts) - batch.accepted
+        if rejected:
+            start = batch.base + batch.accepted
+            if not self._context.remove_from(start):
+                raise RuntimeError(f"llama.cpp could not roll back {rejected} draft tokens from position {start}")
+        timings.drafts.setdefault(batch.source, DraftCounts()).record(batch.accepted, len(batch.drafts))
+        cost = batch.seconds / self._single_decode_s if self._single_decode_s else None
+        self.speculator.record(batch.source, len(batch.drafts), batch.accepted, cost)
+
+    def close(self) -> None:
+        for drafter in self._owned:
+            drafter.close()
+        self._owned = []
+
+
+def make_verifier(options: SessionOptions, target: LlamaContext) -> Verifier | None:
+    """The drafters behind `options.speculate` (resolved: "off" when no draft fits), in a
+    speculator and verifier for `target`; None when speculation is off.
+
+    "lookup" drafts by prompt lookup; "mtp" drafts with the model's MTP head; "auto" asks lookup
+    first and adds the MTP head when the file has one (its drafter reads `target`'s hidden
+    states), and turns a source off while it does not pay.
+    """
+    if options.speculate == "off" or not options.draft_max:
+        return None
+    drafters: list[Drafter] = [LookupDrafter()] if options.speculate in ("lookup", "auto") else []
+    owned = [MTPDrafter(target)] if options.mtp and options.speculate in ("mtp", "auto") else []
+    drafters += owned  # after lookup: drafts when no earlier text matches
+    if not drafters:
+        return None
+    speculator = Speculator(drafters, max_k=options.draft_max, auto=options.speculate == "auto")
+    return Verifier(target, speculator, options.draft_max, owned)

@@ -3,8 +3,8 @@
 `Session` asks llama.cpp for the logits of the last token only (so it has no n_batch x n_vocab
 logits buffer), and its context is built to output one row per batch. Comparing two models position
 by position needs every position's distribution, so this module opens a second, short-lived
-llama.cpp context on the session's loaded model (the weights are shared, not reloaded), sized
-for the sequence, with room for `chunk` output rows. It decodes the tokens in chunks, marks
+llama.cpp context on the session's loaded model (the weights are shared, not reloaded) with the
+session's options, sized for the sequence, with room for `chunk` output rows. It decodes the tokens in chunks, marks
 every token of a chunk for output, and turns the chunk's logits into log-probabilities with a
 numerically stable log-softmax. Only one chunk x n_vocab block is alive at a time (64 x
 248,320 floats = 64 MB at the default chunk). The session's own context is not touched.
@@ -13,12 +13,11 @@ numerically stable log-softmax. Only one chunk x n_vocab block is alive at a tim
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 
-import llama_cpp
 import numpy as np
 
-from edge_sql.errors import ModelFileError
-from edge_sql.runtime.batch import TokenBatch
+from edge_sql.runtime.context import create_context
 from edge_sql.runtime.session import Session
 
 DEFAULT_CHUNK = 64
@@ -59,28 +58,17 @@ def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFA
         wanted = np.zeros(len(tokens), dtype=bool)
         wanted[np.asarray(sorted(positions), dtype=np.int64)] = True  # IndexError past the end
 
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = -(-len(tokens) // _CTX_ROUND) * _CTX_ROUND
-    params.n_batch = params.n_ubatch = chunk
-    params.n_seq_max = 1
-    params.n_outputs_max = chunk
-    params.n_threads = params.n_threads_batch = session.info.n_threads
-    params.no_perf = True
-    ctx = llama_cpp.llama_init_from_model(session.llama_model, params)  # the session's loaded weights
-    if not ctx:
-        raise ModelFileError(f"llama.cpp could not create a {params.n_ctx}-token context for teacher forcing")
-    try:
-        with TokenBatch(chunk) as batch:
-            for start in range(0, len(tokens), chunk):
-                piece = tokens[start:start + chunk]
-                flags = None if wanted is None else wanted[start:start + len(piece)]
-                batch.fill(piece, start, outputs="all" if flags is None else flags)
-                batch.decode(ctx)
-                n_out = len(piece) if flags is None else int(flags.sum())
-                if n_out == 0:
-                    yield np.empty((0, n_vocab), dtype=np.float32)
-                    continue
-                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(n_out, n_vocab))
-                yield log_softmax(logits)
-    finally:
-        llama_cpp.llama_free(ctx)
+    n_ctx = -(-len(tokens) // _CTX_ROUND) * _CTX_ROUND
+    # the session's threads on its loaded weights; flash attention as llama.cpp decides
+    options = replace(session.context.options, n_ctx=n_ctx, n_batch=chunk, n_ubatch=chunk, flash_attn=None)
+    with create_context(session.context.loaded, options, n_outputs=chunk,
+                        what=f"a {n_ctx}-token context for teacher forcing") as ctx:
+        for start in range(0, len(tokens), chunk):
+            piece = tokens[start:start + chunk]
+            flags = None if wanted is None else wanted[start:start + len(piece)]
+            ctx.decode(piece, start, outputs="all" if flags is None else flags)
+            n_out = len(piece) if flags is None else int(flags.sum())
+            if n_out == 0:
+                yield np.empty((0, n_vocab), dtype=np.float32)
+                continue
+            yield log_softmax(ctx.output_rows(n_out))

@@ -5,8 +5,12 @@
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
     GET  /health        model, variant, queue
+    POST /v1/query      {database, sql} -> columns, rows, truncated: the client's own read-only SQL
+                        (the web page's "Run"), run as the tools run an answer
+    GET  /              the web page (web.py), served without the token; its API calls carry it
 
-Errors are JSON `{"error": message}`: 401 without the bearer token (when one is set), 404 for
+Errors are JSON `{"error": message}`: 400 for SQL that fails or is refused (/v1/query, with the
+tools' message), 401 without the bearer token (when one is set), 404 for
 an unknown database, 413 for a body over the limit, 422 for a malformed body or a broken
 limit, 503 with Retry-After when the queue is full or a request waited too long. A client that
 disconnects cancels its episode.
@@ -27,15 +31,40 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from edge_sql.errors import EdgeSqlError
-from edge_sql.serve.queue import AskRequest, Cancelled, Finished, Job, Position, QueueFull, QueueTimeout
-from edge_sql.serve.service import BadRequest, Service, UnknownDatabase
-
-ASK_FIELDS = {"question": str, "database": str, "evidence": (str, type(None)), "seed": (int, type(None))}
+from edge_sql.agent.result import json_value
+from edge_sql.errors import (BadRequest, Cancelled, EdgeSqlError, QueryError, RequestTooLarge, RetryLater,
+                             UnknownDatabase)
+from edge_sql.serve.queue import Finished, Job, Position
+from edge_sql.serve.request import AskRequest, QueryRequest
+from edge_sql.serve.service import Service
+from edge_sql.serve.web import PageInFront
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+# The one table from serve's errors to HTTP statuses (a subclass takes its nearest entry; 500 else).
+HTTP_STATUS: dict[type[EdgeSqlError], int] = {
+    QueryError: 400,  # /v1/query: the SQL failed or was refused
+    RequestTooLarge: 413,
+    BadRequest: 422,
+    UnknownDatabase: 404,
+    RetryLater: 503,
+    Cancelled: 499,  # nobody reads it: the client is gone
+}
+
+
+def http_status(exc: EdgeSqlError | None) -> tuple[int, dict[str, str] | None]:
+    """The status and extra headers for an error (503 comes with Retry-After)."""
+    status = next((HTTP_STATUS[kind] for kind in type(exc).__mro__ if kind in HTTP_STATUS), 500)
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RetryLater) else None
+    return status, headers
+
+
+def error_response(exc: EdgeSqlError | None) -> JSONResponse:
+    status, headers = http_status(exc)
+    return error(status, str(exc), headers)
 
 
 def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette | None = None,
@@ -50,16 +79,20 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
     async def health_endpoint(request: Request) -> Response:
         return JSONResponse(service.health())
 
+    async def query_endpoint(request: Request) -> Response:
+        return await query(service, request)
+
     routes = [
         Route("/v1/ask", ask_endpoint, methods=["POST"]),
         Route("/v1/databases", databases_endpoint, methods=["GET"]),
         Route("/health", health_endpoint, methods=["GET"]),
+        Route("/v1/query", query_endpoint, methods=["POST"]),
     ]
     if mcp_app is not None:
         routes.extend(mcp_app.routes)
     app = Starlette(routes=routes, lifespan=mcp_lifespan,
                     exception_handlers={HTTPException: _http_error})
-    return BearerToken(app, token) if token else app
+    return PageInFront(BearerToken(app, token) if token else app)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -86,22 +119,27 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
-# ---- POST /v1/ask ----------------------------------------------------------------------------
+# ---- POST /v1/query --------------------------------------------------------------------------
 
+async def query(service: Service, request: Request) -> Response:
+    try:
+        body = await read_body(request, service.limits.max_body_bytes)
+        sql = QueryRequest.from_json(body)
+        result = await asyncio.to_thread(service.query, sql.database, sql.sql)
+    except EdgeSqlError as exc:
+        return error_response(exc)
+    return JSONResponse({"database": sql.database, "sql": sql.sql, "columns": result.columns,
+                         "rows": [[json_value(v) for v in row] for row in result.rows], "truncated": result.truncated})
+
+
+# ---- POST /v1/ask ----------------------------------------------------------------------------
 
 async def ask(service: Service, request: Request) -> Response:
     try:
-        body = await _read_body(request, service.limits.max_body_bytes)
-        ask_request = parse_ask(body)
-        job = service.submit(ask_request)
-    except _TooLarge as exc:
-        return error(413, str(exc))
-    except (BadRequest, _Malformed) as exc:
-        return error(422, str(exc))
-    except UnknownDatabase as exc:
-        return error(404, str(exc))
-    except QueueFull as exc:
-        return error(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+        body = await read_body(request, service.limits.max_body_bytes)
+        job = service.submit(AskRequest.from_json(body))
+    except EdgeSqlError as exc:
+        return error_response(exc)
     if "text/event-stream" in request.headers.get("accept", ""):
         return EventStream(job)
     watcher = asyncio.ensure_future(_cancel_on_disconnect(request.receive, job))
@@ -111,70 +149,23 @@ async def ask(service: Service, request: Request) -> Response:
         watcher.cancel()
         if not job.finished:
             job.cancel()
-    return _outcome_response(outcome)
+    if outcome.result is not None:
+        return JSONResponse(outcome.result.to_json(transcript=False))
+    return error_response(outcome.error)
 
 
-class _TooLarge(Exception):
-    pass
-
-
-class _Malformed(Exception):
-    pass
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int) -> bytes:
     """The body, refusing more than `limit` bytes whether or not Content-Length says so."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge(f"the request body has {declared} bytes; the limit is {limit}")
+        raise RequestTooLarge(f"the request body has {declared} bytes; the limit is {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _TooLarge(f"the request body is over the limit of {limit} bytes")
+            raise RequestTooLarge(f"the request body is over the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def parse_ask(body: bytes) -> AskRequest:
-    """A JSON object with exactly the known fields, each of the right type."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _Malformed(f"the body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise _Malformed("the body must be a JSON object: {\"question\": ..., \"database\": ...}")
-    unknown = sorted(set(data) - set(ASK_FIELDS))
-    if unknown:
-        raise _Malformed(f"unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(ASK_FIELDS)} "
-                         "(databases are named by the server: see GET /v1/databases)")
-    for name in ("question", "database"):
-        if name not in data:
-            raise _Malformed(f"missing field {name!r}")
-    for name, kinds in ASK_FIELDS.items():
-        value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            raise _Malformed(f"field {name!r} has the wrong type ({type(value).__name__})")
-    seed = data.get("seed")
-    if seed is not None and not 0 <= seed < 2**32:
-        raise _Malformed("field 'seed' must be between 0 and 2**32 - 1")
-    return AskRequest(question=data["question"], database=data["database"], evidence=data.get("evidence"),
-                      seed=seed)
-
-
-def _outcome_response(outcome: Finished) -> Response:
-    if outcome.result is not None:
-        return JSONResponse(outcome.result.to_json(transcript=False))
-    status, headers = _error_status(outcome.error)
-    return error(status, str(outcome.error), headers)
-
-
-def _error_status(exc: EdgeSqlError | None) -> tuple[int, dict[str, str] | None]:
-    if isinstance(exc, (QueueTimeout, QueueFull)):
-        return 503, {"Retry-After": str(exc.retry_after_s)}
-    if isinstance(exc, Cancelled):
-        return 499, None  # nobody reads it: the client is gone
-    return 500, None
 
 
 async def _cancel_on_disconnect(receive: Receive, job: Job) -> None:
@@ -207,7 +198,7 @@ async def job_events(job: Job) -> AsyncIterator[bytes]:
             if item.result is not None:
                 yield sse("answer", item.result.to_json(transcript=False))
             else:
-                status, _ = _error_status(item.error)
+                status, _ = http_status(item.error)
                 yield sse("error", {"error": str(item.error), "status": status, **elapsed})
         elif item.kind == "round":
             yield sse("round", {"round": item.round, **elapsed})

@@ -12,14 +12,17 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from edge_sql import __version__
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
-from edge_sql.serve.queue import AskRequest, Finished, Position
+from edge_sql.serve.queue import Finished, Position
+from edge_sql.serve.request import AskRequest
 from edge_sql.serve.service import Service
 
 INSTRUCTIONS = (
@@ -64,24 +67,28 @@ class DatabasesOutput(BaseModel):
     databases: list[DatabaseOutput]
 
 
+class _Arguments(ArgModelBase):
+    """Hands the tool its arguments untouched, so that `AskRequest` alone validates them."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
 def build_mcp(service: Service) -> MCPServer:
     """An MCPServer exposing `service`: run it over stdio or mount its streamable HTTP app."""
-    server = MCPServer("edge-sql", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     limits = service.limits
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
-    async def ask(question: str, database: str, ctx: Context, evidence: str | None = None,
-                  seed: int | None = None) -> Annotated[CallToolResult, AskOutput]:
+    async def ask(arguments: dict[str, Any], ctx: Context) -> Annotated[CallToolResult, AskOutput]:
         """Answer a question about one of the server's databases with a SQL query and its rows.
 
         `database` is a name from list_databases; `evidence` is an optional hint (e.g. what a
         term means); `seed` makes the answer reproducible. Progress reports each tool round as
         the local model explores the database.
         """
-        if seed is not None and not 0 <= seed < 2**32:
-            raise ToolError("seed must be between 0 and 2**32 - 1")
         try:
-            job = service.submit(AskRequest(question=question, database=database, evidence=evidence, seed=seed))
+            job = service.submit(AskRequest.from_arguments(arguments))
         except EdgeSqlError as exc:
             raise ToolError(str(exc)) from None
         step = 0
@@ -98,12 +105,18 @@ def build_mcp(service: Service) -> MCPServer:
                 job.cancel()  # the client cancelled (or went away): stop the episode
         raise AssertionError("updates() always ends with Finished")
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     def list_databases() -> DatabasesOutput:
         """The databases this server can answer questions about, with their tables."""
         return DatabasesOutput(databases=[DatabaseOutput(**entry) for entry in service.list_databases()])
 
-    return server
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    ask_tool = Tool.from_function(ask, annotations=read_only)
+    # the SDK derives a tool's schema and validation from its signature; `ask` takes HTTP's
+    # request model instead, so both interfaces accept and refuse the same requests
+    ask_tool.parameters = AskRequest.model_json_schema()
+    ask_tool.fn_metadata.arg_model = _Arguments
+    return MCPServer("edge-sql", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+                     tools=[ask_tool, Tool.from_function(list_databases, annotations=read_only)])
 
 
 def _progress_message(item: Position | EpisodeEvent) -> str | None:

@@ -1,11 +1,15 @@
 """One model, many clients: a bounded first-come-first-served queue in front of one `Agent`.
 
 `Agent.ask` already serializes callers with a lock, but a lock neither keeps arrival order,
-nor bounds how many wait, nor says where a caller stands. The queue does: one worker thread
-takes jobs in arrival order and runs `Agent.ask` for each; the async side (HTTP handlers,
-MCP tools) gets a `Job` whose `updates()` yield its queue position, the episode's events and
-finally its outcome. Cancelling a job (client disconnect, MCP cancellation) removes it if it
-still waits, or stops its episode at the next token and interrupts its running SQL.
+nor bounds how many wait, nor says where a caller stands. The queue does, on the event loop
+that serves the clients: jobs wait in a deque, one consumer coroutine takes them in arrival
+order, and withdrawals and wait time-outs happen on the loop too, so the queue's state has one
+owner and needs no lock. Only the episode itself leaves the loop, for a one-thread executor
+(one model, one episode at a time); its events come back with `call_soon_threadsafe`.
+
+A job's `updates()` yield its queue position, the episode's events and finally its outcome.
+Cancelling a job (client disconnect, MCP cancellation) removes it if it still waits, or stops
+its episode at the next token and interrupts its running SQL.
 """
 
 from __future__ import annotations
@@ -17,43 +21,19 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import Cancelled, EdgeSqlError, QueueFull, QueueTimeout
+from edge_sql.serve.request import AskRequest
 from edge_sql.tools import ReadOnlyDatabase
 
-
-class QueueFull(EdgeSqlError):
-    """Every place in the queue is taken; `retry_after_s` is a fair guess for trying again."""
-
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class QueueTimeout(EdgeSqlError):
-    """The job waited longer than the queue's time limit and was removed without running."""
-
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class Cancelled(EdgeSqlError):
-    """The client went away (or cancelled) before its job started."""
-
-
-@dataclass(frozen=True)
-class AskRequest:
-    """What a client may ask: a question about a database the operator named."""
-
-    question: str
-    database: str                   # a name given with --db, never a path
-    evidence: str | None = None
-    seed: int | None = None
+JobState = Literal["queued", "running", "done", "withdrawn"]
+Ask = Callable[[AskRequest, ReadOnlyDatabase, Callable[[EpisodeEvent], None], Callable[[], bool]], EpisodeResult]
 
 
 @dataclass(frozen=True)
@@ -86,31 +66,28 @@ class QueueCounts:
 
 
 class Job:
-    """One queued request. Its updates are delivered on the event loop that submitted it."""
+    """One queued request, touched on the queue's event loop only, but for `stop` and `_db` (its episode's)."""
 
-    def __init__(self, number: int, request: AskRequest, path: Path, queue: AskQueue,
-                 loop: asyncio.AbstractEventLoop, wait_timeout_s: float) -> None:
+    def __init__(self, number: int, request: AskRequest, path: Path, queue: AskQueue) -> None:
         self.number = number
         self.request = request
         self.path = path
         self.submitted = time.monotonic()
-        self.wait_deadline = self.submitted + wait_timeout_s
-        self.wait_timeout_s = wait_timeout_s
-        self.state = "queued"           # queued -> running -> done; or queued -> withdrawn
-        self.stop = threading.Event()   # checked by the episode at every token
+        self.state: JobState = "queued"  # queued -> running -> done; or queued -> withdrawn
+        self.stop = threading.Event()    # read by the episode, in the executor, at every token
         self.outcome: Finished | None = None
+        self.update_elapsed_s = 0.0      # when the update just yielded was posted, from submit
         self._queue = queue
-        self._loop = loop
         self._items: asyncio.Queue[tuple[float, Update]] = asyncio.Queue()
-        self.update_elapsed_s = 0.0     # when the update just yielded was posted, from submit
-        self._db: ReadOnlyDatabase | None = None
+        self._wait_timer: asyncio.TimerHandle | None = None
+        self._db: ReadOnlyDatabase | None = None  # while its episode runs
 
     @property
     def finished(self) -> bool:
         return self.outcome is not None
 
     def cancel(self) -> None:
-        """Withdraw the job if it waits; otherwise stop its episode (idempotent, any thread)."""
+        """Withdraw the job if it waits; otherwise stop its episode (idempotent)."""
         self.stop.set()
         if not self._queue.withdraw(self, Cancelled("cancelled before it started")):
             db = self._db
@@ -121,19 +98,9 @@ class Job:
                     pass
 
     async def updates(self) -> AsyncIterator[Update]:
-        """Positions, episode events, then one `Finished`; a wait past the limit ends it."""
+        """Positions, episode events, then one `Finished` (a wait past the limit ends in QueueTimeout)."""
         while True:
-            if self.state == "queued":
-                try:
-                    posted, item = await asyncio.wait_for(self._items.get(),
-                                                          max(0.0, self.wait_deadline - time.monotonic()))
-                except TimeoutError:
-                    message = (f"the request waited {self.wait_timeout_s:g} s in the queue without starting "
-                               "(the model is busy with earlier requests); try again later")
-                    self._queue.withdraw(self, QueueTimeout(message, self._queue.retry_after_s()))
-                    continue  # withdrawn: Finished is queued; or it just started: go on
-            else:
-                posted, item = await self._items.get()
+            posted, item = await self._items.get()
             self.update_elapsed_s = posted - self.submitted
             yield item
             if isinstance(item, Finished):
@@ -146,159 +113,172 @@ class Job:
                 return item
         raise AssertionError("updates() always ends with Finished")
 
-    # ---- called by the worker thread or under the queue's lock ----------------------------
-
-    def post(self, item: Update) -> None:
-        """Deliver an update to the async side (thread-safe; dropped when the loop is gone)."""
+    def post(self, item: Update, posted: float | None = None) -> None:
+        """Deliver an update (on the loop); `posted` is when it happened, if not now."""
         if isinstance(item, Finished):
             self.outcome = item
-        try:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, (time.monotonic(), item))
-        except RuntimeError:  # the event loop is closed: nobody listens any more
-            pass
+        self._items.put_nowait((time.monotonic() if posted is None else posted, item))
 
 
 class AskQueue:
-    """Runs `ask(request, db) -> EpisodeResult` for each job, one at a time, in arrival order.
+    """Runs `ask(request, db, on_event, should_stop) -> EpisodeResult` per job, one at a time, in arrival order.
 
-    `ask` is given the job's stop flag and event callback; it is normally a bound call of one
-    shared `Agent`. At most `max_waiting` jobs wait behind the running one.
+    `ask` is normally a bound call of one shared `Agent`. At most `max_waiting` jobs wait behind
+    the running one. The consumer starts with the first `submit`, on that call's event loop.
     """
 
-    def __init__(
-        self,
-        ask: Callable[[AskRequest, ReadOnlyDatabase, Callable[[EpisodeEvent], None], Callable[[], bool]], EpisodeResult],
-        *,
-        max_waiting: int = 8,
-        wait_timeout_s: float = 300.0,
-        log: Callable[[str], None] = lambda _m: None,
-    ) -> None:
+    def __init__(self, ask: Ask, *, max_waiting: int = 8, wait_timeout_s: float = 300.0,
+                 log: Callable[[str], None] = lambda _m: None) -> None:
         if max_waiting < 0:
             raise ValueError("max_waiting must be at least 0")
         self._ask = ask
         self.max_waiting = max_waiting
         self.wait_timeout_s = wait_timeout_s
         self._log = log
-        self._cond = threading.Condition()
         self._waiting: collections.deque[Job] = collections.deque()
         self._running: Job | None = None
         self._numbers = itertools.count(1)
         self._closed = False
         self._mean_s = 10.0   # a running mean of episode wall times, for Retry-After
         self.counts = QueueCounts()
-        self._thread = threading.Thread(target=self._work, name="edge-sql-serve-worker", daemon=True)
-        self._thread.start()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-sql-episode")
+        self._consumer: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
 
-    # ---- the async side --------------------------------------------------------------------
+    # ---- on the event loop -----------------------------------------------------------------
 
     def submit(self, request: AskRequest, path: Path) -> Job:
-        """Queue a request (call on the event loop that will read its updates); QueueFull if no room."""
+        """Queue a request (on the loop that reads its updates); QueueFull when there is no room."""
         loop = asyncio.get_running_loop()
-        with self._cond:
-            if self._closed:
-                raise EdgeSqlError("the server is shutting down")
-            if len(self._waiting) >= self.max_waiting and (self._running is not None or self._waiting):
-                self.counts.rejected += 1
-                waiting = len(self._waiting)
-                raise QueueFull(f"the queue is full ({waiting} waiting, limit {self.max_waiting}); try again later",
-                                self.retry_after_s())
-            job = Job(next(self._numbers), request, path, self, loop, self.wait_timeout_s)
-            self._waiting.append(job)
-            job.post(Position(len(self._waiting)))
-            if self._running is None:  # idle: it runs now, so /health never shows a job waiting while none runs
-                self._promote()
-            self._cond.notify_all()
+        if self._closed:
+            raise EdgeSqlError("the server is shutting down")
+        if len(self._waiting) >= self.max_waiting and (self._running is not None or self._waiting):
+            self.counts.rejected += 1
+            raise QueueFull(f"the queue is full ({len(self._waiting)} waiting, limit {self.max_waiting}); "
+                            "try again later", self.retry_after_s())
+        self._start_consumer(loop)
+        job = Job(next(self._numbers), request, path, self)
+        self._waiting.append(job)
+        job.post(Position(len(self._waiting)))
+        job._wait_timer = loop.call_later(self.wait_timeout_s, self._time_out, job)
+        if self._running is None:  # idle: it runs now, so /health never shows a job waiting while none runs
+            self._promote()
         return job
 
     def withdraw(self, job: Job, reason: EdgeSqlError) -> bool:
         """Remove a waiting job, finishing it with `reason`; False when it already started or ended."""
-        with self._cond:
-            if job.state != "queued" or job not in self._waiting:
-                return False
-            self._waiting.remove(job)
-            job.state = "withdrawn"
-            if isinstance(reason, QueueTimeout):
-                self.counts.timed_out += 1
-            else:
-                self.counts.cancelled += 1
-            self._post_positions()
+        if job.state != "queued":
+            return False
+        self._waiting.remove(job)
+        job.state = "withdrawn"
+        if job._wait_timer is not None:
+            job._wait_timer.cancel()
+        if isinstance(reason, QueueTimeout):
+            self.counts.timed_out += 1
+        else:
+            self.counts.cancelled += 1
+        self._post_positions()
         self._log(f"ask #{job.number} ({job.request.database}): {reason}")
         job.post(Finished(error=reason))
         return True
 
     def snapshot(self) -> dict[str, object]:
         """Queue state for /health: running, waiting, limits and counts."""
-        with self._cond:
-            return {
-                "running": self._running is not None,
-                "waiting": len(self._waiting),
-                "max_waiting": self.max_waiting,
-                "wait_timeout_s": self.wait_timeout_s,
-                **vars(self.counts),
-            }
+        return {
+            "running": self._running is not None,
+            "waiting": len(self._waiting),
+            "max_waiting": self.max_waiting,
+            "wait_timeout_s": self.wait_timeout_s,
+            **vars(self.counts),
+        }
 
     def retry_after_s(self) -> int:
         """Seconds until a place is likely to free up: one mean episode, at least 1."""
         return max(1, round(self._mean_s))
 
     def close(self) -> None:
-        """Cancel the waiting jobs, stop the running one, end the worker."""
-        with self._cond:
-            self._closed = True
-            waiting = list(self._waiting)
-            running = self._running
-            self._cond.notify_all()
-        for job in waiting:
-            job.cancel()
-        if running is not None:
-            running.cancel()
-        self._thread.join(timeout=30)
+        """Cancel the waiting jobs, stop the running one and wait for its episode to end.
 
-    # ---- the worker thread -------------------------------------------------------------------
+        Called once the loop serves no more (or on it): what is left is a set flag and an
+        interrupted statement, and the executor's thread to join.
+        """
+        self._closed = True
+        for job in list(self._waiting):
+            job.cancel()
+        if self._running is not None:
+            self._running.cancel()
+        consumer = self._consumer
+        if consumer is not None and not consumer.done() and not consumer.get_loop().is_closed():
+            consumer.get_loop().call_soon_threadsafe(consumer.cancel)
+        self._executor.shutdown(wait=True)
+
+    def _start_consumer(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One consumer per queue, on the loop of the first submit (a new one if that loop is gone)."""
+        if self._consumer is None or self._consumer.get_loop() is not loop:
+            self._wake = asyncio.Event()
+            self._consumer = loop.create_task(self._consume(), name="edge-sql-serve-queue")
+
+    def _time_out(self, job: Job) -> None:
+        message = (f"the request waited {self.wait_timeout_s:g} s in the queue without starting "
+                   "(the model is busy with earlier requests); try again later")
+        self.withdraw(job, QueueTimeout(message, self.retry_after_s()))
 
     def _post_positions(self) -> None:
         for index, waiting in enumerate(self._waiting, start=1):
             waiting.post(Position(index))
 
-    def _promote(self) -> Job | None:
-        """With the lock held: the next waiting job becomes the running one (or none runs)."""
+    def _promote(self) -> None:
+        """The next waiting job becomes the running one (or none runs), and the consumer hears of it."""
         job = self._waiting.popleft() if self._waiting and not self._closed else None
+        self._running = job
         if job is not None:
             job.state = "running"
+            if job._wait_timer is not None:
+                job._wait_timer.cancel()
             self._post_positions()
-        self._running = job
-        return job
-
-    def _next(self) -> Job | None:
-        with self._cond:
-            while self._running is None and not self._waiting and not self._closed:
-                self._cond.wait()
-            job = self._running or self._promote()  # promoted by `submit` or `_work`, or the next waiting
-        if job is not None:
             job.post(Position(0))
-        return job
+            self._wake.set()
 
-    def _work(self) -> None:
-        while (job := self._next()) is not None:
-            started = time.monotonic()
-            outcome = self._run(job)
-            elapsed = time.monotonic() - started
-            with self._cond:
-                job.state = "done"
-                if (outcome.result is not None and outcome.result.stop == "cancelled") or isinstance(
-                        outcome.error, Cancelled):
-                    self.counts.cancelled += 1
-                elif outcome.result is not None:
-                    self.counts.completed += 1
-                    self._mean_s = 0.7 * self._mean_s + 0.3 * elapsed
-                else:
-                    self.counts.failed += 1
-                # hand over in the same step: a job never waits while none runs (what /health shows)
-                self._promote()
-            self._log(self._summary(job, outcome, elapsed))
-            job.post(outcome)
+    async def _consume(self) -> None:
+        while True:
+            job = self._running
+            if job is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._run(job)
 
-    def _run(self, job: Job) -> Finished:
+    async def _run(self, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            outcome = await loop.run_in_executor(self._executor, self._episode, job, loop)
+        except asyncio.CancelledError:  # the server is closing: the episode stops at the next token
+            job.stop.set()
+            job.post(Finished(error=Cancelled("the server is shutting down")))
+            raise
+        elapsed = time.monotonic() - started
+        job.state = "done"
+        if (outcome.result is not None and outcome.result.stop == "cancelled") or isinstance(outcome.error, Cancelled):
+            self.counts.cancelled += 1
+        elif outcome.result is not None:
+            self.counts.completed += 1
+            self._mean_s = 0.7 * self._mean_s + 0.3 * elapsed
+        else:
+            self.counts.failed += 1
+        self._promote()  # hand over in the same step: a job never waits while none runs (what /health shows)
+        self._log(self._summary(job, outcome, elapsed))
+        job.post(outcome)
+
+    # ---- in the executor's thread --------------------------------------------------------------
+
+    def _episode(self, job: Job, loop: asyncio.AbstractEventLoop) -> Finished:
+        def on_event(event: EpisodeEvent) -> None:
+            try:
+                loop.call_soon_threadsafe(job.post, event, time.monotonic())
+            except RuntimeError:  # the loop is closed: nobody listens any more
+                pass
+
         try:
             db = ReadOnlyDatabase(job.path)
         except EdgeSqlError as exc:
@@ -307,10 +287,10 @@ class AskQueue:
         try:
             if job.stop.is_set():  # cancelled between leaving the queue and here
                 return Finished(error=Cancelled("cancelled before it started"))
-            return Finished(result=self._ask(job.request, db, job.post, job.stop.is_set))
+            return Finished(result=self._ask(job.request, db, on_event, job.stop.is_set))
         except EdgeSqlError as exc:
             return Finished(error=exc)
-        except Exception as exc:  # a bug must not kill the worker: report it to this client
+        except Exception as exc:  # a bug must not kill the consumer: report it to this client
             return Finished(error=EdgeSqlError(f"internal error: {type(exc).__name__}: {exc}"))
         finally:
             job._db = None

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import socket
+import threading
+import webbrowser
 from collections.abc import Callable
 
+from edge_sql.errors import ListenError
 from edge_sql.serve.service import Service
 
 
@@ -19,19 +23,49 @@ def serve_stdio(service: Service) -> None:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket (port 0: a free one), bound before the server starts so the port is known."""
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    """A listening socket (port 0: a free one), bound before the model loads: a port in use or
+    a host that does not resolve is one line (ListenError), not a traceback after the load."""
+    address = host.strip("[]")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host.strip("[]"), port))
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {url_host(host)}:{port}: {_bind_reason(exc, port)}") from None
     sock.set_inheritable(True)
     return sock
 
 
-def serve_http(service: Service, host: str, port: int, *, token: str | None,
-               log: Callable[[str], None]) -> None:
-    """The HTTP API and MCP streamable HTTP on one port, until SIGINT/SIGTERM."""
+def url_host(host: str) -> str:
+    """The host as a URL writes it: an IPv6 address in brackets."""
+    address = host.strip("[]")
+    return f"[{address}]" if ":" in address else address
+
+
+def page_host(host: str) -> str:
+    """Where a browser on this machine reaches a server bound to `host` (a wildcard: loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host.strip("[]"), url_host(host))
+
+
+def _bind_reason(exc: OSError, port: int) -> str:
+    if isinstance(exc, socket.gaierror):
+        return f"the host name does not resolve ({exc.strerror}); give --host a name or address of this machine"
+    if exc.errno == errno.EADDRINUSE:
+        return "the port is in use (is another server running?); choose another --port, or --port 0 for a free one"
+    if exc.errno == errno.EACCES:
+        return f"permission denied (ports below 1024 need privileges; port {port} was asked)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "this machine has no such address; give --host an address of this machine (or 127.0.0.1)"
+    return exc.strerror or str(exc)
+
+
+def serve_http(service: Service, sock: socket.socket, host: str, *, token: str | None,
+               log: Callable[[str], None], open_page: bool = False) -> None:
+    """The HTTP API and MCP streamable HTTP on the socket from `bind`, until SIGINT/SIGTERM; with
+    `open_page`, the web page opens in the default browser (the socket listens: its request waits)."""
     import uvicorn
 
     from edge_sql.serve.http_app import build_app
@@ -40,10 +74,12 @@ def serve_http(service: Service, host: str, port: int, *, token: str | None,
     mcp = build_mcp(service)
     mcp_app = mcp.streamable_http_app(host=host)
     app = build_app(service, token=token, mcp_app=mcp_app, mcp_lifespan=lambda _app: mcp.session_manager.run())
-    sock = bind(host, port)
     bound_port = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    log(f"listening on http://{shown}:{bound_port} (POST /v1/ask, GET /v1/databases, GET /health, MCP at /mcp)")
+    log(f"listening on http://{url_host(host)}:{bound_port} (POST /v1/ask, GET /v1/databases, GET /health, MCP at /mcp)")
+    if open_page:
+        url = f"http://{page_host(host)}:{bound_port}/"
+        log(f"opening {url} in the browser")
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
                             lifespan="on")
     previous = signal.signal(signal.SIGTERM, _raise_stopped)

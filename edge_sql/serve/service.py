@@ -1,13 +1,15 @@
 """What both interfaces share: the named databases, the limits, one `Agent` behind one queue.
 
 The operator names every database at start (`--db NAME=PATH`); clients refer to them by name
-only. Requests are checked here (known name, question and evidence lengths) so that HTTP and
-MCP give the same answers to the same mistakes.
+only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
+evidence lengths) are checked here, so that HTTP and MCP give the same answers to the same
+mistakes.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,19 +17,12 @@ from typing import Any
 
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.errors import EdgeSqlError
-from edge_sql.serve.queue import AskQueue, AskRequest, Job
-from edge_sql.tools import ReadOnlyDatabase
+from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
+from edge_sql.serve.queue import AskQueue, Job
+from edge_sql.serve.request import AskRequest
+from edge_sql.tools import QueryResult, ReadOnlyDatabase
 
 LOCAL_HOSTS = {"localhost"}
-
-
-class UnknownDatabase(EdgeSqlError):
-    """A client named a database the server was not started with."""
-
-
-class BadRequest(EdgeSqlError):
-    """A request that breaks a limit or has a wrong field (HTTP 422, an MCP tool error)."""
 
 
 @dataclass(frozen=True)
@@ -106,15 +101,34 @@ class Service:
         if request.evidence is not None and len(request.evidence) > limits.max_evidence_chars:
             raise BadRequest(f"evidence has {len(request.evidence)} characters; the limit is "
                              f"{limits.max_evidence_chars}")
-        entry = self.databases.get(request.database)
+        return self.database_path(request.database)
+
+    def database_path(self, name: str) -> Path:
+        """The file behind a database name; UnknownDatabase for a name the server was not given."""
+        entry = self.databases.get(name)
         if entry is None:
             names = ", ".join(sorted(self.databases))
-            raise UnknownDatabase(f"unknown database {request.database!r}; this server has: {names}")
+            raise UnknownDatabase(f"unknown database {name!r}; this server has: {names}")
         return entry.path
 
     def submit(self, request: AskRequest) -> Job:
         """Check and queue a request (on the event loop that reads it); raises QueueFull when full."""
         return self.queue.submit(request, self.check(request))
+
+    def query(self, database: str, sql: str) -> QueryResult:
+        """Run a client's own SQL on a named database as the tools run an answer: read-only,
+        under the same time limit, row cap (`max_rows`) and cell cap; QueryError otherwise."""
+        path = self.database_path(database)
+        started = time.monotonic()
+        try:
+            with ReadOnlyDatabase(path) as db:
+                result = db.execute(sql, max_rows=self.limits.max_rows)
+        except EdgeSqlError as exc:
+            self.log(f"query ({database}): error: {exc}")
+            raise
+        rows = f"{len(result.rows)}{'+' if result.truncated else ''} rows"
+        self.log(f"query ({database}): {rows}, {time.monotonic() - started:.2f} s")
+        return result
 
     def list_databases(self) -> list[dict[str, Any]]:
         """Names and tables, never paths: clients do not need to know where files live."""

@@ -27,7 +27,8 @@ CHECKPOINT_PATTERNS = (
 
 LOCAL_ALTERNATIVE = (
     "to use a checkpoint you already have, run `edge-sql pull /path/to/checkpoint` "
-    "(or `edge-sql convert` then `edge-sql quantize`)"
+    "(or `edge-sql convert` then `edge-sql quantize`); a GGUF file runs as it is: "
+    "`edge-sql run --model FILE.gguf`"
 )
 
 
@@ -97,7 +98,10 @@ def download_checkpoint(
 
 
 def _reason(exc: BaseException) -> str:
-    """A short cause for `exc`: the innermost exception's class, plus offline mode when that is the cause."""
+    """A short cause for `exc` in plain words (no class names): offline mode, a name that does not
+    resolve, a refused or timed-out connection, else the innermost error's own first line."""
+    import socket
+
     from huggingface_hub.utils import OfflineModeIsEnabled
 
     chain: list[BaseException] = []
@@ -107,6 +111,14 @@ def _reason(exc: BaseException) -> str:
         current = current.__cause__ or current.__context__
     if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
         return "offline mode: HF_HUB_OFFLINE is set"
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return "its host name does not resolve: no network, or no DNS"
+    if any(isinstance(e, ConnectionRefusedError) or "connection refused" in str(e).lower() for e in chain):
+        return "the connection was refused"
+    if any(isinstance(e, TimeoutError) or "timed out" in str(e).lower() for e in chain):
+        return "the connection timed out"
     root = chain[-1]
+    if isinstance(root, OSError) and root.strerror:
+        return root.strerror.lower()
     first_line = str(root).strip().splitlines()[0] if str(root).strip() else ""
-    return f"{type(root).__name__}: {first_line}" if first_line else type(root).__name__
+    return first_line or "no reason given"

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from edge_sql.convert.atomic import write_atomic
 from edge_sql.errors import EdgeSqlError, ModelFileError
 from edge_sql.store.home import store_root
 
@@ -200,14 +199,4 @@ class ModelStore:
     def _write(self, entries: list[StoredModel]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         data = {"version": INDEX_VERSION, "models": [self._to_record(m) for m in entries]}
-        fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".json", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=2)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.index_path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.index_path, (json.dumps(data, indent=2) + "\n").encode("utf-8"), durable=True)

@@ -18,12 +18,14 @@ _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
 
 def looks_like_path(spec: str) -> bool:
-    """True when `spec` names a file rather than a store model (`.gguf`, `./x`, `/x`, `~/x`, `C:\\x`)."""
+    """True when `spec` names a file or folder rather than a store model (`.gguf`, `./x`, `/x`,
+    `~/x`, `C:\\x`, a file, or a folder such as `models/x`: never a repository id to pull)."""
     return (
         spec.lower().endswith(".gguf")
         or spec.startswith(("/", "./", "../", "~", ".\\", "..\\"))
         or bool(_WINDOWS_DRIVE.match(spec))
         or Path(spec).is_file()
+        or (("/" in spec or "\\" in spec) and Path(spec).is_dir())
     )
 
 
@@ -84,20 +86,22 @@ def ensure_model(
     store = store or ModelStore()
     try:
         return resolve_model(spec, store=store)
-    except ModelNotPulledError as missing:
+    except ModelNotPulledError as exc:
         if not pull_if_missing:
             raise
-        log(str(missing).split("; run")[0] + "; pulling it now")
-        result = pull_model(
-            missing.pull_spec,
-            quant=missing.variant,
-            name=missing.name,
-            force=missing.file_missing,
-            store=store,
-            log=log,
-            **pull_options,
-        )
-        return result.model.path
+        missing = exc
+    # outside the except block: a failing pull's error does not carry this one as its context
+    log(str(missing).split("; run")[0] + "; pulling it now")
+    result = pull_model(
+        missing.pull_spec,
+        quant=missing.variant,
+        name=missing.name,
+        force=missing.file_missing,
+        store=store,
+        log=log,
+        **pull_options,
+    )
+    return result.model.path
 
 
 def _store_name(base: str, store: ModelStore) -> tuple[str, str]:
@@ -111,6 +115,8 @@ def _store_name(base: str, store: ModelStore) -> tuple[str, str]:
         return stored[0].name, stored[0].repo or stored[0].source or stored[0].name
     if "/" in base:
         return base.split("/")[-1], base
+    if Path(base).is_dir():
+        _existing_file(Path(base))  # says what a model is
     known = ", ".join(sorted({m.name for m in store.list()} | {e.name for e in load_catalog().entries}))
     raise ModelFileError(f"unknown model {base!r}: not a .gguf file and not a model name ({known})")
 
@@ -121,6 +127,7 @@ def _existing_file(path: Path) -> Path:
         return path
     if path.is_dir():
         raise ModelFileError(
-            f"{path} is a folder, not a GGUF file; to convert a checkpoint folder run `edge-sql pull {path}`"
+            f"{path} is a folder: a model is a .gguf file or a model-store name such as synsql:Q4_K_M "
+            f"(`edge-sql models` lists them); to make one from a checkpoint folder, run `edge-sql pull {path}`"
         )
     raise ModelFileError(f"no such model file: {path}")

@@ -2,9 +2,11 @@
 
 Lenient (`Toolbox.call`, as the training environment ran the tools): a missing or null optional
 argument takes its default; an integer may come as an integral float or a plain decimal string,
-and is clamped into its range. Strict (`agent.parsing`, the model's own calls, which the
-grammar shaped): the arguments must be exactly what the grammar allows: JSON integers within
-range, nothing filled in or changed. Both refuse unknown and missing arguments, wrong types and
+and every integer out of range, however far (-5, 1000, 10**100), is clamped into it: a limit
+asks for how many rows to show, and one past the most asks for the most, so how many digits it
+has changes nothing (a refusal would also cost the model a round). Strict (`agent.parsing`, the
+model's own calls, which the grammar shaped): the arguments must be exactly what the grammar
+allows: JSON integers within range, nothing filled in or changed. Both refuse unknown and missing arguments, wrong types and
 NUL characters, with the same messages.
 """
 
@@ -16,8 +18,10 @@ from typing import Any
 
 from edge_sql.tools.specs import ToolArg, ToolSpec
 
-MAX_INTEGER_DIGITS = 9  # parsing stays cheap and bounded: "5,000 digits" is a mistake, not a count
-_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,%d}" % MAX_INTEGER_DIGITS)
+# Past this many digits a number is out of every range: it is read as +-10**MAX_INTEGER_DIGITS,
+# which clamps the same, so a 5,000-digit string costs no conversion
+MAX_INTEGER_DIGITS = 9
+_INTEGER_TEXT = re.compile(r"([+-]?)0*([0-9]+)")
 
 
 class ToolCallError(Exception):
@@ -69,19 +73,22 @@ def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any, strict: bool) -> An
 
 
 def _as_integer(value: Any, strict: bool) -> int | None:
-    """An int (strict: only that), an integral float or a plain ASCII decimal string of at most
-    MAX_INTEGER_DIGITS digits; anything else (bools, "²", "+-5", 5,000 digits) is None."""
+    """An int (strict: only that), an integral float or a plain ASCII decimal string, with any
+    value past MAX_INTEGER_DIGITS digits as +-10**MAX_INTEGER_DIGITS; anything else (bools,
+    "²", "+-5", "1e3", 2.5) is None."""
     bound = 10**MAX_INTEGER_DIGITS
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if -bound < value < bound else None
+        return max(-bound, min(bound, value))
     if strict:
         return None
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value) if -bound < value < bound else None
-    if isinstance(value, str) and len(value) <= MAX_INTEGER_DIGITS + 40:
-        text = value.strip(" \t")
-        if _INTEGER_TEXT.fullmatch(text):
-            return int(text)
+        return max(-bound, min(bound, int(value)))
+    if isinstance(value, str):
+        match = _INTEGER_TEXT.fullmatch(value.strip(" \t"))
+        if match:
+            sign, digits = match.groups()
+            number = int(digits) if len(digits) <= MAX_INTEGER_DIGITS else bound
+            return -number if sign == "-" else number
     return None

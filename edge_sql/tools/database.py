@@ -4,9 +4,10 @@ The connection lives in a worker process (sql_worker.py, driven by statement_run
 statement that overruns its time limit (while compiling, inside one slow function call, or
 waiting for another program's lock) is ended by killing that process, and its memory is capped
 (RLIMIT_AS and SQLite's hard_heap_limit there), so neither can hang or kill this process.
-Four independent guards keep the file unchanged: only one SELECT/WITH/VALUES statement runs,
-the URI opens it with `mode=ro` (or a private copy: db_file.py), `PRAGMA query_only=ON` refuses
-any write, and an allowlist authorizer (policy.py) refuses every action that is not a read.
+Four independent guards keep the file unchanged: only one SELECT/WITH/VALUES or PRAGMA
+statement runs, the URI opens it with `mode=ro` (or a private copy: db_file.py), `PRAGMA
+query_only=ON` refuses any write, and an allowlist authorizer (policy.py) refuses every action
+that is not a read, every pragma that is not one of the few that only read included.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_sql.errors import DatabaseError, EdgeSqlError
+from edge_sql.errors import DatabaseError, QueryError
 from edge_sql.tools import db_file
 from edge_sql.tools.db_file import SQLITE_HEADER  # noqa: F401  (kept importable from here)
 from edge_sql.tools.identifiers import fold_identifier, unquote_identifier
@@ -37,13 +38,12 @@ DEFAULT_MAX_CELL_CHARS = 500
 MAX_VALUE_BYTES = 64 * 1024 * 1024  # no string or blob a query builds may exceed this
 DEFAULT_MEMORY_LIMIT_MB = 1024
 READ_STATEMENTS = ("SELECT", "WITH", "VALUES")
+# A PRAGMA runs as the model wrote it when the authorizer lists it as a read (the training
+# environment ran `PRAGMA table_info(t)` on a read-only connection); every other is refused there.
+RUNNABLE_STATEMENTS = (*READ_STATEMENTS, "PRAGMA")
 _AUTO = object()
 _LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?(?:\*/|\Z))*", re.S)
 _KEYWORD = re.compile(r"[A-Za-z]+")
-
-
-class QueryError(EdgeSqlError):
-    """A statement failed: an SQL error, a refused write, or a time-out."""
 
 
 @dataclass(frozen=True)
@@ -177,10 +177,11 @@ class ReadOnlyDatabase:
     ) -> QueryResult:
         """Run one read-only statement and fetch at most `max_rows` rows.
 
-        Only a single SELECT, WITH or VALUES statement runs. `max_rows=None` fetches every row
-        exactly (no cell cap unless one is given): that is what scoring uses. Otherwise long
-        cells are cut to `max_cell_chars` (default `DEFAULT_MAX_CELL_CHARS`) with a
-        `[truncated, N chars]` marker. Raises `QueryError`.
+        Only a single SELECT, WITH or VALUES statement runs, or a PRAGMA that only reads the
+        schema or the file's header (policy.py), with the rows `sqlite3` gives for it.
+        `max_rows=None` fetches every row exactly (no cell cap unless one is given): that is
+        what scoring uses. Otherwise long cells are cut to `max_cell_chars` (default
+        `DEFAULT_MAX_CELL_CHARS`) with a `[truncated, N chars]` marker. Raises `QueryError`.
         """
         if not isinstance(sql, str):
             raise QueryError(f"the SQL must be text, not {type(sql).__name__}")
@@ -192,7 +193,7 @@ class ReadOnlyDatabase:
         keyword = first_keyword(sql)
         if keyword is None:
             raise QueryError("the SQL is only a comment; send one SELECT statement")
-        if keyword not in READ_STATEMENTS:
+        if keyword not in RUNNABLE_STATEMENTS:
             self._refuse(sql, keyword, params, limit)
         return self._run(sql, tuple(params), max_rows, max_cell_chars, limit)
 
@@ -201,11 +202,9 @@ class ReadOnlyDatabase:
         (compiling with EXPLAIN runs nothing), else that only reads may run."""
         if keyword != "EXPLAIN":
             self._run("EXPLAIN " + sql, tuple(params), 0, None, limit)
-        hint = ("; for a table's columns use SELECT * FROM pragma_table_info('name')"
-                if keyword == "PRAGMA" else "")
         raise QueryError(
             f"not allowed: the database is read-only, and only a single SELECT, WITH or VALUES "
-            f"statement can run (this one starts with {keyword}{hint})"
+            f"statement can run (this one starts with {keyword})"
         )
 
     def _run(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: Any,

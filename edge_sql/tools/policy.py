@@ -1,10 +1,13 @@
 """The read-only policy: an SQLite authorizer that allows reading and nothing else.
 
 It is an allowlist: SELECT, reading columns, calling functions (except extension loading),
-recursive CTEs, a few schema-reading pragmas and the read-only table-valued functions.
-Everything else (INSERT, UPDATE, DELETE, CREATE/DROP/ALTER, ATTACH/DETACH, VACUUM, transactions,
-savepoints, ANALYZE, REINDEX, every other pragma) is denied, and the denial is remembered so the
-error can say what was refused.
+recursive CTEs, the pragmas that only read the schema or the file's header, and the read-only
+table-valued functions. Everything else (INSERT, UPDATE, DELETE, CREATE/DROP/ALTER,
+ATTACH/DETACH, VACUUM, transactions, savepoints, ANALYZE, REINDEX, every other pragma) is
+denied, and the denial is remembered so the error can say what was refused.
+
+SQLite's parser hands the authorizer a pragma's name and argument with any schema prefix and
+quoting already taken off, so this list is the one place that decides which pragmas run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,15 @@ import sqlite3
 READ_ONLY_PRAGMAS = frozenset(
     {"table_info", "table_xinfo", "table_list", "foreign_key_list", "index_list", "index_info",
      "index_xinfo"}
+)
+# Fields of the database file's header that a pragma reads when given no value (given one, it
+# would write them). Not here, even as queries: the connection's settings (query_only,
+# busy_timeout, cache_size, journal_mode, ...) and database_list, whose answers describe this
+# sandbox rather than the database (they differ from what `sqlite3` shows for the same file),
+# and the checks (integrity_check, quick_check, foreign_key_check), which read every page or row.
+HEADER_PRAGMAS = frozenset(
+    {"application_id", "auto_vacuum", "encoding", "freelist_count", "page_count", "page_size",
+     "schema_version", "user_version"}
 )
 DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
 # Table-valued functions a SELECT may read: they expose only this database's schema or their
@@ -113,7 +125,8 @@ class ReadOnlyAuthorizer:
                 return self._deny(f"the function {arg2}()")
             return sqlite3.SQLITE_OK
         if action == _PRAGMA:
-            if (arg1 or "").lower() in READ_ONLY_PRAGMAS:
+            name = (arg1 or "").lower()
+            if name in READ_ONLY_PRAGMAS or (name in HEADER_PRAGMAS and arg2 is None):
                 return sqlite3.SQLITE_OK
             setting = f" = {arg2}" if arg2 is not None else ""
             return self._deny(f"PRAGMA {arg1}{setting}")

@@ -1,17 +1,19 @@
-"""The SQL worker: a small process that owns one read-only SQLite connection.
+"""The SQL worker: a small process that owns the read-only SQLite connections to one file.
 
 `ReadOnlyDatabase` (database.py) starts it as a plain script (`python -E -s -S sql_worker.py`,
-so it starts in milliseconds and imports nothing but the standard library and `policy.py`
-beside it) and talks to it over its stdin/stdout pipes. Everything a statement can do to a
-process (a compile that doubles per CTE level, one `printf` or `instr` call that runs for
-minutes, a busy wait on another program's lock, a row of 60 MB blobs) happens here, where the
-parent can kill it for sure; the parent then starts a fresh one.
+so it starts in milliseconds and imports nothing but the standard library, and `policy.py` and
+`printf_guard.py` beside it) and talks to it over its stdin/stdout pipes. Everything a
+statement can do to a process (a compile that doubles per CTE level, one `printf` or `instr`
+call that runs for minutes, a busy wait on another program's lock, a row of 60 MB blobs)
+happens here, where the parent can kill it for sure; the parent then starts a fresh one.
 
 Guards in this process: an address-space cap (RLIMIT_AS) and SQLite's `hard_heap_limit`, so a
 memory bomb ends in an error or in this process's death, never the parent's; a progress
 handler that ends ordinary long statements at the time limit without a restart; a busy timeout
 no longer than the time limit; SIGINT ignored (Ctrl-C is the parent's to decide); and a
-watchdog thread that exits when the parent is gone.
+watchdog thread that exits when the parent is gone. A statement that may call printf() or
+format() runs on a second connection to the same file, where printf_guard.py makes an over-long
+result an error instead of SQLite's silent NULL (when the guard cannot run there, on the first).
 
 Frames on both pipes: a 4-byte little-endian length, then a `marshal` payload (only None,
 numbers, str, bytes, tuples and lists cross). Requests: ("open", uri, memory_limit_bytes),
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -31,12 +34,15 @@ import time
 
 if __package__:  # imported as a module of the package (benchmarks, tests)
     from edge_sql.tools.policy import ReadOnlyAuthorizer
-else:  # run as a script: policy.py is beside it, first on sys.path
+    from edge_sql.tools.printf_guard import GUARDED_FUNCTIONS, PrintfGuard, cannot_run
+else:  # run as a script: the modules are beside it, first on sys.path
     from policy import ReadOnlyAuthorizer
+    from printf_guard import GUARDED_FUNCTIONS, PrintfGuard, cannot_run
 
 MAX_VALUE_BYTES = 64 * 1024 * 1024  # no string or blob a query builds may exceed this
 _PROGRESS_EVERY_N_OPS = 1000
 _BUSY_MARGIN_S = 0.05  # report "locked" a little before the parent's kill deadline
+_MAY_CALL_GUARDED = re.compile("|".join(GUARDED_FUNCTIONS), re.IGNORECASE)
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -100,19 +106,27 @@ def _cap_memory(limit_bytes: int) -> None:
 
 
 class Worker:
-    """One connection, one request at a time."""
+    """Two connections to one file (the second with printf guarded), one request at a time."""
 
     def __init__(self) -> None:
         self.conn: sqlite3.Connection | None = None
+        self.guarded: sqlite3.Connection | None = None
         self.authorizer = ReadOnlyAuthorizer()
         self.busy_ms = -1
 
     def open(self, uri: str, memory_limit: int) -> tuple:
         try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
-                                   timeout=0, cached_statements=0)
+            conn = self._connect(uri, memory_limit)
+            guarded = self._connect(uri, memory_limit)
         except sqlite3.Error as exc:
             return ("error", "open", str(exc))
+        PrintfGuard(MAX_VALUE_BYTES).install(guarded)
+        self.conn, self.guarded = conn, guarded
+        return ("ok",)
+
+    def _connect(self, uri: str, memory_limit: int) -> sqlite3.Connection:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                               timeout=0, cached_statements=0)
         conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
         if hasattr(conn, "enable_load_extension"):
             conn.enable_load_extension(False)
@@ -122,27 +136,45 @@ class Worker:
         conn.execute("PRAGMA query_only=ON")
         conn.execute("PRAGMA trusted_schema=OFF")
         conn.set_authorizer(self.authorizer)
-        self.conn = conn
-        return ("ok",)
+        return conn
 
     def _set_busy_timeout(self, time_limit_s: float) -> None:
         busy_ms = max(0, int((time_limit_s - _BUSY_MARGIN_S) * 1000))
         if busy_ms != self.busy_ms:
-            assert self.conn is not None
-            self.conn.set_authorizer(None)
-            try:
-                self.conn.execute(f"PRAGMA busy_timeout={busy_ms}")
-            finally:
-                self.conn.set_authorizer(self.authorizer)
+            for conn in (self.conn, self.guarded):
+                assert conn is not None
+                conn.set_authorizer(None)
+                try:
+                    conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+                finally:
+                    conn.set_authorizer(self.authorizer)
             self.busy_ms = busy_ms
 
     def execute(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: int | None,
                 time_limit_s: float) -> tuple:
-        conn = self.conn
-        if conn is None:
+        if self.conn is None or self.guarded is None:
             return ("error", "closed", "the database is not open")
         self._set_busy_timeout(time_limit_s)
         deadline = time.monotonic() + time_limit_s
+        try:
+            request = (sql, params, max_rows, max_cell_chars, deadline)
+            if _MAY_CALL_GUARDED.search(sql):
+                try:
+                    return self._fetch(self.guarded, *request)
+                except sqlite3.Error as exc:
+                    if not cannot_run(exc):
+                        raise
+            return self._fetch(self.conn, *request)
+        except MemoryError:
+            return ("error", "memory", "out of memory")
+        except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as exc:
+            message = str(exc)
+            if message == "interrupted" and time.monotonic() >= deadline:
+                return ("error", "timeout", message)
+            return ("error", "sql", message, self.authorizer.last_denial or "")
+
+    def _fetch(self, conn: sqlite3.Connection, sql: str, params: tuple, max_rows: int | None,
+               max_cell_chars: int | None, deadline: float) -> tuple:
         self.authorizer.start_statement()
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_EVERY_N_OPS)
         cursor = None
@@ -158,13 +190,6 @@ class Worker:
             if max_cell_chars is not None:
                 rows = [tuple(_cap_cell(v, max_cell_chars) for v in row) for row in rows]
             return ("ok", columns, rows, truncated)
-        except MemoryError:
-            return ("error", "memory", "out of memory")
-        except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as exc:
-            message = str(exc)
-            if message == "interrupted" and time.monotonic() >= deadline:
-                return ("error", "timeout", message)
-            return ("error", "sql", message, self.authorizer.last_denial or "")
         finally:
             if cursor is not None:
                 try:

@@ -1,0 +1,183 @@
+"""One llama.cpp context on a loaded model: its memory, its batch, and what that memory holds.
+
+Why one place: three contexts run on a session's weights (the session's own, the MTP drafter's
+and teacher forcing's), and each used to write llama.cpp's context parameters itself.
+`create_context` makes all of them from the session's `SessionOptions`; what differs between
+them (output rows, recurrent snapshots, another context to read) is said in its arguments.
+
+`LlamaContext` keeps the tokens its memory holds by position (decoded, restored from a state,
+removed again), so a context that follows it (the MTP drafter's) can tell what changed without
+knowing the session. It is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+
+import llama_cpp
+import numpy as np
+
+from edge_sql.errors import ModelFileError
+from edge_sql.runtime.backend import Closing, buffer_sizes, capture_log
+from edge_sql.runtime.batch import TokenBatch
+from edge_sql.runtime.options import SessionOptions
+from edge_sql.runtime.shared_models import LoadedModel
+
+DecodeListener = Callable[[np.ndarray, int], None]
+
+
+def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n_outputs: int = 1,
+                   n_rs_seq: int = 0, perf: bool = False, reads: LlamaContext | None = None) -> LlamaContext:
+    """A context on `loaded`'s weights with `options` (resolved: no `None` threads or ubatch).
+
+    `n_outputs`: logits rows one batch may ask for (1: no n_batch x vocab buffer); `n_rs_seq`:
+    recurrent-state snapshots kept to roll back to; `perf`: keep llama.cpp's decode counters;
+    `reads`: the target context an MTP context runs beside. Raises ModelFileError naming
+    `what` when llama.cpp cannot make it (out of memory).
+    """
+    params = llama_cpp.llama_context_default_params()
+    if reads is not None:
+        params.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
+        params.ctx_other = reads.ptr
+    params.n_ctx = options.n_ctx
+    params.n_batch = options.n_batch
+    params.n_ubatch = options.n_ubatch
+    params.n_seq_max = 1
+    params.n_outputs_max = n_outputs
+    params.n_rs_seq = n_rs_seq
+    params.n_threads = params.n_threads_batch = options.n_threads
+    params.no_perf = not perf
+    if options.flash_attn is not None:
+        params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if options.flash_attn
+                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    with capture_log() as lines:
+        ptr = llama_cpp.llama_init_from_model(loaded.model, params)
+    if not ptr:
+        raise ModelFileError(f"llama.cpp could not create {what}")
+    return LlamaContext(ptr, loaded, options, buffer_sizes(lines))
+
+
+class LlamaContext(Closing):
+    """A llama.cpp context of one sequence; made by `create_context`, freed by `close()`."""
+
+    def __init__(self, ptr: llama_cpp.llama_context_p, loaded: LoadedModel, options: SessionOptions,
+                 buffers: dict[str, int]) -> None:
+        self._ptr = ptr
+        self.loaded = loaded
+        self.options = options
+        self.buffers = buffers  # what llama.cpp allocated for it ("CPU KV", "CPU compute", ...)
+        self.memory = llama_cpp.llama_get_memory(ptr)
+        self.n_ctx = llama_cpp.llama_n_ctx(ptr)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(loaded.model))
+        self.tokens: list[int] = []  # the token its memory holds at each position
+        self._batch: TokenBatch | None = None
+        self._listeners: list[DecodeListener] = []
+
+    @property
+    def ptr(self) -> llama_cpp.llama_context_p:
+        """The raw context (for llama.cpp calls this class does not wrap); RuntimeError once freed."""
+        if not self._ptr:
+            raise RuntimeError("the context is closed: it has been freed")
+        return self._ptr
+
+    @property
+    def model(self) -> llama_cpp.llama_model_p:
+        return self.loaded.model
+
+    @property
+    def n_batch(self) -> int:
+        return self.options.n_batch
+
+    @property
+    def n_rs_seq(self) -> int:
+        return llama_cpp.llama_n_rs_seq(self.ptr)
+
+    # ---- decoding ---------------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], start: int, *, outputs: str | np.ndarray) -> None:
+        """Decode `tokens` at positions start.. (at most n_batch); `outputs` as `TokenBatch.fill`
+        says which positions get logits. Listeners see the batch afterwards."""
+        if self._batch is None:
+            self._batch = TokenBatch(self.n_batch)
+        self._batch.fill(tokens, start, outputs=outputs)
+        self._batch.decode(self.ptr)
+        del self.tokens[start:]
+        self.tokens.extend(int(t) for t in tokens)
+        for listener in list(self._listeners):
+            listener(self._batch.tokens, start)
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """A view of the logits of output row `i` of the last batch (valid until the next decode)."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ptr, i), shape=(self.n_vocab,))
+
+    def output_rows(self, n: int) -> np.ndarray:
+        """A view of all `n` output rows of the last batch, shape (n, n_vocab)."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ptr), shape=(n, self.n_vocab))
+
+    def add_listener(self, listener: DecodeListener) -> None:
+        """Call `listener(tokens, first_position)` after every decode (`tokens` is a view, valid
+        during the call): how an MTP drafter reads each hidden state before the next decode."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: DecodeListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    # ---- memory -----------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.memory, True)
+        self.tokens = []
+
+    def remove_from(self, pos: int) -> bool:
+        """Drop positions pos.. from memory (attention cells; recurrent layers fall back to an
+        `n_rs_seq` snapshot); False when llama.cpp cannot."""
+        del self.tokens[pos:]
+        return bool(llama_cpp.llama_memory_seq_rm(self.memory, 0, pos, -1))
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """First and last position memory holds ((-1, -1) when empty)."""
+        return (llama_cpp.llama_memory_seq_pos_min(self.memory, 0), llama_cpp.llama_memory_seq_pos_max(self.memory, 0))
+
+    def state(self) -> bytes:
+        """llama.cpp's sequence state (attention cells and recurrent state)."""
+        size = llama_cpp.llama_state_seq_get_size(self.ptr, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ptr, buffer, size, 0)
+        if written != size:
+            raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
+        return bytes(buffer)
+
+    def set_state(self, state: bytes, tokens: Sequence[int]) -> bool:
+        """Replace memory with `state`, which holds `tokens`; False (memory empty) when llama.cpp
+        rejects it or it does not hold exactly that many positions."""
+        self.clear()
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if (llama_cpp.llama_state_seq_set_data(self.ptr, buffer, len(state), 0) != len(state)
+                or self.span[1] != len(tokens) - 1):
+            self.clear()
+            return False
+        self.tokens = [int(t) for t in tokens]
+        return True
+
+    # ---- counters and lifetime --------------------------------------------------------------
+
+    def perf_counts(self) -> tuple[int, int]:
+        """llama.cpp's own counters since `reset_perf`: (batch tokens, single-token decodes)."""
+        perf = llama_cpp.llama_perf_context(self.ptr)
+        return perf.n_p_eval, perf.n_eval
+
+    def reset_perf(self) -> None:
+        llama_cpp.llama_perf_context_reset(self.ptr)
+
+    def close(self) -> None:
+        """Free the batch and the context (free contexts that read this one first)."""
+        self._listeners = []
+        if getattr(self, "_batch", None) is not None:
+            self._batch.close()
+            self._batch = None
+        if getattr(self, "_ptr", None):
+            llama_cpp.llama_free(self._ptr)
+            self._ptr = None

@@ -1,0 +1,98 @@
+"""From a GGUF path and `SessionOptions` to a loaded model, its context and what was chosen.
+
+The argument policy lives here (and in `SessionOptions.checked`): everything that can be
+refused is refused before llama.cpp loads anything heavy, and each `None` option is resolved
+once (GPU layers, threads, ubatch, whether the MTP head loads), so the context, the info line
+and the prefix-state key all see the same choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import llama_cpp
+
+from edge_sql.convert.gguf_file import GGUFFile, validate_gguf
+from edge_sql.errors import EdgeSqlError
+from edge_sql.runtime.shared_models import LoadedModel, acquire, release
+from edge_sql.runtime.backend import buffer_sizes, default_threads, gpu_backend_name, init_backend, repack_is_safe
+from edge_sql.runtime.context import LlamaContext, create_context
+from edge_sql.runtime.options import DEFAULT_UBATCH, SessionOptions
+from edge_sql.runtime.records import SessionInfo
+
+
+def open_model(model_path: str | Path, options: SessionOptions) -> tuple[LoadedModel, LlamaContext,
+                                                                          SessionInfo]:
+    """The shared model for `model_path`, a context on it made from the resolved `options`
+    (`context.options`), and the info that describes both. ValueError / EdgeSqlError for
+    options that cannot work, before loading; ModelFileError when llama.cpp fails."""
+    options = options.checked()
+    gguf = validate_gguf(model_path)
+    if options.speculate == "mtp" and not gguf.mtp_layers:
+        raise EdgeSqlError(f"--speculate mtp: {gguf.path.name} has no MTP head (convert the checkpoint again "
+                           "without --no-mtp), use --speculate lookup")
+    init_backend(verbose=options.verbose)
+    gpu = gpu_backend_name()
+    options = _resolved(options, gguf, gpu)
+    loaded = _load(gguf.path, options)
+    context = None
+    try:
+        context = create_context(
+            loaded, options, what=f"a {options.n_ctx}-token context for {gguf.path} (out of memory?)",
+            n_outputs=options.draft_max + 1, n_rs_seq=options.draft_max, perf=True,  # verify batches
+        )
+        model = loaded.model
+        recurrent = llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model)
+        if options.draft_max and recurrent and context.n_rs_seq < options.draft_max:
+            raise EdgeSqlError(f"--speculate {options.speculate}: llama.cpp cannot roll back the recurrent state of "
+                               f"{gguf.architecture} models; use --speculate off")
+    except BaseException:
+        if context is not None:
+            context.close()
+        release(loaded)
+        raise
+    info = SessionInfo(
+        model_path=gguf.path, architecture=gguf.architecture, model_bytes=gguf.file_size,
+        backend=gpu if gpu and options.n_gpu_layers else "CPU", gpu_layers=options.n_gpu_layers,
+        n_layers=llama_cpp.llama_model_n_layer(model), n_threads=options.n_threads,
+        n_ctx=context.n_ctx, n_batch=options.n_batch, n_ubatch=options.n_ubatch, repack=options.repack,
+        n_vocab=context.n_vocab, flash_attn=options.flash_attn_label,
+        buffers={**buffer_sizes(loaded.load_log), **context.buffers}, mapping_released=loaded.mapping_released,
+        mtp_layers=llama_cpp.llama_model_n_layer_nextn(model) if options.mtp else 0,
+        speculate=options.speculate, draft_max=options.draft_max,
+        rollback=("kv+n_rs_seq" if recurrent else "kv") if options.draft_max else "",
+    )
+    return loaded, context, info
+
+
+def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> SessionOptions:
+    """`options` with every choice made: GPU layers (all when a GPU backend exists), threads
+    (every usable CPU), ubatch (256, at most n_batch), and whether the MTP head loads."""
+    n_layers = gguf.block_count or 0
+    n_gpu_layers = options.n_gpu_layers
+    if n_gpu_layers is None:
+        n_gpu_layers = n_layers + 1 if gpu else 0
+    if options.repack and not repack_is_safe():
+        raise EdgeSqlError(
+            "repacked weights crash with this llama.cpp build (AMX kernels); use repack=False or "
+            "rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_AMX_INT8=OFF"
+        )
+    return replace(
+        options,
+        n_gpu_layers=max(0, min(n_gpu_layers, n_layers + 1)) if gpu else 0,
+        n_threads=options.n_threads or default_threads(),
+        n_ubatch=min(options.n_ubatch or DEFAULT_UBATCH, options.n_batch),
+        # the MTP head (an extra block only an MTP drafter's context runs; the main graph never
+        # does) on request or to draft with: its weights stay in memory (36 MiB on the 2B Q4_K_M)
+        mtp=(options.mtp or options.speculate in ("mtp", "auto")) and gguf.mtp_layers > 0,
+    )
+
+
+def _load(path: Path, options: SessionOptions) -> LoadedModel:
+    """The model for `options` (resolved), shared with other sessions of the file."""
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = options.n_gpu_layers
+    params.use_extra_bufts = options.repack
+    params.load_mtp = options.mtp
+    return acquire(path, params)

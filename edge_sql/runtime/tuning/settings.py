@@ -1,0 +1,75 @@
+"""The llama.cpp settings calibration chooses between, and the candidates it tries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from edge_sql.runtime.backend import default_threads, repack_is_safe
+from edge_sql.runtime.identity import physical_cores
+from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, DEFAULT_UBATCH, SessionOptions, SpeculateMode
+
+UBATCHES = (64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The llama.cpp settings calibration chooses between. `flash_attn=None`: llama.cpp decides."""
+
+    flash_attn: bool | None
+    n_ubatch: int
+    n_threads: int
+    repack: bool = False
+    # most drafts per verify batch when speculation is on: not candidates (they do not change
+    # speed when off), fitted to the memory left under the budget (`fit_draft_max`), without and
+    # with the MTP drafter's context (files with an MTP head); 0: none fits
+    draft_max: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
+    draft_max_mtp: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
+
+    @property
+    def label(self) -> str:
+        fa = "auto" if self.flash_attn is None else ("on" if self.flash_attn else "off")
+        return f"flash_attn={fa} n_ubatch={self.n_ubatch} n_threads={self.n_threads} repack={'on' if self.repack else 'off'}"
+
+    def session_options(self, speculate: SpeculateMode = "off", **options: Any) -> SessionOptions:
+        """`Session` options, speculation within the memory budget: "mtp" and "auto" with the
+        drafts that fit beside the MTP drafter's context; "auto" drafts by lookup alone where
+        that context does not fit; off where no draft fits. `options`: the fields calibration
+        does not choose (n_ctx, n_gpu_layers, ...)."""
+        speculate, draft_max = self.speculation(speculate)
+        return SessionOptions(flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads,
+                              repack=self.repack, speculate=speculate, draft_max=draft_max or DEFAULT_DRAFT_MAX,
+                              **options)
+
+    def speculation(self, speculate: SpeculateMode) -> tuple[SpeculateMode, int]:
+        """The speculation mode and draft_max that `speculate` becomes within the budget."""
+        if speculate in ("mtp", "auto") and self.draft_max_mtp:
+            return speculate, self.draft_max_mtp
+        if speculate in ("lookup", "auto") and self.draft_max:
+            return "lookup", self.draft_max
+        return "off", 0
+
+
+def default_settings() -> Settings:
+    """What runs without calibration (`--no-tune`): llama.cpp's flash-attention choice, ubatch 256, all CPUs."""
+    return Settings(flash_attn=None, n_ubatch=DEFAULT_UBATCH, n_threads=default_threads())
+
+
+def candidates(n_threads: int | None = None) -> list[Settings]:
+    """The settings to try: flash attention on/off x ubatch 64/128/256/512 at the most threads,
+    the other thread counts (all CPUs, physical cores, and `n_threads` when a caller fixes one)
+    at ubatch 256, repack where safe. Quick and full differ in how they are measured, not in
+    what: on the 2B Q4_K_M only ubatch 64 keeps flash attention off (the fastest here) within
+    the budget."""
+    threads = sorted({default_threads(), physical_cores(), *([n_threads] if n_threads else [])}, reverse=True)
+    found = [Settings(fa, ub, threads[0]) for fa in (True, False) for ub in UBATCHES]
+    found += [Settings(fa, DEFAULT_UBATCH, n) for n in threads[1:] for fa in (True, False)]
+    if repack_is_safe():
+        found += [Settings(fa, DEFAULT_UBATCH, threads[0], repack=True) for fa in (True, False)]
+    return found
+
+
+def runnable(settings: Iterable[Settings]) -> list[Settings]:
+    """`settings` less those this build cannot run safely (repacked weights on AMX builds)."""
+    return [s for s in settings if not s.repack or repack_is_safe()]

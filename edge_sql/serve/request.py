@@ -1,0 +1,89 @@
+"""What a client may ask, as one pydantic model that both interfaces validate with (and the
+SQL the web page runs, `POST /v1/query`, validated the same way).
+
+HTTP bodies and MCP tool arguments go through the same `AskRequest` (no unknown fields, no
+coercion: `"5"` is not a seed, `true` is not a number), and a mistake becomes one `BadRequest`
+line that names the field, so both interfaces answer the same mistake with the same words.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edge_sql.errors import BadRequest
+
+SEED_LIMIT = 2**32
+M = TypeVar("M", bound=BaseModel)
+
+
+class AskRequest(BaseModel):
+    """A question about a database the operator named (by name, never by path)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    question: str = Field(description="The question, in plain language")
+    database: str = Field(description="A name from list_databases (GET /v1/databases)")
+    evidence: str | None = Field(None, description="An optional hint, e.g. what a term means")
+    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT, description="Makes the answer reproducible")
+
+    @classmethod
+    def from_json(cls, body: bytes) -> AskRequest:
+        """An HTTP body; BadRequest with the first mistake otherwise."""
+        return _parsed(cls, body)
+
+    @classmethod
+    def from_arguments(cls, arguments: dict[str, Any]) -> AskRequest:
+        """MCP tool arguments (already parsed JSON); BadRequest with the first mistake otherwise."""
+        try:
+            return cls.model_validate(arguments)
+        except ValidationError as exc:
+            raise BadRequest(_first_mistake(exc, cls)) from None
+
+
+class QueryRequest(BaseModel):
+    """SQL of the client's own (the web page's edited SQL) for a database the operator named."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    database: str = Field(description="A name from GET /v1/databases")
+    sql: str = Field(description="One SELECT, WITH or VALUES statement, or a PRAGMA that only reads")
+
+    @classmethod
+    def from_json(cls, body: bytes) -> QueryRequest:
+        """An HTTP body; BadRequest with the first mistake otherwise."""
+        return _parsed(cls, body)
+
+
+def _parsed(model: type[M], body: bytes) -> M:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise BadRequest(_first_mistake(exc, model)) from None
+
+
+def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
+    """One line for the most telling error: not JSON, not an object, unknown, missing, then wrong."""
+    errors = exc.errors()
+    by_type: dict[str, list[Any]] = {}
+    for error in errors:
+        by_type.setdefault(error["type"], []).append(error)
+    if "json_invalid" in by_type:
+        return f"the body is not JSON: {by_type['json_invalid'][0]['ctx']['error']}"
+    if "model_type" in by_type:
+        required = ", ".join(f'"{name}": ...' for name, field in model.model_fields.items() if field.is_required())
+        return f"the body must be a JSON object: {{{required}}}"
+    if "extra_forbidden" in by_type:
+        unknown = ", ".join(repr(e["loc"][0]) for e in by_type["extra_forbidden"])
+        return (f"unknown field(s) {unknown}; allowed: {', '.join(model.model_fields)} "
+                "(databases are named by the server: see GET /v1/databases)")
+    if "missing" in by_type:
+        return f"missing field {by_type['missing'][0]['loc'][0]!r}"
+    error = errors[0]
+    name = error["loc"][0] if error["loc"] else "body"
+    if error["type"] in ("greater_than_equal", "less_than"):
+        return f"field {name!r} is out of range ({error['msg'][0].lower()}{error['msg'][1:]})"
+    if error["type"].endswith("_type"):
+        return f"field {name!r} has the wrong type ({type(error['input']).__name__})"
+    return f"field {name!r}: {error['msg']}"

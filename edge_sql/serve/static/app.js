@@ -1,0 +1,303 @@
+// The page: pick a database, ask, watch the rounds stream, keep and re-run the result.
+
+import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
+import { chartableSeries, drawChart } from "./chart.js";
+import { clearHistory, loadHistory, saveEntry } from "./history.js";
+import { addCall, forcedText, renderRounds, roundItem } from "./rounds.js";
+import { highlightSql } from "./sqltext.js";
+import { readEvents } from "./stream.js";
+import { download, renderTable, toCsv } from "./table.js";
+
+const $ = (id) => document.getElementById(id);
+const page = {
+  databases: [],
+  asking: null,        // the AbortController of the running question
+  result: null,        // {database, question, sql, columns, rows, truncated} on show
+  chartKind: "bar",
+  onToken: null,       // what to retry once a token is given
+};
+
+// ---- status and token ---------------------------------------------------------------------
+
+function setStatus(text, isError = false) {
+  $("status").textContent = text;
+  $("status").classList.toggle("error", isError);
+}
+
+function askForToken(error, retry) {
+  page.onToken = retry;
+  $("token-message").textContent = error.message;
+  $("token-panel").hidden = false;
+  $("token-input").value = "";
+  $("token-input").focus();
+}
+
+function failed(error, retry) {
+  if (error instanceof TokenRequired) askForToken(error, retry);
+  else setStatus(error instanceof ApiError ? `Error: ${error.message}` : `Error: ${error}`, true);
+}
+
+$("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  setToken($("token-input").value.trim());
+  $("token-panel").hidden = true;
+  const retry = page.onToken;
+  page.onToken = null;
+  if (retry) retry();
+});
+
+// ---- start: databases, server line, the URL's question -------------------------------------
+
+async function start() {
+  try {
+    const { databases } = await getJson("/v1/databases");
+    page.databases = databases;
+    const health = await getJson("/health");
+    $("server-line").textContent = `${health.model} (${health.variant}) on ${health.backend}`;
+  } catch (error) {
+    failed(error, start);
+    return;
+  }
+  const select = $("database");
+  select.replaceChildren(...page.databases.map(({ name }) => new Option(name, name)));
+  const params = new URLSearchParams(location.search);
+  if (params.has("db") && page.databases.some(({ name }) => name === params.get("db"))) select.value = params.get("db");
+  $("question").value = params.get("q") || "";
+  $("evidence").value = params.get("e") || "";
+  showTables();
+  updateShareLink();
+  $("ask-form").hidden = false;
+  setStatus(params.has("q") ? "The question from the link is filled in: press Ask to run it." : "");
+  $("question").focus();
+  renderHistory();
+}
+
+function showTables() {
+  const entry = page.databases.find(({ name }) => name === $("database").value);
+  $("tables").textContent = entry ? `${entry.tables.length} tables: ${entry.tables.join(", ")}` : "";
+}
+
+function updateShareLink() {
+  const params = new URLSearchParams({ db: $("database").value, q: $("question").value });
+  if ($("evidence").value) params.set("e", $("evidence").value);
+  $("share-link").href = `/?${params}`;
+}
+
+$("database").addEventListener("change", () => { showTables(); updateShareLink(); });
+$("question").addEventListener("input", updateShareLink);
+$("evidence").addEventListener("input", updateShareLink);
+$("question").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    $("ask-form").requestSubmit();
+  }
+});
+
+// ---- asking -------------------------------------------------------------------------------
+
+$("ask-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (!page.asking && $("question").value.trim()) ask();
+});
+$("stop").addEventListener("click", () => page.asking?.abort());
+
+function setAsking(controller) {
+  page.asking = controller;
+  $("ask").disabled = Boolean(controller);
+  $("stop").hidden = !controller;
+  if (controller) $("stop").focus();
+}
+
+async function ask() {
+  const request = { question: $("question").value, database: $("database").value,
+    evidence: $("evidence").value.trim() || null };
+  const controller = new AbortController();
+  setAsking(controller);
+  $("rounds").replaceChildren();
+  $("forced").hidden = true;
+  $("work").hidden = false;
+  $("answer").hidden = true;
+  setStatus("Sending the question…");
+  let ended = false;
+  try {
+    const response = await postJson("/v1/ask", request, { accept: "text/event-stream", signal: controller.signal });
+    for await (const { name, data } of readEvents(response)) {
+      if (name === "queued") setStatus(`Waiting in the queue: position ${data.position}.`);
+      else if (name === "running") setStatus("The agent is working…");
+      else if (name === "round") {
+        roundItem($("rounds"), data.round);
+        setStatus(`The agent is working: round ${data.round}…`);
+      } else if (name === "call") addCall($("rounds"), data.round, data);
+      else if (name === "forced") {
+        $("forced").textContent = forcedText(data.round, data.reason);
+        $("forced").hidden = false;
+      } else if (name === "answer") {
+        ended = true;
+        showAnswer(request, data);
+      } else if (name === "error") {
+        ended = true;
+        setStatus(`Error: ${data.error}`, true);
+      }
+    }
+    if (!ended) setStatus("Error: the connection ended before the answer came.", true);
+  } catch (error) {
+    if (error.name === "AbortError") setStatus("Stopped: the server has cancelled this question.");
+    else failed(error, ask);
+  } finally {
+    setAsking(null);
+  }
+}
+
+function showAnswer(request, answer) {
+  renderRounds($("rounds"), answer.rounds);
+  const note = $("answer-note");
+  note.classList.toggle("error", Boolean(answer.error));
+  if (answer.stop === "cancelled") note.textContent = "Stopped before the agent answered.";
+  else if (answer.error) note.textContent = `Error: ${answer.error}`;
+  else if (answer.fallback) note.textContent = "The model's own answer did not run: this is the last query that ran without error.";
+  else note.textContent = "";
+  const stats = answer.stats || {};
+  $("stats").textContent = `${stats.rounds ?? 0} rounds, ${stats.calls ?? 0} calls; ${(stats.wall_s ?? 0).toFixed(1)} s; ` +
+    `${stats.generated_tokens ?? 0} tokens generated at ${(stats.decode_tok_s ?? 0).toFixed(1)} tok/s`;
+  const sql = answer.sql ?? answer.answer ?? "";
+  const shown = { database: request.database, question: request.question, evidence: request.evidence, sql,
+    columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null };
+  showResult(shown);
+  setStatus(answer.stop === "cancelled" ? "Stopped." : "Answered.");
+  saveEntry({ ...shown, stats: $("stats").textContent, note: note.textContent, time: new Date().toISOString() });
+  renderHistory();
+}
+
+// ---- the result: SQL, table, chart, downloads ---------------------------------------------
+
+function showResult(result) {
+  page.result = result;
+  $("answer").hidden = false;
+  $("sql-code").replaceChildren(highlightSql(result.sql || "(no SQL)"));
+  $("sql-box").hidden = false;
+  $("sql-form").hidden = true;
+  $("query-error").hidden = true;
+  $("copy-status").textContent = "";
+  $("result").hidden = !result.ran;
+  if (!result.ran) return;
+  const count = result.rows.length;
+  $("row-count").textContent = `${count}${result.truncated ? "+" : ""} row${count === 1 ? "" : "s"}`;
+  $("truncated-note").hidden = !result.truncated;
+  $("truncated-note").textContent = `The query has more rows: only the first ${count} are shown (the server's --max-rows).`;
+  renderTable($("result-table"), result.columns, result.rows);
+  showChart();
+}
+
+function showChart() {
+  const { columns, rows } = page.result;
+  const series = chartableSeries(columns, rows);
+  $("chart-box").hidden = !series;
+  if (series) drawChart($("chart"), columns, rows, series, page.chartKind);
+  $("chart-bar").setAttribute("aria-pressed", String(page.chartKind === "bar"));
+  $("chart-line").setAttribute("aria-pressed", String(page.chartKind === "line"));
+}
+
+$("chart-bar").addEventListener("click", () => { page.chartKind = "bar"; showChart(); });
+$("chart-line").addEventListener("click", () => { page.chartKind = "line"; showChart(); });
+
+function fileStem() {
+  return `edge-sql-${page.result.database}`;
+}
+
+$("download-csv").addEventListener("click", () => {
+  download(`${fileStem()}.csv`, "text/csv", toCsv(page.result.columns, page.result.rows));
+});
+$("download-json").addEventListener("click", () => {
+  const { database, question, sql, columns, rows, truncated } = page.result;
+  download(`${fileStem()}.json`, "application/json",
+    `${JSON.stringify({ database, question, sql, columns, rows, truncated }, null, 2)}\n`);
+});
+
+$("copy-sql").addEventListener("click", async () => {
+  try {
+    await navigator.clipboard.writeText(page.result.sql);
+    $("copy-status").textContent = "Copied.";
+  } catch {
+    const range = document.createRange();  // no clipboard access (a plain-http remote page): select it
+    range.selectNodeContents($("sql-code"));
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    $("copy-status").textContent = "Selected: press Ctrl+C to copy.";
+  }
+});
+
+// ---- edit and run -------------------------------------------------------------------------
+
+$("edit-sql").addEventListener("click", () => {
+  $("sql-input").value = page.result.sql;
+  $("sql-box").hidden = true;
+  $("sql-form").hidden = false;
+  $("sql-input").focus();
+});
+$("cancel-edit").addEventListener("click", () => {
+  $("sql-form").hidden = true;
+  $("sql-box").hidden = false;
+});
+
+$("sql-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const sql = $("sql-input").value;
+  const database = page.result.database;
+  $("run-sql").disabled = true;
+  $("query-error").hidden = true;
+  setStatus("Running the SQL…");
+  try {
+    const reply = await (await postJson("/v1/query", { database, sql })).json();
+    showResult({ ...page.result, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true });
+    $("answer-note").textContent = "";
+    $("stats").textContent = "Run by hand (not by the agent).";
+    setStatus("The edited SQL ran.");
+  } catch (error) {
+    if (error instanceof TokenRequired) {
+      failed(error, () => $("sql-form").requestSubmit());
+    } else {
+      $("query-error").textContent = `Error: ${error.message}`;
+      $("query-error").hidden = false;
+      setStatus("The edited SQL did not run.");
+    }
+  } finally {
+    $("run-sql").disabled = false;
+  }
+});
+
+// ---- history ------------------------------------------------------------------------------
+
+function renderHistory() {
+  const entries = loadHistory();
+  $("history-list").replaceChildren(...entries.map((entry) => {
+    const item = document.createElement("li");
+    const open = document.createElement("button");
+    open.type = "button";
+    open.textContent = entry.question;
+    open.addEventListener("click", () => reopen(entry));
+    const when = document.createElement("span");
+    when.className = "hint";
+    when.textContent = `${entry.database}, ${new Date(entry.time).toLocaleString()}`;
+    item.append(open, when);
+    return item;
+  }));
+  $("clear-history").hidden = entries.length === 0;
+}
+
+function reopen(entry) {
+  if (page.asking) return;
+  if (page.databases.some(({ name }) => name === entry.database)) $("database").value = entry.database;
+  $("question").value = entry.question;
+  $("evidence").value = entry.evidence || "";
+  showTables();
+  updateShareLink();
+  $("work").hidden = true;
+  showResult(entry);
+  $("answer-note").textContent = entry.rowsDropped ? "The rows did not fit in this browser's storage: run the SQL again." : entry.note || "";
+  $("stats").textContent = entry.stats || "";
+  setStatus(`From the history (${new Date(entry.time).toLocaleString()}).`);
+}
+
+$("clear-history").addEventListener("click", () => { clearHistory(); renderHistory(); });
+
+start();

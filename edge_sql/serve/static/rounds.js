@@ -1,0 +1,72 @@
+// How the agent worked: one item per round, its thinking (collapsed) and its calls, each
+// with its arguments, ok or error, and the output the model read.
+
+import { highlightSql } from "./sqltext.js";
+
+const FORCED_REASONS = {
+  max_rounds: "it had used all its rounds",
+  failed_queries: "too many of its queries failed",
+  context: "the context window was full",
+};
+
+function element(tag, className, text = null) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+function argsView(args) {
+  const view = element("pre", "args");
+  const entries = Object.entries(args || {});
+  entries.forEach(([name, value], i) => {
+    view.append(`${name}: `);
+    if (name === "sql" && typeof value === "string") view.append(highlightSql(value));
+    else view.append(typeof value === "string" ? value : JSON.stringify(value));
+    if (i < entries.length - 1) view.append("\n");
+  });
+  if (!entries.length) view.textContent = "(no arguments)";
+  return view;
+}
+
+/** The list item of a round (created when its first event arrives). */
+export function roundItem(list, index) {
+  let item = list.querySelector(`li[data-round="${index}"]`);
+  if (!item) {
+    item = element("li", "round");
+    item.dataset.round = String(index);
+    item.append(element("h3", null, `Round ${index}`));
+    item.append(element("p", "pending", "thinking…"));
+    list.append(item);
+  }
+  return item;
+}
+
+/** Append one call (as streamed: {tool, args, ok, output}) to its round. */
+export function addCall(list, index, call) {
+  const item = roundItem(list, index);
+  item.querySelector(".pending")?.remove();
+  const box = element("div", `call ${call.ok ? "ok" : "error"}`);
+  const head = element("div", "call-head");
+  head.append(element("span", "tool", call.tool), element("span", `badge ${call.ok ? "ok" : "error"}`, call.ok ? "ok" : "error"));
+  box.append(head, argsView(call.args), element("pre", "output", call.output));
+  item.append(box);
+}
+
+/** The rounds of a finished episode, with their thinking, replacing what was streamed. */
+export function renderRounds(list, rounds) {
+  list.replaceChildren();
+  for (const round of rounds) {
+    const item = roundItem(list, round.index);
+    item.querySelector(".pending")?.remove();
+    const details = element("details", "thinking");
+    details.append(element("summary", null, round.think ? "Thinking" : "Thinking (none)"));
+    details.append(element("div", "think", round.think || ""));
+    item.append(details);
+    for (const call of round.calls) addCall(list, round.index, call);
+  }
+}
+
+export function forcedText(round, reason) {
+  return `The final answer was forced after round ${round}: ${FORCED_REASONS[reason] || reason}.`;
+}

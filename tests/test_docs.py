@@ -1,0 +1,86 @@
+"""The documents say what the code does: the recorded transcripts (benchmarks/record_transcripts.py)
+show today's output, README's model link and name agree, docs/serve.md names the default prompt."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from edge_sql.agent.prompt import load_prompt
+from edge_sql.agent.result import EpisodeResult
+from edge_sql.cli import main
+from edge_sql.commands.run import EXIT_NO_ANSWER
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+TRANSCRIPT = (REPO / "docs" / "run-transcript.md").read_text(encoding="utf-8")
+SETTINGS_LINE = re.compile(r"^settings \((off|cached|calibrated|gpu)\): flash_attn=\S+ n_ubatch=\d+ n_threads=\d+ ", re.M)
+STATS_LINE = re.compile(r"^\((\d+\+? rows?|no result); \d+ rounds, \d+ calls; [\d.]+ s; "
+                        r"\d+ tokens generated at [\d.]+ tok/s\)$", re.M)
+
+
+def _blocks(text: str, kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)\n```", text, re.S)
+
+
+def _recorded_answer() -> dict:
+    return json.loads(_blocks(TRANSCRIPT, "json")[0])
+
+
+def test_readme_shows_the_recorded_one_question_transcript():
+    from record_transcripts import README_END, README_START
+
+    block = README.split(README_START, 1)[1].split(README_END, 1)[0]
+    assert _blocks(block, "console") == [_blocks(TRANSCRIPT, "console")[0]]
+    assert "recorded by [`benchmarks/record_transcripts.py`]" in TRANSCRIPT.splitlines()[2]
+
+
+def test_the_transcripts_show_the_settings_the_stats_and_the_exit_status():
+    one, prompt = _blocks(TRANSCRIPT, "console")
+    for session in (one, prompt):
+        assert SETTINGS_LINE.search(session), session
+        assert STATS_LINE.search(session), session
+    status = int(one.splitlines()[-1])
+    assert status == (EXIT_NO_ANSWER if "\nno answer: " in one else 0)
+    assert "stopped; ask another question\nedge-sql> " in prompt  # Ctrl-C: one line, then the prompt
+
+
+def test_the_recorded_json_has_todays_fields(tiny_gguf_fast, chinook_db):
+    recorded = _recorded_answer()
+    fields = set(EpisodeResult("q", None, None, [], [], False, False, False, None, [], {}, "", "error")
+                 .to_json(transcript=False))
+    assert set(recorded) == fields
+    today = CliRunner().invoke(main, ["run", "--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question",
+                                      "How many albums?", "--json", "--no-tune", "--threads", "1", "--ctx", "2048",
+                                      "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1"])
+    assert set(recorded["stats"]) == set(json.loads(today.stdout)["stats"])
+    assert recorded["prompt_version"] == load_prompt().version
+
+
+def test_the_recorded_transcript_ends_with_the_published_forced_final_wording():
+    recorded = _recorded_answer()
+    assert recorded["forced"]
+    tail = _blocks(TRANSCRIPT, "text")[0]
+    ran = [call["args"]["sql"] for r in recorded["rounds"] for call in r["calls"]
+           if call["tool"] == "run_query" and call["ok"]]
+    prompt = load_prompt()
+    assert any(prompt.forced_text(sql) in tail for sql in [None, *ran]), tail
+
+
+def test_serve_docs_name_the_default_prompt():
+    versions = set(re.findall(r'"prompt_version":\s*"([^"]+)"', (REPO / "docs" / "serve.md").read_text(encoding="utf-8")))
+    assert versions == {load_prompt().version}
+
+
+def test_readme_model_links_go_where_their_names_say():
+    links = re.findall(r"\[`([\w.\-]+/[\w.\-]+)`\]\(https://huggingface\.co/([\w.\-]+/[\w.\-]+)\)", README)
+    assert links and all(name == target for name, target in links), links
+
+
+def test_readme_says_where_the_model_store_lives():
+    from edge_sql.store.home import HOME_ENV
+
+    assert f"`${HOME_ENV}`" in README and "~/.local/share/edge-sql" in README

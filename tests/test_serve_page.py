@@ -1,0 +1,472 @@
+"""The web page of `edge-sql serve` in a real headless Chromium (Debian's `chromium` and
+`chromium-driver`, driven by Selenium) against real servers with the fixture model and a real
+copy of Chinook, which must be byte-identical after every test."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service as DriverService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+from serve_helpers import ServerProcess, read_events, serve_command
+
+from edge_sql.serve.web import CONTENT_SECURITY_POLICY
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
+STATIC_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "serve" / "static"
+TOKEN = "page-s3cret"
+# A short episode for the page's flow; a long one (many think tokens) to press Stop during.
+QUICK = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
+LONG = ["--threads", "1", "--ctx", "4096", "--max-rounds", "6", "--think-tokens", "600", "--no-tune"]
+# NULL (63), double quotes (125), a 98-character cell (808), commas everywhere
+EDITED_SQL = "SELECT TrackId, Name, Composer, UnitPrice FROM Track WHERE TrackId IN (1, 63, 125, 808, 2) ORDER BY TrackId"
+CHART_SQL = ("SELECT g.Name, COUNT(*) AS tracks, SUM(t.UnitPrice) AS price FROM Track t JOIN Genre g USING (GenreId) "
+             "GROUP BY g.Name ORDER BY tracks DESC LIMIT 6")
+WAIT_S = 240.0
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def chinook(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("page-db") / "chinook.sqlite"
+    shutil.copyfile(DATA_DIR / "chinook" / "chinook.sqlite", path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def database_unchanged(chinook):
+    before = _digest(chinook)
+    yield
+    assert _digest(chinook) == before, "the database file changed"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_gguf_fast, chinook, tmp_path_factory):
+    log = tmp_path_factory.mktemp("page-log") / "server.log"
+    process = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook}, *QUICK, "--port", "0"), log)
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.fixture(scope="module")
+def guarded(tiny_gguf_fast, chinook, tmp_path_factory):
+    """A server with a token and long episodes."""
+    log = tmp_path_factory.mktemp("page-log-token") / "server.log"
+    process = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook}, *LONG, "--port", "0",
+                                          "--token", TOKEN), log)
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("page-downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(downloads):
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver_path, "the page tests need Debian's chromium and chromium-driver (see .ci/run)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1000",
+                     "--disable-gpu", "--no-first-run"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=DriverService(driver_path), options=options)
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def page(browser):
+    """The browser; after the test, no page error and no CSP violation in its console."""
+    browser.get_log("browser")  # drop what earlier tests left
+    yield browser
+    problems = [entry["message"] for entry in browser.get_log("browser")
+                if entry["level"] == "SEVERE" and "the server responded with a status of 4" not in entry["message"]]
+    assert problems == []
+
+
+def wait_for(driver: WebDriver, condition, timeout: float = WAIT_S, message: str = ""):
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: condition(d), message)
+
+
+def element(driver: WebDriver, element_id: str):
+    return driver.find_element(By.ID, element_id)
+
+
+def open_page(driver: WebDriver, server: ServerProcess, query: str = "") -> None:
+    driver.get(f"http://127.0.0.1:{server.port}/{query}")
+    wait_for(driver, lambda d: element(d, "ask-form").is_displayed() or element(d, "token-panel").is_displayed(),
+             30, "the page did not load")
+
+
+def give_token(driver: WebDriver, token: str) -> None:
+    field = element(driver, "token-input")
+    field.clear()
+    field.send_keys(token, Keys.ENTER)
+
+
+def ask(driver: WebDriver, question: str) -> None:
+    """Type a question and press Enter; returns when the answer (or an error) is shown."""
+    field = element(driver, "question")
+    field.clear()
+    field.send_keys(question, Keys.ENTER)
+    wait_for(driver, lambda d: element(d, "answer").is_displayed() or "error" in element(d, "status").get_attribute("class"),
+             message="no answer")
+
+
+def run_sql(driver: WebDriver, sql: str) -> None:
+    """Edit the SQL and Run it; returns once its result or its error is shown."""
+    element(driver, "edit-sql").click()
+    box = element(driver, "sql-input")
+    box.clear()
+    box.send_keys(sql)
+    element(driver, "run-sql").click()  # the page says "Running the SQL…" before this returns
+    wait_for(driver, lambda d: element(d, "status").text in ("The edited SQL ran.", "The edited SQL did not run."),
+             60, "the SQL did not run")
+
+
+def table_rows(driver: WebDriver) -> list[list[str]]:
+    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in driver.find_elements(By.CSS_SELECTOR, "#result-table tbody tr")]
+
+
+def shown(value) -> str:
+    """A value as the page shows it and writes it to CSV: JavaScript's number text, NULL empty."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def sqlite_rows(path: Path, sql: str) -> list[list]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return [list(row) for row in conn.execute(sql)]
+
+
+def downloaded(folder: Path, name: str, timeout: float = 30.0) -> bytes:
+    target = folder / name
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if target.exists() and not list(folder.glob("*.crdownload")):
+            return target.read_bytes()
+        time.sleep(0.05)
+    raise AssertionError(f"{name} was not downloaded: {sorted(p.name for p in folder.iterdir())}")
+
+
+# ---- the files and their headers (plain HTTP) -------------------------------------------------
+
+
+def test_page_and_assets_come_from_the_server_with_the_csp(server):
+    status, headers, html = server.request("GET", "/")
+    assert status == 200 and headers["content-type"] == "text/html; charset=utf-8"
+    assert headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert "default-src 'none'" in CONTENT_SECURITY_POLICY and "script-src 'self'" in CONTENT_SECURITY_POLICY
+    referenced = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert referenced and all(ref.startswith("/static/") or ref == "/" for ref in referenced), referenced
+    modules = {p.name for p in STATIC_DIR.glob("*.js")}
+    for path in STATIC_DIR.iterdir():
+        if path.name == "index.html":
+            continue
+        status, headers, body = server.request("GET", f"/static/{path.name}")
+        assert status == 200 and headers["content-security-policy"] == CONTENT_SECURITY_POLICY, path.name
+        if path.suffix == ".js":
+            assert headers["content-type"] == "text/javascript; charset=utf-8"
+            imports = re.findall(r'from "([^"]+)"', body)
+            assert all(i.startswith("./") and i[2:] in modules for i in imports), (path.name, imports)
+            assert "http://" not in body.replace("http://www.w3.org/2000/svg", "") and "https://" not in body
+    status, _, body = server.request("GET", "/static/../service.py")
+    assert status == 404
+
+
+def test_query_endpoint_answers_and_refuses_like_the_tools(server, chinook):
+    status, _, body = server.request("POST", "/v1/query", {"database": "chinook", "sql": EDITED_SQL})
+    assert status == 200 and body["columns"] == ["TrackId", "Name", "Composer", "UnitPrice"]
+    assert body["rows"] == sqlite_rows(chinook, EDITED_SQL) and body["truncated"] is False
+    status, _, body = server.request("POST", "/v1/query", {"database": "chinook", "sql": "SELECT * FROM Track"})
+    assert status == 200 and len(body["rows"]) == 200 and body["truncated"] is True  # the server's --max-rows
+    with ReadOnlyDatabase(chinook) as db:
+        tools = Toolbox(db)
+        status, _, body = server.request("POST", "/v1/query", {"database": "chinook", "sql": "PRAGMA table_info(Genre)"})
+        assert status == 200 and [row[1] for row in body["rows"]] == ["GenreId", "Name"]  # a PRAGMA that reads
+        for sql in ("DELETE FROM Album", "DROP TABLE Album", "UPDATE Genre SET Name = 'x'", "SELECT nope FROM Album",
+                    "PRAGMA writable_schema = ON", "ATTACH DATABASE ':memory:' AS other"):
+            status, _, body = server.request("POST", "/v1/query", {"database": "chinook", "sql": sql})
+            assert status == 400 and f"Error: {body['error']}" == tools.call("run_query", {"sql": sql}).output
+    for raw, code, message in [
+        (b'{"database": "nope", "sql": "SELECT 1"}', 404, "unknown database 'nope'"),
+        (b'{"database": "chinook", "sql": "SELECT 1", "path": "/etc/passwd"}', 422,
+         "unknown field(s) 'path'; allowed: database, sql"),
+        (b'{"database": "chinook"}', 422, "missing field 'sql'"),
+        (b'{"database": "chinook", "sql": 1}', 422, "field 'sql' has the wrong type (int)"),
+        (b'["chinook", "SELECT 1"]', 422, 'the body must be a JSON object: {"database": ..., "sql": ...}'),
+        (b"not json", 422, "the body is not JSON"),
+    ]:
+        status, _, body = server.request("POST", "/v1/query", raw=raw)
+        assert status == code and message in body["error"], body
+    server.wait_for_log(r"query \(chinook\): error: no such column: nope\n")
+    server.wait_for_log(r"query \(chinook\): 200\+ rows, \d+\.\d\d s\n")
+
+
+def test_with_a_token_the_page_loads_but_the_api_needs_it(guarded):
+    status, headers, _ = guarded.request("GET", "/")
+    assert status == 200 and headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert guarded.request("GET", "/static/app.js")[0] == 200
+    for method, path, body in [("GET", "/v1/databases", None), ("GET", "/health", None),
+                               ("POST", "/v1/query", {"database": "chinook", "sql": "SELECT 1"})]:
+        assert guarded.request(method, path, body)[0] == 401
+    status, _, body = guarded.request("POST", "/v1/query", {"database": "chinook", "sql": "SELECT 1"},
+                                      headers={"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200 and body["rows"] == [[1]]
+
+
+# ---- in the browser ---------------------------------------------------------------------------
+
+RECORD_ORDER = """
+window.seen = [];
+new MutationObserver(() => {
+  const rounds = document.querySelectorAll('#rounds .round').length;
+  const calls = document.querySelectorAll('#rounds .call').length;
+  const answered = !document.getElementById('answer').hidden;
+  const last = window.seen[window.seen.length - 1];
+  if (!last || last.rounds !== rounds || last.calls !== calls || last.answered !== answered)
+    window.seen.push({rounds, calls, answered});
+}).observe(document.body, {subtree: true, childList: true, attributes: true});
+"""
+
+
+def test_a_link_fills_the_form_and_enter_asks_while_rounds_stream(server, page, chinook):
+    counts = server.health()["queue"]
+    open_page(page, server, "?db=chinook&q=How+many+albums+are+there%3F&e=Album+holds+the+albums")
+    assert element(page, "question").get_attribute("value") == "How many albums are there?"
+    assert element(page, "evidence").get_attribute("value") == "Album holds the albums"
+    assert "press Ask" in element(page, "status").text and not element(page, "work").is_displayed()
+    assert server.health()["queue"] == counts  # the link does not run the question
+    page.execute_script(RECORD_ORDER)
+    element(page, "question").send_keys(Keys.END, Keys.ENTER)
+    wait_for(page, lambda d: element(d, "answer").is_displayed(), message="no answer")
+    seen = page.execute_script("return window.seen")
+    first_round = next(i for i, s in enumerate(seen) if s["rounds"] > 0)
+    answered = next(i for i, s in enumerate(seen) if s["answered"])
+    assert first_round < answered and not seen[first_round]["answered"], seen  # rounds appeared while streaming
+    assert any(s["calls"] > 0 and not s["answered"] for s in seen), seen     # and calls too
+    stats = element(page, "stats").text
+    rounds, calls = map(int, re.match(r"(\d+) rounds, (\d+) calls; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s",
+                                      stats).groups())
+    assert len(page.find_elements(By.CSS_SELECTOR, "#rounds .round")) == rounds >= 1
+    assert len(page.find_elements(By.CSS_SELECTOR, "#rounds .call")) == calls
+    badges = [b.text for b in page.find_elements(By.CSS_SELECTOR, "#rounds .badge")]
+    assert len(badges) == calls and set(badges) <= {"ok", "error"}
+    thinking = page.find_elements(By.CSS_SELECTOR, "#rounds details.thinking")
+    assert len(thinking) == rounds and not any(d.get_attribute("open") for d in thinking)  # collapsed
+    if element(page, "result").is_displayed():  # the random model's SQL ran
+        expected = sqlite_rows(chinook, element(page, "sql-code").text)
+        assert len(table_rows(page)) == min(len(expected), 200)
+    else:
+        assert element(page, "answer-note").text.startswith("Error: ")
+    health = server.health()["queue"]
+    assert health["completed"] == counts["completed"] + 1 and not health["running"]
+
+
+def test_edit_and_run_shows_the_table_the_chart_and_downloads(server, page, chinook, downloads):
+    open_page(page, server)
+    ask(page, "Which tracks are the longest?")
+    run_sql(page, EDITED_SQL)
+    assert element(page, "status").text == "The edited SQL ran." and not element(page, "query-error").is_displayed()
+    expected = sqlite_rows(chinook, EDITED_SQL)
+    headers = [th.text for th in page.find_elements(By.CSS_SELECTOR, "#result-table th")]
+    assert headers == ["TrackId", "Name", "Composer", "UnitPrice"]
+    assert element(page, "row-count").text == "5 rows" and not element(page, "truncated-note").is_displayed()
+    rows = table_rows(page)
+    assert rows[2][2] == "NULL" and expected[2][2] is None  # TrackId 63 has no composer
+    long_cell = page.find_elements(By.CSS_SELECTOR, "#result-table tbody tr")[4].find_elements(By.TAG_NAME, "td")[2]
+    full = expected[4][2]
+    assert len(full) > 80 and long_cell.text.startswith(full[:80] + "…") and full not in long_cell.text
+    long_cell.find_element(By.CSS_SELECTOR, "button.more").click()
+    assert long_cell.find_element(By.TAG_NAME, "span").text == full  # the full value on demand
+    for i, row in enumerate(rows):
+        if i not in (2, 4):
+            assert row == [shown(v) for v in expected[i]]
+
+    # sorting: by Name ascending, then descending
+    page.find_element(By.XPATH, "//th/button[text()='Name']").click()
+    names = sorted(str(r[1]) for r in expected)
+    assert [r[1] for r in table_rows(page)] == sorted(names, key=lambda s: s.lower())
+    page.find_element(By.XPATH, "//th/button[text()='Name']").click()
+    assert [r[1] for r in table_rows(page)] == sorted(names, key=lambda s: s.lower(), reverse=True)
+    assert page.find_element(By.XPATH, "//th[button[text()='Name']]").get_attribute("aria-sort") == "descending"
+
+    # CSV: byte for byte the JSON download's rows
+    for name in ("edge-sql-chinook.csv", "edge-sql-chinook.json"):
+        (downloads / name).unlink(missing_ok=True)
+    element(page, "download-json").click()
+    data = json.loads(downloaded(downloads, "edge-sql-chinook.json"))
+    assert data["sql"] == EDITED_SQL and data["rows"] == expected and data["truncated"] is False
+    element(page, "download-csv").click()
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\r\n").writerows([data["columns"], *[[shown(v) for v in r] for r in data["rows"]]])
+    assert downloaded(downloads, "edge-sql-chinook.csv") == text.getvalue().encode()
+    assert not element(page, "chart-box").is_displayed()  # Name and Composer are text: nothing to chart
+
+    # a label and two numeric columns: bars, then lines
+    run_sql(page, CHART_SQL)
+    chart_rows = sqlite_rows(chinook, CHART_SQL)
+    assert element(page, "chart-box").is_displayed()
+    assert len(page.find_elements(By.CSS_SELECTOR, "#chart svg g rect")) == 2 * len(chart_rows)
+    element(page, "chart-line").click()
+    assert len(page.find_elements(By.CSS_SELECTOR, "#chart svg polyline")) == 2
+    assert element(page, "chart-line").get_attribute("aria-pressed") == "true"
+
+    # more rows than the server returns: the count says so and the note shows
+    run_sql(page, "SELECT TrackId, Name FROM Track")
+    assert element(page, "row-count").text == "200+ rows" and element(page, "truncated-note").is_displayed()
+
+
+def test_a_write_is_refused_with_the_tools_message(server, page, chinook):
+    open_page(page, server)
+    ask(page, "How many genres are there?")
+    with ReadOnlyDatabase(chinook) as db:
+        tools = Toolbox(db)
+        for sql in ("DELETE FROM Album", "DROP TABLE Genre", "INSERT INTO Genre (Name) VALUES ('x')",
+                    "SELECT nope FROM Album"):
+            run_sql(page, sql)
+            error = element(page, "query-error")
+            assert error.is_displayed() and error.text == tools.call("run_query", {"sql": sql}).output
+            element(page, "cancel-edit").click()
+    assert sqlite_rows(chinook, "SELECT COUNT(*) FROM Genre") == [[25]]
+
+
+def test_history_reopens_a_question_with_its_sql_and_result(server, page):
+    open_page(page, server)
+    ask(page, "Which artists are there?")
+    run_sql(page, CHART_SQL)
+    page.refresh()
+    open_page(page, server)
+    entries = page.find_elements(By.CSS_SELECTOR, "#history-list li button")
+    assert entries and entries[0].text == "Which artists are there?"
+    element(page, "question").clear()
+    entries[0].click()
+    assert element(page, "question").get_attribute("value") == "Which artists are there?"
+    assert element(page, "answer").is_displayed() and element(page, "sql-code").text
+    assert "From the history" in element(page, "status").text
+    link = element(page, "share-link").get_attribute("href")
+    assert link.endswith("/?db=chinook&q=Which+artists+are+there%3F")
+
+
+def test_the_token_is_asked_once_and_a_wrong_one_is_named(guarded, page):
+    open_page(page, guarded)
+    assert element(page, "token-panel").is_displayed() and not element(page, "ask-form").is_displayed()
+    assert "needs its access token" in element(page, "token-message").text
+    give_token(page, "wrong")
+    wait_for(page, lambda d: "refused this token" in element(d, "token-message").text, 30)
+    assert element(page, "token-panel").is_displayed() and not element(page, "ask-form").is_displayed()
+    give_token(page, TOKEN)
+    wait_for(page, lambda d: element(d, "ask-form").is_displayed(), 30, "the right token was not taken")
+    assert not element(page, "token-panel").is_displayed()
+    assert [o.text for o in element(page, "database").find_elements(By.TAG_NAME, "option")] == ["chinook"]
+    page.refresh()  # kept for this tab: not asked again
+    open_page(page, guarded)
+    assert element(page, "ask-form").is_displayed() and not element(page, "token-panel").is_displayed()
+
+
+def test_stop_cancels_the_running_episode(guarded, page):
+    open_page(page, guarded)
+    if element(page, "token-panel").is_displayed():
+        give_token(page, TOKEN)
+        wait_for(page, lambda d: element(d, "ask-form").is_displayed(), 30)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    before = guarded.request("GET", "/health", headers=headers)[2]["queue"]
+    field = element(page, "question")
+    field.clear()
+    field.send_keys("List every track with its album and artist", Keys.ENTER)
+    wait_for(page, lambda d: d.find_elements(By.CSS_SELECTOR, "#rounds .round"), 60, "no round started")
+    assert element(page, "stop").is_displayed()
+    element(page, "stop").click()
+    wait_for(page, lambda d: element(d, "status").text.startswith("Stopped"), 30, "the page did not stop")
+    deadline = time.monotonic() + 60
+    while True:
+        queue = guarded.request("GET", "/health", headers=headers)[2]["queue"]
+        if not queue["running"] and queue["waiting"] == 0:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutException(f"the server still runs the episode: {queue}")
+        time.sleep(0.1)
+    assert queue["cancelled"] == before["cancelled"] + 1 and queue["completed"] == before["completed"]
+    guarded.wait_for_log(r"ask #\d+ \(chinook\): cancelled")
+    assert not element(page, "answer").is_displayed() and element(page, "ask").is_enabled()
+
+
+def test_open_starts_the_browser_on_the_page(tiny_gguf_fast, chinook, tmp_path, monkeypatch):
+    opener = tmp_path / "opener.sh"  # stands in for the user's browser: $BROWSER is what webbrowser runs
+    opener.write_text('#!/bin/sh\nprintf %s "$1" > "$(dirname "$0")/opened.txt"\n')
+    opener.chmod(0o755)
+    monkeypatch.setenv("BROWSER", f"{opener} %s")
+    process = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook}, *QUICK, "--port", "0", "--open"),
+                            tmp_path / "server.log")
+    try:
+        opened = tmp_path / "opened.txt"
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened.read_text() == f"http://127.0.0.1:{process.port}/"
+        status, headers, _ = process.request("GET", "/")
+        assert status == 200 and headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+def test_a_waiting_question_shows_its_place_and_stop_takes_it_out_of_the_queue(guarded, page):
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    open_page(page, guarded)
+    if element(page, "token-panel").is_displayed():
+        give_token(page, TOKEN)
+        wait_for(page, lambda d: element(d, "ask-form").is_displayed(), 30)
+    before = guarded.request("GET", "/health", headers=headers)[2]["queue"]
+    other = guarded.connection()  # another client's long episode runs first
+    other.request("POST", "/v1/ask", body=json.dumps({"question": "Which albums are longest?", "database": "chinook"}),
+                  headers={"Accept": "text/event-stream", **headers})
+    response = other.getresponse()
+    assert [name for name, _ in read_events(response, until="running")] == ["queued", "running"]
+    try:
+        field = element(page, "question")
+        field.clear()
+        field.send_keys("How many customers are there?", Keys.ENTER)
+        wait_for(page, lambda d: element(d, "status").text == "Waiting in the queue: position 1.", 30)
+        assert guarded.request("GET", "/health", headers=headers)[2]["queue"]["waiting"] == 1
+        element(page, "stop").click()
+        wait_for(page, lambda d: element(d, "status").text.startswith("Stopped"), 30)
+        deadline = time.monotonic() + 30
+        while guarded.request("GET", "/health", headers=headers)[2]["queue"]["waiting"] != 0:
+            assert time.monotonic() < deadline, "the stopped question is still waiting"
+            time.sleep(0.05)
+        queue = guarded.request("GET", "/health", headers=headers)[2]["queue"]
+        assert queue["running"] and queue["cancelled"] == before["cancelled"] + 1
+    finally:
+        other.close()  # the other client goes away: its episode stops too
+    deadline = time.monotonic() + 60
+    while (queue := guarded.request("GET", "/health", headers=headers)[2]["queue"])["running"]:
+        assert time.monotonic() < deadline, queue
+        time.sleep(0.1)
+    assert queue["cancelled"] == before["cancelled"] + 2 and queue["completed"] == before["completed"]
