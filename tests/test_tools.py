@@ -15,7 +15,7 @@ from edge_sql.tools import (
     format_result,
     render_tool_list,
 )
-from edge_sql.tools.specs import DISTINCT_VALUES_MAX, SAMPLE_ROWS_MAX
+from edge_sql.tools.specs import DISTINCT_VALUES_MAX, SAMPLE_ROWS_MAX, TOOL_SPECS
 
 MORE = "... (showing first 5 rows; more rows exist)"
 
@@ -159,8 +159,12 @@ def test_every_integer_out_of_range_clamps_and_the_description_says_so(chinook: 
     assert len(shown) == 1 + max(1, min(SAMPLE_ROWS_MAX, number))  # a header, the rows, no note
     distinct = ok(chinook, "distinct_values", table_name="Track", column_name="Composer", limit=limit)
     assert len(distinct.splitlines()) == 1 + max(1, min(DISTINCT_VALUES_MAX, number)) + 1  # and "more rows"
+    for tool in ("sample_rows", "distinct_values"):  # the argument says so (MCP and JSON schemas show it) ...
+        spec = next(s for s in TOOL_SPECS if s.name == tool)
+        assert next(a for a in spec.args if a.name == "limit").description.endswith("; out of range is clamped).")
     line = next(x for x in render_tool_list().splitlines() if x.startswith("- sample_rows("))
-    assert line.endswith(f"(a limit out of range is clamped to 1-{SAMPLE_ROWS_MAX}).")
+    assert line == "- sample_rows(table_name: string, limit?: integer): Show the first rows of a table."  # ... the
+    # prompt's tool line stays as the model met it in training (a longer line changed SmolLM2's greedy episodes)
 
 
 def test_sample_rows(chinook: Toolbox) -> None:

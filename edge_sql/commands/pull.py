@@ -54,11 +54,12 @@ def _task_imatrix(bf16: Path) -> Path:
 @click.option(
     "--imatrix/--no-imatrix",
     "use_imatrix",
-    default=True,
+    default=False,
     show_default=True,
     help="Quantize K- and I-quants (Q6_K, Q5_K_M, Q4_K_M, IQ4_XS, Q3_K_M and their recipes) with the task "
     "importance matrix: collected once on the BF16 file over agent transcripts (`edge-sql imatrix`; "
-    "49k tokens of prefill) and kept beside it.",
+    "49k tokens of prefill) and kept beside it. Off by default for now: on the 2B collecting it takes "
+    "hours on a 2-core CPU.",
 )
 def command(
     model: str | None, quant: str | None, revision: str | None, force: bool, name: str | None, keep_bf16: bool,

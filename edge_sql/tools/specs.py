@@ -79,14 +79,14 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "sample_rows",
-        f"Show the first rows of a table (a limit out of range is clamped to 1-{SAMPLE_ROWS_MAX}).",
+        "Show the first rows of a table.",
         (
             _TABLE,
             ToolArg(
                 "limit",
                 "integer",
                 f"How many rows to show (default {SAMPLE_ROWS_DEFAULT}, "
-                f"at most {SAMPLE_ROWS_MAX}; any integer out of range is clamped into it).",
+                f"at most {SAMPLE_ROWS_MAX}; out of range is clamped).",
                 required=False,
                 default=SAMPLE_ROWS_DEFAULT,
                 minimum=1,
@@ -104,7 +104,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "limit",
                 "integer",
                 f"How many values to show (default {DISTINCT_VALUES_DEFAULT}, at most "
-                f"{DISTINCT_VALUES_MAX}; any integer out of range is clamped into it).",
+                f"{DISTINCT_VALUES_MAX}; out of range is clamped).",
                 required=False,
                 default=DISTINCT_VALUES_DEFAULT,
                 minimum=1,
