@@ -103,6 +103,8 @@ def test_ask_streams_rounds_calls_and_the_answer(server, dbs):
     answer = events[-1][1]
     _check_answer(answer, body["question"], dbs["chinook"])
     assert [data["round"] for name, data in events if name == "round"] == [r["index"] for r in answer["rounds"]]
+    assert [(data["round"], data["think"]) for name, data in events if name == "think"] == [
+        (r["index"], r["think"]) for r in answer["rounds"]]
     streamed_calls = [{k: v for k, v in data.items() if k not in ("round", "elapsed_s")}
                       for name, data in events if name == "call"]
     assert streamed_calls == [call for r in answer["rounds"] for call in r["calls"]]

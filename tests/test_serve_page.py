@@ -249,10 +249,12 @@ window.seen = [];
 new MutationObserver(() => {
   const rounds = document.querySelectorAll('#rounds .round').length;
   const calls = document.querySelectorAll('#rounds .call').length;
+  const thinking = document.querySelectorAll('#rounds details.thinking').length;
+  const open = document.querySelectorAll('#rounds details.thinking[open]').length;
   const answered = !document.getElementById('answer').hidden;
   const last = window.seen[window.seen.length - 1];
-  if (!last || last.rounds !== rounds || last.calls !== calls || last.answered !== answered)
-    window.seen.push({rounds, calls, answered});
+  if (!last || last.rounds !== rounds || last.calls !== calls || last.thinking !== thinking || last.answered !== answered)
+    window.seen.push({rounds, calls, thinking, open, answered});
 }).observe(document.body, {subtree: true, childList: true, attributes: true});
 """
 
@@ -272,6 +274,8 @@ def test_a_link_fills_the_form_and_enter_asks_while_rounds_stream(server, page, 
     answered = next(i for i, s in enumerate(seen) if s["answered"])
     assert first_round < answered and not seen[first_round]["answered"], seen  # rounds appeared while streaming
     assert any(s["calls"] > 0 and not s["answered"] for s in seen), seen     # and calls too
+    assert any(s["thinking"] > 0 and not s["answered"] for s in seen), seen  # and the thinking,
+    assert all(s["open"] == 0 for s in seen), seen                             # collapsed
     stats = element(page, "stats").text
     rounds, calls = map(int, re.match(r"(\d+) rounds, (\d+) calls; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s",
                                       stats).groups())

@@ -43,18 +43,20 @@ from edge_sql.runtime import Completion, SamplingParams, Session
 from edge_sql.tools import Toolbox, ToolResult
 
 
-EventKind = Literal["round", "call", "forced", "answer"]
+EventKind = Literal["round", "think", "call", "forced", "answer"]
 
 
 @dataclass(frozen=True)
 class EpisodeEvent:
-    """Progress of an episode, for streaming: a round starts, a call ran, the answer is forced."""
+    """Progress of an episode, for streaming: a round starts, its thinking is written, a call ran,
+    the answer is forced."""
 
     kind: EventKind
     round: int
     call: CallRecord | None = None
     reason: str | None = None      # "forced": max_rounds, failed_queries or context
     sql: str | None = None         # "answer": the model's answer
+    text: str | None = None        # "think": the round's think block, before its calls run
 
 
 EventHandler = Callable[[EpisodeEvent], None]
@@ -181,6 +183,7 @@ class _Episode:
             record.think, call_text = split_think(completion.text, self.chat.think_end, self.chat.after_think)
         except TurnParseError as exc:
             raise _BrokenTurn(str(exc)) from None
+        self._emit(EpisodeEvent("think", record.index, text=record.think))
         submitted = self._run_call(record, call_text)
         cap = self.budget.max_calls_per_turn
         while submitted is None:

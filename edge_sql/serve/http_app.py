@@ -202,6 +202,8 @@ async def job_events(job: Job) -> AsyncIterator[bytes]:
                 yield sse("error", {"error": str(item.error), "status": status, **elapsed})
         elif item.kind == "round":
             yield sse("round", {"round": item.round, **elapsed})
+        elif item.kind == "think":
+            yield sse("think", {"round": item.round, "think": item.text, **elapsed})
         elif item.kind == "call" and item.call is not None:
             yield sse("call", {"round": item.round, **item.call.to_json(), **elapsed})
         elif item.kind == "forced":

@@ -128,7 +128,7 @@ def _progress_message(item: Position | EpisodeEvent) -> str | None:
         return f"round {item.round}: {item.call.tool} {'ok' if item.call.ok else 'error'}"
     if item.kind == "forced":
         return f"final answer forced ({item.reason})"
-    return None  # "answer": the result follows at once
+    return None  # "think": too long for a progress line; "answer": the result follows at once
 
 
 def _tool_result(outcome: Finished, max_rows: int, max_output: int) -> CallToolResult:

@@ -3,7 +3,7 @@
 import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
 import { chartableSeries, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
-import { addCall, forcedText, renderRounds, roundItem } from "./rounds.js";
+import { addCall, addThink, forcedText, renderRounds, roundItem } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
 import { download, renderTable, toCsv } from "./table.js";
@@ -127,7 +127,8 @@ async function ask() {
       else if (name === "round") {
         roundItem($("rounds"), data.round);
         setStatus(`The agent is working: round ${data.round}…`);
-      } else if (name === "call") addCall($("rounds"), data.round, data);
+      } else if (name === "think") addThink($("rounds"), data.round, data.think);
+      else if (name === "call") addCall($("rounds"), data.round, data);
       else if (name === "forced") {
         $("forced").textContent = forcedText(data.round, data.reason);
         $("forced").hidden = false;

@@ -53,16 +53,21 @@ export function addCall(list, index, call) {
   item.append(box);
 }
 
+/** Add a round's thinking (collapsed) as it streams, before its calls. */
+export function addThink(list, index, think) {
+  const item = roundItem(list, index);
+  item.querySelector(".pending")?.remove();
+  const details = element("details", "thinking");
+  details.append(element("summary", null, think ? "Thinking" : "Thinking (none)"));
+  details.append(element("div", "think", think || ""));
+  item.append(details);
+}
+
 /** The rounds of a finished episode, with their thinking, replacing what was streamed. */
 export function renderRounds(list, rounds) {
   list.replaceChildren();
   for (const round of rounds) {
-    const item = roundItem(list, round.index);
-    item.querySelector(".pending")?.remove();
-    const details = element("details", "thinking");
-    details.append(element("summary", null, round.think ? "Thinking" : "Thinking (none)"));
-    details.append(element("div", "think", round.think || ""));
-    item.append(details);
+    addThink(list, round.index, round.think);
     for (const call of round.calls) addCall(list, round.index, call);
   }
 }
