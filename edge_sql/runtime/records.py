@@ -14,6 +14,23 @@ from edge_sql.runtime.options import SpeculateMode
 
 StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
 
+BufferRole = Literal["mapped", "repacked", "recurrent", "mtp", "other"]
+MTP_PREFIX = "MTP "  # the MTP drafter's context's buffers, as the session names them
+
+
+def buffer_role(label: str) -> BufferRole:
+    """What a buffer llama.cpp logged holds, from its label ("CPU_Mapped model", "CPU_REPACK
+    model", "CPU RS", "CPU KV", "CPU compute"; the session prefixes its MTP context's with
+    `MTP_PREFIX`). llama.cpp's C API has no per-buffer sizes, so its log is the source, and this
+    is the one place that knows its labels."""
+    if label.startswith(MTP_PREFIX):
+        return "mtp"
+    if label.endswith("_Mapped model"):
+        return "mapped"
+    if label.endswith("_REPACK model"):
+        return "repacked"
+    return "recurrent" if label.split()[-1] == "RS" else "other"
+
 
 @dataclass(frozen=True)
 class SessionInfo:
@@ -54,8 +71,8 @@ class SessionInfo:
         """llama.cpp's own allocations that are not the memory-mapped model file (nor, once the
         mapping is released, the repacked copies that stand in for its pages)."""
         return sum(size for kind, size in self.buffers.items()
-                   if not kind.endswith("_Mapped model")
-                   and not (self.mapping_released and kind.endswith("_REPACK model")))
+                   if buffer_role(kind) != "mapped"
+                   and not (self.mapping_released and buffer_role(kind) == "repacked"))
 
     def describe(self) -> str:
         where = f"{self.backend}, {self.gpu_layers}/{self.n_layers} layers on GPU" if self.gpu_layers else "CPU"

@@ -46,7 +46,7 @@ from edge_sql.runtime.context import LlamaContext
 from edge_sql.runtime.lookup import LookupDrafter
 from edge_sql.runtime.mtp import MTPDrafter
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, SessionOptions
-from edge_sql.runtime.records import DraftCounts, Timings
+from edge_sql.runtime.records import MTP_PREFIX, DraftCounts, Timings, buffer_role
 
 # Extra cost of one more token in a verify batch, in single-token decodes (CPU, small
 # batches): measured on this project's machines in benchmarks/results/speculative.md.
@@ -198,8 +198,8 @@ class Verifier:
     @property
     def buffers(self) -> dict[str, int]:
         """What the drafters' own contexts allocated ("MTP CPU KV", ...), model files left out."""
-        return {f"MTP {kind}": size for drafter in self._owned for kind, size in drafter.buffers.items()
-                if not kind.endswith("_Mapped model")}
+        return {MTP_PREFIX + kind: size for drafter in self._owned for kind, size in drafter.buffers.items()
+                if buffer_role(kind) != "mapped"}
 
     def time_single_decode(self, seconds: float) -> None:
         mean = self._single_decode_s

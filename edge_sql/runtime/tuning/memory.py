@@ -26,7 +26,7 @@ import llama_cpp
 from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.runtime.backend import init_backend
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX
-from edge_sql.runtime.records import SessionInfo
+from edge_sql.runtime.records import SessionInfo, buffer_role
 from edge_sql.runtime.session import Session
 from edge_sql.runtime.tuning.result import Measurement
 from edge_sql.runtime.tuning.settings import Settings
@@ -49,7 +49,7 @@ class ContextMemory:
     Read from the buffer sizes llama.cpp logs (`SessionInfo.buffers`): its C API has no
     per-buffer sizes (`llama_get_memory_breakdown` is C++ only; `llama_state_seq_get_size`
     counts a state's serialized bytes, not what is allocated), so this is the one place in
-    calibration where the log's labels ("CPU RS", "MTP CPU KV", ...) are read.
+    calibration that sorts them (by `records.buffer_role`, which alone knows the log's labels).
     """
 
     allocated: int        # beyond the mapped file: what counts against the budget
@@ -58,14 +58,9 @@ class ContextMemory:
 
     @classmethod
     def of(cls, info: SessionInfo) -> ContextMemory:
-        recurrent = mtp = 0
-        for label, size in info.buffers.items():
-            parts = label.split()  # ["CPU", "RS"], ["MTP", "CPU", "compute"], ["CPU_Mapped", "model"]
-            if parts[0] == "MTP":
-                mtp += size
-            elif parts[-1] == "RS":
-                recurrent += size
-        return cls(allocated=info.buffer_bytes, recurrent_state=recurrent, mtp_context=mtp)
+        roles = [(buffer_role(label), size) for label, size in info.buffers.items()]
+        return cls(allocated=info.buffer_bytes, recurrent_state=sum(s for role, s in roles if role == "recurrent"),
+                   mtp_context=sum(s for role, s in roles if role == "mtp"))
 
 
 def attention_work_bytes(n_ctx: int, settings: Settings, n_head: int) -> int:
