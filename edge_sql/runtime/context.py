@@ -1,7 +1,8 @@
 """One llama.cpp context on a loaded model: its memory, its batch, and what that memory holds.
 
-Why one place: three contexts run on a session's weights (the session's own, the MTP drafter's
-and teacher forcing's), and each used to write llama.cpp's context parameters itself.
+Why one place: several contexts run on a session's weights (the session's own, the MTP drafter's,
+teacher forcing's and the imatrix collector's), and each used to write llama.cpp's context
+parameters itself.
 `create_context` makes all of them from the session's `SessionOptions`; what differs between
 them (output rows, recurrent snapshots, another context to read) is said in its arguments.
 
@@ -28,12 +29,15 @@ DecodeListener = Callable[[np.ndarray, int], None]
 
 
 def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n_outputs: int = 1,
-                   n_rs_seq: int = 0, perf: bool = False, reads: LlamaContext | None = None) -> LlamaContext:
+                   n_rs_seq: int = 0, perf: bool = False, reads: LlamaContext | None = None,
+                   cb_eval: object | None = None) -> LlamaContext:
     """A context on `loaded`'s weights with `options` (resolved: no `None` threads or ubatch).
 
     `n_outputs`: logits rows one batch may ask for (1: no n_batch x vocab buffer); `n_rs_seq`:
     recurrent-state snapshots kept to roll back to; `perf`: keep llama.cpp's decode counters;
-    `reads`: the target context an MTP context runs beside. Raises ModelFileError naming
+    `reads`: the target context an MTP context runs beside; `cb_eval`: a
+    `ggml_backend_sched_eval_callback` that sees graph nodes (the imatrix collector; the caller
+    keeps it alive as long as the context). Raises ModelFileError naming
     `what` when llama.cpp cannot make it (out of memory).
     """
     params = llama_cpp.llama_context_default_params()
@@ -48,6 +52,9 @@ def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n
     params.n_rs_seq = n_rs_seq
     params.n_threads = params.n_threads_batch = options.n_threads
     params.no_perf = not perf
+    if cb_eval is not None:
+        params.cb_eval = cb_eval
+        params.cb_eval_user_data = None
     if options.flash_attn is not None:
         params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if options.flash_attn
                                   else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)

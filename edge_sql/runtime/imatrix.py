@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import llama_cpp
@@ -28,8 +28,9 @@ from llama_cpp._ggml import libggml
 
 from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, validate_gguf
 from edge_sql.convert.imatrix_file import Imatrix, ImatrixEntry
-from edge_sql.errors import ImatrixError
+from edge_sql.errors import ImatrixError, ModelFileError
 from edge_sql.runtime.batch import TokenBatch
+from edge_sql.runtime.context import create_context
 from edge_sql.runtime.session import Session
 
 MIN_ROWS = 16  # llama.cpp's imatrix skips smaller products
@@ -231,32 +232,25 @@ def collect_imatrix(
     if total == 0:
         raise ImatrixError("the calibration text has no tokens")
     collector = ImatrixCollector()
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = max(len(p) for p in pieces)
-    params.n_batch = params.n_ubatch = batch = min(batch_size, params.n_ctx)
-    params.n_seq_max = 1
-    params.n_outputs_max = batch
-    params.n_threads = params.n_threads_batch = session.info.n_threads
-    params.no_perf = True
-    params.cb_eval = collector.callback
-    params.cb_eval_user_data = None
-    ctx = llama_cpp.llama_init_from_model(session.llama_model, params)
-    if not ctx:
-        raise ImatrixError(f"llama.cpp could not create a {params.n_ctx}-token context to collect the imatrix")
-    done = 0
+    n_ctx = max(len(p) for p in pieces)
+    batch = min(batch_size, n_ctx)
+    options = replace(session.context.options, n_ctx=n_ctx, n_batch=batch, n_ubatch=batch)
     try:
-        with TokenBatch(batch) as token_batch:
-            for piece in pieces:
-                llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
-                for start in range(0, len(piece), batch):
-                    token_batch.fill(piece[start:start + batch], start, outputs="all")
-                    token_batch.decode(ctx)
-                    collector.raise_pending()
-                    done += min(batch, len(piece) - start)
-                    if progress is not None:
-                        progress(done, total)
-    finally:
-        llama_cpp.llama_free(ctx)
+        context = create_context(session.context.loaded, options, n_outputs=batch, cb_eval=collector.callback,
+                                 what=f"a {n_ctx}-token context to collect the imatrix")
+    except ModelFileError as exc:
+        raise ImatrixError(str(exc)) from None
+    done = 0
+    with context, TokenBatch(batch) as token_batch:
+        for piece in pieces:
+            context.clear()
+            for start in range(0, len(piece), batch):
+                token_batch.fill(piece[start:start + batch], start, outputs="all")
+                token_batch.decode(context.ptr)
+                collector.raise_pending()
+                done += min(batch, len(piece) - start)
+                if progress is not None:
+                    progress(done, total)
     imatrix = collector.imatrix(datasets=list(datasets), chunk_count=total // chunk_size, chunk_size=chunk_size,
                                 model_file_type=file_type)
     return imatrix, CollectReport(len(sequences), total, len(pieces), time.perf_counter() - started)
