@@ -131,6 +131,34 @@ def test_pull_interrupted(tiny_checkpoint: Path, tmp_path: Path, signum: int,
     assert on_disk == sorted(m.path.name for m in recorded)
 
 
+@pytest.mark.parametrize("interrupted_record", [1, 2])  # the BF16 entry, the Q8_0 entry
+def test_pull_interrupted_while_recording_leaves_no_unrecorded_file(
+        tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        interrupted_record: int) -> None:
+    """A signal while the index is written (the file already renamed into place) takes the new
+    file away too: what is on disk is what the index names (CI once caught that window)."""
+    from edge_sql.store.pull import pull_model
+
+    store = ModelStore(tmp_path / "store")
+    real_add = ModelStore.add
+    calls: list[str] = []
+
+    def add_then_interrupted(self: ModelStore, name: str, variant: str, path: Path, **kw: object):
+        calls.append(variant)
+        if len(calls) == interrupted_record:
+            raise KeyboardInterrupt  # as SIGTERM does under edge_sql.interrupts
+        return real_add(self, name, variant, path, **kw)
+
+    monkeypatch.setattr(ModelStore, "add", add_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pull_model(str(tiny_checkpoint), quant="Q8_0", store=store)
+    recorded = store.list()
+    on_disk = sorted(p.name for p in (store.root / "models").rglob("*.gguf"))
+    assert on_disk == sorted(m.path.name for m in recorded)
+    assert [m.variant for m in recorded] == (["BF16"] if interrupted_record == 2 else [])
+    assert parts_under(store.root) == []
+
+
 HOLD_PARTIAL = ("import sys, time\n"
                 "from pathlib import Path\n"
                 "from edge_sql.convert.atomic import atomic_output\n"

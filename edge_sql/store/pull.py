@@ -163,10 +163,22 @@ def _pull_locked(
         log(f"recorded {entry.ref}: {entry.path}")
         return entry
 
+    def made_and_recorded(variant_name: str, path: Path, make: Callable[[], object]) -> StoredModel:
+        """`make()` writes `path`, which is then recorded; interrupted or failed in between (a
+        signal while the index is written), the new file goes too: nothing on disk unrecorded."""
+        before = _file_identity(path)
+        try:
+            make()
+            return record(variant_name, path)
+        except BaseException:
+            _remove_unrecorded(store, path, before)
+            raise
+
     target = store.model_path(source.name, variant, basename=source.basename)
     if is_converted(variant):
-        _convert(checkout, target, CONVERTED_VARIANTS[variant], source.license, log)
-        return PullResult(record(variant, target), False, recorded, checkout.snapshot)
+        made = made_and_recorded(
+            variant, target, lambda: _convert(checkout, target, CONVERTED_VARIANTS[variant], source.license, log))
+        return PullResult(made, False, recorded, checkout.snapshot)
 
     def quantize(src: Path) -> None:
         from edge_sql.convert.quantize import uses_imatrix
@@ -178,22 +190,47 @@ def _pull_locked(
     base = store.get(source.name, BASE_VARIANT)
     if base is not None and base.exists and not force and checkout.made(base):
         log(f"quantizing from the stored {base.ref} ({base.path})")
-        quantize(base.path)
+        made = made_and_recorded(variant, target, lambda: quantize(base.path))
     elif keep_bf16:
         base_path = store.model_path(source.name, BASE_VARIANT, basename=source.basename)
-        _convert(checkout, base_path, "bf16", source.license, log)
-        record(BASE_VARIANT, base_path)
-        quantize(base_path)
+        made_and_recorded(BASE_VARIANT, base_path,
+                          lambda: _convert(checkout, base_path, "bf16", source.license, log))
+        made = made_and_recorded(variant, target, lambda: quantize(base_path))
     else:
         work_path = target.with_name(f".{target.stem}-work-{BASE_VARIANT}.gguf")
-        try:
-            _convert(checkout, work_path, "bf16", source.license, log)
-            quantize(work_path)
-        finally:
-            work_path.unlink(missing_ok=True)
-        if used:  # made beside the work file: kept beside the variant it made
-            used[0] = used[0].replace(target.with_name(target.stem + ".imatrix.gguf"))
-    return PullResult(record(variant, target), False, recorded, checkout.snapshot)
+
+        def from_work_file() -> None:
+            try:
+                _convert(checkout, work_path, "bf16", source.license, log)
+                quantize(work_path)
+            finally:
+                work_path.unlink(missing_ok=True)
+            if used:  # made beside the work file: kept beside the variant it made
+                used[0] = used[0].replace(target.with_name(target.stem + ".imatrix.gguf"))
+
+        made = made_and_recorded(variant, target, from_work_file)
+    return PullResult(made, False, recorded, checkout.snapshot)
+
+
+def _file_identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file apart from the one that was there before (None: no file)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _remove_unrecorded(store: ModelStore, path: Path, before: tuple[int, int, int] | None) -> None:
+    """Remove `path` when this pull wrote it (it differs from `before`) and the index does not
+    name it; a file that was there already, or one recorded, stays."""
+    now = _file_identity(path)
+    if now is None or now == before:
+        return
+    resolved = path.resolve()
+    if any(m.path.resolve() == resolved for m in store.list()):
+        return
+    path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
