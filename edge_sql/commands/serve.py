@@ -50,8 +50,11 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @speculate_option
 @click.option("--no-tune", is_flag=True,
               help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this machine.")
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Requests answered at the same time, each in its own sequence of the model's context "
+              "(one context window of --ctx tokens each); the rest wait in the queue.")
 @click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
-              help="Requests that may wait behind the running one; more get 503 (HTTP) or a tool error (MCP).")
+              help="Requests that may wait behind the running ones; more get 503 (HTTP) or a tool error (MCP).")
 @click.option("--queue-timeout", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds a request may wait in the queue before it is dropped with an error.")
 @click.option("--max-body", type=click.IntRange(min=256), default=64 * 1024, show_default=True, help="Largest HTTP request body in bytes (413 above).")
@@ -60,12 +63,12 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, open_page: bool,
             token: str | None,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
-            budget: dict[str, int], no_tune: bool, queue_size: int, queue_timeout: float, max_body: int, max_question: int,
-            max_rows: int, speculate: str = "off") -> None:
+            budget: dict[str, int], no_tune: bool, parallel: int, queue_size: int, queue_timeout: float, max_body: int,
+            max_question: int, max_rows: int, speculate: str = "off") -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
-    One model answers every client; requests queue in arrival order. Databases are named at
-    start and clients refer to them by name only.
+    One model answers every client, --parallel of them at a time; the other requests queue in
+    arrival order. Databases are named at start and clients refer to them by name only.
 
     \b
     Examples:
@@ -83,7 +86,7 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
 
     _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file,
            Budget(**{"max_result_rows": max_rows, **budget}), queue_size, queue_timeout, max_body, max_question,
-           max_rows, tune=not no_tune, speculate=speculate, open_page=open_page)
+           max_rows, tune=not no_tune, speculate=speculate, open_page=open_page, parallel=parallel)
 
 
 def _check_token(token: str | None, http: bool, host: str) -> None:
@@ -108,9 +111,9 @@ def _check_token(token: str | None, http: bool, host: str) -> None:
 
 def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
            queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True,
-           speculate: str = "off", open_page: bool = False) -> None:
+           speculate: str = "off", open_page: bool = False, parallel: int = 1) -> None:
     from edge_sql.agent import load_prompt
-    from edge_sql.api import Agent
+    from edge_sql.serve.agents import open_agent
     from edge_sql.serve.run import bind, serve_http, serve_stdio
     from edge_sql.serve.service import Limits, Service
     from edge_sql.tools import ReadOnlyDatabase
@@ -120,13 +123,13 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
         ReadOnlyDatabase(path).close()
     load_prompt(prompt_file)
     limits = Limits(max_body_bytes=max_body, max_question_chars=max_question, max_rows=max_rows,
-                    max_waiting=queue_size, wait_timeout_s=queue_timeout)
+                    parallel=parallel, max_waiting=queue_size, wait_timeout_s=queue_timeout)
     listener = bind(host, port) if http else None
     try:
         _log(f"loading {model or 'the default model'} ...")
-        with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
-                   tune=tune, budget=budget, log=_log, speculate=speculate) as agent:
-            _log(f"loaded {agent.info.describe()}")
+        with open_agent(model, parallel=parallel, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx,
+                        prompt_file=prompt_file, tune=tune, budget=budget, log=_log, speculate=speculate) as agent:
+            _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
             try:

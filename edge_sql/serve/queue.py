@@ -1,15 +1,17 @@
 """One model, many clients: a bounded first-come-first-served queue in front of one `Agent`.
 
-`Agent.ask` already serializes callers with a lock, but a lock neither keeps arrival order,
-nor bounds how many wait, nor says where a caller stands. The queue does, on the event loop
-that serves the clients: jobs wait in a deque, one consumer coroutine takes them in arrival
-order, and withdrawals and wait time-outs happen on the loop too, so the queue's state has one
-owner and needs no lock. Only the episode itself leaves the loop, for a one-thread executor
-(one model, one episode at a time); its events come back with `call_soon_threadsafe`.
+`Agent.ask` already serializes callers (or, with `parallel=N`, lets N of them run), but it
+neither keeps arrival order, nor bounds how many wait, nor says where a caller stands. The
+queue does, on the event loop that serves the clients: jobs wait in a deque, up to `parallel`
+of them run at once (each as one task on the loop, started in arrival order as a slot frees),
+and withdrawals and wait time-outs happen on the loop too, so the queue's state has one owner
+and needs no lock. Only the episodes themselves leave the loop, for an executor of `parallel`
+threads (one per slot); their events come back with `call_soon_threadsafe`.
 
-A job's `updates()` yield its queue position, the episode's events and finally its outcome.
-Cancelling a job (client disconnect, MCP cancellation) removes it if it still waits, or stops
-its episode at the next token and interrupts its running SQL.
+A job's `updates()` yield its queue position (0 while it runs, 1 when it is the next to start,
+counted behind all the running ones), the episode's events and finally its outcome. Cancelling
+a job (client disconnect, MCP cancellation) removes it if it still waits, or stops its own
+episode at the next token and interrupts its running SQL; the other running episodes go on.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ Ask = Callable[[AskRequest, ReadOnlyDatabase, Callable[[EpisodeEvent], None], Ca
 
 @dataclass(frozen=True)
 class Position:
-    """The job's place: 0 while it runs, 1 when it is next, and so on."""
+    """The job's place: 0 while it runs, 1 when it is the next to start, and so on."""
 
     position: int
 
@@ -121,29 +123,34 @@ class Job:
 
 
 class AskQueue:
-    """Runs `ask(request, db, on_event, should_stop) -> EpisodeResult` per job, one at a time, in arrival order.
+    """Runs `ask(request, db, on_event, should_stop) -> EpisodeResult` per job, up to `parallel`
+    at a time, starting them in arrival order.
 
-    `ask` is normally a bound call of one shared `Agent`. At most `max_waiting` jobs wait behind
-    the running one. The consumer starts with the first `submit`, on that call's event loop.
+    `ask` is normally a bound call of one shared `Agent` (built with `parallel` sessions when
+    `parallel` > 1: the queue only decides how many calls run at once). At most `max_waiting`
+    jobs wait behind the running ones. Each job runs as a task on the event loop of the call
+    that started it (`submit`, or the end of the job before it).
     """
 
-    def __init__(self, ask: Ask, *, max_waiting: int = 8, wait_timeout_s: float = 300.0,
+    def __init__(self, ask: Ask, *, parallel: int = 1, max_waiting: int = 8, wait_timeout_s: float = 300.0,
                  log: Callable[[str], None] = lambda _m: None) -> None:
         if max_waiting < 0:
             raise ValueError("max_waiting must be at least 0")
+        if parallel < 1:
+            raise ValueError("parallel must be at least 1")
         self._ask = ask
+        self.parallel = parallel
         self.max_waiting = max_waiting
         self.wait_timeout_s = wait_timeout_s
         self._log = log
         self._waiting: collections.deque[Job] = collections.deque()
-        self._running: Job | None = None
+        self._running: list[Job] = []   # in the order they started; never more than `parallel`
+        self._tasks: set[asyncio.Task[None]] = set()
         self._numbers = itertools.count(1)
         self._closed = False
         self._mean_s = 10.0   # a running mean of episode wall times, for Retry-After
         self.counts = QueueCounts()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-sql-episode")
-        self._consumer: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="edge-sql-episode")
 
     # ---- on the event loop -----------------------------------------------------------------
 
@@ -152,17 +159,15 @@ class AskQueue:
         loop = asyncio.get_running_loop()
         if self._closed:
             raise EdgeSqlError("the server is shutting down")
-        if len(self._waiting) >= self.max_waiting and (self._running is not None or self._waiting):
+        if len(self._waiting) >= self.max_waiting and len(self._running) >= self.parallel:
             self.counts.rejected += 1
             raise QueueFull(f"the queue is full ({len(self._waiting)} waiting, limit {self.max_waiting}); "
                             "try again later", self.retry_after_s())
-        self._start_consumer(loop)
         job = Job(next(self._numbers), request, path, self)
         self._waiting.append(job)
         job.post(Position(len(self._waiting)))
         job._wait_timer = loop.call_later(self.wait_timeout_s, self._time_out, job)
-        if self._running is None:  # idle: it runs now, so /health never shows a job waiting while none runs
-            self._promote()
+        self._promote()  # a free slot: it runs now, so /health never shows a job waiting while a slot is free
         return job
 
     def withdraw(self, job: Job, reason: EdgeSqlError) -> bool:
@@ -183,9 +188,12 @@ class AskQueue:
         return True
 
     def snapshot(self) -> dict[str, object]:
-        """Queue state for /health: running, waiting, limits and counts."""
+        """Queue state for /health: whether any job runs and how many (of `parallel`), waiting,
+        limits and counts."""
         return {
-            "running": self._running is not None,
+            "running": bool(self._running),
+            "running_jobs": len(self._running),
+            "parallel": self.parallel,
             "waiting": len(self._waiting),
             "max_waiting": self.max_waiting,
             "wait_timeout_s": self.wait_timeout_s,
@@ -193,30 +201,24 @@ class AskQueue:
         }
 
     def retry_after_s(self) -> int:
-        """Seconds until a place is likely to free up: one mean episode, at least 1."""
-        return max(1, round(self._mean_s))
+        """Seconds until a place is likely to free up: one mean episode over the slots, at least 1."""
+        return max(1, round(self._mean_s / self.parallel))
 
     def close(self) -> None:
-        """Cancel the waiting jobs, stop the running one and wait for its episode to end.
+        """Cancel the waiting jobs, stop the running ones and wait for their episodes to end.
 
-        Called once the loop serves no more (or on it): what is left is a set flag and an
-        interrupted statement, and the executor's thread to join.
+        Called once the loop serves no more (or on it): what is left is set flags and
+        interrupted statements, and the executor's threads to join.
         """
         self._closed = True
         for job in list(self._waiting):
             job.cancel()
-        if self._running is not None:
-            self._running.cancel()
-        consumer = self._consumer
-        if consumer is not None and not consumer.done() and not consumer.get_loop().is_closed():
-            consumer.get_loop().call_soon_threadsafe(consumer.cancel)
+        for job in list(self._running):
+            job.cancel()
+        for task in list(self._tasks):
+            if not task.done() and not task.get_loop().is_closed():
+                task.get_loop().call_soon_threadsafe(task.cancel)
         self._executor.shutdown(wait=True)
-
-    def _start_consumer(self, loop: asyncio.AbstractEventLoop) -> None:
-        """One consumer per queue, on the loop of the first submit (a new one if that loop is gone)."""
-        if self._consumer is None or self._consumer.get_loop() is not loop:
-            self._wake = asyncio.Event()
-            self._consumer = loop.create_task(self._consume(), name="edge-sql-serve-queue")
 
     def _time_out(self, job: Job) -> None:
         message = (f"the request waited {self.wait_timeout_s:g} s in the queue without starting "
@@ -228,25 +230,21 @@ class AskQueue:
             waiting.post(Position(index))
 
     def _promote(self) -> None:
-        """The next waiting job becomes the running one (or none runs), and the consumer hears of it."""
-        job = self._waiting.popleft() if self._waiting and not self._closed else None
-        self._running = job
-        if job is not None:
+        """Waiting jobs take the free slots in arrival order, each started as a task on this loop."""
+        started = False
+        while self._waiting and len(self._running) < self.parallel and not self._closed:
+            job = self._waiting.popleft()
+            self._running.append(job)
             job.state = "running"
             if job._wait_timer is not None:
                 job._wait_timer.cancel()
-            self._post_positions()
             job.post(Position(0))
-            self._wake.set()
-
-    async def _consume(self) -> None:
-        while True:
-            job = self._running
-            if job is None:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            await self._run(job)
+            task = asyncio.get_running_loop().create_task(self._run(job), name=f"edge-sql-ask-{job.number}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started = True
+        if started:
+            self._post_positions()
 
     async def _run(self, job: Job) -> None:
         loop = asyncio.get_running_loop()
@@ -255,6 +253,7 @@ class AskQueue:
             outcome = await loop.run_in_executor(self._executor, self._episode, job, loop)
         except asyncio.CancelledError:  # the server is closing: the episode stops at the next token
             job.stop.set()
+            self._running.remove(job)
             job.post(Finished(error=Cancelled("the server is shutting down")))
             raise
         elapsed = time.monotonic() - started
@@ -266,11 +265,12 @@ class AskQueue:
             self._mean_s = 0.7 * self._mean_s + 0.3 * elapsed
         else:
             self.counts.failed += 1
-        self._promote()  # hand over in the same step: a job never waits while none runs (what /health shows)
+        self._running.remove(job)
+        self._promote()  # hand over in the same step: a job never waits while a slot is free (what /health shows)
         self._log(self._summary(job, outcome, elapsed))
         job.post(outcome)
 
-    # ---- in the executor's thread --------------------------------------------------------------
+    # ---- in one of the executor's threads -------------------------------------------------------
 
     def _episode(self, job: Job, loop: asyncio.AbstractEventLoop) -> Finished:
         def on_event(event: EpisodeEvent) -> None:

@@ -1,4 +1,5 @@
-"""What both interfaces share: the named databases, the limits, one `Agent` behind one queue.
+"""What both interfaces share: the named databases, the limits, one `Agent` behind one queue
+(answering `Limits.parallel` requests at once).
 
 The operator names every database at start (`--db NAME=PATH`); clients refer to them by name
 only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
@@ -35,7 +36,8 @@ class Limits:
     max_rows: int = 200            # rows of the answer returned over HTTP (Budget.max_result_rows)
     mcp_rows: int = 20             # rows shown in an MCP tool result (with the total count)
     mcp_output_chars: int = 200    # each call's output in an MCP tool result
-    max_waiting: int = 8           # requests waiting behind the running one
+    parallel: int = 1              # requests answered at once (the Agent holds as many sessions)
+    max_waiting: int = 8           # requests waiting behind the running ones
     wait_timeout_s: float = 300.0  # longest wait in the queue before the request is dropped
 
 
@@ -82,8 +84,8 @@ class Service:
             with ReadOnlyDatabase(path) as db:  # a bad file fails at start, not on the first request
                 self.databases[name] = DatabaseEntry(name, Path(path), db.table_names())
         self.variant = model_variant(agent.info.model_path)
-        self.queue = AskQueue(self._ask, max_waiting=limits.max_waiting, wait_timeout_s=limits.wait_timeout_s,
-                              log=log)
+        self.queue = AskQueue(self._ask, parallel=limits.parallel, max_waiting=limits.max_waiting,
+                              wait_timeout_s=limits.wait_timeout_s, log=log)
 
     def _ask(self, request: AskRequest, db: ReadOnlyDatabase, on_event: Callable[[EpisodeEvent], None],
              should_stop: Callable[[], bool]) -> EpisodeResult:
