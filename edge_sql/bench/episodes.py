@@ -4,13 +4,21 @@
 node and with how many threads) and then turns one (mode, question id) into one "episode"
 record at a time. Whoever drives it decides where the records go: the local worker appends
 them to the results file itself; a Ray actor returns them to the driver, which appends them.
+
+With `task.parallel` = N > 1 the variant is loaded as N sessions of one model
+(`runtime.sequences.open_sessions`), and `run_many` answers N questions at once, one thread
+per session (what lets the engine batch their decode steps). Each episode runs alone on its
+session as it would serially, so its record is the serial one but for the timings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import queue
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +28,28 @@ from edge_sql.bench.tasks import EpisodeTask
 from edge_sql.errors import EdgeSqlError
 
 
-def _recording_session_type():
-    """A Session that notes which context positions the model itself wrote (for fidelity)."""
-    from edge_sql.runtime import Session
+class SpanRecorder:
+    """A session seen through a wrapper that notes which context positions the model itself
+    wrote ([start, end) of each `generate`, for fidelity); everything else is the session's.
+    A wrapper, not a subclass, so it fits whatever sessions `open_sessions` returns."""
 
-    class RecordingSession(Session):
-        generated_spans: list[list[int]]
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.generated_spans: list[list[int]] = []
 
-        def reset(self) -> None:
-            super().reset()
-            self.generated_spans = []
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
 
-        def generate(self, *args, **kwargs):
-            start = self.n_past
-            completion = super().generate(*args, **kwargs)
-            if self.n_past > start:
-                self.generated_spans.append([start, self.n_past])
-            return completion
+    def reset(self) -> None:
+        self.session.reset()
+        self.generated_spans = []
 
-    return RecordingSession
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        start = self.session.n_past
+        completion = self.session.generate(*args, **kwargs)
+        if self.session.n_past > start:
+            self.generated_spans.append([start, self.session.n_past])
+        return completion
 
 
 class EpisodeRunner:
@@ -66,8 +77,12 @@ class EpisodeRunner:
                                               log=lambda message: print(message, file=sys.stderr))
         if task.n_threads is not None:
             settings = dataclasses.replace(settings, n_threads=task.n_threads)
+        from edge_sql.runtime.sequences import open_sessions
+
         started = time.perf_counter()
-        self.session = _recording_session_type()(path, settings.session_options(task.speculate, n_ctx=task.n_ctx))
+        self._group = open_sessions(path, settings.session_options(task.speculate, n_ctx=task.n_ctx), task.parallel)
+        self.sessions = [SpanRecorder(session) for session in self._group.sessions]
+        self.session = self.sessions[0]  # what `run` uses unless given another
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         self.session.lltokenizer()  # the grammar engine's vocabulary view: same for every variant
@@ -76,23 +91,72 @@ class EpisodeRunner:
             "grammar_setup_s": time.perf_counter() - started, "n_threads": self.session.info.n_threads,
             "settings": self.session.info.settings, "tuning": self.tuning,
             "n_ctx": self.session.n_ctx, "time": time.time(), "node": self.node, "machine": machine_description(),
+            **({"parallel": task.parallel} if task.parallel > 1 else {}),
         }
 
-    def run(self, mode: str, question_id: str) -> dict[str, Any]:
-        """One episode, scored: the "episode" record (an episode that cannot run scores 0)."""
+    def run_many(self, items: Sequence[tuple[str, str]]) -> Iterator[dict[str, Any]]:
+        """The records of `items` (mode, question id), as they finish: in order with one session;
+        with N, N at a time, one thread per session, each taking the next item when it is free.
+        Closing the iterator early (an error, Ctrl-C) stops the running episodes and joins them."""
+        if len(self.sessions) == 1:
+            for mode, question_id in items:
+                yield self.run(mode, question_id)
+            return
+        todo: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        for item in items:
+            todo.put(item)
+        finished: queue.SimpleQueue[tuple[dict[str, Any] | None, BaseException | None]] = queue.SimpleQueue()
+        stop = threading.Event()
+
+        def work(session: SpanRecorder) -> None:
+            while not stop.is_set():
+                try:
+                    mode, question_id = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    finished.put((self.run(mode, question_id, session=session, should_stop=stop.is_set), None))
+                except BaseException as exc:  # a bug: the driver re-raises it
+                    finished.put((None, exc))
+                    return
+
+        threads = [threading.Thread(target=work, args=(session,), name=f"edge-sql-bench-{index}", daemon=True)
+                   for index, session in enumerate(self.sessions)]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in items:
+                while True:
+                    try:
+                        record, error = finished.get(timeout=0.5)  # a timeout: Ctrl-C reaches this thread
+                        break
+                    except queue.Empty:
+                        continue
+                if error is not None:
+                    raise error
+                yield record
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+
+    def run(self, mode: str, question_id: str, *, session: SpanRecorder | None = None,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """One episode on `session` (default: the first), scored: the "episode" record (an
+        episode that cannot run scores 0)."""
         from edge_sql.agent.episode import run_episode
         from edge_sql.bench.modes import prompt_for_mode
         from edge_sql.evaluation.scoring import score_prediction
         from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
-        task, session = self.task, self.session
+        task, session = self.task, session or self.session
         question = self.questions[question_id]
         key = WorkKey(task.variant, mode, question_id, task.seed)
         try:
             with ReadOnlyDatabase(question.db_path) as db:
                 result = run_episode(session, Toolbox(db), question.question, evidence=question.evidence,
                                      params=self.params, prompt=prompt_for_mode(self.prompt, mode, db),
-                                     budget=self.budget)
+                                     budget=self.budget, should_stop=should_stop)
         except EdgeSqlError as exc:  # e.g. a schema too long for the context: the question scores 0
             return {"kind": "episode", **key.as_fields(), "db_id": question.db_id,
                     "difficulty": question.difficulty, "sql": None, "correct": False,
@@ -131,4 +195,4 @@ class EpisodeRunner:
         return record
 
     def close(self) -> None:
-        self.session.close()
+        self._group.close()

@@ -64,6 +64,7 @@ class BenchConfig:
     ray_workers: int | None = None   # Ray actors per variant (default: as many as the cluster's CPUs allow)
     tune: bool = True  # episodes run with the calibrated llama.cpp settings (False: safe defaults)
     speculate: str = "off"  # speculative decoding (same answers; speed and draft acceptance change)
+    parallel: int = 1  # episodes at once per variant, each on its own session (same records, but timings)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -180,6 +181,11 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
             raise BenchSetupError(f"a bench on Ray (ray={config.ray!r}) runs through edge_sql.cluster.runner.RayRunner: "
                                   "pass run_bench(config, runner=RayRunner())")
         runner = LocalRunner()
+    if config.ray is not None and config.parallel > 1:
+        raise BenchSetupError("--parallel runs several episodes in one local process; with --ray each actor runs "
+                              "one at a time and --ray-workers sets how many run at once")
+    if config.parallel < 1:
+        raise BenchSetupError(f"parallel must be at least 1, got {config.parallel}")
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = ResultsLog(out_dir / RESULTS_FILE_NAME)
@@ -239,6 +245,7 @@ def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, s
         n_threads=config.n_threads, n_ctx=config.n_ctx, budget=config.budget, greedy=config.greedy,
         prompt_file=None if config.prompt_file is None else str(config.prompt_file),
         record_tokens=variant.name == REFERENCE, tune=config.tune, speculate=config.speculate,
+        parallel=config.parallel,
     )
 
 

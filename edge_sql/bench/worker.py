@@ -28,8 +28,9 @@ def run_episodes(task: EpisodeTask) -> None:
     log = ResultsLog(Path(task.results_path))
     runner = EpisodeRunner(task)
     log.append(runner.load_record)
-    for mode, question_id in tqdm(task.items, desc=f"{task.variant} episodes", unit="ep", file=sys.stderr):
-        log.append(runner.run(mode, question_id))
+    for record in tqdm(runner.run_many(task.items), total=len(task.items), desc=f"{task.variant} episodes",
+                       unit="ep", file=sys.stderr):
+        log.append(record)  # as each finishes: with --parallel, not in item order (resume goes by key)
     runner.close()
 
 

@@ -55,6 +55,9 @@ from edge_sql.commands.ray_options import ray_options
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log (e.g. the quantizer's line per tensor).")
 @budget_options
 @speculate_option
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Episodes run at the same time per variant, each on its own sequence of the model's context "
+              "(one --ctx window each). The records are those of a serial run but for the timings.")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
 @ray_options
@@ -65,7 +68,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
             n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, cache_dir: Path | None,
             note: str, verbose: bool,
             resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False,
-            speculate: str = "off") -> None:
+            speculate: str = "off", parallel: int = 1) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -81,7 +84,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
         prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
         resume=resume, note=note, verbose=verbose, cache_dir=cache_dir, ray=ray_address, ray_workers=ray_workers, tune=not no_tune,
-        speculate=speculate,
+        speculate=speculate, parallel=parallel,
     )
     log = lambda message: click.echo(message, err=True)  # noqa: E731
     runner = None

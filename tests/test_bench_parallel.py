@@ -1,0 +1,142 @@
+"""`edge-sql bench --parallel 2`: two episodes at once per variant, the same records as a serial
+bench (greedy, on the fixture model) but for the timings, and a resumed run still does only
+what is missing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edge_sql.bench.episodes import EpisodeRunner, SpanRecorder
+from edge_sql.bench.tasks import EpisodeTask
+from edge_sql.cli import main
+from edge_sql.evaluation.datasets import load_bundled
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
+TINY_BUDGET = [
+    "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1", "--episode-tokens", "4096",
+    "--budget", "max_final_sql_tokens=24", "--budget", "max_sql_chars=48", "--budget", "max_name_chars=24",
+]
+# what depends on the clock or on which session restored the shared prompt prefix (the first
+# episode of each session evaluates it, later ones restore it): not the episode itself
+TIMING_FIELDS = {"wall_s", "prompt_s", "generate_s", "prompt_tokens", "prefix_tokens_restored"}
+
+
+def _bench(base: Path, out: Path, limit: int, parallel: int) -> str:
+    args = ["bench", "--base", str(base), "--variants", "BF16", "--limit", str(limit), "--modes", "withheld,given",
+            "--threads", "1", "--ctx", "4096", "--greedy", "--out", str(out), "--no-tune", "--parallel", str(parallel),
+            *TINY_BUDGET]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _records(out: Path, kind: str) -> list[dict]:
+    lines = (out / "results.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if record["kind"] == kind]
+
+
+def _episodes(out: Path) -> dict[tuple, dict]:
+    """Each episode record by key, without the timing fields."""
+    return {(r["variant"], r["mode"], r["question_id"], r["seed"]): {k: v for k, v in r.items() if k not in TIMING_FIELDS}
+            for r in _records(out, "episode")}
+
+
+@pytest.fixture(scope="module")
+def benches(tiny_gguf_fast: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    digests = _database_digests()
+    root = tmp_path_factory.mktemp("bench-parallel")
+    serial, parallel = root / "serial", root / "parallel"
+    outputs = {"serial": _bench(tiny_gguf_fast, serial, 3, 1),
+               "first": _bench(tiny_gguf_fast, parallel, 2, 2),     # then resumed with a third question
+               "resumed": _bench(tiny_gguf_fast, parallel, 3, 2)}
+    return {"serial": serial, "parallel": parallel, "outputs": outputs, "digests": digests}
+
+
+def _database_digests() -> dict[str, str]:
+    """The bundled databases the bench's episodes read, by content."""
+    return {db: hashlib.sha256((DATA_DIR / db / f"{db}.sqlite").read_bytes()).hexdigest()
+            for db in ("chinook", "northwind")}
+
+
+def test_parallel_records_are_the_serial_ones(benches: dict) -> None:
+    serial, parallel = _episodes(benches["serial"]), _episodes(benches["parallel"])
+    assert len(serial) == 6 and set(parallel) == set(serial)
+    for key, record in serial.items():
+        assert parallel[key] == record, key
+    # the reference's transcripts and the spans the model wrote itself (what fidelity compares on)
+    assert all(r["tokens"] and r["generated_spans"] for r in serial.values())
+    fidelity = {_key(r): {k: v for k, v in r.items() if k != "seconds"}
+                for r in _records(benches["serial"], "fidelity")}
+    assert fidelity == {_key(r): {k: v for k, v in r.items() if k != "seconds"}
+                        for r in _records(benches["parallel"], "fidelity")}
+    assert len(fidelity) == 6 and all(r["kl_sum"] == 0.0 and r["positions"] > 0 for r in fidelity.values())
+    loads = _records(benches["parallel"], "load")
+    assert [load.get("parallel") for load in loads] == [2, 2]
+    assert [load.get("parallel") for load in _records(benches["serial"], "load")] == [None]
+    serial_report = json.loads((benches["serial"] / "bench.json").read_text())
+    parallel_report = json.loads((benches["parallel"] / "bench.json").read_text())
+    assert serial_report["variants"][0]["accuracy"] == parallel_report["variants"][0]["accuracy"]
+    assert parallel_report["settings"]["parallel"] == 2
+
+
+def _key(record: dict) -> tuple:
+    return record["variant"], record["mode"], record["question_id"]
+
+
+def test_resume_with_parallel_runs_each_episode_once(benches: dict) -> None:
+    outputs = benches["outputs"]
+    assert "6 episodes and 6 fidelity comparisons run" in outputs["serial"]
+    assert "4 episodes and 4 fidelity comparisons run" in outputs["first"]
+    assert "2 episodes and 2 fidelity comparisons run" in outputs["resumed"]
+    counts = Counter(_key(r) for r in _records(benches["parallel"], "episode"))
+    assert len(counts) == 6 and set(counts.values()) == {1}
+
+
+def test_database_files_are_byte_identical_afterwards(benches: dict) -> None:
+    assert _database_digests() == benches["digests"]
+
+
+class _MeetOnce(SpanRecorder):
+    """A session whose first `generate` waits for the other session's first one (a two-party
+    barrier: it breaks unless both episodes are under way at the same time)."""
+
+    def __init__(self, session, barrier: threading.Barrier) -> None:
+        super().__init__(session)
+        self.barrier, self.met = barrier, False
+
+    def generate(self, *args, **kwargs):
+        if not self.met:
+            self.met = True
+            self.barrier.wait()
+        return super().generate(*args, **kwargs)
+
+
+def test_run_many_runs_the_sessions_at_once(tiny_gguf_fast: Path, tmp_path: Path) -> None:
+    questions = load_bundled()[:3]
+    task = EpisodeTask(variant="BF16", model_path=str(tiny_gguf_fast), results_path=str(tmp_path / "r.jsonl"),
+                       dataset="bundled", dataset_format="bird", db_root=None,
+                       items=[("withheld", q.id) for q in questions], seed=0, n_threads=1, n_ctx=2048,
+                       budget={"max_rounds": 1, "max_think_tokens": 8, "max_final_think_tokens": 8,
+                               "max_calls_per_turn": 1, "max_final_sql_tokens": 24},
+                       greedy=True, tune=False, parallel=2, record_tokens=True)
+    runner = EpisodeRunner(task)
+    try:
+        assert len(runner.sessions) == 2 and runner.load_record["parallel"] == 2
+        barrier = threading.Barrier(2, timeout=60)
+        runner.sessions = [_MeetOnce(s.session, barrier) for s in runner.sessions]
+        records = list(runner.run_many(task.items))
+        alone = [runner.run(mode, qid) for mode, qid in task.items]   # one at a time, on the first session
+    finally:
+        runner.close()
+    assert sorted(r["question_id"] for r in records) == [q.id for q in questions]
+    by_id = {r["question_id"]: r for r in records}
+    for record in alone:
+        same = {k: v for k, v in by_id[record["question_id"]].items() if k not in TIMING_FIELDS}
+        assert same == {k: v for k, v in record.items() if k not in TIMING_FIELDS}
