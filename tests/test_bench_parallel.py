@@ -140,3 +140,52 @@ def test_run_many_runs_the_sessions_at_once(tiny_gguf_fast: Path, tmp_path: Path
     for record in alone:
         same = {k: v for k, v in by_id[record["question_id"]].items() if k not in TIMING_FIELDS}
         assert same == {k: v for k, v in record.items() if k not in TIMING_FIELDS}
+
+
+# ---- edge-sql eval --parallel ------------------------------------------------------------------
+
+NEVER_ENDS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+
+
+def test_eval_parallel_gives_the_serial_report(tmp_path: Path) -> None:
+    """Right, wrong, failing, timed-out and missing predictions over both bundled databases:
+    scored two at a time, the report (every question, in order) is the serial one."""
+    digests = _database_digests()
+    questions = load_bundled()
+    predictions = {}
+    for index, question in enumerate(questions):
+        kind = index % 5
+        if kind == 0:
+            predictions[question.id] = question.gold_sql
+        elif kind == 1:
+            predictions[question.id] = "SELECT 1"
+        elif kind == 2:
+            predictions[question.id] = "SELECT * FROM no_such_table"
+        elif kind == 3 and index < 20:
+            predictions[question.id] = NEVER_ENDS
+    pred_file = tmp_path / "pred.json"
+    pred_file.write_text(json.dumps(predictions))
+    reports = {}
+    for parallel in (1, 2):
+        out = tmp_path / f"report-{parallel}.json"
+        result = CliRunner().invoke(main, ["eval", "--dataset", "bundled", "--predictions", str(pred_file),
+                                           "--timeout", "0.5", "--parallel", str(parallel), "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        reports[parallel] = json.loads(out.read_text())
+    assert reports[2] == reports[1]
+    results = reports[1]["results"]
+    assert [r["id"] for r in results] == [q.id for q in questions]
+    assert {r["id"] for r in results if r["correct"]} >= {q.id for q in questions[::5]}
+    errors = [r["error"] or "" for r in results]
+    assert sum("no such table" in e for e in errors) == len(questions[2::5])
+    assert sum("time" in e for e in errors) == len(questions[3:20:5])
+    assert sum(e == "no prediction" for e in errors) == len(questions[4::5]) + len(questions[23::5])
+    assert _database_digests() == digests
+
+
+def test_eval_parallel_with_ray_is_refused(tmp_path: Path) -> None:
+    pred_file = tmp_path / "pred.json"
+    pred_file.write_text("{}")
+    result = CliRunner().invoke(main, ["eval", "--dataset", "bundled", "--predictions", str(pred_file),
+                                       "--parallel", "2", "--ray", "local"])
+    assert result.exit_code == 2 and "--parallel scores on this machine" in result.output

@@ -55,6 +55,14 @@ from edge_sql.evaluation.scoring import DEFAULT_TIMEOUT_S, evaluate
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the full report (every question's result) to this JSON file.",
 )
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Questions scored at the same time, each on connections of its own (every connection "
+    "runs its SQL in a process of its own). The report is the same.",
+)
 @ray_address_option
 def command(
     dataset: str,
@@ -64,6 +72,7 @@ def command(
     timeout_s: float,
     json_out: Path | None,
     ray_address: str | None,
+    parallel: int = 1,
 ) -> None:
     """Score predicted SQL by execution accuracy, with BIRD's rules.
 
@@ -74,6 +83,9 @@ def command(
 
     Example: edge-sql eval --dataset bundled --predictions pred.json --json report.json
     """
+    if ray_address is not None and parallel > 1:
+        raise click.UsageError("--parallel scores on this machine; with --ray each database is a Ray task "
+                               "and the cluster runs them side by side")
     questions = load_dataset(dataset, fmt=fmt, db_root=db_root)
     predicted = load_predictions(predictions, questions)
     if ray_address is not None:  # one Ray task per database (edge_sql.cluster)
@@ -83,7 +95,8 @@ def command(
                                  dataset=str(dataset), log=lambda message: click.echo(message, err=True))
     else:
         report = evaluate(
-            questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True
+            questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True,
+            parallel=parallel,
         )
     click.echo(report.format_table())
     if json_out is not None:
