@@ -61,6 +61,7 @@ def test_health_and_databases(server, tiny_gguf_fast, dbs):
     assert health["model"] == tiny_gguf_fast.name and health["variant"] == "Q4_0" and health["architecture"] == "qwen35"
     assert health["queue"]["running"] is False and health["queue"]["waiting"] == 0
     assert health["queue"]["max_waiting"] == 8
+    assert (health["queue"]["parallel"], health["queue"]["running_jobs"]) == (1, 0)  # the default: one at a time
     status, _, body = server.request("GET", "/v1/databases")
     assert status == 200
     with sqlite3.connect(dbs["northwind"]) as conn:
