@@ -189,3 +189,10 @@ def test_eval_parallel_with_ray_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["eval", "--dataset", "bundled", "--predictions", str(pred_file),
                                        "--parallel", "2", "--ray", "local"])
     assert result.exit_code == 2 and "--parallel scores on this machine" in result.output
+
+
+def test_bench_parallel_with_ray_is_refused(tiny_gguf_fast: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["bench", "--base", str(tiny_gguf_fast), "--variants", "BF16", "--out",
+                                       str(tmp_path / "out"), "--parallel", "2", "--ray", "local"])
+    assert result.exit_code == 1 and "with --ray each actor runs one at a time" in result.output
+    assert not (tmp_path / "out" / "results.jsonl").exists()
