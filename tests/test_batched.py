@@ -205,3 +205,15 @@ def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match
     check_parallel(chosen, 3)
     with pytest.raises(Exception, match=r"--parallel 4: at most 3 episodes at once fit"):
         check_parallel(chosen, 4)
+
+
+def test_more_logits_rows_than_the_context_holds_is_an_error_not_an_abort(tiny_gguf: Path) -> None:
+    """llama.cpp aborts the process (GGML_ASSERT n_outputs_max) when one batch asks for more
+    rows than the context was made for (measured: two sequences, a context of one row); the
+    decoder refuses such a request before llama.cpp sees it."""
+    with open_sessions(tiny_gguf, n=2, n_ctx=128, n_threads=1) as group:
+        context = group.sessions[0].context
+        with pytest.raises(ValueError, match="logits rows"):
+            context.decode([1, 2, 3], 0, outputs="all")
+        context.decode([1, 2, 3], 0, outputs="last")  # one row: fine, and the context still works
+        assert context.logits(-1).shape == (context.n_vocab,)

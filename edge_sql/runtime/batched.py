@@ -87,6 +87,9 @@ class BatchedDecoder:
         self._pending: dict[int, _Request] = {}
         self._engaged: dict[int, int] = {}
         self._stepping = False
+        # a step holds at most one request per sequence: so many rows each keeps every step within
+        # the context's n_outputs_max (past it llama.cpp aborts: GGML_ASSERT in llama-context.cpp)
+        self._outputs_per_sequence = max(1, context.n_outputs_max // max(1, context.n_seq))
 
     @contextmanager
     def engaged(self, seq: int) -> Iterator[None]:
@@ -112,6 +115,9 @@ class BatchedDecoder:
         """Decode `tokens` of sequence `seq` at positions start..; returns a copy of the logits
         of each flagged token, by its index in `tokens`. Blocks until they are decoded."""
         request = _Request(seq, np.asarray(tokens, dtype=np.int32), start, np.asarray(outputs, dtype=bool))
+        if int(request.outputs.sum()) > self._outputs_per_sequence:  # llama.cpp would abort the process
+            raise ValueError(f"{int(request.outputs.sum())} logits rows asked in one decode; a sequence of this "
+                             f"context has room for {self._outputs_per_sequence}")
         with self._cond:
             if seq in self._pending:
                 raise RuntimeError(f"sequence {seq} already waits for a decode (one thread per sequence)")

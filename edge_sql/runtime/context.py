@@ -67,7 +67,9 @@ def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n
         ptr = llama_cpp.llama_init_from_model(loaded.model, params)
     if not ptr:
         raise ModelFileError(f"llama.cpp could not create {what}")
-    return LlamaContext(ptr, loaded, options, buffer_sizes(lines))
+    context = LlamaContext(ptr, loaded, options, buffer_sizes(lines))
+    context.n_outputs_max = n_outputs
+    return context
 
 
 class LlamaContext(Closing):
@@ -85,6 +87,7 @@ class LlamaContext(Closing):
         self.n_ctx = llama_cpp.llama_n_ctx_seq(ptr)  # one sequence's window
         self.n_seq = llama_cpp.llama_n_seq_max(ptr)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(loaded.model))
+        self.n_outputs_max = 1  # logits rows one batch may ask for (create_context sets it)
         self.tokens: list[int] = []  # the token its memory holds at each position
         self._batch: TokenBatch | None = None
         self._listeners: list[DecodeListener] = []
