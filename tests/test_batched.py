@@ -203,7 +203,7 @@ def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match
         assert kinds["CPU KV"] == 3 * single.info.buffers["CPU KV"]  # cells per sequence, not shared
         assert kinds["CPU RS"] == pytest.approx(3 * single.info.buffers["CPU RS"], rel=0.05)
     check_parallel(chosen, 3)
-    with pytest.raises(Exception, match=r"--parallel 4: at most 3 episodes at once fit"):
+    with pytest.raises(Exception, match=r"4 episodes at once do not fit: at most 3 fit"):
         check_parallel(chosen, 4)
 
 

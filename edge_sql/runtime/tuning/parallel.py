@@ -125,9 +125,9 @@ def check_parallel(settings: Settings, n: int) -> None:
     """Refuse `n` episodes at once when calibration found fewer fit (`settings.parallel`;
     settings that were not calibrated, `parallel` 0, refuse nothing)."""
     if n < 1:
-        raise EdgeSqlError(f"--parallel must be at least 1, got {n}")
+        raise EdgeSqlError(f"episodes at once must be at least 1, got {n}")
     if settings.parallel and n > settings.parallel:
         raise EdgeSqlError(
-            f"--parallel {n}: at most {settings.parallel} episodes at once fit the memory budget for this model "
+            f"{n} episodes at once do not fit: at most {settings.parallel} fit the memory budget for this model "
             f"(each sequence adds {settings.sequence_bytes / 2**20:.0f} MiB of attention cells and recurrent "
             "state); ask for fewer, or a shorter context (`edge-sql tune` shows the figures)")
