@@ -252,3 +252,34 @@ def test_a_question_over_the_room_names_the_option_that_binds(room, names, tiny_
     assert result.exit_code == 1
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: the prompt and question need about ") and error.endswith(names), error
+
+
+def test_vote_runs_k_episodes_and_says_how_many_agreed(tiny_gguf_fast, chinook_db):
+    """`--vote 2`: two sampled episodes (seeds 3 and 4) at once, each listed with its group, then
+    the agreement line; the random fixture's answers never run, so no episode votes."""
+    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "3",
+            "--vote", "2", *SMALL]
+    as_json = run(*args, "--json")
+    data = json.loads(as_json.stdout)
+    assert as_json.exit_code == exit_code_for(data), as_json.output
+    vote = data["stats"]["vote"]
+    assert vote["k"] == 2 and vote["seeds"] == [3, 4] and len(vote["episodes"]) == 2
+    assert (vote["voters"], vote["agreed"], vote["chosen"], vote["agreement"]) == (0, 0, 0, 0.0)
+    live = run(*args)
+    assert live.exit_code == EXIT_NO_ANSWER
+    lines = live.stdout.splitlines()
+    assert lines[0] == "voting: 2 sampled episodes at once"
+    assert lines[1].startswith("* episode 1 (seed 3, ") and lines[2].startswith("  episode 2 (seed 4, ")
+    assert lines[3] == "0 of 2 episodes agreed (2 without an answer that runs); the answer is episode 1's"
+    assert "round 1" not in live.stdout  # two episodes' rounds would interleave: not shown
+
+
+def test_vote_refuses_greedy_and_a_question_over_the_room(tiny_gguf_fast, chinook_db, tmp_path):
+    greedy = run("--db", str(tmp_path / "never-opened.sqlite"), "--question", "How many?", "--vote", "3", "--greedy")
+    assert greedy.exit_code == 2 and "--vote samples K episodes and --greedy would make them all the same" in greedy.stderr
+    assert run("--db", str(chinook_db), "--vote", "1").exit_code == 2
+    long_question = "How many albums are there, counting every album of every artist? " * 60
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", long_question, "--vote", "2",
+                 *SMALL, "--ctx", "1024")
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: the prompt and question need about ")
