@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -173,7 +174,8 @@ class Agent:
     def session(self) -> Session | None:
         """The one session of a `parallel=1` Agent (None once closed); with more, see `sessions`."""
         if self.parallel != 1:
-            raise EdgeSqlError(f"this Agent has {self.parallel} sessions (parallel={self.parallel}): use agent.sessions")
+            raise EdgeSqlError(f"this Agent has {self.parallel} sessions (parallel={self.parallel}): "
+                               "use agent.sessions")
         return self._group.sessions[0] if self._group is not None else None
 
     @property
@@ -213,7 +215,8 @@ class Agent:
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run N at a time, and the result is the
-        chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; its `seeds` too).
+        chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`, and `wall_s`
+        for the whole vote).
         `on_event` is not called for a vote (K episodes' events would interleave). A vote of
         greedy episodes is refused (ValueError): they would all write the same answer.
         """
@@ -353,6 +356,7 @@ class Agent:
             raise EdgeSqlError("empty question")
         first = seed if seed is not None else random.randrange(2**31)
         seeds = [first + i for i in range(k)]
+        started = time.perf_counter()
         with _opened(db) as database:
             items = [Ask(question, database, evidence, s) for s in seeds]
             outcomes = self._run_all(items, greedy=False, should_stop=should_stop, on_result=None)
@@ -360,7 +364,7 @@ class Agent:
                 if isinstance(outcome, BaseException):
                     raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
             result = choose(outcomes, database, max_rows=self.budget.max_result_rows)
-        result.stats["vote"]["seeds"] = seeds
+        result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4))
         return result
 
     def _error_result(self, item: Ask, error: BaseException) -> EpisodeResult:

@@ -246,8 +246,9 @@ def test_episodes_without_an_answer_do_not_vote(chinook):
     assert (vote["chosen"], vote["voters"], vote["agreed"], vote["agreement"]) == (1, 1, 1, 1.0)
     nobody = choose([episode(None), episode("SELECT nope")], chinook)
     assert nobody.sql is None
-    assert (nobody.stats["vote"]["chosen"], nobody.stats["vote"]["voters"], nobody.stats["vote"]["agreement"]) == (0, 0, 0.0)
-    assert agreement_line(nobody.stats["vote"]) == "0 of 2 episodes agreed (2 without an answer that runs)"
+    none = nobody.stats["vote"]
+    assert (none["chosen"], none["voters"], none["agreement"]) == (0, 0, 0.0)
+    assert agreement_line(none) == "0 of 2 episodes agreed (2 without an answer that runs)"
 
 
 def test_a_vote_needs_sampled_episodes(pooled, chinook_db):
@@ -264,8 +265,8 @@ def test_a_vote_needs_sampled_episodes(pooled, chinook_db):
 TRAINED_BUDGET = Budget(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
                         max_name_chars=32, max_final_sql_tokens=40, max_calls_per_turn=2)
 VOTE_K = 4
-VOTE_SEED = 101
-VOTE_QUESTION = "How many rows does the Album table have?"
+VOTE_SEED = 27  # today: three episodes count Genre's rows, one writes a query that returns 1 (3 of 4 agree)
+VOTE_QUESTION = "Which customer spent the most money?"
 
 
 def rows_of(db: Path, sql: str) -> frozenset | None:
@@ -285,6 +286,7 @@ def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf,
         episodes = agent.ask_many([Ask(VOTE_QUESTION, seed=VOTE_SEED + i) for i in range(VOTE_K)], chinook_db)
     vote = voted.stats["vote"]
     assert vote["k"] == VOTE_K and vote["seeds"] == [VOTE_SEED + i for i in range(VOTE_K)]
+    assert vote["wall_s"] >= voted.stats["wall_s"] > 0  # the whole vote, and the chosen episode within it
     # the stats list every episode's SQL: the same episodes asked one by one
     assert [e["sql"] for e in vote["episodes"]] == [r.sql for r in episodes]
     assert [e["failed_queries"] for e in vote["episodes"]] == [failed_queries(r) for r in episodes]

@@ -270,13 +270,15 @@ def test_vote_runs_k_episodes_and_says_how_many_agreed(tiny_gguf_fast, chinook_d
     lines = live.stdout.splitlines()
     assert lines[0] == "voting: 2 sampled episodes at once"
     assert lines[1].startswith("* episode 1 (seed 3, ") and lines[2].startswith("  episode 2 (seed 4, ")
-    assert lines[3] == "0 of 2 episodes agreed (2 without an answer that runs); the answer is episode 1's"
+    assert re.fullmatch(r"0 of 2 episodes agreed \(2 without an answer that runs\); the answer is episode 1's "
+                        r"\([\d.]+ s for all 2\)", lines[3]), lines[3]
     assert "round 1" not in live.stdout  # two episodes' rounds would interleave: not shown
 
 
 def test_vote_refuses_greedy_and_a_question_over_the_room(tiny_gguf_fast, chinook_db, tmp_path):
     greedy = run("--db", str(tmp_path / "never-opened.sqlite"), "--question", "How many?", "--vote", "3", "--greedy")
-    assert greedy.exit_code == 2 and "--vote samples K episodes and --greedy would make them all the same" in greedy.stderr
+    assert greedy.exit_code == 2
+    assert "--vote samples K episodes and --greedy would make them all the same" in greedy.stderr
     assert run("--db", str(chinook_db), "--vote", "1").exit_code == 2
     long_question = "How many albums are there, counting every album of every artist? " * 60
     result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", long_question, "--vote", "2",

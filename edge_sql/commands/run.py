@@ -206,7 +206,8 @@ def _vote_text(vote: dict) -> str:
                  else f"group {episode['group'] + 1}: {episode['sql']}")
         lines.append(f"{mark} " + shorten(f"episode {i + 1} (seed {vote['seeds'][i]}, {failed} failed "
                                           f"quer{'y' if failed == 1 else 'ies'}): {shown}", CALL_LINE_WIDTH - 2))
-    lines.append(f"{agreement_line(vote)}; the answer is episode {vote['chosen'] + 1}'s")
+    lines.append(f"{agreement_line(vote)}; the answer is episode {vote['chosen'] + 1}'s "
+                 f"({vote['wall_s']:.1f} s for all {vote['k']})")
     return "\n".join(lines)
 
 
