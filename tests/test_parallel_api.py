@@ -116,6 +116,15 @@ def test_a_failing_question_costs_no_other_its_answer(pooled, single, chinook_db
         pooled.ask_many(["How many?"])
 
 
+def test_should_stop_ends_every_episode_of_ask_many(pooled, chinook_db):
+    results = pooled.ask_many(["How many albums?", "How many artists?", "How many tracks?", "How many genres?"],
+                              chinook_db, seed=1, should_stop=lambda: True)
+    assert [r.stop for r in results] == ["cancelled"] * 4
+    assert all(r.sql is None and r.error == "stopped by the user" for r in results)
+    assert [r.question for r in results] == ["How many albums?", "How many artists?", "How many tracks?",
+                                             "How many genres?"]
+
+
 def test_two_threads_ask_at_once(pooled, single, chinook_db, northwind_db):
     """Both episodes are under way together: each one's first round waits for the other's (a
     pool that ran them one after another would never let the barrier open)."""

@@ -285,3 +285,13 @@ def test_vote_refuses_greedy_and_a_question_over_the_room(tiny_gguf_fast, chinoo
                  *SMALL, "--ctx", "1024")
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines()[-1].startswith("Error: the prompt and question need about ")
+
+
+def test_the_interactive_prompt_votes_on_every_question(tiny_gguf_fast, chinook_db):
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--json", "--seed", "1", "--vote", "2",
+                 *SMALL, input="How many albums?\nHow many artists?\n")
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
+    assert [a["stats"]["vote"]["seeds"] for a in answers] == [[1, 2], [1, 2]]
+    assert all(len(a["stats"]["vote"]["episodes"]) == 2 for a in answers)
