@@ -214,11 +214,11 @@ class Agent:
         database or an empty question.
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
-        ... (a random first seed when `seed` is None) run N at a time, and the result is the
-        chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`, and `wall_s`
-        for the whole vote).
-        `on_event` is not called for a vote (K episodes' events would interleave). A vote of
-        greedy episodes is refused (ValueError): they would all write the same answer.
+        ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
+        the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`, and
+        `wall_s` for the whole vote). `on_event` is not called for a vote (K episodes' events
+        would interleave). A vote of greedy episodes is refused (ValueError): they would all
+        write the same answer.
         """
         if vote is not None:
             return self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
@@ -251,12 +251,13 @@ class Agent:
         A question is a str (about `db`, with `evidence` and `seed`) or an `Ask` (or a tuple of
         its fields: `(question, db, evidence, seed)`) whose fields that are not None win. Each
         database file is opened once and shared by its questions. `on_result(i, result)` is
-        called as each episode finishes (from a worker thread); `should_stop` ends every running one.
+        called as each episode finishes (from a worker thread); `should_stop` ends them all.
 
         A question that fails with an EdgeSqlError (a missing database, an empty question, one
         too long for the context) gets a result with `stop == "error"` and the message in
         `error`, so one bad question costs no other its answer. Any other exception is raised
-        once every running question has finished; Ctrl-C stops the running episodes first.
+        once every running question has finished; so is a KeyboardInterrupt (Ctrl-C) while
+        waiting, after the running episodes have been stopped.
         """
         items = [_ask_item(q, db, evidence, seed) for q in questions]
         outcomes = self._run_all(items, greedy=greedy, should_stop=should_stop, on_result=on_result)

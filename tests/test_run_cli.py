@@ -295,3 +295,18 @@ def test_the_interactive_prompt_votes_on_every_question(tiny_gguf_fast, chinook_
     assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
     assert [a["stats"]["vote"]["seeds"] for a in answers] == [[1, 2], [1, 2]]
     assert all(len(a["stats"]["vote"]["episodes"]) == 2 for a in answers)
+
+
+def test_ctrl_c_stops_every_episode_of_a_vote(tiny_gguf_fast, chinook_db):
+    """A real process: SIGINT while two episodes think stops both and exits 130, no traceback."""
+    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db),
+            "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "2", "--vote", "2",
+            "--threads", "1", "--ctx", "4096", "--think-tokens", "2000", "--budget", "max_tokens=4096", "--no-tune"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stdout.readline() == "voting: 2 sampled episodes at once\n"
+    time.sleep(2.0)  # now inside the 2000-token think blocks
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, (out, err)
+    assert out == "stopped.\n" and "Traceback" not in err

@@ -8,7 +8,7 @@ them (`result.result_set`: rows as a set of tuples); a result cut by the row cap
 rows fetched and agrees only with another cut one. An episode without SQL, or whose SQL fails
 now, does not vote. The answer is the largest group's; the chosen episode is, among the
 episodes of the largest groups (several when they tie), the one with the fewest failed
-`run_query` calls, then the first. With no voter at all the first episode is returned as it is.
+`run_query` calls, then the first. With no voter at all, the first episode is the one returned.
 
 Running the K episodes is the caller's job (`Agent.ask(..., vote=K)` runs them in parallel).
 """
