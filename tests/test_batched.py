@@ -1,0 +1,162 @@
+"""Several sessions on one context (runtime/batched.py, runtime/sequences.py): each sequence
+decodes what it would alone, sequences join and leave at any step, memory stays apart.
+
+Real llama.cpp on the tiny Qwen3.5-architecture fixture (attention and recurrent layers, so a
+state leaking between sequences shows in the logits), with the sessions driven from threads at
+once as `Agent(parallel=N)` and `serve --parallel` drive them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sql.runtime import SamplingParams, Session
+from edge_sql.runtime.sequences import open_sessions
+
+GREEDY = SamplingParams(greedy=True)
+PROMPTS = ["<|im_start|>user\nHow many albums are there?<|im_end|>\n<|im_start|>assistant\n",
+           "<|im_start|>user\nList the tables.<|im_end|>\n<|im_start|>assistant\n",
+           "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY",
+           "The quick brown fox"]
+
+
+def _completion(session: Session, prompt: str, n: int = 24) -> list[int]:
+    session.reset()
+    session.eval(session.tokenize(prompt))
+    return session.generate(params=GREEDY, max_tokens=n).tokens
+
+
+def _all_at_once(jobs: list[Callable[[], object]]) -> list[object]:
+    """Run every job in a thread of its own, started together; their results in order."""
+    results: list[object] = [None] * len(jobs)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(jobs))
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = jobs[i]()
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_gguf: Path) -> dict[str, list[int]]:
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as session:
+        return {prompt: _completion(session, prompt) for prompt in PROMPTS}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_identical_questions_at_once_decode_as_one_alone(tiny_gguf: Path, alone: dict, n: int) -> None:
+    with open_sessions(tiny_gguf, n=n, n_ctx=512, n_threads=1) as group:
+        got = _all_at_once([lambda s=s: _completion(s, PROMPTS[0]) for s in group])
+        assert group.counts.mean_width > 1.5  # they did share steps
+        assert group.info.n_seq == n and group.info.n_ctx == 512
+    assert got == [alone[PROMPTS[0]]] * n
+
+
+def test_different_questions_at_once_each_decode_as_alone(tiny_gguf: Path, alone: dict) -> None:
+    with open_sessions(tiny_gguf, n=len(PROMPTS), n_ctx=512, n_threads=1) as group:
+        got = _all_at_once([lambda s=s, p=p: _completion(s, p) for s, p in zip(group, PROMPTS)])
+    assert got == [alone[p] for p in PROMPTS]
+
+
+def test_a_sequence_leaves_and_another_joins_without_touching_the_others(tiny_gguf: Path, alone: dict) -> None:
+    """Sequence 0 answers three short prompts one after another (each reset clears its cells)
+    while sequence 1 decodes one long completion; the long one's logits are its lone ones."""
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
+        single.eval(single.tokenize(PROMPTS[3]))
+        long_alone = single.generate(params=GREEDY, max_tokens=120).tokens
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        first, second = group.sessions
+
+        def short_ones() -> list[list[int]]:
+            return [_completion(first, p, n=8) for p in PROMPTS[:3]]
+
+        def long_one() -> list[int]:
+            second.reset()
+            second.eval(second.tokenize(PROMPTS[3]))
+            return second.generate(params=GREEDY, max_tokens=120).tokens
+
+        shorts, long_batched = _all_at_once([short_ones, long_one])
+    assert long_batched == long_alone
+    assert shorts == [alone[p][:8] for p in PROMPTS[:3]]
+
+
+def test_logits_equal_the_lone_sequence_within_rounding(tiny_gguf: Path) -> None:
+    """The next-token logits after a prompt, decoded beside another sequence's prompt."""
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
+        single.eval(single.tokenize(PROMPTS[1]))
+        expected = single.logits()
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        def prompt_then_logits(session: Session, prompt: str) -> np.ndarray:
+            session.eval(session.tokenize(prompt))
+            return session.logits()
+
+        got, _other = _all_at_once([lambda: prompt_then_logits(group.sessions[0], PROMPTS[1]),
+                                    lambda: prompt_then_logits(group.sessions[1], PROMPTS[2])])
+    assert np.argmax(got) == np.argmax(expected)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-3 * float(np.abs(expected).max()))
+
+
+def test_a_long_prompt_advances_in_chunks_while_another_samples(tiny_gguf: Path) -> None:
+    """n_batch 32: a 200-token prompt takes several steps; the other sequence gets a token
+    into each of them (more steps shared than the prompt alone needs)."""
+    long_prompt = " ".join(f"row {i}" for i in range(100))
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_batch=32, n_ubatch=32, n_threads=1) as group:
+        a, b = group.sessions
+        a.eval(a.tokenize(PROMPTS[0]))
+
+        def sample() -> list[int]:
+            return a.generate(params=GREEDY, max_tokens=12).tokens
+
+        def read() -> int:
+            b.eval(b.tokenize(long_prompt))
+            return b.n_past
+
+        _all_at_once([sample, read])
+        counts = group.counts
+    assert counts.sequences > counts.steps  # some steps carried both
+    assert counts.tokens >= 200
+
+
+def test_snapshots_restore_into_another_sequence(tiny_gguf: Path, alone: dict) -> None:
+    """The shared-prefix path: a state saved from sequence 0 restored into sequence 1 continues
+    as the lone session does."""
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        a, b = group.sessions
+        a.eval(a.tokenize(PROMPTS[0]))
+        snapshot = a.snapshot()
+        a.reset()
+        assert b.restore(snapshot)
+        got = b.generate(params=GREEDY, max_tokens=24).tokens
+    assert got == alone[PROMPTS[0]]
+
+
+def test_a_failed_decode_reaches_the_thread_that_asked(tiny_gguf: Path) -> None:
+    with open_sessions(tiny_gguf, n=2, n_ctx=64, n_threads=1) as group:
+        a = group.sessions[0]
+        with pytest.raises(ValueError, match="out of range"):
+            a.eval([10**9])
+        a.eval(a.tokenize(PROMPTS[2]))
+        assert a.generate(params=GREEDY, max_tokens=4).tokens
+
+
+def test_mtp_speculation_is_refused_for_several_sequences(tiny_gguf: Path) -> None:
+    from edge_sql.errors import EdgeSqlError
+
+    with pytest.raises(EdgeSqlError, match="lookup or off"):
+        open_sessions(tiny_gguf, n=2, n_ctx=256, n_threads=1, speculate="auto")
