@@ -160,3 +160,48 @@ def test_mtp_speculation_is_refused_for_several_sequences(tiny_gguf: Path) -> No
 
     with pytest.raises(EdgeSqlError, match="lookup or off"):
         open_sessions(tiny_gguf, n=2, n_ctx=256, n_threads=1, speculate="auto")
+
+
+def test_lookup_speculation_per_sequence_keeps_the_lone_completions(tiny_gguf: Path) -> None:
+    """Each sequence verifies its own drafts (a verify batch is one request of several tokens)
+    and rolls its own rejected drafts back; what is appended is what plain decoding appends."""
+    repeating = "SELECT a, b FROM t; SELECT a, b FROM t; SELECT a, b FROM t; SELECT"
+    prompts = [repeating, PROMPTS[2], repeating]
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
+        expected = [_completion(single, p, n=40) for p in prompts]
+    with open_sessions(tiny_gguf, n=3, n_ctx=512, n_threads=1, speculate="lookup") as group:
+        got = _all_at_once([lambda s=s, p=p: _completion(s, p, n=40) for s, p in zip(group, prompts)])
+        drafted = sum(s.timings.draft_tokens for s in group.sessions)
+        rolled_back = sum(s.draft_tokens_rolled_back for s in group.sessions)
+    assert got == expected
+    assert drafted > 0, "no drafts were verified: the test did not exercise speculation"
+    print(f"drafted {drafted}, rolled back {rolled_back}")
+
+
+# ---- memory: what calibration predicts for N sequences, and refusing more ------------------
+
+def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match(tiny_gguf: Path) -> None:
+    from edge_sql.runtime.tuning import Settings, calibrate, check_parallel
+    from edge_sql.runtime.tuning.parallel import allocated_with
+
+    settings = Settings(True, 32, 1)
+    small = dict(n_ctx=1024, points=(64,), prefill_chunk=32, decode_tokens=4, process_bytes=0)
+    one = allocated_with(tiny_gguf, settings, 1024, 1)
+    per_sequence = allocated_with(tiny_gguf, settings, 1024, 2) - one
+    bound = calibrate(tiny_gguf, settings=[settings], full=False, **small).chosen_measurement().memory_bytes
+    # a budget for the lone bound plus two and a half sequences: two more fit, not three
+    result = calibrate(tiny_gguf, settings=[settings], full=False, parallel_memory=bound + 5 * per_sequence // 2,
+                       **small)
+    chosen = result.chosen
+    assert chosen.parallel == 3
+    assert result.parallel_speedup > 0
+    with open_sessions(tiny_gguf, chosen.session_options(n_ctx=1024, n_gpu_layers=0), 3) as group:
+        assert group.info.buffer_bytes == one + 2 * chosen.sequence_bytes  # what the fit measured
+        assert bound + group.info.buffer_bytes - one <= result.parallel_allowance
+        kinds = group.info.buffers
+    with Session(tiny_gguf, chosen.session_options(n_ctx=1024, n_gpu_layers=0)) as single:
+        assert kinds["CPU KV"] == 3 * single.info.buffers["CPU KV"]  # cells per sequence, not shared
+        assert kinds["CPU RS"] == pytest.approx(3 * single.info.buffers["CPU RS"], rel=0.05)
+    check_parallel(chosen, 3)
+    with pytest.raises(Exception, match=r"--parallel 4: at most 3 episodes at once fit"):
+        check_parallel(chosen, 4)
