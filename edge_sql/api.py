@@ -32,7 +32,7 @@ from edge_sql.agent.vote import choose
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo
 from edge_sql.runtime.sequences import SessionGroup, open_sessions
-from edge_sql.runtime.tuning import Settings
+from edge_sql.runtime.tuning import Settings, check_parallel
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 _log = logging.getLogger(__name__)
@@ -121,8 +121,9 @@ class Agent:
     `parallel=N` opens N sessions, each its own sequence of one llama.cpp context of `n_ctx`
     tokens per sequence (`runtime.sequences.open_sessions`): up to N episodes run at once and
     their decode steps share llama.cpp batches, which is where the throughput comes from (more
-    tokens per second in all, each episode a little slower). `agent.sessions` lists them;
-    `agent.session` is the one session of `parallel=1`.
+    tokens per second in all, each episode a little slower). With calibrated settings, more
+    sequences than fit the memory budget are refused (EdgeSqlError; `edge-sql tune` shows how
+    many fit). `agent.sessions` lists them; `agent.session` is the one session of `parallel=1`.
 
     Thread safety: `ask` may be called from any number of threads. Each call borrows a free
     session for its whole episode and blocks while all N are busy, so up to N calls run at once
@@ -157,6 +158,7 @@ class Agent:
                                               n_ctx=n_ctx, n_threads=n_threads, speculate=speculate)
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
+        check_parallel(settings, parallel)  # more sequences than calibration found room for: refused
         self._group: SessionGroup | None = open_sessions(
             self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers), parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
