@@ -5,23 +5,34 @@
     with Agent() as agent:                       # the default model (pulled if absent)
         result = agent.ask("How many albums are there?", "chinook.sqlite")
         print(result.sql, result.rows)
+
+    with Agent(parallel=4) as agent:             # four episodes at once, one context
+        results = agent.ask_many(["How many albums?", "How many artists?"], "chinook.sqlite")
+        voted = agent.ask("Which genre sells most?", "chinook.sqlite", vote=4, seed=1)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from edge_sql.agent.budget import Budget
 from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
+from edge_sql.agent.vote import choose
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo
-from edge_sql.runtime.tuning import Settings
+from edge_sql.runtime.sequences import SessionGroup, open_sessions
+from edge_sql.runtime.tuning import Settings, check_parallel
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 _log = logging.getLogger(__name__)
@@ -80,6 +91,17 @@ def prefix_state_dir() -> Path:
     return store_root() / "prefix-states"
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One question of `Agent.ask_many` with what it carries of its own (a bench or an evaluation
+    mixes databases and evidence); a field left None takes `ask_many`'s argument."""
+
+    question: str
+    db: str | Path | ReadOnlyDatabase | None = None
+    evidence: str | None = None
+    seed: int | None = None
+
+
 class Agent:
     """A loaded model that answers questions about SQLite databases.
 
@@ -96,10 +118,18 @@ class Agent:
     carry an MTP head) decodes drafted tokens in batches and keeps only those the model itself
     would write: the same answers for fewer decodes (`runtime/speculative.py`).
 
-    Thread safety: one Agent holds one llama.cpp context, so `ask` calls are serialized by a
-    lock. Calling `ask` from several threads is safe; the calls run one after another and each
-    gets its own result. For parallel episodes, create one Agent per thread (each loads the
-    model and needs its memory).
+    `parallel=N` opens N sessions, each its own sequence of one llama.cpp context of `n_ctx`
+    tokens per sequence (`runtime.sequences.open_sessions`): up to N episodes run at once and
+    their decode steps share llama.cpp batches, which is where the throughput comes from (more
+    tokens per second in all, each episode a little slower). With calibrated settings, more
+    sequences than fit the memory budget are refused (EdgeSqlError; `edge-sql tune` shows how
+    many fit). `agent.sessions` lists them; `agent.session` is the one session of `parallel=1`.
+
+    Thread safety: `ask` may be called from any number of threads. Each call borrows a free
+    session for its whole episode and blocks while all N are busy, so up to N calls run at once
+    (with the default `parallel=1` they run one after another, as before); each gets its own
+    result. `ask_many` answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes
+    and answers with the result set most of them return (`agent/vote.py`).
     """
 
     def __init__(
@@ -116,34 +146,55 @@ class Agent:
         tune: bool = True,
         prefix_cache: bool = True,
         speculate: str = "off",
+        parallel: int = 1,
     ) -> None:
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1, got {parallel}")
         self.prompt: PromptTemplate = load_prompt(prompt_file)
         self.budget = budget or Budget()
+        self.parallel = parallel
         self.model_path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
         settings, self.tuning = load_settings(self.model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log,
                                               n_ctx=n_ctx, n_threads=n_threads, speculate=speculate)
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
-        self.session = Session(
-            self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers),
+        check_parallel(settings, parallel)  # more sequences than calibration found room for: refused
+        self._group: SessionGroup | None = open_sessions(
+            self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers), parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
-        self._lock = threading.Lock()
+        self._free: list[Session] = list(self._group.sessions)  # the pool `ask` borrows from
+        self._pool = threading.Condition()
+        self._closed = False
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The agent's sessions, one per parallel sequence (empty once closed)."""
+        return list(self._group.sessions) if self._group is not None else []
+
+    @property
+    def session(self) -> Session | None:
+        """The one session of a `parallel=1` Agent (None once closed); with more, see `sessions`."""
+        if self.parallel != 1:
+            raise EdgeSqlError(f"this Agent has {self.parallel} sessions (parallel={self.parallel}): "
+                               "use agent.sessions")
+        return self._group.sessions[0] if self._group is not None else None
 
     @property
     def info(self) -> SessionInfo:
         """How the model was loaded (file, backend, GPU layers, threads, context)."""
-        if self.session is None:
+        if self._group is None:
             raise EdgeSqlError("this Agent is closed")
-        return self.session.info
+        return self._group.info
 
     def warm_up(self) -> None:
         """Build what the first question would otherwise wait for: the grammar engine's view of the
         vocabulary (seconds for 248k tokens, holding the GIL and not cancellable). Servers call it
         at start so no client's first request pays for it."""
-        if self.session is None:
+        if self._group is None:
             raise EdgeSqlError("this Agent is closed")
-        self.session.lltokenizer()
+        for session in self._group.sessions:  # one view per loaded model: the first builds it
+            session.lltokenizer()
 
     def ask(
         self,
@@ -155,6 +206,7 @@ class Agent:
         greedy: bool = False,
         on_event: Callable[[EpisodeEvent], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        vote: int | None = None,
     ) -> EpisodeResult:
         """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
 
@@ -162,38 +214,207 @@ class Agent:
         `on_event` sees each round and call as it happens; `should_stop` returning True ends
         the episode early (`result.stop == "cancelled"`). Raises EdgeSqlError for a bad
         database or an empty question.
+
+        `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
+        ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
+        the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`, and
+        `wall_s` for the whole vote). `on_event` is not called for a vote (K episodes' events
+        would interleave). A vote of greedy episodes is refused (ValueError): they would all
+        write the same answer.
         """
+        if vote is not None:
+            return self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
+                              should_stop=should_stop)
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
         params = SamplingParams(seed=seed, greedy=greedy)
-        own_db = not isinstance(db, ReadOnlyDatabase)
-        database = ReadOnlyDatabase(db) if own_db else db
-        try:
-            with self._lock:
-                if self.session is None:
-                    raise EdgeSqlError("this Agent is closed")
-                result = run_episode(
-                    self.session, Toolbox(database), question, evidence=evidence, params=params,
-                    prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
-                )
-                result.stats["llama_settings"] = self.session.info.settings
-                result.stats["tuning"] = self.tuning
-                return result
-        finally:
-            if own_db:
-                database.close()
+        with _opened(db) as database, self._borrowed() as session:
+            result = run_episode(
+                session, Toolbox(database), question, evidence=evidence, params=params,
+                prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
+            )
+            result.stats["llama_settings"] = session.info.settings
+            result.stats["tuning"] = self.tuning
+            return result
+
+    def ask_many(
+        self,
+        questions: Sequence[str | Ask | tuple],
+        db: str | Path | ReadOnlyDatabase | None = None,
+        *,
+        evidence: str | None = None,
+        seed: int | None = None,
+        greedy: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        on_result: Callable[[int, EpisodeResult], None] | None = None,
+    ) -> list[EpisodeResult]:
+        """Answer several questions, `parallel` at a time; the results come in input order.
+
+        A question is a str (about `db`, with `evidence` and `seed`) or an `Ask` (or a tuple of
+        its fields: `(question, db, evidence, seed)`) whose fields that are not None win. Each
+        database file is opened once and shared by its questions. `on_result(i, result)` is
+        called as each episode finishes (from a worker thread); `should_stop` ends them all.
+
+        A question that fails with an EdgeSqlError (a missing database, an empty question, one
+        too long for the context) gets a result with `stop == "error"` and the message in
+        `error`, so one bad question costs no other its answer. Any other exception is raised
+        once every running question has finished; so is a KeyboardInterrupt (Ctrl-C) while
+        waiting, after the running episodes have been stopped.
+        """
+        items = [_ask_item(q, db, evidence, seed) for q in questions]
+        outcomes = self._run_all(items, greedy=greedy, should_stop=should_stop, on_result=on_result)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, EdgeSqlError):
+                raise outcome
+        return [self._error_result(item, outcome) if isinstance(outcome, BaseException) else outcome
+                for item, outcome in zip(items, outcomes)]
 
     def close(self) -> None:
-        """Free the context (idempotent). Waits for a running `ask` to finish. The loaded model
-        stays in the process until another model is loaded, so a new Agent on the same file
-        starts at once; `edge_sql.runtime.release_idle()` frees it now."""
-        with self._lock:
-            if self.session is not None:
-                self.session.close()
-                self.session = None
+        """Free the context (idempotent). Waits for running `ask` calls to finish; calls waiting
+        for a free session get EdgeSqlError. The loaded model stays in the process until another
+        model is loaded, so a new Agent on the same file starts at once;
+        `edge_sql.runtime.release_idle()` frees it now."""
+        with self._pool:
+            if self._group is None:
+                return
+            self._closed = True
+            self._pool.notify_all()
+            while len(self._free) < len(self._group):
+                self._pool.wait()
+            self._group.close()
+            self._group, self._free = None, []
 
     def __enter__(self) -> Agent:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ---- the pool ------------------------------------------------------------------------
+
+    @contextmanager
+    def _borrowed(self) -> Iterator[Session]:
+        """A free session for one episode, given back after it; waits while all are busy."""
+        with self._pool:
+            while not self._closed and not self._free:
+                self._pool.wait()
+            if self._closed:
+                raise EdgeSqlError("this Agent is closed")
+            session = self._free.pop()
+        try:
+            yield session
+        finally:
+            with self._pool:
+                self._free.append(session)
+                self._pool.notify_all()
+
+    def _run_all(self, items: list[Ask], *, greedy: bool, should_stop: Callable[[], bool] | None,
+                 on_result: Callable[[int, EpisodeResult], None] | None) -> list[EpisodeResult | BaseException]:
+        """Each item's result, or the exception it raised; `parallel` threads ask at once."""
+        stop = threading.Event()
+        outcomes: list[EpisodeResult | BaseException | None] = [None] * len(items)
+
+        def stopped() -> bool:
+            return stop.is_set() or (should_stop is not None and should_stop())
+
+        with ExitStack() as stack:
+            databases = _open_each(items, stack)
+
+            def one(i: int) -> None:
+                item = items[i]
+                try:
+                    database = databases[_db_key(item.db)]
+                    if isinstance(database, BaseException):
+                        raise database
+                    outcomes[i] = self.ask(item.question, database, evidence=item.evidence, seed=item.seed,
+                                           greedy=greedy, should_stop=stopped)
+                except Exception as exc:  # noqa: BLE001  (kept for the caller, after the others finish)
+                    outcomes[i] = exc
+                    return
+                if on_result is not None:
+                    on_result(i, outcomes[i])
+
+            pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items))),
+                                      thread_name_prefix="edge-sql-ask")
+            try:
+                for future in [pool.submit(one, i) for i in range(len(items))]:
+                    future.result()
+            except BaseException:  # Ctrl-C while waiting: stop the running episodes, start no more
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
+        return outcomes  # type: ignore[return-value]  (every slot is filled)
+
+    # ---- the vote ------------------------------------------------------------------------
+
+    def _vote(self, question: str, db: str | Path | ReadOnlyDatabase, k: int, *, evidence: str | None,
+              seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None) -> EpisodeResult:
+        if k < 2:
+            raise ValueError(f"a vote needs at least 2 episodes, got vote={k}")
+        if greedy:
+            raise ValueError("a vote needs sampled episodes: greedy ones would all write the same answer "
+                             "(drop greedy, or set a seed for reproducible votes)")
+        if not question or not question.strip():
+            raise EdgeSqlError("empty question")
+        first = seed if seed is not None else random.randrange(2**31)
+        seeds = [first + i for i in range(k)]
+        started = time.perf_counter()
+        with _opened(db) as database:
+            items = [Ask(question, database, evidence, s) for s in seeds]
+            outcomes = self._run_all(items, greedy=False, should_stop=should_stop, on_result=None)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
+            result = choose(outcomes, database, max_rows=self.budget.max_result_rows)
+        result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4))
+        return result
+
+    def _error_result(self, item: Ask, error: BaseException) -> EpisodeResult:
+        """What `ask_many` returns for a question that could not be asked."""
+        return EpisodeResult(question=item.question, evidence=item.evidence, sql=None, columns=[], rows=[],
+                             truncated=False, forced=False, fallback=False, answer=None, rounds=[], stats={},
+                             transcript="", stop="error", error=str(error), prompt_version=self.prompt.version)
+
+
+def _ask_item(question: str | Ask | tuple, db: str | Path | ReadOnlyDatabase | None, evidence: str | None,
+              seed: int | None) -> Ask:
+    """`question` as an Ask, its empty fields filled from `ask_many`'s arguments."""
+    item = question if isinstance(question, Ask) else Ask(*question) if isinstance(question, tuple) else Ask(question)
+    item = Ask(item.question, item.db if item.db is not None else db,
+               item.evidence if item.evidence is not None else evidence, item.seed if item.seed is not None else seed)
+    if item.db is None:
+        raise ValueError(f"no database for the question {item.question!r}: pass db, or an Ask with its own")
+    return item
+
+
+def _db_key(db: str | Path | ReadOnlyDatabase) -> object:
+    return db if isinstance(db, ReadOnlyDatabase) else Path(db)
+
+
+def _open_each(items: list[Ask], stack: ExitStack) -> dict[object, ReadOnlyDatabase | EdgeSqlError]:
+    """Every database the items name, each file opened once (closed with `stack`); a file that
+    cannot be opened maps to its error, which its questions then raise."""
+    databases: dict[object, ReadOnlyDatabase | EdgeSqlError] = {}
+    for item in items:
+        key = _db_key(item.db)
+        if key in databases:
+            continue
+        if isinstance(item.db, ReadOnlyDatabase):
+            databases[key] = item.db
+            continue
+        try:
+            databases[key] = stack.enter_context(ReadOnlyDatabase(key))
+        except EdgeSqlError as exc:
+            databases[key] = exc
+    return databases
+
+
+@contextmanager
+def _opened(db: str | Path | ReadOnlyDatabase) -> Iterator[ReadOnlyDatabase]:
+    """`db` open read-only: a path is opened here and closed after; an open database is used as is."""
+    if isinstance(db, ReadOnlyDatabase):
+        yield db
+        return
+    with ReadOnlyDatabase(db) as database:
+        yield database

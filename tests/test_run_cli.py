@@ -252,3 +252,61 @@ def test_a_question_over_the_room_names_the_option_that_binds(room, names, tiny_
     assert result.exit_code == 1
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: the prompt and question need about ") and error.endswith(names), error
+
+
+def test_vote_runs_k_episodes_and_says_how_many_agreed(tiny_gguf_fast, chinook_db):
+    """`--vote 2`: two sampled episodes (seeds 3 and 4) at once, each listed with its group, then
+    the agreement line; the random fixture's answers never run, so no episode votes."""
+    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "3",
+            "--vote", "2", *SMALL]
+    as_json = run(*args, "--json")
+    data = json.loads(as_json.stdout)
+    assert as_json.exit_code == exit_code_for(data), as_json.output
+    vote = data["stats"]["vote"]
+    assert vote["k"] == 2 and vote["seeds"] == [3, 4] and len(vote["episodes"]) == 2
+    assert (vote["voters"], vote["agreed"], vote["chosen"], vote["agreement"]) == (0, 0, 0, 0.0)
+    live = run(*args)
+    assert live.exit_code == EXIT_NO_ANSWER
+    lines = live.stdout.splitlines()
+    assert lines[0] == "voting: 2 sampled episodes at once"
+    assert lines[1].startswith("* episode 1 (seed 3, ") and lines[2].startswith("  episode 2 (seed 4, ")
+    assert re.fullmatch(r"0 of 2 episodes agreed \(2 without an answer that runs\); the answer is episode 1's "
+                        r"\([\d.]+ s for all 2\)", lines[3]), lines[3]
+    assert "round 1" not in live.stdout  # two episodes' rounds would interleave: not shown
+
+
+def test_vote_refuses_greedy_and_a_question_over_the_room(tiny_gguf_fast, chinook_db, tmp_path):
+    greedy = run("--db", str(tmp_path / "never-opened.sqlite"), "--question", "How many?", "--vote", "3", "--greedy")
+    assert greedy.exit_code == 2
+    assert "--vote samples K episodes and --greedy would make them all the same" in greedy.stderr
+    assert run("--db", str(chinook_db), "--vote", "1").exit_code == 2
+    long_question = "How many albums are there, counting every album of every artist? " * 60
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", long_question, "--vote", "2",
+                 *SMALL, "--ctx", "1024")
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: the prompt and question need about ")
+
+
+def test_the_interactive_prompt_votes_on_every_question(tiny_gguf_fast, chinook_db):
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--json", "--seed", "1", "--vote", "2",
+                 *SMALL, input="How many albums?\nHow many artists?\n")
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
+    assert [a["stats"]["vote"]["seeds"] for a in answers] == [[1, 2], [1, 2]]
+    assert all(len(a["stats"]["vote"]["episodes"]) == 2 for a in answers)
+
+
+def test_ctrl_c_stops_every_episode_of_a_vote(tiny_gguf_fast, chinook_db):
+    """A real process: SIGINT while two episodes think stops both and exits 130, no traceback."""
+    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db),
+            "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "2", "--vote", "2",
+            "--threads", "1", "--ctx", "4096", "--think-tokens", "2000", "--budget", "max_tokens=4096", "--no-tune"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stdout.readline() == "voting: 2 sampled episodes at once\n"
+    time.sleep(2.0)  # now inside the 2000-token think blocks
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, (out, err)
+    assert out == "stopped.\n" and "Traceback" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,13 @@ def json_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
     return value
+
+
+def result_set(rows: Sequence[Sequence[Any]]) -> set[tuple[Any, ...]]:
+    """The rows as BIRD compares them: a set of tuples (row order and duplicates ignored, column
+    order kept, values equal as Python compares them). The one comparison of result sets: the
+    evaluation's scoring (evaluation/scoring.py) and the vote (vote.py) both use it."""
+    return {tuple(row) for row in rows}
 
 
 @dataclass

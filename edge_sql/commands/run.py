@@ -65,6 +65,11 @@ def _print_event(event) -> None:
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling, for reproducible answers.")
 @click.option("--greedy", is_flag=True, help="Always pick the most likely token (no sampling).")
+@click.option("--vote", type=click.IntRange(min=2), default=None, metavar="K",
+              help="Answer by vote: K sampled episodes run at once (K sequences of one context, seeds --seed, "
+                   "--seed + 1, ...), each one's final SQL runs again, and the answer is the result set most of "
+                   "them return (ties: fewest failed queries, then the first); prints how many agreed. "
+                   "Not with --greedy.")
 @click.option("--gpu-layers", type=click.IntRange(min=0), default=None,
               help="Layers to offload to the GPU (default: all when llama.cpp has a GPU backend, else none).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
@@ -80,7 +85,7 @@ def _print_event(event) -> None:
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
             n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False,
-            speculate: str = "off") -> None:
+            speculate: str = "off", vote: int | None = None) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -101,12 +106,15 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
     Examples:
       edge-sql run --db chinook.sqlite
       edge-sql run --db chinook.sqlite --question "How many albums are there?" --json
+      edge-sql run --db chinook.sqlite --question "Which genre sells most?" --vote 4 --seed 1
     """
     from edge_sql.agent.budget import Budget
 
+    if vote is not None and greedy:
+        raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
     try:
         code = _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads,
-                    n_ctx, prompt_file, Budget(**budget), tune=not no_tune, speculate=speculate)
+                    n_ctx, prompt_file, Budget(**budget), tune=not no_tune, speculate=speculate, vote=vote)
     except Terminated:
         raise  # the CLI group ends it with 128 + the signal number
     except KeyboardInterrupt:
@@ -117,7 +125,7 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
 
 def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads, n_ctx,
-         prompt_file, budget, tune: bool = True, speculate: str = "off") -> int:
+         prompt_file, budget, tune: bool = True, speculate: str = "off", vote: int | None = None) -> int:
     from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
@@ -126,11 +134,12 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
     db = ReadOnlyDatabase(db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(prompt_file)  # so is a bad prompt file
-        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune, speculate)
+        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune, speculate,
+                            parallel=vote or 1)
         try:
             if question is not None:
-                return _answer(agent, db, question, evidence, as_json, trace, seed, greedy)
-            _interactive(agent, db, evidence, as_json, trace, seed, greedy)
+                return _answer(agent, db, question, evidence, as_json, trace, seed, greedy, vote=vote)
+            _interactive(agent, db, evidence, as_json, trace, seed, greedy, vote=vote)
             return 0
         finally:
             agent.close()
@@ -138,18 +147,21 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
         db.close()
 
 
-def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=True, speculate="off"):
+def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=True, speculate="off", parallel=1):
+    """The Agent; `parallel` sequences (a vote of K runs its K episodes at once)."""
     from edge_sql.api import Agent
 
     click.echo(f"loading {model or 'the default model'} ...", err=True)
     agent = Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
-                  budget=budget, log=lambda message: click.echo(message, err=True), tune=tune, speculate=speculate)
+                  budget=budget, log=lambda message: click.echo(message, err=True), tune=tune, speculate=speculate,
+                  parallel=parallel)
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent
 
 
-def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, interactive: bool = False) -> int:
+def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, interactive: bool = False,
+            vote: int | None = None) -> int:
     """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED)."""
     from edge_sql.agent.display import answer_text
 
@@ -159,8 +171,10 @@ def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, inte
         if not stop.is_set():  # after Ctrl-C, nothing but the one line saying so
             _print_event(event)
 
+    if vote is not None and not as_json:
+        click.echo(f"voting: {vote} sampled episodes at once")
     with _ctrl_c_stops(stop, db.interrupt):
-        result = agent.ask(question, db, evidence=evidence, seed=seed, greedy=greedy,
+        result = agent.ask(question, db, evidence=evidence, seed=seed, greedy=greedy, vote=vote,
                            on_event=None if as_json else show, should_stop=stop.is_set)
     cancelled = result.stop == "cancelled"
     if as_json:
@@ -169,6 +183,8 @@ def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, inte
         # over the terminal's `^C` echo, when there is one
         click.echo(("\r" if sys.stdout.isatty() else "") + "stopped; ask another question")
     else:
+        if "vote" in result.stats and not cancelled:
+            click.echo(_vote_text(result.stats["vote"]))
         click.echo(answer_text(result))
         if trace:
             click.echo("\n--- transcript ---\n" + result.transcript)
@@ -177,7 +193,25 @@ def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, inte
     return EXIT_NO_ANSWER if result.sql is None else 0
 
 
-def _interactive(agent, db, evidence, as_json, trace, seed, greedy) -> None:
+def _vote_text(vote: dict) -> str:
+    """Each episode's answer and group, then the agreement: `3 of 4 episodes agreed`."""
+    from edge_sql.agent.display import CALL_LINE_WIDTH, shorten
+    from edge_sql.agent.vote import agreement_line
+
+    lines = []
+    for i, episode in enumerate(vote["episodes"]):
+        mark = "*" if i == vote["chosen"] else " "
+        failed = episode["failed_queries"]
+        shown = (f"no vote: {episode['reason']}" if episode["group"] is None
+                 else f"group {episode['group'] + 1}: {episode['sql']}")
+        lines.append(f"{mark} " + shorten(f"episode {i + 1} (seed {vote['seeds'][i]}, {failed} failed "
+                                          f"quer{'y' if failed == 1 else 'ies'}): {shown}", CALL_LINE_WIDTH - 2))
+    lines.append(f"{agreement_line(vote)}; the answer is episode {vote['chosen'] + 1}'s "
+                 f"({vote['wall_s']:.1f} s for all {vote['k']})")
+    return "\n".join(lines)
+
+
+def _interactive(agent, db, evidence, as_json, trace, seed, greedy, vote=None) -> None:
     """Read questions until an empty line, `exit` or end of input. At a terminal: a prompt with
     line editing and the questions of earlier sessions; otherwise one question a line, no prompt."""
     terminal = sys.stdin.isatty()
@@ -201,7 +235,7 @@ def _interactive(agent, db, evidence, as_json, trace, seed, greedy) -> None:
             if not text or text.lower() in QUIT_WORDS:
                 return
             try:
-                _answer(agent, db, text, evidence, as_json, trace, seed, greedy, interactive=True)
+                _answer(agent, db, text, evidence, as_json, trace, seed, greedy, interactive=True, vote=vote)
             except EdgeSqlError as exc:  # e.g. a question too long for the episode: ask another
                 click.echo(f"Error: {exc}", err=True)
 

@@ -72,7 +72,17 @@ def calibration_table(calibration: Calibration) -> str:
     lines.append(f"(tok/s at each context length; memory: bound beyond the file at a {EPISODE_TOKENS}-token "
                  f"context, budget {calibration.memory_allowance / 2**20:.0f} MiB)")
     lines.append(_speculation_line(calibration))
+    lines.append(_parallel_line(calibration))
     return "\n".join(lines)
+
+
+def _parallel_line(calibration: Calibration) -> str:
+    """How many episodes at once fit (`--parallel`), and what they measured against one."""
+    chosen = calibration.chosen
+    gain = (f", measured {calibration.parallel_speedup:.2f}x the decode tokens/s of one"
+            if chosen.parallel > 1 else "")
+    return (f"(episodes at once within {calibration.parallel_allowance / 2**20:.0f} MiB: {chosen.parallel}, "
+            f"{chosen.sequence_bytes / 2**20:.0f} MiB per sequence{gain}; the default of --parallel)")
 
 
 def _speculation_line(calibration: Calibration) -> str:

@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
+from edge_sql.agent.result import result_set  # noqa: F401  (the one comparison; kept importable from here)
 from edge_sql.errors import QueryError
 from edge_sql.evaluation.datasets import Question, base_id, require_databases
 from edge_sql.evaluation.report import EvalReport, QuestionResult
@@ -50,11 +50,6 @@ class Score:
 
     correct: bool
     error: str | None = None
-
-
-def result_set(rows: Sequence[Sequence[Any]]) -> set[tuple[Any, ...]]:
-    """The rows as BIRD compares them: a set of tuples."""
-    return {tuple(row) for row in rows}
 
 
 def score_on_database(

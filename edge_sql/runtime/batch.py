@@ -1,4 +1,4 @@
-"""A llama.cpp token batch for one sequence, filled from Python without a per-token loop."""
+"""A llama.cpp token batch, filled from Python without a per-token loop (but for sequence ids)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,19 @@ import llama_cpp
 import numpy as np
 
 
+def output_flags(n: int, outputs: str | np.ndarray) -> np.ndarray:
+    """One flag per token, from "last", "all", "none" or the flags themselves."""
+    if not isinstance(outputs, str):
+        return np.asarray(outputs, dtype=bool)
+    flags = np.full(n, outputs == "all", dtype=bool)
+    if outputs == "last":
+        flags[n - 1] = True
+    return flags
+
+
 class TokenBatch:
-    """A `llama_batch` of up to `capacity` tokens of sequence 0, with numpy views on its arrays.
+    """A `llama_batch` of up to `capacity` tokens (of sequence 0, or of several through
+    `fill_parts`), with numpy views on its arrays.
 
     `LlamaContext.decode` fills and decodes it: the session's context (logits of the last token
     only, or of a verify batch's drafts) and teacher forcing's (logits of every token). Free it
@@ -27,6 +38,7 @@ class TokenBatch:
         for i in range(capacity):
             self.batch.n_seq_id[i] = 1
             self.batch.seq_id[i][0] = 0
+        self._mixed = False
 
     def fill(self, tokens: Sequence[int], start: int, *, outputs: str | np.ndarray) -> None:
         """Put `tokens` at positions start, start+1, ...; `outputs` ("last", "all", "none", or
@@ -34,15 +46,35 @@ class TokenBatch:
         n = len(tokens)
         if not 0 < n <= self.capacity:
             raise ValueError(f"{n} tokens do not fit a batch of {self.capacity}")
+        if self._mixed:  # after fill_parts: every token back to sequence 0
+            for i in range(self.capacity):
+                self.batch.seq_id[i][0] = 0
+            self._mixed = False
         self._token[:n] = tokens
         self._pos[:n] = np.arange(start, start + n)
-        if isinstance(outputs, str):
-            self._output[:n] = 1 if outputs == "all" else 0
-            if outputs == "last":
-                self._output[n - 1] = 1
-        else:
-            self._output[:n] = np.asarray(outputs, dtype=bool)
+        self._output[:n] = output_flags(n, outputs)
         self.batch.n_tokens = n
+
+    def fill_parts(self, parts: Sequence[tuple[int, Sequence[int], int, np.ndarray]]) -> list[int]:
+        """Put several sequences' tokens in one batch: each part is (sequence id, tokens, first
+        position, output flags). Returns where each part starts in the batch (for
+        `llama_get_logits_ith`). The batched engine's (runtime/batched.py)."""
+        n = sum(len(tokens) for _, tokens, _, _ in parts)
+        if not 0 < n <= self.capacity:
+            raise ValueError(f"{n} tokens do not fit a batch of {self.capacity}")
+        starts, at = [], 0
+        for seq, tokens, start, outputs in parts:
+            k = len(tokens)
+            starts.append(at)
+            self._token[at:at + k] = tokens
+            self._pos[at:at + k] = np.arange(start, start + k)
+            self._output[at:at + k] = outputs
+            for i in range(at, at + k):
+                self.batch.seq_id[i][0] = seq
+            at += k
+        self.batch.n_tokens = n
+        self._mixed = True
+        return starts
 
     def decode(self, ctx: llama_cpp.llama_context_p) -> None:
         """`llama_decode` the batch; RuntimeError names the status and first position on failure."""

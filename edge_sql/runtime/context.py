@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import llama_cpp
 import numpy as np
@@ -30,24 +31,28 @@ DecodeListener = Callable[[np.ndarray, int], None]
 
 def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n_outputs: int = 1,
                    n_rs_seq: int = 0, perf: bool = False, reads: LlamaContext | None = None,
-                   cb_eval: object | None = None) -> LlamaContext:
+                   cb_eval: object | None = None, n_seq: int = 1) -> LlamaContext:
     """A context on `loaded`'s weights with `options` (resolved: no `None` threads or ubatch).
 
     `n_outputs`: logits rows one batch may ask for (1: no n_batch x vocab buffer); `n_rs_seq`:
     recurrent-state snapshots kept to roll back to; `perf`: keep llama.cpp's decode counters;
     `reads`: the target context an MTP context runs beside; `cb_eval`: a
     `ggml_backend_sched_eval_callback` that sees graph nodes (the imatrix collector; the caller
-    keeps it alive as long as the context). Raises ModelFileError naming
+    keeps it alive as long as the context); `n_seq`: sequences, each with its own
+    `options.n_ctx` cells and recurrent state (the batched engine's; runtime/batched.py).
+    Raises ModelFileError naming
     `what` when llama.cpp cannot make it (out of memory).
     """
     params = llama_cpp.llama_context_default_params()
     if reads is not None:
         params.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
         params.ctx_other = reads.ptr
-    params.n_ctx = options.n_ctx
+    params.n_ctx = options.n_ctx * n_seq
     params.n_batch = options.n_batch
     params.n_ubatch = options.n_ubatch
-    params.n_seq_max = 1
+    params.n_seq_max = n_seq
+    if n_seq > 1:
+        params.kv_unified = False  # each sequence its own cells: episodes share no cells
     params.n_outputs_max = n_outputs
     params.n_rs_seq = n_rs_seq
     params.n_threads = params.n_threads_batch = options.n_threads
@@ -62,21 +67,27 @@ def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n
         ptr = llama_cpp.llama_init_from_model(loaded.model, params)
     if not ptr:
         raise ModelFileError(f"llama.cpp could not create {what}")
-    return LlamaContext(ptr, loaded, options, buffer_sizes(lines))
+    context = LlamaContext(ptr, loaded, options, buffer_sizes(lines))
+    context.n_outputs_max = n_outputs
+    return context
 
 
 class LlamaContext(Closing):
-    """A llama.cpp context of one sequence; made by `create_context`, freed by `close()`."""
+    """A llama.cpp context, or one sequence of it (`seq`: its memory operations touch that
+    sequence only); made by `create_context`, freed by `close()`."""
 
     def __init__(self, ptr: llama_cpp.llama_context_p, loaded: LoadedModel, options: SessionOptions,
-                 buffers: dict[str, int]) -> None:
+                 buffers: dict[str, int], *, seq: int = 0) -> None:
         self._ptr = ptr
+        self.seq = seq
         self.loaded = loaded
         self.options = options
         self.buffers = buffers  # what llama.cpp allocated for it ("CPU KV", "CPU compute", ...)
         self.memory = llama_cpp.llama_get_memory(ptr)
-        self.n_ctx = llama_cpp.llama_n_ctx(ptr)
+        self.n_ctx = llama_cpp.llama_n_ctx_seq(ptr)  # one sequence's window
+        self.n_seq = llama_cpp.llama_n_seq_max(ptr)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(loaded.model))
+        self.n_outputs_max = 1  # logits rows one batch may ask for (create_context sets it)
         self.tokens: list[int] = []  # the token its memory holds at each position
         self._batch: TokenBatch | None = None
         self._listeners: list[DecodeListener] = []
@@ -131,28 +142,37 @@ class LlamaContext(Closing):
         if listener in self._listeners:
             self._listeners.remove(listener)
 
+    def engaged(self) -> AbstractContextManager[None]:
+        """Held by a session through each eval and generate: a batched context's sequences
+        (runtime/batched.py) wait for each other then; a context of its own waits for nobody."""
+        return nullcontext()
+
     # ---- memory -----------------------------------------------------------------------------
 
     def clear(self) -> None:
-        llama_cpp.llama_memory_clear(self.memory, True)
+        if self.n_seq == 1:
+            llama_cpp.llama_memory_clear(self.memory, True)
+        else:  # the other sequences are other episodes'
+            llama_cpp.llama_memory_seq_rm(self.memory, self.seq, -1, -1)
         self.tokens = []
 
     def remove_from(self, pos: int) -> bool:
         """Drop positions pos.. from memory (attention cells; recurrent layers fall back to an
         `n_rs_seq` snapshot); False when llama.cpp cannot."""
         del self.tokens[pos:]
-        return bool(llama_cpp.llama_memory_seq_rm(self.memory, 0, pos, -1))
+        return bool(llama_cpp.llama_memory_seq_rm(self.memory, self.seq, pos, -1))
 
     @property
     def span(self) -> tuple[int, int]:
         """First and last position memory holds ((-1, -1) when empty)."""
-        return (llama_cpp.llama_memory_seq_pos_min(self.memory, 0), llama_cpp.llama_memory_seq_pos_max(self.memory, 0))
+        return (llama_cpp.llama_memory_seq_pos_min(self.memory, self.seq),
+                llama_cpp.llama_memory_seq_pos_max(self.memory, self.seq))
 
     def state(self) -> bytes:
         """llama.cpp's sequence state (attention cells and recurrent state)."""
-        size = llama_cpp.llama_state_seq_get_size(self.ptr, 0)
+        size = llama_cpp.llama_state_seq_get_size(self.ptr, self.seq)
         buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self.ptr, buffer, size, 0)
+        written = llama_cpp.llama_state_seq_get_data(self.ptr, buffer, size, self.seq)
         if written != size:
             raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
         return bytes(buffer)
@@ -162,7 +182,7 @@ class LlamaContext(Closing):
         rejects it or it does not hold exactly that many positions."""
         self.clear()
         buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if (llama_cpp.llama_state_seq_set_data(self.ptr, buffer, len(state), 0) != len(state)
+        if (llama_cpp.llama_state_seq_set_data(self.ptr, buffer, len(state), self.seq) != len(state)
                 or self.span[1] != len(tokens) - 1):
             self.clear()
             return False

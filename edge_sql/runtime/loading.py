@@ -22,12 +22,16 @@ from edge_sql.runtime.options import DEFAULT_UBATCH, SessionOptions
 from edge_sql.runtime.records import SessionInfo
 
 
-def open_model(model_path: str | Path, options: SessionOptions) -> tuple[LoadedModel, LlamaContext,
-                                                                          SessionInfo]:
+def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 1) -> tuple[
+        LoadedModel, LlamaContext, SessionInfo]:
     """The shared model for `model_path`, a context on it made from the resolved `options`
     (`context.options`), and the info that describes both. ValueError / EdgeSqlError for
-    options that cannot work, before loading; ModelFileError when llama.cpp fails."""
+    options that cannot work, before loading; ModelFileError when llama.cpp fails. `n_seq`
+    sequences of `options.n_ctx` tokens each (runtime/sequences.py)."""
     options = options.checked()
+    if n_seq > 1 and options.speculate in ("mtp", "auto"):
+        raise EdgeSqlError(f"--speculate {options.speculate} drafts with one MTP context per episode; with "
+                           "several episodes at once use --speculate lookup or off")
     gguf = validate_gguf(model_path)
     if options.speculate == "mtp" and not gguf.mtp_layers:
         raise EdgeSqlError(f"--speculate mtp: {gguf.path.name} has no MTP head (convert the checkpoint again "
@@ -39,8 +43,10 @@ def open_model(model_path: str | Path, options: SessionOptions) -> tuple[LoadedM
     context = None
     try:
         context = create_context(
-            loaded, options, what=f"a {options.n_ctx}-token context for {gguf.path} (out of memory?)",
-            n_outputs=options.draft_max + 1, n_rs_seq=options.draft_max, perf=True,  # verify batches
+            loaded, options, what=(f"a {options.n_ctx}-token context" + (f" x {n_seq} sequences" if n_seq > 1 else "")
+                                   + f" for {gguf.path} (out of memory?)"),
+            n_outputs=(options.draft_max + 1) * n_seq, n_rs_seq=options.draft_max, perf=True,  # verify batches
+            n_seq=n_seq,
         )
         model = loaded.model
         recurrent = llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model)
@@ -61,7 +67,7 @@ def open_model(model_path: str | Path, options: SessionOptions) -> tuple[LoadedM
         buffers={**buffer_sizes(loaded.load_log), **context.buffers}, mapping_released=loaded.mapping_released,
         mtp_layers=llama_cpp.llama_model_n_layer_nextn(model) if options.mtp else 0,
         speculate=options.speculate, draft_max=options.draft_max,
-        rollback=("kv+n_rs_seq" if recurrent else "kv") if options.draft_max else "",
+        rollback=("kv+n_rs_seq" if recurrent else "kv") if options.draft_max else "", n_seq=n_seq,
     )
     return loaded, context, info
 

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,9 +73,14 @@ class PrefixCache:
         self.max_bytes = max_bytes
         self.log = log or (lambda _message: None)
         self._memory: tuple[str, StateSnapshot] | None = None
+        self._lock = threading.RLock()  # the sessions of a group (runtime/sequences.py) share one
 
     def get(self, key: str, tokens: Sequence[int]) -> StateSnapshot | None:
         """The snapshot saved under `key` for exactly `tokens`, or None."""
+        with self._lock:
+            return self._get(key, tokens)
+
+    def _get(self, key: str, tokens: Sequence[int]) -> StateSnapshot | None:
         if self._memory is not None and self._memory[0] == key and list(self._memory[1].tokens) == list(tokens):
             return self._memory[1]
         if self.folder is None:
@@ -98,6 +104,10 @@ class PrefixCache:
 
     def put(self, key: str, snapshot: StateSnapshot) -> None:
         """Keep `snapshot` in memory and, with a folder, on disk (evicting the least recently used)."""
+        with self._lock:
+            self._put(key, snapshot)
+
+    def _put(self, key: str, snapshot: StateSnapshot) -> None:
         self._memory = (key, snapshot)
         if self.folder is None or snapshot.nbytes > self.max_bytes:
             return
@@ -110,6 +120,10 @@ class PrefixCache:
 
     def discard(self, key: str) -> None:
         """Forget a snapshot that llama.cpp refused to load."""
+        with self._lock:
+            self._discard(key)
+
+    def _discard(self, key: str) -> None:
         if self._memory is not None and self._memory[0] == key:
             self._memory = None
         if self.folder is not None:

@@ -58,6 +58,7 @@ class SessionInfo:
     # repacked weights: the file's mapping was released after loading (runtime/mapping.py), so
     # the repacked copies take the place of their mapped originals instead of adding to them
     mapping_released: bool = False
+    n_seq: int = 1            # sequences (episodes at once) in the context, each n_ctx tokens
 
     @property
     def settings(self) -> str:

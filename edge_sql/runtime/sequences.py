@@ -16,18 +16,31 @@ from pathlib import Path
 from typing import Any
 
 from edge_sql.runtime.backend import Closing
+from edge_sql.runtime.batched import BatchedDecoder, SequenceContext, StepCounts
+from edge_sql.runtime.context import LlamaContext
+from edge_sql.runtime.loading import open_model
 from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.prefix_state import PrefixCache
 from edge_sql.runtime.records import SessionInfo
 from edge_sql.runtime.session import Session
+from edge_sql.runtime.shared_models import LoadedModel, release
 
 
 class SessionGroup(Closing):
-    """`n` sessions that decode together; `info` describes the shared context."""
+    """`n` sessions that decode together; `info` describes the shared context (n_ctx per
+    sequence, `n_seq` sequences) and `counts` what its decoder did."""
 
-    def __init__(self, sessions: list[Session], info: SessionInfo) -> None:
+    def __init__(self, sessions: list[Session], info: SessionInfo,
+                 decoder: BatchedDecoder | None = None, owner: Closing | None = None) -> None:
         self.sessions = sessions
         self.info = info
+        self._decoder = decoder
+        self._owner = owner  # the shared context (None: the one session owns its own)
+
+    @property
+    def counts(self) -> StepCounts:
+        """Decode steps, tokens and mean batch width since the group opened."""
+        return self._decoder.counts if self._decoder is not None else StepCounts()
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -36,22 +49,48 @@ class SessionGroup(Closing):
         return iter(self.sessions)
 
     def close(self) -> None:
-        """Free every session and the shared context (idempotent)."""
+        """Free every session, then the shared context (idempotent)."""
         for session in self.sessions:
             session.close()
         self.sessions = []
+        if self._decoder is not None:
+            self._decoder.close()
+            self._decoder = None
+        if self._owner is not None:
+            owner, self._owner = self._owner, None
+            owner.close()
 
 
 def open_sessions(model_path: str | Path, options: SessionOptions | None = None, n: int = 1, *,
                   prefix_cache: PrefixCache | None = None, **settings: Any) -> SessionGroup:
     """`n` sessions on `model_path`, each `options.n_ctx` tokens long, sharing `prefix_cache`
     (one shared-prefix state restored into every sequence). n = 1 is a plain `Session`.
-
-    TEMPORARY BODY (the contract holds; the batched engine replaces it): n independent sessions.
-    """
+    Speculation: "lookup" or "off" for n > 1 (an MTP drafter is a context per episode)."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     options = replace(options or SessionOptions(), **settings)
     cache = prefix_cache if prefix_cache is not None else PrefixCache()
-    sessions = [Session(model_path, options, prefix_cache=cache) for _ in range(n)]
-    return SessionGroup(sessions, sessions[0].info)
+    if n == 1:
+        session = Session(model_path, options, prefix_cache=cache)
+        return SessionGroup([session], session.info)
+    loaded, context, info = open_model(model_path, options, n_seq=n)
+    decoder = BatchedDecoder(context)
+    try:
+        sessions = [Session.on_context(SequenceContext(decoder, seq), info, prefix_cache=cache) for seq in range(n)]
+    except BaseException:
+        decoder.close()
+        context.close()
+        release(loaded)
+        raise
+    return SessionGroup(sessions, info, decoder, _SharedContext(loaded, context))
+
+
+class _SharedContext(Closing):
+    """The batched context and the model reference `open_model` took for it."""
+
+    def __init__(self, loaded: LoadedModel, context: LlamaContext) -> None:
+        self.loaded, self.context = loaded, context
+
+    def close(self) -> None:
+        self.context.close()
+        release(self.loaded)

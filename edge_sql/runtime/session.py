@@ -34,9 +34,9 @@ from edge_sql.runtime.context import LlamaContext
 from edge_sql.runtime.loading import open_model
 from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.prefix_state import PrefixCache, StateSnapshot, prefix_key
-from edge_sql.runtime.records import Completion, StopReason, Timings
+from edge_sql.runtime.records import Completion, SessionInfo, StopReason, Timings
 from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
-from edge_sql.runtime.shared_models import release
+from edge_sql.runtime.shared_models import LoadedModel, release, share
 from edge_sql.runtime.speculative import Drafter, Speculator, Verifier, make_verifier
 from edge_sql.runtime.vocabulary import TextStream, Vocabulary
 
@@ -59,7 +59,21 @@ class Session(Closing):
                  prefix_cache: PrefixCache | None = None, **settings: Any) -> None:
         self._verifier: Verifier | None = None
         options = replace(options or SessionOptions(), **settings)
-        self._loaded, self._context, self.info = open_model(model_path, options)
+        self._setup(*open_model(model_path, options), prefix_cache)
+
+    @classmethod
+    def on_context(cls, context: LlamaContext, info: SessionInfo, *,
+                   prefix_cache: PrefixCache | None = None) -> Session:
+        """A session on a context made elsewhere: one sequence of a batched context
+        (runtime/sequences.py). It holds a reference to the model, as every session does."""
+        session = cls.__new__(cls)
+        session._verifier = None
+        session._setup(share(context.loaded), context, info, prefix_cache)
+        return session
+
+    def _setup(self, loaded: LoadedModel, context: LlamaContext, info: SessionInfo,
+               prefix_cache: PrefixCache | None) -> None:
+        self._loaded, self._context, self.info = loaded, context, info
         self.options = options = self._context.options  # resolved
         self.vocab = Vocabulary(self._loaded)
         self._verifier = make_verifier(options, self._context)  # its MTP context reads this one's: made after it
@@ -204,7 +218,10 @@ class Session(Closing):
 
     def eval(self, tokens: Iterable[int]) -> None:
         """Append prompt tokens to the context and evaluate them (each exactly once)."""
-        tokens = [int(t) for t in tokens]
+        with self._context.engaged():
+            self._eval([int(t) for t in tokens])
+
+    def _eval(self, tokens: list[int]) -> None:
         if not tokens:
             return
         if len(self._tokens) + len(tokens) > self.n_ctx:
@@ -332,6 +349,12 @@ class Session(Closing):
         decodes; the appended tokens are the ones non-speculative decoding appends for the
         same logits (runtime/speculative.py says how).
         """
+        with self._context.engaged():
+            return self._generate(grammar, params, max_tokens, stop_tokens, should_stop, on_text, audit)
+
+    def _generate(self, grammar: str | None, params: SamplingParams, max_tokens: int, stop_tokens: Collection[int],
+                  should_stop: Callable[[], bool] | None, on_text: Callable[[str], None] | None,
+                  audit: bool) -> Completion:
         if not self._tokens:
             raise ValueError("generate() needs a prompt: eval() some tokens first")
         if self._rng is None:

@@ -101,6 +101,13 @@ def acquire(path: Path, params: llama_cpp.llama_model_params) -> LoadedModel:
         return loaded
 
 
+def share(loaded: LoadedModel) -> LoadedModel:
+    """One more session uses `loaded` (one made on a context that another opened)."""
+    with _lock:
+        loaded.refs += 1
+    return loaded
+
+
 def release(loaded: LoadedModel) -> None:
     """A session is done with `loaded`: freed when nobody uses it, unless kept idle."""
     with _lock:

@@ -22,6 +22,7 @@ The parts, in import order:
     profile      the typical episode and its predicted time under measured costs (pure)
     result       `Measurement`, `Calibration`: the records the cache stores
     memory       the bound on a candidate's peak memory; what speculation's drafts add
+    parallel     episodes at once: what a sequence adds, how many fit, what they gain
     plan         `RunPlan`: the model, context, tokens, time budget and progress of one run
     timing       prefill and decode timed at each point (the full sweep; the quick mode)
     cache        the cached calibrations (written atomically)
@@ -41,13 +42,14 @@ from edge_sql.runtime.tuning.memory import (
     mtp_context_bytes,
     speculation_bytes,
 )
+from edge_sql.runtime.tuning.parallel import MAX_PARALLEL, check_parallel, parallel_allowance
 from edge_sql.runtime.tuning.profile import EPISODE_TOKENS, Segment, episode_profile, per_token, predict
 from edge_sql.runtime.tuning.result import CACHE_VERSION, Calibration, Measurement
 from edge_sql.runtime.tuning.settings import Settings, candidates, default_settings
 
 __all__ = [
-    "CACHE_VERSION", "EPISODE_TOKENS", "MEMORY_ALLOWANCE", "UNCOUNTED_BYTES", "Calibration",
+    "CACHE_VERSION", "EPISODE_TOKENS", "MAX_PARALLEL", "MEMORY_ALLOWANCE", "UNCOUNTED_BYTES", "Calibration",
     "Measurement", "Segment", "Settings", "attention_work_bytes", "busy_note", "cache_key", "cached_calibration",
-    "calibrate", "candidates", "default_settings", "episode_profile", "fit_draft_max", "mtp_context_bytes",
-    "other_load", "per_token", "predict", "save_calibration", "speculation_bytes", "tuned_settings", "tuning_dir",
+    "calibrate", "candidates", "check_parallel", "default_settings", "episode_profile", "fit_draft_max", "mtp_context_bytes",
+    "other_load", "parallel_allowance", "per_token", "predict", "save_calibration", "speculation_bytes", "tuned_settings", "tuning_dir",
 ]

@@ -35,6 +35,12 @@ from edge_sql.runtime.tuning.memory import (
     mtp_context_bytes,
     process_rss_bytes,
 )
+from edge_sql.runtime.tuning.parallel import (
+    ParallelFit,
+    fit_parallel,
+    measure_speedup,
+    parallel_allowance,
+)
 from edge_sql.runtime.tuning.plan import Budget, Inputs, Progress, Reporter, RunPlan
 from edge_sql.runtime.tuning.profile import EPISODE_TOKENS, Segment, episode_profile, predict
 from edge_sql.runtime.tuning.result import Calibration, Measurement
@@ -56,6 +62,7 @@ def calibrate(
     prefill_chunk: int | None = None,
     decode_tokens: int | None = None,
     memory_allowance: int = MEMORY_ALLOWANCE,
+    parallel_memory: int | None = None,
     process_bytes: int | None = None,
     profile: Sequence[Segment] | None = None,
     progress: Progress = lambda _m: None,
@@ -67,6 +74,7 @@ def calibrate(
     (default: its RSS now, before anything is loaded, plus what loading the model adds besides
     the mapped file); it counts against `memory_allowance` like llama.cpp's buffers.
     When no candidate fits, the one with the smallest bound is chosen and `note` says so.
+    `parallel_memory`: the budget for several episodes at once (default `parallel_allowance()`).
     `plain` words the progress for a first run instead of naming llama.cpp's settings.
     """
     init_backend()
@@ -111,12 +119,15 @@ def calibrate(
     measurements = [measured.get(s) or bounds[s] for s in settings]  # quick: some left untimed
     chosen, note = _choose(measurements, profile, memory_allowance)
     chosen, mtp = _fit_speculation(plan, measured[chosen], memory_allowance)
+    fit = _fit_parallel(plan, chosen, measured[chosen], parallel_memory)
+    chosen = replace(chosen, parallel=fit.n, sequence_bytes=fit.sequence_bytes)
     load = other_load(max(s.n_threads for s in settings))
     note = "; ".join(part for part in (note, busy_note(load, default_threads())) if part)
     return Calibration(
         key=cache_key(model_path), model_path=str(model_path), mode="full" if full else "quick",
         chosen=chosen, measurements=measurements, memory_allowance=memory_allowance,
         seconds=round(budget.elapsed(), 2), note=note, other_load=load, mtp_bytes=mtp,
+        parallel_allowance=fit.allowance, parallel_speedup=fit.speedup,
     )
 
 
@@ -141,6 +152,16 @@ def _fit_speculation(plan: RunPlan, chosen: Measurement, memory_allowance: int) 
     fitted = replace(chosen.settings, draft_max=fit_draft_max(chosen, memory_allowance),
                      draft_max_mtp=fit_draft_max(chosen, memory_allowance - mtp))
     return fitted, mtp
+
+
+def _fit_parallel(plan: RunPlan, chosen: Settings, measured: Measurement, allowance: int | None) -> ParallelFit:
+    """The most episodes at once that fit the budget for several with the chosen settings,
+    and what they measured against one (tuning/parallel.py)."""
+    allowance = parallel_allowance() if allowance is None else allowance
+    n, per_sequence = fit_parallel(plan.model_path, chosen, plan.n_ctx, measured.memory_bytes, allowance)
+    if n > 1:
+        plan.report.detail(f"measuring {n} episodes at once against one")
+    return ParallelFit(n, per_sequence, allowance, measure_speedup(plan.model_path, chosen, n))
 
 
 def _choose(measurements: Sequence[Measurement], profile: Sequence[Segment],

@@ -10,7 +10,8 @@ from edge_sql.runtime.tuning.settings import Settings
 # 2: the bound counts ggml's attention work buffer; other_load. 3: draft_max in budget.
 # 4: the quick mode measures at stretched 1,024/8,192-token contexts (its earlier choices could be 16% slower)
 # 5: one calibration per file and machine (no thread count in the key: the caller's is a candidate)
-CACHE_VERSION = 5
+# 6: episodes at once (Settings.parallel, sequence_bytes) and their measured speed-up
+CACHE_VERSION = 6
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Calibration:
     note: str = ""
     other_load: float | None = None  # run-queue length of other processes when it ended (None: unknown)
     mtp_bytes: int = 0  # the MTP drafter's own context (files with an MTP head): counted before fitting draft_max
+    parallel_allowance: int = 0  # what several episodes at once may allocate (tuning/parallel.py)
+    parallel_speedup: float = 1.0  # aggregate decode tok/s of `chosen.parallel` sequences over one, measured
 
     def best(self) -> Measurement:
         """The fastest measured candidate regardless of memory."""

@@ -1,0 +1,133 @@
+"""How many episodes at once: sequences of one context (runtime/sequences.py) within a budget.
+
+Each sequence adds what llama.cpp allocates per sequence: its attention cells for the whole
+n_ctx, its recurrent state, its logits rows (and, with speculation, its recurrent snapshots).
+That is measured, not modelled: calibration creates the chosen settings' context with one and
+with two sequences (nothing evaluated) and takes the difference from llama.cpp's buffer log;
+that predicts how many fit, and the context with that many is created and checked too (its
+compute buffer grows a little faster than the cells).
+
+The budget for several episodes is larger than a lone episode's `MEMORY_ALLOWANCE`, which is
+sized so one episode runs on any laptop: running several is a choice of someone with memory to
+spare, so they may use a quarter of the memory available when calibrating, up to
+`PARALLEL_CAP_BYTES`, never less than the lone budget. The default N is the most sequences
+(at most `MAX_PARALLEL`) within it; asking for more is refused (`check_parallel`).
+
+Calibration also measures what N buys on this machine: one token per sequence for a few steps
+with N sequences against one, as aggregate tokens per second (`ParallelFit.speedup`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_sql.errors import EdgeSqlError
+from edge_sql.runtime.records import SessionInfo
+from edge_sql.runtime.sampling import SamplingParams
+from edge_sql.runtime.sequences import open_sessions
+from edge_sql.runtime.tuning.memory import MEMORY_ALLOWANCE
+from edge_sql.runtime.tuning.settings import Settings
+
+MAX_PARALLEL = 8
+PARALLEL_CAP_BYTES = 4 * 1024**3
+SPEEDUP_STEPS = 8       # decode steps timed for the speed-up
+SPEEDUP_CTX = 512       # a short context for that measurement: only the step's cost matters
+
+
+@dataclass(frozen=True)
+class ParallelFit:
+    """The most sequences that fit, what each adds, under which budget, and their measured gain."""
+
+    n: int
+    sequence_bytes: int
+    allowance: int
+    speedup: float = 1.0  # aggregate decode tokens/s of n sequences over one (1.0: not measured)
+
+
+def available_bytes() -> int:
+    """Memory the OS could give now (Linux MemAvailable; 0 where unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def parallel_allowance(available: int | None = None) -> int:
+    """What several episodes may allocate beyond the file (see the module docstring)."""
+    available = available_bytes() if available is None else available
+    return max(MEMORY_ALLOWANCE, min(available // 4, PARALLEL_CAP_BYTES))
+
+
+def allocated_bytes(info: SessionInfo) -> int:
+    """llama.cpp's allocations beyond the mapped file (its buffer log)."""
+    return info.buffer_bytes
+
+
+def allocated_with(model_path: Path, settings: Settings, n_ctx: int, n: int) -> int:
+    """llama.cpp's allocations for `n` sequences of `n_ctx` tokens with `settings` (a context
+    created, nothing evaluated)."""
+    with open_sessions(model_path, settings.session_options(n_ctx=n_ctx, n_gpu_layers=0), n) as group:
+        return allocated_bytes(group.info)
+
+
+def fit_parallel(model_path: Path, settings: Settings, n_ctx: int, one_bound: int, allowance: int,
+                 limit: int = MAX_PARALLEL) -> tuple[int, int]:
+    """The most sequences (1..limit) whose bound stays within `allowance`, and the mean bytes
+    each sequence beyond the first added there. The one-to-two step predicts the count; that
+    context is then created and checked (the compute buffer grows a little faster than the
+    cells), one fewer at a time until it fits."""
+    one = allocated_with(model_path, settings, n_ctx, 1)
+    two = allocated_with(model_path, settings, n_ctx, 2)
+    step = max(1, two - one)
+    n = max(1, min(limit, 1 + (allowance - one_bound) // step))
+    while n > 2:
+        added = allocated_with(model_path, settings, n_ctx, n) - one
+        if one_bound + added <= allowance:
+            return n, added // (n - 1)
+        n -= 1
+    return n, step
+
+
+def measure_speedup(model_path: Path, settings: Settings, n: int) -> float:
+    """Aggregate decode tokens per second of `n` sequences stepping together over one sequence
+    alone (greedy, SPEEDUP_STEPS tokens each after a short prompt)."""
+    if n < 2:
+        return 1.0
+    options = settings.session_options(n_ctx=SPEEDUP_CTX, n_gpu_layers=0)
+    rates = []
+    for width in (1, n):
+        with open_sessions(model_path, options, width) as group:
+            for session in group:
+                session.eval(session.tokenize("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            barrier = threading.Barrier(width)
+
+            def decode(session=None) -> None:
+                barrier.wait()
+                session.generate(params=SamplingParams(greedy=True), max_tokens=SPEEDUP_STEPS)
+
+            threads = [threading.Thread(target=decode, kwargs={"session": s}) for s in group]
+            tick = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            rates.append(width * SPEEDUP_STEPS / (time.perf_counter() - tick))
+    return round(rates[1] / rates[0], 2)
+
+
+def check_parallel(settings: Settings, n: int) -> None:
+    """Refuse `n` episodes at once when calibration found fewer fit (`settings.parallel`;
+    settings that were not calibrated, `parallel` 0, refuse nothing)."""
+    if n < 1:
+        raise EdgeSqlError(f"episodes at once must be at least 1, got {n}")
+    if settings.parallel and n > settings.parallel:
+        raise EdgeSqlError(
+            f"{n} episodes at once do not fit: at most {settings.parallel} fit the memory budget for this model "
+            f"(each sequence adds {settings.sequence_bytes / 2**20:.0f} MiB of attention cells and recurrent "
+            "state); ask for fewer, or a shorter context (`edge-sql tune` shows the figures)")

@@ -1,0 +1,219 @@
+"""Several sessions on one context (runtime/batched.py, runtime/sequences.py): each sequence
+decodes what it would alone, sequences join and leave at any step, memory stays apart.
+
+Real llama.cpp on the tiny Qwen3.5-architecture fixture (attention and recurrent layers, so a
+state leaking between sequences shows in the logits), with the sessions driven from threads at
+once as `Agent(parallel=N)` and `serve --parallel` drive them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sql.runtime import SamplingParams, Session
+from edge_sql.runtime.sequences import open_sessions
+
+GREEDY = SamplingParams(greedy=True)
+PROMPTS = ["<|im_start|>user\nHow many albums are there?<|im_end|>\n<|im_start|>assistant\n",
+           "<|im_start|>user\nList the tables.<|im_end|>\n<|im_start|>assistant\n",
+           "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY",
+           "The quick brown fox"]
+
+
+def _completion(session: Session, prompt: str, n: int = 24) -> list[int]:
+    session.reset()
+    session.eval(session.tokenize(prompt))
+    return session.generate(params=GREEDY, max_tokens=n).tokens
+
+
+def _all_at_once(jobs: list[Callable[[], object]]) -> list[object]:
+    """Run every job in a thread of its own, started together; their results in order."""
+    results: list[object] = [None] * len(jobs)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(jobs))
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = jobs[i]()
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_gguf: Path) -> dict[str, list[int]]:
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as session:
+        return {prompt: _completion(session, prompt) for prompt in PROMPTS}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_identical_questions_at_once_decode_as_one_alone(tiny_gguf: Path, alone: dict, n: int) -> None:
+    with open_sessions(tiny_gguf, n=n, n_ctx=512, n_threads=1) as group:
+        got = _all_at_once([lambda s=s: _completion(s, PROMPTS[0]) for s in group])
+        assert group.counts.mean_width > 1.5  # they did share steps
+        assert group.info.n_seq == n and group.info.n_ctx == 512
+    assert got == [alone[PROMPTS[0]]] * n
+
+
+def test_different_questions_at_once_each_decode_as_alone(tiny_gguf: Path, alone: dict) -> None:
+    with open_sessions(tiny_gguf, n=len(PROMPTS), n_ctx=512, n_threads=1) as group:
+        got = _all_at_once([lambda s=s, p=p: _completion(s, p) for s, p in zip(group, PROMPTS)])
+    assert got == [alone[p] for p in PROMPTS]
+
+
+def test_a_sequence_leaves_and_another_joins_without_touching_the_others(tiny_gguf: Path, alone: dict) -> None:
+    """Sequence 0 answers three short prompts one after another (each reset clears its cells)
+    while sequence 1 decodes one long completion; the long one's logits are its lone ones."""
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
+        single.eval(single.tokenize(PROMPTS[3]))
+        long_alone = single.generate(params=GREEDY, max_tokens=120).tokens
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        first, second = group.sessions
+
+        def short_ones() -> list[list[int]]:
+            return [_completion(first, p, n=8) for p in PROMPTS[:3]]
+
+        def long_one() -> list[int]:
+            second.reset()
+            second.eval(second.tokenize(PROMPTS[3]))
+            return second.generate(params=GREEDY, max_tokens=120).tokens
+
+        shorts, long_batched = _all_at_once([short_ones, long_one])
+    assert long_batched == long_alone
+    assert shorts == [alone[p][:8] for p in PROMPTS[:3]]
+
+
+def test_logits_equal_the_lone_sequence_within_rounding(tiny_gguf: Path) -> None:
+    """The next-token logits after a prompt, decoded beside another sequence's prompt."""
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
+        single.eval(single.tokenize(PROMPTS[1]))
+        expected = single.logits()
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        def prompt_then_logits(session: Session, prompt: str) -> np.ndarray:
+            session.eval(session.tokenize(prompt))
+            return session.logits()
+
+        got, _other = _all_at_once([lambda: prompt_then_logits(group.sessions[0], PROMPTS[1]),
+                                    lambda: prompt_then_logits(group.sessions[1], PROMPTS[2])])
+    assert np.argmax(got) == np.argmax(expected)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-3 * float(np.abs(expected).max()))
+
+
+def test_a_long_prompt_advances_in_chunks_while_another_samples(tiny_gguf: Path) -> None:
+    """n_batch 32: a 200-token prompt takes several steps; the other sequence gets a token
+    into each of them (more steps shared than the prompt alone needs)."""
+    long_prompt = " ".join(f"row {i}" for i in range(100))
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_batch=32, n_ubatch=32, n_threads=1) as group:
+        a, b = group.sessions
+        a.eval(a.tokenize(PROMPTS[0]))
+
+        def sample() -> list[int]:
+            return a.generate(params=GREEDY, max_tokens=12).tokens
+
+        def read() -> int:
+            b.eval(b.tokenize(long_prompt))
+            return b.n_past
+
+        _all_at_once([sample, read])
+        counts = group.counts
+    assert counts.sequences > counts.steps  # some steps carried both
+    assert counts.tokens >= 200
+
+
+def test_snapshots_restore_into_another_sequence(tiny_gguf: Path, alone: dict) -> None:
+    """The shared-prefix path: a state saved from sequence 0 restored into sequence 1 continues
+    as the lone session does."""
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        a, b = group.sessions
+        a.eval(a.tokenize(PROMPTS[0]))
+        snapshot = a.snapshot()
+        a.reset()
+        assert b.restore(snapshot)
+        got = b.generate(params=GREEDY, max_tokens=24).tokens
+    assert got == alone[PROMPTS[0]]
+
+
+def test_a_failed_decode_reaches_the_thread_that_asked(tiny_gguf: Path) -> None:
+    with open_sessions(tiny_gguf, n=2, n_ctx=64, n_threads=1) as group:
+        a = group.sessions[0]
+        with pytest.raises(ValueError, match="out of range"):
+            a.eval([10**9])
+        a.eval(a.tokenize(PROMPTS[2]))
+        assert a.generate(params=GREEDY, max_tokens=4).tokens
+
+
+def test_mtp_speculation_is_refused_for_several_sequences(tiny_gguf: Path) -> None:
+    from edge_sql.errors import EdgeSqlError
+
+    with pytest.raises(EdgeSqlError, match="lookup or off"):
+        open_sessions(tiny_gguf, n=2, n_ctx=256, n_threads=1, speculate="auto")
+
+
+def test_lookup_speculation_per_sequence_keeps_the_lone_completions(tiny_gguf: Path) -> None:
+    """Each sequence verifies its own drafts (a verify batch is one request of several tokens)
+    and rolls its own rejected drafts back; what is appended is what plain decoding appends."""
+    repeating = "SELECT a, b FROM t; SELECT a, b FROM t; SELECT a, b FROM t; SELECT"
+    prompts = [repeating, PROMPTS[2], repeating]
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
+        expected = [_completion(single, p, n=40) for p in prompts]
+    with open_sessions(tiny_gguf, n=3, n_ctx=512, n_threads=1, speculate="lookup") as group:
+        got = _all_at_once([lambda s=s, p=p: _completion(s, p, n=40) for s, p in zip(group, prompts)])
+        drafted = sum(s.timings.draft_tokens for s in group.sessions)
+        rolled_back = sum(s.draft_tokens_rolled_back for s in group.sessions)
+    assert got == expected
+    assert drafted > 0, "no drafts were verified: the test did not exercise speculation"
+    print(f"drafted {drafted}, rolled back {rolled_back}")
+
+
+# ---- memory: what calibration predicts for N sequences, and refusing more ------------------
+
+def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match(tiny_gguf: Path) -> None:
+    from edge_sql.runtime.tuning import Settings, calibrate, check_parallel
+    from edge_sql.runtime.tuning.parallel import allocated_with
+
+    settings = Settings(True, 32, 1)
+    small = dict(n_ctx=1024, points=(64,), prefill_chunk=32, decode_tokens=4, process_bytes=0)
+    one = allocated_with(tiny_gguf, settings, 1024, 1)
+    per_sequence = allocated_with(tiny_gguf, settings, 1024, 2) - one
+    bound = calibrate(tiny_gguf, settings=[settings], full=False, **small).chosen_measurement().memory_bytes
+    # a budget for the lone bound plus two and a half sequences: two more fit, not three
+    result = calibrate(tiny_gguf, settings=[settings], full=False, parallel_memory=bound + 5 * per_sequence // 2,
+                       **small)
+    chosen = result.chosen
+    assert chosen.parallel == 3
+    assert result.parallel_speedup > 0
+    with open_sessions(tiny_gguf, chosen.session_options(n_ctx=1024, n_gpu_layers=0), 3) as group:
+        assert group.info.buffer_bytes == one + 2 * chosen.sequence_bytes  # what the fit measured
+        assert bound + group.info.buffer_bytes - one <= result.parallel_allowance
+        kinds = group.info.buffers
+    with Session(tiny_gguf, chosen.session_options(n_ctx=1024, n_gpu_layers=0)) as single:
+        assert kinds["CPU KV"] == 3 * single.info.buffers["CPU KV"]  # cells per sequence, not shared
+        assert kinds["CPU RS"] == pytest.approx(3 * single.info.buffers["CPU RS"], rel=0.05)
+    check_parallel(chosen, 3)
+    with pytest.raises(Exception, match=r"4 episodes at once do not fit: at most 3 fit"):
+        check_parallel(chosen, 4)
+
+
+def test_more_logits_rows_than_the_context_holds_is_an_error_not_an_abort(tiny_gguf: Path) -> None:
+    """llama.cpp aborts the process (GGML_ASSERT n_outputs_max) when one batch asks for more
+    rows than the context was made for (measured: two sequences, a context of one row); the
+    decoder refuses such a request before llama.cpp sees it."""
+    with open_sessions(tiny_gguf, n=2, n_ctx=128, n_threads=1) as group:
+        context = group.sessions[0].context
+        with pytest.raises(ValueError, match="logits rows"):
+            context.decode([1, 2, 3], 0, outputs="all")
+        context.decode([1, 2, 3], 0, outputs="last")  # one row: fine, and the context still works
+        assert context.logits(-1).shape == (context.n_vocab,)

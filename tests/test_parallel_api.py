@@ -1,0 +1,314 @@
+"""`Agent(parallel=N)`: a pool of sessions, `ask_many`, asks from several threads at once, and
+answers by vote (`agent/vote.py`).
+
+Episodes run at once must be the episodes run alone: each is compared with the same question
+asked of a plain `parallel=1` Agent (transcript, SQL and rounds; the tolerance of the batched
+engine, when it comes, is the runtime's near-tie rounding). The vote is checked twice: its
+choice function on constructed results over a real database, and K sampled episodes of the
+trained fixture, whose majority is recomputed here with sqlite3 on the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import edge_sql
+from edge_sql.agent import Budget
+from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord
+from edge_sql.agent.vote import agreement_line, choose, failed_queries
+from edge_sql.api import Ask
+from edge_sql.errors import EdgeSqlError
+from edge_sql.tools import ReadOnlyDatabase
+
+SMALL = Budget(max_tokens=2048, max_rounds=3, max_think_tokens=8, max_final_think_tokens=8, max_sql_chars=24,
+               max_name_chars=16, min_string_chars=8, min_think_tokens=4, max_final_sql_tokens=24, max_calls_per_turn=2)
+PARALLEL = 3
+LOAD = dict(n_ctx=2048, n_threads=1, pull_if_missing=False, tune=False, prefix_cache=False)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def same_episode(result: EpisodeResult, alone: EpisodeResult) -> None:
+    assert result.question == alone.question and result.evidence == alone.evidence
+    assert result.transcript == alone.transcript
+    assert result.sql == alone.sql and result.answer == alone.answer and result.stop == alone.stop
+    assert result.to_json(transcript=False)["rounds"] == alone.to_json(transcript=False)["rounds"]
+
+
+@pytest.fixture(scope="module")
+def single(tiny_gguf_fast):
+    """The plain path: what each episode must equal."""
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, **LOAD) as agent:
+        yield agent
+
+
+@pytest.fixture(scope="module")
+def pooled(tiny_gguf_fast):
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=PARALLEL, **LOAD) as agent:
+        yield agent
+
+
+def test_the_pool_has_one_session_per_sequence(pooled, single):
+    assert pooled.parallel == PARALLEL and len(pooled.sessions) == PARALLEL
+    assert len({id(s) for s in pooled.sessions}) == PARALLEL
+    assert all(s.n_ctx == 2048 for s in pooled.sessions)  # each sequence gets its own window
+    with pytest.raises(EdgeSqlError, match="has 3 sessions .*agent.sessions"):
+        pooled.session  # noqa: B018
+    assert single.parallel == 1 and single.sessions == [single.session]
+    with pytest.raises(ValueError, match="parallel must be at least 1"):
+        edge_sql.Agent(single.model_path, parallel=0, **LOAD)
+
+
+def test_identical_greedy_questions_at_once_equal_the_lone_episode(pooled, single, chinook_db):
+    before = sha256(chinook_db)
+    question = "How many albums are there?"
+    alone = single.ask(question, chinook_db, greedy=True)
+    results = pooled.ask_many([question] * PARALLEL, chinook_db, greedy=True)
+    assert len(results) == PARALLEL
+    for result in results:
+        same_episode(result, alone)
+        assert result.stats["generated_tokens"] == alone.stats["generated_tokens"] > 0
+    assert sha256(chinook_db) == before
+
+
+def test_different_questions_each_equal_their_lone_episode(pooled, single, chinook_db, northwind_db):
+    """Mixed databases, evidence and seeds in one call, results in input order."""
+    before = {db: sha256(db) for db in (chinook_db, northwind_db)}
+    questions = [
+        Ask("Which artist has the most albums?", seed=3),
+        ("How many orders were shipped to France?", northwind_db, "France is a country", 4),
+        "List the genres.",                                            # ask_many's db, evidence and seed
+        Ask("How many products are discontinued?", northwind_db, seed=6),
+    ]
+    results = pooled.ask_many(questions, chinook_db, evidence="a hint", seed=5)
+    alone = [
+        single.ask("Which artist has the most albums?", chinook_db, evidence="a hint", seed=3),
+        single.ask("How many orders were shipped to France?", northwind_db, evidence="France is a country", seed=4),
+        single.ask("List the genres.", chinook_db, evidence="a hint", seed=5),
+        single.ask("How many products are discontinued?", northwind_db, evidence="a hint", seed=6),
+    ]
+    assert [r.question for r in results] == [a.question for a in alone]
+    for result, lone in zip(results, alone):
+        same_episode(result, lone)
+    assert len({r.transcript for r in results}) == 4
+    assert {db: sha256(db) for db in before} == before
+
+
+def test_a_failing_question_costs_no_other_its_answer(pooled, single, chinook_db, tmp_path):
+    seen: list[int] = []
+    results = pooled.ask_many(
+        [Ask("How many?", tmp_path / "missing.sqlite"), "   ", "How many tracks are there?"],
+        chinook_db, seed=8, on_result=lambda i, _r: seen.append(i))
+    assert [r.stop for r in results[:2]] == ["error", "error"]
+    assert "database file not found" in results[0].error and results[0].sql is None and not results[0].rounds
+    assert results[1].error == "empty question"
+    same_episode(results[2], single.ask("How many tracks are there?", chinook_db, seed=8))
+    assert seen == [2]  # on_result: the questions that ran
+    with pytest.raises(ValueError, match="no database for the question"):
+        pooled.ask_many(["How many?"])
+
+
+def test_should_stop_ends_every_episode_of_ask_many(pooled, chinook_db):
+    results = pooled.ask_many(["How many albums?", "How many artists?", "How many tracks?", "How many genres?"],
+                              chinook_db, seed=1, should_stop=lambda: True)
+    assert [r.stop for r in results] == ["cancelled"] * 4
+    assert all(r.sql is None and r.error == "stopped by the user" for r in results)
+    assert [r.question for r in results] == ["How many albums?", "How many artists?", "How many tracks?",
+                                             "How many genres?"]
+
+
+def test_two_threads_ask_at_once(pooled, single, chinook_db, northwind_db):
+    """Both episodes are under way together: each one's first round waits for the other's (a
+    pool that ran them one after another would never let the barrier open)."""
+    jobs = {"a": ("Which customer spent the most?", chinook_db, 11),
+            "b": ("How many products are discontinued?", northwind_db, 12)}
+    expected = {name: single.ask(q, db, seed=seed) for name, (q, db, seed) in jobs.items()}
+    both_started = threading.Barrier(2, timeout=600)
+    got: dict[str, EpisodeResult] = {}
+    failures: list[BaseException] = []
+
+    def work(name: str) -> None:
+        question, db, seed = jobs[name]
+        first = []
+
+        def on_event(event) -> None:
+            if event.kind == "round" and not first:
+                first.append(event)
+                both_started.wait()
+
+        try:
+            got[name] = pooled.ask(question, db, seed=seed, on_event=on_event)
+        except BaseException as exc:  # noqa: BLE001  (reported by the main thread)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(name,)) for name in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures and set(got) == {"a", "b"}
+    for name in jobs:
+        same_episode(got[name], expected[name])
+
+
+def test_close_waits_for_the_running_asks_and_refuses_new_ones(tiny_gguf_fast, chinook_db):
+    agent = edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=2, **LOAD)
+    started, closing = threading.Event(), threading.Event()
+    order: list[str] = []
+    results: list[EpisodeResult] = []
+
+    def on_event(event) -> None:
+        if event.kind == "round" and event.round == 1:
+            started.set()
+            closing.wait()  # the episode goes on once close() is being called
+        elif event.kind == "answer":  # the episode's last event, while it holds its session
+            order.append("answer")
+
+    def ask() -> None:
+        results.append(agent.ask("How many albums?", chinook_db, seed=1, on_event=on_event))
+
+    def close() -> None:
+        started.wait()
+        closing.set()
+        agent.close()
+        order.append("closed")
+
+    threads = [threading.Thread(target=ask), threading.Thread(target=close)]
+    threads[0].start()
+    threads[1].start()
+    for thread in threads:
+        thread.join()
+    assert order == ["answer", "closed"] and agent.sessions == []
+    assert results[0].stop in ("submitted", "final_answer") and results[0].rounds
+    with pytest.raises(EdgeSqlError, match="closed"):
+        agent.ask("How many?", chinook_db)
+    agent.close()  # idempotent
+
+
+# ---- the vote's choice, on constructed episodes ------------------------------------------------------
+
+
+def episode(sql: str | None, failed: int = 0, error: str | None = None) -> EpisodeResult:
+    calls = [CallRecord("run_query", {"sql": "SELECT nope"}, False, "Error: no such column: nope")] * failed
+    calls.append(CallRecord("run_query", {"sql": "SELECT 1"}, True, "1"))
+    return EpisodeResult(question="q", evidence=None, sql=sql, columns=[], rows=[], truncated=False, forced=False,
+                         fallback=False, answer=sql, rounds=[RoundRecord(1, "", calls)], stats={"rounds": 1},
+                         transcript="", stop="submitted" if sql else "final_answer",
+                         error=error if sql is None else None)
+
+
+@pytest.fixture
+def chinook(chinook_db):
+    before = sha256(chinook_db)
+    with ReadOnlyDatabase(chinook_db) as db:
+        yield db
+    assert sha256(chinook_db) == before
+
+
+def test_the_majority_result_set_wins(chinook):
+    """Result sets compare as the evaluation scores them: row order, duplicates and the query's
+    text do not matter, 1 equals 1.0, column names do not count."""
+    results = [
+        episode("SELECT COUNT(*) FROM Genre"),                          # 25: group 0
+        episode("SELECT 1 UNION ALL SELECT 2", failed=1),               # {1, 2}: group 1
+        episode("SELECT 2.0 AS b UNION ALL SELECT 1 UNION ALL SELECT 1"),  # {1, 2} again
+        episode(None, error="no answer: the model gave none and no query ran without error"),
+        episode("SELECT nope FROM nowhere"),                            # fails now: no vote
+        episode("SELECT count(GenreId) FROM Genre"),                    # 25 again
+        episode("SELECT 1 UNION SELECT 2", failed=0),                   # {1, 2}: group 1 has 3
+    ]
+    voted = choose(results, chinook)
+    vote = voted.stats["vote"]
+    assert [e["group"] for e in vote["episodes"]] == [0, 1, 1, None, None, 0, 1]
+    assert [e["sql"] for e in vote["episodes"]] == [r.sql for r in results]
+    assert [e["failed_queries"] for e in vote["episodes"]] == [0, 1, 0, 0, 0, 0, 0]
+    assert vote["episodes"][3]["reason"].startswith("no answer")
+    assert vote["episodes"][4]["reason"].startswith("the SQL failed to run: no such table: nowhere")
+    # group 1 (3 votes) beats group 0 (2); within it, episode 2 has no failed query and comes before 6
+    assert (vote["k"], vote["voters"], vote["agreed"], vote["chosen"], vote["agreement"]) == (7, 5, 3, 2, 0.6)
+    assert voted.sql == results[2].sql and voted.stats["rounds"] == 1
+    assert "vote" not in results[2].stats  # the inputs are left as they were
+    assert agreement_line(vote) == "3 of 7 episodes agreed (2 without an answer that runs)"
+
+
+def test_a_tie_goes_to_the_fewest_failed_queries_then_the_first(chinook):
+    tie = [episode("SELECT 1", failed=2), episode("SELECT 2", failed=1), episode("SELECT 1"), episode("SELECT 2")]
+    assert choose(tie, chinook).stats["vote"]["chosen"] == 2  # groups of 2 and 2: episode 2 has no failure
+    first = [episode("SELECT 1", failed=1), episode("SELECT 2", failed=1), episode("SELECT 3", failed=1)]
+    vote = choose(first, chinook).stats["vote"]
+    assert (vote["chosen"], vote["agreed"], vote["agreement"]) == (0, 1, round(1 / 3, 4))
+    assert agreement_line(vote) == "1 of 3 episodes agreed"
+    assert failed_queries(first[0]) == 1
+
+
+def test_episodes_without_an_answer_do_not_vote(chinook):
+    results = [episode(None, failed=3, error="no answer"), episode("SELECT 'x'", failed=4), episode(None)]
+    vote = choose(results, chinook).stats["vote"]
+    assert (vote["chosen"], vote["voters"], vote["agreed"], vote["agreement"]) == (1, 1, 1, 1.0)
+    nobody = choose([episode(None), episode("SELECT nope")], chinook)
+    assert nobody.sql is None
+    none = nobody.stats["vote"]
+    assert (none["chosen"], none["voters"], none["agreement"]) == (0, 0, 0.0)
+    assert agreement_line(none) == "0 of 2 episodes agreed (2 without an answer that runs)"
+
+
+def test_a_vote_needs_sampled_episodes(pooled, chinook_db):
+    with pytest.raises(ValueError, match="greedy ones would all write the same answer"):
+        pooled.ask("How many albums?", chinook_db, vote=3, greedy=True)
+    with pytest.raises(ValueError, match="at least 2 episodes"):
+        pooled.ask("How many albums?", chinook_db, vote=1)
+    with pytest.raises(EdgeSqlError, match="empty question"):
+        pooled.ask(" ", chinook_db, vote=2)
+
+
+# ---- a vote of the trained fixture -----------------------------------------------------------------
+
+TRAINED_BUDGET = Budget(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
+                        max_name_chars=32, max_final_sql_tokens=40, max_calls_per_turn=2)
+VOTE_K = 4
+VOTE_SEED = 27  # today: three episodes count Genre's rows, one writes a query that returns 1 (3 of 4 agree)
+VOTE_QUESTION = "Which customer spent the most money?"
+
+
+def rows_of(db: Path, sql: str) -> frozenset | None:
+    """The result set of `sql` by sqlite3 itself (read-only), None when it fails."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        try:
+            return frozenset(tuple(row) for row in conn.execute(sql).fetchall())
+        except sqlite3.Error:
+            return None
+
+
+def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf, chinook_db):
+    before = sha256(chinook_db)
+    with edge_sql.Agent(tiny_trained_gguf, budget=TRAINED_BUDGET, parallel=VOTE_K,
+                        **{**LOAD, "n_ctx": 4096}) as agent:
+        voted = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED)
+        episodes = agent.ask_many([Ask(VOTE_QUESTION, seed=VOTE_SEED + i) for i in range(VOTE_K)], chinook_db)
+    vote = voted.stats["vote"]
+    assert vote["k"] == VOTE_K and vote["seeds"] == [VOTE_SEED + i for i in range(VOTE_K)]
+    assert vote["wall_s"] >= voted.stats["wall_s"] > 0  # the whole vote, and the chosen episode within it
+    # the stats list every episode's SQL: the same episodes asked one by one
+    assert [e["sql"] for e in vote["episodes"]] == [r.sql for r in episodes]
+    assert [e["failed_queries"] for e in vote["episodes"]] == [failed_queries(r) for r in episodes]
+    # the majority, recomputed with sqlite3: every voter's group is its result set
+    sets = [rows_of(chinook_db, r.sql) if r.sql else None for r in episodes]
+    counts = Counter(s for s in sets if s is not None)
+    assert vote["voters"] == sum(counts.values()) >= 2
+    assert vote["agreed"] == max(counts.values()) >= 2
+    assert vote["agreement"] == round(vote["agreed"] / vote["voters"], 4)
+    majority = {s for s, n in counts.items() if n == vote["agreed"]}
+    assert sets[vote["chosen"]] in majority
+    for e, s in zip(vote["episodes"], sets):
+        assert (e["group"] is None) == (s is None)
+    assert voted.sql == episodes[vote["chosen"]].sql and voted.transcript == episodes[vote["chosen"]].transcript
+    assert frozenset(tuple(row) for row in voted.rows) == sets[vote["chosen"]]
+    assert sha256(chinook_db) == before
