@@ -113,7 +113,7 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
            queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True,
            speculate: str = "off", open_page: bool = False, parallel: int = 1) -> None:
     from edge_sql.agent import load_prompt
-    from edge_sql.serve.agents import open_agent
+    from edge_sql.api import Agent
     from edge_sql.serve.run import bind, serve_http, serve_stdio
     from edge_sql.serve.service import Limits, Service
     from edge_sql.tools import ReadOnlyDatabase
@@ -127,8 +127,8 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
     listener = bind(host, port) if http else None
     try:
         _log(f"loading {model or 'the default model'} ...")
-        with open_agent(model, parallel=parallel, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx,
-                        prompt_file=prompt_file, tune=tune, budget=budget, log=_log, speculate=speculate) as agent:
+        with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
+                   tune=tune, budget=budget, log=_log, speculate=speculate, parallel=parallel) as agent:
             _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
