@@ -172,7 +172,8 @@ def report(model: Path, ns: list[int], steps: list[dict], runs: list[dict], vote
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path)
-    parser.add_argument("--ns", default="1,2,4,8")
+    parser.add_argument("--ns", default="1,2,4,8", help="sequences for the replay")
+    parser.add_argument("--step-ns", default="1,2,4,8", help="sequences for the raw step")
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--n-ctx", type=int, default=8192)
@@ -189,8 +190,9 @@ def main() -> None:
         return
     ns = [int(n) for n in args.ns.split(",")]
     common = [str(args.model), "--threads", str(args.threads), "--n-ctx", str(args.n_ctx)]
-    steps = [_child([*common, "--child", "step", "--n", str(n)]) for n in ns]
-    rs_steps = [_child([*common, "--child", "step", "--n", str(n), "--speculate", "lookup"]) for n in ns]
+    step_ns = [int(n) for n in args.step_ns.split(",")]
+    steps = [_child([*common, "--child", "step", "--n", str(n)]) for n in step_ns]
+    rs_steps = [_child([*common, "--child", "step", "--n", str(n), "--speculate", "lookup"]) for n in step_ns]
     for s in steps:
         print(f"step N={s['n']}: {s['ms_per_step']:.1f} ms, {s['tok_s']:.1f} tok/s", file=sys.stderr)
     runs = []
