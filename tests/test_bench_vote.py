@@ -156,3 +156,21 @@ def test_parallel_auto_is_the_calibrated_default() -> None:
         resolve_parallel(None, calibrated, vote=4)
     with pytest.raises(BenchSetupError, match="--speculate mtp runs one episode per context"):
         resolve_parallel(2, calibrated, speculate="mtp")
+
+
+def test_vote_with_ray_is_refused_and_auto_under_ray_is_one(tiny_gguf_fast: Path, tmp_path: Path) -> None:
+    base = ["bench", "--base", str(tiny_gguf_fast), "--variants", "BF16", "--out", str(tmp_path / "out"), "--ray", "local"]
+    result = CliRunner().invoke(main, [*base, "--vote", "2"])
+    assert result.exit_code == 1 and "--vote runs a question's K episodes at once in one local process" in result.output
+    result = CliRunner().invoke(main, [*base, "--parallel", "2"])   # an explicit N over 1 is still refused
+    assert result.exit_code == 1 and "with --ray each actor runs one at a time" in result.output
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_parallel_option_takes_auto_or_a_count(tiny_gguf_fast: Path, tmp_path: Path) -> None:
+    for value, message in (("0", "0 is not at least 1"), ("many", "'many' is neither 'auto' nor a whole number")):
+        result = CliRunner().invoke(main, ["bench", "--base", str(tiny_gguf_fast), "--out", str(tmp_path / "o"),
+                                           "--parallel", value])
+        assert result.exit_code == 2 and message in result.output
+    help_text = CliRunner().invoke(main, ["bench", "--help"]).output
+    assert "--parallel auto|N" in help_text and "'auto': as many as the variant's calibration" in " ".join(help_text.split())
