@@ -11,6 +11,7 @@ from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.nodes import SPEED_FIELDS, mixed_hardware, node_machines, per_node_figures
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.variants import Variant
+from edge_sql.bench.voting import is_vote, split_mode, vote_figures
 from edge_sql.evaluation.datasets import Question
 from edge_sql.evaluation.report import EvalReport, QuestionResult
 
@@ -126,8 +127,10 @@ def summarize(
     names = {v.name for v in variants}
     machines = node_machines(records)
     rows = []
+    single_modes = [m for m in modes if split_mode(m)[1] is None]
     for variant in variants:
         mine = [e for e in episodes if e["variant"] == variant.name]
+        singles = [e for e in mine if not is_vote(e)]   # the speed and agreement figures are theirs
         loads = [r for r in records if r["kind"] == "load" and r["variant"] == variant.name]
         crashes = [r for r in records if r["kind"] == "crash" and r["variant"] == variant.name]
         rows.append({
@@ -138,14 +141,16 @@ def summarize(
             "settings": loads[-1].get("settings") if loads else None,
             "tuning": loads[-1].get("tuning") if loads else None,
             **peak_memory(records, variant.name),
-            **speed_figures(mine),
+            "parallel": loads[-1].get("parallel", 1) if loads else None,
+            **speed_figures(singles),
             "fidelity": fidelity_figures([r for r in fidelity if r["variant"] == variant.name]),
-            "answer_agreement": agreement_figures(mine, reference, questions, modes, cache),
+            "answer_agreement": agreement_figures(singles, reference, questions, single_modes, cache),
             "accuracy": accuracy_figures(mine, questions, modes),
             "episode_errors": [{"mode": e["mode"], "question_id": e["question_id"], "error": e["episode_error"]}
                                for e in mine if e.get("episode_error")],
             "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
-            "per_node": per_node_figures(variant.name, mine, records, speed_figures),
+            "per_node": per_node_figures(variant.name, singles, records, speed_figures),
+            "votes": vote_figures(singles, [e for e in mine if is_vote(e)], modes),
         })
         if mixed_hardware(rows[-1]["per_node"], machines):  # never one figure for unlike hardware
             rows[-1].update({"mixed_hardware": True, "load_s": None, **dict.fromkeys(SPEED_FIELDS)})

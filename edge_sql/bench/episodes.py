@@ -8,7 +8,8 @@ them to the results file itself; a Ray actor returns them to the driver, which a
 With `task.parallel` = N > 1 the variant is loaded as N sessions of one model
 (`runtime.sequences.open_sessions`), and `run_many` answers N questions at once, one thread
 per session (what lets the engine batch their decode steps). Each episode runs alone on its
-session as it would serially, so its record is the serial one but for the timings.
+session as it would serially, so its record is the serial one but for the timings. A vote
+mode's item is K sampled episodes spread over the sessions and one record (voting.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from edge_sql.bench.machine import machine_description, node_name
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.tasks import EpisodeTask
+from edge_sql.bench.voting import split_mode
 from edge_sql.errors import EdgeSqlError
 
 
@@ -50,6 +52,25 @@ class SpanRecorder:
         if self.session.n_past > start:
             self.generated_spans.append([start, self.session.n_past])
         return completion
+
+
+@dataclasses.dataclass
+class _Piece:
+    """One finished episode of a vote: its index (seed + index), result (or why it could not run)
+    and when it started."""
+
+    index: int
+    mode: str
+    question_id: str
+    result: Any
+    started: float
+    wall_s: float
+
+
+def _indices(mode: str) -> Sequence[int | None]:
+    """The units of one item: None for a single episode, 0..K-1 for a vote of K."""
+    k = split_mode(mode)[1]
+    return [None] if k is None else range(k)
 
 
 class EpisodeRunner:
@@ -96,26 +117,32 @@ class EpisodeRunner:
 
     def run_many(self, items: Sequence[tuple[str, str]]) -> Iterator[dict[str, Any]]:
         """The records of `items` (mode, question id), as they finish: in order with one session;
-        with N, N at a time, one thread per session, each taking the next item when it is free.
+        with N, N at a time, one thread per session, each taking the next episode when it is free.
+        A vote mode's item (`withheld+vote4`) is K episodes (seeds seed..seed+K-1) spread over
+        the sessions like any other, and one record once the last of them ends.
         Closing the iterator early (an error, Ctrl-C) stops the running episodes and joins them."""
+        units = [(mode, question_id, index) for mode, question_id in items for index in _indices(mode)]
+        pieces: dict[tuple[str, str], dict[int, _Piece]] = {}
         if len(self.sessions) == 1:
-            for mode, question_id in items:
-                yield self.run(mode, question_id)
+            for unit in units:
+                record = self._collect(self._work(unit, self.session, None), pieces)
+                if record is not None:
+                    yield record
             return
-        todo: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
-        for item in items:
-            todo.put(item)
-        finished: queue.SimpleQueue[tuple[dict[str, Any] | None, BaseException | None]] = queue.SimpleQueue()
+        todo: queue.SimpleQueue[tuple[str, str, int | None]] = queue.SimpleQueue()
+        for unit in units:
+            todo.put(unit)
+        finished: queue.SimpleQueue[tuple[dict[str, Any] | _Piece | None, BaseException | None]] = queue.SimpleQueue()
         stop = threading.Event()
 
         def work(session: SpanRecorder) -> None:
             while not stop.is_set():
                 try:
-                    mode, question_id = todo.get_nowait()
+                    unit = todo.get_nowait()
                 except queue.Empty:
                     return
                 try:
-                    finished.put((self.run(mode, question_id, session=session, should_stop=stop.is_set), None))
+                    finished.put((self._work(unit, session, stop.is_set), None))
                 except BaseException as exc:  # a bug: the driver re-raises it
                     finished.put((None, exc))
                     return
@@ -125,38 +152,107 @@ class EpisodeRunner:
         for thread in threads:
             thread.start()
         try:
-            for _ in items:
+            for _ in units:
                 while True:
                     try:
-                        record, error = finished.get(timeout=0.5)  # a timeout: Ctrl-C reaches this thread
+                        outcome, error = finished.get(timeout=0.5)  # a timeout: Ctrl-C reaches this thread
                         break
                     except queue.Empty:
                         continue
                 if error is not None:
                     raise error
-                yield record
+                record = self._collect(outcome, pieces)
+                if record is not None:
+                    yield record
         finally:
             stop.set()
             for thread in threads:
                 thread.join()
 
+    def _work(self, unit: tuple[str, str, int | None], session: SpanRecorder,
+              should_stop: Callable[[], bool] | None) -> dict[str, Any] | _Piece:
+        """One unit on `session`: a single episode's record, or one episode of a vote."""
+        mode, question_id, index = unit
+        if index is None:
+            return self.run(mode, question_id, session=session, should_stop=should_stop)
+        started = time.perf_counter()
+        try:
+            result: Any = self.episode(split_mode(mode)[0], question_id, session=session, should_stop=should_stop,
+                                       params=dataclasses.replace(self.params, seed=self.task.seed + index, greedy=False))
+        except EdgeSqlError as exc:  # it does not vote; the others still do
+            result = exc
+        return _Piece(index, mode, question_id, result, started, time.perf_counter() - started)
+
+    def _collect(self, outcome: dict[str, Any] | _Piece, pieces: dict[tuple[str, str], dict[int, _Piece]]
+                 ) -> dict[str, Any] | None:
+        """The record `outcome` completes: a single episode's is its own; a vote's, once all K are in."""
+        if isinstance(outcome, dict):
+            return outcome
+        mine = pieces.setdefault((outcome.mode, outcome.question_id), {})
+        mine[outcome.index] = outcome
+        if len(mine) < split_mode(outcome.mode)[1]:
+            return None
+        del pieces[(outcome.mode, outcome.question_id)]
+        return self.vote_record(outcome.mode, outcome.question_id, [mine[i] for i in sorted(mine)])
+
+    def vote_record(self, mode: str, question_id: str, pieces: Sequence[_Piece]) -> dict[str, Any]:
+        """The record of one vote (voting.py): its episodes' results go to `agent.vote.choose`,
+        the chosen SQL is scored, and the wall time runs from the first episode's start to the choice."""
+        from edge_sql.agent.result import EpisodeResult
+        from edge_sql.agent.vote import choose
+        from edge_sql.evaluation.scoring import score_prediction
+        from edge_sql.tools import ReadOnlyDatabase
+
+        task, question = self.task, self.questions[question_id]
+        key = WorkKey(task.variant, mode, question_id, task.seed)
+        fields = {"kind": "episode", **key.as_fields(), "db_id": question.db_id, "difficulty": question.difficulty}
+        results = [p.result if isinstance(p.result, EpisodeResult) else EpisodeResult(
+            question=question.question, evidence=question.evidence, sql=None, columns=[], rows=[], truncated=False,
+            forced=False, fallback=False, answer=None, rounds=[], stats={}, transcript="", stop="error",
+            error=f"episode failed: {p.result}") for p in pieces]
+        if not any(isinstance(p.result, EpisodeResult) for p in pieces):  # none could run: scores 0
+            return {**fields, "sql": None, "correct": False, "error": results[0].error,
+                    "episode_error": str(pieces[0].result), "node": self.node}
+        with ReadOnlyDatabase(question.db_path) as db:
+            chosen = choose(results, db, max_rows=self.budget.max_result_rows)
+        vote = chosen.stats["vote"]
+        for piece, episode in zip(pieces, vote["episodes"]):
+            episode.update(seed=task.seed + piece.index, stop=results[piece.index].stop, wall_s=round(piece.wall_s, 4))
+        wall_s = time.perf_counter() - min(p.started for p in pieces)
+        score = score_prediction(chosen.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
+        return {
+            **fields, "sql": chosen.sql, "correct": score.correct, "error": score.error, "stop": chosen.stop,
+            "forced": chosen.forced, "fallback": chosen.fallback, "rounds": len(chosen.rounds),
+            "calls": sum(len(r.calls) for r in chosen.rounds), "wall_s": wall_s,
+            "vote": {**vote, "seeds": [task.seed + p.index for p in pieces]}, "node": self.node,
+        }
+
+    def episode(self, mode: str, question_id: str, *, session: SpanRecorder | None = None,
+                should_stop: Callable[[], bool] | None = None, params: Any = None) -> Any:
+        """One episode's `EpisodeResult` on `session` (default: the first), with the bench's
+        sampling unless `params` says otherwise; an episode that cannot run raises EdgeSqlError."""
+        from edge_sql.agent.episode import run_episode
+        from edge_sql.bench.modes import prompt_for_mode
+        from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+        session = session or self.session
+        question = self.questions[question_id]
+        with ReadOnlyDatabase(question.db_path) as db:
+            return run_episode(session, Toolbox(db), question.question, evidence=question.evidence,
+                               params=params or self.params, prompt=prompt_for_mode(self.prompt, mode, db),
+                               budget=self.budget, should_stop=should_stop)
+
     def run(self, mode: str, question_id: str, *, session: SpanRecorder | None = None,
             should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         """One episode on `session` (default: the first), scored: the "episode" record (an
         episode that cannot run scores 0)."""
-        from edge_sql.agent.episode import run_episode
-        from edge_sql.bench.modes import prompt_for_mode
         from edge_sql.evaluation.scoring import score_prediction
-        from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
         task, session = self.task, session or self.session
         question = self.questions[question_id]
         key = WorkKey(task.variant, mode, question_id, task.seed)
         try:
-            with ReadOnlyDatabase(question.db_path) as db:
-                result = run_episode(session, Toolbox(db), question.question, evidence=question.evidence,
-                                     params=self.params, prompt=prompt_for_mode(self.prompt, mode, db),
-                                     budget=self.budget, should_stop=should_stop)
+            result = self.episode(mode, question_id, session=session, should_stop=should_stop)
         except EdgeSqlError as exc:  # e.g. a schema too long for the context: the question scores 0
             return {"kind": "episode", **key.as_fields(), "db_id": question.db_id,
                     "difficulty": question.difficulty, "sql": None, "correct": False,

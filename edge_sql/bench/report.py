@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_sql.bench.nodes import markdown_lines as node_lines
+from edge_sql.bench.voting import bench_modes, markdown_lines as vote_lines
 from edge_sql.evaluation.report import DIFFICULTY_ORDER
 
 JSON_NAME = "bench.json"
@@ -46,14 +47,14 @@ def _difficulties(rows: Sequence[dict[str, Any]], modes: Sequence[str]) -> list[
 def markdown(summary: dict[str, Any]) -> str:
     """The main table (one row per variant) and execution accuracy per difficulty."""
     rows = summary["variants"]
-    modes = summary["settings"]["modes"]
+    modes = bench_modes(summary["settings"]["modes"], summary["settings"].get("vote"))
     reference = summary["settings"]["reference"]
     lines = [
         "# edge-sql bench",
         "",
         *([f"**{summary['settings']['note']}**", ""] if summary["settings"].get("note") else []),
         f"Model: `{summary['settings']['base']}`; dataset: {summary['settings']['dataset']} "
-        f"({summary['settings']['questions']} questions x modes {', '.join(modes)}, seed {summary['settings']['seed']}).",
+        f"({summary['settings']['questions']} questions x modes {', '.join(summary['settings']['modes'])}, seed {summary['settings']['seed']}).",
         f"KL and top-1 compare each variant's next-token distributions with {reference}'s, teacher-forced on "
         f"{reference}'s own transcripts, at the tokens {reference} wrote itself (not the prompt or tool results); answer agreement is the share of questions whose final SQL returns "
         f"{reference}'s result set (or, like {reference}'s, no result).",
@@ -95,6 +96,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 entry = row["accuracy"].get(mode, {})
                 cells = [_accuracy(entry.get("by_difficulty", {}).get(d)) for d in difficulties]
                 lines.append(f"| {row['name']} | {mode} | " + " | ".join(cells) + f" | {_accuracy(entry.get('overall'))} |")
+    lines += vote_lines(summary)
     lines += node_lines(summary)
     failed = [(row["name"], e) for row in rows for e in row["episode_errors"]]
     if failed:

@@ -26,7 +26,9 @@ from edge_sql.bench.modes import MODES
 from edge_sql.bench.plots import write_plots
 from edge_sql.bench.report import write_json, write_markdown
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog, WorkKey
+from edge_sql.bench.parallel import resolve_parallel
 from edge_sql.bench.variants import REFERENCE, BenchSetupError, Variant, prepare_variants
+from edge_sql.bench.voting import bench_modes, split_mode
 from edge_sql.bench.tasks import EpisodeTask, FidelityTask
 from edge_sql.errors import ModelFileError
 from edge_sql.evaluation.datasets import Question, load_dataset, require_databases
@@ -64,7 +66,9 @@ class BenchConfig:
     ray_workers: int | None = None   # Ray actors per variant (default: as many as the cluster's CPUs allow)
     tune: bool = True  # episodes run with the calibrated llama.cpp settings (False: safe defaults)
     speculate: str = "off"  # speculative decoding (same answers; speed and draft acceptance change)
-    parallel: int = 1  # episodes at once per variant, each on its own session (same records, but timings)
+    parallel: int | None = None  # episodes at once per variant, each on its own session (same records, but
+    # timings); None: auto, the variant's calibrated default (bench/parallel.py)
+    vote: int | None = None  # also answer each (mode, question) by a vote of this many sampled episodes (voting.py)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -163,7 +167,10 @@ class LocalRunner:
 
     def episodes(self, config: BenchConfig, variants: Sequence[Variant], questions: Sequence[Question],
                  results: ResultsLog, log: Callable[[str], None]) -> int:
-        return sum(_run_episodes(config, variant, questions, results, Path(config.out_dir), log) for variant in variants)
+        # every variant's sessions first: a count that does not fit is refused before any episode runs
+        sizes = {v.name: episode_parallel(config, v, pending_items(config, v, questions, results), log) for v in variants}
+        return sum(_run_episodes(config, variant, questions, results, Path(config.out_dir), log, sizes[variant.name])
+                   for variant in variants)
 
     def fidelity(self, config: BenchConfig, variants: Sequence[Variant], planned: set[WorkKey],
                  results: ResultsLog, log: Callable[[str], None]) -> int:
@@ -181,11 +188,18 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
             raise BenchSetupError(f"a bench on Ray (ray={config.ray!r}) runs through edge_sql.cluster.runner.RayRunner: "
                                   "pass run_bench(config, runner=RayRunner())")
         runner = LocalRunner()
-    if config.ray is not None and config.parallel > 1:
+    if config.ray is not None and config.parallel is not None and config.parallel > 1:
         raise BenchSetupError("--parallel runs several episodes in one local process; with --ray each actor runs "
                               "one at a time and --ray-workers sets how many run at once")
-    if config.parallel < 1:
+    if config.ray is not None and config.vote:
+        raise BenchSetupError("--vote runs a question's K episodes at once in one local process; with --ray each "
+                              "actor runs one episode at a time")
+    if config.parallel is not None and config.parallel < 1:
         raise BenchSetupError(f"parallel must be at least 1, got {config.parallel}")
+    if config.vote is not None and config.vote < 2:
+        raise BenchSetupError(f"a vote needs at least 2 episodes, got {config.vote}")
+    if config.vote and config.greedy:
+        raise BenchSetupError("--vote samples K episodes and --greedy would make them all the same: use one")
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = ResultsLog(out_dir / RESULTS_FILE_NAME)
@@ -199,13 +213,14 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
     require_databases(questions)
     variants = prepare_variants(base, config.variants, cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME,
                                 from_store=from_store, n_threads=config.n_threads, log=log, verbose=config.verbose)
-    planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in config.modes for q in questions}
+    modes = bench_modes(config.modes, config.vote)
+    planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in modes for q in questions}
 
     episodes_run = runner.episodes(config, variants, questions, results, log)
     fidelity_run = runner.fidelity(config, variants, planned, results, log)
 
     summary = summarize(variants, results.records(), planned=planned, questions={q.id: q for q in questions},
-                        modes=config.modes, reference_name=REFERENCE, cache=ResultCache())
+                        modes=modes, reference_name=REFERENCE, cache=ResultCache())
     summary = {
         "settings": {
             **asdict(config), "out_dir": str(out_dir), "base": str(base), "reference": REFERENCE,
@@ -230,14 +245,16 @@ def _record_process(results: ResultsLog, variant: Variant, task: str, outcome: C
 
 def pending_items(config: BenchConfig, variant: Variant, questions: Sequence[Question],
                   results: ResultsLog) -> list[tuple[str, str]]:
-    """The (mode, question id) episodes of `variant` not yet in the results file."""
+    """The (mode, question id) episodes (and votes) of `variant` not yet in the results file."""
     done = results.done("episode")
-    return [(mode, q.id) for mode in config.modes for q in questions
+    return [(mode, q.id) for mode in bench_modes(config.modes, config.vote) for q in questions
             if WorkKey(variant.name, mode, q.id, config.seed) not in done]
 
 
-def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, str]], results: ResultsLog) -> EpisodeTask:
-    """The episodes task of `variant` (what a local worker process or a Ray actor runs)."""
+def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, str]], results: ResultsLog,
+                 parallel: int = 1) -> EpisodeTask:
+    """The episodes task of `variant` (what a local worker process or a Ray actor runs), on
+    `parallel` sessions (`episode_parallel`)."""
     return EpisodeTask(
         variant=variant.name, model_path=str(variant.path), results_path=str(results.path),
         dataset=str(config.dataset), dataset_format=config.dataset_format,
@@ -245,18 +262,34 @@ def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, s
         n_threads=config.n_threads, n_ctx=config.n_ctx, budget=config.budget, greedy=config.greedy,
         prompt_file=None if config.prompt_file is None else str(config.prompt_file),
         record_tokens=variant.name == REFERENCE, tune=config.tune, speculate=config.speculate,
-        parallel=config.parallel,
+        parallel=parallel,
     )
 
 
+def episode_parallel(config: BenchConfig, variant: Variant, items: Sequence[tuple[str, str]],
+                     log: Callable[[str], None]) -> int:
+    """The sessions `variant`'s worker opens for `items` (bench/parallel.py: auto is the
+    calibrated default). An explicit 1 without votes loads no settings here: the path it always took."""
+    votes = [k for k in (split_mode(mode)[1] for mode, _ in items) if k]
+    if not items or (config.parallel == 1 and not votes):
+        return 1
+    from edge_sql.api import load_settings
+
+    settings, _how = load_settings(Path(variant.path), tune=config.tune, n_gpu_layers=None, n_ctx=config.n_ctx,
+                                   n_threads=config.n_threads, log=log)
+    return resolve_parallel(config.parallel, settings, vote=max(votes, default=None), speculate=config.speculate)
+
+
 def _run_episodes(config: BenchConfig, variant: Variant, questions: Sequence[Question], results: ResultsLog,
-                  out_dir: Path, log: Callable[[str], None]) -> int:
+                  out_dir: Path, log: Callable[[str], None], parallel: int) -> int:
     items = pending_items(config, variant, questions, results)
     if not items:
-        log(f"{variant.name}: all {len(config.modes) * len(questions)} episodes already done")
+        log(f"{variant.name}: all {len(bench_modes(config.modes, config.vote)) * len(questions)} episodes already done")
         return 0
-    log(f"{variant.name}: {len(items)} episodes ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)")
-    task = episode_task(config, variant, items, results)
+    votes = sum(1 for mode, _ in items if split_mode(mode)[1])
+    log(f"{variant.name}: {len(items) - votes} episodes" + (f" and {votes} votes of {config.vote}" if votes else "")
+        + (f", {parallel} at once" if parallel > 1 else "") + f" ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)")
+    task = episode_task(config, variant, items, results, parallel)
     outcome = run_worker(asdict(task), out_dir)
     _record_process(results, variant, "episodes", outcome, log)
     return len(results.done("episode") & {WorkKey(variant.name, m, q, config.seed) for m, q in items})

@@ -10,6 +10,25 @@ from edge_sql.commands.options import budget_options, context_option, speculate_
 from edge_sql.commands.ray_options import ray_options
 
 
+class ParallelCount(click.ParamType):
+    """`auto` (None: the calibrated default) or a count of at least 1."""
+
+    name = "auto|N"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "auto":
+            return None
+        try:
+            count = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither 'auto' nor a whole number", param, ctx)
+        if count < 1:
+            self.fail(f"{count} is not at least 1", param, ctx)
+        return count
+
+
 @click.command(name="bench")
 @click.option("--base", type=click.Path(path_type=Path, dir_okay=False),
               help="The BF16 GGUF file every variant is made from and compared with.")
@@ -55,9 +74,16 @@ from edge_sql.commands.ray_options import ray_options
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log (e.g. the quantizer's line per tensor).")
 @budget_options
 @speculate_option
-@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--parallel", type=ParallelCount(), default="auto", show_default=True, metavar="auto|N",
               help="Episodes run at the same time per variant, each on its own sequence of the model's context "
-              "(one --ctx window each). The records are those of a serial run but for the timings.")
+              "(one --ctx window each). The records are those of a serial run but for the timings. 'auto': as "
+              "many as the variant's calibration found fit the memory budget (`edge-sql tune` shows it); 1 with "
+              "--no-tune, on a GPU, with --speculate mtp or auto, and with --ray. N more than fit is refused.")
+@click.option("--vote", type=click.IntRange(min=2), default=None, metavar="K",
+              help="Also answer each question by vote in each mode (reported as e.g. withheld+vote4): K sampled "
+              "episodes (seeds --seed..--seed+K-1) run at once, the answer is the result set most of them "
+              "return; the report sets its accuracy beside the single episode's, with how often they agreed. "
+              "Not with --greedy or --ray.")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
 @ray_options
@@ -68,7 +94,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
             n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, cache_dir: Path | None,
             note: str, verbose: bool,
             resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False,
-            speculate: str = "off", parallel: int = 1) -> None:
+            speculate: str = "off", parallel: int | None = None, vote: int | None = None) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -78,13 +104,15 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
     from edge_sql.bench import BenchConfig, parse_variant_names, run_bench
     from edge_sql.bench.modes import parse_modes
 
+    if vote is not None and greedy:
+        raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
     config = BenchConfig(
         out_dir=out_dir, base=base, model=model, variants=parse_variant_names(variants_text),
         dataset=dataset, dataset_format=dataset_format, db_root=db_root, limit=limit,
         modes=parse_modes(modes), seed=seed, n_threads=threads, n_ctx=n_ctx, budget=budget, greedy=greedy,
         prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None, fidelity_tokens=fidelity_tokens,
         resume=resume, note=note, verbose=verbose, cache_dir=cache_dir, ray=ray_address, ray_workers=ray_workers, tune=not no_tune,
-        speculate=speculate, parallel=parallel,
+        speculate=speculate, parallel=parallel, vote=vote,
     )
     log = lambda message: click.echo(message, err=True)  # noqa: E731
     runner = None
@@ -102,5 +130,6 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         return
     outcome = run_bench(config, log=log, runner=runner)
     click.echo((outcome.out_dir / "bench.md").read_text(encoding="utf-8"))
-    click.echo(f"{outcome.episodes_run} episodes and {outcome.fidelity_run} fidelity comparisons run; "
+    click.echo(f"{outcome.episodes_run} episodes" + (" (a vote counts as one)" if vote else "")
+               + f" and {outcome.fidelity_run} fidelity comparisons run; "
                f"reports in {outcome.out_dir}: " + ", ".join(p.name for p in outcome.files))

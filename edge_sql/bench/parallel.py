@@ -1,0 +1,32 @@
+"""How many episodes at once a variant's worker runs (`bench --parallel auto|N`, `--vote K`).
+
+`auto` (None) is the calibrated default of the variant's settings (`Settings.parallel`: the
+most sequences that fit the memory budget), 1 when the settings were not calibrated (--no-tune,
+a GPU) or the speculation needs a context per episode (MTP: the batched engine has no drafter).
+An explicit N wins. A vote runs its K episodes at once: max(N, K). What is asked is checked
+against the calibration (`check_parallel`), before the worker loads anything.
+"""
+
+from __future__ import annotations
+
+from edge_sql.errors import BenchSetupError
+from edge_sql.runtime.tuning import check_parallel
+from edge_sql.runtime.tuning.settings import Settings
+
+ONE_CONTEXT_PER_EPISODE = ("mtp", "auto")  # speculation modes the batched engine does not run
+
+
+def resolve_parallel(requested: int | None, settings: Settings, *, vote: int | None = None,
+                     speculate: str = "off") -> int:
+    """The sessions a variant's worker opens (see the module docstring); raises BenchSetupError
+    when the speculation runs one episode per context, EdgeSqlError when they do not fit the budget."""
+    if requested is None:
+        n = 1 if speculate in ONE_CONTEXT_PER_EPISODE else settings.parallel or 1
+    else:
+        n = requested
+    n = max(n, vote or 1)
+    if n > 1 and speculate in ONE_CONTEXT_PER_EPISODE:
+        raise BenchSetupError(f"--speculate {speculate} runs one episode per context: several at once "
+                              f"({n}, from --parallel or --vote) need --speculate lookup or off")
+    check_parallel(settings, n)  # EdgeSqlError with the calibration's figures
+    return n
