@@ -218,6 +218,20 @@ def run_model(model: Path, label: str, threads: int, work: Path, held_out_limit:
 SIZE_TYPES = ("Q4_K_M", "IQ4_XS")
 
 
+def matrix_agreement(a: Path, b: Path) -> dict:
+    """Cosine similarity of two imatrix files' mean squared inputs (sum / count), per weight:
+    the lowest and the median over the weights both hold."""
+    from edge_sql.convert.imatrix_file import read_imatrix
+
+    first, second = read_imatrix(a).entries, read_imatrix(b).entries
+    cosines = []
+    for name in sorted(set(first) & set(second)):
+        x = (first[name].sums / first[name].counts[:, None]).ravel()
+        y = (second[name].sums / second[name].counts[:, None]).ravel()
+        cosines.append(float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y))))
+    return {"weights": len(cosines), "min": round(min(cosines), 4), "median": round(float(np.median(cosines)), 4)}
+
+
 def run_sizes(model: Path, label: str, threads: int, work: Path, held_out_limit: int | None = None) -> dict:
     """The task imatrix from `auto`'s set against one from the earlier, larger set (12 questions per
     database, whole transcripts): is the smaller set's matrix as good on held-out transcripts?"""
@@ -244,6 +258,7 @@ def run_sizes(model: Path, label: str, threads: int, work: Path, held_out_limit:
     results = fidelity(model, variants, held_out, threads)
     return {"label": label, "reference": model.name, "collected": collected, "results": results,
             "types": list(SIZE_TYPES), "matrices": ["none", *sets],
+            "cosine": matrix_agreement(*matrices.values()),
             "held_out": {"sequences": len(held_out), "tokens": sum(map(len, held_out))},
             "fidelity_seconds": round(time.perf_counter() - started, 1)}
 
@@ -294,6 +309,9 @@ def render(paths: list[Path]) -> str:
                   f"Held out: {held['sequences']} transcripts, {held['tokens']:,} tokens. Collected: "
                   + ", ".join(f"{name} {c['tokens']:,} tokens in {c['seconds']} s" for name, c in collected.items())
                   + ".", "",
+                  *([f"Mean squared inputs, {' vs '.join(collected)}: cosine similarity per weight median "
+                     f"{figures['cosine']['median']}, lowest {figures['cosine']['min']} "
+                     f"({figures['cosine']['weights']} weights).", ""] if "cosine" in figures else []),
                   "| type | imatrix | mean KL | vs none | top-1 agreement |", "|---|---|--:|--:|--:|"]
         results = figures["results"]
         for qtype in types:
