@@ -3,7 +3,8 @@
 Usage:
     python benchmarks/bench_imatrix.py --model smollm2 [--threads 2] [--out benchmarks/results/imatrix.md]
     python benchmarks/bench_imatrix.py --model PATH/TO/BF16.gguf --label NAME
-    python benchmarks/bench_imatrix.py --collect-only PATH/TO/BF16.gguf --max-tokens 2048   (time and memory)
+    python benchmarks/bench_imatrix.py --collect-only PATH/TO/BF16.gguf [--max-tokens N]   (time and memory)
+    python benchmarks/bench_imatrix.py --sizes --model smollm2   (the auto set against the 49k-token one)
     python benchmarks/bench_imatrix.py --render A.json B.json > benchmarks/results/imatrix.md
 
 For one model it makes three importance matrices' worth of variants of Q4_K_M, IQ4_XS and Q3_K_M:
@@ -185,7 +186,8 @@ def collect(model: Path, sequences: list[list[int]], dataset: str, out: Path, th
 def run_model(model: Path, label: str, threads: int, work: Path, held_out_limit: int | None = None) -> dict:
     prompt = load_prompt()
     with Session(model, n_ctx=256, n_threads=threads) as session:
-        task = tokens_of(session, task_calibration(prompt).transcripts)
+        calibration = task_calibration(prompt)
+        task = calibration.cut(tokens_of(session, calibration.transcripts))
         budget = sum(map(len, task))
         generic = session.tokenize(generic_text(), special=False)[:budget]
         held_out = tokens_of(session, gold_sql_transcripts(prompt, held_out_questions(work)))
@@ -213,20 +215,73 @@ def run_model(model: Path, label: str, threads: int, work: Path, held_out_limit:
             "fidelity_seconds": round(time.perf_counter() - started, 1)}
 
 
-def collect_only(model: Path, max_tokens: int, threads: int) -> dict:
-    """Time and peak memory of collecting the task imatrix on `model`, over its first `max_tokens`."""
+SIZE_TYPES = ("Q4_K_M", "IQ4_XS")
+
+
+def matrix_agreement(a: Path, b: Path) -> dict:
+    """Cosine similarity of two imatrix files' mean squared inputs (sum / count), per weight:
+    the lowest and the median over the weights both hold."""
+    from edge_sql.convert.imatrix_file import read_imatrix
+
+    first, second = read_imatrix(a).entries, read_imatrix(b).entries
+    cosines = []
+    for name in sorted(set(first) & set(second)):
+        x = (first[name].sums / first[name].counts[:, None]).ravel()
+        y = (second[name].sums / second[name].counts[:, None]).ravel()
+        cosines.append(float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y))))
+    return {"weights": len(cosines), "min": round(min(cosines), 4), "median": round(float(np.median(cosines)), 4)}
+
+
+def run_sizes(model: Path, label: str, threads: int, work: Path, held_out_limit: int | None = None) -> dict:
+    """The task imatrix from `auto`'s set against one from the earlier, larger set (12 questions per
+    database, whole transcripts): is the smaller set's matrix as good on held-out transcripts?"""
+    prompt = load_prompt()
+    sets = {"task-large": task_calibration(prompt, questions_per_database=12, max_tokens=None),
+            "task-auto": task_calibration(prompt)}
     with Session(model, n_ctx=256, n_threads=threads) as session:
-        task = tokens_of(session, task_calibration().transcripts)
+        tokens = {name: c.cut(tokens_of(session, c.transcripts)) for name, c in sets.items()}
+        held_out = tokens_of(session, gold_sql_transcripts(prompt, held_out_questions(work)))[:held_out_limit]
+    matrices = {name: work / f"{label}.{name}.imatrix.gguf" for name in sets}
+    kept = work / f"{label}.sizes.json"
+    if kept.is_file() and all(m.is_file() for m in matrices.values()):
+        collected = json.loads(kept.read_text(encoding="utf-8"))
+    else:
+        collected = {name: collect(model, tokens[name], sets[name].name, matrices[name], threads) for name in sets}
+        kept.write_text(json.dumps(collected), encoding="utf-8")
+    variants = {}
+    for qtype in SIZE_TYPES:
+        for matrix in ("none", *sets):
+            out = work / f"{label}-{qtype}-{matrix}.gguf"
+            quantize_gguf(model, out, qtype, force=True, n_threads=threads, imatrix=matrices.get(matrix))
+            variants[f"{qtype} {matrix}"] = out
+    started = time.perf_counter()
+    results = fidelity(model, variants, held_out, threads)
+    return {"label": label, "reference": model.name, "collected": collected, "results": results,
+            "types": list(SIZE_TYPES), "matrices": ["none", *sets],
+            "cosine": matrix_agreement(*matrices.values()),
+            "held_out": {"sequences": len(held_out), "tokens": sum(map(len, held_out))},
+            "fidelity_seconds": round(time.perf_counter() - started, 1)}
+
+
+def collect_only(model: Path, max_tokens: int | None, threads: int) -> dict:
+    """Time and peak memory of collecting the task imatrix on `model` (over its first `max_tokens`:
+    None, all)."""
+    with Session(model, n_ctx=256, n_threads=threads) as session:
+        calibration = task_calibration()
+        task = calibration.cut(tokens_of(session, calibration.transcripts))
         full = sum(map(len, task))
-        kept, left = [], max_tokens
+        kept, left = [], full if max_tokens is None else max_tokens
         for tokens in task:
             if left <= 0:
                 break
             kept.append(tokens[:left])
             left -= len(kept[-1])
         rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        cpu = time.process_time()
         imatrix, report = collect_imatrix(session, kept, datasets=["task calibration (part)"])
+        cpu = time.process_time() - cpu
     return {"model": model.name, "tokens": report.tokens, "seconds": round(report.seconds, 1),
+            "cpu_seconds": round(cpu, 1), "load_average": round(__import__("os").getloadavg()[0], 2),
             "tokens_per_s": round(report.tokens / report.seconds, 1), "calibration_tokens": full,
             "full_calibration_minutes": round(full / (report.tokens / report.seconds) / 60, 1),
             "peak_rss_mb_loaded": rss_loaded // 1024,
@@ -240,23 +295,28 @@ def render(paths: list[Path]) -> str:
         figures = json.loads(path.read_text(encoding="utf-8"))
         if "results" not in figures:
             lines += [f"## Collecting on {figures['model']}", "", f"`{figures['command']}`, {figures['cpu']}", "",
-                      "| tokens | seconds | tokens/s | full calibration (est.) | peak RSS loaded | peak RSS collecting |",
-                      "|--:|--:|--:|--:|--:|--:|",
+                      "| tokens | seconds | tokens/s | CPU seconds | load average | whole calibration | "
+                      "peak RSS loaded | peak RSS collecting |", "|--:|--:|--:|--:|--:|--:|--:|--:|",
                       f"| {figures['tokens']:,} | {figures['seconds']} | {figures['tokens_per_s']} | "
+                      f"{figures.get('cpu_seconds', '')} | {figures.get('load_average', '')} | "
                       f"{figures['calibration_tokens']:,} tokens, {figures['full_calibration_minutes']} min | "
                       f"{figures['peak_rss_mb_loaded']:,} MB | {figures['peak_rss_mb']:,} MB |", ""]
             continue
         held, collected = figures["held_out"], figures["collected"]
+        types, matrices = figures.get("types", TYPES), figures.get("matrices", MATRICES)
         lines += [f"## {figures['label']} (reference {figures['reference']})", "",
                   f"`{figures['command']}`, {figures['cpu']}", "",
-                  f"Held out: {held['sequences']} transcripts, {held['tokens']:,} tokens. Collected: task "
-                  f"{collected['task']['tokens']:,} tokens in {collected['task']['seconds']} s, generic "
-                  f"{collected['generic']['tokens']:,} tokens in {collected['generic']['seconds']} s.", "",
+                  f"Held out: {held['sequences']} transcripts, {held['tokens']:,} tokens. Collected: "
+                  + ", ".join(f"{name} {c['tokens']:,} tokens in {c['seconds']} s" for name, c in collected.items())
+                  + ".", "",
+                  *([f"Mean squared inputs, {' vs '.join(collected)}: cosine similarity per weight median "
+                     f"{figures['cosine']['median']}, lowest {figures['cosine']['min']} "
+                     f"({figures['cosine']['weights']} weights).", ""] if "cosine" in figures else []),
                   "| type | imatrix | mean KL | vs none | top-1 agreement |", "|---|---|--:|--:|--:|"]
         results = figures["results"]
-        for qtype in TYPES:
+        for qtype in types:
             none = results[f"{qtype} none"]["kl_mean"]
-            for matrix in MATRICES:
+            for matrix in matrices:
                 r = results[f"{qtype} {matrix}"]
                 change = "" if matrix == "none" else f"{(r['kl_mean'] / none - 1) * 100:+.1f}%"
                 lines.append(f"| {qtype} | {matrix} | {r['kl_mean']:.5f} | {change} | {r['top1'] * 100:.2f}% |")
@@ -269,10 +329,11 @@ def main() -> None:
     parser.add_argument("--model", help="smollm2, or a BF16/F16 GGUF path")
     parser.add_argument("--label", default=None)
     parser.add_argument("--collect-only", type=Path, default=None)
-    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--max-tokens", type=int, default=None, help="--collect-only: the first N tokens only.")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edge-sql-bench-imatrix")
     parser.add_argument("--json", type=Path, default=None, help="Also write the figures as JSON here.")
+    parser.add_argument("--sizes", action="store_true", help="Compare auto's set with the 49k-token one.")
     parser.add_argument("--held-out", type=int, default=None, help="Use only the first N held-out transcripts.")
     parser.add_argument("--render", type=Path, nargs="+", default=None, help="Print these runs' JSON as Markdown.")
     args = parser.parse_args()
@@ -284,8 +345,9 @@ def main() -> None:
         figures = collect_only(args.collect_only, args.max_tokens, args.threads)
     else:
         model = smollm2_reference(args.work) if args.model == "smollm2" else Path(args.model)
-        figures = run_model(model, args.label or ("smollm2" if args.model == "smollm2" else model.stem),
-                            args.threads, args.work, args.held_out)
+        run = run_sizes if args.sizes else run_model
+        figures = run(model, args.label or ("smollm2" if args.model == "smollm2" else model.stem),
+                      args.threads, args.work, args.held_out)
     figures["cpu"] = f"{cpu_name()}, {args.threads} threads"
     figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     text = json.dumps(figures, indent=2)

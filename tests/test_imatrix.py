@@ -48,6 +48,7 @@ def collected(tiny_gguf_bf16: Path) -> tuple[Imatrix, list[int]]:
         tokens = session.tokenize(TEXT, special=False)
         imatrix, report = collect_imatrix(session, [tokens, tokens[:20]], datasets=["a query"])
     assert (report.sequences, report.tokens) == (2, len(tokens) + 20)
+    assert report.graphs_stopped == 2  # one decode per sequence, each stopped before the output product
     return imatrix, tokens
 
 
@@ -68,6 +69,21 @@ def test_collected_sums_equal_a_numpy_recomputation_of_the_layer_input(collected
               and not name.startswith(f"blk.{info.block_count - info.mtp_layers}.") and "conv1d" not in name}
     assert set(imatrix.entries) == blocks  # every block matrix, the MTP head (never run) none
     assert imatrix.model_file_type == LlamaFileType.MOSTLY_BF16
+    assert "output.weight" not in imatrix.entries and "token_embd.weight" not in imatrix.entries
+
+
+def test_products_of_one_input_get_its_squares_once_and_the_last_layer_sees_every_row(collected,
+                                                                                     tiny_gguf_bf16: Path) -> None:
+    """The gate and up projections read the same normed rows, so their sums are equal; the last
+    block's feed-forward counts every token though the graph stopped before the output product."""
+    imatrix, tokens = collected
+    last = read_gguf(tiny_gguf_bf16, max_array=0)
+    last_block = last.block_count - last.mtp_layers - 1
+    for block in range(last_block + 1):
+        gate, up = imatrix.entries[f"blk.{block}.ffn_gate.weight"], imatrix.entries[f"blk.{block}.ffn_up.weight"]
+        np.testing.assert_array_equal(gate.sums, up.sums)
+    down = imatrix.entries[f"blk.{last_block}.ffn_down.weight"]
+    assert down.counts.tolist() == [len(tokens) + 20] and np.all(down.sums > 0)
 
 
 def test_the_gguf_file_round_trips_in_llama_cpps_layout(collected, tmp_path: Path) -> None:
@@ -279,6 +295,24 @@ def test_pull_quantizes_k_quants_with_the_imatrix_it_is_handed_and_records_it(ti
     assert plain.imatrix is None and len(made) == 1  # Q8_0 is not steered by an imatrix: none made
 
 
+def test_pull_uses_the_task_imatrix_by_default_for_k_quants(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """`pull --quant Q4_K_M` collects the task imatrix on the BF16 file (kept beside it) and
+    records it; `--no-imatrix` quantizes without one."""
+    from edge_sql.evaluation.calibration import task_calibration
+    from edge_sql.store import ModelStore
+
+    runner = CliRunner(env={"EDGE_SQL_HOME": str(tmp_path / "home")})
+    result = runner.invoke(main, ["pull", str(tiny_checkpoint), "--quant", "Q4_K_M", "--name", "tiny"])
+    assert result.exit_code == 0, result.output
+    store = ModelStore(tmp_path / "home")
+    bf16, weighted = store.get("tiny", "BF16"), store.get("tiny", "Q4_K_M")
+    kept = Path(bf16.path).with_name(Path(bf16.path).stem + ".task.imatrix.gguf")
+    assert weighted.imatrix == str(kept) and read_imatrix(kept).datasets == [task_calibration().name]
+    plain = runner.invoke(main, ["pull", str(tiny_checkpoint), "--quant", "Q3_K_M", "--name", "tiny", "--no-imatrix"])
+    assert plain.exit_code == 0, plain.output
+    assert store.get("tiny", "Q3_K_M").imatrix is None
+
+
 def test_bench_variant_names_with_imatrix(tmp_path: Path) -> None:
     from edge_sql.bench.variants import IMATRIX_VARIANTS, parse_variant_names
     from edge_sql.errors import BenchSetupError
@@ -317,6 +351,8 @@ def test_the_task_calibration_is_agent_transcripts_with_real_tool_outputs() -> N
     calibration = task_calibration(prompt)
     episodes = load_episodes()
     assert len(calibration.transcripts) == len(episodes) + 2 * QUESTIONS_PER_DATABASE
+    assert calibration.max_tokens == 2048 and "first 2,048 tokens" in calibration.name
+    assert calibration.cut([list(range(3000)), [1, 2]]) == [list(range(2048)), [1, 2]]
     texts = ["".join(text for text, _ in pieces) for pieces in calibration.transcripts]
     chat = prompt.chat
     for text, pieces in zip(texts, calibration.transcripts):

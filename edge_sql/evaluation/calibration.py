@@ -14,9 +14,12 @@ piece tokenized with special tokens only where the episode loop parses them):
   gold SQL through the real tools, so DDL, sample rows and results are real: list the tables,
   describe the tables the gold SQL names and sample the first, run the gold SQL, submit it.
 
-`questions_per_database` bounds its size: the default (12 of each database's 32 questions, every
-difficulty) makes 49,415 tokens with the Qwen3.5 tokenizer (benchmarks/results/imatrix.md has
-what collecting over them costs on the 2B shape).
+`questions_per_database` and `max_tokens` (each transcript's first tokens only) bound its size:
+the default (3 of each database's 32 questions, every difficulty; every transcript cut at 2,048
+tokens, so the longest published episode keeps its opening rounds) makes 13,034 tokens with the
+Qwen3.5 tokenizer. benchmarks/results/imatrix.md measures it against the 49,415-token set of
+12 questions per database and whole episodes: as good on held-out transcripts, a quarter of the
+collection time (13.7 minutes for the 2B shape on the shared 2-core EPYC).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from edge_sql.evaluation.datasets import Question, load_bundled
 from edge_sql.evaluation.sqale_published import call_args, load_episodes
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
-QUESTIONS_PER_DATABASE = 12
+QUESTIONS_PER_DATABASE = 3
+MAX_TOKENS = 2048  # per transcript: the opening rounds of a long episode
 SAMPLE_ROWS = 3
 _TURNS_LEFT = re.compile(r"(\d+) tool turns? left")
 
@@ -45,17 +49,23 @@ class Calibration:
 
     name: str
     transcripts: list[list[Piece]]
+    max_tokens: int | None = None  # each transcript's first tokens only (None: whole)
+
+    def cut(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
+        """The transcripts' tokens, each cut to `max_tokens`."""
+        return [list(tokens[:self.max_tokens]) for tokens in sequences]
 
 
-def task_calibration(prompt: PromptTemplate | None = None, *,
-                     questions_per_database: int = QUESTIONS_PER_DATABASE) -> Calibration:
+def task_calibration(prompt: PromptTemplate | None = None, *, questions_per_database: int = QUESTIONS_PER_DATABASE,
+                     max_tokens: int | None = MAX_TOKENS) -> Calibration:
     """The published episodes replayed, then bundled-question episodes through the real tools."""
     prompt = prompt or load_prompt()
     questions = spread(load_bundled(), questions_per_database)
     transcripts = published_transcripts(prompt) + gold_sql_transcripts(prompt, questions)
+    cut = f", each transcript's first {max_tokens:,} tokens" if max_tokens else ""
     name = (f"edge-sql task calibration ({prompt.version}): {len(load_episodes())} published SQaLe episodes, "
-            f"{len(questions)} bundled questions")
-    return Calibration(name, transcripts)
+            f"{len(questions)} bundled questions{cut}")
+    return Calibration(name, transcripts, max_tokens)
 
 
 def spread(questions: Sequence[Question], per_database: int) -> list[Question]:

@@ -70,7 +70,7 @@ def _calibration_tokens(session, calibration: str | Path) -> tuple[str, list[lis
     if str(calibration) == AUTO:
         task = task_calibration()
         transcript = Transcript(session)
-        return task.name, [transcript.tokenize(pieces) for pieces in task.transcripts]
+        return task.name, task.cut([transcript.tokenize(pieces) for pieces in task.transcripts])
     path = Path(calibration)
     try:
         text = path.read_text(encoding="utf-8")

@@ -2,16 +2,22 @@
 
 llama.cpp's scheduler calls a context's `cb_eval` twice for each graph node it may report: once
 to ask whether the caller wants the node (`ask=True`), and, if so, again once the node has been
-computed (`ask=False`), its data readable. As llama.cpp's `llama-imatrix` does, the collector
-wants every `MUL_MAT` whose weight (`src[0]`) is a `blk.*` tensor and whose input (`src[1]`)
-is F32 with at least 16 rows (smaller products come from decoding single tokens), and every
-`MUL_MAT_ID` (experts). For each it adds the squares of the input rows per column, and the
-number of rows, per weight matrix (per expert for `MUL_MAT_ID`).
+computed (`ask=False`), its data readable; the nodes it is not asked for run in one piece and are
+never copied. As llama.cpp's `llama-imatrix` does, the collector wants every `MUL_MAT` whose
+weight (`src[0]`) is a `blk.*` tensor and whose input (`src[1]`) is F32 with at least 16 rows
+(smaller products come from decoding single tokens), and every `MUL_MAT_ID` (experts); it decides
+from the node's op and its weight's name alone. For each it adds the squares of the input rows
+per column, and the number of rows, per weight matrix (per expert for `MUL_MAT_ID`); products
+reading the same input node (q/k/v, gate/up) square it once.
 
-The text is decoded on a second context over the session's loaded model with every token
-marked for output: otherwise llama.cpp computes the last layer's feed-forward for the output
-rows only. Each sequence starts from an empty memory; a long one is cut into `chunk_size`
-pieces, as llama.cpp cuts its text into chunks.
+Every token is marked for output: otherwise llama.cpp computes the last layer's feed-forward for
+the output rows only. The output product itself (`output.weight`, with a 248k vocabulary a fifth
+of the 2B's work, and a full-vocabulary row per token) is not wanted: llama.cpp's imatrix leaves
+it out unless asked (`--process-output`), and the quantizer gives that matrix a high-precision
+type anyway. So the collector also asks for the final norm (`result_norm`) and, once it is
+computed, tells the scheduler to stop: the rest of the graph (the output product) is skipped and
+the logits are left unwritten. Each sequence starts from an empty memory; a long one is cut into
+`chunk_size` pieces, as llama.cpp cuts its text into chunks.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from edge_sql.runtime.session import Session
 
 MIN_ROWS = 16  # llama.cpp's imatrix skips smaller products
 DEFAULT_CHUNK = 2048
-DEFAULT_BATCH = 256  # every token is an output: n_batch x n_vocab logits (254 MB for 248k tokens)
+DEFAULT_BATCH = 512  # every token is an output: n_batch x n_vocab logits buffer (508 MB for 248k tokens)
+FINAL_NORM = b"result_norm"  # llama.cpp's name for the last node before the output product
 _GGML_TYPE_F32 = 0
 
 
@@ -135,14 +142,22 @@ class ImatrixCollector:
     def __init__(self) -> None:
         self.stats: dict[str, _Stats] = {}
         self.error: BaseException | None = None
+        self.stopped = 0  # graphs stopped at the final norm (their output product skipped)
         self._scratch: dict[str, np.ndarray] = {}
+        self._squares: dict[int, np.ndarray] = {}  # input node -> its squared rows summed, this graph
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_node)
 
     def _on_node(self, tensor: int, ask: bool, _user_data: int) -> bool:
         try:
             t = GGMLTensor.from_address(tensor)
             if t.op not in (MUL_MAT, MUL_MAT_ID) or not t.src[0] or not t.src[1]:
-                return False
+                if t.name != FINAL_NORM:
+                    return False
+                if ask:
+                    return True
+                self.stopped += 1
+                self._squares.clear()
+                return False  # the scheduler stops here: the output product is never computed
             if ask:
                 return self.wants(t)
             self.collect(t)
@@ -159,21 +174,30 @@ class ImatrixCollector:
     def collect(self, t: GGMLTensor) -> None:
         src0, src1 = GGMLTensor.from_address(t.src[0]), GGMLTensor.from_address(t.src[1])
         name = weight_name(src0.name)
-        x = tensor_array(src1, self._scratch)  # (ne3, ne2, ne1, ne0)
-        cols = x.shape[-1]
         if t.op == MUL_MAT_ID:
+            x = tensor_array(src1, self._scratch)  # (ne3, ne2, ne1, ne0)
             n_experts = int(src0.ne[2])
             ids = tensor_array(GGMLTensor.from_address(t.src[2]), self._scratch, np.int32)[0, 0]  # (tokens, used)
-            stats = self._stats(name, n_experts, cols)
+            stats = self._stats(name, n_experts, x.shape[-1])
             add_expert_rows(stats.sums, stats.counts, x[0], ids)
             return
+        squares = self._squares.get(t.src[1])
+        if squares is None:
+            x = tensor_array(src1, self._scratch)
+            # float32 sums of one batch's rows (SIMD, 1e-6 relative), added to float64 totals
+            squares = self._squares[t.src[1]] = np.stack([np.einsum("ij,ij->j", x[i3, i2], x[i3, i2])
+                                                          for i3 in range(x.shape[0]) for i2 in range(x.shape[1])])
         ne2, ne3 = int(src0.ne[2]), int(src0.ne[3])
-        stats = self._stats(name, ne2 * ne3, cols)
-        for i3 in range(x.shape[0]):
-            for i2 in range(x.shape[1]):
-                rows = x[i3, i2].astype(np.float64)
-                stats.sums[(i3 % ne3) * ne2 + (i2 % ne2)] += np.einsum("ij,ij->j", rows, rows)
-        stats.counts += x.shape[0] * x.shape[1] * x.shape[2] // (ne2 * ne3)
+        in2, in3, rows = int(src1.ne[2]), int(src1.ne[3]), int(src1.ne[1])
+        stats = self._stats(name, ne2 * ne3, squares.shape[-1])
+        for i3 in range(in3):
+            for i2 in range(in2):
+                stats.sums[(i3 % ne3) * ne2 + (i2 % ne2)] += squares[i3 * in2 + i2]
+        stats.counts += in3 * in2 * rows // (ne2 * ne3)
+
+    def end_graph(self) -> None:
+        """Forget the squared inputs of the graph just computed (its nodes' memory is reused)."""
+        self._squares.clear()
 
     def _stats(self, name: str, n_mat: int, cols: int) -> _Stats:
         stats = self.stats.get(name)
@@ -195,12 +219,14 @@ class ImatrixCollector:
 
 @dataclass(frozen=True)
 class CollectReport:
-    """What a collection ran over: sequences, tokens decoded, chunks, and time."""
+    """What a collection ran over: sequences, tokens decoded, chunks, time, and how many decodes
+    stopped at the final norm (their output product skipped; 0 for a graph without one)."""
 
     sequences: int
     tokens: int
     chunks: int
     seconds: float
+    graphs_stopped: int = 0
 
 
 def chunks_of(sequences: Iterable[Sequence[int]], chunk_size: int) -> list[list[int]]:
@@ -247,13 +273,15 @@ def collect_imatrix(
             for start in range(0, len(piece), batch):
                 token_batch.fill(piece[start:start + batch], start, outputs="all")
                 token_batch.decode(context.ptr)
+                collector.end_graph()
                 collector.raise_pending()
                 done += min(batch, len(piece) - start)
                 if progress is not None:
                     progress(done, total)
     imatrix = collector.imatrix(datasets=list(datasets), chunk_count=total // chunk_size, chunk_size=chunk_size,
                                 model_file_type=file_type)
-    return imatrix, CollectReport(len(sequences), total, len(pieces), time.perf_counter() - started)
+    return imatrix, CollectReport(len(sequences), total, len(pieces), time.perf_counter() - started,
+                                  collector.stopped)
 
 
 def unquantized_file_type(model: Path) -> int | None:
