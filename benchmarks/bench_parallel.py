@@ -50,8 +50,9 @@ def _forced_sampler():
     return local
 
 
-def replay(model: Path, n: int, episodes: int, threads: int, n_ctx: int) -> dict:
-    """`episodes` published replays over `n` sequences; wall time, tokens, batch widths."""
+def replay(model: Path, n: int, episodes: int, threads: int, n_ctx: int, same: bool = False) -> dict:
+    """`episodes` published replays over `n` sequences (the three cycled, or with `same` the
+    first one every time: a vote's K episodes of one question); wall time, tokens, batch widths."""
     local = _forced_sampler()
     cache = PrefixCache()
     with open_sessions(model, n=n, n_ctx=n_ctx, n_threads=threads, prefix_cache=cache) as group:
@@ -62,7 +63,7 @@ def replay(model: Path, n: int, episodes: int, threads: int, n_ctx: int) -> dict
         first.shared_prefix(shared)
         first.eval(shared)  # saved once: every episode restores it
         first.reset()
-        work = [segments[i % len(segments)] for i in range(episodes)]
+        work = [segments[0 if same else i % len(segments)] for i in range(episodes)]
         lock = threading.Lock()
         walls: list[float] = []
         tokens = {"prompt": 0, "generated": 0}
@@ -180,10 +181,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", choices=["replay", "step"])
     parser.add_argument("--n", type=int, default=1)
+    parser.add_argument("--same", action="store_true", help="for --child replay: the first episode every time")
     parser.add_argument("--speculate", default="off", help="for --child step: off or lookup")
     args = parser.parse_args()
     if args.child == "replay":
-        print(json.dumps(replay(args.model, args.n, args.episodes, args.threads, args.n_ctx)))
+        print(json.dumps(replay(args.model, args.n, args.episodes, args.threads, args.n_ctx, args.same)))
         return
     if args.child == "step":
         print(json.dumps(raw_step(args.model, args.n, args.threads, speculate=args.speculate)))
@@ -200,7 +202,7 @@ def main() -> None:
         runs.append(_child([*common, "--child", "replay", "--n", str(n), "--episodes", str(args.episodes)]))
         print(f"replay N={n}: {runs[-1]['wall_s']:.1f} s", file=sys.stderr)
     vote = {"one": _child([*common, "--child", "replay", "--n", "1", "--episodes", "1"]),
-            "four": _child([*common, "--child", "replay", "--n", "4", "--episodes", "4"])}
+            "four": _child([*common, "--child", "replay", "--n", "4", "--episodes", "4", "--same"])}
     command = "python benchmarks/bench_parallel.py " + " ".join(sys.argv[1:])
     text = report(args.model, ns, steps, runs, vote, command, rs_steps)
     print(text)
