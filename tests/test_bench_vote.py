@@ -174,3 +174,15 @@ def test_parallel_option_takes_auto_or_a_count(tiny_gguf_fast: Path, tmp_path: P
         assert result.exit_code == 2 and message in result.output
     help_text = CliRunner().invoke(main, ["bench", "--help"]).output
     assert "--parallel auto|N" in help_text and "'auto': as many as the variant's calibration" in " ".join(help_text.split())
+
+
+def test_auto_runs_one_at_a_time_with_lookup_speculation() -> None:
+    """Its recurrent snapshots made steps of several sequences slower than one on the 2B shape
+    (benchmarks/results/parallel.md); an explicit N still wins."""
+    from edge_sql.bench.parallel import resolve_parallel
+    from edge_sql.runtime.tuning import Settings
+
+    calibrated = Settings(True, 64, 2, parallel=3, sequence_bytes=1 << 20)
+    assert resolve_parallel(None, calibrated, speculate="lookup") == 1
+    assert resolve_parallel(None, calibrated) == 3
+    assert resolve_parallel(2, calibrated, speculate="lookup") == 2

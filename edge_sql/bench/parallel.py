@@ -2,7 +2,8 @@
 
 `auto` (None) is the calibrated default of the variant's settings (`Settings.parallel`: the
 most sequences that fit the memory budget), 1 when the settings were not calibrated (--no-tune,
-a GPU) or the speculation needs a context per episode (MTP: the batched engine has no drafter).
+a GPU) or speculation is on (MTP needs a context per episode, which the batched engine does not
+have; lookup's recurrent snapshots make steps of several sequences slower than one).
 An explicit N wins. A vote runs its K episodes at once: max(N, K). What is asked is checked
 against the calibration (`check_parallel`), before the worker loads anything.
 """
@@ -20,8 +21,9 @@ def resolve_parallel(requested: int | None, settings: Settings, *, vote: int | N
                      speculate: str = "off") -> int:
     """The sessions a variant's worker opens (see the module docstring); raises BenchSetupError
     when the speculation runs one episode per context, EdgeSqlError when they do not fit the budget."""
-    if requested is None:
-        n = 1 if speculate in ONE_CONTEXT_PER_EPISODE else settings.parallel or 1
+    if requested is None:  # lookup too: its recurrent snapshots make steps of several sequences
+        # slower than one (benchmarks/results/parallel.md: 0.69-0.81x on the 2B shape)
+        n = 1 if speculate != "off" else settings.parallel or 1
     else:
         n = requested
     n = max(n, vote or 1)

@@ -78,7 +78,8 @@ class ParallelCount(click.ParamType):
               help="Episodes run at the same time per variant, each on its own sequence of the model's context "
               "(one --ctx window each). The records are those of a serial run but for the timings. 'auto': as "
               "many as the variant's calibration found fit the memory budget (`edge-sql tune` shows it); 1 with "
-              "--no-tune, on a GPU, with --speculate mtp or auto, and with --ray. N more than fit is refused.")
+              "--no-tune, on a GPU, with --speculate on (lookup: slower several at once), and with --ray. "
+              "N more than fit is refused.")
 @click.option("--vote", type=click.IntRange(min=2), default=None, metavar="K",
               help="Also answer each question by vote in each mode (reported as e.g. withheld+vote4): K sampled "
               "episodes (seeds --seed..--seed+K-1) run at once, the answer is the result set most of them "
