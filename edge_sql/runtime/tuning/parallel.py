@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime.records import SessionInfo
 from edge_sql.runtime.sampling import SamplingParams
 from edge_sql.runtime.sequences import open_sessions
+from edge_sql.runtime.session import Session
 from edge_sql.runtime.tuning.memory import MEMORY_ALLOWANCE
 from edge_sql.runtime.tuning.settings import Settings
 
@@ -64,16 +64,11 @@ def parallel_allowance(available: int | None = None) -> int:
     return max(MEMORY_ALLOWANCE, min(available // 4, PARALLEL_CAP_BYTES))
 
 
-def allocated_bytes(info: SessionInfo) -> int:
-    """llama.cpp's allocations beyond the mapped file (its buffer log)."""
-    return info.buffer_bytes
-
-
 def allocated_with(model_path: Path, settings: Settings, n_ctx: int, n: int) -> int:
     """llama.cpp's allocations for `n` sequences of `n_ctx` tokens with `settings` (a context
     created, nothing evaluated)."""
     with open_sessions(model_path, settings.session_options(n_ctx=n_ctx, n_gpu_layers=0), n) as group:
-        return allocated_bytes(group.info)
+        return group.info.buffer_bytes  # llama.cpp's allocations beyond the mapped file
 
 
 def fit_parallel(model_path: Path, settings: Settings, n_ctx: int, one_bound: int, allowance: int,
@@ -107,11 +102,11 @@ def measure_speedup(model_path: Path, settings: Settings, n: int) -> float:
                 session.eval(session.tokenize("SELECT name FROM sqlite_master WHERE type = 'table'"))
             barrier = threading.Barrier(width)
 
-            def decode(session=None) -> None:
+            def decode(session: Session) -> None:
                 barrier.wait()
                 session.generate(params=SamplingParams(greedy=True), max_tokens=SPEEDUP_STEPS)
 
-            threads = [threading.Thread(target=decode, kwargs={"session": s}) for s in group]
+            threads = [threading.Thread(target=decode, args=(s,)) for s in group]
             tick = time.perf_counter()
             for thread in threads:
                 thread.start()
