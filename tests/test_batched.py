@@ -182,7 +182,7 @@ def test_lookup_speculation_per_sequence_keeps_the_lone_completions(tiny_gguf: P
 
 def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match(tiny_gguf: Path) -> None:
     from edge_sql.runtime.tuning import Settings, calibrate, check_parallel
-    from edge_sql.runtime.tuning.parallel import allocated_with
+    from edge_sql.runtime.tuning.parallel import ParallelFit, allocated_with
 
     settings = Settings(True, 32, 1)
     small = dict(n_ctx=1024, points=(64,), prefill_chunk=32, decode_tokens=4, process_bytes=0)
@@ -193,7 +193,10 @@ def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match
     result = calibrate(tiny_gguf, settings=[settings], full=False, parallel_memory=bound + 5 * per_sequence // 2,
                        **small)
     chosen = result.chosen
-    assert chosen.parallel == 3
+    assert chosen.parallel_max == 3
+    timed = [int(width) for width, _ in result.parallel_rates]
+    assert timed == [1, 2, 3]  # the doubling widths that fit, and the most that fit
+    assert chosen.parallel == ParallelFit(3, 0, 0, tuple(map(tuple, result.parallel_rates))).n
     assert result.parallel_speedup > 0
     with open_sessions(tiny_gguf, chosen.session_options(n_ctx=1024, n_gpu_layers=0), 3) as group:
         assert group.info.buffer_bytes == one + 2 * chosen.sequence_bytes  # what the fit measured
@@ -205,6 +208,22 @@ def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match
     check_parallel(chosen, 3)
     with pytest.raises(Exception, match=r"4 episodes at once do not fit: at most 3 fit"):
         check_parallel(chosen, 4)
+
+
+def test_the_default_n_is_the_fewest_sequences_near_the_best_measured_speed() -> None:
+    """The measured rates choose the default, not the count that fits: on the vendored
+    llama.cpp 16 sequences cost about what 8 do (a tiled kernel from 8 rows, microtiles of 16)."""
+    from edge_sql.runtime.tuning.parallel import ParallelFit, widths_to_time
+
+    assert widths_to_time(16) == [1, 2, 4, 8, 16]
+    assert widths_to_time(11) == [1, 2, 4, 8, 11]
+    assert widths_to_time(1) == [1]
+    measured_here = ((1, 13.3), (2, 14.3), (4, 15.7), (8, 16.0), (16, 30.2))  # 2B shape, 2-core EPYC
+    fit = ParallelFit(16, 170 << 20, 4 << 30, measured_here)
+    assert (fit.n, fit.speedup) == (16, 2.27)
+    flat = ParallelFit(8, 1, 1, ((1, 10.0), (2, 17.0), (4, 19.6), (8, 20.0)))
+    assert (flat.n, flat.speedup) == (4, 1.96)  # 19.6 is within 5% of 20.0: the fewer sequences
+    assert ParallelFit(1, 0, 0).n == 1 and ParallelFit(1, 0, 0).speedup == 1.0
 
 
 def test_more_logits_rows_than_the_context_holds_is_an_error_not_an_abort(tiny_gguf: Path) -> None:

@@ -173,7 +173,7 @@ def test_parallel_option_takes_auto_or_a_count(tiny_gguf_fast: Path, tmp_path: P
                                            "--parallel", value])
         assert result.exit_code == 2 and message in result.output
     help_text = CliRunner().invoke(main, ["bench", "--help"]).output
-    assert "--parallel auto|N" in help_text and "'auto': as many as the variant's calibration" in " ".join(help_text.split())
+    assert "--parallel auto|N" in help_text and "'auto': the variant's calibrated N, the fewest sequences" in " ".join(help_text.split())
 
 
 def test_auto_runs_one_at_a_time_with_lookup_speculation() -> None:

@@ -76,8 +76,9 @@ class ParallelCount(click.ParamType):
 @speculate_option
 @click.option("--parallel", type=ParallelCount(), default="auto", show_default=True, metavar="auto|N",
               help="Episodes run at the same time per variant, each on its own sequence of the model's context "
-              "(one --ctx window each). The records are those of a serial run but for the timings. 'auto': as "
-              "many as the variant's calibration found fit the memory budget (`edge-sql tune` shows it); 1 with "
+              "(one --ctx window each). The records are those of a serial run but for the timings. 'auto': the "
+              "variant's calibrated N, the fewest sequences that decode near the fastest measured on this machine "
+              "among those that fit the memory budget (`edge-sql tune` shows it); 1 with "
               "--no-tune, on a GPU, with --speculate on (lookup: slower several at once), and with --ray. "
               "N more than fit is refused.")
 @click.option("--vote", type=click.IntRange(min=2), default=None, metavar="K",

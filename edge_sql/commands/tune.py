@@ -77,12 +77,17 @@ def calibration_table(calibration: Calibration) -> str:
 
 
 def _parallel_line(calibration: Calibration) -> str:
-    """How many episodes at once fit (`--parallel`), and what they measured against one."""
+    """How many episodes at once fit (`--parallel`), what each width measured, and the default."""
     chosen = calibration.chosen
-    gain = (f", measured {calibration.parallel_speedup:.2f}x the decode tokens/s of one"
-            if chosen.parallel > 1 else "")
-    return (f"(episodes at once within {calibration.parallel_allowance / 2**20:.0f} MiB: {chosen.parallel}, "
-            f"{chosen.sequence_bytes / 2**20:.0f} MiB per sequence{gain}; the default of --parallel)")
+    most = chosen.parallel_max or chosen.parallel
+    rates = calibration.parallel_rates
+    measured = ""
+    if rates:
+        one = next((rate for width, rate in rates if width == 1), 0.0)
+        measured = ("; decode tok/s at " + ", ".join(f"{int(width)}: {rate:.1f}" for width, rate in rates)
+                    + f"; default {chosen.parallel}" + (f", {calibration.parallel_speedup:.2f}x one" if one else ""))
+    return (f"(episodes at once within {calibration.parallel_allowance / 2**20:.0f} MiB: up to {most}, "
+            f"{chosen.sequence_bytes / 2**20:.0f} MiB per sequence{measured}; the default of --parallel)")
 
 
 def _speculation_line(calibration: Calibration) -> str:

@@ -38,7 +38,7 @@ from edge_sql.runtime.tuning.memory import (
 from edge_sql.runtime.tuning.parallel import (
     ParallelFit,
     fit_parallel,
-    measure_speedup,
+    measure_rates,
     parallel_allowance,
 )
 from edge_sql.runtime.tuning.plan import Budget, Inputs, Progress, Reporter, RunPlan
@@ -120,14 +120,14 @@ def calibrate(
     chosen, note = _choose(measurements, profile, memory_allowance)
     chosen, mtp = _fit_speculation(plan, measured[chosen], memory_allowance)
     fit = _fit_parallel(plan, chosen, measured[chosen], parallel_memory)
-    chosen = replace(chosen, parallel=fit.n, sequence_bytes=fit.sequence_bytes)
+    chosen = replace(chosen, parallel=fit.n, parallel_max=fit.n_max, sequence_bytes=fit.sequence_bytes)
     load = other_load(max(s.n_threads for s in settings))
     note = "; ".join(part for part in (note, busy_note(load, default_threads())) if part)
     return Calibration(
         key=cache_key(model_path), model_path=str(model_path), mode="full" if full else "quick",
         chosen=chosen, measurements=measurements, memory_allowance=memory_allowance,
         seconds=round(budget.elapsed(), 2), note=note, other_load=load, mtp_bytes=mtp,
-        parallel_allowance=fit.allowance, parallel_speedup=fit.speedup,
+        parallel_allowance=fit.allowance, parallel_speedup=fit.speedup, parallel_rates=[list(r) for r in fit.rates],
     )
 
 
@@ -155,13 +155,13 @@ def _fit_speculation(plan: RunPlan, chosen: Measurement, memory_allowance: int) 
 
 
 def _fit_parallel(plan: RunPlan, chosen: Settings, measured: Measurement, allowance: int | None) -> ParallelFit:
-    """The most episodes at once that fit the budget for several with the chosen settings,
-    and what they measured against one (tuning/parallel.py)."""
+    """The most episodes at once that fit the budget for several with the chosen settings, their
+    measured speeds, and the default N they give (tuning/parallel.py)."""
     allowance = parallel_allowance() if allowance is None else allowance
-    n, per_sequence = fit_parallel(plan.model_path, chosen, plan.n_ctx, measured.memory_bytes, allowance)
-    if n > 1:
-        plan.report.detail(f"measuring {n} episodes at once against one")
-    return ParallelFit(n, per_sequence, allowance, measure_speedup(plan.model_path, chosen, n))
+    n_max, per_sequence = fit_parallel(plan.model_path, chosen, plan.n_ctx, measured.memory_bytes, allowance)
+    if n_max > 1:
+        plan.report.detail(f"measuring up to {n_max} episodes at once against one")
+    return ParallelFit(n_max, per_sequence, allowance, measure_rates(plan.model_path, chosen, n_max))
 
 
 def _choose(measurements: Sequence[Measurement], profile: Sequence[Segment],

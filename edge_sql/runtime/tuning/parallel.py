@@ -10,11 +10,16 @@ compute buffer grows a little faster than the cells).
 The budget for several episodes is larger than a lone episode's `MEMORY_ALLOWANCE`, which is
 sized so one episode runs on any laptop: running several is a choice of someone with memory to
 spare, so they may use a quarter of the memory available when calibrating, up to
-`PARALLEL_CAP_BYTES`, never less than the lone budget. The default N is the most sequences
-(at most `MAX_PARALLEL`) within it; asking for more is refused (`check_parallel`).
+`PARALLEL_CAP_BYTES`, never less than the lone budget. At most `MAX_PARALLEL` fit; asking for
+more than fit is refused (`check_parallel`).
 
-Calibration also measures what N buys on this machine: one token per sequence for a few steps
-with N sequences against one, as aggregate tokens per second (`ParallelFit.speedup`).
+The default N is measured, not the most that fit: calibration times one token per sequence for
+a few steps at 1, 2, 4, 8, 16 sequences (those that fit, and the most that fit) and takes the
+fewest whose aggregate tokens per second is within `NEAR_BEST` of the best. Why: a step's cost
+is not linear in its tokens. On the vendored llama.cpp, K-quant matrices are multiplied by a
+tiled kernel from 8 batch rows on, in microtiles of 16 rows, so 16 sequences cost about what 8
+do (2B shape, 2-core EPYC: 530 and 500 ms a step, against 75 ms for one), and the most that fit
+is not always the fastest either.
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_sql.errors import EdgeSqlError
+from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.sampling import SamplingParams
 from edge_sql.runtime.sequences import open_sessions
 from edge_sql.runtime.session import Session
 from edge_sql.runtime.tuning.memory import MEMORY_ALLOWANCE
 from edge_sql.runtime.tuning.settings import Settings
 
-MAX_PARALLEL = 8
+MAX_PARALLEL = 16
+WIDTHS = (1, 2, 4, 8, 16)  # sequences timed for the default N (and the most that fit)
+NEAR_BEST = 0.95        # the fewest sequences within this share of the best aggregate speed
 PARALLEL_CAP_BYTES = 4 * 1024**3
 SPEEDUP_STEPS = 8       # decode steps timed for the speed-up
 SPEEDUP_CTX = 512       # a short context for that measurement: only the step's cost matters
@@ -39,12 +47,27 @@ SPEEDUP_CTX = 512       # a short context for that measurement: only the step's 
 
 @dataclass(frozen=True)
 class ParallelFit:
-    """The most sequences that fit, what each adds, under which budget, and their measured gain."""
+    """The most sequences that fit, what each adds, under which budget; the default N chosen
+    from the measured rates, and its gain over one."""
 
-    n: int
+    n_max: int
     sequence_bytes: int
     allowance: int
-    speedup: float = 1.0  # aggregate decode tokens/s of n sequences over one (1.0: not measured)
+    rates: tuple[tuple[int, float], ...] = ()  # (sequences, aggregate decode tok/s), measured
+
+    @property
+    def n(self) -> int:
+        """The default N: the fewest sequences within NEAR_BEST of the best measured rate."""
+        if not self.rates:
+            return 1
+        best = max(rate for _, rate in self.rates)
+        return min(width for width, rate in self.rates if rate >= NEAR_BEST * best)
+
+    @property
+    def speedup(self) -> float:
+        """Aggregate decode tok/s of the default N over one (1.0: not measured)."""
+        rates = dict(self.rates)
+        return round(rates[self.n] / rates[1], 2) if self.n in rates and rates.get(1) else 1.0
 
 
 def available_bytes() -> int:
@@ -89,40 +112,48 @@ def fit_parallel(model_path: Path, settings: Settings, n_ctx: int, one_bound: in
     return n, step
 
 
-def measure_speedup(model_path: Path, settings: Settings, n: int) -> float:
-    """Aggregate decode tokens per second of `n` sequences stepping together over one sequence
-    alone (greedy, SPEEDUP_STEPS tokens each after a short prompt)."""
-    if n < 2:
-        return 1.0
+def widths_to_time(n_max: int) -> list[int]:
+    """The sequence counts timed for the default N: WIDTHS up to the most that fit, and that."""
+    return sorted({w for w in WIDTHS if w <= n_max} | {n_max})
+
+
+def measure_rates(model_path: Path, settings: Settings, n_max: int) -> tuple[tuple[int, float], ...]:
+    """Aggregate decode tokens per second at each of `widths_to_time(n_max)` sequences stepping
+    together (greedy, SPEEDUP_STEPS tokens each after a short prompt); () when only one fits."""
+    if n_max < 2:
+        return ()
     options = settings.session_options(n_ctx=SPEEDUP_CTX, n_gpu_layers=0)
-    rates = []
-    for width in (1, n):
-        with open_sessions(model_path, options, width) as group:
-            for session in group:
-                session.eval(session.tokenize("SELECT name FROM sqlite_master WHERE type = 'table'"))
-            barrier = threading.Barrier(width)
+    return tuple((width, round(decode_rate(model_path, options, width), 2)) for width in widths_to_time(n_max))
 
-            def decode(session: Session) -> None:
-                barrier.wait()
-                session.generate(params=SamplingParams(greedy=True), max_tokens=SPEEDUP_STEPS)
 
-            threads = [threading.Thread(target=decode, args=(s,)) for s in group]
-            tick = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            rates.append(width * SPEEDUP_STEPS / (time.perf_counter() - tick))
-    return round(rates[1] / rates[0], 2)
+def decode_rate(model_path: Path, options: SessionOptions, width: int) -> float:
+    """Tokens per second of `width` sequences, each decoding SPEEDUP_STEPS tokens at once."""
+    with open_sessions(model_path, options, width) as group:
+        for session in group:
+            session.eval(session.tokenize("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        barrier = threading.Barrier(width)
+
+        def decode(session: Session) -> None:
+            barrier.wait()
+            session.generate(params=SamplingParams(greedy=True), max_tokens=SPEEDUP_STEPS)
+
+        threads = [threading.Thread(target=decode, args=(s,)) for s in group]
+        tick = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return width * SPEEDUP_STEPS / (time.perf_counter() - tick)
 
 
 def check_parallel(settings: Settings, n: int) -> None:
-    """Refuse `n` episodes at once when calibration found fewer fit (`settings.parallel`;
-    settings that were not calibrated, `parallel` 0, refuse nothing)."""
+    """Refuse `n` episodes at once when calibration found fewer fit (`settings.parallel_max`;
+    settings that were not calibrated, 0, refuse nothing)."""
     if n < 1:
         raise EdgeSqlError(f"episodes at once must be at least 1, got {n}")
-    if settings.parallel and n > settings.parallel:
+    limit = settings.parallel_max or settings.parallel
+    if limit and n > limit:
         raise EdgeSqlError(
-            f"{n} episodes at once do not fit: at most {settings.parallel} fit the memory budget for this model "
+            f"{n} episodes at once do not fit: at most {limit} fit the memory budget for this model "
             f"(each sequence adds {settings.sequence_bytes / 2**20:.0f} MiB of attention cells and recurrent "
             "state); ask for fewer, or a shorter context (`edge-sql tune` shows the figures)")

@@ -11,7 +11,8 @@ from edge_sql.runtime.tuning.settings import Settings
 # 4: the quick mode measures at stretched 1,024/8,192-token contexts (its earlier choices could be 16% slower)
 # 5: one calibration per file and machine (no thread count in the key: the caller's is a candidate)
 # 6: episodes at once (Settings.parallel, sequence_bytes) and their measured speed-up
-CACHE_VERSION = 6
+# 7: the default N is the fewest near the best measured speed (parallel_rates), up to 16 fit (parallel_max)
+CACHE_VERSION = 7
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Calibration:
     mtp_bytes: int = 0  # the MTP drafter's own context (files with an MTP head): counted before fitting draft_max
     parallel_allowance: int = 0  # what several episodes at once may allocate (tuning/parallel.py)
     parallel_speedup: float = 1.0  # aggregate decode tok/s of `chosen.parallel` sequences over one, measured
+    parallel_rates: list[list[float]] = field(default_factory=list)  # [sequences, aggregate decode tok/s] timed
 
     def best(self) -> Measurement:
         """The fastest measured candidate regardless of memory."""

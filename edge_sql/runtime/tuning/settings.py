@@ -26,11 +26,13 @@ class Settings:
     # with the MTP drafter's context (files with an MTP head); 0: none fits
     draft_max: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
     draft_max_mtp: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
-    # episodes at once (sequences of one context, runtime/sequences.py) within the budget for
-    # several, and what each sequence adds: fitted after the choice (tuning/parallel.py); 0: not
+    # episodes at once (sequences of one context, runtime/sequences.py), fitted after the choice
+    # (tuning/parallel.py): the default N (the fewest near the best measured speed), the most
+    # within the budget for several (0: `parallel`), and what each sequence adds; 0: not
     # calibrated (then nothing is refused)
     parallel: int = field(default=0, compare=False)
     sequence_bytes: int = field(default=0, compare=False)
+    parallel_max: int = field(default=0, compare=False)
 
     @property
     def label(self) -> str:
