@@ -33,6 +33,7 @@ import numpy as np
 from bench_speculative import _machine, _model_segments, published_pieces  # this folder is on sys.path
 from edge_sql.runtime import PrefixCache, SamplingParams
 from edge_sql.runtime.sequences import open_sessions
+from edge_sql.runtime.tuning.parallel import decode_together
 
 GREEDY = SamplingParams(greedy=True)
 
@@ -112,19 +113,7 @@ def raw_step(model: Path, n: int, threads: int, context: int = 1024, steps: int 
         rng = np.random.default_rng(0)
         for session in group:
             session.eval(rng.integers(1000, 100000, size=context).tolist())
-        barrier = threading.Barrier(n)
-
-        def decode(session) -> None:
-            barrier.wait()
-            session.generate(params=GREEDY, max_tokens=steps)
-
-        pool = [threading.Thread(target=decode, args=(s,)) for s in group]
-        tick = time.perf_counter()
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
-        wall = time.perf_counter() - tick
+        wall = decode_together(group.sessions, steps)
         return {"n": n, "ms_per_step": 1000 * wall / steps, "tok_s": n * steps / wall,
                 "mean_width": group.counts.mean_width, "speculate": speculate, "n_rs_seq": group.sessions[0].context.n_rs_seq,
                 "drafted": sum(s.timings.draft_tokens for s in group)}

@@ -131,19 +131,25 @@ def decode_rate(model_path: Path, options: SessionOptions, width: int) -> float:
     with open_sessions(model_path, options, width) as group:
         for session in group:
             session.eval(session.tokenize("SELECT name FROM sqlite_master WHERE type = 'table'"))
-        barrier = threading.Barrier(width)
+        return width * SPEEDUP_STEPS / decode_together(group.sessions, SPEEDUP_STEPS)
 
-        def decode(session: Session) -> None:
-            barrier.wait()
-            session.generate(params=SamplingParams(greedy=True), max_tokens=SPEEDUP_STEPS)
 
-        threads = [threading.Thread(target=decode, args=(s,)) for s in group]
-        tick = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return width * SPEEDUP_STEPS / (time.perf_counter() - tick)
+def decode_together(sessions: list[Session], steps: int) -> float:
+    """Seconds for every session to decode `steps` greedy tokens, each from a thread of its
+    own, all started at once: what batching their steps costs."""
+    barrier = threading.Barrier(len(sessions))
+
+    def decode(session: Session) -> None:
+        barrier.wait()
+        session.generate(params=SamplingParams(greedy=True), max_tokens=steps)
+
+    threads = [threading.Thread(target=decode, args=(s,)) for s in sessions]
+    tick = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - tick
 
 
 def check_parallel(settings: Settings, n: int) -> None:
