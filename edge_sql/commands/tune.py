@@ -79,14 +79,12 @@ def calibration_table(calibration: Calibration) -> str:
 def _parallel_line(calibration: Calibration) -> str:
     """How many episodes at once fit (`--parallel`), what each width measured, and the default."""
     chosen = calibration.chosen
-    most = chosen.parallel_max or chosen.parallel
-    rates = calibration.parallel_rates
+    rates = calibration.parallel_rates  # width 1 is always among them (tuning/parallel.py: WIDTHS)
     measured = ""
     if rates:
-        one = next((rate for width, rate in rates if width == 1), 0.0)
         measured = ("; decode tok/s at " + ", ".join(f"{int(width)}: {rate:.1f}" for width, rate in rates)
-                    + f"; default {chosen.parallel}" + (f", {calibration.parallel_speedup:.2f}x one" if one else ""))
-    return (f"(episodes at once within {calibration.parallel_allowance / 2**20:.0f} MiB: up to {most}, "
+                    + f"; default {chosen.parallel}, {calibration.parallel_speedup:.2f}x one")
+    return (f"(episodes at once within {calibration.parallel_allowance / 2**20:.0f} MiB: up to {chosen.parallel_limit}, "
             f"{chosen.sequence_bytes / 2**20:.0f} MiB per sequence{measured}; the default of --parallel)")
 
 

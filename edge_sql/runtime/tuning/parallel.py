@@ -153,11 +153,11 @@ def decode_together(sessions: list[Session], steps: int) -> float:
 
 
 def check_parallel(settings: Settings, n: int) -> None:
-    """Refuse `n` episodes at once when calibration found fewer fit (`settings.parallel_max`;
+    """Refuse `n` episodes at once when calibration found fewer fit (`settings.parallel_limit`;
     settings that were not calibrated, 0, refuse nothing)."""
     if n < 1:
         raise EdgeSqlError(f"episodes at once must be at least 1, got {n}")
-    limit = settings.parallel_max or settings.parallel
+    limit = settings.parallel_limit
     if limit and n > limit:
         raise EdgeSqlError(
             f"{n} episodes at once do not fit: at most {limit} fit the memory budget for this model "

@@ -35,6 +35,11 @@ class Settings:
     parallel_max: int = field(default=0, compare=False)
 
     @property
+    def parallel_limit(self) -> int:
+        """The most episodes at once calibration found room for (0: not calibrated)."""
+        return self.parallel_max or self.parallel
+
+    @property
     def label(self) -> str:
         fa = "auto" if self.flash_attn is None else ("on" if self.flash_attn else "off")
         return f"flash_attn={fa} n_ubatch={self.n_ubatch} n_threads={self.n_threads} repack={'on' if self.repack else 'off'}"
