@@ -2,10 +2,11 @@
 
 bench_parallel.py times raw steps and published replays; this one runs the agent itself
 (grammar, sampling, tools against Chinook, prefix restore) with the bench's short budget, and
-wraps `BatchedDecoder._step` to log every step: how many sequences, how many tokens, and the
-longest piece. Steps are grouped as 'tokens' (one token per sequence) and 'mixed' (some
-sequence decoded several: forced grammar tokens, a tool result, the prompt), so a step that
-costs more than its width explains shows.
+wraps `BatchedDecoder._step` to log every step: how many sequences, how many tokens, the
+longest piece, the weight passes llama.cpp cut it into and the states moved to pack it. Steps
+are grouped as 'tokens' (one token per sequence) and 'mixed' (some sequence decoded several:
+forced grammar tokens, a tool result, the prompt), so a step that costs more than its width
+explains shows.
 
     python benchmarks/bench_parallel_agent.py MODEL.gguf --parallel 16 --questions 16
     python benchmarks/bench_parallel_agent.py MODEL.gguf --parallel 1 --questions 16   # one at a time
@@ -30,28 +31,34 @@ QUESTIONS = ["How many albums are there?", "Which genre has the most tracks?", "
              "What is the longest track?", "Which country has the most customers?"]
 
 
-def logged_steps() -> list[tuple[int, int, int, float]]:
-    """Wrap the decoder's step: (sequences, tokens, longest piece, seconds) of each, appended."""
-    log: list[tuple[int, int, int, float]] = []
+def logged_steps() -> list[tuple[int, int, int, int, int, float]]:
+    """Wrap the decoder's step: (sequences, tokens, longest piece, weight passes, states moved,
+    seconds) of each, appended."""
+    log: list[tuple[int, int, int, int, int, float]] = []
     step = batched.BatchedDecoder._step
 
-    def timed(self: batched.BatchedDecoder) -> None:
+    def timed(self: batched.BatchedDecoder, *, forced: bool) -> None:
         parts = self._plan()
+        before = (self.counts.passes, self.counts.moves)
         tick = time.perf_counter()
-        step(self)
-        log.append((len(parts), sum(n for _, _, n in parts), max(n for _, _, n in parts), time.perf_counter() - tick))
+        step(self, forced=forced)
+        seconds = time.perf_counter() - tick
+        log.append((len(parts), sum(n for _, _, n in parts), max(n for _, _, n in parts),
+                    self.counts.passes - before[0], self.counts.moves - before[1], seconds))
 
     batched.BatchedDecoder._step = timed
     return log
 
 
-def summary(log: list[tuple[int, int, int, float]]) -> list[dict]:
-    """Steps grouped by kind and width: count, mean ms, mean tokens, total s."""
-    groups: dict[tuple[str, int], list[tuple[float, int]]] = collections.defaultdict(list)
-    for width, tokens, longest, seconds in log:
-        groups["mixed" if longest > 1 and width > 1 else "tokens", width].append((seconds, tokens))
-    return [{"kind": kind, "sequences": width, "steps": len(v), "mean_ms": round(1000 * sum(s for s, _ in v) / len(v)),
-             "mean_tokens": round(sum(t for _, t in v) / len(v), 1), "total_s": round(sum(s for s, _ in v), 1)}
+def summary(log: list[tuple[int, int, int, int, int, float]]) -> list[dict]:
+    """Steps grouped by kind and width: count, mean ms, mean tokens, mean passes, moves, total s."""
+    groups: dict[tuple[str, int], list[tuple[float, int, int, int]]] = collections.defaultdict(list)
+    for width, tokens, longest, passes, moves, seconds in log:
+        groups["mixed" if longest > 1 and width > 1 else "tokens", width].append((seconds, tokens, passes, moves))
+    return [{"kind": kind, "sequences": width, "steps": len(v), "mean_ms": round(1000 * sum(s for s, *_ in v) / len(v)),
+             "mean_tokens": round(sum(t for _, t, _, _ in v) / len(v), 1),
+             "mean_passes": round(sum(p for *_, p, _ in v) / len(v), 2), "moves": sum(m for *_, m in v),
+             "total_s": round(sum(s for s, *_ in v), 1)}
             for (kind, width), v in sorted(groups.items())]
 
 
@@ -70,7 +77,10 @@ def main() -> None:
         results = agent.ask_many(questions, CHINOOK, seed=0)
         wall = time.perf_counter() - tick
     generated = [r.stats.get("generated_tokens") for r in results]
+    passes = sum(entry[3] for entry in log)
     print(json.dumps({"parallel": args.parallel, "wall_s": round(wall, 1), "generated": generated,
+                      "total_generated": sum(g or 0 for g in generated), "batched_steps": len(log),
+                      "passes": passes, "moves": sum(entry[4] for entry in log),
                       "stops": [r.stop for r in results], "steps": summary(log)}, indent=1))
 
 

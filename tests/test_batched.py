@@ -236,3 +236,111 @@ def test_more_logits_rows_than_the_context_holds_is_an_error_not_an_abort(tiny_g
             context.decode([1, 2, 3], 0, outputs="all")
         context.decode([1, 2, 3], 0, outputs="last")  # one row: fine, and the context still works
         assert context.logits(-1).shape == (context.n_vocab,)
+
+
+# ---- one step, one weight pass: how llama.cpp cuts a step, and what the decoder does about it --
+
+@pytest.mark.parametrize("parts, n_ubatch", [
+    ([(0, 1), (1, 1), (2, 1), (3, 1)], 64),   # consecutive ids, a token each: one pass
+    ([(0, 1), (1, 1), (3, 1)], 64),           # a gap: a pass per run of ids
+    ([(0, 1), (2, 1)], 64),
+    ([(0, 1), (1, 5)], 64),                   # a forced run beside a sampled token
+    ([(0, 3), (1, 5), (2, 2)], 4),            # equal tokens each, n_ubatch of them at most
+    ([(1, 2), (2, 2), (3, 7)], 8),
+])
+def test_micro_batches_are_the_passes_llama_cpp_runs(tiny_gguf: Path, parts: list, n_ubatch: int) -> None:
+    """`micro_batches` mirrors llama.cpp's split: the graph runs (counted with a cb_eval that
+    sees the final norm of every graph) equal the micro-batches it predicts."""
+    import llama_cpp
+
+    from edge_sql.runtime import SessionOptions
+    from edge_sql.runtime.batch import TokenBatch
+    from edge_sql.runtime.batched import micro_batches
+    from edge_sql.runtime.context import create_context
+    from edge_sql.runtime.imatrix import FINAL_NORM, GGMLTensor
+    from edge_sql.runtime.loading import open_model
+    from edge_sql.runtime.shared_models import release
+
+    graphs = []
+
+    def on_node(tensor: int, ask: bool, _user: int) -> bool:
+        if ask and GGMLTensor.from_address(tensor).name == FINAL_NORM:
+            graphs.append(1)
+        return False
+
+    callback = llama_cpp.ggml_backend_sched_eval_callback(on_node)
+    options = SessionOptions(n_ctx=64, n_batch=64, n_ubatch=n_ubatch, n_threads=1)
+    loaded, base, _info = open_model(tiny_gguf, options, n_seq=4)
+    total = sum(n for _, n in parts)
+    try:
+        with create_context(loaded, base.options, what="a counted context", n_outputs=64, n_seq=4,
+                            cb_eval=callback) as context, TokenBatch(64) as batch:
+            batch.fill_parts([(seq, np.arange(100, 100 + n, dtype=np.int32), 0, np.ones(n, dtype=bool))
+                              for seq, n in parts])
+            batch.decode(context.ptr)
+    finally:
+        base.close()
+        release(loaded)
+    assert len(graphs) == len(micro_batches(parts, n_ubatch))
+    assert sum(n for cut in micro_batches(parts, n_ubatch) for _, n in cut) == total
+
+
+def _members_decode(group, jobs: list[tuple[int, list[int]]]) -> None:
+    """Each (session index, tokens) decoded by its member from a thread of its own, all of them
+    engaged before any asks (so the first step holds every request)."""
+    contexts = [group.sessions[i].context for i, _ in jobs]
+    barrier = threading.Barrier(len(jobs))
+
+    def job(context, tokens: list[int]) -> None:
+        with context.engaged():
+            barrier.wait()
+            context.decode(tokens, len(context.tokens), outputs="last")
+
+    _all_at_once([lambda c=c, t=t: job(c, t) for c, (_, t) in zip(contexts, jobs)])
+
+
+def test_a_short_forced_run_rides_along_a_token_a_step(tiny_gguf: Path) -> None:
+    """Four members sample a token each while a fifth decodes three forced tokens: the forced
+    run takes one token in the shared step (one pass, not two) and the rest in a step alone."""
+    with open_sessions(tiny_gguf, n=5, n_ctx=128, n_threads=1) as group:
+        _members_decode(group, [(0, [11]), (1, [12]), (2, [13]), (3, [14]), (4, [20, 21, 22])])
+        counts = group.counts
+        assert (counts.steps, counts.passes, counts.tokens) == (2, 2, 7)
+        assert group.sessions[4].context.tokens == [20, 21, 22]
+
+
+def test_a_gap_in_the_ids_is_closed_by_moving_memory_and_the_idle_episode_is_kept(
+        tiny_gguf: Path, alone: dict) -> None:
+    """Sessions 0 and 2 generate together while session 1 holds an evaluated prompt: the step
+    trades ids 1 and 2 (their states move with them), every later step is one pass, and all three
+    continue exactly as alone."""
+    with open_sessions(tiny_gguf, n=4, n_ctx=512, n_threads=1) as group:
+        a, idle, c, _empty = group.sessions
+        idle.eval(idle.tokenize(PROMPTS[1]))
+        got = _all_at_once([lambda: _completion(a, PROMPTS[0]), lambda: _completion(c, PROMPTS[2])])
+        counts = group.counts
+        assert counts.moves in (1, 2)  # the idle one's state, and c's unless the trade came at its first decode
+        assert sorted([a.context.seq, c.context.seq]) == [0, 1] and idle.context.seq == 2
+        assert counts.passes <= counts.steps + 2  # at most the steps before the trade cost two
+        held = idle.generate(params=GREEDY, max_tokens=24).tokens
+    assert got == [alone[PROMPTS[0]], alone[PROMPTS[2]]]
+    assert held == alone[PROMPTS[1]]
+
+
+def test_an_episode_back_from_a_tool_call_within_the_grace_shares_the_steps(tiny_gguf: Path) -> None:
+    """Session 1 pauses 30 ms between rounds (a tool call); session 0 waits for it rather than
+    running its own round alone, so (nearly) every step carries both."""
+    import time
+
+    def rounds(session: Session, pause: float) -> None:
+        session.reset()
+        session.eval(session.tokenize(PROMPTS[0]))
+        for _ in range(3):
+            session.generate(params=GREEDY, max_tokens=6)
+            time.sleep(pause)
+            session.eval(session.tokenize(" and then"))
+
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        _all_at_once([lambda: rounds(group.sessions[0], 0.0), lambda: rounds(group.sessions[1], 0.03)])
+        counts = group.counts
+    assert counts.sequences >= 1.8 * counts.steps, counts

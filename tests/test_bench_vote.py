@@ -25,7 +25,7 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 BUDGET = ["--episode-tokens", "4096", "--think-tokens", "24", "--calls-per-turn", "2",
           "--budget", "max_final_think_tokens=12", "--budget", "max_sql_chars=96", "--budget", "max_name_chars=32",
           "--budget", "max_final_sql_tokens=40"]
-SEED = 27
+SEED = 33
 QUESTIONS = [  # BIRD format, on the bundled Chinook
     {"question_id": "spent", "db_id": "chinook", "question": "Which customer spent the most money?", "evidence": "",
      "SQL": "SELECT CustomerId FROM Invoice GROUP BY CustomerId ORDER BY SUM(Total) DESC LIMIT 1",
@@ -85,8 +85,8 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
     assert len(voted) == 2 and len(singles) == 2
     for record in voted:
         vote = record["vote"]
-        assert vote["k"] == 3 and vote["seeds"] == [27, 28, 29] and record["seed"] == SEED
-        assert [e["seed"] for e in vote["episodes"]] == [27, 28, 29]
+        assert vote["k"] == 3 and vote["seeds"] == [33, 34, 35] and record["seed"] == SEED
+        assert [e["seed"] for e in vote["episodes"]] == [33, 34, 35]
         assert all("sql" in e and "failed_queries" in e and e["wall_s"] > 0 for e in vote["episodes"])
         assert "tokens" not in record and "prompt_tokens" not in record and record["wall_s"] > 0
         sets = [_result_set(db_path, e["sql"]) for e in vote["episodes"]]
@@ -99,11 +99,12 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
         assert vote["chosen"] == expected
         assert record["sql"] == vote["episodes"][expected]["sql"]
         assert [e["group"] is None for e in vote["episodes"]] == [s is None for s in sets]
-    # today, at seed 27: two of three agree on "spent" (the second and third: the third is chosen, the
-    # second had a failed query), all three on "tracks" (the third again: the others had a failed query)
+    # today, at seed 33: on both questions the first two agree (PlaylistTrack's largest TrackId) and
+    # the third counts one row; on "spent" the first is chosen, on "tracks" the second (the first
+    # had a failed query: the tie-break)
     by_id = {r["question_id"]: r["vote"] for r in voted}
-    assert (by_id["spent"]["agreed"], by_id["spent"]["agreement"], by_id["spent"]["chosen"]) == (2, 0.6667, 2)
-    assert (by_id["tracks"]["agreed"], by_id["tracks"]["agreement"], by_id["tracks"]["chosen"]) == (3, 1.0, 2)
+    assert (by_id["spent"]["agreed"], by_id["spent"]["agreement"], by_id["spent"]["chosen"]) == (2, 0.6667, 0)
+    assert (by_id["tracks"]["agreed"], by_id["tracks"]["agreement"], by_id["tracks"]["chosen"]) == (2, 0.6667, 1)
     # the single episode is the vote's first (same seed, same sampling)
     assert {r["question_id"]: r["sql"] for r in singles} == {q: v["episodes"][0]["sql"] for q, v in by_id.items()}
     loads = [r for r in map(json.loads, (votes["out"] / "results.jsonl").read_text().splitlines()) if r["kind"] == "load"]
@@ -113,7 +114,7 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
     assert figures["mode"] == "withheld+vote3" and figures["k"] == 3 and figures["votes"] == 2
     assert figures["vote_correct"] == sum(r["correct"] for r in voted)
     assert figures["single_correct"] == sum(r["correct"] for r in singles)
-    assert figures["agreement_mean"] == pytest.approx((0.6667 + 1.0) / 2) and figures["unanimous"] == 1
+    assert figures["agreement_mean"] == pytest.approx((0.6667 + 0.6667) / 2) and figures["unanimous"] == 0
     assert report["variants"][0]["episodes"] == 2  # speed figures: the single episodes only
     assert "withheld+vote3" in report["variants"][0]["accuracy"]
     markdown = (votes["out"] / "bench.md").read_text()

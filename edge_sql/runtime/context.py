@@ -72,6 +72,22 @@ def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n
     return context
 
 
+def read_sequence_state(ptr: llama_cpp.llama_context_p, seq: int) -> bytes:
+    """llama.cpp's state of sequence `seq` of a context (attention cells and recurrent state)."""
+    size = llama_cpp.llama_state_seq_get_size(ptr, seq)
+    buffer = (ctypes.c_uint8 * size)()
+    written = llama_cpp.llama_state_seq_get_data(ptr, buffer, size, seq)
+    if written != size:
+        raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
+    return bytes(buffer)
+
+
+def write_sequence_state(ptr: llama_cpp.llama_context_p, seq: int, state: bytes) -> bool:
+    """Load `state` (from `read_sequence_state`) into empty sequence `seq`; False when llama.cpp refuses it."""
+    buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+    return llama_cpp.llama_state_seq_set_data(ptr, buffer, len(state), seq) == len(state)
+
+
 class LlamaContext(Closing):
     """A llama.cpp context, or one sequence of it (`seq`: its memory operations touch that
     sequence only); made by `create_context`, freed by `close()`."""
@@ -170,20 +186,13 @@ class LlamaContext(Closing):
 
     def state(self) -> bytes:
         """llama.cpp's sequence state (attention cells and recurrent state)."""
-        size = llama_cpp.llama_state_seq_get_size(self.ptr, self.seq)
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self.ptr, buffer, size, self.seq)
-        if written != size:
-            raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
-        return bytes(buffer)
+        return read_sequence_state(self.ptr, self.seq)
 
     def set_state(self, state: bytes, tokens: Sequence[int]) -> bool:
         """Replace memory with `state`, which holds `tokens`; False (memory empty) when llama.cpp
         rejects it or it does not hold exactly that many positions."""
         self.clear()
-        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if (llama_cpp.llama_state_seq_set_data(self.ptr, buffer, len(state), self.seq) != len(state)
-                or self.span[1] != len(tokens) - 1):
+        if not write_sequence_state(self.ptr, self.seq, state) or self.span[1] != len(tokens) - 1:
             self.clear()
             return False
         self.tokens = [int(t) for t in tokens]
