@@ -27,6 +27,10 @@ CASES = [  # (database, question, budget changes, template)
     # SmolLM2 copies the example calls of a system prompt: sqale-v1's include a run_query, so under
     # it the model runs (failing) queries; the default sqale-v2 prompt has no example call.
     ("chinook", "How many tracks are in the Track table?", dict(max_rounds=3, max_failed_queries=2), "sqale-v1"),
+    # and copies that example's COUNT(*) onto a table it was asked about: a query that runs, on
+    # every CPU seen (greedy SmolLM2 differs between AVX2 and AVX-512 machines: on a Zen 3 EPYC the
+    # first two cases run no query at all)
+    ("northwind", "How many rows are in the Orders table?", dict(max_rounds=3), "sqale-v1"),
 ]
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 
