@@ -207,7 +207,7 @@ class BatchedDecoder:
     def _plan(self) -> list[tuple[_Request, int, int]]:
         """(request, first token, count) for the next step: short requests whole (short forced
         runs one token, riding along), long ones sharing what is left of n_batch
-        (water-filling), in sequence order."""
+        (water-filling). `_step` puts them in sequence order once it has packed the ids."""
         left = self.context.n_batch
         requests = list(self._pending.values())
         sampled = sum(r.remaining == 1 for r in requests)
@@ -282,9 +282,10 @@ class BatchedDecoder:
         return sum(self._trade(member, hole, holder.get(hole)) for member, hole in zip(outside, holes))
 
     def _trade(self, member: SequenceContext, seq: int, idle: SequenceContext | None) -> int:
-        """Move `member` (in this step) to id `seq` and `idle` (not in it: its thread touches
-        memory only under the lock; None: no member holds `seq`) to member's old id, each with its memory (the
-        decoder holds the llama lock: no memory operation runs meanwhile). Returns the states moved."""
+        """Move `member` (in this step) to id `seq` and `idle` (not in it; None: no member holds
+        `seq`) to member's old id, each with its memory. The step holds the llama lock, and a
+        member's thread touches memory only under it, so no memory operation runs meanwhile.
+        Returns the states moved."""
         ptr, memory, old = self.context.ptr, self.context.memory, member.seq
         last = {s: llama_cpp.llama_memory_seq_pos_max(memory, s) for s in (old, seq)}
         states = {s: read_sequence_state(ptr, s) for s in (old, seq) if last[s] >= 0}
