@@ -112,6 +112,36 @@ def test_logits_equal_the_lone_sequence_within_rounding(tiny_gguf: Path) -> None
     np.testing.assert_allclose(got, expected, rtol=0, atol=2e-3 * float(np.abs(expected).max()))
 
 
+def test_sessions_starting_together_evaluate_the_shared_prefix_once(tiny_gguf: Path) -> None:
+    """Four sessions of a group start at once with the same shared prefix (the system prompt):
+    one evaluates it, the other three wait for its state and restore it, and each completion
+    is the lone session's (the prefix declared shared there too)."""
+    prefix_text, questions = PROMPTS[0][:-len("assistant\n")], ["A", "B", "C", "D"]
+    with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
+        prefix = single.tokenize(prefix_text)
+        expected = []
+        for question in questions:
+            single.reset()
+            single.shared_prefix(prefix)
+            single.eval(prefix + single.tokenize(question))
+            expected.append(single.generate(params=GREEDY, max_tokens=8).tokens)
+
+    def start(session: Session, question: str) -> tuple[list[int], int, int]:
+        session.reset()
+        session.shared_prefix(prefix)
+        session.eval(prefix + session.tokenize(question))
+        tokens = session.generate(params=GREEDY, max_tokens=8).tokens
+        return tokens, session.timings.prompt_tokens, session.timings.restored_tokens
+
+    with open_sessions(tiny_gguf, n=4, n_ctx=512, n_threads=1) as group:
+        got = _all_at_once([lambda s=s, q=q: start(s, q) for s, q in zip(group, questions)])
+    assert [tokens for tokens, _, _ in got] == expected
+    own = [len(group.sessions[0].tokenize(q)) for q in questions]
+    evaluated = sorted(n - k for (_, n, _), k in zip(got, own))
+    assert evaluated == [0, 0, 0, len(prefix)]  # the prefix's tokens evaluated by one session only
+    assert sorted(restored for _, _, restored in got) == [0, len(prefix), len(prefix), len(prefix)]
+
+
 def test_a_long_prompt_advances_in_chunks_while_another_samples(tiny_gguf: Path) -> None:
     """n_batch 32: a 200-token prompt takes several steps; the other sequence gets a token
     into each of them (more steps shared than the prompt alone needs)."""

@@ -18,7 +18,8 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,8 @@ class PrefixCache:
         self.log = log or (lambda _message: None)
         self._memory: tuple[str, StateSnapshot] | None = None
         self._lock = threading.RLock()  # the sessions of a group (runtime/sequences.py) share one
+        self._made = threading.Condition(self._lock)
+        self._making: set[str] = set()  # keys whose state a caller of `claim` is making
 
     def get(self, key: str, tokens: Sequence[int]) -> StateSnapshot | None:
         """The snapshot saved under `key` for exactly `tokens`, or None."""
@@ -101,6 +104,25 @@ class PrefixCache:
         os.utime(path)  # most recently used: the last to be evicted
         self._memory = (key, snapshot)
         return snapshot
+
+    @contextmanager
+    def claim(self, key: str, tokens: Sequence[int]) -> Iterator[StateSnapshot | None]:
+        """`get`, but None only to the one caller that is to make the state (and `put` it
+        within the block): while it does, others claiming the same key wait, then get its
+        state. N sessions starting at once thus evaluate a shared prefix once, not N times."""
+        with self._made:
+            while key in self._making:
+                self._made.wait()
+            snapshot = self._get(key, tokens)
+            if snapshot is None:
+                self._making.add(key)
+        try:
+            yield snapshot
+        finally:
+            if snapshot is None:
+                with self._made:
+                    self._making.discard(key)
+                    self._made.notify_all()
 
     def put(self, key: str, snapshot: StateSnapshot) -> None:
         """Keep `snapshot` in memory and, with a folder, on disk (evicting the least recently used)."""

@@ -218,10 +218,7 @@ class Session(Closing):
 
     def eval(self, tokens: Iterable[int]) -> None:
         """Append prompt tokens to the context and evaluate them (each exactly once)."""
-        with self._context.engaged():
-            self._eval([int(t) for t in tokens])
-
-    def _eval(self, tokens: list[int]) -> None:
+        tokens = [int(t) for t in tokens]
         if not tokens:
             return
         if len(self._tokens) + len(tokens) > self.n_ctx:
@@ -234,16 +231,11 @@ class Session(Closing):
         start = time.perf_counter()
         prefix, self._pending_prefix = self._pending_prefix, None
         if prefix and not self._tokens and tokens[:len(prefix)] == prefix:
-            if self._restore_prefix(prefix):
-                self.timings.restore_s += time.perf_counter() - start
-            else:  # evaluate the prefix alone, so its state can be saved
-                self._tokens.extend(prefix)
-                self._flush()
-                self.timings.prompt_tokens += len(prefix)
-                self._prefix_cache.put(self._prefix_key(self._tokens), self.snapshot())
+            self._start_with(prefix)  # not engaged: it may wait for another session making the state
             tokens = tokens[len(prefix):]
         self._tokens.extend(tokens)
-        self._flush()
+        with self._context.engaged():
+            self._flush()
         self.timings.prompt_s += time.perf_counter() - start
         self.timings.prompt_tokens += len(tokens)
 
@@ -307,16 +299,25 @@ class Session(Closing):
     def _prefix_key(self, prefix: list[int]) -> str:
         return prefix_key(self.info.model_path, self.options, self.info.backend, prefix)
 
-    def _restore_prefix(self, prefix: list[int]) -> bool:
+    def _start_with(self, prefix: list[int]) -> None:
+        """Fill the empty context with `prefix`: its saved state restored, or evaluated alone and
+        saved. The sessions of a group start together: the cache lets one of them evaluate it
+        while the others wait for its state, instead of each evaluating the same tokens."""
         key = self._prefix_key(prefix)
-        snapshot = self._prefix_cache.get(key, prefix)
-        if snapshot is None:
-            return False
-        if self.restore(snapshot):
-            return True
-        self._prefix_cache.log(f"note: the saved prompt state {key[:12]} did not load; evaluating the prompt instead")
-        self._prefix_cache.discard(key)
-        return False
+        with self._prefix_cache.claim(key, prefix) as snapshot:
+            tick = time.perf_counter()
+            if snapshot is not None:
+                if self.restore(snapshot):
+                    self.timings.restore_s += time.perf_counter() - tick
+                    return
+                self._prefix_cache.log(f"note: the saved prompt state {key[:12]} did not load; "
+                                       "evaluating the prompt instead")
+                self._prefix_cache.discard(key)
+            self._tokens.extend(prefix)
+            with self._context.engaged():
+                self._flush()
+            self.timings.prompt_tokens += len(prefix)
+            self._prefix_cache.put(key, self.snapshot())
 
     # ---- generation ----------------------------------------------------------------------
 
