@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from edge_sql.agent import Budget, load_prompt
 from edge_sql.runtime import PrefixCache, SamplingParams, Session
+from edge_sql.runtime.prefix_state import StateSnapshot
 
 ARGS = dict(n_ctx=2048, n_threads=1)
 
@@ -186,3 +188,30 @@ def test_the_key_hashes_the_options_a_state_depends_on(tmp_path: Path) -> None:
         assert prefix_key(model, other, "CPU", [1, 2, 3]) != key, other
     assert prefix_key(model, base, "CUDA", [1, 2, 3]) != key
     assert prefix_key(model, base, "CPU", [1, 2, 4]) != key
+
+
+def test_a_claimed_state_is_made_once_and_waited_for() -> None:
+    """The first claimer of a missing key gets None and makes it; a second claimer waits for
+    its `put` and gets that state; after a claimer that fails, the next one makes it."""
+    cache = PrefixCache()
+    snapshot = StateSnapshot(tokens=(1, 2, 3), state=b"state", logits=np.zeros(4, np.float32))
+    got: list[object] = []
+
+    def claim_too() -> None:
+        with cache.claim("k", [1, 2, 3]) as state:
+            got.append(state)
+
+    with cache.claim("k", [1, 2, 3]) as first:
+        assert first is None
+        waiter = threading.Thread(target=claim_too)
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and not got  # it waits while the state is being made
+        cache.put("k", snapshot)
+    waiter.join(5)
+    assert got == [snapshot]
+    with pytest.raises(RuntimeError), cache.claim("other", [4]) as made:
+        assert made is None
+        raise RuntimeError("evaluation failed")
+    with cache.claim("other", [4]) as again:  # not left waiting for the failed one
+        assert again is None

@@ -78,12 +78,8 @@ class PrefixCache:
         self._made = threading.Condition(self._lock)
         self._making: set[str] = set()  # keys whose state a caller of `claim` is making
 
-    def get(self, key: str, tokens: Sequence[int]) -> StateSnapshot | None:
-        """The snapshot saved under `key` for exactly `tokens`, or None."""
-        with self._lock:
-            return self._get(key, tokens)
-
     def _get(self, key: str, tokens: Sequence[int]) -> StateSnapshot | None:
+        """The snapshot saved under `key` for exactly `tokens`, or None (holding the lock)."""
         if self._memory is not None and self._memory[0] == key and list(self._memory[1].tokens) == list(tokens):
             return self._memory[1]
         if self.folder is None:
@@ -107,9 +103,10 @@ class PrefixCache:
 
     @contextmanager
     def claim(self, key: str, tokens: Sequence[int]) -> Iterator[StateSnapshot | None]:
-        """`get`, but None only to the one caller that is to make the state (and `put` it
-        within the block): while it does, others claiming the same key wait, then get its
-        state. N sessions starting at once thus evaluate a shared prefix once, not N times."""
+        """The snapshot saved under `key` for exactly `tokens`; None only to the one caller that
+        is to make it (and `put` it within the block): while it does, others claiming the same
+        key wait, then get its state. N sessions starting at once evaluate a shared prefix
+        once, not N times."""
         with self._made:
             while key in self._making:
                 self._made.wait()
