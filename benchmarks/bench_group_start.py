@@ -73,7 +73,7 @@ def main() -> None:
     settings, _how = load_settings(args.model, tune=True, n_gpu_layers=None, n_ctx=args.ctx, n_threads=args.threads)
     with open_sessions(args.model, settings.session_options("off", n_ctx=args.ctx), args.parallel) as group:
         sessions = list(group)
-        report = {"parallel": args.parallel, "settings": settings.label(),
+        report = {"parallel": args.parallel, "settings": settings.label,
                   "each": start_all(sessions, declare=False), "once": start_all(sessions, declare=True)}
     print(json.dumps(report, indent=1))
 

@@ -119,6 +119,7 @@ def test_sessions_starting_together_evaluate_the_shared_prefix_once(tiny_gguf: P
     prefix_text, questions = PROMPTS[0][:-len("assistant\n")], ["A", "B", "C", "D"]
     with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
         prefix = single.tokenize(prefix_text)
+        own = [len(single.tokenize(q)) for q in questions]
         expected = []
         for question in questions:
             single.reset()
@@ -136,7 +137,6 @@ def test_sessions_starting_together_evaluate_the_shared_prefix_once(tiny_gguf: P
     with open_sessions(tiny_gguf, n=4, n_ctx=512, n_threads=1) as group:
         got = _all_at_once([lambda s=s, q=q: start(s, q) for s, q in zip(group, questions)])
     assert [tokens for tokens, _, _ in got] == expected
-    own = [len(group.sessions[0].tokenize(q)) for q in questions]
     evaluated = sorted(n - k for (_, n, _), k in zip(got, own))
     assert evaluated == [0, 0, 0, len(prefix)]  # the prefix's tokens evaluated by one session only
     assert sorted(restored for _, _, restored in got) == [0, len(prefix), len(prefix), len(prefix)]

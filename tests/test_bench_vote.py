@@ -81,6 +81,7 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
     records = _records(votes["out"])
     db_path = DATA_DIR / "chinook" / "chinook.sqlite"
     voted = [r for r in records if r["mode"] == "withheld+vote3"]
+    first_tied: dict[str, int] = {}  # per question: the first episode of the majority
     singles = [r for r in records if r["mode"] == "withheld"]
     assert len(voted) == 2 and len(singles) == 2
     for record in voted:
@@ -95,16 +96,19 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
         assert vote["agreed"] == largest and vote["voters"] == sum(counts.values())
         assert vote["agreement"] == round(largest / sum(counts.values()), 4)
         tied = [i for i, s in enumerate(sets) if s is not None and counts[s] == largest]
+        first_tied[record["question_id"]] = tied[0]
         expected = min(tied, key=lambda i: (vote["episodes"][i]["failed_queries"], i))
         assert vote["chosen"] == expected
         assert record["sql"] == vote["episodes"][expected]["sql"]
         assert [e["group"] is None for e in vote["episodes"]] == [s is None for s in sets]
-    # today, at seed 33: on both questions the first two agree (PlaylistTrack's largest TrackId) and
-    # the third counts one row; on "spent" the first is chosen, on "tracks" the second (the first
-    # had a failed query: the tie-break)
+    # at seed 33, on every CPU seen, a majority decides at least one vote and the tie-break at
+    # least one (the first episode of the majority had a failed query, a later one is chosen).
+    # Which episodes agree depends on the CPU's rounding: on a Zen 3 EPYC two of three agreed on
+    # both questions and "tracks" went to the second; on an AVX-512 Xeon "spent" went to the
+    # third and on "tracks" no two agreed
     by_id = {r["question_id"]: r["vote"] for r in voted}
-    assert (by_id["spent"]["agreed"], by_id["spent"]["agreement"], by_id["spent"]["chosen"]) == (2, 0.6667, 0)
-    assert (by_id["tracks"]["agreed"], by_id["tracks"]["agreement"], by_id["tracks"]["chosen"]) == (2, 0.6667, 1)
+    assert max(v["agreed"] for v in by_id.values()) == 2, by_id
+    assert any(by_id[q]["chosen"] != first_tied[q] for q in by_id), (by_id, first_tied)
     # the single episode is the vote's first (same seed, same sampling)
     assert {r["question_id"]: r["sql"] for r in singles} == {q: v["episodes"][0]["sql"] for q, v in by_id.items()}
     loads = [r for r in map(json.loads, (votes["out"] / "results.jsonl").read_text().splitlines()) if r["kind"] == "load"]
@@ -114,7 +118,8 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
     assert figures["mode"] == "withheld+vote3" and figures["k"] == 3 and figures["votes"] == 2
     assert figures["vote_correct"] == sum(r["correct"] for r in voted)
     assert figures["single_correct"] == sum(r["correct"] for r in singles)
-    assert figures["agreement_mean"] == pytest.approx((0.6667 + 0.6667) / 2) and figures["unanimous"] == 0
+    agreements = [v["agreement"] for v in by_id.values()]
+    assert figures["agreement_mean"] == pytest.approx(sum(agreements) / 2) and figures["unanimous"] == 0
     assert report["variants"][0]["episodes"] == 2  # speed figures: the single episodes only
     assert "withheld+vote3" in report["variants"][0]["accuracy"]
     markdown = (votes["out"] / "bench.md").read_text()
