@@ -21,14 +21,11 @@ import threading
 import time
 from pathlib import Path
 
+from bench_parallel_agent import QUESTIONS  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, load_prompt
+from edge_sql.api import load_settings
 from edge_sql.runtime import Session
 from edge_sql.runtime.sequences import open_sessions
-from edge_sql.api import load_settings
-
-QUESTIONS = ["How many albums are there?", "Which genre has the most tracks?", "List the customers from Brazil.",
-             "What is the total of all invoices?", "Which artist has the most albums?", "How many employees are there?",
-             "What is the longest track?", "Which country has the most customers?"]
 
 
 def opening(session: Session, question: str) -> tuple[list[int], list[int]]:
