@@ -78,7 +78,7 @@ def _requantize(src: Path, out: Path, qtype: str) -> None:
         raise RuntimeError(f"llama.cpp could not requantize {src} to {qtype}")
 
 
-# --- The small Qwen3.5 fixture model (tests/fixture_model.py), built once and cached -------------
+# --- The small Qwen3.5 fixture model (benchmarks/fixture_checkpoint.py), built once and cached -------------
 # Cached artefacts are shared between tests and pytest runs: treat them as read-only.
 
 
@@ -86,7 +86,7 @@ def _requantize(src: Path, out: Path, qtype: str) -> None:
 # builder; a GGUF also on the converter (not the quantizer) and the version it records; the
 # trained checkpoint also on the teacher episodes, written with the prompt template and the real
 # tools over the bundled databases.
-_CHECKPOINT_SOURCES = ("tests/fixture_model.py", "benchmarks/checkpoint_tokenizer.py")
+_CHECKPOINT_SOURCES = ("benchmarks/fixture_checkpoint.py", "benchmarks/checkpoint_tokenizer.py")
 _CONVERTER_SOURCES = ("convert/*.py",)
 _NOT_CONVERTER = frozenset({"convert/quantize.py"})
 _TEACHER_SOURCES = ("tests/fixture_training.py", "edge_sql/agent/prompt.py", "edge_sql/agent/prompts/*.toml",
@@ -108,7 +108,7 @@ def _checkpoint(sharded: bool) -> tuple[Path, str]:
     name = "checkpoint-sharded" if sharded else "checkpoint"  # also the model's name in its GGUF
 
     def build(folder: Path) -> None:
-        from fixture_model import build_checkpoint  # imports torch: only when building
+        from fixture_checkpoint import build_checkpoint  # imports torch: only when building
 
         build_checkpoint(folder / name, sharded=sharded)
 
@@ -209,7 +209,7 @@ def tiny_trained_gguf() -> Path:
 # module to use the trained fixture comes after modules that do not need it: the first one trains
 # it (minutes, one thread) and another worker would only wait for it. Modules not listed keep
 # their place after these.
-_LONGEST_FIRST = ("test_episodes_trained", "test_episodes", "test_bench_ray", "test_speculative", "test_bench", "test_serve_http",
+_LONGEST_FIRST = ("test_episodes_trained", "test_episodes", "test_bench_ray", "test_speculative", "test_bench", "test_serve_http", "test_gpu_check",
                   "test_episodes_smollm2", "test_tuning", "test_run_cli", "test_api", "test_quantize")
 
 

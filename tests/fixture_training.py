@@ -151,7 +151,7 @@ def _train(source: Path, out_dir: Path, databases: list[Path], *, steps: int, lo
     from safetensors.torch import load_file
     from transformers import AutoTokenizer, Qwen3_5ForConditionalGeneration
 
-    from fixture_model import write_safetensors
+    from fixture_checkpoint import write_safetensors
 
     torch.manual_seed(TRAIN_SEED)
     tokenizer = AutoTokenizer.from_pretrained(source)

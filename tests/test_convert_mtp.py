@@ -19,7 +19,7 @@ from edge_sql.convert.gguf_file import GGUFFile, read_gguf
 from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
 GOLDEN = Path(__file__).parent / "data" / "mtp_golden.json"
-N_LAYERS = 4  # the fixture's trunk (tests/fixture_model.py): the MTP block is blk.4
+N_LAYERS = 4  # the fixture's trunk (benchmarks/fixture_checkpoint.py): the MTP block is blk.4
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_the_golden_file_describes_this_fixture(golden: dict) -> None:
 
     key = _checkpoint(sharded=False)[1]
     assert golden["checkpoint_key"] == key, (
-        "tests/fixture_model.py changed: run tests/make_mtp_golden.py (see its docstring) to renew the golden file"
+        "benchmarks/fixture_checkpoint.py changed: run tests/make_mtp_golden.py (see its docstring) to renew the golden file"
     )
 
 

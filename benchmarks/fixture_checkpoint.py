@@ -1,4 +1,7 @@
-"""Builds a small Qwen3.5 checkpoint with the real one's structure, for offline tests.
+"""Builds a small Qwen3.5 checkpoint with the real one's structure: the tests' fixture model.
+
+Usage: python benchmarks/fixture_checkpoint.py OUT_DIR   (the tests build it through their cache;
+benchmarks/gpu_check.py builds it on a machine without the tests' dependencies)
 
 The checkpoint is a `Qwen3_5ForConditionalGeneration` (text model plus a vision tower) with
 random seeded weights, tied embeddings, both layer kinds (Gated DeltaNet and full attention),
@@ -197,3 +200,18 @@ def write_safetensors(tensors: dict[str, torch.Tensor], out_dir: Path, *, shards
         weight_map.update({n: file_name for n in group})
     index_doc = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out_dir / "model.safetensors.index.json").write_text(json.dumps(index_doc, indent=2) + "\n")
+
+
+def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="the folder to write the checkpoint into")
+    parser.add_argument("--sharded", action="store_true", help="three safetensors shards with an index")
+    args = parser.parse_args()
+    print(build_checkpoint(args.out, sharded=args.sharded))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
