@@ -70,6 +70,7 @@ LAYERS = (
     ("edge_sql.serve", "edge_sql.cluster"),
     ("edge_sql.commands",),
     ("edge_sql.cli",),
+    ("edge_sql.__main__",),  # `python -m edge_sql`: the CLI
 )
 
 

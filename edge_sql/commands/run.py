@@ -70,8 +70,8 @@ def _print_event(event) -> None:
                    "--seed + 1, ...), each one's final SQL runs again, and the answer is the result set most of "
                    "them return (ties: fewest failed queries, then the first); prints how many agreed. "
                    "Not with --greedy.")
-@click.option("--gpu-layers", type=click.IntRange(min=0), default=None,
-              help="Layers to offload to the GPU (default: all when llama.cpp has a GPU backend, else none).")
+@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
+              help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
 @context_option("Context size in tokens; an episode uses at most --episode-tokens of it.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None,

@@ -42,7 +42,8 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--token", envvar="EDGE_SQL_TOKEN", default=None,
               help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).")
 @click.option("--model", default=None, metavar="PATH|NAME", help="A .gguf file or a model-store name (default: the default model).")
-@click.option("--gpu-layers", type=click.IntRange(min=0), default=None, help="Layers to offload to the GPU.")
+@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
+              help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
 @context_option("Context size in tokens.")
 @click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")

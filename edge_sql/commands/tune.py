@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 @click.command("tune")
 @click.argument("model", required=False, metavar="[PATH|NAME]")
 @click.option("--quick", is_flag=True, help="Only the short calibration `run` does on first use.")
-@click.option("--gpu-layers", type=click.IntRange(min=0), default=None,
-              help="Layers that would be offloaded to the GPU (default: all when llama.cpp has a GPU backend).")
+@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
+              help="Layers that would be offloaded to the GPU; -1 all (default: all when llama.cpp has a GPU backend).")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
 def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: bool) -> None:
     """Measure prefill and decode speed under each candidate setting and keep the fastest that fits.

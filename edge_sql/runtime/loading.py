@@ -73,11 +73,11 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
 
 
 def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> SessionOptions:
-    """`options` with every choice made: GPU layers (all when a GPU backend exists), threads
+    """`options` with every choice made: GPU layers (all when a GPU backend exists and for -1), threads
     (every usable CPU), ubatch (256, at most n_batch), and whether the MTP head loads."""
     n_layers = gguf.block_count or 0
     n_gpu_layers = options.n_gpu_layers
-    if n_gpu_layers is None:
+    if n_gpu_layers is None or n_gpu_layers < 0:  # -1: every layer, as llama.cpp's own tools take it
         n_gpu_layers = n_layers + 1 if gpu else 0
     if options.repack and not repack_is_safe():
         raise EdgeSqlError(

@@ -27,8 +27,8 @@ _NOT_STATE = {"state": False}
 class SessionOptions:
     """A session's llama.cpp settings; `None` means "let the session decide".
 
-    `n_gpu_layers=None` offloads every layer when llama.cpp has a GPU backend (CUDA, Metal...)
-    and none otherwise; `n_threads=None` uses every CPU this process may run on;
+    `n_gpu_layers=None` (or -1) offloads every layer when llama.cpp has a GPU backend (CUDA,
+    Metal...) and none otherwise; `n_threads=None` uses every CPU this process may run on;
     `repack=False` keeps llama.cpp's weights as mapped from the file; `repack=True` uses its
     repacked CPU copies (faster decode on some CPUs, slower prefill on others) and releases the
     file mapping's pages after loading, so the copies replace the mapped originals in memory
