@@ -1,0 +1,456 @@
+"""CUDA offload, checked and measured in one run: what `benchmarks/gpu_check.sh` runs on a GPU machine.
+
+    python benchmarks/gpu_check.py OUT_DIR [--shape 2b|fixture] [--deadline-s 480]
+
+Writes OUT_DIR/gpu-check.json (every figure) and prints a short table last. Steps, each timed,
+in the order they matter (the run stops starting new ones when `--deadline-s` is near, and says
+which it skipped):
+
+1. the machine: nvidia-smi's GPU, driver and memory, llama.cpp's system info, the GPU backend
+   edge-sql detects (`runtime.backend.gpu_backend_name`);
+2. the fixture (benchmarks/fixture_checkpoint.py, converted to BF16 by `edge-sql convert`): one
+   greedy agent episode on Chinook with every layer offloaded and one on the CPU. Equal token
+   for token, or else the first token where they part must be a near-tie: both transcripts are
+   teacher-forced on both placements up to there, and the CPU's preference for its own token
+   over the GPU's (log-probability margin) must be within the largest CPU-GPU difference of
+   log-probabilities measured over that prefix (the rounding of the two backends explains it);
+3. the model: the random-weight checkpoint of the real 2B shape (benchmarks/make_2b_checkpoint.py)
+   converted by `edge-sql convert` and quantized by `edge-sql quantize` (Q8_0, Q4_K_M);
+   `--shape fixture` uses the fixture instead (the CPU test of this script);
+4. speed per variant (BF16, Q8_0, Q4_K_M), all layers offloaded against none: load time, prefill
+   tok/s of a 512-token prompt, greedy decode tok/s, llama.cpp's buffers by device and the GPU
+   memory this process holds (nvidia-smi);
+5. several episodes at once on the GPU: `Agent(parallel=8).ask_many` over the eight Chinook
+   questions of bench_parallel_agent.py (short budget), against one at a time.
+
+Each measurement runs in a child process, so a crash in llama.cpp or CUDA is recorded and the
+others still run. On a machine without a GPU backend the "gpu" rows run on the CPU and say so
+(`backend: CPU`): that is how the script's CPU path is tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+VARIANTS = ("BF16", "Q8_0", "Q4_K_M")
+EPISODE_QUESTION = "Which country's customers spent the most money in total?"
+PREFILL_TOKENS = 512
+PLACEMENTS = {"gpu": None, "cpu": 0}  # n_gpu_layers: None offloads every layer when a GPU backend exists
+
+
+# ---- small helpers ---------------------------------------------------------------------------
+
+
+def sh(cmd: list[str], timeout: float = 30) -> str | None:
+    """A command's stdout, or None when it is missing or fails (a description is never fatal)."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def gpu_memory_mib(pid: int | None = None) -> float | None:
+    """GPU memory held by process `pid` (nvidia-smi's compute apps), or used on the whole card
+    when `pid` is None; None without nvidia-smi."""
+    if pid is None:
+        out = sh(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        return float(out.splitlines()[0]) if out else None
+    out = sh(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
+    if out is None:
+        return None
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid):
+            return float(fields[1])
+    return 0.0
+
+
+def edge_sql(*args: str, timeout: float) -> float:
+    """Run an `edge-sql` command (this Python's), raise if it fails; its wall seconds."""
+    tick = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "edge_sql", *args], check=True, timeout=timeout)
+    return round(time.perf_counter() - tick, 2)
+
+
+# ---- child measurements (each in its own process) ---------------------------------------------
+
+
+def child_machine(_cfg: dict) -> dict:
+    import llama_cpp
+
+    from edge_sql.runtime.backend import gpu_backend_name, init_backend
+
+    init_backend()
+    return {
+        "gpu_backend": gpu_backend_name(),
+        "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "llama_system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "llama_cpp_python": llama_cpp.__version__,
+    }
+
+
+def _session(model: str, n_gpu_layers: int | None, n_ctx: int):
+    from edge_sql.runtime import Session
+
+    return Session(model, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
+
+
+def _prompt(session, n: int) -> list[int]:
+    from edge_sql.agent import load_prompt
+
+    text = load_prompt(None).system_text(max_rounds=6)
+    tokens = session.tokenize(text)
+    while len(tokens) < n:
+        tokens = tokens + tokens
+    return tokens[:n]
+
+
+def child_speed(cfg: dict) -> dict:
+    """Load, prefill `PREFILL_TOKENS`, then greedy decode of `decode` tokens from a short prompt."""
+    from edge_sql.runtime import SamplingParams
+
+    tick = time.perf_counter()
+    with _session(cfg["model"], cfg["n_gpu_layers"], 4096) as session:
+        load_s = time.perf_counter() - tick
+        prompt = _prompt(session, PREFILL_TOKENS)
+        session.eval(prompt[:16])  # warm-up: the first decode builds the graph (and CUDA's kernels)
+        session.generate(params=SamplingParams(greedy=True), max_tokens=4)
+        session.reset()
+        tick = time.perf_counter()
+        session.eval(prompt)
+        prefill_s = time.perf_counter() - tick
+        held, card = gpu_memory_mib(os.getpid()), gpu_memory_mib()
+        session.reset()
+        session.eval(prompt[:64])
+        completion = session.generate(params=SamplingParams(greedy=True), max_tokens=cfg["decode"])
+        info = session.info
+        return {
+            "backend": info.backend, "gpu_layers": info.gpu_layers, "n_layers": info.n_layers,
+            "threads": info.n_threads, "flash_attn": info.flash_attn, "load_s": round(load_s, 2),
+            "prefill_tokens": len(prompt), "prefill_tok_s": round(len(prompt) / prefill_s, 1),
+            "decode_tokens": completion.timings.generated_tokens,
+            "decode_tok_s": round(completion.timings.generated_tokens / completion.timings.generate_s, 1),
+            "buffers_mib": {k: round(v / 2**20, 1) for k, v in sorted(info.buffers.items())},
+            "gpu_memory_held_mib": held, "gpu_memory_used_card_mib": card,
+        }
+
+
+def _episode_tokens(model: str, n_gpu_layers: int | None, budget: dict) -> dict:
+    from edge_sql.agent import Budget, run_episode
+    from edge_sql.runtime import SamplingParams
+    from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+    with _session(model, n_gpu_layers, 4096) as session, ReadOnlyDatabase(CHINOOK) as db:
+        result = run_episode(session, Toolbox(db), EPISODE_QUESTION, params=SamplingParams(greedy=True),
+                             budget=Budget(**budget))
+        return {"tokens": list(session.tokens), "backend": session.info.backend, "sql": result.sql,
+                "stop": result.stop, "rounds": len(result.rounds),
+                "calls": sum(len(r.calls) for r in result.rounds), "generated": session.generated_tokens}
+
+
+def _logprobs(model: str, n_gpu_layers: int | None, tokens: list[int]):
+    import numpy as np
+
+    from edge_sql.runtime.teacher_forcing import token_logprobs
+
+    with _session(model, n_gpu_layers, 256) as session:
+        return np.concatenate(list(token_logprobs(session, tokens)))
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """The first index where two token lists differ (the shorter one's end counts), or None."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def near_tie(cpu_lp, gpu_lp, at: int, cpu_token: int, gpu_token: int) -> dict:
+    """Whether the CPU and GPU choosing different tokens at `at` is explained by rounding.
+
+    `cpu_lp`, `gpu_lp`: log-probabilities of the same prefix teacher-forced on each placement
+    (row i predicts token i + 1). The CPU's margin for its own token over the GPU's at the
+    parting position must be within the largest |CPU - GPU| log-probability difference seen
+    over the prefix's top candidates: a difference that size can swap them."""
+    import numpy as np
+
+    row = at - 1
+    cpu_margin = float(cpu_lp[row, cpu_token] - cpu_lp[row, gpu_token])
+    gpu_margin = float(gpu_lp[row, gpu_token] - gpu_lp[row, cpu_token])
+    top = np.argsort(cpu_lp, axis=-1)[:, -8:]  # where a swap could matter: each row's top candidates
+    diff = np.abs(np.take_along_axis(cpu_lp, top, -1) - np.take_along_axis(gpu_lp, top, -1))
+    tolerance = float(diff.max())
+    return {"cpu_margin": round(cpu_margin, 5), "gpu_margin": round(gpu_margin, 5),
+            "max_abs_logprob_diff_top8": round(tolerance, 5), "near_tie": 0 <= cpu_margin <= tolerance}
+
+
+def child_episode(cfg: dict) -> dict:
+    """The fixture's greedy episode on the GPU and on the CPU, compared token for token."""
+    import numpy as np
+
+    model, budget = cfg["model"], cfg["budget"]
+    gpu = _episode_tokens(model, PLACEMENTS["gpu"], budget)
+    cpu = _episode_tokens(model, PLACEMENTS["cpu"], budget)
+    at = first_divergence(cpu["tokens"], gpu["tokens"])
+    out: dict[str, Any] = {
+        "gpu": {k: v for k, v in gpu.items() if k != "tokens"} | {"n_tokens": len(gpu["tokens"])},
+        "cpu": {k: v for k, v in cpu.items() if k != "tokens"} | {"n_tokens": len(cpu["tokens"])},
+        "equal": at is None, "first_difference": at,
+    }
+    prefix = cpu["tokens"] if at is None else cpu["tokens"][:at]
+    cpu_lp = _logprobs(model, PLACEMENTS["cpu"], prefix)
+    gpu_lp = _logprobs(model, PLACEMENTS["gpu"], prefix)
+    diff = np.abs(cpu_lp - gpu_lp)
+    out["teacher_forced"] = {"positions": len(prefix), "max_abs_logprob_diff": round(float(diff.max()), 5),
+                             "mean_abs_logprob_diff": round(float(diff.mean()), 6),
+                             "argmax_agrees": round(float((cpu_lp.argmax(-1) == gpu_lp.argmax(-1)).mean()), 4)}
+    if at is not None and at < min(len(cpu["tokens"]), len(gpu["tokens"])):
+        out["parting"] = near_tie(cpu_lp, gpu_lp, at, cpu["tokens"][at], gpu["tokens"][at])
+    out["ok"] = at is None or bool(out.get("parting", {}).get("near_tie"))
+    return out
+
+
+def child_parallel(cfg: dict) -> dict:
+    """`Agent.ask_many` over the first `questions` of the eight Chinook questions, `parallel` at a
+    time, on the GPU (every layer offloaded when there is one)."""
+    import threading
+
+    from bench_parallel_agent import QUESTIONS
+
+    from edge_sql import Agent
+    from edge_sql.agent import Budget
+
+    budget = Budget(max_think_tokens=64, max_rounds=2, max_tokens=cfg["n_ctx"])
+    peak = [0.0]
+    done = threading.Event()
+
+    def watch() -> None:  # the most GPU memory held while the episodes run
+        while not done.wait(0.5):
+            held, card = gpu_memory_mib(os.getpid()), gpu_memory_mib()
+            if held:
+                peak[0] = max(peak[0], held)
+
+    with Agent(cfg["model"], parallel=cfg["parallel"], n_ctx=cfg["n_ctx"], budget=budget, tune=False,
+               prefix_cache=False, pull_if_missing=False) as agent:
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        tick = time.perf_counter()
+        results = agent.ask_many(QUESTIONS[:cfg["questions"]], CHINOOK, seed=0)
+        wall = time.perf_counter() - tick
+        done.set()
+        info = agent.info
+    generated = sum(r.stats.get("generated_tokens") or 0 for r in results)
+    return {"parallel": cfg["parallel"], "backend": info.backend, "episodes": len(results), "wall_s": round(wall, 2),
+            "generated_tokens": generated, "tok_s": round(generated / wall, 1),
+            "stops": [r.stop for r in results], "gpu_memory_peak_mib": peak[0] or None}
+
+
+CHILDREN = {"machine": child_machine, "speed": child_speed, "episode": child_episode, "parallel": child_parallel}
+
+
+# ---- the parent ------------------------------------------------------------------------------
+
+
+class Run:
+    """The report being written, the deadline, and the children's runner."""
+
+    def __init__(self, out_dir: Path, deadline_s: float) -> None:
+        self.out_dir = out_dir
+        self.started = time.monotonic()
+        self.deadline = self.started + deadline_s
+        self.report: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "skipped": [], "errors": []}
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def save(self) -> None:
+        self.report["elapsed_s"] = round(time.monotonic() - self.started, 1)
+        (self.out_dir / "gpu-check.json").write_text(json.dumps(self.report, indent=1) + "\n")
+
+    def child(self, kind: str, cfg: dict, *, need_s: float) -> dict | None:
+        """Run one measurement in a child process; None (recorded) when skipped or failed."""
+        label = f"{kind} {json.dumps(cfg, sort_keys=True)}"
+        if self.left() < need_s:
+            self.report["skipped"].append(f"{label}: {self.left():.0f} s left, it needs about {need_s:.0f}")
+            return None
+        print(f"[{time.monotonic() - self.started:6.1f} s] {kind} {cfg.get('label', '')}", file=sys.stderr, flush=True)
+        cmd = [sys.executable, __file__, "--child", kind, "--config", json.dumps(cfg)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, self.left()))
+        except subprocess.TimeoutExpired:
+            self.report["errors"].append(f"{label}: stopped at the deadline")
+            return None
+        if proc.returncode != 0:
+            how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+            self.report["errors"].append(f"{label}: child died ({how}): {proc.stderr.strip()[-600:]}")
+            return None
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def step(self, name: str, fn, *, need_s: float) -> Any:
+        """A step of the parent (build, convert, quantize), timed; None when skipped or failed."""
+        if self.left() < need_s:
+            self.report["skipped"].append(f"{name}: {self.left():.0f} s left, it needs about {need_s:.0f}")
+            return None
+        print(f"[{time.monotonic() - self.started:6.1f} s] {name}", file=sys.stderr, flush=True)
+        tick = time.perf_counter()
+        try:
+            value = fn()
+        except (subprocess.SubprocessError, OSError) as exc:
+            self.report["errors"].append(f"{name}: {exc}")
+            return None
+        self.report.setdefault("prepare_s", {})[name] = round(time.perf_counter() - tick, 1)
+        return value
+
+
+def machine_description() -> dict:
+    gpu = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"])
+    cpu = next((line.split(":", 1)[1].strip() for line in (sh(["lscpu"]) or "").splitlines()
+                if line.startswith("Model name")), platform.processor())
+    return {"gpu": gpu, "cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
+            "nvcc": (sh(["nvcc", "--version"]) or "").splitlines()[-1:] or None,
+            "gpu_memory_used_before_mib": gpu_memory_mib()}
+
+
+def checkpoint_to_gguf(run: Run, name: str, script: str, work: Path, *, need_s: float) -> Path | None:
+    """A random checkpoint made by `script` (this folder's), converted to BF16 by `edge-sql convert`;
+    the safetensors are removed after (the 2B shape's are 3.8 GB)."""
+    folder, gguf = work / name, work / f"{name}-BF16.gguf"
+    made = run.step(f"{name} checkpoint", lambda: subprocess.run(
+        [sys.executable, str(HERE / script), str(folder)], check=True, timeout=600, capture_output=True), need_s=need_s)
+    converted = made is not None and run.step(f"{name} convert", lambda: edge_sql(
+        "convert", str(folder), "-o", str(gguf), "--force", "--no-progress", timeout=600), need_s=need_s / 4) is not None
+    shutil.rmtree(folder, ignore_errors=True)
+    return gguf if converted else None
+
+
+def build_models(run: Run, work: Path, shape: str) -> dict[str, Path]:
+    """The fixture's BF16 GGUF, and the measured shape's variants: {"fixture": path, "BF16": ..., "Q8_0": ...}."""
+    models: dict[str, Path] = {}
+    fixture = checkpoint_to_gguf(run, "fixture", "fixture_checkpoint.py", work, need_s=30)
+    if fixture is not None:
+        models["fixture"] = fixture
+    base = fixture if shape == "fixture" else checkpoint_to_gguf(run, "2b", "make_2b_checkpoint.py", work, need_s=240)
+    if base is None:
+        return models
+    models["BF16"] = base
+    for qtype in VARIANTS[1:]:
+        out = work / f"{shape}-{qtype}.gguf"
+        if run.step(f"{shape} quantize {qtype}", lambda: edge_sql("quantize", str(base), "--type", qtype, "-o", str(out),
+                                                                   "--force", timeout=600), need_s=45) is not None:
+            models[qtype] = out
+    return models
+
+
+def summary(report: dict) -> list[str]:
+    """The short table printed last."""
+    lines = [f"GPU: {report['machine'].get('gpu')}; CPU: {report['machine'].get('cpu')} x{report['machine'].get('cpus')}",
+             f"backend detected: {report.get('llama', {}).get('gpu_backend')}"]
+    episode = report.get("fixture_episode")
+    if episode:
+        lines.append(f"fixture greedy episode GPU vs CPU: {'equal' if episode['equal'] else 'differs'}"
+                     f" ({episode['gpu']['n_tokens']} / {episode['cpu']['n_tokens']} tokens)"
+                     + (f", parting {episode.get('parting')}" if not episode["equal"] else "")
+                     + f"; teacher-forced max |dlogp| {episode['teacher_forced']['max_abs_logprob_diff']}")
+    lines.append(f"{'variant':8} {'where':4} {'prefill tok/s':>13} {'decode tok/s':>12} {'load s':>6} {'GPU MiB':>8}")
+    for variant, rows in report.get("speed", {}).items():
+        for where, row in rows.items():
+            lines.append(f"{variant:8} {where:4} {row['prefill_tok_s']:13.1f} {row['decode_tok_s']:12.1f} "
+                         f"{row['load_s']:6.1f} {row['gpu_memory_held_mib'] if row['gpu_memory_held_mib'] is not None else '-':>8}")
+    for row in report.get("parallel", []):
+        lines.append(f"parallel {row['parallel']}: {row['episodes']} episodes in {row['wall_s']} s, "
+                     f"{row['tok_s']} tok/s, peak GPU {row['gpu_memory_peak_mib']} MiB")
+    lines.append(f"skipped: {len(report['skipped'])}, errors: {len(report['errors'])}, {report.get('elapsed_s')} s")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, nargs="?", help="the folder for gpu-check.json")
+    parser.add_argument("--shape", choices=("2b", "fixture"), default="2b", help="the model measured for speed")
+    parser.add_argument("--work", type=Path, help="where checkpoints and GGUFs go (default OUT/work, removed after)")
+    parser.add_argument("--deadline-s", type=float, default=480, help="start no step after this many seconds")
+    parser.add_argument("--decode-tokens", type=int, default=128, help="greedy tokens decoded on the GPU (CPU: a quarter)")
+    parser.add_argument("--parallel", type=int, default=8, help="episodes at once on the GPU")
+    parser.add_argument("--questions", type=int, default=8, help="Chinook questions asked at once and one at a time")
+    parser.add_argument("--episode-rounds", type=int, default=3, help="tool rounds of the fixture's greedy episode")
+    parser.add_argument("--require-gpu", action="store_true", help="exit 1 when llama.cpp has no GPU backend")
+    parser.add_argument("--llama-source", default="installed",
+                        help="how llama-cpp-python came to be (gpu_check.sh: prebuilt or built-here), for the report")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(CHILDREN[args.child](json.loads(args.config))))
+        return 0
+    if args.out is None:
+        parser.error("OUT is required")
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = args.work or args.out / "work"
+    keep_work = args.work is not None
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("EDGE_SQL_HOME", str(work / "home"))  # no store or tuning cache outside `work`
+    run = Run(args.out, args.deadline_s)
+    report = run.report
+    report["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    report["llama_cpp_python_source"] = args.llama_source
+    report["machine"] = machine_description()
+    report["llama"] = run.child("machine", {}, need_s=5) or {}
+    run.save()
+    gpu = report["llama"].get("gpu_backend")
+    try:
+        models = build_models(run, work, args.shape)
+        run.save()
+        if "fixture" in models:
+            budget = {"max_rounds": args.episode_rounds, "max_think_tokens": 48, "max_calls_per_turn": 3,
+                      "max_tokens": 4096}
+            report["fixture_episode"] = run.child("episode", {"model": str(models["fixture"]), "budget": budget,
+                                                              "label": "fixture"}, need_s=30)
+            run.save()
+        report["speed"] = {}
+        for variant in ("Q4_K_M", "Q8_0", "BF16"):  # the default variant first
+            if variant not in models:
+                continue
+            for where, layers in PLACEMENTS.items():
+                decode = args.decode_tokens if where == "gpu" and gpu else max(8, args.decode_tokens // 4)
+                row = run.child("speed", {"model": str(models[variant]), "n_gpu_layers": layers, "decode": decode,
+                                          "label": f"{variant} {where}"}, need_s=40 if where == "cpu" else 20)
+                if row is not None:
+                    report["speed"].setdefault(variant, {})[where] = row
+                run.save()
+        report["parallel"] = []
+        if "Q4_K_M" in models:
+            for n in (args.parallel, 1):
+                row = run.child("parallel", {"model": str(models["Q4_K_M"]), "parallel": n, "n_ctx": 2048,
+                                             "questions": args.questions, "label": f"x{n}"}, need_s=60)
+                if row is not None:
+                    report["parallel"].append(row)
+                run.save()
+            if len(report["parallel"]) == 2:
+                report["parallel_speedup"] = round(report["parallel"][0]["tok_s"] / report["parallel"][1]["tok_s"], 2)
+    finally:
+        run.save()
+        if not keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(summary(report)))
+    if args.require_gpu and not gpu:
+        print("no GPU backend in this llama.cpp build", file=sys.stderr)
+        return 1
+    episode = report.get("fixture_episode") or {}
+    return 0 if episode.get("ok") and not report["errors"] else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The GPU check's CPU path: what it carries, how it compares placements, and one whole run.
+
+benchmarks/gpu_check.py runs on a GPU machine with no network (benchmarks/gpu_check.sh installs
+what benchmarks/gpu_pack.py carried). Everything but the GPU itself is checked here: the trimmed
+source keeps what a CUDA build reads and drops the rest, the near-tie rule on known numbers, and
+the script end to end on the fixture, where the "gpu" placement runs on the CPU and must say so.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+import gpu_check  # noqa: E402  (benchmarks/ is on the test path)
+import gpu_pack  # noqa: E402
+
+
+def _sdist(path: Path, names: list[str]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name in names:
+            data = f"contents of {name}".encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_the_trimmed_source_keeps_what_a_cuda_build_reads(tmp_path: Path) -> None:
+    top = "llama_cpp_python-0.3.36/"
+    kept = ["CMakeLists.txt", "pyproject.toml", "llama_cpp/__init__.py", "vendor/llama.cpp/CMakeLists.txt",
+            "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu", "vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp",
+            "vendor/llama.cpp/src/llama.cpp", "vendor/llama.cpp/common/arg.cpp", "vendor/llama.cpp/tools/mtmd/clip.cpp",
+            "vendor/llama.cpp/vendor/nlohmann/json.hpp"]
+    dropped = [".git/modules/vendor/llama.cpp/objects/pack/pack-1.pack", "vendor/llama.cpp/models/ggml-vocab-qwen35.gguf",
+               "vendor/llama.cpp/docs/build.md", "vendor/llama.cpp/tools/server/server.cpp",
+               "vendor/llama.cpp/tools/mtmd/test-3.mp4", "vendor/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp",
+               "docs/index.md", "tests/test_llama.py"]
+    _sdist(tmp_path / "in.tar.gz", [top + n for n in kept + dropped])
+    assert gpu_pack.trim_sdist(tmp_path / "in.tar.gz", tmp_path / "out" / "src.tar.gz") == (len(kept), len(dropped))
+    with tarfile.open(tmp_path / "out" / "src.tar.gz") as tar:
+        assert sorted(tar.getnames()) == sorted(top + n for n in kept)
+        assert tar.extractfile(top + "CMakeLists.txt").read() == f"contents of {top}CMakeLists.txt".encode()
+
+
+def test_the_manifest_counts_the_working_tree_against_the_limit(tmp_path: Path) -> None:
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "a.whl").write_bytes(b"x" * 1000)
+    (tmp_path / "src.tar.gz").write_bytes(b"y" * 500)
+    report = gpu_pack.manifest(tmp_path, 64)
+    assert report["files"] == [{"path": "src.tar.gz", "bytes": 500}, {"path": "wheels/a.whl", "bytes": 1000}]
+    assert report["carried_bytes"] == 1500
+    assert report["total_bytes"] == 1500 + report["tree_bytes"] and report["tree_bytes"] > 1_000_000
+    assert report["limit_bytes"] == 64 * 2**20
+    assert report["cuda_cmake_args"] == "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"
+
+
+def test_the_script_builds_with_the_flags_the_pack_names() -> None:
+    script = (REPO / "benchmarks" / "gpu_check.sh").read_text()
+    assert f'CUDA_CMAKE_ARGS="{gpu_pack.CUDA_CMAKE_ARGS}"' in script
+    assert "llama_cpp_python-0.3.36.tar.gz" in script and gpu_pack.SDIST_NAME == "llama_cpp_python-0.3.36.tar.gz"
+
+
+def test_first_divergence() -> None:
+    assert gpu_check.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert gpu_check.first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert gpu_check.first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+def test_a_parting_is_a_near_tie_only_within_the_measured_rounding() -> None:
+    cpu = np.log(np.full((3, 10), 0.01, dtype=np.float32))
+    gpu = cpu.copy()
+    cpu[1, 4], cpu[1, 7] = -1.00, -1.02   # the CPU prefers token 4 by 0.02
+    gpu[1, 4], gpu[1, 7] = -1.03, -1.01   # the GPU prefers token 7: 0.03 apart where the CPU had 4
+    tie = gpu_check.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)
+    assert tie["cpu_margin"] == pytest.approx(0.02) and tie["gpu_margin"] == pytest.approx(0.02)
+    assert tie["max_abs_logprob_diff_top8"] == pytest.approx(0.03, abs=1e-6) and tie["near_tie"]
+    cpu[1, 7] = -2.0                      # now the CPU's preference (1.0) exceeds any measured difference
+    assert not gpu_check.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)["near_tie"]
+
+
+def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), str(out), "--shape", "fixture",
+                           "--decode-tokens", "16", "--parallel", "2", "--questions", "2", "--episode-rounds", "2"],
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "gpu-check.json").read_text())
+    assert report["errors"] == [] and report["skipped"] == []
+    assert report["llama"]["gpu_backend"] is None and report["llama"]["supports_gpu_offload"] is False
+    assert set(report["prepare_s"]) == {"fixture checkpoint", "fixture convert", "fixture quantize Q8_0",
+                                        "fixture quantize Q4_K_M"}
+    episode = report["fixture_episode"]
+    assert episode["equal"] and episode["ok"] and episode["first_difference"] is None
+    assert episode["gpu"]["n_tokens"] == episode["cpu"]["n_tokens"] > 500
+    assert episode["teacher_forced"]["positions"] == episode["cpu"]["n_tokens"]
+    assert episode["teacher_forced"]["max_abs_logprob_diff"] == 0.0  # the same CPU code both times
+    assert set(report["speed"]) == {"BF16", "Q8_0", "Q4_K_M"}
+    for rows in report["speed"].values():
+        assert set(rows) == {"gpu", "cpu"}
+        for row in rows.values():
+            assert row["backend"] == "CPU" and row["gpu_layers"] == 0  # no GPU backend: nothing offloaded
+            assert row["prefill_tokens"] == 512 and row["prefill_tok_s"] > 0 and row["decode_tokens"] == 8
+            assert row["gpu_memory_held_mib"] is None  # no nvidia-smi here
+            assert any(name.startswith("CPU") for name in row["buffers_mib"])
+    assert [row["parallel"] for row in report["parallel"]] == [2, 1]
+    assert all(row["episodes"] == 2 and row["generated_tokens"] > 0 for row in report["parallel"])
+    assert not (out / "work").exists()  # checkpoints and GGUFs go with the run
+    assert "fixture greedy episode GPU vs CPU: equal" in proc.stdout
