@@ -1,0 +1,181 @@
+"""Decode speed on a busy machine: llama.cpp's threads against other programs holding cores.
+
+    python benchmarks/bench_busy.py MODEL.gguf [MODEL.gguf ...] [--busy 0 1 2] [--out FILE.md]
+
+For each model, each candidate (how llama.cpp's worker threads wait, and how many there are)
+and each load (0, 1, 2 other processes spinning on a core each, started and stopped by this
+script), a fresh child process loads the model and measures:
+
+* decode: greedy single-token decodes through `Session` after a 64-token prompt (tok/s);
+* episode (with --episode): one bounded greedy agent episode on Chinook (`run_episode`: think
+  64 tokens, 2 rounds, 2 calls a turn), generated tokens over generation time.
+
+Candidates are set the way a user would: environment variables read by libgomp when llama.cpp
+loads (the bundled llama-cpp-python build runs ggml's threads through OpenMP), and
+`n_threads`. "libgomp default" pins GOMP_SPINCOUNT=300000, which is what libgomp uses when
+neither it nor OMP_WAIT_POLICY is set (its env.c: about 3 ms of spinning at every barrier
+before sleeping); "edge-sql" leaves the environment to edge-sql itself (whatever
+`runtime.threads` sets before llama.cpp loads, and the adaptive thread count if any).
+
+Each figure is one child's; rows are measured in turn (each load's candidates back to back),
+so ratios within a load compare like with like. The CPU and load average go in the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+QUESTION = "Which country's customers spent the most money in total?"
+SPIN_DEFAULT = "300000"  # libgomp's spin count when neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY is set
+
+# name -> (environment for the child, n_threads or None for every CPU)
+CANDIDATES: dict[str, tuple[dict[str, str], int | None]] = {
+    "libgomp default": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, None),
+    "1 thread": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, 1),
+    "OMP_WAIT_POLICY=PASSIVE": ({"OMP_WAIT_POLICY": "PASSIVE"}, None),
+    "GOMP_SPINCOUNT=100000": ({"GOMP_SPINCOUNT": "100000"}, None),
+    "GOMP_SPINCOUNT=10000": ({"GOMP_SPINCOUNT": "10000"}, None),
+    "GOMP_SPINCOUNT=1000": ({"GOMP_SPINCOUNT": "1000"}, None),
+    "edge-sql": ({}, None),
+}
+_CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # the parent's own values never leak into a child
+
+
+def child(cfg: dict) -> dict:
+    """One measurement in this (fresh) process: load, decode, and optionally an episode."""
+    from edge_sql.runtime import SamplingParams, Session
+
+    out: dict = {}
+    with Session(cfg["model"], n_ctx=4096, n_threads=cfg["threads"]) as session:
+        out["threads"] = session.info.n_threads
+        prompt = session.tokenize("<|im_start|>system\nYou are a careful data analyst. " * 8)[:64]
+        session.eval(prompt)
+        session.generate(params=SamplingParams(greedy=True), max_tokens=4)  # warm-up
+        session.reset()
+        session.eval(prompt)
+        completion = session.generate(params=SamplingParams(greedy=True), max_tokens=cfg["tokens"])
+        t = completion.timings
+        out["decode_tok_s"] = round(t.generated_tokens / t.generate_s, 2)
+        out["tokens"] = completion.tokens
+        if cfg["episode"]:
+            from edge_sql.agent import Budget, run_episode
+            from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+            session.reset()
+            with ReadOnlyDatabase(CHINOOK) as db:
+                result = run_episode(session, Toolbox(db), QUESTION, params=SamplingParams(greedy=True),
+                                     budget=Budget(max_think_tokens=64, max_rounds=2, max_calls_per_turn=2))
+            out["episode_tok_s"] = round(session.timings.generated_tokens / session.timings.generate_s, 2)
+            out["episode_tokens"] = session.timings.generated_tokens
+            out["episode_sql"] = result.sql
+            out["episode_threads"] = result.stats.get("threads")
+    return out
+
+
+def measure(model: Path, name: str, tokens: int, episode: bool, timeout: float) -> dict:
+    env_extra, threads = CANDIDATES[name]
+    env = {k: v for k, v in os.environ.items() if k not in _CLEARED} | env_extra
+    cfg = {"model": str(model), "threads": threads, "tokens": tokens, "episode": episode}
+    cmd = [sys.executable, __file__, "--child", json.dumps(cfg)]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:200]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class Busy:
+    """`n` processes spinning on a core each while the block runs (the programs a laptop runs)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Busy:
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)]
+        time.sleep(0.5 if self.n else 0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+def machine() -> str:
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "?")
+    return (f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def report(results: dict, args: argparse.Namespace) -> str:
+    lines = [f"# Decode on a busy machine ({time.strftime('%Y-%m-%d')})", "", f"Machine: {machine()}.", "",
+             "Command: `python benchmarks/bench_busy.py " + shlex.join(sys.argv[1:]) + "`", ""]
+    for model, by_load in results.items():
+        loads = sorted(by_load)
+        kinds = ["decode_tok_s"] + (["episode_tok_s"] if args.episode else [])
+        for kind in kinds:
+            lines += [f"## {Path(model).name}: {kind.replace('_tok_s', '')} tok/s", "",
+                      "| candidate | " + " | ".join(f"{n} busy" for n in loads) + " |",
+                      "|---|" + "--:|" * len(loads)]
+            for name in args.candidates:
+                cells = []
+                for n in loads:
+                    row = by_load[n].get(name, {})
+                    cells.append(row.get("error", "") and "error" or f"{row.get(kind, float('nan')):.2f}")
+                lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append("")
+        decoded = {json.dumps(row.get("tokens")) for rows in by_load.values() for row in rows.values() if "tokens" in row}
+        lines += [f"Greedy tokens the same in every row: {'yes' if len(decoded) == 1 else f'no ({len(decoded)} different)'}.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", type=Path)
+    parser.add_argument("--busy", nargs="+", type=int, default=[0, 1, 2], help="competing processes (default 0 1 2)")
+    parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    parser.add_argument("--tokens", type=int, default=48, help="greedy tokens decoded (default 48)")
+    parser.add_argument("--episode", action="store_true", help="also one bounded agent episode per child")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a child may take")
+    parser.add_argument("--out", type=Path, help="write the Markdown report here (and FILE.json)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    if not args.models:
+        parser.error("give at least one model file")
+    results: dict[str, dict[int, dict[str, dict]]] = {}
+    for model in args.models:
+        by_load = results.setdefault(str(model), {})
+        for n in args.busy:
+            with Busy(n):
+                for name in args.candidates:
+                    row = measure(model, name, args.tokens, args.episode, args.timeout)
+                    by_load.setdefault(n, {})[name] = row
+                    shown = {k: v for k, v in row.items() if k not in ("tokens", "episode_sql")}
+                    print(f"{model.name} busy={n} {name}: {shown}", file=sys.stderr, flush=True)
+    text = report(results, args)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
