@@ -14,8 +14,9 @@ Candidates are set the way a user would: environment variables read by libgomp w
 loads (the bundled llama-cpp-python build runs ggml's threads through OpenMP), and
 `n_threads`. "libgomp default" pins GOMP_SPINCOUNT=300000, which is what libgomp uses when
 neither it nor OMP_WAIT_POLICY is set (its env.c: about 3 ms of spinning at every barrier
-before sleeping); "edge-sql" leaves the environment to edge-sql itself (whatever
-`runtime.threads` sets before llama.cpp loads, and the adaptive thread count if any).
+before sleeping); "edge-sql" clears both variables and leaves the rest to edge-sql itself
+(today that is libgomp's default; it is the row that shows what edge-sql does once it sets a
+policy of its own).
 
 Each figure is one child's; rows are measured in turn (each load's candidates back to back),
 so ratios within a load compare like with like. The CPU and load average go in the report.
@@ -115,9 +116,9 @@ class Busy:
 
 
 def machine() -> str:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "?")
-    return (f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+    from edge_sql.bench.machine import cpu_model
+
+    return (f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
             f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
@@ -135,7 +136,7 @@ def report(results: dict, args: argparse.Namespace) -> str:
                 cells = []
                 for n in loads:
                     row = by_load[n].get(name, {})
-                    cells.append(row.get("error", "") and "error" or f"{row.get(kind, float('nan')):.2f}")
+                    cells.append("error" if "error" in row else f"{row.get(kind, float('nan')):.2f}")
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
         decoded = {json.dumps(row.get("tokens")) for rows in by_load.values() for row in rows.values() if "tokens" in row}
