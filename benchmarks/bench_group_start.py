@@ -25,7 +25,7 @@ from bench_parallel_agent import QUESTIONS  # this folder is on sys.path when ru
 from edge_sql.agent import Budget, load_prompt
 from edge_sql.api import load_settings
 from edge_sql.runtime import Session
-from edge_sql.runtime.sequences import open_sessions
+from edge_sql.runtime.batching.sequences import open_sessions
 
 
 def opening(session: Session, question: str) -> tuple[list[int], list[int]]:

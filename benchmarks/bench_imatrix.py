@@ -47,8 +47,8 @@ from edge_sql.convert.quantize import quantize_gguf
 from edge_sql.evaluation import load_bird, load_spider
 from edge_sql.evaluation.calibration import gold_sql_transcripts, task_calibration
 from edge_sql.runtime import Session
-from edge_sql.runtime.imatrix import collect_imatrix
-from edge_sql.runtime.teacher_forcing import token_logprobs
+from edge_sql.runtime.probes.imatrix import collect_imatrix
+from edge_sql.runtime.probes.teacher_forcing import token_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
 SPIDER = REPO / "tests/data/spider_sample"  # data files (real SQLite), read as data, not test code

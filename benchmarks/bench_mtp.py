@@ -48,7 +48,7 @@ def measure(model: Path, threads: int, prompt_tokens: int, steps: int, rounds: i
     import numpy as np
 
     from edge_sql.runtime import Session
-    from edge_sql.runtime.mtp import MTPDrafter
+    from edge_sql.runtime.speculation.mtp import MTPDrafter
 
     rng = np.random.default_rng(7)
     with Session(model, n_ctx=N_CTX, n_threads=threads, mtp=True) as session:

@@ -32,7 +32,7 @@ import numpy as np
 
 from bench_speculative import _machine, _model_segments, published_pieces  # this folder is on sys.path
 from edge_sql.runtime import PrefixCache, SamplingParams
-from edge_sql.runtime.sequences import open_sessions
+from edge_sql.runtime.batching.sequences import open_sessions
 from edge_sql.runtime.tuning.parallel import decode_together
 
 GREEDY = SamplingParams(greedy=True)

@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-import edge_sql.runtime.batched as batched
+import edge_sql.runtime.batching.batched as batched
 from edge_sql import Agent
 from edge_sql.agent.budget import Budget
 

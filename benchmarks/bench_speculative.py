@@ -40,8 +40,8 @@ import llama_cpp
 
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
-from edge_sql.runtime.lookup import LookupDrafter
-from edge_sql.runtime.speculative import Speculator
+from edge_sql.runtime.speculation.lookup import LookupDrafter
+from edge_sql.runtime.speculation.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from sqale_published import call_args, load_episodes  # this folder is on sys.path when run as a script
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from edge_sql.runtime import SessionOptions
-from edge_sql.runtime.batch import TokenBatch
-from edge_sql.runtime.loading import open_model
-from edge_sql.runtime.shared_models import release
+from edge_sql.runtime.llama.batch import TokenBatch
+from edge_sql.runtime.llama.loading import open_model
+from edge_sql.runtime.llama.shared_models import release
 
 WIDTHS = (1, 2, 4, 6, 7, 8, 9, 11, 12, 14, 16)
 N_SEQ = 16

@@ -3,7 +3,7 @@
 Usage: python benchmarks/bench_stretched_state.py MODEL.gguf [--point 1024] [--rounds 2]
 
 For flash attention on and off: fills a context to `--point` tokens for real (timed), and
-stretches the state of its first 64 tokens to the same length (`runtime/stretched_state.py`);
+stretches the state of its first 64 tokens to the same length (`runtime/state/stretched_state.py`);
 one session (n_ubatch 64) then restores each in turn and times 16 single-token decodes (median),
 alternating `--rounds` times so that the machine's drift falls on both. Prints one line per
 measurement and the machine.
@@ -19,7 +19,7 @@ import numpy as np
 
 from edge_sql.bench.machine import machine_description
 from edge_sql.runtime import Session
-from edge_sql.runtime.stretched_state import stretch_snapshot
+from edge_sql.runtime.state.stretched_state import stretch_snapshot
 
 BASE = 64
 

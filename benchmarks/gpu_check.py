@@ -7,7 +7,7 @@ in the order they matter (the run stops starting new ones when `--deadline-s` is
 which it skipped):
 
 1. the machine: nvidia-smi's GPU, driver and memory, llama.cpp's system info, the GPU backend
-   edge-sql detects (`runtime.backend.gpu_backend_name`);
+   edge-sql detects (`runtime.llama.backend.gpu_backend_name`);
 2. the fixture (benchmarks/fixture_checkpoint.py, converted to BF16 by `edge-sql convert`): one
    greedy agent episode on Chinook with every layer offloaded and one on the CPU. Equal token
    for token, or else the first token where they part must be a near-tie: both transcripts are
@@ -93,7 +93,7 @@ def edge_sql(*args: str, timeout: float) -> float:
 def child_machine(_cfg: dict) -> dict:
     import llama_cpp
 
-    from edge_sql.runtime.backend import gpu_backend_name, init_backend
+    from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
 
     init_backend()
     return {
@@ -166,7 +166,7 @@ def _episode_tokens(model: str, n_gpu_layers: int | None, budget: dict) -> dict:
 def _logprobs(model: str, n_gpu_layers: int | None, tokens: list[int]):
     import numpy as np
 
-    from edge_sql.runtime.teacher_forcing import token_logprobs
+    from edge_sql.runtime.probes.teacher_forcing import token_logprobs
 
     with _session(model, n_gpu_layers, 256) as session:
         return np.concatenate(list(token_logprobs(session, tokens)))

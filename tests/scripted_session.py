@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sql.runtime import Completion, SamplingParams, Session
-from edge_sql.runtime.constrained import GrammarConstraint
+from edge_sql.runtime.text.constrained import GrammarConstraint
 
 
 class ScriptedSession(Session):

@@ -1,4 +1,4 @@
-"""Several sessions on one context (runtime/batched.py, runtime/sequences.py): each sequence
+"""Several sessions on one context (runtime/batching/batched.py, runtime/batching/sequences.py): each sequence
 decodes what it would alone, sequences join and leave at any step, memory stays apart.
 
 Real llama.cpp on the tiny Qwen3.5-architecture fixture (attention and recurrent layers, so a
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from edge_sql.runtime import SamplingParams, Session
-from edge_sql.runtime.sequences import open_sessions
+from edge_sql.runtime.batching.sequences import open_sessions
 
 GREEDY = SamplingParams(greedy=True)
 PROMPTS = ["<|im_start|>user\nHow many albums are there?<|im_end|>\n<|im_start|>assistant\n",
@@ -284,12 +284,12 @@ def test_micro_batches_are_the_passes_llama_cpp_runs(tiny_gguf: Path, parts: lis
     import llama_cpp
 
     from edge_sql.runtime import SessionOptions
-    from edge_sql.runtime.batch import TokenBatch
-    from edge_sql.runtime.batched import micro_batches
-    from edge_sql.runtime.context import create_context
-    from edge_sql.runtime.imatrix import FINAL_NORM, GGMLTensor
-    from edge_sql.runtime.loading import open_model
-    from edge_sql.runtime.shared_models import release
+    from edge_sql.runtime.llama.batch import TokenBatch
+    from edge_sql.runtime.batching.batched import micro_batches
+    from edge_sql.runtime.llama.context import create_context
+    from edge_sql.runtime.probes.imatrix import FINAL_NORM, GGMLTensor
+    from edge_sql.runtime.llama.loading import open_model
+    from edge_sql.runtime.llama.shared_models import release
 
     graphs = []
 

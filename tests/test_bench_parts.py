@@ -20,7 +20,7 @@ from edge_sql.agent.prompt import load_prompt
 from edge_sql.errors import EdgeSqlError
 from edge_sql.evaluation import load_bundled
 from edge_sql.runtime import Session
-from edge_sql.runtime.teacher_forcing import log_softmax, token_logprobs
+from edge_sql.runtime.probes.teacher_forcing import log_softmax, token_logprobs
 from edge_sql.tools import ReadOnlyDatabase
 
 # ---- numerics ---------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def reference(tiny_checkpoint: Path) -> dict[str, tuple[list[int], np.ndarray]]:
 def _compare(gguf_path: Path, reference: dict) -> dict[str, tuple[float, float, np.ndarray]]:
     from llama_cpp import Llama
 
-    from edge_sql.runtime.backend import default_threads
+    from edge_sql.runtime.llama.backend import default_threads
 
     llm = Llama(model_path=str(gguf_path), n_ctx=512, n_batch=512, n_threads=default_threads(), logits_all=True, verbose=False)
     results = {}

@@ -42,7 +42,7 @@ def _tensor_bytes(path: Path, name: str) -> bytes:
 @pytest.fixture(scope="module")
 def collected(tiny_gguf_bf16: Path) -> tuple[Imatrix, list[int]]:
     from edge_sql.runtime import Session
-    from edge_sql.runtime.imatrix import collect_imatrix
+    from edge_sql.runtime.probes.imatrix import collect_imatrix
 
     with Session(tiny_gguf_bf16, n_ctx=256, n_threads=1) as session:
         tokens = session.tokenize(TEXT, special=False)
@@ -204,7 +204,7 @@ def test_an_imatrix_that_does_not_fit_the_model_is_refused(tiny_gguf_bf16: Path,
 
 
 def test_collecting_on_a_quantized_model_is_refused(tiny_gguf_fast: Path) -> None:
-    from edge_sql.runtime.imatrix import unquantized_file_type
+    from edge_sql.runtime.probes.imatrix import unquantized_file_type
 
     with pytest.raises(ImatrixError, match="is quantized; collect the imatrix on its BF16/F16/F32 file"):
         unquantized_file_type(tiny_gguf_fast)
@@ -381,7 +381,7 @@ def test_the_task_calibration_is_agent_transcripts_with_real_tool_outputs() -> N
 
 def test_expert_inputs_are_summed_per_expert_as_llama_cpp_walks_them() -> None:
     """MUL_MAT_ID: token t's slot k reads input row k % n_x and adds to expert ids[t, k]."""
-    from edge_sql.runtime.imatrix import add_expert_rows
+    from edge_sql.runtime.probes.imatrix import add_expert_rows
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((5, 1, 8)).astype(np.float32)  # 5 tokens, one shared input row, 8 columns

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sql.runtime.mapping import file_mappings, release_file_pages
+from edge_sql.runtime.llama.mapping import file_mappings, release_file_pages
 from edge_sql.runtime import Session, SessionInfo
 
 ARGS = dict(n_ctx=256, n_gpu_layers=0)

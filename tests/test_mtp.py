@@ -16,7 +16,7 @@ import pytest
 from edge_sql.convert.hf_to_gguf import convert_checkpoint
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import SamplingParams, Session
-from edge_sql.runtime.mtp import MTPDrafter
+from edge_sql.runtime.speculation.mtp import MTPDrafter
 
 # a small context keeps each session light (threads: the CPUs this test worker runs on)
 SESSION_ARGS = dict(n_ctx=512, n_batch=64, mtp=True)

@@ -16,7 +16,7 @@ import pytest
 
 from edge_sql.agent import Budget, load_prompt
 from edge_sql.runtime import PrefixCache, SamplingParams, Session
-from edge_sql.runtime.prefix_state import StateSnapshot
+from edge_sql.runtime.state.prefix_state import StateSnapshot
 
 ARGS = dict(n_ctx=2048, n_threads=1)
 
@@ -173,7 +173,7 @@ def test_without_a_declared_prefix_nothing_is_restored(tiny_gguf: Path) -> None:
 
 def test_the_key_hashes_the_options_a_state_depends_on(tmp_path: Path) -> None:
     from edge_sql.runtime.options import SessionOptions
-    from edge_sql.runtime.prefix_state import prefix_key
+    from edge_sql.runtime.state.prefix_state import prefix_key
 
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF" + bytes(64))

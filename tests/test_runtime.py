@@ -262,7 +262,7 @@ def test_invalid_grammar_is_a_clear_error(session: Session) -> None:
 
 def test_repack_is_off_by_default_and_refused_where_it_would_crash(smollm2_gguf: Path) -> None:
     from edge_sql.errors import EdgeSqlError
-    from edge_sql.runtime.backend import repack_is_safe
+    from edge_sql.runtime.llama.backend import repack_is_safe
 
     with Session(smollm2_gguf, n_ctx=256, n_threads=1) as plain:
         assert plain.info.repack is False and plain.info.n_ubatch == 256

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edge_sql.runtime import SamplingParams
-from edge_sql.runtime.sampling import CANDIDATES, _top, draw, sample, sample_allowed
+from edge_sql.runtime.text.sampling import CANDIDATES, _top, draw, sample, sample_allowed
 
 VOCAB = 5000
 

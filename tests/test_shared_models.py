@@ -1,4 +1,4 @@
-"""Sessions of one file share the loaded model and its vocabulary view (runtime/shared_models.py)."""
+"""Sessions of one file share the loaded model and its vocabulary view (runtime/llama/shared_models.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sql.runtime import Session, release_idle, shared_models
+from edge_sql.runtime import Session, release_idle
+from edge_sql.runtime.llama import shared_models
 
 ARGS = dict(n_ctx=256, n_threads=1)
 

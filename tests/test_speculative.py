@@ -22,8 +22,8 @@ from episode_checks import check_each_token_evaluated_once, check_turns_parse, s
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import SamplingParams, Session
-from edge_sql.runtime.lookup import LookupDrafter
-from edge_sql.runtime.speculative import Speculator
+from edge_sql.runtime.speculation.lookup import LookupDrafter
+from edge_sql.runtime.speculation.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 MODELS = ["smollm2_gguf", "tiny_gguf"]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from edge_sql.runtime import Session
-from edge_sql.runtime.prefix_state import StateSnapshot
-from edge_sql.runtime.stretched_state import stretch_snapshot
+from edge_sql.runtime.state.prefix_state import StateSnapshot
+from edge_sql.runtime.state.stretched_state import stretch_snapshot
 
 N_CTX = 512
 

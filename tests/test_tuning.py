@@ -21,8 +21,8 @@ from edge_sql.runtime import Session
 from edge_sql.runtime import tuning
 from edge_sql.runtime.tuning import calibration, timing
 from edge_sql.runtime.tuning import settings as tuning_settings
-from edge_sql.runtime.backend import default_threads, repack_is_safe
-from edge_sql.runtime.identity import file_fingerprint
+from edge_sql.runtime.llama.backend import default_threads, repack_is_safe
+from edge_sql.runtime.state.identity import file_fingerprint
 from edge_sql.runtime.tuning import Settings, calibrate, candidates, predict
 
 # Small enough for a test: a 1,024-token context measured at 64 and 256 tokens, one thread.

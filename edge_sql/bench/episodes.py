@@ -6,7 +6,7 @@ record at a time. Whoever drives it decides where the records go: the local work
 them to the results file itself; a Ray actor returns them to the driver, which appends them.
 
 With `task.parallel` = N > 1 the variant is loaded as N sessions of one model
-(`runtime.sequences.open_sessions`), and `run_many` answers N questions at once, one thread
+(`runtime.batching.sequences.open_sessions`), and `run_many` answers N questions at once, one thread
 per session (what lets the engine batch their decode steps). Each episode runs alone on its
 session as it would serially, so its record is the serial one but for the timings. A vote
 mode's item is K sampled episodes spread over the sessions and one record (voting.py).
@@ -98,7 +98,7 @@ class EpisodeRunner:
                                               log=lambda message: print(message, file=sys.stderr))
         if task.n_threads is not None:
             settings = dataclasses.replace(settings, n_threads=task.n_threads)
-        from edge_sql.runtime.sequences import open_sessions
+        from edge_sql.runtime.batching.sequences import open_sessions
 
         started = time.perf_counter()
         self._group = open_sessions(path, settings.session_options(task.speculate, n_ctx=task.n_ctx), task.parallel)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_sql.runtime import Session
-from edge_sql.runtime.teacher_forcing import DEFAULT_CHUNK, token_logprobs
+from edge_sql.runtime.probes.teacher_forcing import DEFAULT_CHUNK, token_logprobs
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
     `edge-sql models` shows it. MODEL is a .gguf path or a store name (default: the default model).
     """
     from edge_sql.api import resolve_model_path
-    from edge_sql.runtime.backend import gpu_backend_name, init_backend
+    from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
     from edge_sql.runtime.tuning import calibrate, save_calibration
 
     path = resolve_model_path(model, pull_if_missing=False)

@@ -15,15 +15,15 @@ _EXPORTS = {
     "validate_gguf": "edge_sql.convert.gguf_file",
     "ContextFullError": "edge_sql.errors",
     "GrammarError": "edge_sql.errors",
-    "SamplingParams": "edge_sql.runtime.sampling",
+    "SamplingParams": "edge_sql.runtime.text.sampling",
     "Completion": "edge_sql.runtime.records",
     "SessionInfo": "edge_sql.runtime.records",
     "Timings": "edge_sql.runtime.records",
     "SessionOptions": "edge_sql.runtime.options",
     "SpeculateMode": "edge_sql.runtime.options",
-    "PrefixCache": "edge_sql.runtime.prefix_state",
+    "PrefixCache": "edge_sql.runtime.state.prefix_state",
     "Session": "edge_sql.runtime.session",
-    "release_idle": "edge_sql.runtime.shared_models",
+    "release_idle": "edge_sql.runtime.llama.shared_models",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -31,11 +31,11 @@ if TYPE_CHECKING:
     from edge_sql.convert.gguf_file import SUPPORTED_ARCHITECTURES, GGUFFile, validate_gguf
     from edge_sql.errors import ContextFullError, GrammarError
     from edge_sql.runtime.options import SessionOptions, SpeculateMode
-    from edge_sql.runtime.prefix_state import PrefixCache
+    from edge_sql.runtime.state.prefix_state import PrefixCache
     from edge_sql.runtime.records import Completion, SessionInfo, Timings
-    from edge_sql.runtime.sampling import SamplingParams
+    from edge_sql.runtime.text.sampling import SamplingParams
     from edge_sql.runtime.session import Session
-    from edge_sql.runtime.shared_models import release_idle
+    from edge_sql.runtime.llama.shared_models import release_idle
 
 
 def __getattr__(name: str) -> Any:

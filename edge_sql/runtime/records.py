@@ -50,12 +50,12 @@ class SessionInfo:
     n_vocab: int
     flash_attn: str = "auto"  # "on", "off" or "auto" (llama.cpp decides)
     mtp_layers: int = 0       # multi-token-prediction layers loaded (Session(mtp=True): llama.cpp's load_mtp)
-    speculate: SpeculateMode = "off"  # "off", "lookup", "auto", "mtp" (see runtime/speculative.py)
+    speculate: SpeculateMode = "off"  # "off", "lookup", "auto", "mtp" (see runtime/speculation/speculative.py)
     draft_max: int = 0        # most draft tokens in one verify batch (0: speculation off)
     rollback: str = ""        # how rejected drafts leave memory: "kv" (attention only) or "kv+n_rs_seq"
     # bytes llama.cpp allocated beyond the mapped file, by kind ("CPU KV", "CPU compute", ...)
     buffers: dict[str, int] = field(default_factory=dict)
-    # repacked weights: the file's mapping was released after loading (runtime/mapping.py), so
+    # repacked weights: the file's mapping was released after loading (runtime/llama/mapping.py), so
     # the repacked copies take the place of their mapped originals instead of adding to them
     mapping_released: bool = False
     n_seq: int = 1            # sequences (episodes at once) in the context, each n_ctx tokens

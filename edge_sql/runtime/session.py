@@ -28,17 +28,17 @@ import llama_cpp
 import numpy as np
 
 from edge_sql.errors import ContextFullError
-from edge_sql.runtime.backend import Closing
-from edge_sql.runtime.constrained import GrammarCache, GrammarConstraint
-from edge_sql.runtime.context import LlamaContext
-from edge_sql.runtime.loading import open_model
+from edge_sql.runtime.llama.backend import Closing
+from edge_sql.runtime.text.constrained import GrammarCache, GrammarConstraint
+from edge_sql.runtime.llama.context import LlamaContext
+from edge_sql.runtime.llama.loading import open_model
 from edge_sql.runtime.options import SessionOptions
-from edge_sql.runtime.prefix_state import PrefixCache, StateSnapshot, prefix_key
+from edge_sql.runtime.state.prefix_state import PrefixCache, StateSnapshot, prefix_key
 from edge_sql.runtime.records import Completion, SessionInfo, StopReason, Timings
-from edge_sql.runtime.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
-from edge_sql.runtime.shared_models import LoadedModel, release, share
-from edge_sql.runtime.speculative import Drafter, Speculator, Verifier, make_verifier
-from edge_sql.runtime.vocabulary import TextStream, Vocabulary
+from edge_sql.runtime.text.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
+from edge_sql.runtime.llama.shared_models import LoadedModel, release, share
+from edge_sql.runtime.speculation.speculative import Drafter, Speculator, Verifier, make_verifier
+from edge_sql.runtime.text.vocabulary import TextStream, Vocabulary
 
 
 class Session(Closing):
@@ -65,7 +65,7 @@ class Session(Closing):
     def on_context(cls, context: LlamaContext, info: SessionInfo, *,
                    prefix_cache: PrefixCache | None = None) -> Session:
         """A session on a context made elsewhere: one sequence of a batched context
-        (runtime/sequences.py). It holds a reference to the model, as every session does."""
+        (runtime/batching/sequences.py). It holds a reference to the model, as every session does."""
         session = cls.__new__(cls)
         session._verifier = None
         session._setup(share(context.loaded), context, info, prefix_cache)
@@ -128,7 +128,7 @@ class Session(Closing):
     @property
     def llama_model(self) -> llama_cpp.llama_model_p:
         """The loaded llama.cpp model, to open another context on the same weights (as
-        `teacher_forcing` does). Sessions of the same file share it (runtime/shared_models.py):
+        `teacher_forcing` does). Sessions of the same file share it (runtime/llama/shared_models.py):
         never free it, and free any context made from it before `close()`. Raises RuntimeError
         once the session is closed."""
         if self._loaded is None:
@@ -211,7 +211,7 @@ class Session(Closing):
 
     def lltokenizer(self):
         """llguidance's view of this vocabulary (built on first use: seconds for 248k tokens;
-        shared by the sessions of one loaded model, see runtime/shared_models.py)."""
+        shared by the sessions of one loaded model, see runtime/llama/shared_models.py)."""
         return self.vocab.lltokenizer()
 
     # ---- evaluation ----------------------------------------------------------------------
@@ -348,7 +348,7 @@ class Session(Closing):
         Speculation (a session loaded with `speculate` on; not with `audit`): where a token is
         pending, a verify batch of drafts may supply the logits of the next steps instead of
         decodes; the appended tokens are the ones non-speculative decoding appends for the
-        same logits (runtime/speculative.py says how).
+        same logits (runtime/speculation/speculative.py says how).
         """
         with self._context.engaged():
             return self._generate(grammar, params, max_tokens, stop_tokens, should_stop, on_text, audit)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from edge_sql.convert.atomic import write_atomic
-from edge_sql.runtime.identity import cpu_model, file_fingerprint, llama_build
+from edge_sql.runtime.state.identity import cpu_model, file_fingerprint, llama_build
 from edge_sql.runtime.tuning.result import CACHE_VERSION, Calibration
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sql.convert.gguf_file import validate_gguf
-from edge_sql.runtime.backend import default_threads, init_backend
+from edge_sql.runtime.llama.backend import default_threads, init_backend
 from edge_sql.runtime.session import Session
 from edge_sql.runtime.tuning.cache import cache_key
 from edge_sql.runtime.tuning.memory import (

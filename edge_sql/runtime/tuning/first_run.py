@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edge_sql.convert.gguf_file import validate_gguf
-from edge_sql.runtime.backend import default_threads
+from edge_sql.runtime.llama.backend import default_threads
 from edge_sql.runtime.tuning import calibration
 from edge_sql.runtime.tuning.cache import cached_calibration, save_calibration
 from edge_sql.runtime.tuning.plan import Progress

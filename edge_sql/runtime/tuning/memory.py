@@ -3,7 +3,7 @@
 Memory is estimated, not sampled at a full context: llama.cpp logs every buffer it allocates
 for the context (KV cells for the whole n_ctx, recurrent state, the compute buffer reserved for
 the worst case of n_ubatch tokens against a full context; repacked weight copies count only
-where the file mapping could not be released, see `runtime/mapping.py`); their sum, plus
+where the file mapping could not be released, see `runtime/llama/mapping.py`); their sum, plus
 ggml's work copy of the attention weights when flash attention is off
 (`attention_work_bytes`), plus the process's memory before loading, plus what loading the
 model allocates besides the mapped file (vocabulary, metadata: measured), plus the file, plus
@@ -24,7 +24,7 @@ from pathlib import Path
 import llama_cpp
 
 from edge_sql.convert.gguf_file import validate_gguf
-from edge_sql.runtime.backend import init_backend
+from edge_sql.runtime.llama.backend import init_backend
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX
 from edge_sql.runtime.records import SessionInfo, buffer_role
 from edge_sql.runtime.session import Session

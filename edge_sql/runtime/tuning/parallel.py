@@ -1,4 +1,4 @@
-"""How many episodes at once: sequences of one context (runtime/sequences.py) within a budget.
+"""How many episodes at once: sequences of one context (runtime/batching/sequences.py) within a budget.
 
 Each sequence adds what llama.cpp allocates per sequence: its attention cells for the whole
 n_ctx, its recurrent state, its logits rows (and, with speculation, its recurrent snapshots).
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime.options import SessionOptions
-from edge_sql.runtime.sampling import SamplingParams
-from edge_sql.runtime.sequences import open_sessions
+from edge_sql.runtime.text.sampling import SamplingParams
+from edge_sql.runtime.batching.sequences import open_sessions
 from edge_sql.runtime.session import Session
 from edge_sql.runtime.tuning.memory import MEMORY_ALLOWANCE
 from edge_sql.runtime.tuning.settings import Settings

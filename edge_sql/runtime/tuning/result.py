@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from edge_sql.runtime.identity import cpu_model, llama_build
+from edge_sql.runtime.state.identity import cpu_model, llama_build
 from edge_sql.runtime.tuning.settings import Settings
 
 # 2: the bound counts ggml's attention work buffer; other_load. 3: draft_max in budget.

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_sql.runtime.backend import default_threads, repack_is_safe
-from edge_sql.runtime.identity import physical_cores
+from edge_sql.runtime.llama.backend import default_threads, repack_is_safe
+from edge_sql.runtime.state.identity import physical_cores
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, DEFAULT_UBATCH, SessionOptions, SpeculateMode
 
 UBATCHES = (64, 128, 256, 512)
@@ -26,7 +26,7 @@ class Settings:
     # with the MTP drafter's context (files with an MTP head); 0: none fits
     draft_max: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
     draft_max_mtp: int = field(default=DEFAULT_DRAFT_MAX, compare=False)
-    # episodes at once (sequences of one context, runtime/sequences.py), fitted after the choice
+    # episodes at once (sequences of one context, runtime/batching/sequences.py), fitted after the choice
     # (tuning/parallel.py): the default N (the fewest near the best measured speed), the most
     # within the budget for several (0: `parallel`), and what each sequence adds; 0: not
     # calibrated (then nothing is refused)

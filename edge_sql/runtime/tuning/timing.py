@@ -5,7 +5,7 @@ flash-attention value with random tokens (speed does not depend on the values) a
 llama.cpp's sequence state at each measuring point; every candidate restores those states and
 times a prefill chunk (best of two) and a few decodes (median) there. The quick calibration
 (`time_quick`) does not even fill: it evaluates 64 real tokens and stretches their state to the
-points (`runtime/stretched_state.py`: a step's cost depends on how many cells attention reads,
+points (`runtime/state/stretched_state.py`: a step's cost depends on how many cells attention reads,
 not on what they hold). A single-token decode does not depend on n_ubatch, so candidates that
 differ only in n_ubatch share their decode timings (`pool_decode`): noise in decode never picks
 the n_ubatch.
@@ -20,10 +20,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from edge_sql.runtime.backend import default_threads
-from edge_sql.runtime.prefix_state import StateSnapshot
+from edge_sql.runtime.llama.backend import default_threads
+from edge_sql.runtime.state.prefix_state import StateSnapshot
 from edge_sql.runtime.session import Session
-from edge_sql.runtime.stretched_state import stretch_snapshot
+from edge_sql.runtime.state.stretched_state import stretch_snapshot
 from edge_sql.runtime.tuning.memory import memory_bound
 from edge_sql.runtime.tuning.plan import RunPlan
 from edge_sql.runtime.tuning.result import Measurement

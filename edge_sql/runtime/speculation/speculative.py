@@ -13,8 +13,8 @@ appended tokens are the ones non-speculative decoding appends for the same logit
 token-identical up to batch-vs-single rounding; sampling: the same distribution and, for a
 seed, the same draws); drafts only change how many decodes they cost.
 
-A `Drafter` proposes tokens for a context (prompt lookup in runtime/lookup.py; the model's
-MTP head in runtime/mtp.py, behind the same protocol). The `Speculator` asks its drafters in
+A `Drafter` proposes tokens for a context (prompt lookup in runtime/speculation/lookup.py; the model's
+MTP head in runtime/speculation/mtp.py, behind the same protocol). The `Speculator` asks its drafters in
 priority order and adapts how many tokens each may propose (more after a fully accepted draft,
 fewer after a rejection). The `Verifier` decodes a batch of drafts in the session's context,
 follows the tokens the session samples, rolls the rejected drafts back out of llama.cpp's
@@ -42,9 +42,9 @@ from typing import Protocol
 
 import numpy as np
 
-from edge_sql.runtime.context import LlamaContext
-from edge_sql.runtime.lookup import LookupDrafter
-from edge_sql.runtime.mtp import MTPDrafter
+from edge_sql.runtime.llama.context import LlamaContext
+from edge_sql.runtime.speculation.lookup import LookupDrafter
+from edge_sql.runtime.speculation.mtp import MTPDrafter
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, SessionOptions
 from edge_sql.runtime.records import MTP_PREFIX, DraftCounts, Timings, buffer_role
 

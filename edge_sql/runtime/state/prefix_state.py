@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sql.convert.atomic import atomic_output
-from edge_sql.runtime.identity import file_fingerprint, llama_build
+from edge_sql.runtime.state.identity import file_fingerprint, llama_build
 from edge_sql.runtime.options import SessionOptions
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
@@ -74,7 +74,7 @@ class PrefixCache:
         self.max_bytes = max_bytes
         self.log = log or (lambda _message: None)
         self._memory: tuple[str, StateSnapshot] | None = None
-        self._lock = threading.RLock()  # the sessions of a group (runtime/sequences.py) share one
+        self._lock = threading.RLock()  # the sessions of a group (runtime/batching/sequences.py) share one
         self._made = threading.Condition(self._lock)
         self._making: set[str] = set()  # keys whose state a caller of `claim` is making
 

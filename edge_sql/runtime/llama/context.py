@@ -21,10 +21,10 @@ import llama_cpp
 import numpy as np
 
 from edge_sql.errors import ModelFileError
-from edge_sql.runtime.backend import Closing, buffer_sizes, capture_log
-from edge_sql.runtime.batch import TokenBatch
+from edge_sql.runtime.llama.backend import Closing, buffer_sizes, capture_log
+from edge_sql.runtime.llama.batch import TokenBatch
 from edge_sql.runtime.options import SessionOptions
-from edge_sql.runtime.shared_models import LoadedModel
+from edge_sql.runtime.llama.shared_models import LoadedModel
 
 DecodeListener = Callable[[np.ndarray, int], None]
 
@@ -39,7 +39,7 @@ def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n
     `reads`: the target context an MTP context runs beside; `cb_eval`: a
     `ggml_backend_sched_eval_callback` that sees graph nodes (the imatrix collector; the caller
     keeps it alive as long as the context); `n_seq`: sequences, each with its own
-    `options.n_ctx` cells and recurrent state (the batched engine's; runtime/batched.py).
+    `options.n_ctx` cells and recurrent state (the batched engine's; runtime/batching/batched.py).
     Raises ModelFileError naming
     `what` when llama.cpp cannot make it (out of memory).
     """
@@ -164,7 +164,7 @@ class LlamaContext(Closing):
 
     def engaged(self) -> AbstractContextManager[None]:
         """Held by a session through each eval and generate: a batched context's sequences
-        (runtime/batched.py) wait for each other then; a context of its own waits for nobody."""
+        (runtime/batching/batched.py) wait for each other then; a context of its own waits for nobody."""
         return nullcontext()
 
     # ---- memory -----------------------------------------------------------------------------

@@ -58,7 +58,7 @@ class TokenBatch:
     def fill_parts(self, parts: Sequence[tuple[int, Sequence[int], int, np.ndarray]]) -> list[int]:
         """Put several sequences' tokens in one batch: each part is (sequence id, tokens, first
         position, output flags). Returns where each part starts in the batch (for
-        `llama_get_logits_ith`). The batched engine's (runtime/batched.py)."""
+        `llama_get_logits_ith`). The batched engine's (runtime/batching/batched.py)."""
         n = sum(len(tokens) for _, tokens, _, _ in parts)
         if not 0 < n <= self.capacity:
             raise ValueError(f"{n} tokens do not fit a batch of {self.capacity}")

@@ -35,8 +35,8 @@ from llama_cpp._ggml import libggml
 from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, validate_gguf
 from edge_sql.convert.imatrix_file import Imatrix, ImatrixEntry
 from edge_sql.errors import ImatrixError, ModelFileError
-from edge_sql.runtime.batch import TokenBatch
-from edge_sql.runtime.context import create_context
+from edge_sql.runtime.llama.batch import TokenBatch
+from edge_sql.runtime.llama.context import create_context
 from edge_sql.runtime.session import Session
 
 MIN_ROWS = 16  # llama.cpp's imatrix skips smaller products

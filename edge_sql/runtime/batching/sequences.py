@@ -3,7 +3,7 @@ several episodes at once (`Agent(parallel=N)`, `serve --parallel`, `bench --para
 
 `open_sessions(path, options, n)` returns a `SessionGroup` of `n` sessions. Each has the
 `Session` interface (eval, generate, shared_prefix, reset, timings, ...) and is used from its
-own thread; their decode steps are batched together by the engine (runtime/batched.py): one
+own thread; their decode steps are batched together by the engine (runtime/batching/batched.py): one
 llama.cpp batch holds every waiting sequence's next tokens. One session is used by one thread
 at a time, as a plain `Session` is.
 """
@@ -15,15 +15,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edge_sql.runtime.backend import Closing
-from edge_sql.runtime.batched import BatchedDecoder, SequenceContext, StepCounts
-from edge_sql.runtime.context import LlamaContext
-from edge_sql.runtime.loading import open_model
+from edge_sql.runtime.llama.backend import Closing
+from edge_sql.runtime.batching.batched import BatchedDecoder, SequenceContext, StepCounts
+from edge_sql.runtime.llama.context import LlamaContext
+from edge_sql.runtime.llama.loading import open_model
 from edge_sql.runtime.options import SessionOptions
-from edge_sql.runtime.prefix_state import PrefixCache
+from edge_sql.runtime.state.prefix_state import PrefixCache
 from edge_sql.runtime.records import SessionInfo
 from edge_sql.runtime.session import Session
-from edge_sql.runtime.shared_models import LoadedModel, release
+from edge_sql.runtime.llama.shared_models import LoadedModel, release
 
 
 class SessionGroup(Closing):

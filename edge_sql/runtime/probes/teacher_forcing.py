@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from edge_sql.runtime.context import create_context
+from edge_sql.runtime.llama.context import create_context
 from edge_sql.runtime.session import Session
 
 DEFAULT_CHUNK = 64

@@ -19,7 +19,7 @@ import struct
 
 import numpy as np
 
-from edge_sql.runtime.prefix_state import StateSnapshot
+from edge_sql.runtime.state.prefix_state import StateSnapshot
 
 IO_MAGIC = 0xAF143CD8  # llama-context.cpp: the first word of a sequence state
 EXT_BYTES = 12  # llama_kv_cell_ext (x, y, tok): saved per cell by M-RoPE models such as Qwen3.5

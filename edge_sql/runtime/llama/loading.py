@@ -15,9 +15,9 @@ import llama_cpp
 
 from edge_sql.convert.gguf_file import GGUFFile, validate_gguf
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime.shared_models import LoadedModel, acquire, release
-from edge_sql.runtime.backend import buffer_sizes, default_threads, gpu_backend_name, init_backend, repack_is_safe
-from edge_sql.runtime.context import LlamaContext, create_context
+from edge_sql.runtime.llama.shared_models import LoadedModel, acquire, release
+from edge_sql.runtime.llama.backend import buffer_sizes, default_threads, gpu_backend_name, init_backend, repack_is_safe
+from edge_sql.runtime.llama.context import LlamaContext, create_context
 from edge_sql.runtime.options import DEFAULT_UBATCH, SessionOptions
 from edge_sql.runtime.records import SessionInfo
 
@@ -27,7 +27,7 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
     """The shared model for `model_path`, a context on it made from the resolved `options`
     (`context.options`), and the info that describes both. ValueError / EdgeSqlError for
     options that cannot work, before loading; ModelFileError when llama.cpp fails. `n_seq`
-    sequences of `options.n_ctx` tokens each (runtime/sequences.py)."""
+    sequences of `options.n_ctx` tokens each (runtime/batching/sequences.py)."""
     options = options.checked()
     if n_seq > 1 and options.speculate in ("mtp", "auto"):
         raise EdgeSqlError(f"--speculate {options.speculate} drafts with one MTP context per episode; with "

@@ -2,7 +2,7 @@
 
 Token bytes are cached per loaded model (`LoadedModel.pieces`) and llguidance's view is built
 once per loaded model (seconds for 248k tokens), so every session on the same weights shares
-both (runtime/shared_models.py).
+both (runtime/llama/shared_models.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import llama_cpp
 
-from edge_sql.runtime.constrained import build_lltokenizer
-from edge_sql.runtime.shared_models import LoadedModel
+from edge_sql.runtime.text.constrained import build_lltokenizer
+from edge_sql.runtime.llama.shared_models import LoadedModel
 
 
 class Vocabulary:

@@ -28,8 +28,8 @@ from typing import Any
 import llama_cpp
 
 from edge_sql.errors import ModelFileError
-from edge_sql.runtime.backend import capture_log
-from edge_sql.runtime.mapping import release_file_pages
+from edge_sql.runtime.llama.backend import capture_log
+from edge_sql.runtime.llama.mapping import release_file_pages
 
 
 @dataclass
@@ -93,7 +93,7 @@ def acquire(path: Path, params: llama_cpp.llama_model_params) -> LoadedModel:
                 model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
             if not model:
                 raise ModelFileError(f"llama.cpp could not load {path} (run with verbose=True for its log)")
-            # Repacked matrices are copies: give back their mapped originals (see runtime/mapping.py).
+            # Repacked matrices are copies: give back their mapped originals (see runtime/llama/mapping.py).
             repack = bool(params.use_extra_bufts)
             released = bool(repack and release_file_pages(path))
             loaded = _loaded[key] = LoadedModel(key, model, list(lines), released, keep_idle=not repack)

@@ -39,8 +39,8 @@ from llama_cpp import llama_cpp_ext
 
 from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime.backend import Closing
-from edge_sql.runtime.context import LlamaContext, create_context
+from edge_sql.runtime.llama.backend import Closing
+from edge_sql.runtime.llama.context import LlamaContext, create_context
 from edge_sql.runtime.records import DraftCounts
 
 

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 import llama_cpp
 import numpy as np
 
-from edge_sql.runtime.batch import TokenBatch, output_flags
-from edge_sql.runtime.context import LlamaContext, read_sequence_state, write_sequence_state
+from edge_sql.runtime.llama.batch import TokenBatch, output_flags
+from edge_sql.runtime.llama.context import LlamaContext, read_sequence_state, write_sequence_state
 
 DEFAULT_MAX_WAIT_S = 1.0
 DEFAULT_GRACE_S = 0.2     # a tool call against SQLite and the next prompt take milliseconds

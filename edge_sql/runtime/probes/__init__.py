@@ -1,0 +1,1 @@
+"""Measurement probes over a session: the importance matrix and teacher-forced log-probabilities."""

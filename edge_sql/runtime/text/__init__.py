@@ -1,0 +1,1 @@
+"""Tokens to text and back, the llguidance grammar constraint, and sampling."""
