@@ -7,6 +7,11 @@ starts without loading llama.cpp.
 """
 
 from edge_sql.errors import EdgeSqlError
+from edge_sql.runtime.llama.threads import apply_wait_policy
+
+# OpenMP's wait, set before llama.cpp's libraries load (libgomp reads it once): a short spin,
+# so a busy machine does not stall every decode step (runtime/llama/threads.py says why)
+WAIT_POLICY = apply_wait_policy()
 
 __version__ = "0.1.0"
 __all__ = ["Agent", "Budget", "EdgeSqlError", "EpisodeResult"]

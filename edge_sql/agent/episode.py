@@ -426,5 +426,7 @@ class _Episode:
             "draft_tokens_accepted": timings.accepted_draft_tokens,
             "draft_tokens_rolled_back": timings.rolled_back_tokens,
             "drafts": {source: counts.to_json() for source, counts in timings.drafts.items()},
+            # tokens per thread count of each phase: fewer than the session's while the machine was busy
+            "threads": timings.threads_json(),
             **({"grammar_steps_audited": self.audited, "grammar_overruled": self.overruled} if self.audit else {}),
         }

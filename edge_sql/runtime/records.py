@@ -6,6 +6,7 @@ code read these without depending on the session that fills them.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -135,6 +136,9 @@ class Timings:
     sample_s: float = 0.0      # of which sampling and grammar masks
     # speculative decoding, per draft source: drafted (evaluated), accepted, rolled back
     drafts: dict[str, DraftCounts] = field(default_factory=dict)
+    # tokens evaluated per ("prefill" or "decode", thread count): the count follows the machine's
+    # load (runtime/llama/threads.py), so a phase may have run with several
+    threads: Counter[tuple[str, int]] = field(default_factory=Counter)
 
     @property
     def prompt_tok_s(self) -> float:
@@ -156,6 +160,13 @@ class Timings:
     def rolled_back_tokens(self) -> int:
         """Draft tokens evaluated and then removed again (not part of the context)."""
         return self.draft_tokens - self.accepted_draft_tokens
+
+    def threads_json(self) -> dict[str, dict[str, int]]:
+        """`threads` as the stats show it: {"prefill": {"2": 812}, "decode": {"2": 290, "1": 41}}."""
+        shown: dict[str, dict[str, int]] = {}
+        for (phase, count), tokens in sorted(self.threads.items(), key=lambda item: (item[0][0], -item[0][1])):
+            shown.setdefault(phase, {})[str(count)] = tokens
+        return shown
 
     def add(self, other: Timings) -> None:
         for name in self.__dataclass_fields__:

@@ -229,6 +229,7 @@ class Session(Closing):
         if bad:
             raise ValueError(f"token ids out of range: {bad[:5]}")
         start = time.perf_counter()
+        ran_with = self._context.ran_with.copy()
         prefix, self._pending_prefix = self._pending_prefix, None
         if prefix and not self._tokens and tokens[:len(prefix)] == prefix:
             self._start_with(prefix)  # not engaged: it may wait for another session making the state
@@ -238,6 +239,7 @@ class Session(Closing):
             self._flush()
         self.timings.prompt_s += time.perf_counter() - start
         self.timings.prompt_tokens += len(tokens)
+        self.timings.threads += self._context.ran_with - ran_with
 
     def logits(self) -> np.ndarray:
         """A copy of the next-token logits after everything in the context."""
@@ -369,6 +371,7 @@ class Session(Closing):
         verifier = self._verifier if not audit else None
         start = len(self._tokens)
         n_forced = n_audited = n_overruled = 0
+        ran_with = self._context.ran_with.copy()
         started = time.perf_counter()
 
         reason: StopReason
@@ -442,6 +445,7 @@ class Session(Closing):
         timings.generate_s = time.perf_counter() - started
         timings.generated_tokens = len(new_tokens)
         timings.forced_tokens = n_forced
+        timings.threads = self._context.ran_with - ran_with
         self.timings.add(timings)
         return Completion(
             tokens=new_tokens, text=text.finish(), stop_reason=reason, n_forced=n_forced,

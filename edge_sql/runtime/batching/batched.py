@@ -240,7 +240,7 @@ class BatchedDecoder:
                 starts = self._batch.fill_parts([
                     (r.member.seq, r.tokens[first:first + n], r.start + first, r.outputs[first:first + n])
                     for r, first, n in parts])
-                self._batch.decode(self.context.ptr)
+                self._batch.decode(self.context.ptr, self.context.threads)
                 n_vocab = self.context.n_vocab
                 for (request, first, n), at, got in zip(parts, starts, rows):
                     for j in np.flatnonzero(request.outputs[first:first + n]):
@@ -316,6 +316,7 @@ class SequenceContext(LlamaContext):
         super().__init__(base.ptr, base.loaded, base.options, {}, seq=seq)
         self._decoder = decoder
         decoder.join(self)
+        self.threads = base.threads  # the group's steps run on the shared context's threads
         self._rows: dict[int, np.ndarray] = {}
         self._n_last = 0
         self._decoded_tokens = 0
@@ -323,6 +324,7 @@ class SequenceContext(LlamaContext):
 
     def decode(self, tokens: Sequence[int], start: int, *, outputs: str | np.ndarray) -> None:
         flags = output_flags(len(tokens), outputs)
+        self._count_threads(len(tokens))
         self._rows = self._decoder.decode(self, tokens, start, flags)
         self._n_last = len(tokens)
         del self.tokens[start:]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import llama_cpp
 import numpy as np
+
+from edge_sql.runtime.llama.threads import ThreadGovernor
 
 
 def output_flags(n: int, outputs: str | np.ndarray) -> np.ndarray:
@@ -76,9 +79,13 @@ class TokenBatch:
         self._mixed = True
         return starts
 
-    def decode(self, ctx: llama_cpp.llama_context_p) -> None:
-        """`llama_decode` the batch; RuntimeError names the status and first position on failure."""
+    def decode(self, ctx: llama_cpp.llama_context_p, governor: ThreadGovernor | None = None) -> None:
+        """`llama_decode` the batch; RuntimeError names the status and first position on failure.
+        `governor` (the context's) is told how long it took."""
+        tick = time.perf_counter()
         status = llama_cpp.llama_decode(ctx, self.batch)
+        if governor is not None:
+            governor.record(time.perf_counter() - tick, int(self.batch.n_tokens))
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at position {int(self._pos[0])}")
 

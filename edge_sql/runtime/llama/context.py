@@ -14,6 +14,7 @@ knowing the session. It is not thread-safe.
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
@@ -25,6 +26,7 @@ from edge_sql.runtime.llama.backend import Closing, buffer_sizes, capture_log
 from edge_sql.runtime.llama.batch import TokenBatch
 from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.llama.shared_models import LoadedModel
+from edge_sql.runtime.llama.threads import STEP_TOKENS, ThreadGovernor
 
 DecodeListener = Callable[[np.ndarray, int], None]
 
@@ -111,6 +113,14 @@ class LlamaContext(Closing):
         self.tokens: list[int] = []  # the token its memory holds at each position
         self._batch: TokenBatch | None = None
         self._listeners: list[DecodeListener] = []
+        # the thread count follows the machine's load on the CPU (runtime/llama/threads.py); with
+        # layers on a GPU the step time says little about the CPU's threads: the count stays
+        self.threads = ThreadGovernor(options.n_threads or 1, self._set_threads,
+                                      adaptive=not options.n_gpu_layers)
+        self.ran_with: Counter[tuple[str, int]] = Counter()  # tokens by ("prefill"/"decode", threads)
+
+    def _set_threads(self, n: int) -> None:
+        llama_cpp.llama_set_n_threads(self.ptr, n, n)
 
     @property
     def ptr(self) -> llama_cpp.llama_context_p:
@@ -139,11 +149,16 @@ class LlamaContext(Closing):
         if self._batch is None:
             self._batch = TokenBatch(self.n_batch)
         self._batch.fill(tokens, start, outputs=outputs)
-        self._batch.decode(self.ptr)
+        self._count_threads(len(tokens))
+        self._batch.decode(self.ptr, self.threads)
         del self.tokens[start:]
         self.tokens.extend(int(t) for t in tokens)
         for listener in list(self._listeners):
             listener(self._batch.tokens, start)
+
+    def _count_threads(self, n_tokens: int) -> None:
+        phase = "decode" if n_tokens <= STEP_TOKENS else "prefill"
+        self.ran_with[phase, self.threads.count] += n_tokens
 
     def logits(self, i: int = -1) -> np.ndarray:
         """A view of the logits of output row `i` of the last batch (valid until the next decode)."""

@@ -1,0 +1,148 @@
+"""Speed that holds on a busy machine (runtime/llama/threads.py): OpenMP's short spin is in force
+before llama.cpp loads, the thread count follows a slowed step on a fake clock, and no thread
+count changes the tokens."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edge_sql.runtime.llama.threads import (
+    FIRST_PROBE_S,
+    LAST_PROBE_S,
+    SPIN_COUNT,
+    WINDOW,
+    ThreadGovernor,
+    apply_wait_policy,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _libgomp_reads(env_extra: dict[str, str], code: str = "import edge_sql.runtime.llama.backend") -> dict[str, str]:
+    """What libgomp itself read when llama.cpp loaded in a fresh process (OMP_DISPLAY_ENV)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env.update(env_extra, OMP_DISPLAY_ENV="VERBOSE", PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    shown = {}
+    for line in (out.stderr + out.stdout).splitlines():
+        name, _, value = line.strip().partition(" = ")
+        if name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+            shown[name] = value.strip("'")
+    return shown
+
+
+def test_the_short_spin_is_in_force_when_llama_cpp_loads() -> None:
+    assert _libgomp_reads({}) ["GOMP_SPINCOUNT"] == SPIN_COUNT
+    # through the public API's import too (the CLI's path), before anything loads llama.cpp
+    assert _libgomp_reads({}, "import edge_sql; from edge_sql import Agent; import llama_cpp")["GOMP_SPINCOUNT"] == SPIN_COUNT
+    # without edge-sql, libgomp's default spin (what made one busy program stall every step)
+    assert _libgomp_reads({}, "import llama_cpp")["GOMP_SPINCOUNT"] == "300000"
+
+
+def test_a_users_own_openmp_wait_is_left_alone() -> None:
+    assert _libgomp_reads({"GOMP_SPINCOUNT": "5"})["GOMP_SPINCOUNT"] == "5"
+    active = _libgomp_reads({"OMP_WAIT_POLICY": "active"})
+    assert active["OMP_WAIT_POLICY"] == "ACTIVE" and active["GOMP_SPINCOUNT"] != SPIN_COUNT
+    env: dict[str, str] = {"OMP_WAIT_POLICY": "passive"}
+    assert apply_wait_policy(env) == "OMP_WAIT_POLICY=passive" and "GOMP_SPINCOUNT" not in env
+    env = {}
+    assert apply_wait_policy(env) == f"GOMP_SPINCOUNT={SPIN_COUNT}" and env == {"GOMP_SPINCOUNT": SPIN_COUNT}
+
+
+class FakeMachine:
+    """Step times by thread count, quiet or with one other program busy on one of 2 cores (the
+    shape issue 37 measured: 2 threads collapse, 1 thread holds), on a clock of its own."""
+
+    QUIET = {2: 0.010, 1: 0.017}
+    BUSY = {2: 0.400, 1: 0.018}
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.busy = False
+        self.applied: list[int] = []
+        self.governor = ThreadGovernor(2, self.applied.append, clock=lambda: self.now)
+
+    def run(self, seconds: float) -> dict[int, float]:
+        """Decode single tokens for `seconds` of fake time; time spent at each count."""
+        spent = {1: 0.0, 2: 0.0}
+        end = self.now + seconds
+        while self.now < end:
+            count = self.governor.count
+            step = (self.BUSY if self.busy else self.QUIET)[count]
+            self.now += step
+            spent[count] += step
+            self.governor.record(step, 1)
+        return spent
+
+
+def test_the_thread_count_follows_the_load_on_a_fake_clock() -> None:
+    machine = FakeMachine()
+    quiet = machine.run(10.0)
+    # one probe of 1 thread at the start, then 2 threads: the quiet rate kept
+    assert machine.applied[:2] == [1, 2] and machine.governor.count == 2
+    assert quiet[1] < 0.02 * 10.0
+
+    machine.busy = True
+    first_busy_steps_at_2 = 0
+    while machine.governor.count == 2:
+        machine.run(0.0001)
+        first_busy_steps_at_2 += 1
+    assert first_busy_steps_at_2 <= WINDOW  # one slowed window, then one thread
+    busy = machine.run(60.0)
+    assert machine.governor.count == 1
+    # upward probes back off to one every LAST_PROBE_S and stop at their first slow step
+    assert busy[2] <= 6 * FakeMachine.BUSY[2]
+    rate = sum(busy.values()) / (busy[1] / FakeMachine.BUSY[1] + busy[2] / FakeMachine.BUSY[2])
+    assert rate < 1.1 * FakeMachine.BUSY[1]  # within 10% of the best fixed choice under load
+
+    machine.busy = False
+    machine.run(LAST_PROBE_S + 1.0)
+    assert machine.governor.count == 2  # the other program stopped: back to both cores
+    assert machine.governor.decode_tokens[1] > 0 and machine.governor.decode_tokens[2] > 0
+
+
+def test_prefill_batches_and_fixed_counts_are_counted_not_governed() -> None:
+    applied: list[int] = []
+    governor = ThreadGovernor(2, applied.append, clock=lambda: 0.0)
+    for _ in range(20):
+        governor.record(5.0, 512)  # a slow prefill is no decode step
+    assert applied == [] and governor.prefill_tokens == {2: 20 * 512}
+    gpu = ThreadGovernor(4, applied.append, adaptive=False, clock=lambda: 0.0)
+    for seconds in [0.01] * 8 + [1.0] * 8:
+        gpu.record(seconds, 1)
+    assert applied == [] and gpu.count == 4 and gpu.decode_tokens == {4: 16}
+    assert FIRST_PROBE_S < LAST_PROBE_S
+
+
+def test_no_thread_count_changes_the_tokens(tiny_gguf_fast: Path) -> None:
+    """Greedy tokens with the count flipped between 2 and 1 at every step equal those of a fixed
+    count; the stats say how many tokens each count decoded."""
+    from edge_sql.runtime import SamplingParams, Session
+
+    def greedy(flip: bool) -> tuple[list[int], dict[str, dict[str, int]]]:
+        with Session(tiny_gguf_fast, n_ctx=512, n_threads=2) as session:
+            context = session._context
+            if flip:
+                governor = context.threads
+                original = governor.record
+
+                def flipping(seconds: float, n_tokens: int) -> None:
+                    original(seconds, n_tokens)
+                    governor._apply(1 if governor.count == 2 else 2)
+
+                governor.record = flipping  # type: ignore[method-assign]
+            session.eval(session.tokenize("SELECT name FROM artists WHERE", special=False))
+            completion = session.generate(params=SamplingParams(temperature=0.0), max_tokens=40, stop_tokens=[])
+            return completion.tokens, session.timings.threads_json()
+
+    fixed, fixed_threads = greedy(False)
+    flipped, flipped_threads = greedy(True)
+    assert len(fixed) == 40 and flipped == fixed
+    assert set(flipped_threads["decode"]) == {"1", "2"}
+    assert sum(flipped_threads["decode"].values()) == sum(fixed_threads["decode"].values())
+    assert "prefill" in fixed_threads or "decode" in fixed_threads
