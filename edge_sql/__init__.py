@@ -6,6 +6,8 @@ user can cause (`edge_sql.errors`). All but the error are imported on first use,
 starts without loading llama.cpp.
 """
 
+from typing import Any
+
 from edge_sql.errors import EdgeSqlError
 
 __version__ = "0.1.0"
@@ -18,7 +20,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """`edge_sql.Agent` (and the other lazy names), imported on first use."""
     if name in _LAZY:
         import importlib
