@@ -150,7 +150,7 @@ def main() -> int:
     lines = [
         "# Conversion and quantization benchmark (random weights, real Qwen3.5-2B shape)",
         "",
-        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC with `{shlex.join([Path(python).name, *sys.argv])}`.",
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `{shlex.join([Path(python).name, *sys.argv])}`.",
         f"Checkpoint: `{args.checkpoint.relative_to(REPO) if args.checkpoint.is_relative_to(REPO) else args.checkpoint}` "
         "made by `benchmarks/make_2b_checkpoint.py` (BF16 safetensors, sharded, with MTP and a small vision tower).",
         f"Versions: {versions()}. Each step runs as its own child process; peak RSS is that child's ru_maxrss.",

@@ -31,7 +31,7 @@ from edge_sql.runtime.batching.sequences import open_sessions
 def opening(session: Session, question: str) -> tuple[list[int], list[int]]:
     """The shared prefix and the question's own tokens, as the episode builds them."""
     shared, own = load_prompt().opening(question, None, max_rounds=Budget().max_rounds)
-    ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]  # noqa: E731
+    ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]
     return ids(shared), ids(own)
 
 

@@ -105,7 +105,7 @@ def report(results: list[dict], command: str) -> str:
     lines = [
         "# MTP head: one draft step against one target decode",
         "",
-        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC with `{command}`;",
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `{command}`;",
         f"llama-cpp-python {version('llama-cpp-python')}, Python {platform.python_version()}, context {N_CTX} "
         "tokens, repack off (the default). The machine was shared with other work while this ran: "
         "absolute times drift, the ratios within one model's run are what to compare.",

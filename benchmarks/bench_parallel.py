@@ -60,7 +60,7 @@ def replay(model: Path, n: int, episodes: int, threads: int, n_ctx: int, same: b
         pieces = published_pieces()
         first = group.sessions[0]
         segments = [_model_segments(first, p) for _eid, p in pieces]
-        shared = [first.tokenize(t, special=s) for t, s, _k in pieces[0][1][:1]][0]
+        shared = next(first.tokenize(t, special=s) for t, s, _k in pieces[0][1][:1])
         first.shared_prefix(shared)
         first.eval(shared)  # saved once: every episode restores it
         first.reset()

@@ -37,9 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from edge_sql.agent import Budget, EpisodeResult, run_episode  # noqa: E402
-from edge_sql.runtime import SamplingParams, Session  # noqa: E402
-from edge_sql.tools import ReadOnlyDatabase, Toolbox  # noqa: E402
+from edge_sql.agent import Budget, EpisodeResult, run_episode
+from edge_sql.runtime import SamplingParams, Session
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 PROMPT_WORDS = (
     "You are a careful data analyst. Explore the SQLite database with the tools, then submit "
@@ -171,7 +171,7 @@ def machine() -> str:
     def sh(cmd: str) -> str:
         try:
             return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.rstrip()
-        except Exception as exc:  # noqa: BLE001 - a description, never fatal
+        except Exception as exc:  # a description, never fatal
             return f"({cmd}: {exc})"
 
     import llama_cpp

@@ -39,8 +39,8 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from edge_sql.agent.budget import Budget, budget_with  # noqa: E402
-from edge_sql.api import Agent  # noqa: E402
+from edge_sql.agent.budget import Budget, budget_with
+from edge_sql.api import Agent
 
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTIONS = [

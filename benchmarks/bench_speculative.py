@@ -25,6 +25,7 @@ Figures, all measured in one run on one machine (ratios are what to compare):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -225,10 +226,10 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
                     spans: list[tuple[int, int]] = []
                     real_generate = session.generate
 
-                    def generate(*args, _session=session, _real=real_generate, **kwargs):
+                    def generate(*args, _session=session, _real=real_generate, _spans=spans, **kwargs):
                         start = _session.n_past
                         completion = _real(*args, **kwargs)
-                        spans.append((start, _session.n_past))
+                        _spans.append((start, _session.n_past))
                         return completion
 
                     session.generate = generate
@@ -270,6 +271,7 @@ def published_pieces() -> list[tuple[str, list[tuple[str, bool, str | None]]]]:
         shared, own = prompt.opening(ep["question"], ep.get("hint"), max_rounds=6)
         pieces = [(text, special, None) for text, special in shared + own]
         last_good = None
+        results = ""  # the previous round's tool results, sent before each round after the first
         for index, round_ in enumerate(ep["rounds"]):
             if index:
                 pieces.append((chat.turn_separator + chat.open_turn("user"), True, None))
@@ -307,7 +309,7 @@ def curve_cost(curve: dict[int, float] | None, cost_per_token: float, k: int) ->
     if not curve:
         return 1 + cost_per_token * k
     points = sorted({0: 1.0, **curve}.items())
-    for (k0, c0), (k1, c1) in zip(points, points[1:]):
+    for (k0, c0), (k1, c1) in itertools.pairwise(points):
         if k <= k1:
             return c0 + (c1 - c0) * (k - k0) / (k1 - k0)
     return points[-1][1]
@@ -581,7 +583,7 @@ def main() -> None:
         curve = {int(k): float(c) for k, c in (item.split(":") for item in args.cost_curve.split(","))} \
             if args.cost_curve else None
         replay = {"curve": curve, "runs": {}}
-        for label, used in (("1 + %g k" % args.cost_per_token, None), ("measured curve", curve)):
+        for label, used in ((f"1 + {args.cost_per_token:g} k", None), ("measured curve", curve)):
             if label == "measured curve" and not curve:
                 continue
             result = published(args.qwen_vocab, max_k=args.draft_max, cost_per_token=args.cost_per_token, curve=used)

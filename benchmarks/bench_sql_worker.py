@@ -23,10 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from edge_sql.tools import ReadOnlyDatabase  # noqa: E402
-from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB  # noqa: E402
-from edge_sql.tools.db_file import prepare  # noqa: E402
-from edge_sql.tools.sql_worker import Worker  # noqa: E402
+from edge_sql.tools import ReadOnlyDatabase
+from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB
+from edge_sql.tools.db_file import prepare
+from edge_sql.tools.sql_worker import Worker
 
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 # What tool calls send: sample_rows, distinct_values, a join from run_query, a schema read.
@@ -42,7 +42,7 @@ STATEMENTS = [
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def ms(seconds: float) -> str:
@@ -86,7 +86,7 @@ def lifecycle(samples: int) -> dict[str, list[float]]:
         start = time.perf_counter()
         try:
             db.execute("SELECT printf('%.*c', 2000000000, 'x')", max_rows=1)
-        except Exception:  # noqa: BLE001  (the time-out is expected)
+        except Exception:  # the time-out is expected
             pass
         out["timeout_restart"].append(time.perf_counter() - start - 0.2)
         start = time.perf_counter()

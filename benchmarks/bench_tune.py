@@ -64,7 +64,7 @@ def _prefix_and_question(session, question: str) -> tuple[list[int], list[int]]:
     from edge_sql.agent.prompt import load_prompt
 
     shared, own = load_prompt().opening(question, None, max_rounds=Budget().max_rounds)
-    ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]  # noqa: E731
+    ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]
     return ids(shared), ids(own)
 
 

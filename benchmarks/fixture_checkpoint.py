@@ -129,7 +129,7 @@ def _random_state_dict(config) -> dict[str, torch.Tensor]:
 
 def _random_text_weight(name: str, param: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     shape = tuple(param.shape)
-    normal = lambda std, mean=0.0: torch.randn(shape, generator=gen) * std + mean  # noqa: E731
+    normal = lambda std, mean=0.0: torch.randn(shape, generator=gen) * std + mean
     if name.endswith("A_log"):
         return torch.empty(shape).uniform_(0.5, 8.0, generator=gen).log()
     if name.endswith("dt_bias"):

@@ -231,7 +231,6 @@ def child_parallel(cfg: dict) -> dict:
     import threading
 
     from bench_parallel_agent import QUESTIONS
-
     from edge_sql import Agent
     from edge_sql.agent import Budget
 
@@ -241,7 +240,7 @@ def child_parallel(cfg: dict) -> dict:
 
     def watch() -> None:  # the most GPU memory held while the episodes run
         while not done.wait(0.5):
-            held, card = gpu_memory_mib(os.getpid()), gpu_memory_mib()
+            held = gpu_memory_mib(os.getpid())
             if held:
                 peak[0] = max(peak[0], held)
 
@@ -350,7 +349,7 @@ def build_models(run: Run, work: Path, shape: str) -> dict[str, Path]:
     models["BF16"] = base
     for qtype in VARIANTS[1:]:
         out = work / f"{shape}-{qtype}.gguf"
-        if run.step(f"{shape} quantize {qtype}", lambda: edge_sql("quantize", str(base), "--type", qtype, "-o", str(out),
+        if run.step(f"{shape} quantize {qtype}", lambda qtype=qtype, out=out: edge_sql("quantize", str(base), "--type", qtype, "-o", str(out),
                                                                    "--force", timeout=600), need_s=45) is not None:
             models[qtype] = out
     return models

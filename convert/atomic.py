@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from edge_sql.interrupts import signals_deferred
 
@@ -93,9 +93,8 @@ def write_atomic(out: Path, data: bytes, *, durable: bool = False) -> None:
     """Make `out` hold `data`: readers see the old file or the whole new one, never a part.
     `durable` also flushes the bytes to the disk before the rename (an index that must survive
     a power cut); without it the rename alone is atomic, which a cache needs."""
-    with atomic_output(Path(out)) as tmp:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
+    with atomic_output(Path(out)) as tmp, open(tmp, "wb") as handle:
+        handle.write(data)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())

@@ -60,7 +60,7 @@ class TensorSource:
 
 
 def _read_into(path: Path, offset: int, out: np.ndarray) -> None:
-    view = memoryview(out.reshape(-1).view(np.uint8))
+    view = out.reshape(-1).view(np.uint8).data  # a writable memoryview of out's bytes
     with open(path, "rb", buffering=0) as f:
         f.seek(offset)
         done = 0
@@ -80,7 +80,7 @@ class Checkpoint:
         self.tensors = tensors
 
     @classmethod
-    def open(cls, folder: Path) -> "Checkpoint":
+    def open(cls, folder: Path) -> Checkpoint:
         folder = Path(folder)
         if not folder.is_dir():
             raise ConversionError(f"{folder} is not a folder with a Hugging Face checkpoint")

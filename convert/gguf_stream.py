@@ -10,10 +10,11 @@ failure removes the temporary file, so no partial GGUF is ever left behind.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import gguf
 import numpy as np
@@ -97,7 +98,7 @@ class _progress:
 
             self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description)
 
-    def __enter__(self) -> "_progress":
+    def __enter__(self) -> _progress:
         return self
 
     def update(self, n: int) -> None:

@@ -10,12 +10,12 @@ llama.cpp's converter writes it, for MTP drafting) unless `mtp=False`.
 from __future__ import annotations
 
 import re
-from importlib import metadata
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
+from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 import gguf
 import numpy as np

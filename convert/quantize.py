@@ -29,10 +29,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gguf
-from gguf import LlamaFileType
 from gguf import MODEL_TENSOR as MT
+from gguf import LlamaFileType
 
 from edge_sql.convert.atomic import atomic_output
 from edge_sql.convert.gguf_file import UNQUANTIZED_FILE_TYPES, GGUFFile, read_gguf, validate_gguf
@@ -171,7 +172,7 @@ def _check_input(src: Path) -> GGUFFile:
         raise ConversionError(f"cannot quantize: {e}", path=src) from e
     raw = info.metadata.get("general.file_type")
     if raw is not None and info.file_type not in UNQUANTIZED_FILE_TYPES:
-        name = _FILE_TYPE_NAMES.get(info.file_type, f"file type {raw}")
+        name = _FILE_TYPE_NAMES.get(info.file_type, f"file type {raw}") if info.file_type is not None else f"file type {raw}"
         raise ConversionError(f"{src} is already quantized ({name}); quantize from the F32/F16/BF16 GGUF", path=src)
     return info
 
@@ -236,7 +237,7 @@ def _quantize_in_this_process(
     return status
 
 
-def _pass_imatrix(params, path: Path, imatrix: Imatrix) -> tuple:
+def _pass_imatrix(params: Any, path: Path, imatrix: Imatrix) -> tuple[Any, ...]:  # params: llama_cpp's ctypes struct
     """Point `params.imatrix` at a NULL-terminated array of {name, data, size} holding the
     normalised matrix, and `params.kv_overrides` at the four keys `llama-quantize` records.
     Returns what must stay alive until the quantizer has run."""
@@ -250,7 +251,7 @@ def _pass_imatrix(params, path: Path, imatrix: Imatrix) -> tuple:
         entry.data = data.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         entry.size = data.size
     params.imatrix = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
-    keys = [("quantize.imatrix.file", str(path)), ("quantize.imatrix.entries_count", len(values)),
+    keys: list[tuple[str, str | int]] = [("quantize.imatrix.file", str(path)), ("quantize.imatrix.entries_count", len(values)),
             ("quantize.imatrix.chunks_count", imatrix.chunk_count)]
     if imatrix.datasets:
         keys.insert(1, ("quantize.imatrix.dataset", imatrix.datasets[0]))

@@ -62,7 +62,7 @@ class Qwen35Dims:
         return self.n_layers + self.mtp_layers
 
     @classmethod
-    def from_config(cls, config: dict) -> "Qwen35Dims":
+    def from_config(cls, config: dict) -> Qwen35Dims:
         architectures = config.get("architectures") or [config.get("model_type", "unknown")]
         arch = architectures[0]
         if arch not in SUPPORTED_ARCHITECTURES:
@@ -79,7 +79,7 @@ class Qwen35Dims:
             raise ConversionError(f"config.json lacks {e.args[0]}, which a {arch} config must have") from e
 
     @classmethod
-    def _from_text_config(cls, text: dict, config: dict) -> "Qwen35Dims":
+    def _from_text_config(cls, text: dict, config: dict) -> Qwen35Dims:
         n_layers = int(text["num_hidden_layers"])
         if text.get("num_experts") or text.get("num_local_experts"):
             raise ConversionError("mixture-of-experts Qwen3.5 variants are not supported (found num_experts)")

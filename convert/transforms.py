@@ -8,16 +8,21 @@ whole tensor (they are only used on small linear-attention tensors).
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
 
 class LinearAttentionDims(Protocol):
-    linear_k_heads: int
-    linear_v_heads: int
-    linear_k_head_dim: int
-    linear_v_head_dim: int
+    @property
+    def linear_k_heads(self) -> int: ...
+    @property
+    def linear_v_heads(self) -> int: ...
+    @property
+    def linear_k_head_dim(self) -> int: ...
+    @property
+    def linear_v_head_dim(self) -> int: ...
 
 
 Transform = Callable[[np.ndarray, LinearAttentionDims], np.ndarray]

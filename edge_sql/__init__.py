@@ -6,6 +6,8 @@ user can cause (`edge_sql.errors`). All but the error are imported on first use,
 starts without loading llama.cpp.
 """
 
+from typing import Any
+
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime.llama.threads import apply_wait_policy
 
@@ -23,7 +25,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """`edge_sql.Agent` (and the other lazy names), imported on first use."""
     if name in _LAZY:
         import importlib

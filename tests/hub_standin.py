@@ -212,13 +212,13 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:  # `format`: the stdlib's signature
         pass
 
-    def do_HEAD(self) -> None:  # noqa: N802 - stdlib naming
+    def do_HEAD(self) -> None:  # the stdlib's naming
         self._dispatch(send_body=False)
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:  # the stdlib's naming
         self._dispatch(send_body=True)
 
     # routing -----------------------------------------------------------------------------

@@ -34,9 +34,8 @@ MTP_KEYS = ("block_count", "nextn_predict_layers", "attention.recurrent_layers")
 
 def describe(path: Path) -> dict:
     """Tensors (shape, type, sha256) and the MTP-related `qwen35.*` metadata of a GGUF file."""
-    from gguf_tensors import tensor_bytes
-
     from edge_sql.convert.gguf_file import read_gguf
+    from gguf_tensors import tensor_bytes
 
     layout = read_gguf(path)
     tensors = {}

@@ -297,7 +297,7 @@ def test_a_minimum_above_its_maximum_is_refused():
 
     with pytest.raises(ValueError, match="min_think_tokens=500 is above max_think_tokens=8"):
         parse_budget_items(["max_think_tokens=8", "min_think_tokens=500"])
-    with pytest.raises(ValueError, match="Budget.min_string_chars=64 is above Budget.max_sql_chars=24"):
+    with pytest.raises(ValueError, match=r"Budget.min_string_chars=64 is above Budget.max_sql_chars=24"):
         Budget(max_sql_chars=24, min_string_chars=64)
     # a minimum left at its default yields to a smaller maximum
     assert Budget(max_think_tokens=8).min_think_tokens == 16

@@ -26,7 +26,7 @@ def agent(tiny_gguf_fast):
 def test_agent_is_exported_lazily():
     assert edge_sql.Agent.__name__ == "Agent"
     with pytest.raises(AttributeError):
-        edge_sql.NotAThing  # noqa: B018
+        edge_sql.NotAThing  # noqa: B018 - the access is what raises
 
 
 def test_one_load_answers_several_questions(agent, tiny_gguf_fast, chinook_db, northwind_db):

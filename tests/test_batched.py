@@ -284,12 +284,12 @@ def test_micro_batches_are_the_passes_llama_cpp_runs(tiny_gguf: Path, parts: lis
     import llama_cpp
 
     from edge_sql.runtime import SessionOptions
-    from edge_sql.runtime.llama.batch import TokenBatch
     from edge_sql.runtime.batching.batched import micro_batches
+    from edge_sql.runtime.llama.batch import TokenBatch
     from edge_sql.runtime.llama.context import create_context
-    from edge_sql.runtime.probes.imatrix import FINAL_NORM, GGMLTensor
     from edge_sql.runtime.llama.loading import open_model
     from edge_sql.runtime.llama.shared_models import release
+    from edge_sql.runtime.probes.imatrix import FINAL_NORM, GGMLTensor
 
     graphs = []
 

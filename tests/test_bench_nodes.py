@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.aggregate import summarize
+from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.nodes import markdown_lines
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.variants import Variant

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_sql.agent.prompt import load_prompt
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.child import own_peak_rss_bytes, run_worker
 from edge_sql.bench.fidelity import compare_on_tokens, generated_targets, kl_rows
@@ -16,7 +17,6 @@ from edge_sql.bench.modes import SCHEMA_HEADER, parse_modes, prompt_for_mode
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.runner import BenchConfig, LocalRunner, run_bench, spread_by_difficulty
 from edge_sql.bench.variants import BenchSetupError, default_variant_names, parse_variant_names, prepare_variants
-from edge_sql.agent.prompt import load_prompt
 from edge_sql.errors import EdgeSqlError
 from edge_sql.evaluation import load_bundled
 from edge_sql.runtime import Session
@@ -253,5 +253,5 @@ def test_a_bench_on_ray_needs_the_ray_runner_and_nothing_runs_without_it(tmp_pat
             raise AssertionError("no work may run")
 
     # with a runner it goes on to its own checks (here: the missing base file)
-    with pytest.raises(EdgeSqlError, match="missing-bf16.gguf"):
+    with pytest.raises(EdgeSqlError, match=r"missing-bf16.gguf"):
         run_bench(config, runner=Refuses())

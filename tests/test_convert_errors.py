@@ -11,8 +11,8 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from edge_sql.convert.hf_to_gguf import convert_checkpoint
 from edge_sql.cli import main
+from edge_sql.convert.hf_to_gguf import convert_checkpoint
 from edge_sql.errors import ConversionError
 
 INDEX = "model.safetensors.index.json"

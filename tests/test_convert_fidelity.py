@@ -99,7 +99,7 @@ def test_f32_gguf_matches_transformers_float32(tiny_gguf_f32: Path, reference: d
 
 def test_bf16_gguf_matches_transformers_float32(tiny_gguf_bf16: Path, reference: dict) -> None:
     for name, (max_abs, mean_abs, same_argmax) in _compare(tiny_gguf_bf16, reference).items():
-        ids, ref = reference[name]
+        _ids, ref = reference[name]
         top2 = np.sort(ref, axis=-1)[:, -2:]
         clear = (top2[:, 1] - top2[:, 0]) > BF16_MAX_ABS  # positions BF16 rounding cannot flip
         assert same_argmax[clear].all(), f"{name}: argmax differs where the reference margin is clear"

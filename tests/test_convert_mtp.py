@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
-from gguf_tensors import tensor_bytes
 
 from edge_sql.convert.gguf_file import GGUFFile, read_gguf
 from edge_sql.convert.hf_to_gguf import convert_checkpoint
+from gguf_tensors import tensor_bytes
 
 GOLDEN = Path(__file__).parent / "data" / "mtp_golden.json"
 N_LAYERS = 4  # the fixture's trunk (benchmarks/fixture_checkpoint.py): the MTP block is blk.4
@@ -92,16 +92,15 @@ def test_no_mtp_leaves_the_head_out_and_the_rest_unchanged(ours: GGUFFile, no_mt
 
 
 def test_a_config_that_disagrees_with_the_mtp_tensors_is_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from test_convert_errors import _linked_copy, _replace
-
     from edge_sql.errors import ConversionError
+    from test_convert_errors import _linked_copy, _replace
 
     folder = _linked_copy(tiny_checkpoint, tmp_path / "ckpt")
     config = json.loads((tiny_checkpoint / "config.json").read_text())
     config["text_config"]["mtp_num_hidden_layers"] = 2
     _replace(folder, "config.json", json.dumps(config))
     out = tmp_path / "x.gguf"
-    with pytest.raises(ConversionError, match="declares 2 MTP layers but the checkpoint holds 1.*--no-mtp"):
+    with pytest.raises(ConversionError, match=r"declares 2 MTP layers but the checkpoint holds 1.*--no-mtp"):
         convert_checkpoint(folder, out, show_progress=False)
     assert not out.exists()
     convert_checkpoint(folder, out, show_progress=False, mtp=False)  # without the head it converts

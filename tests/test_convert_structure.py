@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gguf_tensors import tensor_bytes, tensor_values
 from safetensors import safe_open
 
 from edge_sql.convert.gguf_file import GGUFFile, read_gguf
 from edge_sql.convert.hf_to_gguf import ConversionReport, convert_checkpoint
+from gguf_tensors import tensor_bytes, tensor_values
 
 PREFIX = "model.language_model."
 
@@ -22,7 +22,7 @@ PREFIX = "model.language_model."
 def _hf_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a single-file checkpoint, read with the safetensors library itself."""
     with safe_open(str(checkpoint / "model.safetensors"), framework="pt") as f:
-        return {name: f.get_tensor(name) for name in f.keys()}
+        return {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - safe_open is not iterable
 
 
 def _f32(t: torch.Tensor) -> np.ndarray:

@@ -53,7 +53,7 @@ def test_directory(tmp_path: Path) -> None:
 def test_text_file(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     path.write_text("id,name\n1,Alice\n")
-    with pytest.raises(DatabaseError, match="is not a SQLite database .*header"):
+    with pytest.raises(DatabaseError, match=r"is not a SQLite database .*header"):
         ReadOnlyDatabase(path)
 
 
@@ -174,7 +174,7 @@ def test_interrupt_from_another_thread(chinook_db: Path) -> None:
         timer = threading.Timer(0.3, db.interrupt)
         timer.start()
         start = time.monotonic()
-        with pytest.raises(QueryError, match="^query was interrupted$"):
+        with pytest.raises(QueryError, match=r"^query was interrupted$"):
             db.execute(NEVER_ENDING_CTE, max_rows=1)
         assert time.monotonic() - start < 5
 
@@ -241,13 +241,13 @@ def test_hostile_sql_through_the_toolbox(northwind_db: Path) -> None:
 
 def test_sql_errors_are_query_errors(chinook_db: Path) -> None:
     with ReadOnlyDatabase(chinook_db) as db:
-        with pytest.raises(QueryError, match="^no such table: Foo$"):
+        with pytest.raises(QueryError, match=r"^no such table: Foo$"):
             db.execute("SELECT * FROM Foo", max_rows=5)
-        with pytest.raises(QueryError, match="^no such column: Nope$"):
+        with pytest.raises(QueryError, match=r"^no such column: Nope$"):
             db.execute("SELECT Nope FROM Track", max_rows=5)
         with pytest.raises(QueryError, match="syntax error"):
             db.execute("SELEC 1", max_rows=5)
-        with pytest.raises(QueryError, match="^empty SQL statement$"):
+        with pytest.raises(QueryError, match=r"^empty SQL statement$"):
             db.execute("   ", max_rows=5)
 
 
@@ -264,7 +264,7 @@ def test_schema_helpers(northwind_db: Path) -> None:
             "OrderID", "ProductID", "UnitPrice", "Quantity", "Discount"]
         assert db.primary_key("Order Details") == ["OrderID", "ProductID"]
         assert db.resolve_column("order details", "unitprice") == "UnitPrice"
-        with pytest.raises(QueryError, match="^no such table: Order Detail$"):
+        with pytest.raises(QueryError, match=r"^no such table: Order Detail$"):
             db.resolve_table("Order Detail")
         details_fks = [fk for fk in db.foreign_keys() if fk.from_table == "Order Details"]
         assert [(fk.from_columns, fk.to_table, fk.to_columns) for fk in details_fks] == [

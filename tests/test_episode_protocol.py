@@ -14,11 +14,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from episode_checks import check_each_token_evaluated_once, check_turns_parse, sha256
-from scripted_session import ScriptedSession
 
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from episode_checks import check_each_token_evaluated_once, check_turns_parse, sha256
+from scripted_session import ScriptedSession
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 PROMPT = load_prompt()

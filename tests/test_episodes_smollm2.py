@@ -13,11 +13,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from episode_checks import PROMPT, check_turns_parse, last_good_query, query_calls
 
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from episode_checks import PROMPT, check_turns_parse, last_good_query, query_calls
 
 BUDGET = dict(max_tokens=2048, max_think_tokens=16, max_final_think_tokens=8, max_sql_chars=80, max_name_chars=24,
               max_final_sql_tokens=40, max_calls_per_turn=2)

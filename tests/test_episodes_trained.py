@@ -17,6 +17,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from edge_sql.agent import Budget, run_episode
+from edge_sql.runtime import SamplingParams, Session
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from episode_checks import (
     PROMPT,
     EpisodeRun,
@@ -26,10 +30,6 @@ from episode_checks import (
     query_calls,
     sha256,
 )
-
-from edge_sql.agent import Budget, run_episode
-from edge_sql.runtime import SamplingParams, Session
-from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 QUESTIONS = {

@@ -192,9 +192,9 @@ def _one_entry(name: str, size: int, **info) -> Imatrix:
 def test_an_imatrix_that_does_not_fit_the_model_is_refused(tiny_gguf_bf16: Path, tmp_path: Path) -> None:
     model = read_gguf(tiny_gguf_bf16, max_array=0)
     check_imatrix(_one_entry("blk.0.ffn_down.weight", 512), model)  # fits
-    with pytest.raises(ImatrixError, match="has no weight blk.9.ffn_up.weight"):
+    with pytest.raises(ImatrixError, match=r"has no weight blk.9.ffn_up.weight"):
         check_imatrix(_one_entry("blk.9.ffn_up.weight", 256), model)
-    with pytest.raises(ImatrixError, match="blk.0.ffn_down.weight has 256 values, the model's weight needs 512"):
+    with pytest.raises(ImatrixError, match=r"blk.0.ffn_down.weight has 256 values, the model's weight needs 512"):
         check_imatrix(_one_entry("blk.0.ffn_down.weight", 256), model)
     quantized = tmp_path / "from-q4.imatrix.gguf"
     write_imatrix(_one_entry("blk.0.ffn_down.weight", 512, model_file_type=int(LlamaFileType.MOSTLY_Q4_K_M)), quantized)

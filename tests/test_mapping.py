@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sql.runtime.llama.mapping import file_mappings, release_file_pages
 from edge_sql.runtime import Session, SessionInfo
+from edge_sql.runtime.llama.mapping import file_mappings, release_file_pages
 
 ARGS = dict(n_ctx=256, n_gpu_layers=0)
 

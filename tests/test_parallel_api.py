@@ -60,8 +60,8 @@ def test_the_pool_has_one_session_per_sequence(pooled, single):
     assert pooled.parallel == PARALLEL and len(pooled.sessions) == PARALLEL
     assert len({id(s) for s in pooled.sessions}) == PARALLEL
     assert all(s.n_ctx == 2048 for s in pooled.sessions)  # each sequence gets its own window
-    with pytest.raises(EdgeSqlError, match="has 3 sessions .*agent.sessions"):
-        pooled.session  # noqa: B018
+    with pytest.raises(EdgeSqlError, match=r"has 3 sessions .*agent.sessions"):
+        pooled.session  # noqa: B018 - the access is what raises
     assert single.parallel == 1 and single.sessions == [single.session]
     with pytest.raises(ValueError, match="parallel must be at least 1"):
         edge_sql.Agent(single.model_path, parallel=0, **LOAD)
@@ -146,7 +146,7 @@ def test_two_threads_ask_at_once(pooled, single, chinook_db, northwind_db):
 
         try:
             got[name] = pooled.ask(question, db, seed=seed, on_event=on_event)
-        except BaseException as exc:  # noqa: BLE001  (reported by the main thread)
+        except BaseException as exc:  # reported by the main thread
             failures.append(exc)
 
     threads = [threading.Thread(target=work, args=(name,)) for name in jobs]

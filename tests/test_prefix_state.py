@@ -24,7 +24,7 @@ ARGS = dict(n_ctx=2048, n_threads=1)
 def _opening(session: Session, question: str = "How many albums are there?") -> tuple[list[int], list[int]]:
     """The shared prefix and the question's own tokens, as the episode builds them."""
     shared, own = load_prompt().opening(question, None, max_rounds=Budget().max_rounds)
-    ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]  # noqa: E731
+    ids = lambda pieces: [t for text, special in pieces for t in session.tokenize(text, special=special)]
     return ids(shared), ids(own)
 
 

@@ -16,6 +16,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from sqale_replay import (
     CLIP,
     build_database,
@@ -28,8 +30,6 @@ from sqale_replay import (
     published_calls,
     render_cell,
 )
-
-from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 EPISODES = load_episodes()
 EPISODE_IDS = [ep["id"] for ep in EPISODES]

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.store import ModelNotPulledError, ModelStore, ensure_model, resolve_model
 from edge_sql.store.hub import CHECKPOINT_PATTERNS
-from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.store.index import file_sha256
 from hub_standin import HubStandin
 

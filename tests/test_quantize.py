@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from edge_sql.cli import main
 from edge_sql.convert.gguf_file import read_gguf
 from edge_sql.convert.quantize import QUANT_TYPES, RECIPES, SENSITIVE_PATTERNS, QuantizeReport, quantize_gguf
-from edge_sql.cli import main
 from edge_sql.errors import ConversionError
 
 PROMPT = "<|im_start|>user\nHow many customers live in Berlin?<|im_end|>\n<|im_start|>assistant\n<think>\n"

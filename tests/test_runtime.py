@@ -279,7 +279,7 @@ def test_llama_model_is_public_until_close(smollm2_gguf: Path) -> None:
     with Session(smollm2_gguf, n_ctx=256, n_threads=1) as loaded:
         assert loaded.llama_model  # a non-null llama_model pointer
     with pytest.raises(RuntimeError, match="closed"):
-        loaded.llama_model
+        loaded.llama_model  # noqa: B018 - the access is what raises
 
 
 def test_options_are_resolved_once_and_given_as_a_record_or_as_keywords(smollm2_gguf: Path) -> None:

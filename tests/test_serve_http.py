@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
+
 from serve_helpers import CLI, SMALL, ServerProcess, read_events, serve_command, without_stats
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"

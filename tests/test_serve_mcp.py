@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
 from serve_helpers import serve_command, wait_for_log
 
 SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]

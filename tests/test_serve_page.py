@@ -22,10 +22,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
-from serve_helpers import ServerProcess, read_events, serve_command
 
 from edge_sql.serve.web import CONTENT_SECURITY_POLICY
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from serve_helpers import ServerProcess, read_events, serve_command
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "serve" / "static"

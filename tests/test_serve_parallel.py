@@ -11,12 +11,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from serve_helpers import ServerProcess, read_events, serve_command, without_stats
 
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.errors import Cancelled, EdgeSqlError
 from edge_sql.serve.queue import AskQueue, Finished, Position
 from edge_sql.serve.request import AskRequest
+from serve_helpers import ServerProcess, read_events, serve_command, without_stats
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 CHINOOK = DATA_DIR / "chinook" / "chinook.sqlite"

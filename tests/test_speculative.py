@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from episode_checks import check_each_token_evaluated_once, check_turns_parse, sha256
 
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.errors import EdgeSqlError
@@ -25,6 +24,7 @@ from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.speculation.lookup import LookupDrafter
 from edge_sql.runtime.speculation.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from episode_checks import check_each_token_evaluated_once, check_turns_parse, sha256
 
 MODELS = ["smollm2_gguf", "tiny_gguf"]
 ARGS = dict(n_ctx=1024, n_batch=64, n_threads=1)
@@ -256,7 +256,7 @@ def test_sampling_after_drafts_keeps_the_model_distribution(smollm2_gguf) -> Non
     """Temperature 1: the tokens sampled at positions that were drafted follow the same
     distribution with and without drafts (chi-square over disjoint seeds), and one seed gives
     the same tokens either way (the same random draw per position)."""
-    params = lambda seed: SamplingParams(seed=seed, temperature=1.0, top_k=8, top_p=1.0)  # noqa: E731
+    params = lambda seed: SamplingParams(seed=seed, temperature=1.0, top_k=8, top_p=1.0)
     with Session(smollm2_gguf, **ARGS) as plain, Session(smollm2_gguf, speculate="lookup", draft_max=4, **ARGS) as spec:
         prompt = plain.tokenize(_chat("Name a colour."))
         greedy, _ = _run(plain, prompt, max_tokens=4)
@@ -283,7 +283,7 @@ def test_sampling_after_drafts_keeps_the_model_distribution(smollm2_gguf) -> Non
         counts_plain = Counter(tuple(run[:position + 1]) for run in plain_runs)
         counts_spec = Counter(tuple(c.tokens[:position + 1]) for c in spec_runs)
         categories = [c for c in counts_plain | counts_spec if counts_plain[c] + counts_spec[c] >= 10]
-        pooled = lambda counts: [counts[c] for c in categories] + [n - sum(counts[c] for c in categories)]  # noqa: E731
+        pooled = lambda counts, cats=categories: [counts[c] for c in cats] + [n - sum(counts[c] for c in cats)]
         a, b = pooled(counts_plain), pooled(counts_spec)
         cells = [(x, y) for x, y in zip(a, b) if x + y > 0]
         statistic = sum((x - y) ** 2 / (x + y) for x, y in cells)  # two equal-size samples
@@ -315,7 +315,7 @@ def test_speculator_adapts_draft_length_and_auto_turns_a_losing_source_off() -> 
     speculator.record(name, 8, 0)
     assert len(speculator.propose([1], room=100)[1]) == 1  # rejected at once: one token next time
     losing = Speculator([WrongDrafter(7)], max_k=8, auto=True)
-    for batch in range(4):  # each batch: one draft, rejected, a loss of 0.1 decodes
+    for _batch in range(4):  # each batch: one draft, rejected, a loss of 0.1 decodes
         assert losing.is_on("wrong")
         losing.record(losing.propose([1], room=100)[0], 1, 0)
     assert not losing.is_on("wrong") and losing.propose([1], room=100) is None
@@ -323,11 +323,11 @@ def test_speculator_adapts_draft_length_and_auto_turns_a_losing_source_off() -> 
         losing.propose([1], room=100)
     assert losing.is_on("wrong")  # tried again after the cool-down
     costly = Speculator([WrongDrafter(7)], max_k=8, auto=True)
-    for batch in range(4):  # 3 of 4 drafts accepted, but the batch measured 5 decodes: a loss
+    for _batch in range(4):  # 3 of 4 drafts accepted, but the batch measured 5 decodes: a loss
         costly.record(costly.propose([1], room=100)[0], 4, 3, cost=5.0)
     assert not costly.is_on("wrong")
     cheap = Speculator([WrongDrafter(7)], max_k=8, auto=True)
-    for batch in range(8):  # 1 of 4 accepted in a batch that cost 1.2 decodes: a gain
+    for _batch in range(8):  # 1 of 4 accepted in a batch that cost 1.2 decodes: a gain
         cheap.record(cheap.propose([1], room=100)[0], 4, 1, cost=1.2)
     assert cheap.is_on("wrong")
     plain = Speculator([WrongDrafter(7)], max_k=8, auto=False)

@@ -101,7 +101,7 @@ def test_write_atomic_leaves_the_old_file_or_the_whole_new_one(tmp_path: Path) -
 def test_damaged_index_is_a_clear_error(store: ModelStore) -> None:
     store.root.mkdir(parents=True)
     store.index_path.write_text("{not json")
-    with pytest.raises(EdgeSqlError, match="index .* is damaged"):
+    with pytest.raises(EdgeSqlError, match=r"index .* is damaged"):
         store.list()
 
 

@@ -8,8 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
+from typing import ClassVar
 
 from edge_sql.runtime.llama.threads import (
     FIRST_PROBE_S,
@@ -58,8 +57,8 @@ class FakeMachine:
     """Step times by thread count, quiet or with one other program busy on one of 2 cores (the
     shape issue 37 measured: 2 threads collapse, 1 thread holds), on a clock of its own."""
 
-    QUIET = {2: 0.010, 1: 0.017}
-    BUSY = {2: 0.400, 1: 0.018}
+    QUIET: ClassVar[dict[int, float]] = {2: 0.010, 1: 0.017}
+    BUSY: ClassVar[dict[int, float]] = {2: 0.400, 1: 0.018}
 
     def __init__(self) -> None:
         self.now = 0.0

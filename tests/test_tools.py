@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from edge_sql.tools import (
-    TOOL_SPECS,
     ReadOnlyDatabase,
     Toolbox,
     format_result,

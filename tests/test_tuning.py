@@ -17,13 +17,11 @@ import numpy as np
 import pytest
 
 from edge_sql.commands.tune import calibration_table
-from edge_sql.runtime import Session
-from edge_sql.runtime import tuning
-from edge_sql.runtime.tuning import calibration, timing
-from edge_sql.runtime.tuning import settings as tuning_settings
+from edge_sql.runtime import Session, tuning
 from edge_sql.runtime.llama.backend import default_threads, repack_is_safe
 from edge_sql.runtime.state.identity import file_fingerprint
-from edge_sql.runtime.tuning import Settings, calibrate, candidates, predict
+from edge_sql.runtime.tuning import Settings, calibrate, calibration, candidates, predict, timing
+from edge_sql.runtime.tuning import settings as tuning_settings
 
 # Small enough for a test: a 1,024-token context measured at 64 and 256 tokens, one thread.
 SMALL = dict(n_ctx=1024, points=(64, 256), prefill_chunk=32, decode_tokens=4, process_bytes=0)

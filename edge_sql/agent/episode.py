@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from edge_sql.agent.budget import Budget, RoundCounter
 from edge_sql.agent.grammar import (
@@ -29,19 +29,18 @@ from edge_sql.agent.grammar import (
     next_call_grammar,
 )
 from edge_sql.agent.parsing import TurnParseError, parse_call, parse_final_turn, split_calls, split_think
+from edge_sql.agent.prompt import PromptTemplate, load_prompt
+from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord, settle_answer
 from edge_sql.agent.room import (
     SegmentBounds,
     final_reserve_think_tokens,
     final_think_tokens,
     plan_call_segment,
 )
-from edge_sql.agent.prompt import PromptTemplate, load_prompt
-from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord, settle_answer
 from edge_sql.agent.transcript import Piece, Transcript
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import Completion, SamplingParams, Session
 from edge_sql.tools import Toolbox, ToolResult
-
 
 EventKind = Literal["round", "think", "call", "forced", "answer"]
 
@@ -380,8 +379,8 @@ class _Episode:
         cancelled = stop == "cancelled"
         answer_run = None
         if answer:
-            ran_already = self._answer_run is not None and self._answer_run[0] == answer
-            answer_run = self._answer_run[1] if ran_already else self._run_answer(answer)
+            ran = self._answer_run
+            answer_run = ran[1] if ran is not None and ran[0] == answer else self._run_answer(answer)
         fallback_run = None
         if (answer_run is None or not answer_run.ok) and self.counter.last_good_sql is not None and not cancelled:
             fallback_run = self._run_answer(self.counter.last_good_sql)
@@ -401,7 +400,7 @@ class _Episode:
     def _run_answer(self, sql: str) -> ToolResult:
         return self.toolbox.answer(sql, max_rows=self.budget.max_result_rows)
 
-    def _stats(self, started: float) -> dict[str, float | int]:
+    def _stats(self, started: float) -> dict[str, Any]:
         timings = self.session.timings
         return {
             "prompt_tokens_evaluated": self.session.prompt_tokens_evaluated,

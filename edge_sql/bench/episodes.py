@@ -21,13 +21,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edge_sql.bench.machine import machine_description, node_name
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.tasks import EpisodeTask
 from edge_sql.bench.voting import split_mode
 from edge_sql.errors import EdgeSqlError
+
+if TYPE_CHECKING:
+    from edge_sql.runtime import Session
 
 
 class SpanRecorder:
@@ -80,8 +83,8 @@ class EpisodeRunner:
         """Load `task`'s variant from `model_path` (default: the task's path; a Ray node may hold
         its own copy elsewhere). `node` labels the records (default: this machine's name)."""
         from edge_sql.agent.budget import Budget
-        from edge_sql.api import load_settings
         from edge_sql.agent.prompt import load_prompt
+        from edge_sql.api import load_settings
         from edge_sql.evaluation.datasets import load_dataset
         from edge_sql.runtime import SamplingParams
 
@@ -161,6 +164,7 @@ class EpisodeRunner:
                         continue
                 if error is not None:
                     raise error
+                assert outcome is not None  # a unit that did not raise has its outcome
                 record = self._collect(outcome, pieces)
                 if record is not None:
                     yield record
@@ -190,7 +194,9 @@ class EpisodeRunner:
             return outcome
         mine = pieces.setdefault((outcome.mode, outcome.question_id), {})
         mine[outcome.index] = outcome
-        if len(mine) < split_mode(outcome.mode)[1]:
+        k = split_mode(outcome.mode)[1]
+        assert k is not None  # a piece is one episode of a vote
+        if len(mine) < k:
             return None
         del pieces[(outcome.mode, outcome.question_id)]
         return self.vote_record(outcome.mode, outcome.question_id, [mine[i] for i in sorted(mine)])
@@ -238,7 +244,8 @@ class EpisodeRunner:
         session = session or self.session
         question = self.questions[question_id]
         with ReadOnlyDatabase(question.db_path) as db:
-            return run_episode(session, Toolbox(db), question.question, evidence=question.evidence,
+            # the recorder stands in for its session
+            return run_episode(cast("Session", session), Toolbox(db), question.question, evidence=question.evidence,
                                params=params or self.params, prompt=prompt_for_mode(self.prompt, mode, db),
                                budget=self.budget, should_stop=should_stop)
 

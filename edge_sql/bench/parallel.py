@@ -11,6 +11,7 @@ against the calibration (`check_parallel`), before the worker loads anything.
 from __future__ import annotations
 
 from edge_sql.errors import BenchSetupError
+from edge_sql.runtime import SpeculateMode
 from edge_sql.runtime.tuning import check_parallel
 from edge_sql.runtime.tuning.settings import Settings
 
@@ -18,7 +19,7 @@ ONE_CONTEXT_PER_EPISODE = ("mtp", "auto")  # speculation modes the batched engin
 
 
 def resolve_parallel(requested: int | None, settings: Settings, *, vote: int | None = None,
-                     speculate: str = "off") -> int:
+                     speculate: SpeculateMode = "off") -> int:
     """The sessions a variant's worker opens (see the module docstring); raises BenchSetupError
     when the speculation runs one episode per context, EdgeSqlError when they do not fit the budget."""
     if requested is None:  # lookup too: its recurrent snapshots make steps of several sequences

@@ -15,7 +15,7 @@ FIDELITY_PNG = "fidelity_vs_size.png"
 SKIPPED_NOTE = "plots skipped: matplotlib is not installed (pip install 'edge-sql[bench]' for them)"
 
 
-def _pyplot():
+def _pyplot() -> Any:  # matplotlib.pyplot, untyped here: matplotlib is an optional extra
     """matplotlib's pyplot on the file-only backend, or None when the optional extra is missing."""
     try:
         import matplotlib
@@ -27,7 +27,7 @@ def _pyplot():
     return plt
 
 
-def _label_points(ax, xs: list[float], ys: list[float | None], names: list[str]) -> None:
+def _label_points(ax: Any, xs: list[float], ys: list[float | None], names: list[str]) -> None:
     """Name each point; labels alternate above and below so neighbours of similar size stay legible."""
     for index, (x, y, name) in enumerate(zip(xs, ys, names)):
         if y is not None:
@@ -35,13 +35,13 @@ def _label_points(ax, xs: list[float], ys: list[float | None], names: list[str])
             ax.annotate(name, (x, y), textcoords="offset points", xytext=offset, fontsize=7)
 
 
-def _series(ax, xs: list[float], ys: list[float | None], **style: Any) -> None:
+def _series(ax: Any, xs: list[float], ys: list[float | None], **style: Any) -> None:
     points = [(x, y) for x, y in zip(xs, ys) if y is not None]
     if points:
         ax.plot([p[0] for p in points], [p[1] for p in points], **style)
 
 
-def _finish(plt, fig, ax, title: str, title_note: str, path: Path, *, legend: bool = True) -> Path:
+def _finish(plt: Any, fig: Any, ax: Any, title: str, title_note: str, path: Path, *, legend: bool = True) -> Path:
     """Title, grid and legend on `ax`, then save the figure as `path` and close it."""
     ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=9)
     ax.grid(alpha=0.3)
@@ -96,7 +96,7 @@ def write_plots(summary: dict[str, Any], out_dir: Path, log: Callable[[str], Non
     return [accuracy_path, speed_path, fidelity_path]
 
 
-def _fidelity_plot(plt, rows: list[dict[str, Any]], sizes: list[float], names: list[str], reference: str,
+def _fidelity_plot(plt: Any, rows: list[dict[str, Any]], sizes: list[float], names: list[str], reference: str,
                    title_note: str, path: Path) -> None:
     """Mean KL against the reference (left axis) and top-1 agreement (right axis) vs file size."""
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_sql.bench.nodes import markdown_lines as node_lines
-from edge_sql.bench.voting import bench_modes, markdown_lines as vote_lines
+from edge_sql.bench.voting import bench_modes
+from edge_sql.bench.voting import markdown_lines as vote_lines
 from edge_sql.evaluation.report import DIFFICULTY_ORDER
 
 JSON_NAME = "bench.json"

@@ -16,22 +16,25 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.aggregate import summarize
+from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.child import ChildOutcome, run_worker
 from edge_sql.bench.machine import machine_description
 from edge_sql.bench.modes import MODES
+from edge_sql.bench.parallel import resolve_parallel
 from edge_sql.bench.plots import write_plots
 from edge_sql.bench.report import write_json, write_markdown
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog, WorkKey
-from edge_sql.bench.parallel import resolve_parallel
+from edge_sql.bench.tasks import EpisodeTask, FidelityTask
 from edge_sql.bench.variants import REFERENCE, BenchSetupError, Variant, prepare_variants
 from edge_sql.bench.voting import bench_modes, split_mode
-from edge_sql.bench.tasks import EpisodeTask, FidelityTask
 from edge_sql.errors import ModelFileError
 from edge_sql.evaluation.datasets import Question, load_dataset, require_databases
+
+if TYPE_CHECKING:
+    from edge_sql.runtime import SpeculateMode
 
 SETTINGS_FILE_NAME = "settings.json"
 CACHE_DIR_NAME = "cache"
@@ -65,7 +68,7 @@ class BenchConfig:
     ray: str | None = None   # a Ray cluster's address, or "local": episodes run there (edge_sql.cluster)
     ray_workers: int | None = None   # Ray actors per variant (default: as many as the cluster's CPUs allow)
     tune: bool = True  # episodes run with the calibrated llama.cpp settings (False: safe defaults)
-    speculate: str = "off"  # speculative decoding (same answers; speed and draft acceptance change)
+    speculate: SpeculateMode = "off"  # speculative decoding (same answers; speed and draft acceptance change)
     parallel: int | None = None  # episodes at once per variant, each on its own session (same records, but
     # timings); None: auto, the variant's calibrated default (bench/parallel.py)
     vote: int | None = None  # also answer each (mode, question) by a vote of this many sampled episodes (voting.py)
@@ -118,10 +121,12 @@ def resolve_base(config: BenchConfig) -> tuple[Path, Callable[[str], Path | None
     from edge_sql.store.resolve import looks_like_path
     from edge_sql.store.spec import ModelSpec
 
-    if looks_like_path(config.model):
-        raise BenchSetupError(f"--model takes a model-store name such as synsql (got the path {config.model!r}); "
+    model = config.model
+    assert model is not None  # exactly one of base and model (checked above)
+    if looks_like_path(model):
+        raise BenchSetupError(f"--model takes a model-store name such as synsql (got the path {model!r}); "
                               "give a BF16 GGUF file with --base FILE.gguf")
-    spec = ModelSpec.parse(config.model)
+    spec = ModelSpec.parse(model)
     if spec.variant is not None:
         raise BenchSetupError(f"--model takes a model name without a variant (got {config.model!r}); "
                               "the bench picks the variants (see --variants)")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the tasks travel to child processes: they import nothing heavy
+    from edge_sql.runtime import SpeculateMode
 
 
 @dataclass
@@ -26,7 +29,7 @@ class EpisodeTask:
     record_tokens: bool = False   # keep the transcript's token ids (the reference's, for fidelity)
     score_timeout_s: float = 30.0
     tune: bool = True             # load with the settings calibrated for this machine (else safe defaults)
-    speculate: str = "off"        # speculative decoding mode of the session (runtime/speculation/speculative.py)
+    speculate: SpeculateMode = "off"  # speculative decoding mode of the session (runtime/speculation/speculative.py)
     parallel: int = 1             # episodes at once, each on its own session of one model (open_sessions)
     kind: str = "episodes"
 

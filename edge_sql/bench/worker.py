@@ -7,12 +7,13 @@ file as they finish, so a crash loses at most the item in progress.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -61,7 +62,7 @@ def run_fidelity(task: FidelityTask) -> None:
 def main(argv: list[str]) -> int:
     task = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     kind = task.pop("kind")
-    runners = {"episodes": (run_episodes, EpisodeTask), "fidelity": (run_fidelity, FidelityTask)}
+    runners: dict[str, tuple[Callable[[Any], None], type]] = {"episodes": (run_episodes, EpisodeTask), "fidelity": (run_fidelity, FidelityTask)}
     if kind not in runners:
         raise SystemExit(f"unknown bench task kind {kind!r}")
     run, task_type = runners[kind]

@@ -48,7 +48,7 @@ def assigned_cpus(default: int = 1) -> int:
     import ray
 
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    return max(1, int(round(cpus))) if cpus else default
+    return max(1, round(cpus)) if cpus else default
 
 
 def largest_node_cpus() -> int:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from edge_sql.commands.options import budget_options, context_option, speculate_option
 from edge_sql.commands.ray_options import ray_options
+
+if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
+    from edge_sql.runtime import SpeculateMode
 
 
 class ParallelCount(click.ParamType):
@@ -15,7 +19,7 @@ class ParallelCount(click.ParamType):
 
     name = "auto|N"
 
-    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
         if value is None or isinstance(value, int):
             return value
         if str(value).strip().lower() == "auto":
@@ -96,7 +100,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
             n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, cache_dir: Path | None,
             note: str, verbose: bool,
             resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False,
-            speculate: str = "off", parallel: int | None = None, vote: int | None = None) -> None:
+            speculate: SpeculateMode = "off", parallel: int | None = None, vote: int | None = None) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -116,7 +120,10 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         resume=resume, note=note, verbose=verbose, cache_dir=cache_dir, ray=ray_address, ray_workers=ray_workers, tune=not no_tune,
         speculate=speculate, parallel=parallel, vote=vote,
     )
-    log = lambda message: click.echo(message, err=True)  # noqa: E731
+
+    def log(message: str) -> None:
+        click.echo(message, err=True)
+
     runner = None
     if ray_address is not None:
         from edge_sql.cluster.runner import RayRunner

@@ -11,7 +11,7 @@ from edge_sql.store.catalog import load_catalog
 from edge_sql.store.index import gguf_mtp_layers
 
 
-def human_size(size: int) -> str:
+def human_size(size: float) -> str:
     """Bytes as a short human-readable string (decimal units, like the hub shows)."""
     for unit in ("B", "kB", "MB", "GB"):
         if size < 1000 or unit == "GB":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -44,7 +45,7 @@ def budget_options(command: Callable) -> Callable:
     usage error naming --budget)."""
 
     @functools.wraps(command)
-    def wrapper(*args, budget_items: tuple[str, ...], **kwargs):
+    def wrapper(*args: Any, budget_items: tuple[str, ...], **kwargs: Any) -> Any:
         from edge_sql.agent.budget import parse_budget_items
 
         items = [f"{field}={value}" for option, fields in BUDGET_SHORTCUTS.items()

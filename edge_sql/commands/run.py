@@ -6,15 +6,27 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from edge_sql.commands.options import budget_options, context_option, speculate_option
 from edge_sql.errors import EdgeSqlError
 from edge_sql.interrupts import Terminated
+
+if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
+    from types import FrameType
+
+    from edge_sql.agent.budget import Budget
+    from edge_sql.agent.episode import EpisodeEvent
+    from edge_sql.api import Agent
+    from edge_sql.runtime import SpeculateMode
+    from edge_sql.tools import ReadOnlyDatabase
 
 PROMPT = "edge-sql> "
 QUIT_WORDS = {"exit", "quit", r"\q"}
@@ -24,14 +36,36 @@ HISTORY_FILE = "run-history"  # in the model store: the interactive prompt's que
 HISTORY_LENGTH = 1000
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """`edge-sql run`'s options, as click parsed them (one value each, named as the options are)."""
+
+    db_path: Path
+    model: str | None
+    question: str | None
+    evidence: str | None
+    as_json: bool
+    trace: bool
+    seed: int | None
+    greedy: bool
+    gpu_layers: int | None
+    threads: int | None
+    n_ctx: int
+    prompt_file: Path | None
+    budget: Budget
+    tune: bool = True
+    speculate: SpeculateMode = "off"
+    vote: int | None = None
+
+
 @contextmanager
-def _ctrl_c_stops(stop: threading.Event, interrupt_db) -> Iterator[None]:
+def _ctrl_c_stops(stop: threading.Event, interrupt_db: Callable[[], None]) -> Iterator[None]:
     """While inside, Ctrl-C sets `stop` (the episode ends cleanly) and interrupts SQLite."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(signum, frame) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         stop.set()
         interrupt_db()
 
@@ -42,12 +76,13 @@ def _ctrl_c_stops(stop: threading.Event, interrupt_db) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _print_event(event) -> None:
+def _print_event(event: EpisodeEvent) -> None:
     from edge_sql.agent.display import call_line
 
     if event.kind == "round":
         click.echo(f"round {event.round}")
     elif event.kind == "call":
+        assert event.call is not None  # a "call" event carries its call
         click.echo(call_line(event.call))
     elif event.kind == "forced":
         click.echo("final answer (forced)")
@@ -85,7 +120,7 @@ def _print_event(event) -> None:
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
             n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False,
-            speculate: str = "off", vote: int | None = None) -> None:
+            speculate: SpeculateMode = "off", vote: int | None = None) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -113,8 +148,10 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
     if vote is not None and greedy:
         raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
     try:
-        code = _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads,
-                    n_ctx, prompt_file, Budget(**budget), tune=not no_tune, speculate=speculate, vote=vote)
+        code = _run(RunOptions(db_path=db_path, model=model, question=question, evidence=evidence, as_json=as_json,
+                               trace=trace, seed=seed, greedy=greedy, gpu_layers=gpu_layers, threads=threads,
+                               n_ctx=n_ctx, prompt_file=prompt_file, budget=Budget(**budget), tune=not no_tune,
+                               speculate=speculate, vote=vote))
     except Terminated:
         raise  # the CLI group ends it with 128 + the signal number
     except KeyboardInterrupt:
@@ -124,22 +161,20 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
         sys.exit(code)
 
 
-def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads, n_ctx,
-         prompt_file, budget, tune: bool = True, speculate: str = "off", vote: int | None = None) -> int:
+def _run(options: RunOptions) -> int:
     from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
-    if question is not None and not question.strip():
+    if options.question is not None and not options.question.strip():
         raise EdgeSqlError("empty question: pass some text to --question")
-    db = ReadOnlyDatabase(db_path)  # a bad database fails here, before the model loads
+    db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
-        load_prompt(prompt_file)  # so is a bad prompt file
-        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune, speculate,
-                            parallel=vote or 1)
+        load_prompt(options.prompt_file)  # so is a bad prompt file
+        agent = _load_agent(options)
         try:
-            if question is not None:
-                return _answer(agent, db, question, evidence, as_json, trace, seed, greedy, vote=vote)
-            _interactive(agent, db, evidence, as_json, trace, seed, greedy, vote=vote)
+            if options.question is not None:
+                return _answer(agent, db, options.question, options)
+            _interactive(agent, db, options)
             return 0
         finally:
             agent.close()
@@ -147,34 +182,37 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
         db.close()
 
 
-def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=True, speculate="off", parallel=1):
-    """The Agent; `parallel` sequences (a vote of K runs its K episodes at once)."""
+def _load_agent(options: RunOptions) -> Agent:
+    """The Agent; a vote of K runs its K episodes at once (K sequences), otherwise one."""
     from edge_sql.api import Agent
 
-    click.echo(f"loading {model or 'the default model'} ...", err=True)
-    agent = Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
-                  budget=budget, log=lambda message: click.echo(message, err=True), tune=tune, speculate=speculate,
-                  parallel=parallel)
+    click.echo(f"loading {options.model or 'the default model'} ...", err=True)
+    agent = Agent(options.model, n_threads=options.threads, n_gpu_layers=options.gpu_layers, n_ctx=options.n_ctx,
+                  prompt_file=options.prompt_file, budget=options.budget,
+                  log=lambda message: click.echo(message, err=True), tune=options.tune, speculate=options.speculate,
+                  parallel=options.vote or 1)
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent
 
 
-def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, interactive: bool = False,
-            vote: int | None = None) -> int:
+def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptions, *,
+            interactive: bool = False) -> int:
     """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED)."""
     from edge_sql.agent.display import answer_text
 
     stop = threading.Event()
 
-    def show(event) -> None:
+    evidence, as_json, trace, vote = options.evidence, options.as_json, options.trace, options.vote
+
+    def show(event: EpisodeEvent) -> None:
         if not stop.is_set():  # after Ctrl-C, nothing but the one line saying so
             _print_event(event)
 
     if vote is not None and not as_json:
         click.echo(f"voting: {vote} sampled episodes at once")
     with _ctrl_c_stops(stop, db.interrupt):
-        result = agent.ask(question, db, evidence=evidence, seed=seed, greedy=greedy, vote=vote,
+        result = agent.ask(question, db, evidence=evidence, seed=options.seed, greedy=options.greedy, vote=vote,
                            on_event=None if as_json else show, should_stop=stop.is_set)
     cancelled = result.stop == "cancelled"
     if as_json:
@@ -193,7 +231,7 @@ def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, inte
     return EXIT_NO_ANSWER if result.sql is None else 0
 
 
-def _vote_text(vote: dict) -> str:
+def _vote_text(vote: dict[str, Any]) -> str:
     """Each episode's answer and group, then the agreement: `3 of 4 episodes agreed`."""
     from edge_sql.agent.display import CALL_LINE_WIDTH, shorten
     from edge_sql.agent.vote import agreement_line
@@ -211,11 +249,11 @@ def _vote_text(vote: dict) -> str:
     return "\n".join(lines)
 
 
-def _interactive(agent, db, evidence, as_json, trace, seed, greedy, vote=None) -> None:
+def _interactive(agent: Agent, db: ReadOnlyDatabase, options: RunOptions) -> None:
     """Read questions until an empty line, `exit` or end of input. At a terminal: a prompt with
     line editing and the questions of earlier sessions; otherwise one question a line, no prompt."""
     terminal = sys.stdin.isatty()
-    if terminal and not as_json:
+    if terminal and not options.as_json:
         click.echo(f"Ask about {db.path.name} ({len(db.table_names())} tables). "
                    "An empty line or `exit` quits; Ctrl-C stops a question.", err=True)
     with _line_history(terminal):
@@ -235,7 +273,7 @@ def _interactive(agent, db, evidence, as_json, trace, seed, greedy, vote=None) -
             if not text or text.lower() in QUIT_WORDS:
                 return
             try:
-                _answer(agent, db, text, evidence, as_json, trace, seed, greedy, interactive=True, vote=vote)
+                _answer(agent, db, text, options, interactive=True)
             except EdgeSqlError as exc:  # e.g. a question too long for the episode: ask another
                 click.echo(f"Error: {exc}", err=True)
 
@@ -255,6 +293,7 @@ def _line_history(terminal: bool) -> Iterator[None]:
     """At a terminal, load the standard library's readline (arrow keys, history) with the questions
     of earlier sessions, and keep this session's in the model store. A store that cannot be written
     costs only the history."""
+    readline: ModuleType | None
     try:
         import readline
     except ImportError:  # Python built without it (Windows): plain input

@@ -2,12 +2,45 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
 
 from edge_sql.commands.options import budget_options, context_option, speculate_option
+
+if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
+    from edge_sql.agent.budget import Budget
+    from edge_sql.runtime import SpeculateMode
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`edge-sql serve`'s options once checked: the named databases, the transport, the model and
+    its settings, and the limits the service enforces."""
+
+    databases: dict[str, Path]
+    http: bool  # HTTP (the API, the page and MCP at /mcp); False: MCP over stdio
+    host: str
+    port: int
+    token: str | None
+    model: str | None
+    gpu_layers: int | None
+    threads: int | None
+    n_ctx: int
+    prompt_file: Path | None
+    budget: Budget
+    queue_size: int
+    queue_timeout: float
+    max_body: int
+    max_question: int
+    max_rows: int
+    tune: bool = True
+    speculate: SpeculateMode = "off"
+    open_page: bool = False
+    parallel: int = 1
 
 
 def _log(message: str) -> None:
@@ -65,7 +98,7 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
             token: str | None,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
             budget: dict[str, int], no_tune: bool, parallel: int, queue_size: int, queue_timeout: float, max_body: int,
-            max_question: int, max_rows: int, speculate: str = "off") -> None:
+            max_question: int, max_rows: int, speculate: SpeculateMode = "off") -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
     One model answers every client, --parallel of them at a time; the other requests queue in
@@ -85,9 +118,12 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
         raise click.UsageError("--open opens the web page, which needs HTTP: add --http (or drop --mcp)")
     from edge_sql.agent.budget import Budget
 
-    _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file,
-           Budget(**{"max_result_rows": max_rows, **budget}), queue_size, queue_timeout, max_body, max_question,
-           max_rows, tune=not no_tune, speculate=speculate, open_page=open_page, parallel=parallel)
+    _serve(ServeOptions(
+        databases=databases, http=http, host=host, port=port, token=token, model=model, gpu_layers=gpu_layers,
+        threads=threads, n_ctx=n_ctx, prompt_file=prompt_file, budget=Budget(**{"max_result_rows": max_rows, **budget}),
+        queue_size=queue_size, queue_timeout=queue_timeout, max_body=max_body, max_question=max_question,
+        max_rows=max_rows, tune=not no_tune, speculate=speculate, open_page=open_page, parallel=parallel,
+    ))
 
 
 def _check_token(token: str | None, http: bool, host: str) -> None:
@@ -110,32 +146,32 @@ def _check_token(token: str | None, http: bool, host: str) -> None:
                                "add --http, or leave the token out")
 
 
-def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx, prompt_file, budget,
-           queue_size, queue_timeout, max_body, max_question, max_rows, *, tune: bool = True,
-           speculate: str = "off", open_page: bool = False, parallel: int = 1) -> None:
+def _serve(options: ServeOptions) -> None:
     from edge_sql.agent import load_prompt
     from edge_sql.api import Agent
     from edge_sql.serve.run import bind, serve_http, serve_stdio
     from edge_sql.serve.service import Limits, Service
     from edge_sql.tools import ReadOnlyDatabase
 
+    o = options
+    databases, parallel = o.databases, o.parallel
     # every failure the operator can cause shows before the model loads (which takes a while)
     for path in databases.values():
         ReadOnlyDatabase(path).close()
-    load_prompt(prompt_file)
-    limits = Limits(max_body_bytes=max_body, max_question_chars=max_question, max_rows=max_rows,
-                    parallel=parallel, max_waiting=queue_size, wait_timeout_s=queue_timeout)
-    listener = bind(host, port) if http else None
+    load_prompt(o.prompt_file)
+    limits = Limits(max_body_bytes=o.max_body, max_question_chars=o.max_question, max_rows=o.max_rows,
+                    parallel=parallel, max_waiting=o.queue_size, wait_timeout_s=o.queue_timeout)
+    listener = bind(o.host, o.port) if o.http else None
     try:
-        _log(f"loading {model or 'the default model'} ...")
-        with Agent(model, n_threads=threads, n_gpu_layers=gpu_layers, n_ctx=n_ctx, prompt_file=prompt_file,
-                   tune=tune, budget=budget, log=_log, speculate=speculate, parallel=parallel) as agent:
+        _log(f"loading {o.model or 'the default model'} ...")
+        with Agent(o.model, n_threads=o.threads, n_gpu_layers=o.gpu_layers, n_ctx=o.n_ctx, prompt_file=o.prompt_file,
+                   tune=o.tune, budget=o.budget, log=_log, speculate=o.speculate, parallel=parallel) as agent:
             _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
             try:
                 if listener is not None:
-                    serve_http(service, listener, host, token=token, log=_log, open_page=open_page)
+                    serve_http(service, listener, o.host, token=o.token, log=_log, open_page=o.open_page)
                 else:
                     _log(f"MCP over stdio; databases: {', '.join(databases)}")
                     serve_stdio(service)

@@ -160,9 +160,10 @@ def _gold_episode(prompt: PromptTemplate, toolbox: Toolbox, tables: Sequence[str
     shared, own = prompt.opening(q.question, q.evidence, max_rounds=max_rounds)
     pieces: list[Piece] = shared + own
     named = tables_named(q.gold_sql, tables) or list(tables[:1])
-    inspect = [("describe_table", {"table_name": t}) for t in named]
+    Calls = list[tuple[str, dict[str, Any]]]
+    inspect: Calls = [("describe_table", {"table_name": t}) for t in named]
     inspect.append(("sample_rows", {"table_name": named[0], "limit": SAMPLE_ROWS}))
-    rounds = [
+    rounds: list[tuple[str, Calls]] = [
         ("I start by listing the tables.", [("list_tables", {})]),
         (f"The question is about {', '.join(named)}. I read their definitions and a few rows.", inspect),
         ("I run the query to check that its result answers the question.", [("run_query", {"sql": q.gold_sql})]),

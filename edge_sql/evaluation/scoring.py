@@ -34,7 +34,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from edge_sql.agent.result import result_set  # noqa: F401  (the one comparison; kept importable from here)
+from edge_sql.agent.result import result_set
 from edge_sql.errors import QueryError
 from edge_sql.evaluation.datasets import Question, base_id, require_databases
 from edge_sql.evaluation.report import EvalReport, QuestionResult

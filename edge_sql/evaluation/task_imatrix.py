@@ -16,6 +16,7 @@ from edge_sql.agent.transcript import Transcript
 from edge_sql.convert.imatrix_file import read_imatrix, write_imatrix
 from edge_sql.errors import EdgeSqlError, ImatrixError
 from edge_sql.evaluation.calibration import task_calibration
+from edge_sql.runtime import Session
 from edge_sql.runtime.probes.imatrix import DEFAULT_CHUNK, CollectReport, collect_imatrix, unquantized_file_type
 
 AUTO = "auto"
@@ -66,7 +67,7 @@ def make_imatrix(model: Path, out: Path, *, calibration: str | Path = AUTO, chun
     return ImatrixReport(out, dataset, len(imatrix.entries), collected)
 
 
-def _calibration_tokens(session, calibration: str | Path) -> tuple[str, list[list[int]]]:
+def _calibration_tokens(session: Session, calibration: str | Path) -> tuple[str, list[list[int]]]:
     if str(calibration) == AUTO:
         task = task_calibration()
         transcript = Transcript(session)

@@ -30,12 +30,12 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from edge_sql.convert.gguf_file import SUPPORTED_ARCHITECTURES, GGUFFile, validate_gguf
     from edge_sql.errors import ContextFullError, GrammarError
-    from edge_sql.runtime.options import SessionOptions, SpeculateMode
-    from edge_sql.runtime.state.prefix_state import PrefixCache
-    from edge_sql.runtime.records import Completion, SessionInfo, Timings
-    from edge_sql.runtime.text.sampling import SamplingParams
-    from edge_sql.runtime.session import Session
     from edge_sql.runtime.llama.shared_models import release_idle
+    from edge_sql.runtime.options import SessionOptions, SpeculateMode
+    from edge_sql.runtime.records import Completion, SessionInfo, Timings
+    from edge_sql.runtime.session import Session
+    from edge_sql.runtime.state.prefix_state import PrefixCache
+    from edge_sql.runtime.text.sampling import SamplingParams
 
 
 def __getattr__(name: str) -> Any:

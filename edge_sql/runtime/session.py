@@ -29,15 +29,15 @@ import numpy as np
 
 from edge_sql.errors import ContextFullError
 from edge_sql.runtime.llama.backend import Closing
-from edge_sql.runtime.text.constrained import GrammarCache, GrammarConstraint
 from edge_sql.runtime.llama.context import LlamaContext
 from edge_sql.runtime.llama.loading import open_model
-from edge_sql.runtime.options import SessionOptions
-from edge_sql.runtime.state.prefix_state import PrefixCache, StateSnapshot, prefix_key
-from edge_sql.runtime.records import Completion, SessionInfo, StopReason, Timings
-from edge_sql.runtime.text.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
 from edge_sql.runtime.llama.shared_models import LoadedModel, release, share
+from edge_sql.runtime.options import SessionOptions
+from edge_sql.runtime.records import Completion, SessionInfo, StopReason, Timings
 from edge_sql.runtime.speculation.speculative import Drafter, Speculator, Verifier, make_verifier
+from edge_sql.runtime.state.prefix_state import PrefixCache, StateSnapshot, prefix_key
+from edge_sql.runtime.text.constrained import GrammarCache, GrammarConstraint
+from edge_sql.runtime.text.sampling import NoAllowedToken, SamplingParams, sample, sample_allowed
 from edge_sql.runtime.text.vocabulary import TextStream, Vocabulary
 
 
@@ -209,7 +209,7 @@ class Session(Closing):
     def grammar_token(self, text: str) -> str:
         return self.vocab.grammar_token(text)
 
-    def lltokenizer(self):
+    def lltokenizer(self) -> Any:
         """llguidance's view of this vocabulary (built on first use: seconds for 248k tokens;
         shared by the sessions of one loaded model, see runtime/llama/shared_models.py)."""
         return self.vocab.lltokenizer()
@@ -362,6 +362,8 @@ class Session(Closing):
             raise ValueError("generate() needs a prompt: eval() some tokens first")
         if self._rng is None:
             self.seed(params.seed)
+        rng = self._rng
+        assert rng is not None  # seeded above
         constraint = self._grammars.get(grammar) if grammar is not None else None
         stop_set = frozenset(int(t) for t in stop_tokens)
         if constraint is not None:
@@ -392,6 +394,7 @@ class Session(Closing):
                 timings.sample_s += time.perf_counter() - tick
                 if forced and audit:
                     self._flush()
+                    assert self._logits is not None  # flushed: the logits after the last token
                     constraint.compute_mask()
                     n_audited += 1
                     n_overruled += _overruled(constraint, self._logits)
@@ -409,14 +412,14 @@ class Session(Closing):
             timings.decode_s += tock - tick
             # sample under the grammar's mask
             if constraint is None:
-                token = sample(logits, params, self._rng)
+                token = sample(logits, params, rng)
             else:
                 constraint.compute_mask()
                 if audit:
                     n_audited += 1
                     n_overruled += _overruled(constraint, logits)
                 try:
-                    token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, self._rng)
+                    token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, rng)
                 except NoAllowedToken:
                     if not constraint.is_accepting:
                         raise
@@ -465,6 +468,7 @@ class Session(Closing):
                 self._logits = verifier.decode(self._tokens[self._n_evaluated:], self._n_evaluated, proposal)
                 self._n_evaluated = len(self._tokens)
         self._flush()  # nothing is pending after a verify batch
+        assert self._logits is not None  # flushed: the logits after the last token
         return self._logits
 
     # ---- lifetime ------------------------------------------------------------------------
@@ -473,15 +477,16 @@ class Session(Closing):
         """Free the context and release the model; the session is unusable afterwards."""
         if getattr(self, "_grammars", None) is not None:  # they point into the model's vocabulary
             self._grammars.clear()
-        if getattr(self, "_verifier", None) is not None:  # its MTP context reads this one's: freed first
-            self._verifier.close()
+        verifier = getattr(self, "_verifier", None)
+        if verifier is not None:  # its MTP context reads this one's: freed first
+            verifier.close()
             self._verifier = None
         if getattr(self, "_context", None) is not None:
             self._context.close()
-            self._context = None
+            self._context = None  # type: ignore[assignment]  # closed: `context` says so
         if getattr(self, "_loaded", None) is not None:
             release(self._loaded)  # freed when no session uses it (or kept idle)
-            self._loaded = None
+            self._loaded = None  # type: ignore[assignment]  # closed: `llama_model` says so
 
 
 def _overruled(constraint: GrammarConstraint, logits: np.ndarray) -> bool:

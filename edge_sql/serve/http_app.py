@@ -21,26 +21,33 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edge_sql.agent.result import json_value
-from edge_sql.errors import (BadRequest, Cancelled, EdgeSqlError, QueryError, RequestTooLarge, RetryLater,
-                             UnknownDatabase)
+from edge_sql.errors import (
+    BadRequest,
+    Cancelled,
+    EdgeSqlError,
+    QueryError,
+    RequestTooLarge,
+    RetryLater,
+    UnknownDatabase,
+)
 from edge_sql.serve.queue import Finished, Job, Position
 from edge_sql.serve.request import AskRequest, QueryRequest
 from edge_sql.serve.service import Service
 from edge_sql.serve.web import PageInFront
 
 
-def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -82,7 +89,7 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
     async def query_endpoint(request: Request) -> Response:
         return await query(service, request)
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v1/ask", ask_endpoint, methods=["POST"]),
         Route("/v1/databases", databases_endpoint, methods=["GET"]),
         Route("/health", health_endpoint, methods=["GET"]),

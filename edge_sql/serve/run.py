@@ -8,6 +8,7 @@ import socket
 import threading
 import webbrowser
 from collections.abc import Callable
+from types import FrameType
 
 from edge_sql.errors import ListenError
 from edge_sql.serve.service import Service
@@ -97,5 +98,5 @@ class _Stopped(Exception):
     """SIGTERM arrived."""
 
 
-def _raise_stopped(signum, frame) -> None:
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
     raise _Stopped

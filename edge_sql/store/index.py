@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from edge_sql.convert.atomic import write_atomic
@@ -78,7 +79,7 @@ def gguf_mtp_layers(path: Path) -> int | None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 class ModelStore:
@@ -100,7 +101,7 @@ class ModelStore:
         return self.models_dir / safe_name(name) / f"{safe_name(basename or name)}-{safe_name(variant)}.gguf"
 
     # reading -----------------------------------------------------------------------------
-    def list(self) -> list[StoredModel]:
+    def list(self) -> builtins.list[StoredModel]:
         """Every recorded model, sorted by name then variant."""
         return sorted(self._read(), key=lambda m: (m.name.casefold(), m.variant.casefold()))
 
@@ -115,11 +116,11 @@ class ModelStore:
             None,
         )
 
-    def variants(self, name: str) -> list[StoredModel]:
+    def variants(self, name: str) -> builtins.list[StoredModel]:
         """Every recorded variant of `name`."""
         return [m for m in self.list() if m.name.casefold() == name.casefold()]
 
-    def find_by_repo(self, repo: str) -> list[StoredModel]:
+    def find_by_repo(self, repo: str) -> builtins.list[StoredModel]:
         """Every recorded entry downloaded from repository `repo`."""
         return [m for m in self.list() if m.repo is not None and m.repo.casefold() == repo.casefold()]
 
@@ -172,7 +173,7 @@ class ModelStore:
         return entry
 
     # the index file ----------------------------------------------------------------------
-    def _read(self) -> list[StoredModel]:
+    def _read(self) -> builtins.list[StoredModel]:
         if not self.index_path.is_file():
             return []
         try:
@@ -196,7 +197,7 @@ class ModelStore:
         inside = entry.path.is_relative_to(self.root)
         return {"file": entry.path.relative_to(self.root).as_posix() if inside else path, **record}
 
-    def _write(self, entries: list[StoredModel]) -> None:
+    def _write(self, entries: builtins.list[StoredModel]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         data = {"version": INDEX_VERSION, "models": [self._to_record(m) for m in entries]}
         write_atomic(self.index_path, (json.dumps(data, indent=2) + "\n").encode("utf-8"), durable=True)

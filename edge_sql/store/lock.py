@@ -12,11 +12,13 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks here; pulls are not serialized
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None
 
 
 @contextmanager

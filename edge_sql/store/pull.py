@@ -11,8 +11,8 @@ from edge_sql.errors import EdgeSqlError
 from edge_sql.store.catalog import CatalogEntry, load_catalog
 from edge_sql.store.hub import HubError, HubUnreachableError, RepoNotFoundError, Snapshot, download_checkpoint
 from edge_sql.store.index import ModelStore, StoredModel, safe_name
-from edge_sql.store.spec import ModelSpec
 from edge_sql.store.lock import model_lock
+from edge_sql.store.spec import ModelSpec
 from edge_sql.store.variants import BASE_VARIANT, CONVERTED_VARIANTS, is_converted, normalize_variant
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -53,8 +53,7 @@ def pull_source(spec: str | None, *, name: str | None = None) -> tuple[PullSourc
     """
     catalog = load_catalog()
     if spec is None:
-        entry = catalog.default
-        return _catalog_source(entry, name, catalog.default_variant), None
+        return _catalog_source(catalog.default, name, catalog.default_variant), None
     folder = Path(spec).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").is_file():

@@ -16,7 +16,7 @@ class ModelSpec:
     variant: str | None = None
 
     @classmethod
-    def parse(cls, spec: str) -> "ModelSpec":
+    def parse(cls, spec: str) -> ModelSpec:
         """`synsql:Q8_0` -> ModelSpec("synsql", "Q8_0"); without a colon (or when what follows it
         looks like a path, as in `C:\\models`), there is no variant."""
         name, sep, variant = spec.rpartition(":")
@@ -24,7 +24,7 @@ class ModelSpec:
             return cls(name, variant)
         return cls(spec, None)
 
-    def with_variant(self, variant: str) -> "ModelSpec":
+    def with_variant(self, variant: str) -> ModelSpec:
         return ModelSpec(self.base, variant)
 
     def __str__(self) -> str:

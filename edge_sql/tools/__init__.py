@@ -3,11 +3,11 @@
 from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase
 from edge_sql.tools.formatting import format_result, format_value
 from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec, render_tool_list
-from edge_sql.tools.toolbox import ToolResult, Toolbox
+from edge_sql.tools.toolbox import Toolbox, ToolResult
 
 __all__ = [
-    "TOOL_SPECS",
     "TOOLS_BY_NAME",
+    "TOOL_SPECS",
     "ForeignKey",
     "QueryError",
     "QueryResult",

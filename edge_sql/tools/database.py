@@ -24,7 +24,6 @@ from typing import Any
 
 from edge_sql.errors import DatabaseError, QueryError
 from edge_sql.tools import db_file
-from edge_sql.tools.db_file import SQLITE_HEADER  # noqa: F401  (kept importable from here)
 from edge_sql.tools.identifiers import fold_identifier, unquote_identifier
 from edge_sql.tools.policy import READ_ONLY_TABLE_FUNCTIONS
 from edge_sql.tools.statement_runner import (
@@ -78,7 +77,9 @@ def kill_grace_s(limit: float) -> float:
 
 def first_keyword(sql: str) -> str | None:
     """The statement's first keyword, upper-cased, after comments; None if there is none."""
-    rest = sql[_LEADING.match(sql).end():]
+    leading = _LEADING.match(sql)
+    assert leading is not None  # the pattern matches the empty string too
+    rest = sql[leading.end():]
     if not rest:
         return None
     word = _KEYWORD.match(rest)
@@ -172,7 +173,7 @@ class ReadOnlyDatabase:
         *,
         max_rows: int | None,
         time_limit_s: float | None = None,
-        max_cell_chars: int | None | object = _AUTO,
+        max_cell_chars: int | object | None = _AUTO,
         params: Sequence[Any] = (),
     ) -> QueryResult:
         """Run one read-only statement and fetch at most `max_rows` rows.
@@ -343,7 +344,7 @@ class ReadOnlyDatabase:
         keys = []
         for parts in grouped.values():
             target = self._known_table_or_same(parts[0][0])
-            target_cols = [t for _, _, t in parts]
+            target_cols: Sequence[str | None] = [t for _, _, t in parts]
             if any(c is None for c in target_cols) and target in self.table_names():
                 target_cols = self.primary_key(target)  # REFERENCES t without columns
             keys.append(ForeignKey(table, tuple(s for _, s, _ in parts), target,

@@ -31,8 +31,9 @@ import sqlite3
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
-if __package__:  # imported as a module of the package (benchmarks, tests)
+if TYPE_CHECKING or __package__:  # imported as a module of the package (benchmarks, tests)
     from edge_sql.tools.policy import ReadOnlyAuthorizer
     from edge_sql.tools.printf_guard import GUARDED_FUNCTIONS, PrintfGuard, cannot_run
 else:  # run as a script: the modules are beside it, first on sys.path
@@ -56,7 +57,7 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _send(fd: int, payload: object) -> None:
+def _send(fd: int, payload: Any) -> None:  # anything marshal writes: tuples, str, bytes, numbers
     data = marshal.dumps(payload)
     data = len(data).to_bytes(4, "little") + data
     view = memoryview(data)

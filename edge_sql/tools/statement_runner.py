@@ -66,6 +66,8 @@ class StatementRunner:
         except OSError:
             pass
         for stream in (proc.stdin, proc.stdout):
+            if stream is None:  # both are pipes; typed as optional
+                continue
             try:
                 stream.close()
             except OSError:

@@ -4,8 +4,9 @@ unknown tools, bad arguments, SQL errors, refusals and time-outs come back as `o
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools.arguments import ToolCallError, checked_args
@@ -76,7 +77,7 @@ class Toolbox:
             return self._tools[spec.name](**kwargs)
         except (ToolCallError, EdgeSqlError) as exc:
             return _error(str(exc))
-        except Exception as exc:  # noqa: BLE001  (the model must get text, whatever went wrong)
+        except Exception as exc:  # the model must get text, whatever went wrong
             return _error(f"{spec.name} failed: {type(exc).__name__}: {str(exc)[:200]}")
 
     # -- the tools -----------------------------------------------------------------------

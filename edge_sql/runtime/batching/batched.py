@@ -41,14 +41,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 import llama_cpp
 import numpy as np
 
 from edge_sql.runtime.llama.batch import TokenBatch, output_flags
-from edge_sql.runtime.llama.context import LlamaContext, read_sequence_state, write_sequence_state
+from edge_sql.runtime.llama.context import DecodeListener, LlamaContext, read_sequence_state, write_sequence_state
 
 DEFAULT_MAX_WAIT_S = 1.0
 DEFAULT_GRACE_S = 0.2     # a tool call against SQLite and the next prompt take milliseconds
@@ -236,7 +236,9 @@ class BatchedDecoder:
                 if not forced and self.context.n_rs_seq == 0:
                     moves = self._pack([r.member for r, _, _ in parts])
                 parts.sort(key=lambda part: part[0].member.seq)
-                passes = len(micro_batches([(r.member.seq, n) for r, _, n in parts], self.context.options.n_ubatch))
+                n_ubatch = self.context.options.n_ubatch
+                assert n_ubatch is not None  # a context's options are resolved
+                passes = len(micro_batches([(r.member.seq, n) for r, _, n in parts], n_ubatch))
                 starts = self._batch.fill_parts([
                     (r.member.seq, r.tokens[first:first + n], r.start + first, r.outputs[first:first + n])
                     for r, first, n in parts])
@@ -341,10 +343,10 @@ class SequenceContext(LlamaContext):
     def output_rows(self, n: int) -> np.ndarray:
         return np.stack([self._rows[i] for i in sorted(self._rows)[:n]])
 
-    def add_listener(self, listener) -> None:
+    def add_listener(self, listener: DecodeListener) -> None:
         raise NotImplementedError("a sequence of a batched context has no per-decode listeners (no MTP drafter)")
 
-    def engaged(self):
+    def engaged(self) -> AbstractContextManager[None]:
         return self._decoder.engaged(self)
 
     def clear(self) -> None:

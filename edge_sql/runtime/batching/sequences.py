@@ -15,15 +15,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edge_sql.runtime.llama.backend import Closing
 from edge_sql.runtime.batching.batched import BatchedDecoder, SequenceContext, StepCounts
+from edge_sql.runtime.llama.backend import Closing
 from edge_sql.runtime.llama.context import LlamaContext
 from edge_sql.runtime.llama.loading import open_model
+from edge_sql.runtime.llama.shared_models import LoadedModel, release
 from edge_sql.runtime.options import SessionOptions
-from edge_sql.runtime.state.prefix_state import PrefixCache
 from edge_sql.runtime.records import SessionInfo
 from edge_sql.runtime.session import Session
-from edge_sql.runtime.llama.shared_models import LoadedModel, release
+from edge_sql.runtime.state.prefix_state import PrefixCache
 
 
 class SessionGroup(Closing):

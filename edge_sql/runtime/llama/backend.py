@@ -9,7 +9,6 @@ from typing import Self
 
 import llama_cpp
 
-from edge_sql.convert.llama_log import capture_llama_log as capture_log
 from edge_sql.convert.llama_log import route_llama_log
 
 _lock = threading.Lock()

@@ -58,7 +58,7 @@ class TokenBatch:
         self._output[:n] = output_flags(n, outputs)
         self.batch.n_tokens = n
 
-    def fill_parts(self, parts: Sequence[tuple[int, Sequence[int], int, np.ndarray]]) -> list[int]:
+    def fill_parts(self, parts: Sequence[tuple[int, Sequence[int] | np.ndarray, int, np.ndarray]]) -> list[int]:
         """Put several sequences' tokens in one batch: each part is (sequence id, tokens, first
         position, output flags). Returns where each part starts in the batch (for
         `llama_get_logits_ith`). The batched engine's (runtime/batching/batched.py)."""
@@ -99,8 +99,8 @@ class TokenBatch:
             llama_cpp.llama_batch_free(self.batch)
             self.batch = None
 
-    def __enter__(self) -> "TokenBatch":
+    def __enter__(self) -> TokenBatch:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

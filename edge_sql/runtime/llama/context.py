@@ -21,12 +21,13 @@ from contextlib import AbstractContextManager, nullcontext
 import llama_cpp
 import numpy as np
 
+from edge_sql.convert.llama_log import capture_llama_log as capture_log
 from edge_sql.errors import ModelFileError
-from edge_sql.runtime.llama.backend import Closing, buffer_sizes, capture_log
+from edge_sql.runtime.llama.backend import Closing, buffer_sizes
 from edge_sql.runtime.llama.batch import TokenBatch
-from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.llama.shared_models import LoadedModel
 from edge_sql.runtime.llama.threads import STEP_TOKENS, ThreadGovernor
+from edge_sql.runtime.options import SessionOptions
 
 DecodeListener = Callable[[np.ndarray, int], None]
 
@@ -100,7 +101,7 @@ class LlamaContext(Closing):
 
     def __init__(self, ptr: llama_cpp.llama_context_p, loaded: LoadedModel, options: SessionOptions,
                  buffers: dict[str, int], *, seq: int = 0) -> None:
-        self._ptr = ptr
+        self._ptr: llama_cpp.llama_context_p | None = ptr  # None once freed
         self.seq = seq
         self.loaded = loaded
         self.options = options
@@ -230,8 +231,9 @@ class LlamaContext(Closing):
     def close(self) -> None:
         """Free the batch and the context (free contexts that read this one first)."""
         self._listeners = []
-        if getattr(self, "_batch", None) is not None:
-            self._batch.close()
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            batch.close()
             self._batch = None
         if getattr(self, "_ptr", None):
             llama_cpp.llama_free(self._ptr)

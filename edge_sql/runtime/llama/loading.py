@@ -15,9 +15,9 @@ import llama_cpp
 
 from edge_sql.convert.gguf_file import GGUFFile, validate_gguf
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime.llama.shared_models import LoadedModel, acquire, release
 from edge_sql.runtime.llama.backend import buffer_sizes, default_threads, gpu_backend_name, init_backend, repack_is_safe
 from edge_sql.runtime.llama.context import LlamaContext, create_context
+from edge_sql.runtime.llama.shared_models import LoadedModel, acquire, release
 from edge_sql.runtime.options import DEFAULT_UBATCH, SessionOptions
 from edge_sql.runtime.records import SessionInfo
 
@@ -58,6 +58,9 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
             context.close()
         release(loaded)
         raise
+    # validate_gguf refuses a file without an architecture; _resolved made every choice
+    assert gguf.architecture is not None
+    assert options.n_gpu_layers is not None and options.n_threads is not None and options.n_ubatch is not None
     info = SessionInfo(
         model_path=gguf.path, architecture=gguf.architecture, model_bytes=gguf.file_size,
         backend=gpu if gpu and options.n_gpu_layers else "CPU", gpu_layers=options.n_gpu_layers,

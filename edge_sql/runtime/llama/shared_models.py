@@ -27,8 +27,8 @@ from typing import Any
 
 import llama_cpp
 
+from edge_sql.convert.llama_log import capture_llama_log as capture_log
 from edge_sql.errors import ModelFileError
-from edge_sql.runtime.llama.backend import capture_log
 from edge_sql.runtime.llama.mapping import release_file_pages
 
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -107,6 +108,7 @@ def tensor_array(t: GGMLTensor, scratch: dict[str, np.ndarray], dtype: type = np
     """The data of `t` as a 4-D array (ne3, ne2, ne1, ne0), copied from device memory if needed."""
     ne, nb = [int(v) for v in t.ne], [int(v) for v in t.nb]
     extent = sum((n - 1) * b for n, b in zip(ne, nb)) + np.dtype(dtype).itemsize
+    base: Any  # the tensor's bytes: a ctypes array over host memory, or a numpy copy of device memory
     if libggml.ggml_backend_buffer_is_host(t.buffer):
         base = (ctypes.c_char * extent).from_address(t.data)
     else:
@@ -233,7 +235,7 @@ def chunks_of(sequences: Iterable[Sequence[int]], chunk_size: int) -> list[list[
     """Each sequence cut into pieces of at most `chunk_size` tokens."""
     pieces = []
     for tokens in sequences:
-        pieces += [tokens[i:i + chunk_size] for i in range(0, len(tokens), chunk_size)]
+        pieces += [list(tokens[i:i + chunk_size]) for i in range(0, len(tokens), chunk_size)]
     return [piece for piece in pieces if piece]
 
 

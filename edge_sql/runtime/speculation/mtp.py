@@ -92,7 +92,7 @@ class MTPDrafter(Closing):
         self._context = create_context(target.loaded, replace(target.options, n_ctx=target.n_ctx),
                                        what=f"the MTP context for {target.loaded.path}", reads=target)
         self.buffers = self._context.buffers  # what the MTP context allocated ("CPU KV", "CPU compute", ...)
-        self._ctx = self._context.ptr
+        self._ctx: llama_cpp.llama_context_p | None = self._context.ptr  # None once closed
         self._batch = llama_cpp.llama_batch_ext_init(self._ctx)
         self._n_embd = llama_cpp.llama_model_n_embd_out(target.model)
         self._n_vocab = target.n_vocab

@@ -43,10 +43,10 @@ from typing import Protocol
 import numpy as np
 
 from edge_sql.runtime.llama.context import LlamaContext
-from edge_sql.runtime.speculation.lookup import LookupDrafter
-from edge_sql.runtime.speculation.mtp import MTPDrafter
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, SessionOptions
 from edge_sql.runtime.records import MTP_PREFIX, DraftCounts, Timings, buffer_role
+from edge_sql.runtime.speculation.lookup import LookupDrafter
+from edge_sql.runtime.speculation.mtp import MTPDrafter
 
 # Extra cost of one more token in a verify batch, in single-token decodes (CPU, small
 # batches): measured on this project's machines in benchmarks/results/speculative.md.
@@ -231,6 +231,7 @@ class Verifier:
         """The session appended `token`: the logits after it when it is the next draft (already
         evaluated), else None (it is pending). Ends the batch at a miss or its last draft."""
         batch = self._batch
+        assert batch is not None  # called only while a batch is active
         logits = None
         if token == batch.drafts[batch.accepted]:
             batch.accepted += 1
@@ -242,6 +243,7 @@ class Verifier:
     def end(self, timings: Timings) -> None:
         """Remove the drafts not accepted from llama.cpp's memory; count the batch in `timings`."""
         batch, self._batch = self._batch, None
+        assert batch is not None  # called only while a batch is active
         rejected = len(batch.drafts) - batch.accepted
         if rejected:
             start = batch.base + batch.accepted

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_sql.convert.atomic import atomic_output
-from edge_sql.runtime.state.identity import file_fingerprint, llama_build
 from edge_sql.runtime.options import SessionOptions
+from edge_sql.runtime.state.identity import file_fingerprint, llama_build
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 MAGIC = b"EDGESQL-STATE-1\n"
@@ -149,6 +149,7 @@ class PrefixCache:
             self._remove(self.folder / f"{key}{SUFFIX}")
 
     def _evict(self) -> None:
+        assert self.folder is not None  # only a cache with a folder evicts files
         files = sorted(self.folder.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         total = 0
         for path in files:

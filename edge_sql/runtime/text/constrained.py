@@ -29,7 +29,7 @@ def build_lltokenizer(
     """
     tokens = [b"\xff" + piece if is_special else piece for piece, is_special in zip(pieces, special)]
     tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-    return llguidance.LLTokenizer.from_llamacpp(
+    return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]  # absent from llguidance's stub (its own llamacpp.py ignores it too)
         tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=eos_token, slices=None
     )
 

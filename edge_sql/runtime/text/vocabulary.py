@@ -15,8 +15,8 @@ from typing import Any
 
 import llama_cpp
 
-from edge_sql.runtime.text.constrained import build_lltokenizer
 from edge_sql.runtime.llama.shared_models import LoadedModel
+from edge_sql.runtime.text.constrained import build_lltokenizer
 
 
 class Vocabulary:

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime.options import SessionOptions
-from edge_sql.runtime.text.sampling import SamplingParams
 from edge_sql.runtime.batching.sequences import open_sessions
+from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.session import Session
+from edge_sql.runtime.text.sampling import SamplingParams
 from edge_sql.runtime.tuning.memory import MEMORY_ALLOWANCE
 from edge_sql.runtime.tuning.settings import Settings
 

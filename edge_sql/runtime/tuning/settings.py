@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_sql.runtime.llama.backend import default_threads, repack_is_safe
-from edge_sql.runtime.state.identity import physical_cores
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, DEFAULT_UBATCH, SessionOptions, SpeculateMode
+from edge_sql.runtime.state.identity import physical_cores
 
 UBATCHES = (64, 128, 256, 512)
 

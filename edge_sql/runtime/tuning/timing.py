@@ -21,8 +21,8 @@ from dataclasses import replace
 import numpy as np
 
 from edge_sql.runtime.llama.backend import default_threads
-from edge_sql.runtime.state.prefix_state import StateSnapshot
 from edge_sql.runtime.session import Session
+from edge_sql.runtime.state.prefix_state import StateSnapshot
 from edge_sql.runtime.state.stretched_state import stretch_snapshot
 from edge_sql.runtime.tuning.memory import memory_bound
 from edge_sql.runtime.tuning.plan import RunPlan
@@ -52,8 +52,9 @@ def _stretched_states(base: Session, points: Sequence[int], rng: np.random.Gener
     base.reset()
     base.eval(rng.choice(pool, min(STRETCH_BASE, points[0])).tolist())
     short = base.snapshot()
-    states = {point: stretch_snapshot(short, point) for point in points}
-    if any(state is None for state in states.values()) or not base.restore(states[points[-1]]):
+    stretched = {point: stretch_snapshot(short, point) for point in points}
+    states = {point: state for point, state in stretched.items() if state is not None}
+    if len(states) < len(stretched) or not base.restore(states[points[-1]]):
         return None
     base.eval(rng.choice(pool, 1).tolist())  # llama.cpp accepts a step after the longest
     return states
@@ -67,6 +68,7 @@ def _contexts(plan: RunPlan, flash_attn: bool | None, *, stretch: bool) -> dict[
     with Session(plan.model_path, n_ctx=plan.n_ctx, n_threads=default_threads(), n_gpu_layers=0,
                  flash_attn=flash_attn) as base:
         inputs.draw(base.n_vocab)
+        assert inputs.pool is not None  # drawn
         states = _stretched_states(base, plan.points, inputs.rng, inputs.pool) if stretch else None
         return states if states is not None else _filled_states(base, plan.points, inputs.rng, inputs.pool)
 
@@ -242,6 +244,7 @@ def _time_references(plan: RunPlan, refs: Sequence[Settings], n_core: int,
         rest = max(0, len(inputs.decode) - 1 - half) / half
         second = sum(sum(ticks[ref, p]) for ref in done for p in points) * rest + sum(warm_s.values())
         if rest and plan.budget.allows(second):
+            assert session is not None  # the first round opened one (done is not empty)
             for ref in done[::-1]:
                 if ref != done[-1]:  # the last reference's session is still open
                     session.close()
