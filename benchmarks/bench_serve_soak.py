@@ -50,7 +50,7 @@ from edge_sql.bench.machine import cpu_model  # noqa: E402
 
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 LISTENING = re.compile(r"listening on http://\S+?:(\d+) ")
-ASK_LINE = re.compile(r"^edge-sql serve: ask #(\d+) ", re.M)
+ASK_LINE = re.compile(r"^edge-sql serve: ask #(\d+) ", re.MULTILINE)
 KINDS = ("json", "sse", "mcp", "openai", "cancel", "disconnect")
 QUESTIONS = ["How many albums are there?", "Which artist has the most albums?", "List the genres.",
              "Which customer spent the most?", "How many tracks are longer than five minutes?"]
@@ -429,34 +429,35 @@ def check(figures: dict[str, Any]) -> list[str]:
 
 
 def report(args: argparse.Namespace, figures: dict[str, Any], problems: list[str]) -> str:
+    f = figures
+    setup = (f"CPU: {cpu_model()} ({platform.machine()}), shared with other work while it ran; model "
+             f"`{Path(args.model).name}`, `--threads {args.threads} --ctx {args.ctx} --max-rounds {args.max_rounds} "
+             f"--think-tokens {args.think_tokens} --parallel {args.parallel} --queue-size {args.queue_size}`.")
+    load = (f"{f['clients']} clients x {f['asks_per_client']} asks (rotating JSON, SSE, MCP, OpenAI stream, "
+            "cancel, mid-stream disconnect; a /v1/query after each and an MCP list_databases every other), one "
+            f"client timing /v1/query back to back, one sending {f['hostile_kinds']} kinds of hostile "
+            f"request in a loop; {f['wall_s']} s.")
+    rows = [
+        ("asks accepted / read to the end / outcomes received",
+         f"{f['asks_accepted']} / {f['asks_read_to_the_end']} / {f['outcomes_received']}"),
+        ("asks lost / answered twice", f"{len(f['lost'])} / {len(f['answered_twice'])}"),
+        ("server: asks queued / ended / `ask #N` lines twice or missing",
+         f"{f['server_ask_numbers']} / {f['server_jobs_ended']} / {len(f['server_ask_lines_twice'])} or "
+         f"{len(f['server_ask_numbers_missing'])}"),
+        ("server counts at the end", str(f["queue_counts"])),
+        ("queue at the end", str(f["queue_at_end"])),
+        ("hostile requests sent / let in", f"{f['hostile_sent']} / {len(f['hostile_let_in'])}"),
+        ("/v1/query under load: n, p50, p95", f"{f['query_n']}, {f['query_p50_ms']} ms, {f['query_p95_ms']} ms"),
+        ("server RSS at start / end", f"{f['rss_start_mb']} MiB / {f['rss_end_mb']} MiB"),
+        ("database SHA-256 before", f"`{f['db_sha256_before']}`"),
+        ("database SHA-256 after", f"`{f['db_sha256_after']}`"),
+        ("client errors", str(len(f["client_errors"]))),
+    ]
     lines = [
-        "# `edge-sql serve` soak", "",
-        f"`{' '.join(sys.argv)}`", "",
-        f"CPU: {cpu_model()} ({platform.machine()}), shared with other work while it ran; model "
-        f"`{Path(args.model).name}`, `--threads {args.threads} --ctx {args.ctx} --max-rounds {args.max_rounds} "
-        f"--think-tokens {args.think_tokens} --parallel {args.parallel} --queue-size {args.queue_size}`.", "",
-        f"{figures['clients']} clients x {figures['asks_per_client']} asks (rotating JSON, SSE, MCP, OpenAI stream, "
-        f"cancel, mid-stream disconnect; a /v1/query after each and an MCP list_databases every other), one "
-        f"client timing /v1/query back to back, one sending {figures['hostile_kinds']} kinds of hostile "
-        f"request in a loop; {figures['wall_s']} s.", "",
-        "| figure | value |", "|---|---|",
-        f"| asks accepted / read to the end / outcomes received | {figures['asks_accepted']} / "
-        f"{figures['asks_read_to_the_end']} / {figures['outcomes_received']} |",
-        f"| asks lost / answered twice | {len(figures['lost'])} / {len(figures['answered_twice'])} |",
-        f"| server: asks queued / ended / `ask #N` lines twice or missing | {figures['server_ask_numbers']} / "
-        f"{figures['server_jobs_ended']} / {len(figures['server_ask_lines_twice'])} or "
-        f"{len(figures['server_ask_numbers_missing'])} |",
-        f"| server counts at the end | {figures['queue_counts']} |",
-        f"| queue at the end | {figures['queue_at_end']} |",
-        f"| hostile requests sent / let in | {figures['hostile_sent']} / {len(figures['hostile_let_in'])} |",
-        f"| /v1/query under load: n, p50, p95 | {figures['query_n']}, {figures['query_p50_ms']} ms, "
-        f"{figures['query_p95_ms']} ms |",
-        f"| server RSS at start / end | {figures['rss_start_mb']} MiB / {figures['rss_end_mb']} MiB |",
-        f"| database SHA-256 before / after | `{figures['db_sha256_before'][:16]}…` / "
-        f"`{figures['db_sha256_after'][:16]}…` |",
-        f"| client errors | {len(figures['client_errors'])} |", "",
+        "# `edge-sql serve` soak", "", f"`{' '.join(sys.argv)}`", "", setup, "", load, "",
+        "| figure | value |", "|---|---|", *[f"| {name} | {value} |" for name, value in rows], "",
         "Requests by kind and status:", "", "| kind status | n |", "|---|---|",
-        *[f"| {key} | {n} |" for key, n in figures["statuses"].items()], "",
+        *[f"| {key} | {n} |" for key, n in f["statuses"].items()], "",
         "Checks: " + ("all held." if not problems else "; ".join(problems)), "",
     ]
     return "\n".join(lines)

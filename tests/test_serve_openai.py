@@ -43,7 +43,7 @@ def metrics(server: ServerProcess) -> dict[str, float]:
     """`name{labels}` -> value, from the Prometheus text."""
     status, headers, text = server.request("GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(edge_sql_\S+) (\S+)$", text, re.M)}
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(edge_sql_\S+) (\S+)$", text, re.MULTILINE)}
 
 
 def timeless(text: str) -> str:
@@ -78,7 +78,7 @@ def test_chat_completion_and_its_stream_are_the_same_episode(server, client, chi
     status, _, answer = server.request("POST", "/v1/ask", {"question": QUESTION, "database": "chinook", "seed": 5})
     assert status == 200
     assert whole.usage.completion_tokens == answer["stats"]["generated_tokens"]
-    assert re.findall(r"^Round (\d+)$", reasoning, re.M) == [str(r["index"]) for r in answer["rounds"]]
+    assert re.findall(r"^Round (\d+)$", reasoning, re.MULTILINE) == [str(r["index"]) for r in answer["rounds"]]
     if answer["sql"] is not None:
         assert content.startswith(f"```sql\n{answer['sql'].strip()}\n```")
         assert f"\n\n{len(answer['rows'])} row" in content

@@ -61,10 +61,11 @@ def normalize_origin(url: str) -> str:
 def machine_names() -> set[str]:
     """This machine's own names and addresses (for a wildcard bind): its host name, fully
     qualified name, what they resolve to, and the addresses it would use towards other hosts."""
-    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
-    for name in list(names):
+    own = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    names = set(own)
+    for name in own:
         try:
-            names.update(info[4][0].lower() for info in socket.getaddrinfo(name, None))
+            names.update(str(info[4][0]).lower() for info in socket.getaddrinfo(name, None))
         except OSError:
             pass
     for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):

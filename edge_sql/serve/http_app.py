@@ -33,7 +33,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edge_sql.agent.result import json_value
@@ -97,7 +97,7 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
     async def metrics_endpoint(request: Request) -> Response:
         return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v1/ask", ask_endpoint, methods=["POST"]),
         Route("/v1/databases", databases_endpoint, methods=["GET"]),
         Route("/health", health_endpoint, methods=["GET"]),
@@ -119,7 +119,8 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown path 404, wrong method 405) as JSON too."""
     assert isinstance(exc, HTTPException)
-    return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=exc.headers)
+    headers = dict(exc.headers) if exc.headers else None
+    return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=headers)
 
 
 class BearerToken:

@@ -170,8 +170,9 @@ class Reply:
 def event_reasoning(event: EpisodeEvent) -> str:
     if event.kind == "round":
         return f"Round {event.round}\n"
-    if event.kind == "think" and event.text.strip():
-        return event.text.strip() + "\n"
+    think = (event.text or "").strip()
+    if event.kind == "think" and think:
+        return think + "\n"
     if event.kind == "call" and event.call is not None:
         return f"- {call_line(event.call)}\n"
     if event.kind == "forced":
