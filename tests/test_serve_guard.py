@@ -268,5 +268,7 @@ def test_the_mcp_guard_agrees_with_ours():
     for host, origin in cases:
         ours = allow.host_allowed(host) and (origin is None or allow.origin_allowed(origin, host))
         assert anyio.run(sdk_allows, host, origin) == ours, (host, origin)
+    assert AllowList.build("[::]", names={"box"}).hosts == {"localhost", "127.0.0.1", "::1", "box"}
+    assert AllowList.build("[::1]").hosts == AllowList.build("::1").hosts == {"localhost", "127.0.0.1", "::1"}
     assert AllowList.build("0.0.0.0", names={"box", "10.0.0.7"}).hosts == {"localhost", "127.0.0.1", "::1", "box",
                                                                           "10.0.0.7"}

@@ -92,7 +92,8 @@ class AllowList:
         """Loopback, the bound address (a wildcard: `names`, by default this machine's), the
         operator's `allow_hosts`; `cors_origins` normalized (ValueError for one that is not an origin)."""
         hosts = set(LOOPBACK_NAMES)
-        address = host_name(bound) if bound.strip() not in WILDCARD_ADDRESSES else ""
+        address = host_name(bound)
+        address = "" if address in WILDCARD_ADDRESSES else address
         if address:
             hosts.add(address)
         else:
@@ -159,6 +160,9 @@ class Guard:
         host = headers.get("host", "")
         origin = headers.get("origin")
         response = self.check(scope, headers, host, origin)
+        if response is not None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # policy violation (none is served today)
+            return
         if response is not None:
             await response(scope, receive, send)
             return
