@@ -28,6 +28,7 @@ import hashlib
 import http.client
 import itertools
 import json
+import os
 import platform
 import re
 import shutil
@@ -430,7 +431,11 @@ def check(figures: dict[str, Any]) -> list[str]:
 
 def report(args: argparse.Namespace, figures: dict[str, Any], problems: list[str]) -> str:
     f = figures
-    setup = (f"CPU: {cpu_model()} ({platform.machine()}), shared with other work while it ran; model "
+    import psutil
+
+    memory_gib = psutil.virtual_memory().total / 2**30
+    setup = (f"CPU: {cpu_model()} ({platform.machine()}, {os.cpu_count()} CPUs, {memory_gib:.0f} GiB), shared "
+             "with other work while it ran; model "
              f"`{Path(args.model).name}`, `--threads {args.threads} --ctx {args.ctx} --max-rounds {args.max_rounds} "
              f"--think-tokens {args.think_tokens} --parallel {args.parallel} --queue-size {args.queue_size}`.")
     load = (f"{f['clients']} clients x {f['asks_per_client']} asks (rotating JSON, SSE, MCP, OpenAI stream, "
