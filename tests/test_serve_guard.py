@@ -221,6 +221,13 @@ def test_with_a_token_and_every_address(opened):
                         headers={"Content-Type": "text/plain", **auth})
     assert status == 415
     assert not re.search(r"^edge-sql serve: [A-Z]+ /\S* \d{3} [\d.]+ ms$", opened.log(), re.MULTILINE)  # --quiet
+    # the OpenAI client sends its api_key as the bearer token
+    import openai
+
+    models = openai.OpenAI(base_url=f"http://127.0.0.1:{opened.port}/v1", api_key=TOKEN, max_retries=0).models.list()
+    assert [model.id for model in models] == ["edge-sql/chinook"]
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"http://127.0.0.1:{opened.port}/v1", api_key="wrong", max_retries=0).models.list()
 
 
 def test_mistaken_options(tiny_gguf_fast, chinook):
