@@ -14,6 +14,7 @@ from edge_sql.commands.options import budget_options, context_option, speculate_
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from edge_sql.agent.budget import Budget
     from edge_sql.runtime import SpeculateMode
+    from edge_sql.serve.guard import AllowList
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class ServeOptions:
     speculate: SpeculateMode = "off"
     open_page: bool = False
     parallel: int = 1
+    allow: AllowList | None = None  # the guard's Host names and origins (None: loopback and the bound address)
+    quiet: bool = False  # no access-log line per request
 
 
 def _log(message: str) -> None:
@@ -74,6 +77,13 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--open", "open_page", is_flag=True, help="Open the web page in the default browser once the server listens.")
 @click.option("--token", envvar="EDGE_SQL_TOKEN", default=None,
               help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Another Host name (or address) to answer, besides loopback and the bound address: "
+              "a LAN name, or the name a reverse proxy passes (repeatable). Other Hosts get 421.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="URL",
+              help="A web app's origin (scheme://host[:port]) that may call the API from a browser: its "
+              "preflights are answered and it gets CORS headers (repeatable). Other origins get 403.")
+@click.option("--quiet", is_flag=True, help="No access-log line per HTTP request on stderr.")
 @click.option("--model", default=None, metavar="PATH|NAME", help="A .gguf file or a model-store name (default: the default model).")
 @click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
               help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
@@ -95,7 +105,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--max-question", type=click.IntRange(min=1), default=2000, show_default=True, help="Longest question in characters (422 above).")
 @click.option("--max-rows", type=click.IntRange(min=1), default=200, show_default=True, help="Rows of an answer returned to clients.")
 def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, open_page: bool,
-            token: str | None,
+            token: str | None, allow_hosts: tuple[str, ...], cors_origins: tuple[str, ...], quiet: bool,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
             budget: dict[str, int], no_tune: bool, parallel: int, queue_size: int, queue_timeout: float, max_body: int,
             max_question: int, max_rows: int, speculate: SpeculateMode = "off") -> None:
@@ -109,13 +119,15 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
       edge-sql serve --mcp --db chinook=chinook.sqlite
       edge-sql serve --db chinook=chinook.sqlite --port 8765
       edge-sql serve --db chinook=chinook.sqlite --open        # the web page, in your browser
-      curl -s localhost:8765/v1/ask -d '{"question": "How many albums?", "database": "chinook"}'
+      curl -s localhost:8765/v1/ask -H 'Content-Type: application/json' \\
+           -d '{"question": "How many albums?", "database": "chinook"}'
     """
     databases = _databases(db_items)
     http = use_http or not use_mcp
     _check_token(token, http, host)
     if open_page and not http:
         raise click.UsageError("--open opens the web page, which needs HTTP: add --http (or drop --mcp)")
+    allow = _allow_list(http, host, allow_hosts, cors_origins)
     from edge_sql.agent.budget import Budget
 
     _serve(ServeOptions(
@@ -123,7 +135,21 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
         threads=threads, n_ctx=n_ctx, prompt_file=prompt_file, budget=Budget(**{"max_result_rows": max_rows, **budget}),
         queue_size=queue_size, queue_timeout=queue_timeout, max_body=max_body, max_question=max_question,
         max_rows=max_rows, tune=not no_tune, speculate=speculate, open_page=open_page, parallel=parallel,
+        allow=allow, quiet=quiet,
     ))
+
+
+def _allow_list(http: bool, host: str, allow_hosts: tuple[str, ...], cors_origins: tuple[str, ...]) -> AllowList:
+    """The guard's Host names and origins (loopback, the bound address, the operator's), checked now."""
+    from edge_sql.serve.guard import AllowList
+
+    if not http and (allow_hosts or cors_origins):
+        raise click.UsageError("--allow-host and --cors-origin guard the HTTP server, and --mcp alone serves "
+                               "over stdio: add --http, or leave them out")
+    try:
+        return AllowList.build(host, allow_hosts, cors_origins)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cors-origin") from None
 
 
 def _check_token(token: str | None, http: bool, host: str) -> None:
@@ -171,7 +197,8 @@ def _serve(options: ServeOptions) -> None:
             service = Service(agent, databases, limits, log=_log)
             try:
                 if listener is not None:
-                    serve_http(service, listener, o.host, token=o.token, log=_log, open_page=o.open_page)
+                    serve_http(service, listener, o.host, token=o.token, log=_log, open_page=o.open_page,
+                               allow=o.allow, quiet=o.quiet)
                 else:
                     _log(f"MCP over stdio; databases: {', '.join(databases)}")
                     serve_stdio(service)

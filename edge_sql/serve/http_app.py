@@ -8,6 +8,11 @@
     POST /v1/query      {database, sql} -> columns, rows, truncated: the client's own read-only SQL
                         (the web page's "Run"), run as the tools run an answer
     GET  /              the web page (web.py), served without the token; its API calls carry it
+    GET  /metrics       Prometheus text format (metrics.py)
+    GET  /v1/models, POST /v1/chat/completions: OpenAI-compatible (openai_api.py)
+
+Every request first passes the guard (guard.py: Host 421, Origin 403, a POST body not JSON 415)
+and, with `access_log`, is logged as one line when its response ends.
 
 Errors are JSON `{"error": message}`: 400 for SQL that fails or is refused (/v1/query, with the
 tools' message), 401 without the bearer token (when one is set), 404 for
@@ -21,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -41,6 +46,9 @@ from edge_sql.errors import (
     RetryLater,
     UnknownDatabase,
 )
+from edge_sql.serve.access_log import AccessLog
+from edge_sql.serve.guard import AllowList, Guard
+from edge_sql.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edge_sql.serve.queue import Finished, Job, Position
 from edge_sql.serve.request import AskRequest, QueryRequest
 from edge_sql.serve.service import Service
@@ -75,8 +83,12 @@ def error_response(exc: EdgeSqlError | None) -> JSONResponse:
 
 
 def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette | None = None,
-              mcp_lifespan: Any = None) -> ASGIApp:
-    """The ASGI app; `mcp_app` (the SDK's streamable HTTP app) adds its /mcp route and lifespan."""
+              mcp_lifespan: Any = None, allow: AllowList | None = None,
+              access_log: Callable[[str], None] | None = None) -> ASGIApp:
+    """The ASGI app; `mcp_app` (the SDK's streamable HTTP app) adds its /mcp route and lifespan.
+
+    `allow` is what the guard lets in (default: loopback only); `access_log` gets one line per request.
+    """
     async def ask_endpoint(request: Request) -> Response:
         return await ask(service, request)
 
@@ -89,23 +101,33 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
     async def query_endpoint(request: Request) -> Response:
         return await query(service, request)
 
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+
     routes: list[BaseRoute] = [
         Route("/v1/ask", ask_endpoint, methods=["POST"]),
         Route("/v1/databases", databases_endpoint, methods=["GET"]),
         Route("/health", health_endpoint, methods=["GET"]),
         Route("/v1/query", query_endpoint, methods=["POST"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]
+    from edge_sql.serve.openai_api import openai_routes  # it builds on this module's streams and errors
+
+    routes.extend(openai_routes(service))
     if mcp_app is not None:
         routes.extend(mcp_app.routes)
     app = Starlette(routes=routes, lifespan=mcp_lifespan,
                     exception_handlers={HTTPException: _http_error})
-    return PageInFront(BearerToken(app, token) if token else app)
+    guarded: ASGIApp = Guard(PageInFront(BearerToken(app, token) if token else app),
+                             allow if allow is not None else AllowList.build("127.0.0.1"))
+    return AccessLog(guarded, access_log) if access_log is not None else guarded
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown path 404, wrong method 405) as JSON too."""
     assert isinstance(exc, HTTPException)
-    return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=exc.headers)
+    headers = dict(exc.headers) if exc.headers else None
+    return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=headers)
 
 
 class BearerToken:
@@ -149,7 +171,7 @@ async def ask(service: Service, request: Request) -> Response:
         return error_response(exc)
     if "text/event-stream" in request.headers.get("accept", ""):
         return EventStream(job)
-    watcher = asyncio.ensure_future(_cancel_on_disconnect(request.receive, job))
+    watcher = asyncio.ensure_future(cancel_on_disconnect(request.receive, job))
     try:
         outcome = await job.wait()
     finally:
@@ -175,7 +197,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _cancel_on_disconnect(receive: Receive, job: Job) -> None:
+async def cancel_on_disconnect(receive: Receive, job: Job) -> None:
     """Wait for the client to go away (the body is already read), then cancel the job."""
     while True:
         message = await receive()
@@ -218,20 +240,22 @@ async def job_events(job: Job) -> AsyncIterator[bytes]:
 
 
 class EventStream(Response):
-    """A text/event-stream response that cancels the job as soon as the client disconnects."""
+    """A text/event-stream response that cancels the job as soon as the client disconnects;
+    its events are `chunks` (by default `job_events`: the /v1/ask stream)."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, chunks: AsyncIterator[bytes] | None = None) -> None:
         self.job = job
+        self.chunks = chunks if chunks is not None else job_events(job)
         self.status_code = 200
         self.background = None
         self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                             (b"x-accel-buffering", b"no")]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, self.job))
+        watcher = asyncio.ensure_future(cancel_on_disconnect(receive, self.job))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for chunk in job_events(self.job):
+            async for chunk in self.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the client is gone; the watcher has cancelled the job

@@ -75,6 +75,7 @@ class Job:
         self.request = request
         self.path = path
         self.submitted = time.monotonic()
+        self.started: float | None = None  # when its episode started (it left the queue)
         self.state: JobState = "queued"  # queued -> running -> done; or queued -> withdrawn
         self.stop = threading.Event()    # read by the episode, in the executor, at every token
         self.outcome: Finished | None = None
@@ -133,7 +134,10 @@ class AskQueue:
     """
 
     def __init__(self, ask: Ask, *, parallel: int = 1, max_waiting: int = 8, wait_timeout_s: float = 300.0,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+                 log: Callable[[str], None] = lambda _m: None,
+                 on_ended: Callable[[Job, Finished, float | None], None] | None = None) -> None:
+        """`on_ended(job, outcome, episode_s)` is called on the loop as each job ends (episode_s:
+        None when it never ran), for the metrics."""
         if max_waiting < 0:
             raise ValueError("max_waiting must be at least 0")
         if parallel < 1:
@@ -143,6 +147,7 @@ class AskQueue:
         self.max_waiting = max_waiting
         self.wait_timeout_s = wait_timeout_s
         self._log = log
+        self._on_ended = on_ended
         self._waiting: collections.deque[Job] = collections.deque()
         self._running: list[Job] = []   # in the order they started; never more than `parallel`
         self._tasks: set[asyncio.Task[None]] = set()
@@ -184,7 +189,9 @@ class AskQueue:
             self.counts.cancelled += 1
         self._post_positions()
         self._log(f"ask #{job.number} ({job.request.database}): {reason}")
-        job.post(Finished(error=reason))
+        outcome = Finished(error=reason)
+        self._ended(job, outcome, None)
+        job.post(outcome)
         return True
 
     def snapshot(self) -> dict[str, object]:
@@ -199,6 +206,17 @@ class AskQueue:
             "wait_timeout_s": self.wait_timeout_s,
             **vars(self.counts),
         }
+
+    def by_database(self) -> dict[str, tuple[int, int]]:
+        """Waiting and running jobs per database name (for the metrics)."""
+        counts: dict[str, tuple[int, int]] = {}
+        for job in self._waiting:
+            waiting, running = counts.get(job.request.database, (0, 0))
+            counts[job.request.database] = (waiting + 1, running)
+        for job in self._running:
+            waiting, running = counts.get(job.request.database, (0, 0))
+            counts[job.request.database] = (waiting, running + 1)
+        return counts
 
     def retry_after_s(self) -> int:
         """Seconds until a place is likely to free up: one mean episode over the slots, at least 1."""
@@ -236,6 +254,7 @@ class AskQueue:
             job = self._waiting.popleft()
             self._running.append(job)
             job.state = "running"
+            job.started = time.monotonic()
             if job._wait_timer is not None:
                 job._wait_timer.cancel()
             job.post(Position(0))
@@ -268,7 +287,15 @@ class AskQueue:
         self._running.remove(job)
         self._promote()  # hand over in the same step: a job never waits while a slot is free (what /health shows)
         self._log(self._summary(job, outcome, elapsed))
+        self._ended(job, outcome, elapsed)
         job.post(outcome)
+
+    def _ended(self, job: Job, outcome: Finished, episode_s: float | None) -> None:
+        if self._on_ended is not None:
+            try:
+                self._on_ended(job, outcome, episode_s)
+            except Exception as exc:  # the metrics must never cost a client its answer
+                self._log(f"metrics: {type(exc).__name__}: {exc}")
 
     # ---- in one of the executor's threads -------------------------------------------------------
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from edge_sql.errors import ListenError
+from edge_sql.serve.guard import AllowList
 from edge_sql.serve.service import Service
 
 
@@ -64,19 +65,28 @@ def _bind_reason(exc: OSError, port: int) -> str:
 
 
 def serve_http(service: Service, sock: socket.socket, host: str, *, token: str | None,
-               log: Callable[[str], None], open_page: bool = False) -> None:
+               log: Callable[[str], None], open_page: bool = False, allow: AllowList | None = None,
+               quiet: bool = False) -> None:
     """The HTTP API and MCP streamable HTTP on the socket from `bind`, until SIGINT/SIGTERM; with
-    `open_page`, the web page opens in the default browser (the socket listens: its request waits)."""
+    `open_page`, the web page opens in the default browser (the socket listens: its request waits).
+
+    `allow` (default: loopback and `host`) guards every route, and configures the MCP SDK's own
+    transport guard too; without `quiet`, each request is logged as one line."""
     import uvicorn
 
     from edge_sql.serve.http_app import build_app
     from edge_sql.serve.mcp_server import build_mcp
 
+    allow = allow if allow is not None else AllowList.build(host)
     mcp = build_mcp(service)
-    mcp_app = mcp.streamable_http_app(host=host)
-    app = build_app(service, token=token, mcp_app=mcp_app, mcp_lifespan=lambda _app: mcp.session_manager.run())
+    mcp_app = mcp.streamable_http_app(host=host, transport_security=allow.transport_security())
+    app = build_app(service, token=token, mcp_app=mcp_app, mcp_lifespan=lambda _app: mcp.session_manager.run(),
+                    allow=allow, access_log=None if quiet else log)
     bound_port = sock.getsockname()[1]
-    log(f"listening on http://{url_host(host)}:{bound_port} (POST /v1/ask, GET /v1/databases, GET /health, MCP at /mcp)")
+    log(f"listening on http://{url_host(host)}:{bound_port} (POST /v1/ask, GET /v1/databases, GET /health, "
+        "GET /metrics, MCP at /mcp)")
+    log(f"answering Host names: {', '.join(sorted(allow.hosts))}"
+        + (f"; cross-origin web apps: {', '.join(allow.cors_origins)}" if allow.cors_origins else ""))
     if open_page:
         url = f"http://{page_host(host)}:{bound_port}/"
         log(f"opening {url} in the browser")

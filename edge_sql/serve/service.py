@@ -18,8 +18,9 @@ from typing import Any
 
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
-from edge_sql.serve.queue import AskQueue, Job
+from edge_sql.errors import BadRequest, EdgeSqlError, QueueFull, UnknownDatabase
+from edge_sql.serve.metrics import ServeMetrics, outcome_of
+from edge_sql.serve.queue import AskQueue, Finished, Job
 from edge_sql.serve.request import AskRequest
 from edge_sql.tools import QueryResult, ReadOnlyDatabase
 
@@ -85,7 +86,15 @@ class Service:
                 self.databases[name] = DatabaseEntry(name, Path(path), db.table_names())
         self.variant = model_variant(agent.info.model_path)
         self.queue = AskQueue(self._ask, parallel=limits.parallel, max_waiting=limits.max_waiting,
-                              wait_timeout_s=limits.wait_timeout_s, log=log)
+                              wait_timeout_s=limits.wait_timeout_s, log=log, on_ended=self._ended)
+        self.metrics = ServeMetrics(list(self.databases), self.queue.by_database)
+
+    def _ended(self, job: Job, outcome: Finished, episode_s: float | None) -> None:
+        result = outcome.result
+        kind = outcome_of(result.stop if result else None, bool(result and result.sql), outcome.error)
+        waited = job.started - job.submitted if job.started is not None else None
+        self.metrics.ended(job.request.database, kind, result.stats if result else None, waited_s=waited,
+                           ran_s=episode_s)
 
     def _ask(self, request: AskRequest, db: ReadOnlyDatabase, on_event: Callable[[EpisodeEvent], None],
              should_stop: Callable[[], bool]) -> EpisodeResult:
@@ -115,7 +124,12 @@ class Service:
 
     def submit(self, request: AskRequest) -> Job:
         """Check and queue a request (on the event loop that reads it); raises QueueFull when full."""
-        return self.queue.submit(request, self.check(request))
+        path = self.check(request)
+        try:
+            return self.queue.submit(request, path)
+        except QueueFull:
+            self.metrics.ended(request.database, "refused")
+            raise
 
     def query(self, database: str, sql: str) -> QueryResult:
         """Run a client's own SQL on a named database as the tools run an answer: read-only,

@@ -1,0 +1,234 @@
+"""The OpenAI-compatible face of `serve`, for the chat tools people already run (Open WebUI,
+LibreChat, the `llm` CLI, Continue, agents built on the `openai` client).
+
+    GET  /v1/models            one model per served database: `edge-sql/NAME`
+    POST /v1/chat/completions  the last user message is the question for the model's database;
+                               the reply is Markdown (the SQL fenced, the first rows as a table,
+                               the row count, the stats line), the agent's rounds go in
+                               `reasoning_content` (what reasoning-aware clients fold away);
+                               `stream: true` sends them as chat-completion chunks as they happen
+
+The episode is the same one `/v1/ask` runs (same queue, limits, seed); earlier turns of the
+conversation are not used. Errors have OpenAI's shape, `{"error": {"message", "type", "param",
+"code"}}`. A client that closes the connection (or the stream) cancels the episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from edge_sql.agent.display import call_line, stats_line
+from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
+from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
+from edge_sql.serve.http_app import EventStream, cancel_on_disconnect, http_status, read_body
+from edge_sql.serve.queue import Finished, Job
+from edge_sql.serve.request import AskRequest
+from edge_sql.serve.service import Service
+
+MODEL_PREFIX = "edge-sql/"
+TABLE_ROWS = 20   # rows of the answer shown in the reply's table
+CELL_CHARS = 60   # longer cells are cut in the table (the whole value is in /v1/ask's JSON)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    """What this server reads of a chat-completion request; other fields (temperature, ...) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    messages: list[ChatMessage]
+    stream: bool = False
+    seed: int | None = None
+
+
+def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
+                        status_code=status)
+
+
+def error_body(exc: EdgeSqlError | None) -> tuple[int, dict[str, Any]]:
+    status, _ = http_status(exc)
+    param, code = ("model", "model_not_found") if isinstance(exc, UnknownDatabase) else (None, None)
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return status, {"error": {"message": str(exc), "type": kind, "param": param, "code": code}}
+
+
+def openai_routes(service: Service) -> list[Route]:
+    created = int(time.time())
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": MODEL_PREFIX + name, "object": "model", "created": created, "owned_by": "edge-sql"}
+            for name in service.databases]})
+
+    async def completions(request: Request) -> Response:
+        return await chat_completions(service, request)
+
+    return [Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/chat/completions", completions, methods=["POST"])]
+
+
+def ask_request(chat: ChatRequest) -> AskRequest:
+    """The question (the last user message's text) for the database the model names."""
+    database = chat.model.removeprefix(MODEL_PREFIX)
+    for message in reversed(chat.messages):
+        if message.role == "user":
+            content = message.content
+            text = content if isinstance(content, str) else "\n".join(
+                str(part.get("text", "")) for part in content or [] if part.get("type") == "text")
+            arguments = {"question": text, "database": database}
+            return AskRequest.from_arguments(arguments if chat.seed is None else {**arguments, "seed": chat.seed})
+    raise BadRequest("messages has no user message: the last one is the question")
+
+
+async def chat_completions(service: Service, request: Request) -> Response:
+    try:
+        body = await read_body(request, service.limits.max_body_bytes)
+        try:
+            chat = ChatRequest.model_validate_json(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "body"
+            return openai_error(400, f"{where}: {first['msg']}", param=where)
+        job = service.submit(ask_request(chat))
+    except EdgeSqlError as exc:
+        status, error = error_body(exc)
+        return JSONResponse(error, status_code=status, headers=http_status(exc)[1])
+    reply = Reply(chat.model)
+    if chat.stream:
+        return EventStream(job, reply.chunks(job))
+    watcher = asyncio.ensure_future(cancel_on_disconnect(request.receive, job))
+    try:
+        outcome = await job.wait()
+    finally:
+        watcher.cancel()
+        if not job.finished:
+            job.cancel()
+    if outcome.result is None:
+        status, error = error_body(outcome.error)
+        return JSONResponse(error, status_code=status, headers=http_status(outcome.error)[1])
+    return JSONResponse(reply.completion(outcome.result))
+
+
+class Reply:
+    """One chat completion's id, model and wrapping, whole or as chunks."""
+
+    def __init__(self, model: str) -> None:
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.model = model
+        self.created = int(time.time())
+
+    def completion(self, result: EpisodeResult) -> dict[str, Any]:
+        message = {"role": "assistant", "content": answer_markdown(result), "reasoning_content": reasoning(result)}
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage(result)}
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        data = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+    async def chunks(self, job: Job) -> AsyncIterator[bytes]:
+        """The role, a reasoning chunk per round, thinking and call as they happen, the answer, usage."""
+        yield self.chunk({"role": "assistant", "content": ""})
+        async for item in job.updates():
+            if isinstance(item, Finished):
+                if item.result is not None:
+                    yield self.chunk({"content": answer_markdown(item.result)})
+                    yield self.chunk({}, "stop", usage=usage(item.result))
+                else:
+                    _, error = error_body(item.error)
+                    yield f"data: {json.dumps(error, ensure_ascii=False)}\n\n".encode()
+            elif isinstance(item, EpisodeEvent):
+                text = event_reasoning(item)
+                if text:
+                    yield self.chunk({"reasoning_content": text})
+        yield b"data: [DONE]\n\n"
+
+
+# ---- the text: the same whether streamed or not -----------------------------------------------
+
+
+def event_reasoning(event: EpisodeEvent) -> str:
+    if event.kind == "round":
+        return f"Round {event.round}\n"
+    think = (event.text or "").strip()
+    if event.kind == "think" and think:
+        return think + "\n"
+    if event.kind == "call" and event.call is not None:
+        return f"- {call_line(event.call)}\n"
+    if event.kind == "forced":
+        return f"Final answer forced ({event.reason})\n"
+    return ""
+
+
+def round_reasoning(record: RoundRecord) -> str:
+    think = record.think.strip()
+    return f"Round {record.index}\n" + (think + "\n" if think else "") + "".join(
+        f"- {call_line(call)}\n" for call in record.calls)
+
+
+def reasoning(result: EpisodeResult) -> str:
+    forced = f"Final answer forced ({result.force_reason})\n" if result.forced else ""
+    return "".join(round_reasoning(r) for r in result.rounds) + forced
+
+
+def usage(result: EpisodeResult) -> dict[str, Any]:
+    stats = result.stats
+    cached = int(stats.get("prefix_tokens_restored", 0))
+    prompt = int(stats.get("prompt_tokens_evaluated", 0)) + cached
+    completion = int(stats.get("generated_tokens", 0))
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def answer_markdown(result: EpisodeResult) -> str:
+    """The SQL fenced, the first rows as a table, the row count, the stats line."""
+    if result.sql is None:
+        lines = [f"No answer: {result.error or result.stop}"]
+        if result.answer:
+            lines += ["", "The model's last SQL (it did not run):", "", fence(result.answer)]
+        return "\n".join([*lines, "", stats_line(result, "no result")])
+    count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'' if len(result.rows) == 1 else 's'}"
+    shown = f", first {TABLE_ROWS} shown" if len(result.rows) > TABLE_ROWS else ""
+    parts = [fence(result.sql)]
+    if result.columns:
+        parts.append(markdown_table(result.columns, result.rows[:TABLE_ROWS]))
+    parts += [f"{count}{shown}", stats_line(result, count)]
+    return "\n\n".join(parts)
+
+
+def fence(sql: str) -> str:
+    ticks = "```" if "```" not in sql else "````"
+    return f"{ticks}sql\n{sql.strip()}\n{ticks}"
+
+
+def markdown_table(columns: list[str], rows: list[list[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        text = str(json_value(value)).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+        return text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + "…"
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
