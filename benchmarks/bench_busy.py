@@ -14,9 +14,10 @@ Candidates are set the way a user would: environment variables read by libgomp w
 loads (the bundled llama-cpp-python build runs ggml's threads through OpenMP), and
 `n_threads`. "libgomp default" pins GOMP_SPINCOUNT=300000, which is what libgomp uses when
 neither it nor OMP_WAIT_POLICY is set (its env.c: about 3 ms of spinning at every barrier
-before sleeping); "edge-sql" clears both variables and leaves the rest to edge-sql itself
-(today that is libgomp's default; it is the row that shows what edge-sql does once it sets a
-policy of its own).
+before sleeping). Every row but "edge-sql" keeps its thread count fixed (`adapt_threads=False`);
+"edge-sql" clears both variables and leaves the rest to edge-sql itself: its own short spin
+(set when edge_sql is imported) and the thread count that follows the load
+(runtime/llama/threads.py), adaptation included in its figure.
 
 Each figure is one child's; rows are measured in turn (each load's candidates back to back),
 so ratios within a load compare like with like. The CPU and load average go in the report.
@@ -39,15 +40,15 @@ CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTION = "Which country's customers spent the most money in total?"
 SPIN_DEFAULT = "300000"  # libgomp's spin count when neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY is set
 
-# name -> (environment for the child, n_threads or None for every CPU)
-CANDIDATES: dict[str, tuple[dict[str, str], int | None]] = {
-    "libgomp default": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, None),
-    "1 thread": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, 1),
-    "OMP_WAIT_POLICY=PASSIVE": ({"OMP_WAIT_POLICY": "PASSIVE"}, None),
-    "GOMP_SPINCOUNT=100000": ({"GOMP_SPINCOUNT": "100000"}, None),
-    "GOMP_SPINCOUNT=10000": ({"GOMP_SPINCOUNT": "10000"}, None),
-    "GOMP_SPINCOUNT=1000": ({"GOMP_SPINCOUNT": "1000"}, None),
-    "edge-sql": ({}, None),
+# name -> (environment for the child, n_threads or None for every CPU, thread count adapts)
+CANDIDATES: dict[str, tuple[dict[str, str], int | None, bool]] = {
+    "libgomp default": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, None, False),
+    "1 thread": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, 1, False),
+    "OMP_WAIT_POLICY=PASSIVE": ({"OMP_WAIT_POLICY": "PASSIVE"}, None, False),
+    "GOMP_SPINCOUNT=100000": ({"GOMP_SPINCOUNT": "100000"}, None, False),
+    "GOMP_SPINCOUNT=10000": ({"GOMP_SPINCOUNT": "10000"}, None, False),
+    "GOMP_SPINCOUNT=1000": ({"GOMP_SPINCOUNT": "1000"}, None, False),
+    "edge-sql": ({}, None, True),
 }
 _CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # the parent's own values never leak into a child
 
@@ -57,7 +58,7 @@ def child(cfg: dict) -> dict:
     from edge_sql.runtime import SamplingParams, Session
 
     out: dict = {}
-    with Session(cfg["model"], n_ctx=4096, n_threads=cfg["threads"]) as session:
+    with Session(cfg["model"], n_ctx=4096, n_threads=cfg["threads"], adapt_threads=cfg["adapt"]) as session:
         out["threads"] = session.info.n_threads
         prompt = session.tokenize("<|im_start|>system\nYou are a careful data analyst. " * 8)[:64]
         session.eval(prompt)
@@ -68,6 +69,7 @@ def child(cfg: dict) -> dict:
         t = completion.timings
         out["decode_tok_s"] = round(t.generated_tokens / t.generate_s, 2)
         out["tokens"] = completion.tokens
+        out["decode_threads"] = completion.timings.threads_json().get("decode", {})
         if cfg["episode"]:
             from edge_sql.agent import Budget, run_episode
             from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -84,9 +86,9 @@ def child(cfg: dict) -> dict:
 
 
 def measure(model: Path, name: str, tokens: int, episode: bool, timeout: float) -> dict:
-    env_extra, threads = CANDIDATES[name]
+    env_extra, threads, adapt = CANDIDATES[name]
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED} | env_extra
-    cfg = {"model": str(model), "threads": threads, "tokens": tokens, "episode": episode}
+    cfg = {"model": str(model), "threads": threads, "adapt": adapt, "tokens": tokens, "episode": episode}
     cmd = [sys.executable, __file__, "--child", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -95,24 +97,6 @@ def measure(model: Path, name: str, tokens: int, episode: bool, timeout: float) 
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:200]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-class Busy:
-    """`n` processes spinning on a core each while the block runs (the programs a laptop runs)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.procs: list[subprocess.Popen] = []
-
-    def __enter__(self) -> Busy:
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)]
-        time.sleep(0.5 if self.n else 0)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
 
 
 def machine() -> str:
@@ -139,6 +123,10 @@ def report(results: dict, args: argparse.Namespace) -> str:
                     cells.append("error" if "error" in row else f"{row.get(kind, float('nan')):.2f}")
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
+        adapted = [f"{n} busy: {by_load[n]['edge-sql'].get('decode_threads')}" for n in loads
+                   if "decode_threads" in by_load[n].get("edge-sql", {})]
+        if adapted:
+            lines += ["edge-sql's decode tokens per thread count: " + "; ".join(adapted) + ".", ""]
         decoded = {json.dumps(row.get("tokens")) for rows in by_load.values() for row in rows.values() if "tokens" in row}
         lines += [f"Greedy tokens the same in every row: {'yes' if len(decoded) == 1 else f'no ({len(decoded)} different)'}.", ""]
     return "\n".join(lines) + "\n"
@@ -160,11 +148,13 @@ def main() -> int:
         return 0
     if not args.models:
         parser.error("give at least one model file")
+    from edge_sql.runtime.tuning.busy import BusyPrograms
+
     results: dict[str, dict[int, dict[str, dict]]] = {}
     for model in args.models:
         by_load = results.setdefault(str(model), {})
         for n in args.busy:
-            with Busy(n):
+            with BusyPrograms(n):
                 for name in args.candidates:
                     row = measure(model, name, args.tokens, args.episode, args.timeout)
                     by_load.setdefault(n, {})[name] = row

@@ -145,3 +145,16 @@ def test_no_thread_count_changes_the_tokens(tiny_gguf_fast: Path) -> None:
     assert set(flipped_threads["decode"]) == {"1", "2"}
     assert sum(flipped_threads["decode"].values()) == sum(fixed_threads["decode"].values())
     assert "prefill" in fixed_threads or "decode" in fixed_threads
+
+
+def test_tune_times_its_choice_quiet_and_beside_a_busy_program(tiny_gguf_fast: Path) -> None:
+    """`busy_check` (what `edge-sql tune` prints): both rates measured, and the loaded run's decode
+    tokens accounted for by thread count."""
+    from edge_sql.runtime.tuning import busy_check, default_settings
+
+    check = busy_check(tiny_gguf_fast, default_settings(), tokens=24)
+    assert check.quiet_tok_s > 0 and check.loaded_tok_s > 0
+    assert sum(check.loaded_threads.values()) == 24 - 1  # the last token sampled is not decoded yet
+    assert set(check.loaded_threads) <= {str(n) for n in range(1, default_settings().n_threads + 1)}
+    assert check.line().startswith(f"decode with these settings: {check.quiet_tok_s:.1f} tok/s quiet")
+    assert check.to_json()["loaded_threads"] == check.loaded_threads

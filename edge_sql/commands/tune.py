@@ -29,7 +29,7 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
     """
     from edge_sql.api import resolve_model_path
     from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
-    from edge_sql.runtime.tuning import calibrate, save_calibration
+    from edge_sql.runtime.tuning import busy_check, calibrate, save_calibration
 
     path = resolve_model_path(model, pull_if_missing=False)
     init_backend()
@@ -40,13 +40,16 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
         return
     calibration = calibrate(path, full=not quick, progress=lambda message: click.echo(message, err=True))
     saved = save_calibration(calibration)
+    click.echo("timing the chosen settings quiet and beside one other busy program ...", err=True)
+    busy = busy_check(path, calibration.chosen)
     if as_json:
-        click.echo(json.dumps(calibration.to_json(), indent=2))
+        click.echo(json.dumps({**calibration.to_json(), "busy_check": busy.to_json()}, indent=2))
         return
     click.echo(calibration_table(calibration))
     chosen, best = calibration.chosen_measurement(), calibration.best()
     click.echo(f"\nchosen: {calibration.chosen.label} ({chosen.episode_s:.0f} s per episode predicted; "
                f"fastest measured: {best.episode_s:.0f} s)")
+    click.echo(busy.line())
     if calibration.note:
         click.echo(f"note: {calibration.note}")
     click.echo(f"calibrated in {calibration.seconds:.0f} s on {calibration.machine}, {calibration.build}; saved to {saved}")

@@ -36,7 +36,9 @@ class SessionOptions:
     refused, see `backend.repack_is_safe`). `n_ubatch=None` is 256 (`DEFAULT_UBATCH`);
     `flash_attn=None` lets llama.cpp decide (on for CPU), True/False force it (`tuning` picks
     these per machine). `mtp=True` also loads the file's multi-token-prediction head, for an
-    `MTPDrafter`.
+    `MTPDrafter`. `adapt_threads=True` lets each context run with fewer threads while the
+    machine is busy (runtime/llama/threads.py); False keeps `n_threads` fixed (calibration's
+    timings, the busy-machine benchmark's fixed rows).
 
     Speculative decoding (`speculate` "lookup", "auto" or "mtp") sizes the context for verify
     batches of up to `draft_max` drafts: logits for `draft_max + 1` positions, and for
@@ -58,6 +60,7 @@ class SessionOptions:
     speculate: SpeculateMode = field(default="off", metadata=_NOT_STATE)
     draft_max: int = DEFAULT_DRAFT_MAX
     verbose: bool = field(default=False, compare=False, metadata=_NOT_STATE)
+    adapt_threads: bool = field(default=True, metadata=_NOT_STATE)
 
     def checked(self) -> SessionOptions:
         """These options with `draft_max` 0 when speculation is off; ValueError (EdgeSqlError for

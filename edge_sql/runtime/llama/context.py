@@ -117,7 +117,7 @@ class LlamaContext(Closing):
         # the thread count follows the machine's load on the CPU (runtime/llama/threads.py); with
         # layers on a GPU the step time says little about the CPU's threads: the count stays
         self.threads = ThreadGovernor(options.n_threads or 1, self._set_threads,
-                                      adaptive=not options.n_gpu_layers)
+                                      adaptive=options.adapt_threads and not options.n_gpu_layers)
         self.ran_with: Counter[tuple[str, int]] = Counter()  # tokens by ("prefill"/"decode", threads)
 
     def _set_threads(self, n: int) -> None:

@@ -28,9 +28,11 @@ The parts, in import order:
     cache        the cached calibrations (written atomically)
     calibration  `calibrate`: measure, then choose
     first_run    `tuned_settings`: cached, else a quick calibration now
+    busy         the chosen settings' decode rate quiet and beside one busy program (`tune` shows it)
 `edge-sql tune` (`commands/tune.py`) shows a calibration as a table.
 """
 
+from edge_sql.runtime.tuning.busy import BusyCheck, busy_check
 from edge_sql.runtime.tuning.cache import cache_key, cached_calibration, save_calibration, tuning_dir
 from edge_sql.runtime.tuning.calibration import busy_note, calibrate, other_load
 from edge_sql.runtime.tuning.first_run import tuned_settings
@@ -48,8 +50,34 @@ from edge_sql.runtime.tuning.result import CACHE_VERSION, Calibration, Measureme
 from edge_sql.runtime.tuning.settings import Settings, candidates, default_settings
 
 __all__ = [
-    "CACHE_VERSION", "EPISODE_TOKENS", "MAX_PARALLEL", "MEMORY_ALLOWANCE", "UNCOUNTED_BYTES", "Calibration",
-    "Measurement", "Segment", "Settings", "attention_work_bytes", "busy_note", "cache_key", "cached_calibration",
-    "calibrate", "candidates", "check_parallel", "default_settings", "episode_profile", "fit_draft_max", "mtp_context_bytes",
-    "other_load", "parallel_allowance", "per_token", "predict", "save_calibration", "speculation_bytes", "tuned_settings", "tuning_dir",
+    "CACHE_VERSION",
+    "EPISODE_TOKENS",
+    "MAX_PARALLEL",
+    "MEMORY_ALLOWANCE",
+    "UNCOUNTED_BYTES",
+    "BusyCheck",
+    "Calibration",
+    "Measurement",
+    "Segment",
+    "Settings",
+    "attention_work_bytes",
+    "busy_check",
+    "busy_note",
+    "cache_key",
+    "cached_calibration",
+    "calibrate",
+    "candidates",
+    "check_parallel",
+    "default_settings",
+    "episode_profile",
+    "fit_draft_max",
+    "mtp_context_bytes",
+    "other_load",
+    "parallel_allowance",
+    "per_token",
+    "predict",
+    "save_calibration",
+    "speculation_bytes",
+    "tuned_settings",
+    "tuning_dir",
 ]

@@ -137,7 +137,7 @@ def _bounds(plan: RunPlan, settings: Sequence[Settings]) -> tuple[dict[Settings,
     bounds, seconds = {}, {}
     for candidate in settings:
         tick = time.perf_counter()
-        with Session(plan.model_path, candidate.session_options(n_ctx=plan.n_ctx, n_gpu_layers=0)) as session:
+        with Session(plan.model_path, candidate.session_options(n_ctx=plan.n_ctx, n_gpu_layers=0, adapt_threads=False)) as session:
             bounds[candidate] = memory_bound(session, candidate, plan.n_ctx, plan.baseline)
         seconds[candidate] = time.perf_counter() - tick
     return bounds, seconds

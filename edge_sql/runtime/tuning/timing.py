@@ -65,7 +65,7 @@ def _contexts(plan: RunPlan, flash_attn: bool | None, *, stretch: bool) -> dict[
     Per flash-attention value: llama.cpp lays the V cache out transposed without flash
     attention, and refuses a state saved with the other layout."""
     inputs = plan.inputs
-    with Session(plan.model_path, n_ctx=plan.n_ctx, n_threads=default_threads(), n_gpu_layers=0,
+    with Session(plan.model_path, n_ctx=plan.n_ctx, n_threads=default_threads(), n_gpu_layers=0, adapt_threads=False,
                  flash_attn=flash_attn) as base:
         inputs.draw(base.n_vocab)
         assert inputs.pool is not None  # drawn
@@ -122,7 +122,7 @@ def _time_at(session: Session, state: StateSnapshot, chunk: Sequence[int], *, pr
 
 def _warmed(plan: RunPlan, candidate: Settings, state: StateSnapshot) -> Session:
     """A session for `candidate`, its first-touch costs paid (a step at `state`)."""
-    session = Session(plan.model_path, candidate.session_options(n_ctx=plan.n_ctx, n_gpu_layers=0))
+    session = Session(plan.model_path, candidate.session_options(n_ctx=plan.n_ctx, n_gpu_layers=0, adapt_threads=False))
     _restore(session, state)
     session.eval(plan.inputs.decode[:1])
     return session
