@@ -240,9 +240,22 @@ def test_final_answer_forms_give_the_same_statement(answer):
 def test_final_answer_that_is_not_one_statement_is_refused():
     assert parse_final_turn("</think>\n\nwith x as (select 1) select * from x", think_end="</think>",
                             after_think="\n\n").sql.startswith("with x")
-    for bad in ("SELECT 1; SELECT 2", "", "   ", ";", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}', "```sql\n```"):
+    for bad in ("", "   ", ";", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}', "```sql\n```",
+                "nothing here; nor here"):
         with pytest.raises(TurnParseError):
             parse_final_turn("</think>\n\n" + bad, think_end="</think>", after_think="\n\n")
+
+
+@pytest.mark.parametrize("answer, sql", [
+    ("SELECT 1; SELECT 2", "SELECT 2"),
+    ("Here it is:\n```sql\nSELECT 1\n```\nor better:\n```sql\nSELECT a FROM t WHERE b = ';'\n```", "SELECT a FROM t WHERE b = ';'"),
+    ("Well:\n```sql\nSELECT name\nFROM t", "SELECT name\nFROM t"),  # a fence left open at the token bound
+    ("The query is\nSELECT x FROM y\nwhich returns x.", "SELECT x FROM y"),
+    ("The following are the results", "The following are the results"),  # no query at all: run as written
+    ("SELECT nope FROM", "SELECT nope FROM"),  # a plain answer stays as it is, even broken
+])
+def test_a_final_answer_that_is_not_one_statement_gives_its_last_query(answer, sql):
+    assert parse_final_turn("</think>\n\n" + answer, think_end="</think>", after_think="\n\n").sql == sql
 
 
 # ---- the budget ------------------------------------------------------------------------------
