@@ -12,7 +12,7 @@ import pytest
 
 from edge_sql.agent import Budget, PromptFileError, load_prompt, parse_call, parse_final_turn, parse_tool_turn
 from edge_sql.agent.budget import RoundCounter
-from edge_sql.agent.display import answer_text, call_line, table_text
+from edge_sql.agent.display import answer_text, call_line, result_summary, table_text
 from edge_sql.agent.grammar import (
     MAX_BYTES_PER_CHAR,
     StringBounds,
@@ -506,3 +506,14 @@ def test_answer_text_without_an_answer_shows_the_failing_sql_and_the_stats():
     lines = answer_text(rambling).splitlines()
     assert lines[1:14] == ["SQL (did not run): line 0", *(f"line {i}" for i in range(1, 12)),
                            "... 18 more lines (--json shows the whole answer)"]
+
+
+def test_counts_of_one_are_singular():
+    """`1 round, 1 call`, not `1 rounds, 1 calls` (issue 40)."""
+    result = EpisodeResult(question="q", evidence=None, sql="SELECT 1", columns=["1"], rows=[[1]], truncated=False,
+                           forced=False, fallback=False, answer="SELECT 1", rounds=[],
+                           stats={"rounds": 1, "calls": 1, "wall_s": 1.0, "generated_tokens": 1, "decode_tok_s": 2.0},
+                           transcript="", stop="submitted")
+    assert answer_text(result).splitlines()[-1] == "(1 row; 1 round, 1 call; 1.0 s; 1 token generated at 2.0 tok/s)"
+    listed = CallRecord("list_tables", {}, True, "Album\n")
+    assert result_summary(listed) == "1 table: Album"

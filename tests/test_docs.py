@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 TRANSCRIPT = (REPO / "docs" / "run-transcript.md").read_text(encoding="utf-8")
 SETTINGS_LINE = re.compile(r"^settings \((off|cached|calibrated|gpu)\): flash_attn=\S+ n_ubatch=\d+ n_threads=\d+ ", re.M)
-STATS_LINE = re.compile(r"^\((\d+\+? rows?|no result); \d+ rounds, \d+ calls; [\d.]+ s; "
+STATS_LINE = re.compile(r"^\((\d+\+? rows?|no result); \d+ rounds?, \d+ calls?; [\d.]+ s; "
                         r"\d+ tokens generated at [\d.]+ tok/s\)$", re.M)
 
 

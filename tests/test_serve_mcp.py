@@ -141,7 +141,7 @@ async def _cancel_stops_the_episode(client: Client, log_path: Path) -> None:
             await started.wait()
         scopes[0].cancel()
     # the server stops the episode at the next token, in round 1 (4,000 tokens of thinking)
-    wait_for_log(r"ask #1 \(chinook\): cancelled, 1 rounds, 0 calls", log_path, timeout_s=30)
+    wait_for_log(r"ask #1 \(chinook\): cancelled, 1 round, 0 calls", log_path, timeout_s=30)
     # and serves the next call
     result = await client.call_tool("list_databases", {})
     assert not result.is_error

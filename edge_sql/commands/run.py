@@ -216,7 +216,9 @@ def _interactive(agent, db, evidence, as_json, trace, seed, greedy, vote=None) -
     line editing and the questions of earlier sessions; otherwise one question a line, no prompt."""
     terminal = sys.stdin.isatty()
     if terminal and not as_json:
-        click.echo(f"Ask about {db.path.name} ({len(db.table_names())} tables). "
+        from edge_sql.agent.display import plural
+
+        click.echo(f"Ask about {db.path.name} ({plural(len(db.table_names()), 'table')}). "
                    "An empty line or `exit` quits; Ctrl-C stops a question.", err=True)
     with _line_history(terminal):
         while True:

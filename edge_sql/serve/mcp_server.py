@@ -18,6 +18,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from edge_sql import __version__
+from edge_sql.agent.display import plural
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
@@ -159,10 +160,11 @@ def summary_text(output: AskOutput) -> str:
     calls = sum(len(r.calls) for r in output.rounds)
     lines = [f"SQL: {output.sql}" if output.sql else f"No answer ({output.stop}): {output.error}"]
     if output.sql:
-        count = f"{output.row_count}{'+' if output.more_rows else ''} rows"
+        count = f"{output.row_count}{'+' if output.more_rows else ''} row{'' if output.row_count == 1 else 's'}"
         shown = f", first {len(output.rows)} in the structured result" if output.rows else ""
         lines.append(f"{count}{shown}; columns: {', '.join(output.columns)}")
     notes = [note for flag, note in ((output.forced, "forced final answer"),
                                      (output.fallback, "fallback to the last query that ran")) if flag]
-    lines.append(f"{len(output.rounds)} rounds, {calls} calls" + (f"; {'; '.join(notes)}" if notes else ""))
+    lines.append(f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}"
+                 + (f"; {'; '.join(notes)}" if notes else ""))
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import { readEvents } from "./stream.js";
 import { download, renderTable, toCsv } from "./table.js";
 
 const $ = (id) => document.getElementById(id);
+const plural = (n, word) => `${n} ${n === 1 ? word : `${word}s`}`;  // 1 round, 2 rounds
 const page = {
   databases: [],
   asking: null,        // the AbortController of the running question
@@ -158,8 +159,9 @@ function showAnswer(request, answer) {
   else if (answer.fallback) note.textContent = "The model's own answer did not run: this is the last query that ran without error.";
   else note.textContent = "";
   const stats = answer.stats || {};
-  $("stats").textContent = `${stats.rounds ?? 0} rounds, ${stats.calls ?? 0} calls; ${(stats.wall_s ?? 0).toFixed(1)} s; ` +
-    `${stats.generated_tokens ?? 0} tokens generated at ${(stats.decode_tok_s ?? 0).toFixed(1)} tok/s`;
+  $("stats").textContent = `${plural(stats.rounds ?? 0, "round")}, ${plural(stats.calls ?? 0, "call")}; ` +
+    `${(stats.wall_s ?? 0).toFixed(1)} s; ` +
+    `${plural(stats.generated_tokens ?? 0, "token")} generated at ${(stats.decode_tok_s ?? 0).toFixed(1)} tok/s`;
   const sql = answer.sql ?? answer.answer ?? "";
   const shown = { database: request.database, question: request.question, evidence: request.evidence, sql,
     columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null };
