@@ -87,7 +87,10 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
     assert texts[0] == "queued: position 1" and texts[1] == "running"
     assert [t for t in texts if re.fullmatch(r"round \d+", t)] == [f"round {r['round']}" for r in out["rounds"]]
     calls = [f"round {r['round']}: {c['tool']} {'ok' if c['ok'] else 'error'}" for r in out["rounds"] for c in r["calls"]]
-    assert [t for t in texts if ":" in t and t.startswith("round")] == calls
+    writing = [t for t in texts if re.fullmatch(r"round \d+: \d+ tokens? generated, [\d.]+ tok/s", t)]
+    counts = [int(re.search(r": (\d+) token", t)[1]) for t in writing]
+    assert counts and counts[0] > 0 and counts == sorted(counts)  # the first as soon as the model writes
+    assert [t for t in texts if ":" in t and t.startswith("round") and t not in writing] == calls
     assert [v for v, _ in messages] == list(range(1, len(messages) + 1))  # progress only grows
     assert out["row_count"] == len(out["rows"]) or out["row_count"] > len(out["rows"]) == 20
     if out["sql"] is not None:
@@ -97,7 +100,8 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
         assert result.content[0].text.startswith(f"SQL: {out['sql']}")
     else:
         assert out["error"] and result.content[0].text.startswith(f"No answer ({out['stop']})")
-    assert f"{len(out['rounds'])} rounds" in result.content[0].text
+    rounds = len(out["rounds"])
+    assert f"{rounds} round{'' if rounds == 1 else 's'}, " in result.content[0].text
 
 
 async def _unknown_database_is_a_tool_error(client: Client) -> None:

@@ -42,15 +42,17 @@ def _ctrl_c_stops(stop: threading.Event, interrupt_db) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _print_event(event) -> None:
+def _event_line(event) -> str | None:
+    """The live view's line for an episode event (None: the event prints nothing)."""
     from edge_sql.agent.display import call_line
 
     if event.kind == "round":
-        click.echo(f"round {event.round}")
-    elif event.kind == "call":
-        click.echo(call_line(event.call))
-    elif event.kind == "forced":
-        click.echo("final answer (forced)")
+        return f"round {event.round}"
+    if event.kind == "call":
+        return call_line(event.call)
+    if event.kind == "forced":
+        return "final answer (forced)"
+    return None
 
 
 @click.command()
@@ -92,7 +94,10 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
     runs, and get the final SQL with its result. An empty line, `exit` or Ctrl-D quits;
     Ctrl-C stops the current question; the arrow keys edit the line and recall earlier
     questions (kept in the model store). With stdin not a terminal, questions are read
-    one a line, without prompts. The database is checked before the model loads.
+    one a line, without prompts, each answer printed after a `question:` line. On a
+    terminal, stderr shows a status line while the model works (round, tokens generated,
+    tok/s, elapsed time; --json too), erased when the answer prints. The database is
+    checked before the model loads.
 
     \b
     Exit status:
@@ -162,20 +167,30 @@ def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=Tru
 
 def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, interactive: bool = False,
             vote: int | None = None) -> int:
-    """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED)."""
+    """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED).
+
+    The live view prints each round and call on stdout; on a terminal, stderr also shows a
+    status line (round, tokens, tok/s, elapsed), with `--json` too, erased before the answer."""
     from edge_sql.agent.display import answer_text
+    from edge_sql.commands.progress import StatusLine
 
     stop = threading.Event()
+    status = StatusLine(what=f"voting ({vote} episodes)" if vote is not None else "reading the question")
 
     def show(event) -> None:
-        if not stop.is_set():  # after Ctrl-C, nothing but the one line saying so
-            _print_event(event)
+        if stop.is_set():  # after Ctrl-C, nothing but the one line saying so
+            return
+        line = None if as_json else _event_line(event)
+        if line is not None:
+            status.erase()
+            click.echo(line)
+        status.update(round=event.round, tokens=event.tokens, tok_s=event.tok_s)
 
     if vote is not None and not as_json:
         click.echo(f"voting: {vote} sampled episodes at once")
-    with _ctrl_c_stops(stop, db.interrupt):
+    with _ctrl_c_stops(stop, db.interrupt), status:
         result = agent.ask(question, db, evidence=evidence, seed=seed, greedy=greedy, vote=vote,
-                           on_event=None if as_json else show, should_stop=stop.is_set)
+                           on_event=None if as_json and not status.enabled else show, should_stop=stop.is_set)
     cancelled = result.stop == "cancelled"
     if as_json:
         click.echo(json.dumps(result.to_json(transcript=trace), ensure_ascii=False))
@@ -236,6 +251,8 @@ def _interactive(agent, db, evidence, as_json, trace, seed, greedy, vote=None) -
             text = line.strip()
             if not text or text.lower() in QUIT_WORDS:
                 return
+            if not terminal and not as_json:
+                click.echo(f"question: {text}")  # read from a file or a pipe: say which answer follows
             try:
                 _answer(agent, db, text, evidence, as_json, trace, seed, greedy, interactive=True, vote=vote)
             except EdgeSqlError as exc:  # e.g. a question too long for the episode: ask another

@@ -86,7 +86,7 @@ def build_mcp(service: Service) -> MCPServer:
 
         `database` is a name from list_databases; `evidence` is an optional hint (e.g. what a
         term means); `seed` makes the answer reproducible. Progress reports each tool round as
-        the local model explores the database.
+        the local model explores the database, and the tokens it has generated while it writes.
         """
         try:
             job = service.submit(AskRequest.from_arguments(arguments))
@@ -125,6 +125,8 @@ def _progress_message(item: Position | EpisodeEvent) -> str | None:
         return "running" if item.position == 0 else f"queued: position {item.position}"
     if item.kind == "round":
         return f"round {item.round}"
+    if item.kind == "tokens":
+        return f"round {item.round}: {plural(item.tokens or 0, 'token')} generated, {item.tok_s or 0:.1f} tok/s"
     if item.kind == "call" and item.call is not None:
         return f"round {item.round}: {item.call.tool} {'ok' if item.call.ok else 'error'}"
     if item.kind == "forced":

@@ -75,9 +75,10 @@ def serve_http(service: Service, sock: socket.socket, host: str, *, token: str |
     mcp_app = mcp.streamable_http_app(host=host)
     app = build_app(service, token=token, mcp_app=mcp_app, mcp_lifespan=lambda _app: mcp.session_manager.run())
     bound_port = sock.getsockname()[1]
-    log(f"listening on http://{url_host(host)}:{bound_port} (POST /v1/ask, GET /v1/databases, GET /health, MCP at /mcp)")
+    url = f"http://{page_host(host)}:{bound_port}/"
+    log(f"listening on http://{url_host(host)}:{bound_port} (the web page: {url} ; "
+        "POST /v1/ask, GET /v1/databases, GET /health, MCP at /mcp)")
     if open_page:
-        url = f"http://{page_host(host)}:{bound_port}/"
         log(f"opening {url} in the browser")
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
