@@ -3,7 +3,7 @@
 import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
 import { chartableSeries, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
-import { addCall, addThink, forcedText, renderRounds, roundItem } from "./rounds.js";
+import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
 import { download, renderTable, toCsv } from "./table.js";
@@ -128,6 +128,10 @@ async function ask() {
       else if (name === "round") {
         roundItem($("rounds"), data.round);
         setStatus(`The agent is working: round ${data.round}…`);
+      } else if (name === "tokens") {
+        addTokens($("rounds"), data.round, data);
+        setStatus(`The agent is working: round ${data.round}, ${plural(data.tokens, "token")} generated ` +
+          `(${data.tok_s.toFixed(1)} tok/s), ${Math.round(data.elapsed_s)} s…`);
       } else if (name === "think") addThink($("rounds"), data.round, data.think);
       else if (name === "call") addCall($("rounds"), data.round, data);
       else if (name === "forced") {
@@ -151,6 +155,7 @@ async function ask() {
 }
 
 function showAnswer(request, answer) {
+  $("answer-title").textContent = "Answer";
   renderRounds($("rounds"), answer.rounds);
   const note = $("answer-note");
   note.classList.toggle("error", Boolean(answer.error));
@@ -231,6 +236,25 @@ $("copy-sql").addEventListener("click", async () => {
 
 // ---- edit and run -------------------------------------------------------------------------
 
+// SQL of one's own, before (or without) asking: the editor over the chosen database, as
+// datasette offers it on every database page
+$("own-sql").addEventListener("click", () => {
+  if (page.asking) return;
+  page.result = { database: $("database").value, question: null, evidence: null, sql: "", columns: [], rows: [],
+    truncated: false, ran: false };
+  $("answer-title").textContent = `Your SQL on ${page.result.database}`;
+  $("answer").hidden = false;
+  $("answer-note").textContent = "";
+  $("stats").textContent = "";
+  $("result").hidden = true;
+  $("query-error").hidden = true;
+  $("sql-box").hidden = true;
+  $("sql-input").value = "";
+  $("sql-form").hidden = false;
+  $("sql-input").focus();
+  setStatus("Write a read-only query and press Run.");
+});
+
 $("edit-sql").addEventListener("click", () => {
   $("sql-input").value = page.result.sql;
   $("sql-box").hidden = true;
@@ -239,7 +263,8 @@ $("edit-sql").addEventListener("click", () => {
 });
 $("cancel-edit").addEventListener("click", () => {
   $("sql-form").hidden = true;
-  $("sql-box").hidden = false;
+  if (page.result?.sql) $("sql-box").hidden = false;
+  else $("answer").hidden = true;  // nothing ran yet: nothing to show
 });
 
 $("sql-form").addEventListener("submit", async (event) => {
@@ -295,6 +320,7 @@ function reopen(entry) {
   showTables();
   updateShareLink();
   $("work").hidden = true;
+  $("answer-title").textContent = "Answer";
   showResult(entry);
   $("answer-note").textContent = entry.rowsDropped ? "The rows did not fit in this browser's storage: run the SQL again." : entry.note || "";
   $("stats").textContent = entry.stats || "";
