@@ -517,3 +517,28 @@ def test_counts_of_one_are_singular():
     assert answer_text(result).splitlines()[-1] == "(1 row; 1 round, 1 call; 1.0 s; 1 token generated at 2.0 tok/s)"
     listed = CallRecord("list_tables", {}, True, "Album\n")
     assert result_summary(listed) == "1 table: Album"
+
+
+def test_a_model_not_trained_for_the_protocol_hears_once_which_bounds_suit_it(smollm2_gguf, tiny_gguf_fast):
+    """SmolLM2 with the protocol's open bounds ran 134 list_tables calls in 11 minutes (issue 40):
+    loading a model of another architecture says once which options bound it; the trained
+    architecture, or a budget already bounded, hears nothing."""
+    from edge_sql import Agent
+    from edge_sql.agent.budget import small_model_note
+
+    lines: list[str] = []
+    with Agent(smollm2_gguf, tune=False, prefix_cache=False, n_threads=1, n_ctx=2048, log=lines.append):
+        pass
+    notes = [line for line in lines if line.startswith("note: ")]
+    assert len(notes) == 1, lines
+    assert notes[0].startswith(f"note: {smollm2_gguf.name} is a llama model (")
+    assert ("--max-rounds 3 --calls-per-turn 2 --think-tokens 16 --budget max_final_sql_tokens=40 "
+            "--budget max_name_chars=24 --budget max_sql_chars=80 --ctx 2048") in notes[0]
+    assert "Budget(max_rounds=3, max_calls_per_turn=2, max_think_tokens=16" in notes[0]
+    lines.clear()
+    with Agent(tiny_gguf_fast, tune=False, prefix_cache=False, n_threads=1, n_ctx=2048, log=lines.append):
+        pass
+    assert not [line for line in lines if line.startswith("note: ")], lines
+    assert small_model_note("m.gguf", "llama", None, Budget(max_think_tokens=16)) is None
+    assert small_model_note("m.gguf", "llama", None, Budget(max_calls_per_turn=2)) is None
+    assert small_model_note("m.gguf", "llama", None, Budget()).startswith("note: m.gguf is a llama model, not ")
