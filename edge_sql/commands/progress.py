@@ -12,6 +12,8 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 ERASE = "\r\x1b[2K"  # carriage return, then erase the whole line
@@ -31,7 +33,7 @@ class StatusLine:
         self.tok_s = 0.0
         self._started = time.monotonic()
         self._shown = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # erase + print + redraw hold it together (`above`)
         self._done = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -65,6 +67,14 @@ class StatusLine:
         head = f"round {self.round}" if self.round is not None else self.what
         tokens = f"{self.tokens} token{'' if self.tokens == 1 else 's'}"
         return f"{head}: {tokens}, {self.tok_s:.1f} tok/s, {elapsed:.0f} s"
+
+    @contextmanager
+    def above(self) -> Iterator[None]:
+        """Print a line above the status line: erased first, and the ticker waits until the
+        caller has printed, so the two never share a line."""
+        with self._lock:
+            self.erase()
+            yield
 
     def erase(self) -> None:
         """Remove the line (before anything else is printed)."""

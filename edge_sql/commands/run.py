@@ -182,8 +182,8 @@ def _answer(agent, db, question, evidence, as_json, trace, seed, greedy, *, inte
             return
         line = None if as_json else _event_line(event)
         if line is not None:
-            status.erase()
-            click.echo(line)
+            with status.above():
+                click.echo(line)
         status.update(round=event.round, tokens=event.tokens, tok_s=event.tok_s)
 
     if vote is not None and not as_json:
