@@ -385,3 +385,30 @@ def test_questions_from_a_pipe_print_each_answer_after_its_question(tiny_gguf_fa
     for block in blocks[1:]:  # each question's rounds, then its answer's stats line
         lines = block.splitlines()
         assert lines[1] == "round 1" and " generated at " in lines[-1]
+
+
+def test_the_status_line_says_what_it_waits_for_before_the_first_round(monkeypatch):
+    import io
+
+    from edge_sql.commands import progress
+    from edge_sql.commands.progress import StatusLine
+
+    monkeypatch.setattr(progress, "TICK_S", 3600.0)  # no redraw by the clock: the lines below are all
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    with StatusLine(stream, what="voting (4 episodes)") as status:
+        assert re.fullmatch(r"voting \(4 episodes\), \d+ s", status.text())
+        status.update(round=2, tokens=1, tok_s=3.25)
+        assert re.fullmatch(r"round 2: 1 token, 3\.2 tok/s, \d+ s", status.text())
+        with status.above():
+            stream.write("a line\n")
+        status.update()  # redrawn below the line
+    shown = stream.getvalue()
+    assert re.fullmatch(r"\r\x1b\[2Kvoting \(4 episodes\), \d+ s"
+                        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2Ka line\n"
+                        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2K", shown), shown
+    assert not StatusLine(io.StringIO()).enabled  # not a terminal: nothing is drawn

@@ -62,11 +62,13 @@ class StatusLine:
         self._draw()
 
     def text(self) -> str:
-        """`round 2: 340 tokens, 12.1 tok/s, 28 s`."""
+        """`round 2: 340 tokens, 12.1 tok/s, 28 s`; before the first round (the prompt being
+        read, or a vote, whose episodes send no events): `reading the question, 3 s`."""
         elapsed = time.monotonic() - self._started
-        head = f"round {self.round}" if self.round is not None else self.what
+        if self.round is None:
+            return f"{self.what}, {elapsed:.0f} s"
         tokens = f"{self.tokens} token{'' if self.tokens == 1 else 's'}"
-        return f"{head}: {tokens}, {self.tok_s:.1f} tok/s, {elapsed:.0f} s"
+        return f"round {self.round}: {tokens}, {self.tok_s:.1f} tok/s, {elapsed:.0f} s"
 
     @contextmanager
     def above(self) -> Iterator[None]:
