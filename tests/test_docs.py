@@ -60,16 +60,22 @@ def test_the_recorded_json_has_todays_fields(tiny_gguf_fast, chinook_db):
                                       "How many albums?", "--json", "--no-tune", "--threads", "1", "--ctx", "2048",
                                       "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1"])
     assert set(recorded["stats"]) == set(json.loads(today.stdout)["stats"])
-    assert recorded["prompt_version"] == load_prompt().version
+    assert recorded["prompt_version"] == _recorded_prompt().version
 
 
-def test_the_recorded_transcript_ends_with_the_published_forced_final_wording():
+def _recorded_prompt():
+    """The template the recorded command names (`--prompt-file`), else the default."""
+    command = _blocks(TRANSCRIPT, "console")[0].splitlines()[0].split()
+    return load_prompt(command[command.index("--prompt-file") + 1] if "--prompt-file" in command else None)
+
+
+def test_the_recorded_transcript_ends_with_its_templates_forced_final_wording():
     recorded = _recorded_answer()
     assert recorded["forced"]
     tail = _blocks(TRANSCRIPT, "text")[0]
     ran = [call["args"]["sql"] for r in recorded["rounds"] for call in r["calls"]
            if call["tool"] == "run_query" and call["ok"]]
-    prompt = load_prompt()
+    prompt = _recorded_prompt()
     assert any(prompt.forced_text(sql) in tail for sql in [None, *ran]), tail
 
 
