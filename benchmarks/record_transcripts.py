@@ -33,9 +33,11 @@ README_START = "<!-- recorded by benchmarks/record_transcripts.py: one question 
 README_END = "<!-- end of the recorded transcript -->"
 PROMPT = "edge-sql> "
 CTRL_C = "\x03"
-# the demo's options: reproducible (greedy), short (48 thinking tokens, 3 calls a turn), on one
-# thread with llama.cpp's safe defaults (calibration is not part of the demo)
-DEMO = ["--greedy", "--no-tune", "--threads", "1", "--think-tokens", "48", "--calls-per-turn", "3"]
+# the demo's options: README's offline command (the earlier prompt, whose example calls SmolLM2
+# copies; reproducible; no calibration; one thread; the bounds a small model needs)
+DEMO = ["--prompt-file", "sqale-v1", "--greedy", "--no-tune", "--threads", "1", "--ctx", "2048",
+        "--calls-per-turn", "2", "--think-tokens", "16", "--budget", "max_final_sql_tokens=40",
+        "--budget", "max_name_chars=24", "--budget", "max_sql_chars=80"]
 QUESTION = "How many rows does the Album table have?"
 PROMPT_QUESTIONS = ("How many rows are in the Customers table?", "Which employees report to Andrew Fuller?")
 CUT = 72  # characters of a call's output or a think block kept in the JSON shown (of the answer: 4 x)
@@ -141,11 +143,16 @@ edge-sql is built for cannot be downloaded on the machine that recorded it), lin
 working folder beside copies of the bundled databases. Timings are those of a 2-core machine
 shared with other work.
 
-The options beyond `--db`, `--model` and `--question` keep the demo short and reproducible:
-`--greedy` always takes the most likely token, `--think-tokens 48` bounds each `<think>` block
-(the forced final answer's too), `--max-rounds` and `--calls-per-turn` shrink the protocol's
-budget of 6 rounds with no cap on calls, and `--no-tune --threads 1` load llama.cpp with safe
-defaults on one thread instead of calibrating first.
+The options beyond `--db`, `--model` and `--question` are README's offline command's, which
+keep the demo short and reproducible: `--prompt-file sqale-v1` is the earlier prompt, whose
+example calls SmolLM2 copies into queries that run; `--greedy` always takes the most likely
+token; `--think-tokens 16` bounds each `<think>` block (the forced final answer's too);
+`--max-rounds` and `--calls-per-turn` shrink the protocol's budget of 6 rounds with no cap on
+calls, and the `--budget` items bound names, SQL and the final answer; `--no-tune --threads 1
+--ctx 2048` load llama.cpp with safe defaults on one thread in a small context instead of
+calibrating first. On a terminal, stderr also shows a status line while the model works
+(round, tokens, tok/s, elapsed), erased before each line printed and before the answer: the
+screens below are what stays.
 
 ## One question
 

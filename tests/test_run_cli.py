@@ -76,7 +76,7 @@ def test_no_answer_exits_3_and_shows_the_failing_sql_and_the_stats(tiny_gguf_fas
     tail = live.stdout.split("final answer (forced)\n", 1)[1].splitlines()
     assert tail[:4] == ["(forced final answer: tool rounds used up)", f"SQL (did not run): {data['answer']}",
                         f"no answer: {data['error']}", tail[3]]
-    assert re.fullmatch(r"\(no result; 3 rounds, \d+ calls; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s\)", tail[3])
+    assert re.fullmatch(r"\(no result; 3 rounds, \d+ calls?; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s\)", tail[3])
     assert "3    --question ended with no answer" in run("--help").stdout
 
 
@@ -310,3 +310,105 @@ def test_ctrl_c_stops_every_episode_of_a_vote(tiny_gguf_fast, chinook_db):
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, (out, err)
     assert out == "stopped.\n" and "Traceback" not in err
+
+
+def _run_process(args: list[str], *, stderr_terminal: bool, timeout_s: float = 300) -> tuple[int, str, bytes]:
+    """`edge-sql run` in a real process, stdout to a pipe, stderr to a pseudo-terminal or a pipe:
+    (exit status, stdout, every byte stderr wrote)."""
+    import pty
+    import select
+
+    cli = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "TERM": "xterm"}
+    if not stderr_terminal:
+        done = subprocess.run([*cli, *args], capture_output=True, env=env, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        return done.returncode, done.stdout.decode(), done.stderr
+    master, slave = pty.openpty()
+    process = subprocess.Popen([*cli, *args], stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    err = bytearray()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed its end (Linux: EIO)
+                break
+            if not chunk:
+                break
+            err += chunk
+        elif process.poll() is not None:
+            break
+    out = process.stdout.read().decode()
+    os.close(master)
+    return process.wait(timeout=60), out, bytes(err)
+
+
+STATUS = re.compile(rb"\r\x1b\[2K(round \d+): (\d+) tokens?, [\d.]+ tok/s, \d+ s")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_terminal_sees_a_live_status_line_that_is_gone_when_the_answer_prints(tiny_gguf_fast, chinook_db, as_json):
+    """stderr a real pty: round, tokens, tok/s and elapsed redrawn in place, erased before the
+    answer; stdout (a pipe) gets the rounds and the answer only, `--json` one object."""
+    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "3",
+            *SMALL, *(["--json"] if as_json else [])]
+    code, out, err = _run_process(args, stderr_terminal=True)
+    assert code in (0, EXIT_NO_ANSWER), (out, err)
+    shown = STATUS.findall(err)
+    assert shown, err
+    assert any(int(tokens) > 0 for _, tokens in shown)  # tokens counted while the model writes
+    assert err.rstrip(b"\r\n").endswith(b"\r\x1b[2K")  # erased: the last thing on the line
+    assert "\x1b" not in out and "tok/s," not in out
+    if as_json:
+        assert json.loads(out)["question"] == "How many albums?"
+    else:
+        assert out.startswith("round 1\n") and "generated at" in out.splitlines()[-1]
+
+
+def test_no_status_line_when_stderr_is_not_a_terminal(tiny_gguf_fast, chinook_db):
+    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "3",
+            *SMALL]
+    code, out, err = _run_process(args, stderr_terminal=False)
+    assert code in (0, EXIT_NO_ANSWER), (out, err)
+    assert b"\x1b" not in err and b"\r" not in err and not STATUS.search(err) and b"tok/s," not in err
+    assert out.startswith("round 1\n")
+
+
+def test_questions_from_a_pipe_print_each_answer_after_its_question(tiny_gguf_fast, chinook_db):
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--seed", "1", *SMALL,
+                 input="How many albums?\nHow many artists?\n")
+    assert result.exit_code == 0, result.output
+    blocks = result.stdout.split("question: ")
+    assert blocks[0] == "" and [b.splitlines()[0] for b in blocks[1:]] == ["How many albums?", "How many artists?"]
+    for block in blocks[1:]:  # each question's rounds, then its answer's stats line
+        lines = block.splitlines()
+        assert lines[1] == "round 1" and " generated at " in lines[-1]
+
+
+def test_the_status_line_says_what_it_waits_for_before_the_first_round(monkeypatch):
+    import io
+
+    from edge_sql.commands import progress
+    from edge_sql.commands.progress import StatusLine
+
+    monkeypatch.setattr(progress, "TICK_S", 3600.0)  # no redraw by the clock: the lines below are all
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    with StatusLine(stream, what="voting (4 episodes)") as status:
+        assert re.fullmatch(r"voting \(4 episodes\), \d+ s", status.text())
+        status.update(round=2, tokens=1, tok_s=3.25)
+        assert re.fullmatch(r"round 2: 1 token, 3\.2 tok/s, \d+ s", status.text())
+        with status.above():
+            stream.write("a line\n")
+        status.update()  # redrawn below the line
+    shown = stream.getvalue()
+    assert re.fullmatch(r"\r\x1b\[2Kvoting \(4 episodes\), \d+ s"
+                        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2Ka line\n"
+                        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2K", shown), shown
+    assert not StatusLine(io.StringIO()).enabled  # not a terminal: nothing is drawn

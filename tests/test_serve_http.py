@@ -73,6 +73,7 @@ def test_health_and_databases(server, tiny_gguf_fast, dbs):
     assert set(by_name["northwind"]) == northwind_tables
     assert "Album" in by_name["chinook"]
     assert str(dbs["chinook"].parent) not in json.dumps(body)  # clients never see paths
+    assert f"(the web page: http://127.0.0.1:{server.port}/ ;" in server.log()  # where to point a browser
 
 
 def test_ask_json_is_what_run_json_prints(server, tiny_gguf_fast, dbs):
@@ -111,6 +112,11 @@ def test_ask_streams_rounds_calls_and_the_answer(server, dbs):
                       for name, data in events if name == "call"]
     assert streamed_calls == [call for r in answer["rounds"] for call in r["calls"]]
     assert ("forced" in names) == answer["forced"]
+    writing = [data for name, data in events if name == "tokens"]  # the first as soon as the model writes
+    counts = [data["tokens"] for data in writing]
+    assert writing and 0 < counts[0] and counts == sorted(counts) and counts[-1] <= answer["stats"]["generated_tokens"]
+    assert writing[0]["text"] and all(data["tok_s"] > 0 for data in writing)
+    assert {data["round"] for data in writing} <= {r["index"] for r in answer["rounds"]}
     status, _, plain = server.request("POST", "/v1/ask", body)  # the same request without streaming
     assert status == 200 and without_stats(plain) == without_stats(answer)
 
@@ -258,7 +264,7 @@ def test_queue_full_timeout_and_disconnect(tiny_gguf_fast, dbs, tmp_path):
         stream.close()  # the client goes away in the middle of round 1: its episode stops
         queue = server.wait_idle(timeout_s=20)["queue"]
         assert queue["cancelled"] == 1 and queue["completed"] == 0
-        server.wait_for_log(r"ask #1 \(chinook\): cancelled, 1 rounds")
+        server.wait_for_log(r"ask #1 \(chinook\): cancelled, 1 round,")
     finally:
         assert server.stop() == 0, server.log()
     assert dbs["chinook"].read_bytes() == CHINOOK.read_bytes()

@@ -88,7 +88,10 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
     assert texts[0] == "queued: position 1" and texts[1] == "running"
     assert [t for t in texts if re.fullmatch(r"round \d+", t)] == [f"round {r['round']}" for r in out["rounds"]]
     calls = [f"round {r['round']}: {c['tool']} {'ok' if c['ok'] else 'error'}" for r in out["rounds"] for c in r["calls"]]
-    assert [t for t in texts if ":" in t and t.startswith("round")] == calls
+    writing = [t for t in texts if re.fullmatch(r"round \d+: \d+ tokens? generated, [\d.]+ tok/s", t)]
+    counts = [int(re.search(r": (\d+) token", t)[1]) for t in writing]
+    assert counts and counts[0] > 0 and counts == sorted(counts)  # the first as soon as the model writes
+    assert [t for t in texts if ":" in t and t.startswith("round") and t not in writing] == calls
     assert [v for v, _ in messages] == list(range(1, len(messages) + 1))  # progress only grows
     assert out["row_count"] == len(out["rows"]) or out["row_count"] > len(out["rows"]) == 20
     if out["sql"] is not None:
@@ -98,7 +101,8 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
         assert result.content[0].text.startswith(f"SQL: {out['sql']}")
     else:
         assert out["error"] and result.content[0].text.startswith(f"No answer ({out['stop']})")
-    assert f"{len(out['rounds'])} rounds" in result.content[0].text
+    rounds = len(out["rounds"])
+    assert f"{rounds} round{'' if rounds == 1 else 's'}, " in result.content[0].text
 
 
 async def _unknown_database_is_a_tool_error(client: Client) -> None:
@@ -142,7 +146,7 @@ async def _cancel_stops_the_episode(client: Client, log_path: Path) -> None:
             await started.wait()
         scopes[0].cancel()
     # the server stops the episode at the next token, in round 1 (4,000 tokens of thinking)
-    wait_for_log(r"ask #1 \(chinook\): cancelled, 1 rounds, 0 calls", log_path, timeout_s=30)
+    wait_for_log(r"ask #1 \(chinook\): cancelled, 1 round, 0 calls", log_path, timeout_s=30)
     # and serves the next call
     result = await client.call_tool("list_databases", {})
     assert not result.is_error

@@ -252,10 +252,14 @@ new MutationObserver(() => {
   const thinking = document.querySelectorAll('#rounds details.thinking').length;
   const open = document.querySelectorAll('#rounds details.thinking[open]').length;
   const answered = !document.getElementById('answer').hidden;
+  const live = [...document.querySelectorAll('#rounds details.thinking[data-live] .think')]
+    .map((node) => node.textContent.length).reduce((a, b) => a + b, 0);
+  const counter = [...document.querySelectorAll('#rounds .counter')].map((node) => node.textContent).join('|');
   const last = window.seen[window.seen.length - 1];
-  if (!last || last.rounds !== rounds || last.calls !== calls || last.thinking !== thinking || last.answered !== answered)
-    window.seen.push({rounds, calls, thinking, open, answered});
-}).observe(document.body, {subtree: true, childList: true, attributes: true});
+  if (!last || last.rounds !== rounds || last.calls !== calls || last.thinking !== thinking || last.answered !== answered
+      || last.live !== live || last.counter !== counter)
+    window.seen.push({rounds, calls, thinking, open, answered, live, counter});
+}).observe(document.body, {subtree: true, childList: true, attributes: true, characterData: true});
 """
 
 
@@ -276,8 +280,11 @@ def test_a_link_fills_the_form_and_enter_asks_while_rounds_stream(server, page, 
     assert any(s["calls"] > 0 and not s["answered"] for s in seen), seen     # and calls too
     assert any(s["thinking"] > 0 and not s["answered"] for s in seen), seen  # and the thinking,
     assert all(s["open"] == 0 for s in seen), seen                             # collapsed
+    # the thinking text as the model writes it, with a token counter, before the answer
+    assert any(s["live"] > 0 and re.search(r"\d+ tokens?, [\d.]+ tok/s, \d+ s", s["counter"]) and not s["answered"]
+               for s in seen), seen
     stats = element(page, "stats").text
-    rounds, calls = map(int, re.match(r"(\d+) rounds, (\d+) calls; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s",
+    rounds, calls = map(int, re.match(r"(\d+) rounds?, (\d+) calls?; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s",
                                       stats).groups())
     assert len(page.find_elements(By.CSS_SELECTOR, "#rounds .round")) == rounds >= 1
     assert len(page.find_elements(By.CSS_SELECTOR, "#rounds .call")) == calls
@@ -360,6 +367,40 @@ def test_a_write_is_refused_with_the_tools_message(server, page, chinook):
             assert error.is_displayed() and error.text == tools.call("run_query", {"sql": sql}).output
             element(page, "cancel-edit").click()
     assert sqlite_rows(chinook, "SELECT COUNT(*) FROM Genre") == [[25]]
+
+
+# text cells a spreadsheet would run as formulas (OWASP), a negative number, plain text
+FORMULA_SQL = ("SELECT '=cmd|'' /C calc''!A0' AS a, '+1+1' AS b, '-2+3' AS c, '@SUM(1)' AS d, char(9) || '=1' AS e, "
+               "char(13) || '=2' AS f, -3 AS n, 'plain, \"quoted\"' AS p")
+
+
+def test_own_sql_runs_before_any_question_and_its_csv_runs_no_formula(server, page, downloads):
+    """The SQL editor is there from the start (nobody has to ask the agent first), and the CSV
+    download neutralises formula cells as OWASP describes while the JSON stays exact."""
+    counts = server.health()["queue"]
+    open_page(page, server)
+    assert not element(page, "answer").is_displayed() and not element(page, "work").is_displayed()
+    element(page, "own-sql").click()
+    assert element(page, "sql-input").is_displayed() and element(page, "sql-input").get_attribute("value") == ""
+    element(page, "sql-input").send_keys(FORMULA_SQL)
+    element(page, "run-sql").click()
+    wait_for(page, lambda d: element(d, "status").text == "The edited SQL ran.", 60, "the SQL did not run")
+    assert not element(page, "work").is_displayed()  # no question was asked
+    assert server.health()["queue"] == counts
+    assert element(page, "row-count").text == "1 row"
+    assert table_rows(page)[0][0] == "=cmd|' /C calc'!A0"  # shown as it is on the page
+    assert "a tab or a carriage" in element(page, "csv-note").text
+
+    for name in ("edge-sql-chinook.csv", "edge-sql-chinook.json"):
+        (downloads / name).unlink(missing_ok=True)
+    element(page, "download-json").click()
+    data = json.loads(downloaded(downloads, "edge-sql-chinook.json"))
+    exact = ["=cmd|' /C calc'!A0", "+1+1", "-2+3", "@SUM(1)", "\t=1", "\r=2", -3, 'plain, "quoted"']
+    assert data["rows"] == [exact] and data["sql"] == FORMULA_SQL
+    element(page, "download-csv").click()
+    rows = list(csv.reader(io.StringIO(downloaded(downloads, "edge-sql-chinook.csv").decode(), newline="")))
+    assert rows == [["a", "b", "c", "d", "e", "f", "n", "p"],
+                    ["'=cmd|' /C calc'!A0", "'+1+1", "'-2+3", "'@SUM(1)", "'\t=1", "'\r=2", "-3", 'plain, "quoted"']]
 
 
 def test_history_reopens_a_question_with_its_sql_and_result(server, page):

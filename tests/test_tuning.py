@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -298,7 +300,8 @@ def test_a_first_run_says_in_plain_words_what_calibration_does_and_how_long(
                                "the CPUs busy), once per file")
     assert lines[1] == "calibrating model.gguf: measuring the memory of 4 candidate settings"
     counts = [line for line in lines[2:] if line.startswith("calibrating model.gguf: ")]
-    assert counts[0].startswith("calibrating model.gguf: 1/4, ") and counts[0].endswith(" s of about 50 s")
+    assert re.fullmatch(r"calibrating model\.gguf: timing setting 1 of 4 \(how fast it reads a prompt and writes "
+                        r"tokens with it\); \d+ s so far, about 50 s in all", counts[0]), counts
     done = [line for line in lines if line.startswith("calibrated in ")]
     assert len(done) == 1 and done[0].endswith(" s; later runs of this file reuse it")
     for jargon in ("flash_attn", "n_ubatch", "n_threads", "repack", "-token context", "candidates ("):
@@ -430,3 +433,18 @@ def test_tune_reports_a_bad_model_as_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="not a GGUF file"):
         tuning.tuned_settings(not_gguf, progress=lines.append, folder=tmp_path / "cache")
     assert lines == []
+
+
+def test_calibration_progress_says_in_words_what_it_times_and_an_overrun() -> None:
+    """`2/5, 101 s of about 50 s` said nothing a newcomer could read (issue 40)."""
+    from edge_sql.runtime.tuning.plan import Budget as TimeBudget
+    from edge_sql.runtime.tuning.plan import Inputs, Reporter, RunPlan
+
+    lines: list[str] = []
+    plan = RunPlan(model_path=Path("model.gguf"), n_ctx=1024, points=[256], inputs=Inputs(np.random.default_rng(0), 8, 8),
+                   baseline=0, budget=TimeBudget(50.0, started=time.perf_counter() - 101), report=Reporter(lines.append, True),
+                   n_timed=5, counted=1)
+    plan.timing("flash_attn=on n_ubatch=512 n_threads=2 repack=off")
+    assert re.fullmatch(r"calibrating model\.gguf: timing setting 2 of 5 \(how fast it reads a prompt and writes tokens "
+                        r"with it\); 10\d s so far, more than the 50 s planned: the CPUs are slower or busier than "
+                        r"expected", lines[0]), lines

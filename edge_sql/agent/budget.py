@@ -60,6 +60,35 @@ class Budget:
         return self.max_final_think_tokens if self.max_final_think_tokens is not None else self.max_think_tokens
 
 
+# The architecture of the model the protocol's defaults are for (Qwen3.5, trained with them).
+TRAINED_ARCHITECTURE = "qwen35"
+
+# Bounds that let a small model finish an episode in seconds to a minute (SmolLM2-135M: 3 rounds,
+# 6 calls, 262 tokens in 34 s on one thread of a 2-core Xeon at load average 8, against 134
+# list_tables calls in 11 minutes with the defaults): (CLI option, Budget field, value).
+SMALL_MODEL_BOUNDS = (
+    ("--max-rounds", "max_rounds", 3), ("--calls-per-turn", "max_calls_per_turn", 2),
+    ("--think-tokens", "max_think_tokens", 16), ("--budget max_final_sql_tokens=", "max_final_sql_tokens", 40),
+    ("--budget max_name_chars=", "max_name_chars", 24), ("--budget max_sql_chars=", "max_sql_chars", 80),
+)
+
+
+def small_model_note(file_name: str, architecture: str, model_name: str | None, budget: Budget) -> str | None:
+    """What to say once when a model that was not trained for the protocol runs with the
+    protocol's open bounds (thinking and calls per turn limited only by the 12,288-token
+    episode): the options that exist and values that suit a small model. None otherwise."""
+    if architecture == TRAINED_ARCHITECTURE or budget.max_calls_per_turn is not None \
+            or budget.max_think_tokens is not None:
+        return None
+    named = f"{architecture} model ({model_name})" if model_name else f"{architecture} model"
+    options = " ".join(f"{flag}{value}" if flag.endswith("=") else f"{flag} {value}"
+                       for flag, _, value in SMALL_MODEL_BOUNDS)
+    fields_ = ", ".join(f"{field}={value}" for _, field, value in SMALL_MODEL_BOUNDS)
+    return (f"note: {file_name} is a {named}, not the Qwen3.5 model whose training these defaults follow: they "
+            "bound thinking and calls per turn only by the 12,288-token episode, which a small model can fill "
+            f"for many minutes. For a small model: {options} --ctx 2048 (Python: Budget({fields_}))")
+
+
 # The fewest tokens an episode may be given: the protocol's prompt alone is about 400.
 MIN_EPISODE_TOKENS = 512
 

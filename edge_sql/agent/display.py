@@ -15,6 +15,11 @@ TABLE_ROWS = 20
 FAILED_SQL_LINES = 12  # of an answer that did not run (a broken one can be long)
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`1 round`, `3 rounds`, `2 queries` (`words`: the plural when it is not `word` + s)."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
 def shorten(text: str, width: int) -> str:
     """`text` on one line, cut to `width` characters with an ellipsis."""
     line = " ".join(text.split())
@@ -35,7 +40,7 @@ def result_summary(call: CallRecord) -> str:
     if not lines:
         return "(empty)"
     if call.tool == "list_tables":
-        return f"{len(lines)} tables: " + ", ".join(lines)
+        return plural(len(lines), "table") + ": " + ", ".join(lines)
     return " / ".join(lines)  # cut to the line width by the caller
 
 
@@ -99,8 +104,9 @@ def stats_line(result: EpisodeResult, head: str) -> str:
     """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`."""
     stats = result.stats
     return (
-        f"({head}; {stats.get('rounds', 0)} rounds, {stats.get('calls', 0)} calls; {stats.get('wall_s', 0):.1f} s; "
-        f"{stats.get('generated_tokens', 0)} tokens generated at {stats.get('decode_tok_s', 0):.1f} tok/s"
+        f"({head}; {plural(stats.get('rounds', 0), 'round')}, {plural(stats.get('calls', 0), 'call')}; "
+        f"{stats.get('wall_s', 0):.1f} s; "
+        f"{plural(stats.get('generated_tokens', 0), 'token')} generated at {stats.get('decode_tok_s', 0):.1f} tok/s"
         + (f"; {stats['draft_tokens_accepted']} of {stats['draft_tokens']} draft tokens accepted"
            if stats.get("draft_tokens") else "") + ")"
     )

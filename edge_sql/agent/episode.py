@@ -42,20 +42,27 @@ from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import Completion, SamplingParams, Session
 from edge_sql.tools import Toolbox, ToolResult
 
-EventKind = Literal["round", "think", "call", "forced", "answer"]
+EventKind = Literal["round", "tokens", "think", "call", "forced", "answer"]
+
+# "tokens" events come at most this often: a 135M model writes 100 tokens a second, and each
+# event crosses threads (serve: an SSE event or an MCP notification)
+PROGRESS_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
 class EpisodeEvent:
-    """Progress of an episode, for streaming: a round starts, its thinking is written, a call ran,
-    the answer is forced."""
+    """Progress of an episode, for streaming: a round starts, the model is writing (tokens), its
+    thinking is written, a call ran, the answer is forced, the episode answered."""
 
     kind: EventKind
     round: int
     call: CallRecord | None = None
     reason: str | None = None      # "forced": max_rounds, failed_queries or context
     sql: str | None = None         # "answer": the model's answer
-    text: str | None = None        # "think": the round's think block, before its calls run
+    text: str | None = None        # "think": the round's think block, before its calls run;
+                                   # "tokens": the text written since the round's last "tokens" event
+    tokens: int | None = None      # "tokens": tokens generated in the episode so far
+    tok_s: float | None = None     # "tokens": their rate while generating
 
 
 EventHandler = Callable[[EpisodeEvent], None]
@@ -126,6 +133,8 @@ class _Episode:
         self.tools_s = 0.0
         self.audit = False
         self.audited = self.overruled = 0
+        self._progress_at = float("-inf")  # when the last "tokens" event went out
+        self._unsent: list[str] = []       # text written since then, in this round
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -174,6 +183,7 @@ class _Episode:
         record = RoundRecord(index=self.counter.rounds + 1, think="")
         self.rounds.append(record)
         self._raw_calls = []
+        self._unsent = []
         self._emit(EpisodeEvent("round", record.index))
         bounds = plan_call_segment(self._available(), self.budget, self._first_segment_need, think=True)
         assert bounds is not None, "a tool turn is opened only when it fits"
@@ -257,6 +267,7 @@ class _Episode:
         sql_tokens = self.budget.max_final_sql_tokens
         available = self.limit - len(self.transcript) - SEGMENT_SLACK
         think = final_think_tokens(available, self.budget, sql_tokens)
+        self._unsent = []
         completion = self._generate(self._grammar_final(think), stop_tokens=(self.end_id,))
         try:
             return parse_final_turn(completion.text, think_end=self.chat.think_end, after_think=self.chat.after_think).sql, None
@@ -344,6 +355,7 @@ class _Episode:
         completion = self.session.generate(
             grammar=grammar.lark, params=self.params, max_tokens=grammar.max_tokens,
             stop_tokens=stop_tokens, should_stop=self.should_stop, audit=self.audit,
+            on_text=self._progress() if self.on_event is not None else None,
         )
         self.audited += completion.n_audited
         self.overruled += completion.n_overruled
@@ -356,6 +368,28 @@ class _Episode:
         if completion.stop_reason == "max_tokens":
             raise _BrokenTurn("generation hit max_tokens inside the grammar")
         return completion
+
+    def _progress(self) -> Callable[[str], None]:
+        """What sees each piece of text as the next segment is generated: a "tokens" event with
+        the episode's generated tokens and rate, at most every PROGRESS_INTERVAL_S (the first at
+        once), so a long generation shows that it is alive."""
+        session = self.session
+        start, before = session.n_past, session.generated_tokens
+        generating_before, started = session.timings.generate_s, time.perf_counter()
+
+        def on_text(text: str) -> None:
+            self._unsent.append(text)
+            now = time.perf_counter()
+            if now - self._progress_at < PROGRESS_INTERVAL_S:
+                return
+            self._progress_at = now
+            tokens = before + session.n_past - start
+            seconds = generating_before + now - started
+            text, self._unsent = "".join(self._unsent), []
+            self._emit(EpisodeEvent("tokens", self.rounds[-1].index, text=text, tokens=tokens,
+                                    tok_s=round(tokens / seconds, 2) if seconds > 0 else 0.0))
+
+        return on_text
 
     def _bound_and_remedy(self) -> str:
         """Which bound the episode's room comes from and the option that raises it."""

@@ -4,8 +4,8 @@ The grammar makes every generated turn parse; this module is the independent che
 tests parse every assistant turn of every episode with it) and what turns text into calls.
 Like the training environment, which ran every call it found in the text, a tool turn is a
 sequence of JSON objects separated by whitespace that holds a line break; each is checked
-against its tool's spec. The final answer is SQL as text; `final_sql` strips a fenced block
-and a trailing `;` before it runs.
+against its tool's spec. The final answer is SQL as text; `final_sql` takes the query out of a fenced block,
+prose or several statements before it runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from edge_sql.errors import TurnParseError
 from edge_sql.tools.arguments import ToolCallError, checked_args
 from edge_sql.tools.specs import TOOLS_BY_NAME
 
-_FENCE_OPEN = re.compile(r"\A```[A-Za-z]*[ \t]*\r?\n")
 _FENCE_CLOSE = "```"
 _TOOL_CALL = re.compile(r'\{\s*"tool"')
 _DECODER = json.JSONDecoder()
@@ -121,21 +120,86 @@ def parse_tool_turn(text: str, *, think_end: str, after_think: str) -> ToolTurn:
 
 
 def final_sql(text: str) -> str:
-    """The SQL of a final answer written as text: a fenced block's body, whitespace and one
-    trailing `;` stripped. Raises TurnParseError when it is empty, a tool call, or holds more
-    than one statement."""
-    sql = _FENCE_OPEN.sub("", text.strip(), count=1)
-    if sql.endswith(_FENCE_CLOSE):
-        sql = sql[: -len(_FENCE_CLOSE)].rstrip()
-    if sql.endswith(";"):
-        sql = sql[:-1].rstrip()
+    """The SQL of a final answer written as text.
+
+    A plain answer (one statement, maybe in one fenced block, maybe with a trailing `;`) is
+    run as written. A small model often wraps the query in prose ("You can use this query:
+    ```sql ...```") or writes several statements: then the last fenced block is the answer,
+    and within it (or without fences) the last statement that sqlglot parses as a query.
+    Raises TurnParseError when nothing is left, when it is a tool call, or when it holds
+    more than one statement and none of them parses.
+    """
+    stripped = text.strip()
+    blocks = _fenced_blocks(stripped)
+    sql = _strip_end(blocks[-1] if blocks else stripped)
     if not sql:
         raise TurnParseError("the final answer is empty")
     if sql.startswith("{") or _TOOL_CALL.search(sql):
         raise TurnParseError("the final answer is a tool call, not SQL")
+    if ";" not in sql and _SQL_START.match(sql):
+        return sql  # a plain answer runs as written: SQLite, not sqlglot, says what is wrong with it
+    found = _last_query(sql)
+    if found is not None:
+        return found
     if ";" in sql:
-        raise TurnParseError("the final answer holds more than one statement")
+        raise TurnParseError("the final answer holds more than one statement and none of them parses")
     return sql
+
+
+_FENCED_BLOCK = re.compile(r"```[A-Za-z]*[ \t]*\r?\n(.*?)(?:```|\Z)", re.DOTALL)
+_SQL_START = re.compile(r"(?:select|with|values)\b|\(", re.IGNORECASE)
+
+
+def _fenced_blocks(text: str) -> list[str]:
+    """The bodies of the fenced blocks in `text`, in order (a last one left open included)."""
+    return [match.group(1) for match in _FENCED_BLOCK.finditer(text)]
+
+
+def _strip_end(sql: str) -> str:
+    sql = sql.strip()
+    if sql.endswith(_FENCE_CLOSE):
+        sql = sql[: -len(_FENCE_CLOSE)].rstrip()
+    while sql.endswith(";"):
+        sql = sql[:-1].rstrip()
+    return sql
+
+
+def _last_query(text: str) -> str | None:
+    """The last statement in `text` that parses as one query, prose around it left out: of
+    each `;`-separated part (last first), the longest run of lines that starts on a line
+    opening with SELECT, WITH, VALUES or `(` and parses."""
+    import sqlite3
+
+    parts, current = [], ""
+    for piece in text.split(";"):  # `;` inside a string literal does not end a statement
+        current = f"{current};{piece}" if current else piece
+        if sqlite3.complete_statement(current + ";"):
+            parts.append(current)
+            current = ""
+    parts.append(current)
+    for part in reversed(parts):
+        lines = part.strip().splitlines()
+        for start, line in enumerate(lines):
+            if not _SQL_START.match(line.lstrip()):
+                continue
+            for end in range(len(lines), start, -1):
+                candidate = "\n".join(lines[start:end]).strip()
+                if _parses_as_query(candidate):
+                    return candidate
+    return None
+
+
+def _parses_as_query(sql: str) -> bool:
+    """True when sqlglot reads `sql` (SQLite's dialect) as exactly one query."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    try:
+        statements = sqlglot.parse(sql, read="sqlite")
+    except SqlglotError:
+        return False
+    return len(statements) == 1 and isinstance(statements[0], exp.Query)
 
 
 def parse_final_turn(text: str, *, think_end: str, after_think: str) -> FinalTurn:

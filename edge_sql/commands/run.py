@@ -76,16 +76,18 @@ def _ctrl_c_stops(stop: threading.Event, interrupt_db: Callable[[], None]) -> It
         signal.signal(signal.SIGINT, previous)
 
 
-def _print_event(event: EpisodeEvent) -> None:
+def _event_line(event: EpisodeEvent) -> str | None:
+    """The live view's line for an episode event (None: the event prints nothing)."""
     from edge_sql.agent.display import call_line
 
     if event.kind == "round":
-        click.echo(f"round {event.round}")
-    elif event.kind == "call":
+        return f"round {event.round}"
+    if event.kind == "call":
         assert event.call is not None  # a "call" event carries its call
-        click.echo(call_line(event.call))
-    elif event.kind == "forced":
-        click.echo("final answer (forced)")
+        return call_line(event.call)
+    if event.kind == "forced":
+        return "final answer (forced)"
+    return None
 
 
 @click.command()
@@ -127,7 +129,10 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
     runs, and get the final SQL with its result. An empty line, `exit` or Ctrl-D quits;
     Ctrl-C stops the current question; the arrow keys edit the line and recall earlier
     questions (kept in the model store). With stdin not a terminal, questions are read
-    one a line, without prompts. The database is checked before the model loads.
+    one a line, without prompts, each answer printed after a `question:` line. On a
+    terminal, stderr shows a status line while the model works (round, tokens generated,
+    tok/s, elapsed time; --json too), erased when the answer prints. The database is
+    checked before the model loads.
 
     \b
     Exit status:
@@ -198,22 +203,31 @@ def _load_agent(options: RunOptions) -> Agent:
 
 def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptions, *,
             interactive: bool = False) -> int:
-    """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED)."""
-    from edge_sql.agent.display import answer_text
+    """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED).
 
-    stop = threading.Event()
+    The live view prints each round and call on stdout; on a terminal, stderr also shows a
+    status line (round, tokens, tok/s, elapsed), with `--json` too, erased before the answer."""
+    from edge_sql.agent.display import answer_text
+    from edge_sql.commands.progress import StatusLine
 
     evidence, as_json, trace, vote = options.evidence, options.as_json, options.trace, options.vote
+    stop = threading.Event()
+    status = StatusLine(what=f"voting ({vote} episodes)" if vote is not None else "reading the question")
 
     def show(event: EpisodeEvent) -> None:
-        if not stop.is_set():  # after Ctrl-C, nothing but the one line saying so
-            _print_event(event)
+        if stop.is_set():  # after Ctrl-C, nothing but the one line saying so
+            return
+        line = None if as_json else _event_line(event)
+        if line is not None:
+            with status.above():
+                click.echo(line)
+        status.update(round=event.round, tokens=event.tokens, tok_s=event.tok_s)
 
     if vote is not None and not as_json:
         click.echo(f"voting: {vote} sampled episodes at once")
-    with _ctrl_c_stops(stop, db.interrupt):
+    with _ctrl_c_stops(stop, db.interrupt), status:
         result = agent.ask(question, db, evidence=evidence, seed=options.seed, greedy=options.greedy, vote=vote,
-                           on_event=None if as_json else show, should_stop=stop.is_set)
+                           on_event=None if as_json and not status.enabled else show, should_stop=stop.is_set)
     cancelled = result.stop == "cancelled"
     if as_json:
         click.echo(json.dumps(result.to_json(transcript=trace), ensure_ascii=False))
@@ -254,7 +268,9 @@ def _interactive(agent: Agent, db: ReadOnlyDatabase, options: RunOptions) -> Non
     line editing and the questions of earlier sessions; otherwise one question a line, no prompt."""
     terminal = sys.stdin.isatty()
     if terminal and not options.as_json:
-        click.echo(f"Ask about {db.path.name} ({len(db.table_names())} tables). "
+        from edge_sql.agent.display import plural
+
+        click.echo(f"Ask about {db.path.name} ({plural(len(db.table_names()), 'table')}). "
                    "An empty line or `exit` quits; Ctrl-C stops a question.", err=True)
     with _line_history(terminal):
         while True:
@@ -272,6 +288,8 @@ def _interactive(agent: Agent, db: ReadOnlyDatabase, options: RunOptions) -> Non
             text = line.strip()
             if not text or text.lower() in QUIT_WORDS:
                 return
+            if not terminal and not options.as_json:
+                click.echo(f"question: {text}")  # read from a file or a pipe: say which answer follows
             try:
                 _answer(agent, db, text, options, interactive=True)
             except EdgeSqlError as exc:  # e.g. a question too long for the episode: ask another

@@ -80,7 +80,7 @@ class SessionInfo:
         where = f"{self.backend}, {self.gpu_layers}/{self.n_layers} layers on GPU" if self.gpu_layers else "CPU"
         return (
             f"{self.model_path.name} ({self.architecture}, {self.model_bytes / 1e9:.2f} GB) on {where}, "
-            f"{self.n_threads} threads, context {self.n_ctx} tokens"
+            f"{self.n_threads} thread{'' if self.n_threads == 1 else 's'}, context {self.n_ctx} tokens"
         )
 
 

@@ -1,7 +1,7 @@
 """The HTTP interface: a small Starlette app, plus the MCP streamable HTTP endpoint at /mcp.
 
     POST /v1/ask        {question, database, evidence?, seed?} -> the JSON of `edge-sql run --json`;
-                        with `Accept: text/event-stream`: events queued, running, round, call,
+                        with `Accept: text/event-stream`: events queued, running, round, tokens, call,
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
     GET  /health        model, variant, queue
@@ -214,7 +214,9 @@ def sse(event: str, data: Any) -> bytes:
 
 
 async def job_events(job: Job) -> AsyncIterator[bytes]:
-    """One SSE event per queue move, round, call and forced answer, then `answer` or `error`.
+    """One SSE event per queue move, round, call and forced answer, then `answer` or `error`;
+    while the model writes, `tokens` events (at most two a second) with the episode's generated
+    tokens, their rate and the text written since the last one.
 
     Every event but `answer` (which is exactly the JSON of `run --json`) carries `elapsed_s`:
     seconds from the request's arrival to the moment the server produced the event.
@@ -231,6 +233,9 @@ async def job_events(job: Job) -> AsyncIterator[bytes]:
                 yield sse("error", {"error": str(item.error), "status": status, **elapsed})
         elif item.kind == "round":
             yield sse("round", {"round": item.round, **elapsed})
+        elif item.kind == "tokens":
+            yield sse("tokens", {"round": item.round, "tokens": item.tokens, "tok_s": item.tok_s, "text": item.text,
+                                 **elapsed})
         elif item.kind == "think":
             yield sse("think", {"round": item.round, "think": item.text, **elapsed})
         elif item.kind == "call" and item.call is not None:

@@ -18,6 +18,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from edge_sql import __version__
+from edge_sql.agent.display import plural
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
@@ -85,7 +86,7 @@ def build_mcp(service: Service) -> MCPServer:
 
         `database` is a name from list_databases; `evidence` is an optional hint (e.g. what a
         term means); `seed` makes the answer reproducible. Progress reports each tool round as
-        the local model explores the database.
+        the local model explores the database, and the tokens it has generated while it writes.
         """
         try:
             job = service.submit(AskRequest.from_arguments(arguments))
@@ -124,6 +125,8 @@ def _progress_message(item: Position | EpisodeEvent) -> str | None:
         return "running" if item.position == 0 else f"queued: position {item.position}"
     if item.kind == "round":
         return f"round {item.round}"
+    if item.kind == "tokens":
+        return f"round {item.round}: {plural(item.tokens or 0, 'token')} generated, {item.tok_s or 0:.1f} tok/s"
     if item.kind == "call" and item.call is not None:
         return f"round {item.round}: {item.call.tool} {'ok' if item.call.ok else 'error'}"
     if item.kind == "forced":
@@ -159,10 +162,11 @@ def summary_text(output: AskOutput) -> str:
     calls = sum(len(r.calls) for r in output.rounds)
     lines = [f"SQL: {output.sql}" if output.sql else f"No answer ({output.stop}): {output.error}"]
     if output.sql:
-        count = f"{output.row_count}{'+' if output.more_rows else ''} rows"
+        count = f"{output.row_count}{'+' if output.more_rows else ''} row{'' if output.row_count == 1 else 's'}"
         shown = f", first {len(output.rows)} in the structured result" if output.rows else ""
         lines.append(f"{count}{shown}; columns: {', '.join(output.columns)}")
     notes = [note for flag, note in ((output.forced, "forced final answer"),
                                      (output.fallback, "fallback to the last query that ran")) if flag]
-    lines.append(f"{len(output.rounds)} rounds, {calls} calls" + (f"; {'; '.join(notes)}" if notes else ""))
+    lines.append(f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}"
+                 + (f"; {'; '.join(notes)}" if notes else ""))
     return "\n".join(lines)

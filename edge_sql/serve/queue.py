@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from edge_sql.agent.display import plural
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.errors import Cancelled, EdgeSqlError, QueueFull, QueueTimeout
@@ -330,4 +331,4 @@ class AskQueue:
             return f"{head}: error: {outcome.error}"
         result = outcome.result
         calls = sum(len(r.calls) for r in result.rounds)
-        return f"{head}: {result.stop}, {len(result.rounds)} rounds, {calls} calls, {elapsed:.1f} s"
+        return f"{head}: {result.stop}, {plural(len(result.rounds), 'round')}, {plural(calls, 'call')}, {elapsed:.1f} s"

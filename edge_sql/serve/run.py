@@ -83,12 +83,12 @@ def serve_http(service: Service, sock: socket.socket, host: str, *, token: str |
     app = build_app(service, token=token, mcp_app=mcp_app, mcp_lifespan=lambda _app: mcp.session_manager.run(),
                     allow=allow, access_log=None if quiet else log)
     bound_port = sock.getsockname()[1]
-    log(f"listening on http://{url_host(host)}:{bound_port} (POST /v1/ask, GET /v1/databases, GET /health, "
-        "GET /metrics, MCP at /mcp)")
+    url = f"http://{page_host(host)}:{bound_port}/"
+    log(f"listening on http://{url_host(host)}:{bound_port} (the web page: {url} ; "
+        "POST /v1/ask, GET /v1/databases, GET /health, GET /metrics, MCP at /mcp)")
     log(f"answering Host names: {', '.join(sorted(allow.hosts))}"
         + (f"; cross-origin web apps: {', '.join(allow.cors_origins)}" if allow.cors_origins else ""))
     if open_page:
-        url = f"http://{page_host(host)}:{bound_port}/"
         log(f"opening {url} in the browser")
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,

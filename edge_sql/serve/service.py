@@ -142,7 +142,7 @@ class Service:
         except EdgeSqlError as exc:
             self.log(f"query ({database}): error: {exc}")
             raise
-        rows = f"{len(result.rows)}{'+' if result.truncated else ''} rows"
+        rows = f"{len(result.rows)}{'+' if result.truncated else ''} row{'' if len(result.rows) == 1 else 's'}"
         self.log(f"query ({database}): {rows}, {time.monotonic() - started:.2f} s")
         return result
 

@@ -98,9 +98,17 @@ class RunPlan:
         self.counted += 1
         number = self.counted
         self.report.detail(f"calibrating {self.name}: {number}/{self.n_timed} {label}")
-        spent = "" if self.budget.seconds is None else \
-            f", {self.budget.elapsed():.0f} s of about {self.budget.seconds:.0f} s"
-        self.report.say(f"calibrating {self.name}: {number}/{self.n_timed}{spent}")
+        self.report.say(f"calibrating {self.name}: timing setting {number} of {self.n_timed} (how fast it reads "
+                        f"a prompt and writes tokens with it){self._time_spent()}")
+
+    def _time_spent(self) -> str:
+        """`; 12 s so far, about 50 s in all`, or what it means when the plan is overrun."""
+        planned, elapsed = self.budget.seconds, self.budget.elapsed()
+        if planned is None:
+            return ""
+        if elapsed <= planned:
+            return f"; {elapsed:.0f} s so far, about {planned:.0f} s in all"
+        return f"; {elapsed:.0f} s so far, more than the {planned:.0f} s planned: the CPUs are slower or busier than expected"
 
     def out_of_time(self, label: str) -> None:
         """A candidate is left untimed: the budget does not hold it (said once in plain words)."""

@@ -3,12 +3,13 @@
 import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
 import { chartableSeries, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
-import { addCall, addThink, forcedText, renderRounds, roundItem } from "./rounds.js";
+import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
 import { download, renderTable, toCsv } from "./table.js";
 
 const $ = (id) => document.getElementById(id);
+const plural = (n, word) => `${n} ${n === 1 ? word : `${word}s`}`;  // 1 round, 2 rounds
 const page = {
   databases: [],
   asking: null,        // the AbortController of the running question
@@ -127,6 +128,10 @@ async function ask() {
       else if (name === "round") {
         roundItem($("rounds"), data.round);
         setStatus(`The agent is working: round ${data.round}…`);
+      } else if (name === "tokens") {
+        addTokens($("rounds"), data.round, data);
+        setStatus(`The agent is working: round ${data.round}, ${plural(data.tokens, "token")} generated ` +
+          `(${data.tok_s.toFixed(1)} tok/s), ${Math.round(data.elapsed_s)} s…`);
       } else if (name === "think") addThink($("rounds"), data.round, data.think);
       else if (name === "call") addCall($("rounds"), data.round, data);
       else if (name === "forced") {
@@ -150,6 +155,7 @@ async function ask() {
 }
 
 function showAnswer(request, answer) {
+  $("answer-title").textContent = "Answer";
   renderRounds($("rounds"), answer.rounds);
   const note = $("answer-note");
   note.classList.toggle("error", Boolean(answer.error));
@@ -158,8 +164,9 @@ function showAnswer(request, answer) {
   else if (answer.fallback) note.textContent = "The model's own answer did not run: this is the last query that ran without error.";
   else note.textContent = "";
   const stats = answer.stats || {};
-  $("stats").textContent = `${stats.rounds ?? 0} rounds, ${stats.calls ?? 0} calls; ${(stats.wall_s ?? 0).toFixed(1)} s; ` +
-    `${stats.generated_tokens ?? 0} tokens generated at ${(stats.decode_tok_s ?? 0).toFixed(1)} tok/s`;
+  $("stats").textContent = `${plural(stats.rounds ?? 0, "round")}, ${plural(stats.calls ?? 0, "call")}; ` +
+    `${(stats.wall_s ?? 0).toFixed(1)} s; ` +
+    `${plural(stats.generated_tokens ?? 0, "token")} generated at ${(stats.decode_tok_s ?? 0).toFixed(1)} tok/s`;
   const sql = answer.sql ?? answer.answer ?? "";
   const shown = { database: request.database, question: request.question, evidence: request.evidence, sql,
     columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null };
@@ -229,6 +236,25 @@ $("copy-sql").addEventListener("click", async () => {
 
 // ---- edit and run -------------------------------------------------------------------------
 
+// SQL of one's own, before (or without) asking: the editor over the chosen database, as
+// datasette offers it on every database page
+$("own-sql").addEventListener("click", () => {
+  if (page.asking) return;
+  page.result = { database: $("database").value, question: null, evidence: null, sql: "", columns: [], rows: [],
+    truncated: false, ran: false };
+  $("answer-title").textContent = `Your SQL on ${page.result.database}`;
+  $("answer").hidden = false;
+  $("answer-note").textContent = "";
+  $("stats").textContent = "";
+  $("result").hidden = true;
+  $("query-error").hidden = true;
+  $("sql-box").hidden = true;
+  $("sql-input").value = "";
+  $("sql-form").hidden = false;
+  $("sql-input").focus();
+  setStatus("Write a read-only query and press Run.");
+});
+
 $("edit-sql").addEventListener("click", () => {
   $("sql-input").value = page.result.sql;
   $("sql-box").hidden = true;
@@ -237,7 +263,8 @@ $("edit-sql").addEventListener("click", () => {
 });
 $("cancel-edit").addEventListener("click", () => {
   $("sql-form").hidden = true;
-  $("sql-box").hidden = false;
+  if (page.result?.sql) $("sql-box").hidden = false;
+  else $("answer").hidden = true;  // nothing ran yet: nothing to show
 });
 
 $("sql-form").addEventListener("submit", async (event) => {
@@ -293,6 +320,7 @@ function reopen(entry) {
   showTables();
   updateShareLink();
   $("work").hidden = true;
+  $("answer-title").textContent = "Answer";
   showResult(entry);
   $("answer-note").textContent = entry.rowsDropped ? "The rows did not fit in this browser's storage: run the SQL again." : entry.note || "";
   $("stats").textContent = entry.stats || "";

@@ -1,5 +1,6 @@
-// How the agent worked: one item per round, its thinking (collapsed) and its calls, each
-// with its arguments, ok or error, and the output the model read.
+// How the agent worked: one item per round, its thinking (collapsed: streamed as the model
+// writes it, with a token counter) and its calls, each with its arguments, ok or error, and
+// the output the model read.
 
 import { highlightSql } from "./sqltext.js";
 
@@ -35,11 +36,37 @@ export function roundItem(list, index) {
   if (!item) {
     item = element("li", "round");
     item.dataset.round = String(index);
-    item.append(element("h3", null, `Round ${index}`));
+    const head = element("h3", null, `Round ${index}`);
+    head.append(element("span", "counter"));
+    item.append(head);
     item.append(element("p", "pending", "thinking…"));
     list.append(item);
   }
   return item;
+}
+
+function plural(n, word) {
+  return `${n} ${n === 1 ? word : `${word}s`}`;
+}
+
+/** The model is writing ({round, tokens, tok_s, text, elapsed_s}): the round's counter moves
+ * and, until the round's thinking is complete, its text grows in the collapsed block. */
+export function addTokens(list, index, data) {
+  const item = roundItem(list, index);
+  const counter = `${plural(data.tokens, "token")}, ${data.tok_s.toFixed(1)} tok/s, ${Math.round(data.elapsed_s)} s`;
+  item.querySelector(".counter").textContent = ` · ${counter}`;
+  let details = item.querySelector("details.thinking");
+  if (!details) {
+    item.querySelector(".pending")?.remove();
+    details = element("details", "thinking");
+    details.dataset.live = "true";
+    details.append(element("summary", null, "Thinking…"), element("div", "think", ""));
+    item.querySelector("h3").after(details);
+  }
+  if (details.dataset.live === "true") {
+    details.querySelector("summary").textContent = `Thinking… (${counter})`;
+    if (data.text) details.querySelector(".think").append(data.text);
+  }
 }
 
 /** Append one call (as streamed: {tool, args, ok, output}) to its round. */
@@ -53,14 +80,20 @@ export function addCall(list, index, call) {
   item.append(box);
 }
 
-/** Add a round's thinking (collapsed) as it streams, before its calls. */
+/** Add a round's thinking (collapsed) once it is complete, before its calls; it replaces the
+ * text streamed so far (the block stays where it is, open or not). */
 export function addThink(list, index, think) {
   const item = roundItem(list, index);
   item.querySelector(".pending")?.remove();
-  const details = element("details", "thinking");
-  details.append(element("summary", null, think ? "Thinking" : "Thinking (none)"));
-  details.append(element("div", "think", think || ""));
-  item.append(details);
+  let details = item.querySelector("details.thinking");
+  if (!details) {
+    details = element("details", "thinking");
+    details.append(element("summary"), element("div", "think"));
+    item.append(details);
+  }
+  delete details.dataset.live;
+  details.querySelector("summary").textContent = think ? "Thinking" : "Thinking (none)";
+  details.querySelector(".think").textContent = think || "";
 }
 
 /** The rounds of a finished episode, with their thinking, replacing what was streamed. */

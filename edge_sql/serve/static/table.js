@@ -81,13 +81,21 @@ export function renderTable(table, columns, rows) {
   table.replaceChildren(head, body);
 }
 
+// A text cell a spreadsheet would read as a formula (OWASP, "CSV Injection"): =, +, -, @, tab or
+// carriage return first. Numbers are left alone: -3 is a number, not a formula.
+const FORMULA_START = /^[=+\-@\t\r]/;
+
 function csvField(value) {
   if (value === null) return "";
-  const text = String(value);
+  let text = String(value);
+  if (typeof value === "string" && FORMULA_START.test(text)) text = `'${text}`;
   return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 
-/** RFC 4180 CSV: a header line, then one line per row, CRLF line ends; NULL is an empty field. */
+/** RFC 4180 CSV: a header line, then one line per row, CRLF line ends; NULL is an empty field.
+ * A text cell starting with =, +, -, @, a tab or a carriage return gets a leading `'` (OWASP's
+ * advice against CSV injection), so a spreadsheet shows it as text instead of running it; the
+ * JSON download keeps every value exact. */
 export function toCsv(columns, rows) {
   return [columns, ...rows].map((row) => row.map(csvField).join(",")).join("\r\n") + "\r\n";
 }
