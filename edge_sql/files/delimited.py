@@ -1,0 +1,169 @@
+"""CSV and TSV: the standard library's `csv` parser, read twice in batches.
+
+The first pass finds the shape and each column's type (integer, real, else text: the rules of
+sqlite-utils' `--detect-types`, checked a batch of a column at a time with one regular
+expression so the check runs in C); the second inserts the same text, and SQLite's column
+affinity stores numbers as numbers. An empty field is NULL. Dates stay as written (ISO-8601
+text is what SQLite's date functions read). Ragged rows are kept: a short row's missing
+fields are NULL, a long row's extra fields go to extra columns `column_N`, and the load says
+how many rows were either. Quotes that never close are an error with the line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+
+from edge_sql.errors import FileLoadError
+from edge_sql.files import text
+from edge_sql.files.loader import BATCH_ROWS, Sink
+from edge_sql.files.names import column_names
+from edge_sql.files.sources import Source
+
+DELIMITERS = ",;\t|"
+SNIFF_BYTES = 16 * 1024
+INTEGER = re.compile(r"[+-]?[0-9]{1,18}")  # longer would not fit SQLite's 64-bit integers
+REAL = re.compile(r"[+-]?(?:(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|[0-9]{1,18})")
+_CSV_ERRORS = {
+    "unexpected end of data": "a quoted field is never closed (unbalanced quotes)",
+    "expected after": "text follows a closing quote (unbalanced quotes)",
+    "field larger than field limit": "a field over {limit:,} characters (a quote that is never closed?)",
+    "new-line character seen in unquoted field": "a bare carriage return inside a field",
+}
+
+
+@dataclass
+class Shape:
+    """What the first pass found: the header, each column's type, and the ragged rows."""
+
+    header: list[str]
+    types: list[str]
+    rows: int = 0
+    short_rows: int = 0
+    long_rows: int = 0
+
+
+def read(source: Source, sink: Sink) -> None:
+    first = text.head(source)
+    encoding = text.encoding(source, first)
+    if encoding == "latin-1":
+        sink.note(f"{source.path.name}: not UTF-8; read as Latin-1")
+    delimiter = "\t" if source.format == "tsv" else sniff(first.decode(encoding, "ignore"))
+    shape = _scan(source, encoding, delimiter, sink)
+    width = len(shape.types)
+    names, renames = column_names(shape.header + [f"column_{i}" for i in range(len(shape.header) + 1, width + 1)])
+    table = sink.create(source, source.table, names, shape.types, renames)
+    if shape.short_rows or shape.long_rows:
+        sink.note(_ragged_note(source, shape, names))
+    with _rows(source, encoding, delimiter) as (raw, rows):
+        next(rows)  # the header
+        if shape.short_rows:
+            rows = (row if len(row) == width else row + [""] * (width - len(row)) for row in rows)
+        while batch := list(islice(rows, BATCH_ROWS)):
+            sink.insert(table, batch, nullify_empty=True)
+            sink.report(source, "load", table.rows, text.position(raw))
+    sink.report(source, "load", table.rows, source.size, final=True)
+
+
+def sniff(sample: str) -> str:
+    """The delimiter of a CSV file (comma, semicolon, tab or bar), from its first lines."""
+    sample = sample[:SNIFF_BYTES]
+    if "\n" in sample:
+        sample = sample[: sample.rindex("\n")]  # whole lines only
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=DELIMITERS).delimiter
+    except csv.Error:
+        return ","
+
+
+def _scan(source: Source, encoding: str, delimiter: str, sink: Sink) -> Shape:
+    with _rows(source, encoding, delimiter) as (raw, rows):
+        header = next(rows, None)
+        if header is None:
+            raise FileLoadError(f"{source.path} is empty", path=source.path)
+        shape = Shape(header, ["integer"] * len(header))
+        filled = [False] * len(header)
+        while batch := list(islice(rows, BATCH_ROWS)):
+            shape.rows += len(batch)
+            widths = set(map(len, batch))
+            if widths != {len(header)}:
+                batch = _pad(batch, shape, filled)
+            for i, column in enumerate(zip(*batch)):
+                if shape.types[i] != "text":
+                    values = list(filter(None, column))
+                    filled[i] = filled[i] or bool(values)
+                    shape.types[i] = _narrowed(shape.types[i], values)
+            sink.report(source, "scan", shape.rows, text.position(raw))
+    if shape.rows == 0:
+        raise FileLoadError(f"{source.path} has a header line but no rows", path=source.path)
+    shape.types = [kind if full else "text" for kind, full in zip(shape.types, filled)]
+    return shape
+
+
+def _pad(batch: list[list[str]], shape: Shape, filled: list[bool]) -> list[list[str]]:
+    """The batch with every row as wide as the widest so far; counts the ragged rows."""
+    header = len(shape.header)
+    shape.short_rows += sum(1 for row in batch if len(row) < header)
+    shape.long_rows += sum(1 for row in batch if len(row) > header)
+    width = max(len(shape.types), *map(len, batch))
+    if width > len(shape.types):
+        filled += [False] * (width - len(shape.types))
+        shape.types += ["integer"] * (width - len(shape.types))
+    return [row if len(row) == width else row + [""] * (width - len(row)) for row in batch]
+
+
+def _narrowed(kind: str, values: list[str]) -> str:
+    if kind == "integer" and all(map(INTEGER.fullmatch, values)):
+        return "integer"
+    if kind in ("integer", "real") and all(map(REAL.fullmatch, values)):
+        return "real"
+    return "text"
+
+
+def _ragged_note(source: Source, shape: Shape, names: list[str]) -> str:
+    parts = []
+    if shape.short_rows:
+        parts.append(f"{_rows_text(shape.short_rows)} fewer fields than the header (the missing ones are NULL)")
+    if shape.long_rows:
+        extra = ", ".join(names[len(shape.header):])
+        parts.append(f"{_rows_text(shape.long_rows)} more (the extra fields are in {extra})")
+    return f"{source.path.name}: " + "; ".join(parts)
+
+
+def _rows_text(count: int) -> str:
+    return "1 row has" if count == 1 else f"{count:,} rows have"
+
+
+class _rows:  # noqa: N801  (used as a context manager, like open)
+    """The file's rows as lists of strings, blank lines left out; csv errors become one line."""
+
+    def __init__(self, source: Source, encoding: str, delimiter: str) -> None:
+        self.source, self.encoding, self.delimiter = source, encoding, delimiter
+
+    def __enter__(self) -> tuple[io.BufferedReader, Iterator[list[str]]]:
+        self.raw = text.open_binary(self.source)
+        stream = io.TextIOWrapper(self.raw, encoding=self.encoding, newline="")
+        self.reader = csv.reader(stream, delimiter=self.delimiter, quotechar='"', doublequote=True, strict=True)
+        return self.raw, self._checked()
+
+    def _checked(self) -> Iterator[list[str]]:
+        try:
+            yield from filter(None, self.reader)
+        except csv.Error as exc:
+            raise FileLoadError(f"{self.source.path} line {self.reader.line_num}: {_csv_message(exc)}",
+                                path=self.source.path) from None
+
+    def __exit__(self, *exc: object) -> None:
+        self.raw.close()
+
+
+def _csv_message(exc: csv.Error) -> str:
+    message = str(exc)
+    for key, text_ in _CSV_ERRORS.items():
+        if key in message:
+            return text_.format(limit=csv.field_size_limit())
+    return message
