@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from edge_sql.commands.files import DB_HELP, load_for_db
 from edge_sql.commands.options import budget_options, context_option, speculate_option
 
 
@@ -31,7 +32,8 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 
 @click.command()
 @click.option("--db", "db_items", multiple=True, required=True, metavar="NAME=PATH",
-              help="A database clients may ask about, by NAME (repeatable). Opened read-only; clients never see or pass paths.")
+              help="A database clients may ask about, by NAME (repeatable): " + DB_HELP + ". Opened read-only; "
+                   "clients never see or pass paths.")
 @click.option("--mcp", "use_mcp", is_flag=True, help="Serve MCP over stdin/stdout (what desktop MCP clients launch).")
 @click.option("--http", "use_http", is_flag=True,
               help="Serve HTTP: the /v1 API and MCP (streamable HTTP) at /mcp. The default without --mcp.")
@@ -76,6 +78,7 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
       edge-sql serve --mcp --db chinook=chinook.sqlite
       edge-sql serve --db chinook=chinook.sqlite --port 8765
       edge-sql serve --db chinook=chinook.sqlite --open        # the web page, in your browser
+      edge-sql serve --db sales=sales.csv --db orders=export/  # data files, loaded into SQLite once
       curl -s localhost:8765/v1/ask -d '{"question": "How many albums?", "database": "chinook"}'
     """
     databases = _databases(db_items)
@@ -121,6 +124,7 @@ def _serve(databases, http, host, port, token, model, gpu_layers, threads, n_ctx
 
     # every failure the operator can cause shows before the model loads (which takes a while)
     for path in databases.values():
+        load_for_db(path)  # data files are loaded here, with their progress, not on the first request
         ReadOnlyDatabase(path).close()
     load_prompt(prompt_file)
     limits = Limits(max_body_bytes=max_body, max_question_chars=max_question, max_rows=max_rows,
