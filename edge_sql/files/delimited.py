@@ -59,11 +59,13 @@ def read(source: Source, sink: Sink) -> None:
     table = sink.create(source, source.table, names, shape.types, renames)
     if shape.short_rows or shape.long_rows:
         sink.note(_ragged_note(source, shape, names))
-    with _rows(source, encoding, delimiter) as (raw, rows):
-        next(rows)  # the header
-        if shape.short_rows:
-            rows = (row if len(row) == width else row + [""] * (width - len(row)) for row in rows)
-        while batch := list(islice(rows, BATCH_ROWS)):
+    with _rows(source, encoding, delimiter) as (raw, batches):
+        first = True
+        for batch in batches:
+            if first:
+                batch, first = batch[1:], False  # the header
+            if shape.short_rows or shape.long_rows:
+                batch = [row if len(row) == width else row + [""] * (width - len(row)) for row in batch]
             sink.insert(table, batch, nullify_empty=True)
             sink.report(source, "load", table.rows, text.position(raw))
     sink.report(source, "load", table.rows, source.size, final=True)
@@ -81,23 +83,30 @@ def sniff(sample: str) -> str:
 
 
 def _scan(source: Source, encoding: str, delimiter: str, sink: Sink) -> Shape:
-    with _rows(source, encoding, delimiter) as (raw, rows):
-        header = next(rows, None)
-        if header is None:
+    with _rows(source, encoding, delimiter) as (raw, batches):
+        batch = next(batches, None)
+        if batch is None:
             raise FileLoadError(f"{source.path} is empty", path=source.path)
+        header, batch = batch[0], batch[1:]
         shape = Shape(header, ["integer"] * len(header))
         filled = [False] * len(header)
-        while batch := list(islice(rows, BATCH_ROWS)):
+        while True:
+            if not batch:
+                batch = next(batches, None)
+                if batch is None:
+                    break
             shape.rows += len(batch)
             widths = set(map(len, batch))
             if widths != {len(header)}:
                 batch = _pad(batch, shape, filled)
-            for i, column in enumerate(zip(*batch)):
-                if shape.types[i] != "text":
-                    values = list(filter(None, column))
-                    filled[i] = filled[i] or bool(values)
-                    shape.types[i] = _narrowed(shape.types[i], values)
+            if any(kind != "text" for kind in shape.types):
+                for i, column in enumerate(zip(*batch)):
+                    if shape.types[i] != "text":
+                        values = list(filter(None, column))
+                        filled[i] = filled[i] or bool(values)
+                        shape.types[i] = _narrowed(shape.types[i], values)
             sink.report(source, "scan", shape.rows, text.position(raw))
+            batch = []
     if shape.rows == 0:
         raise FileLoadError(f"{source.path} has a header line but no rows", path=source.path)
     shape.types = [kind if full else "text" for kind, full in zip(shape.types, filled)]
@@ -139,23 +148,29 @@ def _rows_text(count: int) -> str:
 
 
 class _rows:  # noqa: N801  (used as a context manager, like open)
-    """The file's rows as lists of strings, blank lines left out; csv errors become one line."""
+    """The file's rows as lists of strings, blank lines left out, in batches of `BATCH_ROWS`;
+    a csv error becomes one line naming the line where the parser stopped."""
 
     def __init__(self, source: Source, encoding: str, delimiter: str) -> None:
         self.source, self.encoding, self.delimiter = source, encoding, delimiter
 
-    def __enter__(self) -> tuple[io.BufferedReader, Iterator[list[str]]]:
+    def __enter__(self) -> tuple[io.BufferedReader, Iterator[list[list[str]]]]:
         self.raw = text.open_binary(self.source)
         stream = io.TextIOWrapper(self.raw, encoding=self.encoding, newline="")
         self.reader = csv.reader(stream, delimiter=self.delimiter, quotechar='"', doublequote=True, strict=True)
-        return self.raw, self._checked()
+        return self.raw, self._batches()
 
-    def _checked(self) -> Iterator[list[str]]:
-        try:
-            yield from filter(None, self.reader)
-        except csv.Error as exc:
-            raise FileLoadError(f"{self.source.path} line {self.reader.line_num}: {_csv_message(exc)}",
-                                path=self.source.path) from None
+    def _batches(self) -> Iterator[list[list[str]]]:
+        rows = filter(None, self.reader)
+        while True:
+            try:
+                batch = list(islice(rows, BATCH_ROWS))
+            except csv.Error as exc:
+                raise FileLoadError(f"{self.source.path} line {self.reader.line_num}: {_csv_message(exc)}",
+                                    path=self.source.path) from None
+            if not batch:
+                return
+            yield batch
 
     def __exit__(self, *exc: object) -> None:
         self.raw.close()
