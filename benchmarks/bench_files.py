@@ -150,16 +150,16 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> tuple[floa
     mark (VmHWM) of the child's own memory, read every 20 ms until it exits: wait4's ru_maxrss
     would also count the parent's memory at fork time."""
     started = time.perf_counter()
-    errors = tempfile.TemporaryFile()
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
-    peak_kb = 0
-    while child.poll() is None:
-        peak_kb = max(peak_kb, _hwm_kb(child.pid))
-        time.sleep(0.02)
-    seconds = time.perf_counter() - started
-    if child.returncode != 0:
-        errors.seek(0)
-        raise RuntimeError(f"{command[:4]} failed: {errors.read().decode()[-2000:]}")
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+        peak_kb = 0
+        while child.poll() is None:
+            peak_kb = max(peak_kb, _hwm_kb(child.pid))
+            time.sleep(0.02)
+        seconds = time.perf_counter() - started
+        if child.returncode != 0:
+            errors.seek(0)
+            raise RuntimeError(f"{command[:4]} failed: {errors.read().decode()[-2000:]}")
     return seconds, peak_kb / 1024
 
 

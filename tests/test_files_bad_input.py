@@ -49,11 +49,11 @@ def encrypted_workbook(path: Path) -> Path:
 
 def zip_bomb(path: Path) -> Path:
     """300 MB of zeros in one entry: about 300 KB on disk, a ratio no workbook has."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
-        with archive.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as entry:
-            block = bytes(16 * 1024 * 1024)
-            for _ in range(300 // 16):
-                entry.write(block)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive, \
+            archive.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as entry:
+        block = bytes(16 * 1024 * 1024)
+        for _ in range(300 // 16):
+            entry.write(block)
     return path
 
 
@@ -144,11 +144,12 @@ def test_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     env = {**os.environ, "EDGE_SQL_HOME": str(tmp_path / "home")}
     done = subprocess.run([sys.executable, "-m", "edge_sql", "files", "load", str(fifo)], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [f"Error: {fifo} is a named pipe (FIFO): edge-sql loads regular files only"]
     run = subprocess.run([sys.executable, "-m", "edge_sql", "run", "--db", str(fifo), "--question", "x",
-                          "--model", str(tmp_path / "absent.gguf")], env=env, capture_output=True, text=True, timeout=120)
+                          "--model", str(tmp_path / "absent.gguf")], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
     assert run.returncode == 1 and "named pipe (FIFO)" in run.stderr and "absent.gguf" not in run.stderr
 
 

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from edge_sql.files import LoadProgress
 
 DB_HELP = ("a SQLite database file, or a data file (.csv, .tsv, .jsonl, .xlsx, .parquet) or a folder of them, "
            "loaded into SQLite in the model store once (see `edge-sql files --help`)")
 
 
-def _progress_printer():  # noqa: ANN202  (a LoadProgress callback)
+def _progress_printer() -> Callable[[LoadProgress], None]:
+    """Progress lines on stderr: rewritten in place on a terminal, one a report otherwise."""
     terminal = sys.stderr.isatty()
 
-    def show(progress) -> None:  # noqa: ANN001
+    def show(progress: LoadProgress) -> None:
         click.echo(("\r" if terminal else "") + progress.line(), err=True, nl=not terminal)
 
     return show

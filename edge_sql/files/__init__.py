@@ -5,7 +5,15 @@ the model store, which the agent then opens read-only like any other (docs/files
     path = database_file("sales.csv")      # loads on first use, then the store's copy
 """
 
-from edge_sql.files.cache import CacheEntry, Loaded, database_file, entries, files_root, load, prune
+from edge_sql.files.cache import (
+    CacheEntry,
+    Loaded,
+    database_file,
+    entries,
+    files_root,
+    load,
+    prune,
+)
 from edge_sql.files.loader import LoadProgress, LoadSummary
 from edge_sql.files.sources import FORMATS, is_data_source
 

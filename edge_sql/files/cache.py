@@ -167,8 +167,8 @@ def _entry_key(given: Sequence[str | Path]) -> str:
 
 
 def _entry(sources: list[Source], digests: list[str], target: Path, summary: LoadSummary | None,
-           previous: dict | None) -> dict:
-    entry = {
+           previous: dict | None) -> dict[str, object]:
+    entry: dict[str, object] = {
         "sources": [{"path": str(s.real), "size": s.size, "mtime_ns": s.mtime_ns, "sha256": d}
                     for s, d in zip(sources, digests)],
         "database": target.name,

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
+from typing import BinaryIO
 
 from edge_sql.errors import FileLoadError
 from edge_sql.files import text
@@ -48,11 +49,11 @@ class Shape:
 
 
 def read(source: Source, sink: Sink) -> None:
-    first = text.head(source)
-    encoding = text.encoding(source, first)
+    start = text.head(source)
+    encoding = text.encoding(source, start)
     if encoding == "latin-1":
         sink.note(f"{source.path.name}: not UTF-8; read as Latin-1")
-    delimiter = "\t" if source.format == "tsv" else sniff(first.decode(encoding, "ignore"))
+    delimiter = "\t" if source.format == "tsv" else sniff(start.decode(encoding, "ignore"))
     shape = _scan(source, encoding, delimiter, sink)
     width = len(shape.types)
     names, renames = column_names(shape.header + [f"column_{i}" for i in range(len(shape.header) + 1, width + 1)])
@@ -147,14 +148,14 @@ def _rows_text(count: int) -> str:
     return "1 row has" if count == 1 else f"{count:,} rows have"
 
 
-class _rows:  # noqa: N801  (used as a context manager, like open)
+class _rows:  # a context manager, named like open
     """The file's rows as lists of strings, blank lines left out, in batches of `BATCH_ROWS`;
     a csv error becomes one line naming the line where the parser stopped."""
 
     def __init__(self, source: Source, encoding: str, delimiter: str) -> None:
         self.source, self.encoding, self.delimiter = source, encoding, delimiter
 
-    def __enter__(self) -> tuple[io.BufferedReader, Iterator[list[list[str]]]]:
+    def __enter__(self) -> tuple[BinaryIO, Iterator[list[list[str]]]]:
         self.raw = text.open_binary(self.source)
         stream = io.TextIOWrapper(self.raw, encoding=self.encoding, newline="")
         self.reader = csv.reader(stream, delimiter=self.delimiter, quotechar='"', doublequote=True, strict=True)

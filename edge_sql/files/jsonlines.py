@@ -13,6 +13,7 @@ import io
 import json
 from collections.abc import Iterator
 from itertools import islice
+from typing import BinaryIO
 
 from sqlite_utils.db import jsonify_if_needed
 
@@ -72,7 +73,7 @@ def _value(value: object) -> object:
     return jsonify_if_needed(value)
 
 
-def _batches(source: Source, raw: io.BufferedReader, encoding: str) -> Iterator[list[dict]]:
+def _batches(source: Source, raw: BinaryIO, encoding: str) -> Iterator[list[dict]]:
     lines = io.TextIOWrapper(raw, encoding=encoding, newline=None)
     number = 0
     while True:

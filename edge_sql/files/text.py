@@ -4,9 +4,8 @@ byte-order mark, else Latin-1) by decoding the whole file once in large chunks, 
 from __future__ import annotations
 
 import codecs
-import io
 import os
-from pathlib import Path
+from typing import BinaryIO
 
 from edge_sql.errors import FileLoadError
 from edge_sql.files.sources import Source
@@ -46,7 +45,7 @@ def encoding(source: Source, first: bytes) -> str:
     return "utf-8"
 
 
-def open_binary(source: Source) -> io.BufferedReader:
+def open_binary(source: Source) -> BinaryIO:
     """The file opened for reading, checked to still be a regular file once open."""
     try:
         raw = open(source.real, "rb", buffering=1024 * 1024)  # noqa: SIM115  (the caller closes it)
@@ -60,7 +59,7 @@ def open_binary(source: Source) -> io.BufferedReader:
     return raw
 
 
-def position(raw: io.BufferedReader) -> int:
+def position(raw: BinaryIO) -> int:
     """How far into the file reading has got (for progress), without disturbing the reader."""
     return os.lseek(raw.fileno(), 0, os.SEEK_CUR)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
@@ -148,7 +148,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-_CONVERT = {"integer": int, "real": float, "text": _text}
+_CONVERT: dict[str, Callable[[Any], object]] = {"integer": int, "real": float, "text": _text}
 
 
 def _first_line(exc: BaseException) -> str:
