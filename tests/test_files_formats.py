@@ -98,6 +98,18 @@ def test_types_over_the_whole_file(tmp_path: Path) -> None:
     assert len(loaded) == 45_000 and loaded[7] == (7, "7", 3.5) and loaded[44_000] == (44_000, "n/a", 1.0)
 
 
+def test_a_long_row_far_down(tmp_path: Path) -> None:
+    """A row wider than all before it, after the first batch: the extra column holds its value and
+    NULL everywhere else (the file is read again with its whole shape)."""
+    path = tmp_path / "late.csv"
+    path.write_text("a,b\n" + "".join(f"{i},x\n" for i in range(30_000)) + "7,y,extra\n", encoding="utf-8")
+    notes: list[str] = []
+    db = database_file(path, log=notes.append)
+    loaded = rows(db, "late")
+    assert len(loaded) == 30_001 and loaded[0] == (0, "x", None) and loaded[-1] == (7, "y", "extra")
+    assert any("1 row has more (the extra fields are in column_3)" in n for n in notes)
+
+
 def test_names_fixed_and_reported_once(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "sqlite_stats.csv", ["Unit Price", "", "id", "ID", " x "], [(1, 2, 3, 4, 5)])
     notes: list[str] = []

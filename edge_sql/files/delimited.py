@@ -1,9 +1,11 @@
-"""CSV and TSV: the standard library's `csv` parser, read twice in batches.
+"""CSV and TSV: the standard library's `csv` parser, in batches.
 
-The first pass finds the shape and each column's type (integer, real, else text: the rules of
-sqlite-utils' `--detect-types`, checked a batch of a column at a time with one regular
-expression so the check runs in C); the second inserts the same text, and SQLite's column
-affinity stores numbers as numbers. An empty field is NULL. Dates stay as written (ISO-8601
+Each column's type is integer, real, else text (the rules of sqlite-utils' `--detect-types`,
+over every row, checked a batch of a column at a time with one regular expression so the check
+runs in C). One pass finds the types and inserts at once, into a table typed from the first
+batch; SQLite's column affinity stores the numeric text as numbers. If a later row widens a
+type (text far down a numeric column) the table is dropped and the file read again with the
+types of the whole file, so a sample never decides a type. An empty field is NULL. Dates stay as written (ISO-8601
 text is what SQLite's date functions read). Ragged rows are kept: a short row's missing
 fields are NULL, a long row's extra fields go to extra columns `column_N`, and the load says
 how many rows were either. Quotes that never close are an error with the line number.
@@ -17,18 +19,21 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
+from operator import itemgetter
 from typing import BinaryIO
 
 from edge_sql.errors import FileLoadError
 from edge_sql.files import text
-from edge_sql.files.loader import BATCH_ROWS, Sink
-from edge_sql.files.names import column_names
+from edge_sql.files.loader import BATCH_ROWS, Sink, TableInfo
+from edge_sql.files.names import Rename, column_names
 from edge_sql.files.sources import Source
 
 DELIMITERS = ",;\t|"
 SNIFF_BYTES = 16 * 1024
 INTEGER = re.compile(r"[+-]?[0-9]{1,18}")  # longer would not fit SQLite's 64-bit integers
 REAL = re.compile(r"[+-]?(?:(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|[0-9]{1,18})")
+INTEGER_LINES = re.compile(f"(?:{INTEGER.pattern})?(?:\n(?:{INTEGER.pattern})?)*")  # empty lines: NULLs
+REAL_LINES = re.compile(f"(?:{REAL.pattern})?(?:\n(?:{REAL.pattern})?)*")
 _CSV_ERRORS = {
     "unexpected end of data": "a quoted field is never closed (unbalanced quotes)",
     "expected after": "text follows a closing quote (unbalanced quotes)",
@@ -54,22 +59,90 @@ def read(source: Source, sink: Sink) -> None:
     if encoding == "latin-1":
         sink.note(f"{source.path.name}: not UTF-8; read as Latin-1")
     delimiter = "\t" if source.format == "tsv" else sniff(start.decode(encoding, "ignore"))
-    shape = _scan(source, encoding, delimiter, sink)
-    width = len(shape.types)
-    names, renames = column_names(shape.header + [f"column_{i}" for i in range(len(shape.header) + 1, width + 1)])
-    table = sink.create(source, source.table, names, shape.types, renames)
+    shape, table = _load_guessing(source, encoding, delimiter, sink)
+    names, renames = _names(shape)
+    if table is None:  # a later row changed a type or the width: load again, typed by the whole file
+        table = sink.create(source, source.table, names, shape.types)
+        width = len(shape.types)
+        with _rows(source, encoding, delimiter) as (raw, batches):
+            first = True
+            for batch in batches:
+                if first:
+                    batch, first = batch[1:], False  # the header
+                if shape.short_rows or shape.long_rows:
+                    batch = [row if len(row) == width else row + [""] * (width - len(row)) for row in batch]
+                sink.insert(table, batch, nullify_empty=True)
+                sink.report(source, "load", table.rows, text.position(raw))
+    sink.renamed(source, table, renames)
     if shape.short_rows or shape.long_rows:
         sink.note(_ragged_note(source, shape, names))
-    with _rows(source, encoding, delimiter) as (raw, batches):
-        first = True
-        for batch in batches:
-            if first:
-                batch, first = batch[1:], False  # the header
-            if shape.short_rows or shape.long_rows:
-                batch = [row if len(row) == width else row + [""] * (width - len(row)) for row in batch]
-            sink.insert(table, batch, nullify_empty=True)
-            sink.report(source, "load", table.rows, text.position(raw))
     sink.report(source, "load", table.rows, source.size, final=True)
+
+
+def _load_guessing(source: Source, encoding: str, delimiter: str, sink: Sink) -> tuple[Shape, TableInfo | None]:
+    """One pass that finds the file's shape and types and, at the same time, inserts every row
+    into a table typed from the first batch. When a later batch widens a type (or the rows),
+    inserting stops, the table is dropped and None comes back with the whole file's shape; the
+    caller loads it again (the usual file costs one parse, an irregular one two)."""
+    with _rows(source, encoding, delimiter) as (raw, batches):
+        first = next(batches, None)
+        if first is None:
+            raise FileLoadError(f"{source.path} is empty", path=source.path)
+        shape = Shape(first[0], ["integer"] * len(first[0]))
+        filled = [False] * len(first[0])
+        table: TableInfo | None = None
+        declared: list[str] | None = None
+        for batch in _after_header(first, batches):
+            if not batch:
+                continue
+            batch = _observe(shape, filled, batch)
+            types = _types(shape, filled)
+            if declared is None:
+                declared = types
+                table = sink.create(source, source.table, _names(shape)[0], declared)
+            if table is not None and types != declared:
+                sink.drop(table)
+                table = None
+            if table is not None:
+                sink.insert(table, batch, nullify_empty=True)
+            sink.report(source, "load" if table is not None else "scan", shape.rows, text.position(raw))
+    if shape.rows == 0:
+        raise FileLoadError(f"{source.path} has a header line but no rows", path=source.path)
+    shape.types = _types(shape, filled)
+    return shape, table
+
+
+def _after_header(first: list[list[str]], batches: Iterator[list[list[str]]]) -> Iterator[list[list[str]]]:
+    """The batches without the header line, holding no batch longer than its turn (memory)."""
+    rows = first[1:]
+    first.clear()
+    yield rows
+    rows = []
+    yield from batches
+
+
+def _observe(shape: Shape, filled: list[bool], batch: list[list[str]]) -> list[list[str]]:
+    """Count the batch into `shape`, narrowing each column's type; returns the batch with its
+    rows as wide as the widest so far."""
+    shape.rows += len(batch)
+    if set(map(len, batch)) != {len(shape.types)}:
+        batch = _pad(batch, shape, filled)
+    for i, kind in enumerate(shape.types):
+        if kind != "text":
+            values = list(map(itemgetter(i), batch))  # in C: no Python-level loop over the rows
+            filled[i] = filled[i] or any(values)
+            shape.types[i] = _narrowed(kind, values)
+    return batch
+
+
+def _types(shape: Shape, filled: list[bool]) -> list[str]:
+    """The column types so far: a column with no value yet is text."""
+    return [kind if full else "text" for kind, full in zip(shape.types, filled)]
+
+
+def _names(shape: Shape) -> tuple[list[str], list[Rename]]:
+    width = len(shape.types)
+    return column_names(shape.header + [f"column_{i}" for i in range(len(shape.header) + 1, width + 1)])
 
 
 def sniff(sample: str) -> str:
@@ -81,37 +154,6 @@ def sniff(sample: str) -> str:
         return csv.Sniffer().sniff(sample, delimiters=DELIMITERS).delimiter
     except csv.Error:
         return ","
-
-
-def _scan(source: Source, encoding: str, delimiter: str, sink: Sink) -> Shape:
-    with _rows(source, encoding, delimiter) as (raw, batches):
-        batch = next(batches, None)
-        if batch is None:
-            raise FileLoadError(f"{source.path} is empty", path=source.path)
-        header, batch = batch[0], batch[1:]
-        shape = Shape(header, ["integer"] * len(header))
-        filled = [False] * len(header)
-        while True:
-            if not batch:
-                batch = next(batches, None)
-                if batch is None:
-                    break
-            shape.rows += len(batch)
-            widths = set(map(len, batch))
-            if widths != {len(header)}:
-                batch = _pad(batch, shape, filled)
-            if any(kind != "text" for kind in shape.types):
-                for i, column in enumerate(zip(*batch)):
-                    if shape.types[i] != "text":
-                        values = list(filter(None, column))
-                        filled[i] = filled[i] or bool(values)
-                        shape.types[i] = _narrowed(shape.types[i], values)
-            sink.report(source, "scan", shape.rows, text.position(raw))
-            batch = []
-    if shape.rows == 0:
-        raise FileLoadError(f"{source.path} has a header line but no rows", path=source.path)
-    shape.types = [kind if full else "text" for kind, full in zip(shape.types, filled)]
-    return shape
 
 
 def _pad(batch: list[list[str]], shape: Shape, filled: list[bool]) -> list[list[str]]:
@@ -127,11 +169,19 @@ def _pad(batch: list[list[str]], shape: Shape, filled: list[bool]) -> list[list[
 
 
 def _narrowed(kind: str, values: list[str]) -> str:
-    if kind == "integer" and all(map(INTEGER.fullmatch, values)):
+    """The widest type `values` need, from `kind` on: each pattern runs once over the whole
+    batch joined by newlines (one C call), or value by value where a value holds a newline."""
+    joined = "\n".join(values)
+    whole = joined.count("\n") == len(values) - 1
+    if kind == "integer" and (INTEGER_LINES.fullmatch(joined) if whole else _each(INTEGER, values)):
         return "integer"
-    if kind in ("integer", "real") and all(map(REAL.fullmatch, values)):
+    if kind in ("integer", "real") and (REAL_LINES.fullmatch(joined) if whole else _each(REAL, values)):
         return "real"
     return "text"
+
+
+def _each(pattern: re.Pattern[str], values: list[str]) -> bool:
+    return all(map(pattern.fullmatch, filter(None, values)))
 
 
 def _ragged_note(source: Source, shape: Shape, names: list[str]) -> str:

@@ -103,11 +103,22 @@ class Sink:
                                 "load them separately", path=source.path)
         self._sources[name.casefold()] = str(source.path)
         self.db[name].create(dict(zip(columns, [_SQL_TYPES[t] for t in types])))  # type: ignore[union-attr]
-        if renames:
-            self.note(f"{source.path.name}: table {name!r} renames columns: " + ", ".join(map(str, renames)))
+        self.renamed(source, name, renames)
         table = TableInfo(name, str(source.path), columns, types)
         self.summary.tables.append(table)
         return table
+
+    def renamed(self, source: Source, table: TableInfo | str, renames: Sequence[Rename]) -> None:
+        """Say, once, which columns of `table` have a name other than the source's."""
+        if renames:
+            name = table.name if isinstance(table, TableInfo) else table
+            self.note(f"{source.path.name}: table {name!r} renames columns: " + ", ".join(map(str, renames)))
+
+    def drop(self, table: TableInfo) -> None:
+        """Remove a table this load created (a reader that must write it again)."""
+        self.conn.execute(f"DROP TABLE {_quoted(table.name)}")
+        self.summary.tables.remove(table)
+        del self._sources[table.name.casefold()]
 
     def insert(self, table: TableInfo, rows: Iterable[Sequence[object]], *, nullify_empty: bool = False) -> int:
         """Insert `rows` (one batch); `nullify_empty` stores an empty string as NULL, inside
