@@ -178,6 +178,7 @@ def build(sources: list[Source], target: Path, *,
         conn.close()
         conn = None
         _fsync(temp)
+        os.chmod(temp, 0o444)  # other programs (sqlite3, datasette) may read it; nothing should write it
         os.replace(temp, target)
     except BaseException:
         if conn is not None:
