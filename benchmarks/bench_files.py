@@ -216,7 +216,8 @@ def sqlite_utils_parquet(path: Path, work: Path, label: str, limit_rows: int, to
     share = run.rows / total_rows
     run.file = f"first {run.rows:,} rows of {label}"
     run.mb *= share
-    run.note = f"~{_duration(run.cpu_seconds / share)} of CPU for all {total_rows:,} rows at this rate (extrapolated)"
+    run.note = (f"extrapolated to {total_rows:,} rows: ~{_duration(run.seconds / share)} wall, "
+                f"~{_duration(run.cpu_seconds / share)} CPU")
     return run
 
 
@@ -231,7 +232,8 @@ def sqlite_utils_cli(path: Path, work: Path, label: str, prefix_mb: float, full_
     seconds, cpu, rss = measure([cli, "insert", str(db), "t", str(prefix), "--csv"])  # 4.x detects types by default
     mb = prefix.stat().st_size / 1e6
     run = Run("sqlite-utils insert --csv (types detected)", f"first {mb:,.0f} MB of {label}", mb, count(db), seconds, cpu,
-              rss, note=f"~{_duration(cpu * full_mb / mb)} of CPU for the {full_mb:,.0f} MB file at this rate (extrapolated)")
+              rss, note=f"extrapolated to {full_mb:,.0f} MB: ~{_duration(seconds * full_mb / mb)} wall, "
+              f"~{_duration(cpu * full_mb / mb)} CPU")
     db.unlink()
     prefix.unlink()
     return run

@@ -2,7 +2,10 @@
 the types (integers and booleans INTEGER, floats and decimals REAL, strings TEXT, binary BLOB,
 dates, times and timestamps ISO-8601 TEXT, dictionary columns their values). A nested column
 (struct, list, map) is kept as JSON text, which SQLite's json functions read, and the load
-says which; that is the documented choice, not an error.
+says which; that is the documented choice, not an error. Rows are read one row group at a time
+without read-ahead (measured: iterating the whole file let pyarrow's peak memory grow with the
+file, 160 -> 205 MB from 1 to 4 million rows; per row group it stays at 144-146 MB, about what
+one decoded row group of this shape takes).
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ def read(source: Source, sink: Sink) -> None:
     table = sink.create(source, source.table, names, [kind for kind, _ in plans], renames)
     total = parquet.metadata.num_rows
     try:
-        for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
-            columns = [_values(pa, column, how) for column, (_, how) in zip(batch.columns, plans)]
-            sink.insert(table, zip(*columns))
-            sink.report(source, "load", table.rows, int(source.size * table.rows / total))
+        for group in range(parquet.num_row_groups):  # one row group at a time, no read-ahead: memory stays flat
+            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], use_threads=False):
+                columns = [_values(pa, column, how) for column, (_, how) in zip(batch.columns, plans)]
+                sink.insert(table, zip(*columns))
+                sink.report(source, "load", table.rows, int(source.size * table.rows / total))
     except (OSError, ValueError) as exc:  # pyarrow.ArrowException subclasses these
         raise FileLoadError(f"cannot read the Parquet file {source.path}: {_first_line(exc)}", path=source.path) from None
     sink.report(source, "load", table.rows, source.size, final=True)
