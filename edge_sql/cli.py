@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "bench": "bench",
     "serve": "serve",
     "tune": "tune",
+    "files": "files",
 }
 
 

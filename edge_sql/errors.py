@@ -33,6 +33,11 @@ class DatabaseError(_PathError):
     """A database file is missing, not SQLite, or unusable (`path`: the database file)."""
 
 
+class FileLoadError(DatabaseError):
+    """A data file (CSV, TSV, JSON Lines, Excel, Parquet) or folder of them that cannot be loaded into
+    SQLite: unreadable, malformed, empty, or needing the `files` extra (`path`: the file or folder)."""
+
+
 class DatasetError(_PathError):
     """A questions file is missing, not JSON, or not in the expected format (`path`: the file)."""
 

@@ -71,7 +71,7 @@ CASES = {
         "(the connection was refused) and cwolff/qwen3.5-2b-grpo-synsql is not complete in the local cache",
         env={"HF_ENDPOINT": "http://127.0.0.1:9"}),  # the discard port: nothing listens
     "run with a folder as the database": Case(
-        ["run", "--db", "{tmp}", "--question", "How many albums?"], 1, "is a directory, not a SQLite database"),
+        ["run", "--db", "{tmp}", "--question", "How many albums?"], 1, "is a folder with no file edge-sql can load"),
     "run with a folder as the model": Case(
         ["run", "--db", str(CHINOOK), "--model", "{tmp}/checkpoints", "--question", "How many albums?"], 1,
         "is a folder: a model is a .gguf file or a model-store name"),

@@ -46,7 +46,8 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_directory(tmp_path: Path) -> None:
-    with pytest.raises(DatabaseError, match="is a directory, not a SQLite database file"):
+    """A folder is loaded as its data files (edge_sql/files); one with none is refused."""
+    with pytest.raises(DatabaseError, match="is a folder with no file edge-sql can load"):
         ReadOnlyDatabase(tmp_path)
 
 

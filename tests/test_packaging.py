@@ -60,6 +60,7 @@ LAYERS = (
     LEAF_MODULES,
     ("edge_sql.convert",),
     ("edge_sql.store",),
+    ("edge_sql.files",),
     ("edge_sql.tools",),
     ("edge_sql.runtime",),
     ("edge_sql.agent",),
@@ -177,7 +178,7 @@ def test_every_third_party_import_is_declared() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     declared = {re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
                 for spec in [*project["dependencies"], *project["optional-dependencies"]["bench"],
-                             *project["optional-dependencies"]["cluster"]]}
+                             *project["optional-dependencies"]["cluster"], *project["optional-dependencies"]["files"]]}
     providers = metadata.packages_distributions()
     imported = set()
     for path in [*(REPO / "edge_sql").rglob("*.py"), *(REPO / "convert").glob("*.py")]:

@@ -62,15 +62,14 @@ def data_sources(config: BenchConfig, questions: Sequence[Question]) -> DataSour
 def localize_data(task: dict[str, Any], sources: DataSources, server: str) -> dict[str, Any]:
     """`task` with its dataset and db_root on this node (the driver's paths, or copies)."""
     from edge_sql.cluster.files import cluster_files_dir, local_file
-    from edge_sql.evaluation.datasets import database_path
 
     if sources.dataset is None or (sources.dataset.present_here()
                                    and all(s.present_here() for s in sources.databases.values())):
         return task
     root = cluster_files_dir(f"{sources.db_root}\0{sources.dataset.path}\0{sources.dataset.revision}")
     dataset = local_file(sources.dataset, server, target=root / Path(sources.dataset.path).name)
-    for db_id, source in sources.databases.items():
-        local_file(source, server, target=database_path(root, db_id))
+    for db_id, source in sources.databases.items():  # under its own name: <db_id>.sqlite, or a data file
+        local_file(source, server, target=root / db_id / Path(source.path).name)
     return {**task, "dataset": str(dataset), "db_root": str(root)}
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from edge_sql.commands.files import DB_HELP, load_for_db
 from edge_sql.commands.options import budget_options, context_option, speculate_option
 from edge_sql.errors import EdgeSqlError
 from edge_sql.interrupts import Terminated
@@ -92,7 +93,7 @@ def _event_line(event: EpisodeEvent) -> str | None:
 
 @click.command()
 @click.option("--db", "db_path", required=True, type=click.Path(path_type=Path),
-              help="The SQLite database file to ask about (opened read-only; never modified).")
+              help="What to ask about: " + DB_HELP + ". Opened read-only; never modified.")
 @click.option("--model", default=None, metavar="PATH|NAME",
               help="A .gguf file or a model-store name such as synsql:Q4_K_M "
                    "(default: the default model, pulled on first use).")
@@ -147,6 +148,7 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
       edge-sql run --db chinook.sqlite
       edge-sql run --db chinook.sqlite --question "How many albums are there?" --json
       edge-sql run --db chinook.sqlite --question "Which genre sells most?" --vote 4 --seed 1
+      edge-sql run --db sales.csv --question "Which region sold most in March?"
     """
     from edge_sql.agent.budget import Budget
 
@@ -172,6 +174,7 @@ def _run(options: RunOptions) -> int:
 
     if options.question is not None and not options.question.strip():
         raise EdgeSqlError("empty question: pass some text to --question")
+    load_for_db(options.db_path)  # a data file is loaded into SQLite first (once), with its progress on stderr
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(options.prompt_file)  # so is a bad prompt file

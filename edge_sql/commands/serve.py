@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 from click.core import ParameterSource
 
+from edge_sql.commands.files import DB_HELP, load_for_db
 from edge_sql.commands.options import budget_options, context_option, speculate_option
 
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
@@ -67,7 +68,8 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 
 @click.command()
 @click.option("--db", "db_items", multiple=True, required=True, metavar="NAME=PATH",
-              help="A database clients may ask about, by NAME (repeatable). Opened read-only; clients never see or pass paths.")
+              help="A database clients may ask about, by NAME (repeatable): " + DB_HELP + ". Opened read-only; "
+                   "clients never see or pass paths.")
 @click.option("--mcp", "use_mcp", is_flag=True, help="Serve MCP over stdin/stdout (what desktop MCP clients launch).")
 @click.option("--http", "use_http", is_flag=True,
               help="Serve HTTP: the /v1 API and MCP (streamable HTTP) at /mcp. The default without --mcp.")
@@ -119,6 +121,7 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
       edge-sql serve --mcp --db chinook=chinook.sqlite
       edge-sql serve --db chinook=chinook.sqlite --port 8765
       edge-sql serve --db chinook=chinook.sqlite --open        # the web page, in your browser
+      edge-sql serve --db sales=sales.csv --db orders=export/  # data files, loaded into SQLite once
       curl -s localhost:8765/v1/ask -H 'Content-Type: application/json' \\
            -d '{"question": "How many albums?", "database": "chinook"}'
     """
@@ -183,6 +186,7 @@ def _serve(options: ServeOptions) -> None:
     databases, parallel = o.databases, o.parallel
     # every failure the operator can cause shows before the model loads (which takes a while)
     for path in databases.values():
+        load_for_db(path)  # data files are loaded here, with their progress, not on the first request
         ReadOnlyDatabase(path).close()
     load_prompt(o.prompt_file)
     limits = Limits(max_body_bytes=o.max_body, max_question_chars=o.max_question, max_rows=o.max_rows,

@@ -1,7 +1,8 @@
 """Labelled text-to-SQL questions: BIRD- and Spider-format loaders and the bundled set.
 
 Both formats keep databases at ``<db_root>/<db_id>/<db_id>.sqlite`` (as BIRD's
-``dev_databases/`` and Spider's ``database/`` folders ship them). Loading never opens a
+``dev_databases/`` and Spider's ``database/`` folders ship them), or data files in their place
+(`database_path`). Loading never opens a
 database; `check_databases` / `require_database` say which ones are missing.
 """
 
@@ -33,8 +34,21 @@ class Question:
 
 
 def database_path(db_root: Path, db_id: str) -> Path:
-    """Where BIRD and Spider keep a database: ``<db_root>/<db_id>/<db_id>.sqlite``."""
-    return Path(db_root) / db_id / f"{db_id}.sqlite"
+    """Where BIRD and Spider keep a database: ``<db_root>/<db_id>/<db_id>.sqlite``. Where that is
+    absent, a data file in its place (``<db_id>.csv``, ``.parquet``, ...: edge_sql/files loads it
+    into SQLite) or else the folder ``<db_root>/<db_id>/`` itself when it holds data files."""
+    from edge_sql.files import FORMATS
+
+    folder = Path(db_root) / db_id
+    sqlite = folder / f"{db_id}.sqlite"
+    if sqlite.is_file() or not folder.is_dir():
+        return sqlite
+    for suffix in FORMATS:
+        if (folder / f"{db_id}{suffix}").is_file():
+            return folder / f"{db_id}{suffix}"
+    if any(entry.suffix.lower() in FORMATS for entry in folder.iterdir()):
+        return folder
+    return sqlite
 
 
 def read_json_file(path: Path, what: str, error: type[EdgeSqlError]) -> Any:
@@ -158,7 +172,7 @@ def check_databases(questions: Iterable[Question]) -> dict[str, Path]:
     """The databases the questions need that are absent: db_id -> expected path."""
     missing: dict[str, Path] = {}
     for question in questions:
-        if question.db_id not in missing and not question.db_path.is_file():
+        if question.db_id not in missing and not question.db_path.exists():
             missing[question.db_id] = question.db_path
     return dict(sorted(missing.items()))
 

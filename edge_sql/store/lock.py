@@ -22,24 +22,35 @@ except ImportError:  # Windows: no advisory locks here; pulls are not serialized
 
 
 @contextmanager
-def model_lock(root: Path, name: str, log: Callable[[str], None] = lambda _m: None) -> Iterator[None]:
-    """Hold the lock for model `name` in the store at `root`; wait (saying so) if it is taken."""
+def file_lock(path: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive `flock` on `path` (created if missing); when it is taken, call
+    `on_wait(holder)` with the holder's process id (or "another process") and wait."""
     if fcntl is None:
         yield
         return
-    folder = Path(root) / ".locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
-            log(f"another pull of {name} is running (process {holder}); waiting for it to finish")
+            if on_wait is not None:
+                on_wait(holder)
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+@contextmanager
+def model_lock(root: Path, name: str, log: Callable[[str], None] = lambda _m: None) -> Iterator[None]:
+    """Hold the lock for model `name` in the store at `root`; wait (saying so) if it is taken."""
+
+    def waiting(holder: str) -> None:
+        log(f"another pull of {name} is running (process {holder}); waiting for it to finish")
+
+    with file_lock(Path(root) / ".locks" / f"{name}.lock", waiting):
+        yield

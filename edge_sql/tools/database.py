@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_sql.errors import DatabaseError, QueryError
+from edge_sql.files import database_file, is_data_source
 from edge_sql.tools import db_file
 from edge_sql.tools.identifiers import fold_identifier, unquote_identifier
 from edge_sql.tools.policy import READ_ONLY_TABLE_FUNCTIONS
@@ -110,11 +111,14 @@ class ReadOnlyDatabase:
         wal_copy_limit_mb: float = db_file.DEFAULT_WAL_COPY_LIMIT_MB,
     ) -> None:
         self.path = Path(path).expanduser()
+        opened = self.path
+        if is_data_source(self.path):  # CSV, Parquet, a folder, ...: their SQLite copy in the store
+            opened = database_file(self.path)
         self.time_limit_s = _checked_limit(time_limit_s)
         self.memory_limit_mb = memory_limit_mb
         self._lock = threading.RLock()
         self._runner: StatementRunner | None = None
-        target = db_file.prepare(self.path, wal_copy_limit_mb=wal_copy_limit_mb)
+        target = db_file.prepare(opened, wal_copy_limit_mb=wal_copy_limit_mb)
         self._real_path = target.real_path
         self._runner = StatementRunner(
             target.uri, memory_limit_bytes=int(memory_limit_mb * 1024 * 1024)
