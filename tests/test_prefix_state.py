@@ -215,3 +215,32 @@ def test_a_claimed_state_is_made_once_and_waited_for() -> None:
         raise RuntimeError("evaluation failed")
     with cache.claim("other", [4]) as again:  # not left waiting for the failed one
         assert again is None
+
+
+def test_a_group_and_a_single_session_load_each_others_saved_state(tiny_gguf: Path, tmp_path: Path) -> None:
+    """Issue 40, bug 5: the sequences of a batched context (a vote's sessions) and a session of
+    its own keep one state per prompt prefix, which loads in both, in whichever sequence, from
+    disk, with no note; and the logits and tokens after it are those of a fresh evaluation."""
+    from edge_sql.runtime.batching.sequences import open_sessions
+
+    notes: list[str] = []
+    states = tmp_path / "states"
+    with Session(tiny_gguf, **ARGS) as session:
+        prefix, own = _opening(session)
+    reference = _fresh(tiny_gguf, prefix, own)
+    with open_sessions(tiny_gguf, None, 3, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as group:
+        first = _cached_run(group.sessions[2], prefix, own)  # evaluated in sequence 2, saved
+        assert group.sessions[2].prefix_tokens_restored == 0
+    (saved,) = states.glob("*.state")
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as single:
+        from_group = _cached_run(single, prefix, own)
+        assert single.prefix_tokens_restored == len(prefix)
+    saved.unlink()
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as single:
+        _cached_run(single, prefix, own)  # evaluated by a session of its own, saved
+    with open_sessions(tiny_gguf, None, 2, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as group:
+        from_single = [_cached_run(s, prefix, own) for s in group.sessions]
+        assert [s.prefix_tokens_restored for s in group.sessions] == [len(prefix)] * 2
+    assert notes == [] and len(list(states.glob("*.state"))) == 1
+    for result in (first, from_group, *from_single):
+        _same(result, reference)
