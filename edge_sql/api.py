@@ -28,7 +28,7 @@ from edge_sql.agent.budget import Budget
 from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.agent.vote import choose
+from edge_sql.agent.vote import Tally, choose
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
@@ -207,6 +207,7 @@ class Agent:
         on_event: Callable[[EpisodeEvent], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         vote: int | None = None,
+        early_stop: bool = True,
     ) -> EpisodeResult:
         """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
 
@@ -218,13 +219,16 @@ class Agent:
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
         the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`, and
-        `wall_s` for the whole vote). `on_event` is not called for a vote (K episodes' events
-        would interleave). A vote of greedy episodes is refused (ValueError): they would all
-        write the same answer.
+        `wall_s` for the whole vote). As soon as the episodes still running cannot change the
+        winning result set, they are stopped (`early_stop=False`: every episode runs to its end);
+        `stats["vote"]["finished"]` counts those that did. `on_event` is not called for a vote (K
+        episodes' events would interleave). A vote of greedy episodes is refused (ValueError):
+        they would all write the same answer. `should_stop` (Ctrl-C, a client's cancel) stops
+        every episode of a vote.
         """
         if vote is not None:
             return self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
-                              should_stop=should_stop)
+                              should_stop=should_stop, early_stop=early_stop)
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
         params = SamplingParams(seed=seed, greedy=greedy)
@@ -267,7 +271,7 @@ class Agent:
             if isinstance(outcome, BaseException) and not isinstance(outcome, EdgeSqlError):
                 raise outcome
         return [self._error_result(item, outcome) if isinstance(outcome, BaseException) else outcome
-                for item, outcome in zip(items, outcomes)]
+                for item, outcome in zip(items, outcomes) if outcome is not None]
 
     def close(self) -> None:
         """Free the context (idempotent). Waits for running `ask` calls to finish; calls waiting
@@ -309,8 +313,10 @@ class Agent:
                 self._pool.notify_all()
 
     def _run_all(self, items: list[Ask], *, greedy: bool, should_stop: Callable[[], bool] | None,
-                 on_result: Callable[[int, EpisodeResult], None] | None) -> list[EpisodeResult | BaseException]:
-        """Each item's result, or the exception it raised; `parallel` threads ask at once."""
+                 on_result: Callable[[int, EpisodeResult], None] | None,
+                 skip: Callable[[], bool] | None = None) -> list[EpisodeResult | BaseException | None]:
+        """Each item's result, or the exception it raised; `parallel` threads ask at once. An
+        item not started yet when `skip()` is True is not asked (None)."""
         stop = threading.Event()
         outcomes: list[EpisodeResult | BaseException | None] = [None] * len(items)
 
@@ -322,6 +328,8 @@ class Agent:
 
             def one(i: int) -> None:
                 item = items[i]
+                if skip is not None and skip():
+                    return
                 try:
                     database = databases[_db_key(item.db)]
                     if isinstance(database, BaseException):
@@ -333,7 +341,7 @@ class Agent:
                     return
                 outcomes[i] = result
                 if on_result is not None:
-                    on_result(i, result)
+                    on_result(i, outcomes[i])  # type: ignore[arg-type]  (a result: just set)
 
             pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items))),
                                       thread_name_prefix="edge-sql-ask")
@@ -345,14 +353,13 @@ class Agent:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             pool.shutdown(wait=True)
-        filled = [outcome for outcome in outcomes if outcome is not None]
-        assert len(filled) == len(items)  # every slot is filled
-        return filled
+        return outcomes
 
     # ---- the vote ------------------------------------------------------------------------
 
     def _vote(self, question: str, db: str | Path | ReadOnlyDatabase, k: int, *, evidence: str | None,
-              seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None) -> EpisodeResult:
+              seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None,
+              early_stop: bool = True) -> EpisodeResult:
         if k < 2:
             raise ValueError(f"a vote needs at least 2 episodes, got vote={k}")
         if greedy:
@@ -364,13 +371,25 @@ class Agent:
         seeds = [first + i for i in range(k)]
         started = time.perf_counter()
         with _opened(db) as database:
+            tally = Tally(k, database, max_rows=self.budget.max_result_rows)
+            done = threading.Event()  # the vote is decided: the episodes still running cannot change it
+
+            def finished(_i: int, result: EpisodeResult) -> None:
+                if result.stop != "cancelled" and tally.add(result) and early_stop:
+                    done.set()
+
+            def stopped() -> bool:
+                return done.is_set() or (should_stop is not None and should_stop())
+
             items = [Ask(question, database, evidence, s) for s in seeds]
-            outcomes = self._run_all(items, greedy=False, should_stop=should_stop, on_result=None)
+            outcomes = self._run_all(items, greedy=False, should_stop=stopped, on_result=finished, skip=done.is_set)
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
-            results = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
-            result = choose(results, database, max_rows=self.budget.max_result_rows)
+            results: list[EpisodeResult | None] = list(outcomes)  # type: ignore[arg-type]  (no exception left)
+            if done.is_set():  # those stopped by the decision do not vote
+                results = [r if r is not None and r.stop != "cancelled" else None for r in results]
+            result = choose(results, database, max_rows=self.budget.max_result_rows, keys=tally.keys)
         result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4))
         return result
 
