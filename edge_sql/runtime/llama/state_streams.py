@@ -5,7 +5,7 @@ Why: llama.cpp writes a sequence's state (`llama_state_seq_get_data`) as a heade
 the sequence id, which its reader skips), the number of KV streams
 of its context, then each stream's cells (only the sequence's own stream holds any; the others
 are written as a count of 0), then the recurrent state. A context of one sequence has one stream;
-the batched engine's context of n sequences has n (a non-unified cache, runtime/batched.py). Its
+the batched engine's context of n sequences has n (a non-unified cache, runtime/batching/batched.py). Its
 reader refuses a state with another stream count ("n_stream mismatch"), but puts the cells of a
 single sequence into that sequence's own stream whatever stream they were written from
 (src/llama-kv-cache.cpp, `state_read_sinfo`, vendored 0.3.36). So a vote's sessions and a single
