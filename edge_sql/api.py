@@ -218,8 +218,9 @@ class Agent:
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
-        the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`, and
-        `wall_s` for the whole vote). As soon as the episodes still running cannot change the
+        the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`,
+        `wall_s` for the whole vote and `prompt_tokens_evaluated` by all its episodes). The
+        episodes share their opening: one evaluates it, the others restore its state. As soon as the episodes still running cannot change the
         winning result set, they are stopped (`early_stop=False`: every episode runs to its end);
         `stats["vote"]["finished"]` counts those that did. `on_event` is not called for a vote (K
         episodes' events would interleave). A vote of greedy episodes is refused (ValueError):
@@ -231,11 +232,19 @@ class Agent:
                               should_stop=should_stop, early_stop=early_stop)
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
+        return self._episode(question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event,
+                             should_stop=should_stop)
+
+    def _episode(self, question: str, db: str | Path | ReadOnlyDatabase, *, evidence: str | None, seed: int | None,
+                 greedy: bool, on_event: Callable[[EpisodeEvent], None] | None,
+                 should_stop: Callable[[], bool] | None, share_opening: bool = False) -> EpisodeResult:
+        """One episode on a borrowed session (`share_opening`: see `run_episode`)."""
         params = SamplingParams(seed=seed, greedy=greedy)
         with _opened(db) as database, self._borrowed() as session:
             result = run_episode(
                 session, Toolbox(database), question, evidence=evidence, params=params,
                 prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
+                share_opening=share_opening,
             )
             result.stats["llama_settings"] = session.info.settings
             result.stats["tuning"] = self.tuning
@@ -314,7 +323,8 @@ class Agent:
 
     def _run_all(self, items: list[Ask], *, greedy: bool, should_stop: Callable[[], bool] | None,
                  on_result: Callable[[int, EpisodeResult], None] | None,
-                 skip: Callable[[], bool] | None = None) -> list[EpisodeResult | BaseException | None]:
+                 skip: Callable[[], bool] | None = None,
+                 share_opening: bool = False) -> list[EpisodeResult | BaseException | None]:
         """Each item's result, or the exception it raised; `parallel` threads ask at once. An
         item not started yet when `skip()` is True is not asked (None)."""
         stop = threading.Event()
@@ -334,9 +344,10 @@ class Agent:
                     database = databases[_db_key(item.db)]
                     if isinstance(database, BaseException):
                         raise database
-                    result = self.ask(item.question, database, evidence=item.evidence, seed=item.seed,
-                                      greedy=greedy, should_stop=stopped)
-                except Exception as exc:  # kept for the caller, after the others finish
+                    outcomes[i] = self._episode(item.question, database, evidence=item.evidence, seed=item.seed,
+                                                greedy=greedy, on_event=None, should_stop=stopped,
+                                                share_opening=share_opening)
+                except Exception as exc:  # noqa: BLE001  (kept for the caller, after the others finish)
                     outcomes[i] = exc
                     return
                 outcomes[i] = result
@@ -359,7 +370,7 @@ class Agent:
 
     def _vote(self, question: str, db: str | Path | ReadOnlyDatabase, k: int, *, evidence: str | None,
               seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None,
-              early_stop: bool = True) -> EpisodeResult:
+              early_stop: bool = True, share_opening: bool = True) -> EpisodeResult:
         if k < 2:
             raise ValueError(f"a vote needs at least 2 episodes, got vote={k}")
         if greedy:
@@ -382,7 +393,8 @@ class Agent:
                 return done.is_set() or (should_stop is not None and should_stop())
 
             items = [Ask(question, database, evidence, s) for s in seeds]
-            outcomes = self._run_all(items, greedy=False, should_stop=stopped, on_result=finished, skip=done.is_set)
+            outcomes = self._run_all(items, greedy=False, should_stop=stopped, on_result=finished, skip=done.is_set,
+                                     share_opening=share_opening)
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
@@ -390,7 +402,9 @@ class Agent:
             if done.is_set():  # those stopped by the decision do not vote
                 results = [r if r is not None and r.stop != "cancelled" else None for r in results]
             result = choose(results, database, max_rows=self.budget.max_result_rows, keys=tally.keys)
-        result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4))
+        result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4),
+                                    prompt_tokens_evaluated=sum(r.stats.get("prompt_tokens_evaluated", 0)
+                                                                for r in outcomes if isinstance(r, EpisodeResult)))
         return result
 
     def _error_result(self, item: Ask, error: BaseException) -> EpisodeResult:

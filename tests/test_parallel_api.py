@@ -355,11 +355,15 @@ def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf,
     before = sha256(chinook_db)
     with edge_sql.Agent(tiny_trained_gguf, budget=TRAINED_BUDGET, parallel=VOTE_K,
                         **{**LOAD, "n_ctx": 4096}) as agent:
+        episodes = agent.ask_many([Ask(VOTE_QUESTION, seed=VOTE_SEED + i) for i in range(VOTE_K)], chinook_db)
         voted = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED, early_stop=False)
         early = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED)
-        episodes = agent.ask_many([Ask(VOTE_QUESTION, seed=VOTE_SEED + i) for i in range(VOTE_K)], chinook_db)
     vote = voted.stats["vote"]
     assert vote["finished"] == VOTE_K
+    # the opening evaluated once for the K episodes (the prompt's state restored in both runs): the
+    # other K - 1 evaluate only the turns that follow
+    alone = sum(r.stats["prompt_tokens_evaluated"] for r in episodes)
+    assert vote["prompt_tokens_evaluated"] < alone
     # stopped once decided: the same winning result set, from the episodes that finished first
     assert frozenset(tuple(row) for row in early.rows) == frozenset(tuple(row) for row in voted.rows)
     assert early.stats["vote"]["finished"] <= VOTE_K

@@ -244,3 +244,33 @@ def test_a_group_and_a_single_session_load_each_others_saved_state(tiny_gguf: Pa
     assert notes == [] and len(list(states.glob("*.state"))) == 1
     for result in (first, from_group, *from_single):
         _same(result, reference)
+
+
+def test_sessions_starting_together_evaluate_a_shared_opening_once(tiny_gguf: Path) -> None:
+    """A vote's K episodes share their whole opening (system prompt and question): one session
+    evaluates the question after the prefix's state, the others restore the opening's state; each
+    then generates the greedy tokens of a session that evaluated everything itself."""
+    from edge_sql.runtime.batching.sequences import open_sessions
+
+    with Session(tiny_gguf, **ARGS) as session:
+        prefix, own = _opening(session)
+    reference = _fresh(tiny_gguf, prefix, own)
+    runs: dict[int, tuple] = {}
+    with open_sessions(tiny_gguf, None, 3, **ARGS, prefix_cache=PrefixCache()) as group:
+        def episode(i: int, session: Session) -> None:
+            session.shared_prefix(prefix, opening=prefix + own)
+            session.eval(prefix + own)
+            after = session.logits()
+            tokens = session.generate(params=SamplingParams(greedy=True), max_tokens=4).tokens
+            runs[i] = (after, tokens, session.prompt_tokens_evaluated, session.prefix_tokens_restored)
+
+        threads = [threading.Thread(target=episode, args=(i, s)) for i, s in enumerate(group.sessions)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(r[2] for r in runs.values()) == [0, 0, len(prefix) + len(own)]  # evaluated once in all
+    assert sorted(r[3] for r in runs.values()) == [0, len(prefix) + len(own), len(prefix) + len(own)]
+    for after, tokens, _, _ in runs.values():
+        np.testing.assert_array_equal(after, reference[1])
+        assert tokens == reference[2]
