@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from edge_sql.agent.budget import Budget
 from edge_sql.agent.episode import EpisodeEvent, run_episode
@@ -82,6 +83,33 @@ def _settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None, log: Ca
         log(message)
 
     return tuned_settings(model_path, progress=progress, n_ctx=n_ctx, n_threads=n_threads)
+
+
+def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
+    """What `vote="auto"` means for this file on this machine: the K of `runtime.tuning.vote`
+    (1: no vote) from the calibrated decode rates, within `parallel` sequences when given (else
+    the most that fit), and the line that says why. Settings that were not calibrated here
+    ("off", "gpu") measured no rates: no vote."""
+    from edge_sql.runtime.tuning.cache import cached_calibration
+    from edge_sql.runtime.tuning.vote import auto_vote, auto_vote_line
+
+    calibration = cached_calibration(model_path) if how in ("cached", "calibrated") else None
+    rates = calibration.parallel_rates if calibration is not None else []
+    limit = settings.parallel_limit or 1
+    if parallel is not None:
+        limit = min(limit, parallel)
+    return auto_vote(rates, limit), auto_vote_line(rates, limit)
+
+
+def auto_vote_k(model: str | Path | None, *, tune: bool = True, n_gpu_layers: int | None = None,
+                n_ctx: int = 12288, n_threads: int | None = None, pull_if_missing: bool = True,
+                log: Callable[[str], None] = lambda _m: None) -> tuple[int, str]:
+    """`vote_plan` before any Agent is made (how many sequences `run --vote auto` opens): the
+    model resolved and its settings loaded (calibrated now if not cached, as an Agent would)."""
+    path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
+    settings, how = load_settings(path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx,
+                                  n_threads=n_threads)
+    return vote_plan(path, settings, how)
 
 
 def prefix_state_dir() -> Path:
@@ -159,6 +187,7 @@ class Agent:
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
         check_parallel(settings, parallel)  # more sequences than calibration found room for: refused
+        self.auto_vote, self.auto_vote_line = vote_plan(self.model_path, settings, self.tuning, parallel)
         self._group: SessionGroup | None = open_sessions(
             self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers), parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
@@ -206,7 +235,7 @@ class Agent:
         greedy: bool = False,
         on_event: Callable[[EpisodeEvent], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
-        vote: int | None = None,
+        vote: int | Literal["auto"] | None = None,
         early_stop: bool = True,
     ) -> EpisodeResult:
         """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
@@ -226,7 +255,14 @@ class Agent:
         episodes' events would interleave). A vote of greedy episodes is refused (ValueError):
         they would all write the same answer. `should_stop` (Ctrl-C, a client's cancel) stops
         every episode of a vote.
+
+        `vote="auto"`: the largest vote this machine answers within `VOTE_FACTOR` times one
+        episode, predicted from the calibrated decode rates (`runtime/tuning/vote.py`), within
+        the Agent's `parallel` sequences: `agent.auto_vote` (1: a single episode, no vote) and
+        `agent.auto_vote_line` say which and why.
         """
+        if vote == "auto":
+            vote = self.auto_vote if self.auto_vote >= 2 else None
         if vote is not None:
             return self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
                               should_stop=should_stop, early_stop=early_stop)

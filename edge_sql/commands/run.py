@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edge_sql.commands.options import budget_options, context_option, speculate_option
+from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option
 from edge_sql.errors import EdgeSqlError
 from edge_sql.interrupts import Terminated
 
@@ -100,11 +100,13 @@ def _print_event(event: EpisodeEvent) -> None:
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling, for reproducible answers.")
 @click.option("--greedy", is_flag=True, help="Always pick the most likely token (no sampling).")
-@click.option("--vote", type=click.IntRange(min=2), default=None, metavar="K",
+@click.option("--vote", type=VOTE, default=None, metavar="K|auto",
               help="Answer by vote: K sampled episodes run at once (K sequences of one context, seeds --seed, "
                    "--seed + 1, ...), each one's final SQL runs again, and the answer is the result set most of "
-                   "them return (ties: fewest failed queries, then the first); prints how many agreed. "
-                   "Not with --greedy.")
+                   "them return (ties: fewest failed queries, then the first); the episodes still running stop "
+                   "once they cannot change it; prints how many agreed. 'auto': the largest K this machine "
+                   "answers within 2x one episode, predicted from the calibrated decode rates (`edge-sql tune` "
+                   "shows it; none: one episode). Not with --greedy.")
 @click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
               help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
@@ -120,7 +122,7 @@ def _print_event(event: EpisodeEvent) -> None:
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
             n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False,
-            speculate: SpeculateMode = "off", vote: int | None = None) -> None:
+            speculate: str = "off", vote: int | str | None = None) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -161,7 +163,8 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
         sys.exit(code)
 
 
-def _run(options: RunOptions) -> int:
+def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_layers, threads, n_ctx,
+         prompt_file, budget, tune: bool = True, speculate: str = "off", vote: int | str | None = None) -> int:
     from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
@@ -169,8 +172,11 @@ def _run(options: RunOptions) -> int:
         raise EdgeSqlError("empty question: pass some text to --question")
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
-        load_prompt(options.prompt_file)  # so is a bad prompt file
-        agent = _load_agent(options)
+        load_prompt(prompt_file)  # so is a bad prompt file
+        if vote == "auto":
+            vote = _auto_vote(model, threads, gpu_layers, n_ctx, tune)
+        agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune, speculate,
+                            parallel=vote or 1)
         try:
             if options.question is not None:
                 return _answer(agent, db, options.question, options)
@@ -182,8 +188,18 @@ def _run(options: RunOptions) -> int:
         db.close()
 
 
-def _load_agent(options: RunOptions) -> Agent:
-    """The Agent; a vote of K runs its K episodes at once (K sequences), otherwise one."""
+def _auto_vote(model, threads, gpu_layers, n_ctx, tune) -> int | None:
+    """The K of `--vote auto` here (None: one episode), said on stderr with why."""
+    from edge_sql.api import auto_vote_k
+
+    k, line = auto_vote_k(model, tune=tune, n_gpu_layers=gpu_layers, n_ctx=n_ctx, n_threads=threads,
+                          log=lambda message: click.echo(message, err=True))
+    click.echo(line, err=True)
+    return k if k >= 2 else None
+
+
+def _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune=True, speculate="off", parallel=1):
+    """The Agent; `parallel` sequences (a vote of K runs its K episodes at once)."""
     from edge_sql.api import Agent
 
     click.echo(f"loading {options.model or 'the default model'} ...", err=True)
