@@ -115,9 +115,9 @@ def main() -> None:
     parser.add_argument("--fixture", action="store_true", help="the trained fixture: how often the early stop fires")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    budget = FIXTURE_BUDGET if args.fixture else Budget(max_tokens=args.n_ctx, max_rounds=args.max_rounds, max_think_tokens=args.think_tokens,
-                    max_final_think_tokens=args.think_tokens, max_calls_per_turn=args.calls_per_turn,
-                    max_final_sql_tokens=128)
+    budget = FIXTURE_BUDGET if args.fixture else Budget(
+        max_tokens=args.n_ctx, max_rounds=args.max_rounds, max_think_tokens=args.think_tokens,
+        max_final_think_tokens=args.think_tokens, max_calls_per_turn=args.calls_per_turn, max_final_sql_tokens=128)
     head = {"cpu": cpu_model(), "model": args.model.name, "args": {k: str(v) for k, v in vars(args).items()}}
     print(json.dumps(head), flush=True)
     with Agent(args.model, n_ctx=args.n_ctx, n_threads=args.threads, budget=budget, parallel=max(args.k),

@@ -249,8 +249,9 @@ class Agent:
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
         the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`,
         `wall_s` for the whole vote and `prompt_tokens_evaluated` by all its episodes). The
-        episodes share their opening: one evaluates it, the others restore its state. As soon as the episodes still running cannot change the
-        winning result set, they are stopped (`early_stop=False`: every episode runs to its end);
+        episodes share their opening: one evaluates it, the others restore its state. As soon
+        as the episodes still running cannot change the winning result set, they are stopped
+        (`early_stop=False`: every episode runs to its end);
         `stats["vote"]["finished"]` counts those that did. `on_event` is not called for a vote (K
         episodes' events would interleave). A vote of greedy episodes is refused (ValueError):
         they would all write the same answer. `should_stop` (Ctrl-C, a client's cancel) stops
@@ -380,15 +381,15 @@ class Agent:
                     database = databases[_db_key(item.db)]
                     if isinstance(database, BaseException):
                         raise database
-                    outcomes[i] = self._episode(item.question, database, evidence=item.evidence, seed=item.seed,
-                                                greedy=greedy, on_event=None, should_stop=stopped,
-                                                share_opening=share_opening)
+                    result = self._episode(item.question, database, evidence=item.evidence, seed=item.seed,
+                                           greedy=greedy, on_event=None, should_stop=stopped,
+                                           share_opening=share_opening)
                 except Exception as exc:  # noqa: BLE001  (kept for the caller, after the others finish)
                     outcomes[i] = exc
                     return
                 outcomes[i] = result
                 if on_result is not None:
-                    on_result(i, outcomes[i])  # type: ignore[arg-type]  (a result: just set)
+                    on_result(i, result)
 
             pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items))),
                                       thread_name_prefix="edge-sql-ask")
@@ -434,7 +435,7 @@ class Agent:
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
-            results: list[EpisodeResult | None] = list(outcomes)  # type: ignore[arg-type]  (no exception left)
+            results = [r if isinstance(r, EpisodeResult) else None for r in outcomes]  # no exception is left
             if done.is_set():  # those stopped by the decision do not vote
                 results = [r if r is not None and r.stop != "cancelled" else None for r in results]
             result = choose(results, database, max_rows=self.budget.max_result_rows, keys=tally.keys)

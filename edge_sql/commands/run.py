@@ -173,8 +173,8 @@ def _run(db_path, model, question, evidence, as_json, trace, seed, greedy, gpu_l
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(prompt_file)  # so is a bad prompt file
-        if vote == "auto":
-            vote = _auto_vote(model, threads, gpu_layers, n_ctx, tune)
+        vote = _auto_vote(model, threads, gpu_layers, n_ctx, tune) if vote == "auto" else vote
+        assert vote is None or isinstance(vote, int)
         agent = _load_agent(model, threads, gpu_layers, n_ctx, prompt_file, budget, tune, speculate,
                             parallel=vote or 1)
         try:

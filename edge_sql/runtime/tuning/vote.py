@@ -25,7 +25,7 @@ def rate_at(rates: Sequence[Sequence[float]], k: int) -> float | None:
     """Aggregate decode tok/s at `k` sequences: measured, interpolated between the measured
     widths around it, or None beyond them."""
     points = sorted((int(w), float(r)) for w, r in rates)
-    for (w0, r0), (w1, r1) in zip(points, points[1:]):
+    for (w0, r0), (w1, r1) in zip(points, points[1:], strict=False):
         if w0 <= k <= w1:
             return r0 + (r1 - r0) * (k - w0) / (w1 - w0)
     return points[0][1] if points and points[0][0] == k else None
