@@ -15,7 +15,7 @@ calibration times them (`tuning.parallel.decode_rate`, the same settings). Episo
 (--think-tokens, --max-rounds, --calls-per-turn) so that all do comparable work.
 
     python benchmarks/bench_vote.py MODEL.gguf [--k 2 4 8] [--think-tokens 64] [--max-rounds 2]
-        [--calls-per-turn 2] [--questions N] [--modes before opening early] [--out FILE.json]
+        [--calls-per-turn 2] [--sql-tokens 64] [--questions N] [--modes before opening early] [--out FILE.json]
 
 With --fixture (the trained fixture model, whose episodes agree and disagree for real): only
 votes with and without the early stop over --questions questions, how often it fired, the
@@ -108,6 +108,8 @@ def main() -> None:
     parser.add_argument("--think-tokens", type=int, default=64)
     parser.add_argument("--max-rounds", type=int, default=2)
     parser.add_argument("--calls-per-turn", type=int, default=2)
+    parser.add_argument("--sql-tokens", type=int, default=64, help="most tokens of the final SQL (and 4x as "
+                        "many characters of a call's): random weights write until the bound")
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=33)
@@ -117,7 +119,8 @@ def main() -> None:
     args = parser.parse_args()
     budget = FIXTURE_BUDGET if args.fixture else Budget(
         max_tokens=args.n_ctx, max_rounds=args.max_rounds, max_think_tokens=args.think_tokens,
-        max_final_think_tokens=args.think_tokens, max_calls_per_turn=args.calls_per_turn, max_final_sql_tokens=128)
+        max_final_think_tokens=args.think_tokens, max_calls_per_turn=args.calls_per_turn, max_final_sql_tokens=args.sql_tokens,
+        max_sql_chars=4 * args.sql_tokens)
     head = {"cpu": cpu_model(), "model": args.model.name, "args": {k: str(v) for k, v in vars(args).items()}}
     print(json.dumps(head), flush=True)
     with Agent(args.model, n_ctx=args.n_ctx, n_threads=args.threads, budget=budget, parallel=max(args.k),
