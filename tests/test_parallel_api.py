@@ -385,3 +385,27 @@ def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf,
     assert voted.sql == episodes[vote["chosen"]].sql and voted.transcript == episodes[vote["chosen"]].transcript
     assert frozenset(tuple(row) for row in voted.rows) == sets[vote["chosen"]]
     assert sha256(chinook_db) == before
+
+
+def test_a_vote_then_a_single_run_load_each_others_saved_prompt_state(tiny_gguf_fast, chinook_db, tmp_path,
+                                                                     monkeypatch):
+    """Issue 40, bug 5: `run --vote 3` noted three times that the saved prompt state did not
+    load, and the next plain run once more. One saved state per prompt now loads in both."""
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    notes: list[str] = []
+    load = {**LOAD, "prefix_cache": True, "log": notes.append}
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=3, **load) as voter:
+        voter.ask("How many albums?", chinook_db, vote=3, seed=1)
+    states = list((tmp_path / "home").rglob("*.state"))
+    assert len(states) == 1  # the prompt's, saved by the vote's first episode
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, **load) as single:
+        alone = single.ask("How many albums?", chinook_db, seed=1)
+    assert alone.stats["prefix_tokens_restored"] > 0
+    states[0].unlink()
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, **load) as single:
+        single.ask("How many albums?", chinook_db, seed=1)  # saves it again, alone
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=3, **load) as voter:
+        voted = voter.ask("How many albums?", chinook_db, vote=3, seed=1, early_stop=False)
+    assert voted.stats["prefix_tokens_restored"] >= alone.stats["prefix_tokens_restored"]  # or the whole opening
+    assert not [n for n in notes if "did not load" in n or "ignoring" in n], notes
+    assert len(list((tmp_path / "home").rglob("*.state"))) == 1
