@@ -274,3 +274,23 @@ def test_sessions_starting_together_evaluate_a_shared_opening_once(tiny_gguf: Pa
     for after, tokens, _, _ in runs.values():
         np.testing.assert_array_equal(after, reference[1])
         assert tokens == reference[2]
+
+
+def test_the_one_stream_form_of_an_attention_only_model(smollm2_gguf: Path) -> None:
+    """SmolLM2 (llama: attention cells without the M-RoPE extension, no recurrent state): a
+    sequence's state in a context of three sequences is, in the one-stream form, the bytes a
+    context of its own writes, and loads into any sequence."""
+    from edge_sql.runtime.batching.sequences import open_sessions
+    from edge_sql.runtime.llama.context import read_sequence_state
+    from edge_sql.runtime.llama.state_streams import portable
+
+    with Session(smollm2_gguf, n_ctx=512, n_threads=1) as single:
+        tokens = single.tokenize("SELECT name FROM sqlite_master WHERE type = 'table'; " * 4)
+        single.eval(tokens)
+        alone = single.snapshot().state
+    with open_sessions(smollm2_gguf, None, 3, n_ctx=512, n_threads=1) as group:
+        for session in group.sessions[1:]:
+            session.eval(tokens)
+            raw = read_sequence_state(session.context.ptr, session.context.seq)
+            assert raw != alone and portable(raw) == alone
+        assert group.sessions[0].context.set_state(alone, tokens)
