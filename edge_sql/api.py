@@ -23,12 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from edge_sql.agent.budget import Budget, small_model_note
 from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.agent.vote import choose
+from edge_sql.agent.vote import Tally, choose
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
@@ -82,6 +83,33 @@ def _settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None, log: Ca
         log(message)
 
     return tuned_settings(model_path, progress=progress, n_ctx=n_ctx, n_threads=n_threads)
+
+
+def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
+    """What `vote="auto"` means for this file on this machine: the K of `runtime.tuning.vote`
+    (1: no vote) from the calibrated decode rates, within `parallel` sequences when given (else
+    the most that fit), and the line that says why. Settings that were not calibrated here
+    ("off", "gpu") measured no rates: no vote."""
+    from edge_sql.runtime.tuning.cache import cached_calibration
+    from edge_sql.runtime.tuning.vote import auto_vote, auto_vote_line
+
+    calibration = cached_calibration(model_path) if how in ("cached", "calibrated") else None
+    rates = calibration.parallel_rates if calibration is not None else []
+    limit = settings.parallel_limit or 1
+    if parallel is not None:
+        limit = min(limit, parallel)
+    return auto_vote(rates, limit), auto_vote_line(rates, limit)
+
+
+def auto_vote_k(model: str | Path | None, *, tune: bool = True, n_gpu_layers: int | None = None,
+                n_ctx: int = 12288, n_threads: int | None = None, pull_if_missing: bool = True,
+                log: Callable[[str], None] = lambda _m: None) -> tuple[int, str]:
+    """`vote_plan` before any Agent is made (how many sequences `run --vote auto` opens): the
+    model resolved and its settings loaded (calibrated now if not cached, as an Agent would)."""
+    path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
+    settings, how = load_settings(path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx,
+                                  n_threads=n_threads)
+    return vote_plan(path, settings, how)
 
 
 def prefix_state_dir() -> Path:
@@ -159,6 +187,7 @@ class Agent:
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
         check_parallel(settings, parallel)  # more sequences than calibration found room for: refused
+        self.auto_vote, self.auto_vote_line = vote_plan(self.model_path, settings, self.tuning, parallel)
         self._group: SessionGroup | None = open_sessions(
             self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers), parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
@@ -209,7 +238,8 @@ class Agent:
         greedy: bool = False,
         on_event: Callable[[EpisodeEvent], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
-        vote: int | None = None,
+        vote: int | Literal["auto"] | None = None,
+        early_stop: bool = True,
     ) -> EpisodeResult:
         """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
 
@@ -220,21 +250,41 @@ class Agent:
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
-        the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`, and
-        `wall_s` for the whole vote). `on_event` is not called for a vote (K episodes' events
-        would interleave). A vote of greedy episodes is refused (ValueError): they would all
-        write the same answer.
+        the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`,
+        `wall_s` for the whole vote and `prompt_tokens_evaluated` by all its episodes). The
+        episodes share their opening: one evaluates it, the others restore its state. As soon
+        as the episodes still running cannot change the winning result set, they are stopped
+        (`early_stop=False`: every episode runs to its end);
+        `stats["vote"]["finished"]` counts those that did. `on_event` is not called for a vote (K
+        episodes' events would interleave). A vote of greedy episodes is refused (ValueError):
+        they would all write the same answer. `should_stop` (Ctrl-C, a client's cancel) stops
+        every episode of a vote.
+
+        `vote="auto"`: the largest vote this machine answers within `VOTE_FACTOR` times one
+        episode, predicted from the calibrated decode rates (`runtime/tuning/vote.py`), within
+        the Agent's `parallel` sequences: `agent.auto_vote` (1: a single episode, no vote) and
+        `agent.auto_vote_line` say which and why.
         """
+        if vote == "auto":
+            vote = self.auto_vote if self.auto_vote >= 2 else None
         if vote is not None:
             return self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
-                              should_stop=should_stop)
+                              should_stop=should_stop, early_stop=early_stop)
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
+        return self._episode(question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event,
+                             should_stop=should_stop)
+
+    def _episode(self, question: str, db: str | Path | ReadOnlyDatabase, *, evidence: str | None, seed: int | None,
+                 greedy: bool, on_event: Callable[[EpisodeEvent], None] | None,
+                 should_stop: Callable[[], bool] | None, share_opening: bool = False) -> EpisodeResult:
+        """One episode on a borrowed session (`share_opening`: see `run_episode`)."""
         params = SamplingParams(seed=seed, greedy=greedy)
         with _opened(db) as database, self._borrowed() as session:
             result = run_episode(
                 session, Toolbox(database), question, evidence=evidence, params=params,
                 prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
+                share_opening=share_opening,
             )
             result.stats["llama_settings"] = session.info.settings
             result.stats["tuning"] = self.tuning
@@ -270,7 +320,7 @@ class Agent:
             if isinstance(outcome, BaseException) and not isinstance(outcome, EdgeSqlError):
                 raise outcome
         return [self._error_result(item, outcome) if isinstance(outcome, BaseException) else outcome
-                for item, outcome in zip(items, outcomes)]
+                for item, outcome in zip(items, outcomes) if outcome is not None]
 
     def close(self) -> None:
         """Free the context (idempotent). Waits for running `ask` calls to finish; calls waiting
@@ -312,8 +362,11 @@ class Agent:
                 self._pool.notify_all()
 
     def _run_all(self, items: list[Ask], *, greedy: bool, should_stop: Callable[[], bool] | None,
-                 on_result: Callable[[int, EpisodeResult], None] | None) -> list[EpisodeResult | BaseException]:
-        """Each item's result, or the exception it raised; `parallel` threads ask at once."""
+                 on_result: Callable[[int, EpisodeResult], None] | None,
+                 skip: Callable[[], bool] | None = None,
+                 share_opening: bool = False) -> list[EpisodeResult | BaseException | None]:
+        """Each item's result, or the exception it raised; `parallel` threads ask at once. An
+        item not started yet when `skip()` is True is not asked (None)."""
         stop = threading.Event()
         outcomes: list[EpisodeResult | BaseException | None] = [None] * len(items)
 
@@ -325,13 +378,16 @@ class Agent:
 
             def one(i: int) -> None:
                 item = items[i]
+                if skip is not None and skip():
+                    return
                 try:
                     database = databases[_db_key(item.db)]
                     if isinstance(database, BaseException):
                         raise database
-                    result = self.ask(item.question, database, evidence=item.evidence, seed=item.seed,
-                                      greedy=greedy, should_stop=stopped)
-                except Exception as exc:  # kept for the caller, after the others finish
+                    result = self._episode(item.question, database, evidence=item.evidence, seed=item.seed,
+                                           greedy=greedy, on_event=None, should_stop=stopped,
+                                           share_opening=share_opening)
+                except Exception as exc:
                     outcomes[i] = exc
                     return
                 outcomes[i] = result
@@ -348,14 +404,13 @@ class Agent:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             pool.shutdown(wait=True)
-        filled = [outcome for outcome in outcomes if outcome is not None]
-        assert len(filled) == len(items)  # every slot is filled
-        return filled
+        return outcomes
 
     # ---- the vote ------------------------------------------------------------------------
 
     def _vote(self, question: str, db: str | Path | ReadOnlyDatabase, k: int, *, evidence: str | None,
-              seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None) -> EpisodeResult:
+              seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None,
+              early_stop: bool = True, share_opening: bool = True) -> EpisodeResult:
         if k < 2:
             raise ValueError(f"a vote needs at least 2 episodes, got vote={k}")
         if greedy:
@@ -367,14 +422,29 @@ class Agent:
         seeds = [first + i for i in range(k)]
         started = time.perf_counter()
         with _opened(db) as database:
+            tally = Tally(k, database, max_rows=self.budget.max_result_rows)
+            done = threading.Event()  # the vote is decided: the episodes still running cannot change it
+
+            def finished(_i: int, result: EpisodeResult) -> None:
+                if result.stop != "cancelled" and tally.add(result) and early_stop:
+                    done.set()
+
+            def stopped() -> bool:
+                return done.is_set() or (should_stop is not None and should_stop())
+
             items = [Ask(question, database, evidence, s) for s in seeds]
-            outcomes = self._run_all(items, greedy=False, should_stop=should_stop, on_result=None)
+            outcomes = self._run_all(items, greedy=False, should_stop=stopped, on_result=finished, skip=done.is_set,
+                                     share_opening=share_opening)
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
-            results = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
-            result = choose(results, database, max_rows=self.budget.max_result_rows)
-        result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4))
+            results = [r if isinstance(r, EpisodeResult) else None for r in outcomes]  # no exception is left
+            if done.is_set():  # those stopped by the decision do not vote
+                results = [r if r is not None and r.stop != "cancelled" else None for r in results]
+            result = choose(results, database, max_rows=self.budget.max_result_rows, keys=tally.keys)
+        result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4),
+                                    prompt_tokens_evaluated=sum(r.stats.get("prompt_tokens_evaluated", 0)
+                                                                for r in outcomes if isinstance(r, EpisodeResult)))
         return result
 
     def _error_result(self, item: Ask, error: BaseException) -> EpisodeResult:

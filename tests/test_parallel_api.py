@@ -11,6 +11,7 @@ trained fixture, whose majority is recomputed here with sqlite3 on the same file
 from __future__ import annotations
 
 import hashlib
+import itertools
 import sqlite3
 import threading
 from collections import Counter
@@ -21,7 +22,7 @@ import pytest
 import edge_sql
 from edge_sql.agent import Budget
 from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord
-from edge_sql.agent.vote import agreement_line, choose, failed_queries
+from edge_sql.agent.vote import STOPPED, Tally, agreement_line, choose, decided, failed_queries
 from edge_sql.api import Ask
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools import ReadOnlyDatabase
@@ -269,6 +270,69 @@ def test_a_vote_needs_sampled_episodes(pooled, chinook_db):
         pooled.ask(" ", chinook_db, vote=2)
 
 
+# ---- stopping once the vote is decided -------------------------------------------------------------
+
+
+def test_decided_when_no_remaining_episode_can_change_the_winner():
+    assert decided([3], 1) and not decided([2], 2) and decided([2, 1], 0) and not decided([1, 1], 0)
+    assert not decided([], 0) and decided([3, 1], 1) and not decided([3, 2], 1)
+
+
+LABELS = [None, "SELECT 1", "SELECT 2", "SELECT 3", "SELECT 'x' FAILS", "SELECT 2 + 0"]  # the last agrees with 2
+
+
+def test_the_early_stop_never_changes_the_winner(chinook):
+    """Every vote of up to 5 episodes over these answers (none, three result sets, one that fails
+    to run, another SQL with the same result as SELECT 2), finishing in every order: the episodes
+    finished when `Tally` first says decided elect the result set that all K elect."""
+    for k in range(2, 6):
+        for answers in itertools.product(range(len(LABELS)), repeat=k):
+            if answers != tuple(sorted(answers)):  # orders come below; one multiset each
+                continue
+            episodes = [episode(LABELS[a]) for a in answers]
+            full = choose(episodes, chinook)
+            winner = None if not full.stats["vote"]["voters"] else frozenset(map(tuple, _rows(chinook, full.sql)))
+            for order in set(itertools.permutations(range(k))):
+                tally = Tally(k, chinook)
+                finished = [False] * k
+                for i in order:
+                    finished[i] = True
+                    if tally.add(episodes[i]):
+                        break
+                if not tally.decided:
+                    assert all(finished)
+                    continue
+                early = choose([e if f else None for e, f in zip(episodes, finished)], chinook, keys=tally.keys)
+                vote = early.stats["vote"]
+                assert frozenset(map(tuple, _rows(chinook, early.sql))) == winner, (answers, order)
+                assert vote["finished"] == sum(finished) and vote["k"] == k
+                assert all(e["reason"] == STOPPED for e, f in zip(vote["episodes"], finished) if not f)
+
+
+def _rows(db: ReadOnlyDatabase, sql: str) -> list:
+    return db.execute(sql, max_rows=10, max_cell_chars=None).rows
+
+
+def test_the_vote_line_says_how_many_were_stopped(chinook):
+    voted = choose([episode("SELECT 1"), None, episode("SELECT 1"), episode(None), episode("SELECT 1")], chinook)
+    assert agreement_line(voted.stats["vote"]) == ("3 of 5 episodes agreed (1 without an answer that runs; "
+                                                   "1 stopped once the vote was decided)")
+
+
+def test_a_cancel_stops_every_episode_of_a_vote(pooled, chinook_db):
+    """A client's cancel (or Ctrl-C, which `run` turns into should_stop) reaches all K episodes."""
+    calls = Counter()
+
+    def stop() -> bool:
+        calls[threading.current_thread().name] += 1
+        return sum(calls.values()) > 3 * PARALLEL  # each episode has started by then
+
+    voted = pooled.ask("How many albums?", chinook_db, vote=PARALLEL, seed=5, should_stop=stop)
+    assert voted.stop == "cancelled"
+    assert voted.stats["vote"]["finished"] == PARALLEL  # cancelled by the user, not by the vote
+    assert len(calls) == PARALLEL  # every episode's thread asked
+
+
 # ---- a vote of the trained fixture -----------------------------------------------------------------
 
 TRAINED_BUDGET = Budget(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
@@ -291,9 +355,18 @@ def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf,
     before = sha256(chinook_db)
     with edge_sql.Agent(tiny_trained_gguf, budget=TRAINED_BUDGET, parallel=VOTE_K,
                         **{**LOAD, "n_ctx": 4096}) as agent:
-        voted = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED)
         episodes = agent.ask_many([Ask(VOTE_QUESTION, seed=VOTE_SEED + i) for i in range(VOTE_K)], chinook_db)
+        voted = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED, early_stop=False)
+        early = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED)
     vote = voted.stats["vote"]
+    assert vote["finished"] == VOTE_K
+    # the opening evaluated once for the K episodes (the prompt's state restored in both runs): the
+    # other K - 1 evaluate only the turns that follow
+    alone = sum(r.stats["prompt_tokens_evaluated"] for r in episodes)
+    assert vote["prompt_tokens_evaluated"] < alone
+    # stopped once decided: the same winning result set, from the episodes that finished first
+    assert frozenset(tuple(row) for row in early.rows) == frozenset(tuple(row) for row in voted.rows)
+    assert early.stats["vote"]["finished"] <= VOTE_K
     assert vote["k"] == VOTE_K and vote["seeds"] == [VOTE_SEED + i for i in range(VOTE_K)]
     assert vote["wall_s"] >= voted.stats["wall_s"] > 0  # the whole vote, and the chosen episode within it
     # the stats list every episode's SQL: the same episodes asked one by one
@@ -312,3 +385,27 @@ def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf,
     assert voted.sql == episodes[vote["chosen"]].sql and voted.transcript == episodes[vote["chosen"]].transcript
     assert frozenset(tuple(row) for row in voted.rows) == sets[vote["chosen"]]
     assert sha256(chinook_db) == before
+
+
+def test_a_vote_then_a_single_run_load_each_others_saved_prompt_state(tiny_gguf_fast, chinook_db, tmp_path,
+                                                                     monkeypatch):
+    """Issue 40, bug 5: `run --vote 3` noted three times that the saved prompt state did not
+    load, and the next plain run once more. One saved state per prompt now loads in both."""
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    notes: list[str] = []
+    load = {**LOAD, "prefix_cache": True, "log": notes.append}
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=3, **load) as voter:
+        voter.ask("How many albums?", chinook_db, vote=3, seed=1)
+    states = list((tmp_path / "home").rglob("*.state"))
+    assert len(states) == 1  # the prompt's, saved by the vote's first episode
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, **load) as single:
+        alone = single.ask("How many albums?", chinook_db, seed=1)
+    assert alone.stats["prefix_tokens_restored"] > 0
+    states[0].unlink()
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, **load) as single:
+        single.ask("How many albums?", chinook_db, seed=1)  # saves it again, alone
+    with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=3, **load) as voter:
+        voted = voter.ask("How many albums?", chinook_db, vote=3, seed=1, early_stop=False)
+    assert voted.stats["prefix_tokens_restored"] >= alone.stats["prefix_tokens_restored"]  # or the whole opening
+    assert not [n for n in notes if "did not load" in n or "ignoring" in n], notes
+    assert len(list((tmp_path / "home").rglob("*.state"))) == 1

@@ -215,3 +215,82 @@ def test_a_claimed_state_is_made_once_and_waited_for() -> None:
         raise RuntimeError("evaluation failed")
     with cache.claim("other", [4]) as again:  # not left waiting for the failed one
         assert again is None
+
+
+def test_a_group_and_a_single_session_load_each_others_saved_state(tiny_gguf: Path, tmp_path: Path) -> None:
+    """Issue 40, bug 5: the sequences of a batched context (a vote's sessions) and a session of
+    its own keep one state per prompt prefix, which loads in both, in whichever sequence, from
+    disk, with no note; and the logits and tokens after it are those of a fresh evaluation."""
+    from edge_sql.runtime.batching.sequences import open_sessions
+
+    notes: list[str] = []
+    states = tmp_path / "states"
+    with Session(tiny_gguf, **ARGS) as session:
+        prefix, own = _opening(session)
+    reference = _fresh(tiny_gguf, prefix, own)
+    with open_sessions(tiny_gguf, None, 3, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as group:
+        first = _cached_run(group.sessions[2], prefix, own)  # evaluated in sequence 2, saved
+        assert group.sessions[2].prefix_tokens_restored == 0
+    (saved,) = states.glob("*.state")
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as single:
+        from_group = _cached_run(single, prefix, own)
+        assert single.prefix_tokens_restored == len(prefix)
+    saved.unlink()
+    with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as single:
+        _cached_run(single, prefix, own)  # evaluated by a session of its own, saved
+    with open_sessions(tiny_gguf, None, 2, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as group:
+        from_single = [_cached_run(s, prefix, own) for s in group.sessions]
+        assert [s.prefix_tokens_restored for s in group.sessions] == [len(prefix)] * 2
+    assert notes == [] and len(list(states.glob("*.state"))) == 1
+    for result in (first, from_group, *from_single):
+        _same(result, reference)
+
+
+def test_sessions_starting_together_evaluate_a_shared_opening_once(tiny_gguf: Path) -> None:
+    """A vote's K episodes share their whole opening (system prompt and question): one session
+    evaluates the question after the prefix's state, the others restore the opening's state; each
+    then generates the greedy tokens of a session that evaluated everything itself."""
+    from edge_sql.runtime.batching.sequences import open_sessions
+
+    with Session(tiny_gguf, **ARGS) as session:
+        prefix, own = _opening(session)
+    reference = _fresh(tiny_gguf, prefix, own)
+    runs: dict[int, tuple] = {}
+    with open_sessions(tiny_gguf, None, 3, **ARGS, prefix_cache=PrefixCache()) as group:
+        def episode(i: int, session: Session) -> None:
+            session.shared_prefix(prefix, opening=prefix + own)
+            session.eval(prefix + own)
+            after = session.logits()
+            tokens = session.generate(params=SamplingParams(greedy=True), max_tokens=4).tokens
+            runs[i] = (after, tokens, session.prompt_tokens_evaluated, session.prefix_tokens_restored)
+
+        threads = [threading.Thread(target=episode, args=(i, s)) for i, s in enumerate(group.sessions)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(r[2] for r in runs.values()) == [0, 0, len(prefix) + len(own)]  # evaluated once in all
+    assert sorted(r[3] for r in runs.values()) == [0, len(prefix) + len(own), len(prefix) + len(own)]
+    for after, tokens, _, _ in runs.values():
+        np.testing.assert_array_equal(after, reference[1])
+        assert tokens == reference[2]
+
+
+def test_the_one_stream_form_of_an_attention_only_model(smollm2_gguf: Path) -> None:
+    """SmolLM2 (llama: attention cells without the M-RoPE extension, no recurrent state): a
+    sequence's state in a context of three sequences is, in the one-stream form, the bytes a
+    context of its own writes, and loads into any sequence."""
+    from edge_sql.runtime.batching.sequences import open_sessions
+    from edge_sql.runtime.llama.context import read_sequence_state
+    from edge_sql.runtime.llama.state_streams import portable
+
+    with Session(smollm2_gguf, n_ctx=512, n_threads=1) as single:
+        tokens = single.tokenize("SELECT name FROM sqlite_master WHERE type = 'table'; " * 4)
+        single.eval(tokens)
+        alone = single.snapshot().state
+    with open_sessions(smollm2_gguf, None, 3, n_ctx=512, n_threads=1) as group:
+        for session in group.sessions[1:]:
+            session.eval(tokens)
+            raw = read_sequence_state(session.context.ptr, session.context.seq)
+            assert raw != alone and portable(raw) == alone
+        assert group.sessions[0].context.set_state(alone, tokens)

@@ -91,15 +91,20 @@ def run_episode(
     should_stop: Callable[[], bool] | None = None,
     on_event: EventHandler | None = None,
     audit: bool = False,
+    share_opening: bool = False,
 ) -> EpisodeResult:
     """Answer `question` over `toolbox`'s database. Resets `session` first (a new episode).
 
     `audit=True` is a measurement (slower): stats count the grammar steps where the model's
     own top token was not allowed (`grammar_overruled` of `grammar_steps_audited`).
+    `share_opening=True` (the episodes of a vote, starting together on sessions of one cache):
+    the opening (system prompt and question) is evaluated by one of them and restored by the
+    others (`Session.shared_prefix`); nothing else changes.
     Raises EdgeSqlError for an empty question or a context too small for the prompt.
     """
     episode = _Episode(session, toolbox, prompt or load_prompt(), budget, params, should_stop, on_event)
     episode.audit = audit
+    episode.share_opening = share_opening
     return episode.run(question, evidence)
 
 
@@ -132,6 +137,7 @@ class _Episode:
         self._answer_run: tuple[str, ToolResult] | None = None  # submit_sql's run
         self.tools_s = 0.0
         self.audit = False
+        self.share_opening = False
         self.audited = self.overruled = 0
         self._progress_at = float("-inf")  # when the last "tokens" event went out
         self._unsent: list[str] = []       # text written since then, in this round
@@ -175,7 +181,8 @@ class _Episode:
         if plan_call_segment(self.limit - needed, self.budget, self._first_segment_need, think=True) is None:
             raise EdgeSqlError(f"the prompt and question need about {needed} tokens and leave no room for a tool "
                                f"turn in {self._bound_and_remedy()}")
-        self.session.shared_prefix(self.transcript.tokenize(shared))  # same for every question: saved once
+        opening = self.transcript.tokenize(pieces) if self.share_opening else None
+        self.session.shared_prefix(self.transcript.tokenize(shared), opening=opening)  # same for every question
         self.transcript.append(pieces)
 
     def _tool_round(self) -> str | None:

@@ -10,12 +10,19 @@ now, does not vote. The answer is the largest group's; the chosen episode is, am
 episodes of the largest groups (several when they tie), the one with the fewest failed
 `run_query` calls, then the first. With no voter at all, the first episode is the one returned.
 
+Stopping early: once the largest group leads every other (and a group not yet seen) by more
+than the episodes still running, none of them can change the winning result set (`decided`), so
+`Agent.ask(..., vote=K)` stops them (`Tally` follows the vote as episodes finish). An episode
+stopped so does not vote; `stats["vote"]["finished"]` counts the others. The
+chosen episode is then the tie-break's among the finished ones of the winning group.
+
 Running the K episodes is the caller's job (`Agent.ask(..., vote=K)` runs them in parallel).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -30,20 +37,68 @@ def failed_queries(result: EpisodeResult) -> int:
     return sum(1 for r in result.rounds for call in r.calls if call.tool == "run_query" and not call.ok)
 
 
-def choose(results: Sequence[EpisodeResult], db: ReadOnlyDatabase, *, max_rows: int = Budget().max_result_rows
-           ) -> EpisodeResult:
-    """The voted answer among `results` (K episodes of one question, in their order): a copy of
-    the chosen episode's result whose `stats["vote"]` says how the vote went:
+STOPPED = "stopped: the vote was decided without it"
+
+
+def decided(sizes: Sequence[int], remaining: int) -> bool:
+    """Whether `remaining` more episodes cannot change the winning result set of a vote whose
+    groups have `sizes` so far: the largest leads the next one (or a group not seen yet) by more
+    than `remaining`. Then it stays the largest group alone whatever they return (no tie either)."""
+    if not sizes:
+        return False
+    ordered = sorted(sizes, reverse=True)
+    return ordered[0] > (ordered[1] if len(ordered) > 1 else 0) + remaining
+
+
+class Tally:
+    """A vote of `k` episodes followed as they finish (from any thread): `add` each finished
+    result; `decided` says when the rest cannot change the winner. Its `keys` (each distinct
+    SQL's result set, run once) go on to `choose`."""
+
+    def __init__(self, k: int, db: ReadOnlyDatabase, *, max_rows: int = Budget().max_result_rows) -> None:
+        self.k, self.db, self.max_rows = k, db, max_rows
+        self.keys: dict[str, Hashable | str] = {}
+        self._sizes: dict[Hashable, int] = {}
+        self._finished = 0
+        self._lock = threading.Lock()
+
+    def add(self, result: EpisodeResult) -> bool:
+        """Count `result` (an episode that ran to its end); returns whether the vote is decided."""
+        with self._lock:
+            self._finished += 1
+            if result.sql is not None:
+                if result.sql not in self.keys:
+                    self.keys[result.sql] = _result_key(self.db, result.sql, self.max_rows)
+                key = self.keys[result.sql]
+                if not isinstance(key, str):
+                    self._sizes[key] = self._sizes.get(key, 0) + 1
+            return decided(list(self._sizes.values()), self.k - self._finished)
+
+    @property
+    def decided(self) -> bool:
+        with self._lock:
+            return decided(list(self._sizes.values()), self.k - self._finished)
+
+
+def choose(results: Sequence[EpisodeResult | None], db: ReadOnlyDatabase, *, max_rows: int = Budget().max_result_rows,
+           keys: dict[str, Hashable | str] | None = None) -> EpisodeResult:
+    """The voted answer among `results` (K episodes of one question, in their order; None for one
+    stopped once the vote was decided): a copy of the chosen episode's result whose
+    `stats["vote"]` says how the vote went:
     `k`, `chosen` (its index), `agreed` (episodes in its group), `voters`, `agreement`
-    (agreed / voters; 0.0 with no voter) and `episodes`: for each, its `sql`, `group` (groups
-    numbered in order of first appearance; None: it did not vote), `failed_queries` and, when it
-    did not vote, `reason`."""
-    if not results:
+    (agreed / voters; 0.0 with no voter), `finished` (episodes that ran to their end) and
+    `episodes`: for each, its `sql`, `group` (groups numbered in order of first appearance;
+    None: it did not vote), `failed_queries` and, when it did not vote, `reason`. `keys` holds
+    result sets already computed (a `Tally`'s)."""
+    if not results or all(r is None for r in results):
         raise ValueError("a vote needs at least one episode")
-    keys: dict[str, Hashable | str] = {}  # one run per distinct SQL
+    keys = {} if keys is None else dict(keys)  # one run per distinct SQL
     groups: dict[Hashable, int] = {}
     episodes: list[dict[str, Any]] = []
     for result in results:
+        if result is None:
+            episodes.append({"sql": None, "group": None, "failed_queries": 0, "reason": STOPPED})
+            continue
         entry: dict[str, Any] = {"sql": result.sql, "group": None, "failed_queries": failed_queries(result)}
         if result.sql is None:
             entry["reason"] = result.error or "no answer"
@@ -64,18 +119,27 @@ def choose(results: Sequence[EpisodeResult], db: ReadOnlyDatabase, *, max_rows: 
         chosen = min(candidates, key=lambda i: (episodes[i]["failed_queries"], i))
         agreed = largest
     else:
-        chosen, agreed = 0, 0
+        chosen, agreed = next(i for i, r in enumerate(results) if r is not None), 0
+    finished = sum(r is not None for r in results)
     vote = {"k": len(results), "chosen": chosen, "agreed": agreed, "voters": voters,
-            "agreement": round(agreed / voters, 4) if voters else 0.0, "episodes": episodes}
+            "agreement": round(agreed / voters, 4) if voters else 0.0, "finished": finished, "episodes": episodes}
     winner = results[chosen]
+    assert winner is not None
     return dataclasses.replace(winner, stats={**winner.stats, "vote": vote})
 
 
 def agreement_line(vote: dict[str, Any]) -> str:
-    """`3 of 4 episodes agreed`, with how many did not vote: what `run --vote` prints."""
+    """`3 of 4 episodes agreed`, with how many did not vote and how many were stopped once the
+    vote was decided: what `run --vote` prints."""
     line = f"{vote['agreed']} of {vote['k']} episodes agreed"
-    silent = vote["k"] - vote["voters"]
-    return line + (f" ({silent} without an answer that runs)" if silent else "")
+    finished = vote.get("finished", vote["k"])
+    notes = []
+    silent = finished - vote["voters"]
+    if silent:
+        notes.append(f"{silent} without an answer that runs")
+    if finished < vote["k"]:
+        notes.append(f"{vote['k'] - finished} stopped once the vote was decided")
+    return line + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _result_key(db: ReadOnlyDatabase, sql: str, max_rows: int) -> Hashable | str:

@@ -84,3 +84,24 @@ def speculate_option(command: Callable) -> Callable:
              "queries that ran) and keeps only those the model itself would write, so answers are the "
              "same; 'auto' also turns a draft source off while it does not pay; 'mtp' needs a model "
              "file with an MTP head.")(command)
+
+
+class VoteType(click.ParamType):
+    """`--vote K` (at least 2) or `--vote auto` (the largest vote this machine answers within
+    2x one episode, from the calibrated decode rates: runtime/tuning/vote.py)."""
+
+    name = "K|auto"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or (isinstance(value, str) and value.strip().lower() != "auto"):
+            try:
+                k = int(value)
+            except ValueError:
+                self.fail(f"{value!r} is neither a number of episodes nor 'auto'", param, ctx)
+            if k < 2:
+                self.fail(f"a vote needs at least 2 episodes, got {k}", param, ctx)
+            return k
+        return "auto"
+
+
+VOTE = VoteType()

@@ -8,15 +8,15 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from edge_sql.commands.files import DB_HELP, load_for_db
-from edge_sql.commands.options import budget_options, context_option, speculate_option
+from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option
 from edge_sql.errors import EdgeSqlError
 from edge_sql.interrupts import Terminated
 
@@ -56,7 +56,7 @@ class RunOptions:
     budget: Budget
     tune: bool = True
     speculate: SpeculateMode = "off"
-    vote: int | None = None
+    vote: int | Literal["auto"] | None = None  # "auto": resolved by `_run` before the model loads
 
 
 @contextmanager
@@ -103,11 +103,13 @@ def _event_line(event: EpisodeEvent) -> str | None:
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling, for reproducible answers.")
 @click.option("--greedy", is_flag=True, help="Always pick the most likely token (no sampling).")
-@click.option("--vote", type=click.IntRange(min=2), default=None, metavar="K",
+@click.option("--vote", type=VOTE, default=None, metavar="K|auto",
               help="Answer by vote: K sampled episodes run at once (K sequences of one context, seeds --seed, "
                    "--seed + 1, ...), each one's final SQL runs again, and the answer is the result set most of "
-                   "them return (ties: fewest failed queries, then the first); prints how many agreed. "
-                   "Not with --greedy.")
+                   "them return (ties: fewest failed queries, then the first); the episodes still running stop "
+                   "once they cannot change it; prints how many agreed. 'auto': the largest K this machine "
+                   "answers within 2x one episode, predicted from the calibrated decode rates (`edge-sql tune` "
+                   "shows it; none: one episode). Not with --greedy.")
 @click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
               help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
@@ -123,7 +125,7 @@ def _event_line(event: EpisodeEvent) -> str | None:
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
             n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False,
-            speculate: SpeculateMode = "off", vote: int | None = None) -> None:
+            speculate: SpeculateMode = "off", vote: int | Literal["auto"] | None = None) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -178,6 +180,8 @@ def _run(options: RunOptions) -> int:
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(options.prompt_file)  # so is a bad prompt file
+        if options.vote == "auto":
+            options = replace(options, vote=_auto_vote(options))
         agent = _load_agent(options)
         try:
             if options.question is not None:
@@ -190,6 +194,16 @@ def _run(options: RunOptions) -> int:
         db.close()
 
 
+def _auto_vote(options: RunOptions) -> int | None:
+    """The K of `--vote auto` here (None: one episode), said on stderr with why."""
+    from edge_sql.api import auto_vote_k
+
+    k, line = auto_vote_k(options.model, tune=options.tune, n_gpu_layers=options.gpu_layers, n_ctx=options.n_ctx,
+                          n_threads=options.threads, log=lambda message: click.echo(message, err=True))
+    click.echo(line, err=True)
+    return k if k >= 2 else None
+
+
 def _load_agent(options: RunOptions) -> Agent:
     """The Agent; a vote of K runs its K episodes at once (K sequences), otherwise one."""
     from edge_sql.api import Agent
@@ -198,7 +212,7 @@ def _load_agent(options: RunOptions) -> Agent:
     agent = Agent(options.model, n_threads=options.threads, n_gpu_layers=options.gpu_layers, n_ctx=options.n_ctx,
                   prompt_file=options.prompt_file, budget=options.budget,
                   log=lambda message: click.echo(message, err=True), tune=options.tune, speculate=options.speculate,
-                  parallel=options.vote or 1)
+                  parallel=options.vote if isinstance(options.vote, int) else 1)
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent

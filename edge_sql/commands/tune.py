@@ -76,7 +76,15 @@ def calibration_table(calibration: Calibration) -> str:
                  f"context, budget {calibration.memory_allowance / 2**20:.0f} MiB)")
     lines.append(_speculation_line(calibration))
     lines.append(_parallel_line(calibration))
+    lines.append(_vote_line(calibration))
     return "\n".join(lines)
+
+
+def _vote_line(calibration: Calibration) -> str:
+    """What `--vote auto` picks from the measured rates, and why (runtime/tuning/vote.py)."""
+    from edge_sql.runtime.tuning.vote import auto_vote_line
+
+    return f"({auto_vote_line(calibration.parallel_rates, calibration.chosen.parallel_limit or 1)})"
 
 
 def _parallel_line(calibration: Calibration) -> str:

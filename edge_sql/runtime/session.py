@@ -81,6 +81,7 @@ class Session(Closing):
             self.info.buffers.update(self._verifier.buffers)  # the MTP context's own KV and compute
         self._prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
         self._pending_prefix: list[int] | None = None
+        self._pending_opening: list[int] | None = None
         self._grammars = GrammarCache(self.lltokenizer, self.vocab.n_vocab)
         self.reset()
 
@@ -95,7 +96,7 @@ class Session(Closing):
         self._n_restored = 0
         self._logits: np.ndarray | None = None
         self._rng: np.random.Generator | None = None
-        self._pending_prefix = None
+        self._pending_prefix = self._pending_opening = None
         self.timings = Timings()
         if self._verifier is not None:
             self._verifier.speculator.reset()
@@ -231,7 +232,11 @@ class Session(Closing):
         start = time.perf_counter()
         ran_with = self._context.ran_with.copy()
         prefix, self._pending_prefix = self._pending_prefix, None
-        if prefix and not self._tokens and tokens[:len(prefix)] == prefix:
+        opening, self._pending_opening = self._pending_opening, None
+        if opening and not self._tokens and tokens[:len(opening)] == opening and prefix == opening[:len(prefix or [])]:
+            self._open_with(opening, prefix)  # not engaged: it may wait for another session making the state
+            tokens = tokens[len(opening):]
+        elif prefix and not self._tokens and tokens[:len(prefix)] == prefix:
             self._start_with(prefix)  # not engaged: it may wait for another session making the state
             tokens = tokens[len(prefix):]
         self._tokens.extend(tokens)
@@ -266,11 +271,17 @@ class Session(Closing):
 
     # ---- saved states ----------------------------------------------------------------------
 
-    def shared_prefix(self, tokens: Iterable[int]) -> None:
+    def shared_prefix(self, tokens: Iterable[int], *, opening: Iterable[int] | None = None) -> None:
         """Declare that the next `eval` on this empty context starts with `tokens`, a prefix
         many episodes share (system prompt and tool list): restore its saved state if there
-        is one, else evaluate it alone and save it. Ignored when the context is not empty."""
+        is one, else evaluate it alone and save it. Ignored when the context is not empty.
+
+        `opening` (starting with `tokens`): the whole opening, which sessions starting together
+        share too (the K episodes of a vote): the first to start evaluates what follows the
+        prefix once and keeps the state in memory (not on disk); the others wait for it and
+        restore it instead of evaluating the question each (`PrefixCache.claim`)."""
         self._pending_prefix = [int(t) for t in tokens] if not self._tokens else None
+        self._pending_opening = [int(t) for t in opening] if opening is not None and not self._tokens else None
 
     def snapshot(self) -> StateSnapshot:
         """The whole context: its tokens, llama.cpp's sequence state and the last logits."""
@@ -300,6 +311,27 @@ class Session(Closing):
 
     def _prefix_key(self, prefix: list[int]) -> str:
         return prefix_key(self.info.model_path, self.options, self.info.backend, prefix)
+
+    def _open_with(self, opening: list[int], prefix: list[int] | None) -> None:
+        """Fill the empty context with `opening`: restored from the state a session starting
+        with it keeps in memory, or made here (the prefix's state first, then the rest evaluated)
+        and kept for the others."""
+        key = self._prefix_key(opening)
+        with self._prefix_cache.claim(key, opening) as snapshot:
+            tick = time.perf_counter()
+            if snapshot is not None:
+                if self.restore(snapshot):
+                    self.timings.restore_s += time.perf_counter() - tick
+                    return
+                self._prefix_cache.discard(key)
+            if prefix:
+                self._start_with(prefix)
+            rest = opening[len(self._tokens):]
+            self._tokens.extend(rest)
+            with self._context.engaged():
+                self._flush()
+            self.timings.prompt_tokens += len(rest)
+            self._prefix_cache.put(key, self.snapshot(), disk=False)
 
     def _start_with(self, prefix: list[int]) -> None:
         """Fill the empty context with `prefix`: its saved state restored, or evaluated alone and

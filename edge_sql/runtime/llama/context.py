@@ -26,6 +26,7 @@ from edge_sql.errors import ModelFileError
 from edge_sql.runtime.llama.backend import Closing, buffer_sizes
 from edge_sql.runtime.llama.batch import TokenBatch
 from edge_sql.runtime.llama.shared_models import LoadedModel
+from edge_sql.runtime.llama.state_streams import for_streams, portable
 from edge_sql.runtime.llama.threads import STEP_TOKENS, ThreadGovernor
 from edge_sql.runtime.options import SessionOptions
 
@@ -205,13 +206,17 @@ class LlamaContext(Closing):
                 llama_cpp.llama_memory_seq_pos_max(self.memory, self.seq))
 
     def state(self) -> bytes:
-        """llama.cpp's sequence state (attention cells and recurrent state)."""
-        return read_sequence_state(self.ptr, self.seq)
+        """llama.cpp's sequence state (attention cells and recurrent state), in the form a
+        context of any number of sequences loads (runtime/llama/state_streams.py)."""
+        raw = read_sequence_state(self.ptr, self.seq)
+        return portable(raw) or raw
 
     def set_state(self, state: bytes, tokens: Sequence[int]) -> bool:
-        """Replace memory with `state`, which holds `tokens`; False (memory empty) when llama.cpp
+        """Replace memory with `state` (from `state()` of this or another context of the same
+        model and settings), which holds `tokens`; False (memory empty) when llama.cpp
         rejects it or it does not hold exactly that many positions."""
         self.clear()
+        state = for_streams(state, self.n_seq)
         if not write_sequence_state(self.ptr, self.seq, state) or self.span[1] != len(tokens) - 1:
             self.clear()
             return False

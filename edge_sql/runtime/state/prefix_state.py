@@ -18,6 +18,7 @@ import json
 import os
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.state.identity import file_fingerprint, llama_build
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
+MAX_OPENINGS = 4  # whole openings kept in memory for the other episodes of a vote (a few MB to tens each)
 MAGIC = b"EDGESQL-STATE-1\n"
 SUFFIX = ".state"
 
@@ -74,12 +76,16 @@ class PrefixCache:
         self.max_bytes = max_bytes
         self.log = log or (lambda _message: None)
         self._memory: tuple[str, StateSnapshot] | None = None
+        self._openings: OrderedDict[str, StateSnapshot] = OrderedDict()  # memory only (`put(..., disk=False)`)
         self._lock = threading.RLock()  # the sessions of a group (runtime/batching/sequences.py) share one
         self._made = threading.Condition(self._lock)
         self._making: set[str] = set()  # keys whose state a caller of `claim` is making
 
     def _get(self, key: str, tokens: Sequence[int]) -> StateSnapshot | None:
         """The snapshot saved under `key` for exactly `tokens`, or None (holding the lock)."""
+        opening = self._openings.get(key)
+        if opening is not None and list(opening.tokens) == list(tokens):
+            return opening
         if self._memory is not None and self._memory[0] == key and list(self._memory[1].tokens) == list(tokens):
             return self._memory[1]
         if self.folder is None:
@@ -121,9 +127,16 @@ class PrefixCache:
                     self._making.discard(key)
                     self._made.notify_all()
 
-    def put(self, key: str, snapshot: StateSnapshot) -> None:
-        """Keep `snapshot` in memory and, with a folder, on disk (evicting the least recently used)."""
+    def put(self, key: str, snapshot: StateSnapshot, *, disk: bool = True) -> None:
+        """Keep `snapshot` in memory and, with a folder, on disk (evicting the least recently used).
+        `disk=False`: a state of one question's whole opening, kept in memory beside the shared
+        prefix's (the last few) for the other episodes of a vote, never written."""
         with self._lock:
+            if not disk:
+                self._openings[key] = snapshot
+                while len(self._openings) > MAX_OPENINGS:
+                    self._openings.popitem(last=False)
+                return
             self._put(key, snapshot)
 
     def _put(self, key: str, snapshot: StateSnapshot) -> None:
@@ -143,6 +156,7 @@ class PrefixCache:
             self._discard(key)
 
     def _discard(self, key: str) -> None:
+        self._openings.pop(key, None)
         if self._memory is not None and self._memory[0] == key:
             self._memory = None
         if self.folder is not None:
