@@ -158,3 +158,32 @@ def test_tune_times_its_choice_quiet_and_beside_a_busy_program(tiny_gguf_fast: P
     assert set(check.loaded_threads) <= {str(n) for n in range(1, default_settings().n_threads + 1)}
     assert check.line().startswith(f"decode with these settings: {check.quiet_tok_s:.1f} tok/s quiet")
     assert check.to_json()["loaded_threads"] == check.loaded_threads
+
+
+def test_on_eight_cores_it_leaves_one_core_per_busy_program() -> None:
+    """A simulation of a bigger machine: work divides over the threads while each has a core;
+    a thread sharing a core with a busy program stalls every step. One busy program: 7 threads;
+    a second one: 6; both gone: 8 again."""
+    now = [0.0]
+    busy = [0]
+    governor = ThreadGovernor(8, lambda n: None, clock=lambda: now[0])
+
+    def run(seconds: float) -> None:
+        end = now[0] + seconds
+        while now[0] < end:
+            count = governor.count
+            step = 0.08 / count if count <= 8 - busy[0] else 0.4
+            now[0] += step
+            governor.record(step, 1)
+
+    run(5.0)
+    assert governor.count == 8
+    busy[0] = 1
+    run(30.0)
+    assert governor.count == 7
+    busy[0] = 2
+    run(30.0)
+    assert governor.count == 6
+    busy[0] = 0
+    run(LAST_PROBE_S + 2 * FIRST_PROBE_S + 1.0)  # one trial within the longest wait, the next soon after
+    assert governor.count == 8

@@ -136,7 +136,7 @@ class ThreadGovernor:
                 self._best[trial.back_to] = deque([trial.baseline], maxlen=HISTORY)
         if upward and not kept:
             self._probe_wait = min(LAST_PROBE_S, self._probe_wait * 2)
-        elif not upward and kept:
+        elif kept:  # the load changed: the next upward trial soon (after going down, or to climb on)
             self._probe_wait = FIRST_PROBE_S
         self._next_probe = self._clock() + self._probe_wait
 
