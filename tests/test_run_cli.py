@@ -195,7 +195,7 @@ def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_ggu
                 "--seed", "5", *tuned)
     answer = json.loads(first.stdout.strip().splitlines()[-1])
     assert first.exit_code == exit_code_for(answer), first.output
-    assert "quick calibration" in first.stderr and f"calibrating {tiny_gguf_fast.name}: 1/" in first.stderr
+    assert "quick calibration" in first.stderr and f"calibrating {tiny_gguf_fast.name}: timing setting 1 of " in first.stderr
     stats = answer["stats"]
     assert stats["tuning"] == "calibrated" and stats["llama_settings"].startswith("flash_attn=")
     assert "n_threads=1" in stats["llama_settings"]  # --threads wins over the calibrated count
