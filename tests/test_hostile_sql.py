@@ -617,7 +617,8 @@ def test_device() -> None:
 
 
 def test_directory(tmp_path: Path) -> None:
-    open_fails(tmp_path, f"{tmp_path} is a directory, not a SQLite database file",
+    open_fails(tmp_path, f"{tmp_path} is a folder with no file edge-sql can load (give a SQLite database file, "
+               "or a folder of .csv, .jsonl, .ndjson, .parquet, .tab, .tsv, .xlsm, .xlsx files)",
                folders=(tmp_path,))
 
 

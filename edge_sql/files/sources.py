@@ -48,7 +48,7 @@ class Source:
 def is_data_source(path: str | Path) -> bool:
     """True for a path edge-sql loads into SQLite first: a supported data file or a folder."""
     path = Path(path).expanduser()
-    return path.suffix.lower() in FORMATS or path.is_dir()
+    return path.suffix.lower() in FORMATS or os.path.isdir(path)  # False, not an error, for a name too long
 
 
 def discover(paths: Sequence[str | Path]) -> list[Source]:
