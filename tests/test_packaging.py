@@ -62,6 +62,7 @@ LAYERS = (
     ("edge_sql.store",),
     ("edge_sql.files",),
     ("edge_sql.tools",),
+    ("edge_sql.checks",),
     ("edge_sql.runtime",),
     ("edge_sql.agent",),
     ("edge_sql.api",),
