@@ -236,3 +236,41 @@ def test_provenance_of_a_fully_explored_answer_is_checked(chinook: ReadOnlyDatab
     assert seen(checks, "'Rock'") == [("distinct_values", 2, 0), ("question", None, None)]
     assert checks.confidence == "checked", checks.findings
     assert checks.summary() == ("checks: checked (2 tables, 3 columns, 1/1 value found, names traced to the episode)")
+
+
+# -- the command and the API ---------------------------------------------------------------
+
+
+def test_edge_sql_check_command_prints_the_line_and_the_json(chinook_db: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    before = digest(chinook_db)
+    sql = "SELECT count(*) FROM Track t JOIN Genre g ON g.GenreId = t.GenreId WHERE g.Name = 'rock'"
+    run = subprocess.run([sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db), "--sql", sql],
+                         capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines() == [
+        "checks: doubtful (2 tables, 3 columns, 0/1 value found)",
+        "  doubtful: Genre.Name = 'rock' matches no row; closest: 'Rock' (in another case)",
+        "  value Genre.Name = 'rock': not found (table)",
+    ]
+    run = subprocess.run([sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db), "--sql",
+                          sql.replace("'rock'", "'Rock'"), "--json"], capture_output=True, text=True, check=True)
+    data = json.loads(run.stdout)
+    assert (data["confidence"], data["reasons"], data["provenance"]) == ("checked", [], False)
+    assert [(v["table"], v["column"], v["value"], v["found"]) for v in data["values"]] == [("Genre", "Name", "Rock", True)]
+    assert [n["name"] for n in data["names"] if n["kind"] == "table"] == ["Track", "Genre"]
+    missing = subprocess.run([sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db.with_name("no.db")),
+                              "--sql", sql], capture_output=True, text=True)
+    assert missing.returncode == 1 and missing.stderr.startswith("Error: database file not found")
+    assert digest(chinook_db) == before
+
+
+def test_the_python_api_checks_a_path(chinook_db: Path) -> None:
+    import edge_sql
+
+    checks = edge_sql.check_sql(chinook_db, "SELECT Email FROM Customer WHERE Country = 'Brasil'")
+    assert isinstance(checks, edge_sql.Checks)
+    assert checks.confidence == "doubtful"
+    assert [f.code for f in checks.findings] == ["value_not_found", "no_rows"]

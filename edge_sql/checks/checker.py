@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from edge_sql.checks.names import Comparison, read_names
@@ -22,12 +23,20 @@ DEFAULT_MAX_ROWS = 1000
 MAX_COMPARISONS = 32  # value checks per statement: each is one bounded query
 
 
-def check_sql(db: ReadOnlyDatabase, sql: str, *, result: QueryResult | None = None, forced: bool = False,
-              fallback: bool = False, max_rows: int = DEFAULT_MAX_ROWS) -> Checks:
-    """Check `sql` against `db`: names, compared values, and its result (`result` when the caller
-    already ran it, else it runs here, read-only, with at most `max_rows` rows). `forced` and
-    `fallback` say how an episode came to the answer. Returns `Checks`; never raises for a
-    query that fails (that is a finding)."""
+def check_sql(db: ReadOnlyDatabase | str | Path, sql: str, *, result: QueryResult | None = None,
+              forced: bool = False, fallback: bool = False, max_rows: int = DEFAULT_MAX_ROWS) -> Checks:
+    """Check `sql` against `db` (an open ReadOnlyDatabase, or a path opened read-only for the
+    call): names, compared values, and its result (`result` when the caller already ran it, else
+    it runs here, read-only, with at most `max_rows` rows). `forced` and `fallback` say how an
+    episode came to the answer. Returns `Checks`; a query that fails is a finding, not an error
+    (a database that cannot be opened raises DatabaseError).
+
+        >>> check_sql("chinook.sqlite", "SELECT * FROM Genre WHERE Name = 'rock'").summary()
+        "checks: doubtful (1 table, 2 columns, 0/1 value found); Genre.Name = 'rock' matches no row; ..."
+    """
+    if not isinstance(db, ReadOnlyDatabase):
+        with ReadOnlyDatabase(db) as opened:
+            return check_sql(opened, sql, result=result, forced=forced, fallback=fallback, max_rows=max_rows)
     started = time.perf_counter()
     checks = Checks(sql=sql, names=[], values=[], findings=[])
     if forced:
