@@ -152,6 +152,7 @@ def test_result_checks(chinook: ReadOnlyDatabase) -> None:
     assert codes(check_sql(chinook, "SELECT max(Total) FROM Invoice WHERE Total < 0")) == ["null_row"]
     truncated = check_sql(chinook, "SELECT Name FROM Track", max_rows=10)
     assert codes(truncated) == ["truncated"] and truncated.confidence == "checked"
+    assert codes(check_sql(chinook, "SELECT COUNT(*) FROMcab")) == ["no_table"]  # FROMcab: a column alias
     forced = check_sql(chinook, "SELECT count(*) FROM Track", forced=True, fallback=True)
     assert codes(forced) == ["forced", "fallback"] and forced.confidence == "doubtful"
     assert check_sql(chinook, "SELECT count(*) FROM Track").to_json()["confidence"] == "checked"
@@ -274,3 +275,53 @@ def test_the_python_api_checks_a_path(chinook_db: Path) -> None:
     assert isinstance(checks, edge_sql.Checks)
     assert checks.confidence == "doubtful"
     assert [f.code for f in checks.findings] == ["value_not_found", "no_rows"]
+
+
+# -- the vote's agreement and abstention ---------------------------------------------------
+
+
+def voted(agreed: int, k: int, chinook: ReadOnlyDatabase):
+    from edge_sql.agent.result import EpisodeResult
+
+    sql = "SELECT count(*) FROM Album"
+    result = EpisodeResult(question="How many albums?", evidence=None, sql=sql, columns=["count(*)"], rows=[[347]],
+                           truncated=False, forced=False, fallback=False, answer=sql, rounds=[], stats={
+                               "vote": {"k": k, "agreed": agreed, "voters": k, "chosen": 0, "agreement": agreed / k}},
+                           transcript="", stop="submitted")
+    result.checks = check_sql(chinook, sql)
+    return result
+
+
+def test_the_vote_joins_the_confidence_and_abstention_answers_not_sure(chinook: ReadOnlyDatabase) -> None:
+    from edge_sql.agent.checked import abstain, join_vote
+
+    most = voted(3, 4, chinook)
+    join_vote(most)
+    assert (most.checks.agreement, most.checks.confidence) == (0.75, "checked")
+    assert [(f.level, f.message) for f in most.checks.findings] == [("note", "3 of 4 episodes agree on this result")]
+    assert abstain(most, 0.75) is most  # 3 of 4 is not below 0.75
+    half = voted(2, 4, chinook)
+    join_vote(half)
+    assert (half.checks.agreement, half.checks.confidence) == (0.5, "doubtful")
+    assert half.checks.reasons == ["2 of 4 episodes agree on this result"]
+    unsure = abstain(half, 0.75)
+    assert (unsure.stop, unsure.sql, unsure.rows, unsure.answer, unsure.ok) == (
+        "abstained", None, [], "SELECT count(*) FROM Album", False)
+    assert unsure.error == "not sure: 2 of 4 episodes agree on this result (50%, below 75%)"
+    data = unsure.to_json(transcript=False)
+    assert (data["stop"], data["sql"], data["checks"]["agreement"]) == ("abstained", None, 0.5)
+    from edge_sql.agent.display import answer_text
+
+    assert answer_text(unsure).splitlines()[0] == (
+        "not sure: 2 of 4 episodes agree on this result (50%, below 75%); the voted SQL was: SELECT count(*) FROM Album")
+
+
+def test_abstain_below_is_refused_without_a_vote() -> None:
+    from edge_sql.errors import BadRequest
+    from edge_sql.serve.request import AskRequest
+
+    with pytest.raises(BadRequest, match="^abstain_below needs vote"):
+        AskRequest.from_json(b'{"question": "q", "database": "d", "abstain_below": 0.5}')
+    with pytest.raises(BadRequest, match="field 'abstain_below': Input should be less than or equal to 1"):
+        AskRequest.from_json(b'{"question": "q", "database": "d", "vote": 3, "abstain_below": 1.5}')
+    assert AskRequest.from_json(b'{"question": "q", "database": "d", "vote": 3, "abstain_below": 0.5}').vote == 3

@@ -51,6 +51,8 @@ def check_sql(db: ReadOnlyDatabase | str | Path, sql: str, *, result: QueryResul
     names = read_names(sql, _lookup(db))
     if names.error:
         checks.add("unchecked", "unparsed", names.error)
+    if names.error is None and not names.tables and not names.unknown:
+        checks.add("doubtful", "no_table", "the query reads no table")
     for unknown in names.unknown:
         checks.add("doubtful", "unknown_name", f"no such {unknown}")
     checks.names = [NameUse("table", t) for t in names.tables]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import sqlglot
 from sqlglot import exp
@@ -73,7 +73,7 @@ def parse_sql(sql: str) -> exp.Expression:
         raise SqlglotError(f"expected one statement, found {len(statements)}")
     if not isinstance(statements[0], exp.Query):
         raise SqlglotError("not a query")
-    return statements[0]
+    return cast(exp.Expression, statements[0])
 
 
 def read_names(sql: str, lookup: SchemaLookup) -> SqlNames:
@@ -86,7 +86,7 @@ def read_names(sql: str, lookup: SchemaLookup) -> SqlNames:
         names.error = f"the SQL could not be parsed ({str(exc).splitlines()[0][:200]})"
         return names
     ctes = {fold_identifier(c.alias_or_name) for c in tree.find_all(exp.CTE)}
-    schema: dict[str, dict[str, str]] = {}
+    schema: dict[str, object] = {}
     stored: dict[str, str] = {}  # folded table name -> stored name
     columns_of: dict[str, dict[str, str]] = {}  # stored table -> folded column -> stored column
     for table in tree.find_all(exp.Table, bfs=False):  # in the order the SQL names them
@@ -197,7 +197,8 @@ def _value(literal: exp.Literal, node: exp.Expression) -> Any:
     return -number if isinstance(node, exp.Neg) or isinstance(node.find(exp.Neg), exp.Neg) else number
 
 
-def _column_side(node: exp.Expression, resolved: dict[int, ColumnRef | None]) -> tuple[ColumnRef, exp.Expression, bool] | None:
+def _column_side(node: exp.Expression, resolved: dict[int, ColumnRef | None]
+                 ) -> tuple[ColumnRef, exp.Expression, bool] | None:
     """The one stored column `node` reads, `node` rewritten over the bare column, and whether it is bare."""
     if node.find(exp.Query) is not None:
         return None
@@ -238,22 +239,23 @@ def _comparisons(tree: exp.Expression, resolved: dict[int, ColumnRef | None]) ->
             side = _column_side(node.this, resolved)
             low, high = node.args.get("low"), node.args.get("high")
             lows, highs = _literal_only(low), _literal_only(high)
-            if side is None or lows is None or highs is None or not (lows.is_string or highs.is_string):
+            if side is None or low is None or high is None or lows is None or highs is None \
+                    or not (lows.is_string or highs.is_string):
                 continue
-            condition = exp.Between(this=side[1], low=low.copy(), high=high.copy())
-            yield _make(side, "BETWEEN", condition, lows, node, False,
+            between = exp.Between(this=side[1], low=low.copy(), high=high.copy())
+            yield _make(side, "BETWEEN", between, lows, node, False,
                         literal_text=f"{low.sql(DIALECT)} AND {high.sql(DIALECT)}")
         else:  # LIKE / GLOB, perhaps with ESCAPE, perhaps negated
             side = _column_side(node.this, resolved)
             literal = _literal_only(node.expression)
             if side is None or literal is None or not literal.is_string:
                 continue
-            kind = exp.Like if isinstance(node, exp.Like) else exp.Glob
-            condition: exp.Expression = kind(this=side[1], expression=node.expression.copy())
+            kind: type[exp.Like] | type[exp.Glob] = exp.Like if isinstance(node, exp.Like) else exp.Glob
+            match: exp.Expression = kind(this=side[1], expression=node.expression.copy())
             if isinstance(node.parent, exp.Escape):
-                condition = exp.Escape(this=condition, expression=node.parent.expression.copy())
+                match = exp.Escape(this=match, expression=node.parent.expression.copy())
             op = "LIKE" if kind is exp.Like else "GLOB"
-            yield _make(side, op, condition, literal, node.expression, True)
+            yield _make(side, op, match, literal, node.expression, True)
 
 
 def _make(side: tuple[ColumnRef, exp.Expression, bool], op: str, condition: exp.Expression, literal: exp.Literal,

@@ -26,15 +26,25 @@ _LISTING_TABLES = ("list_tables", "foreign_keys", "join_path")
 
 
 class CallLike(Protocol):
-    tool: str
-    args: dict[str, Any]
-    ok: bool
-    output: str
+    """A recorded call (agent.result.CallRecord): what provenance reads of it."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def args(self) -> dict[str, Any]: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def output(self) -> str: ...
 
 
 class RoundLike(Protocol):
-    index: int
-    calls: Sequence[CallLike]
+    """A recorded round (agent.result.RoundRecord)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def calls(self) -> Sequence[CallLike]: ...
 
 
 def _word(name: str) -> re.Pattern[str]:

@@ -100,7 +100,8 @@ class Checks:
 
     `confidence` is the worst level among `findings` ("checked" when none lowers it);
     `provenance` says whether names and values were looked up in an episode's transcript;
-    `agreement` is the vote's share (None without a vote)."""
+    `agreement` is the vote's share (None without a vote). `wall_s`, what the checks took, is
+    left out of `to_json`, so that equal answers print equal (benchmarks/bench_checks.py times it)."""
 
     sql: str
     names: list[NameUse]
@@ -141,5 +142,4 @@ class Checks:
                 "findings": [f.to_json() for f in self.findings],
                 "names": [n.to_json() for n in self.names],
                 "values": [v.to_json() for v in self.values],
-                "provenance": self.provenance, "agreement": self.agreement,
-                "wall_s": round(self.wall_s, 4)}
+                "provenance": self.provenance, "agreement": self.agreement}
