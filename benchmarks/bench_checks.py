@@ -38,16 +38,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sqale_published import call_args, load_episodes  # noqa: E402
-from sqale_replay import build_database  # noqa: E402
-
-from edge_sql.agent.result import CallRecord, RoundRecord  # noqa: E402
-from edge_sql.bench.machine import cpu_model  # noqa: E402
-from edge_sql.checks import Checks, attach_provenance, check_sql  # noqa: E402
-from edge_sql.checks.checker import _lookup  # noqa: E402
-from edge_sql.checks.names import read_names  # noqa: E402
-from edge_sql.evaluation.datasets import Question, load_bundled  # noqa: E402
-from edge_sql.tools import ReadOnlyDatabase, Toolbox  # noqa: E402
+from edge_sql.agent.result import CallRecord, RoundRecord
+from edge_sql.bench.machine import cpu_model
+from edge_sql.checks import Checks, attach_provenance, check_sql
+from edge_sql.checks.checker import _lookup
+from edge_sql.checks.names import read_names
+from edge_sql.evaluation.datasets import Question, load_bundled
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from sqale_published import call_args, load_episodes
+from sqale_replay import build_database
 
 BIG_ROWS = 5_000_000
 
@@ -239,7 +238,8 @@ def cost_bundled(questions: list[Question], dbs: dict[str, ReadOnlyDatabase], re
     for q in questions:
         db = dbs[q.db_id]
         result = db.execute(q.gold_sql, max_rows=200)
-        per_db.setdefault(q.db_id, []).extend(timed(lambda: check_sql(db, q.gold_sql, result=result), repeats))
+        per_db.setdefault(q.db_id, []).extend(
+            timed(lambda db=db, q=q, result=result: check_sql(db, q.gold_sql, result=result), repeats))
     return per_db
 
 
@@ -278,7 +278,7 @@ def cost_big(path: Path, repeats: int) -> list[tuple[str, str, list[float], Chec
     with ReadOnlyDatabase(path, time_limit_s=30) as db:
         for label, sql in BIG_QUERIES:
             result = db.execute(sql, max_rows=200)
-            times = timed(lambda: check_sql(db, sql, result=result), repeats)
+            times = timed(lambda sql=sql, result=result: check_sql(db, sql, result=result), repeats)
             rows.append((label, sql, times, check_sql(db, sql, result=result)))
     return rows
 
@@ -287,7 +287,7 @@ def cost_big(path: Path, repeats: int) -> list[tuple[str, str, list[float], Chec
 
 def ms(values: list[float]) -> str:
     ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return f"{statistics.median(ordered) * 1000:.1f} / {p95 * 1000:.1f}"
 
 
@@ -304,7 +304,7 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-checks-"))
     work.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Answer checks (`benchmarks/bench_checks.py`)", "",
+    lines = ["# Answer checks (`benchmarks/bench_checks.py`)", "",
              f"CPU: {cpu_model()} ({os.cpu_count()} cores visible), Python {platform.python_version()}, "
              f"SQLite {sqlite3.sqlite_version}. Command: `python benchmarks/bench_checks.py --big-rows {args.big_rows} "
              f"--repeats {args.repeats}`.", ""]

@@ -320,8 +320,8 @@ def test_abstain_below_is_refused_without_a_vote() -> None:
     from edge_sql.errors import BadRequest
     from edge_sql.serve.request import AskRequest
 
-    with pytest.raises(BadRequest, match="^abstain_below needs vote"):
+    with pytest.raises(BadRequest, match=r"^abstain_below needs vote"):
         AskRequest.from_json(b'{"question": "q", "database": "d", "abstain_below": 0.5}')
-    with pytest.raises(BadRequest, match="field 'abstain_below': Input should be less than or equal to 1"):
+    with pytest.raises(BadRequest, match=r"field 'abstain_below': Input should be less than or equal to 1"):
         AskRequest.from_json(b'{"question": "q", "database": "d", "vote": 3, "abstain_below": 1.5}')
     assert AskRequest.from_json(b'{"question": "q", "database": "d", "vote": 3, "abstain_below": 0.5}').vote == 3

@@ -100,7 +100,7 @@ def write_plots(summary: dict[str, Any], out_dir: Path, log: Callable[[str], Non
     return paths
 
 
-def _risk_coverage_plot(plt, rows: list[dict[str, Any]], title_note: str, path: Path) -> Path:
+def _risk_coverage_plot(plt: Any, rows: list[dict[str, Any]], title_note: str, path: Path) -> Path:
     """Accuracy of the answers kept against the share kept, answering only at or above each
     confidence level (checked, then unchecked, then all): a curve that falls to the right means
     the confidence means something."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edge_sql.checks.names import Comparison, read_names
+from edge_sql.checks.names import Comparison, SchemaLookup, read_names
 from edge_sql.checks.report import Checks, NameUse
 from edge_sql.checks.values import ValueChecker
 from edge_sql.errors import QueryError
@@ -100,7 +100,7 @@ def _distinct(comparisons: list[Comparison]) -> list[Comparison]:
     return list(seen.values())
 
 
-def _lookup(db: ReadOnlyDatabase):
+def _lookup(db: ReadOnlyDatabase) -> SchemaLookup:
     """The schema lookup names.read_names asks: a table's stored name and columns, or None."""
     def lookup(name: str) -> tuple[str, list[str]] | None:
         try:
