@@ -1,8 +1,9 @@
 """edge-sql: a small text-to-SQL agent that runs offline with llama.cpp.
 
 The public API: `Agent` (load a model once, ask many questions), the `EpisodeResult` it
-returns, the `Budget` that bounds an episode, and `EdgeSqlError`, the base of every error a
-user can cause (`edge_sql.errors`). All but the error are imported on first use, so the CLI
+returns, the `Budget` that bounds an episode, `check_sql` (the checks of any SQL against a
+database, no model needed) with the `Checks` it returns, and `EdgeSqlError`, the base of every
+error a user can cause (`edge_sql.errors`). All but the error are imported on first use, so the CLI
 starts without loading llama.cpp.
 """
 
@@ -16,12 +17,14 @@ from edge_sql.runtime.llama.threads import apply_wait_policy
 WAIT_POLICY = apply_wait_policy()
 
 __version__ = "0.1.0"
-__all__ = ["Agent", "Budget", "EdgeSqlError", "EpisodeResult"]
+__all__ = ["Agent", "Budget", "Checks", "EdgeSqlError", "EpisodeResult", "check_sql"]
 
 _LAZY = {
     "Agent": "edge_sql.api",
     "Budget": "edge_sql.agent.budget",
     "EpisodeResult": "edge_sql.agent.result",
+    "Checks": "edge_sql.checks.report",
+    "check_sql": "edge_sql.checks.checker",
 }
 
 

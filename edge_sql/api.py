@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from edge_sql.agent.budget import Budget, small_model_note
+from edge_sql.agent.checked import abstain, check_episode, join_vote
 from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
@@ -240,6 +241,7 @@ class Agent:
         should_stop: Callable[[], bool] | None = None,
         vote: int | Literal["auto"] | None = None,
         early_stop: bool = True,
+        abstain_below: float | None = None,
     ) -> EpisodeResult:
         """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
 
@@ -264,12 +266,24 @@ class Agent:
         episode, predicted from the calibrated decode rates (`runtime/tuning/vote.py`), within
         the Agent's `parallel` sequences: `agent.auto_vote` (1: a single episode, no vote) and
         `agent.auto_vote_line` say which and why.
+
+        Every answer carries `checks` (edge_sql/checks): where each name and value came from,
+        whether the database holds each compared value, and a confidence; with a vote, the share
+        of the K episodes that agree joins it. `abstain_below=F` (with a vote, 0 < F <= 1) answers
+        "not sure" when fewer than F of the K agree: `stop == "abstained"`, no rows, the voted SQL
+        in `answer` and the reason in `error`; every episode then runs to its end (a vote stopped
+        early would count the stopped ones as disagreeing).
         """
+        if abstain_below is not None and (vote is None or not 0 < abstain_below <= 1):
+            raise ValueError("abstain_below needs a vote (vote=K) and a fraction in (0, 1], "
+                             f"got vote={vote}, abstain_below={abstain_below}")
         if vote == "auto":
             vote = self.auto_vote if self.auto_vote >= 2 else None
         if vote is not None:
-            return self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
-                              should_stop=should_stop, early_stop=early_stop)
+            result = self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
+                                should_stop=should_stop, early_stop=early_stop and abstain_below is None)
+            join_vote(result)
+            return abstain(result, abstain_below) if abstain_below is not None else result
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
         return self._episode(question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event,
@@ -280,14 +294,16 @@ class Agent:
                  should_stop: Callable[[], bool] | None, share_opening: bool = False) -> EpisodeResult:
         """One episode on a borrowed session (`share_opening`: see `run_episode`)."""
         params = SamplingParams(seed=seed, greedy=greedy)
-        with _opened(db) as database, self._borrowed() as session:
-            result = run_episode(
-                session, Toolbox(database), question, evidence=evidence, params=params,
-                prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
-                share_opening=share_opening,
-            )
-            result.stats["llama_settings"] = session.info.settings
-            result.stats["tuning"] = self.tuning
+        with _opened(db) as database:
+            with self._borrowed() as session:
+                result = run_episode(
+                    session, Toolbox(database), question, evidence=evidence, params=params,
+                    prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
+                    share_opening=share_opening,
+                )
+                result.stats["llama_settings"] = session.info.settings
+                result.stats["tuning"] = self.tuning
+            result.checks = check_episode(database, result)  # the session is free again meanwhile
             return result
 
     def ask_many(

@@ -14,6 +14,7 @@ from edge_sql.interrupts import Terminated, termination_cleans_up
 # name -> module in edge_sql.commands that defines `command`
 SUBCOMMANDS = {
     "run": "run",
+    "check": "check",
     "pull": "pull",
     "models": "models",
     "convert": "convert",

@@ -115,6 +115,28 @@ def test_bench_writes_png_plots(bench_runs: dict) -> None:
         assert data[:8] == PNG_SIGNATURE and len(data) > 10_000
 
 
+def test_bench_reports_accuracy_by_confidence(bench_runs: dict) -> None:
+    """Each episode record carries its answer checks' level; each variant and mode its answers per
+    level and the risk-coverage rows, in the JSON, the Markdown and a plot."""
+    report = json.loads((bench_runs["out"] / "bench.json").read_text())
+    for episode in report["episodes"]:
+        assert episode["confidence"] in ("checked", "unchecked", "doubtful", None)
+        assert episode["confidence"] is not None or episode["sql"] is None  # an answer is always checked
+    for row in report["variants"]:
+        for mode in ("withheld", "given") if not row["crashes"] else ():
+            figures = row["confidence"][mode]
+            mine = [e for e in report["episodes"] if e["variant"] == row["name"] and e["mode"] == mode]
+            assert figures["questions"] == len(mine) == 2
+            assert {level: f["answers"] for level, f in figures["levels"].items()} == {
+                level: sum(e["confidence"] == level for e in mine) for level in ("checked", "unchecked", "doubtful")}
+            assert figures["coverage"][-1]["answered"] == len(mine) - figures["unlabelled"]
+    text = (bench_runs["out"] / "bench.md").read_text()
+    assert "| variant | mode | level | answers | right | accuracy | answered at or above |" in text
+    assert "| BF16 | given | checked | " in text
+    data = (bench_runs["out"] / "accuracy_by_confidence.png").read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+
+
 def test_resume_runs_each_episode_once(bench_runs: dict) -> None:
     first, second, third = bench_runs["outputs"]
     # run 1: one question x 2 modes on BF16 and Q8_0; run 2 adds only the second question's

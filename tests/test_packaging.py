@@ -45,7 +45,7 @@ def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
     import subprocess
     import sys
 
-    assert sorted(edge_sql.__all__) == ["Agent", "Budget", "EdgeSqlError", "EpisodeResult"]
+    assert sorted(edge_sql.__all__) == ["Agent", "Budget", "Checks", "EdgeSqlError", "EpisodeResult", "check_sql"]
     code = ("import sys, edge_sql; import edge_sql.cli; loaded = 'llama_cpp' in sys.modules; "
             "from edge_sql import Agent, Budget, EdgeSqlError, EpisodeResult; "
             "print(loaded, Agent.__module__, Budget.__module__, EpisodeResult.__module__, EdgeSqlError.__module__)")
@@ -62,6 +62,7 @@ LAYERS = (
     ("edge_sql.store",),
     ("edge_sql.files",),
     ("edge_sql.tools",),
+    ("edge_sql.checks",),
     ("edge_sql.runtime",),
     ("edge_sql.agent",),
     ("edge_sql.api",),

@@ -20,7 +20,7 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 CHINOOK = DATA_DIR / "chinook" / "chinook.sqlite"
 NORTHWIND = DATA_DIR / "northwind" / "northwind.sqlite"
 RESULT_KEYS = {"question", "evidence", "sql", "columns", "rows", "truncated", "forced", "fallback", "answer", "stop",
-               "force_reason", "error", "rounds", "stats", "prompt_version"}
+               "force_reason", "error", "rounds", "stats", "prompt_version", "checks"}
 
 
 @pytest.fixture(scope="module")

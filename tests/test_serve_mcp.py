@@ -57,7 +57,7 @@ async def _tools_are_listed(client: Client) -> None:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     assert set(tools) == {"ask", "list_databases"}
     schema = tools["ask"].input_schema
-    assert set(schema["properties"]) == {"question", "database", "evidence", "seed"}
+    assert set(schema["properties"]) == {"question", "database", "evidence", "seed", "vote", "abstain_below"}
     assert set(schema["required"]) == {"question", "database"}
     assert {"sql", "rows", "row_count", "forced", "fallback", "rounds"} <= set(tools["ask"].output_schema["properties"])
     assert tools["ask"].annotations.read_only_hint is True

@@ -515,3 +515,51 @@ def test_a_waiting_question_shows_its_place_and_stop_takes_it_out_of_the_queue(g
         assert time.monotonic() < deadline, queue
         time.sleep(0.1)
     assert queue["cancelled"] == before["cancelled"] + 2 and queue["completed"] == before["completed"]
+
+
+def test_a_value_not_in_its_column_is_marked_with_the_values_found(server, page, chinook):
+    """The answer's checks on the page (checks.js): a literal its column does not hold is marked,
+    with the values found instead, and the confidence line gives the reason."""
+    open_page(page, server)
+    ask(page, "How many tracks has each genre?")
+    run_sql(page, "SELECT g.Name, COUNT(*) FROM Track t JOIN Genre g USING (GenreId) "
+                  "WHERE g.Name IN ('rock', 'Jazz') GROUP BY g.Name")
+    assert element(page, "status").text == "The edited SQL ran."
+    missing = page.find_elements(By.CSS_SELECTOR, "#sql-code .sql-missing")
+    assert [m.text for m in missing] == ["'rock'"]
+    assert missing[0].get_attribute("title") == 'not in Genre.Name; closest: "Rock"'
+    assert page.find_element(By.CSS_SELECTOR, "#sql-code .sql-found").text == '[not in Genre.Name; found: "Rock"]'
+    assert element(page, "checks-line").text == (
+        "Checks: doubtful; Genre.Name IN 'rock' matches no row; closest: 'Rock' (in another case)")
+    assert "doubtful" in element(page, "checks-line").get_attribute("class").split()
+    assert element(page, "sql-code").text.startswith("SELECT g.Name, COUNT(*) FROM Track t JOIN Genre g")
+
+
+def test_each_name_of_the_answer_links_to_the_call_that_showed_it(server, page):
+    """Every call on the page has an id its sightings link to; a name shown by a call becomes a
+    link to it, a name never shown is marked (crafted checks on the page's own rounds)."""
+    open_page(page, server)
+    ask(page, "How many albums are there?")
+    ids = [c.get_attribute("id") for c in page.find_elements(By.CSS_SELECTOR, "#rounds .call")]
+    assert ids and all(re.fullmatch(r"call-\d+-\d+", i) for i in ids)
+    first = re.fullmatch(r"call-(\d+)-(\d+)", ids[0])
+    shown = {"tool": "describe_table", "round": int(first[1]), "call": int(first[2])}
+    checks = {"confidence": "doubtful", "reasons": ["column Album.Title was never shown to the model"],
+              "names": [{"kind": "table", "name": "Album", "table": "Album", "column": None, "seen": [shown]},
+                        {"kind": "column", "name": "Album.Title", "table": "Album", "column": "Title", "seen": []}],
+              "values": []}
+    result = page.execute_async_script("""
+        const [checks, done] = arguments;
+        Promise.all([import("/static/sqltext.js"), import("/static/checks.js")]).then(([sqltext, marks]) => {
+          const code = document.createElement("code");
+          code.append(sqltext.highlightSql('SELECT "title" FROM [album] a'));
+          const line = document.createElement("p");
+          marks.showChecks(code, line, checks);
+          const link = code.querySelector("a.sql-link");
+          done([link.textContent, link.getAttribute("href"), link.title,
+                code.querySelector(".sql-unseen").textContent, code.textContent, line.textContent]);
+        });
+    """, checks)
+    assert result == ["[album]", f"#{ids[0]}", f"table Album: shown by round {first[1]}, describe_table", '"title"',
+                      'SELECT "title" FROM [album] a', "Checks: doubtful; column Album.Title was never shown to the model"]
+    assert page.find_element(By.ID, ids[0]).is_displayed()

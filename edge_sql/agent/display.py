@@ -77,6 +77,11 @@ def answer_text(result: EpisodeResult) -> str:
     """The final SQL, how it was reached, and its rows as a table."""
     if result.stop == "cancelled":
         return "stopped."
+    if result.stop == "abstained":  # --abstain-below: the vote agreed too little
+        lines = [f"{result.error}; the voted SQL was: {result.answer}"]
+        if result.checks is not None:
+            lines.append(result.checks.summary())
+        return "\n".join([*lines, stats_line(result, "not sure")])
     notes = []
     if result.forced:
         reason = {"max_rounds": "tool rounds used up", "failed_queries": "too many failed queries",
@@ -95,6 +100,8 @@ def answer_text(result: EpisodeResult) -> str:
         lines += [error if error.startswith("no answer") else f"no answer: {error}", stats_line(result, "no result")]
         return "\n".join(lines)
     lines += ["SQL: " + result.sql, "", table_text(result.columns, result.rows)]
+    if result.checks is not None:
+        lines.append(result.checks.summary())
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'s' if len(result.rows) != 1 else ''}"
     lines.append(stats_line(result, count))
     return "\n".join(lines)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_sql.tools import QueryResult, ToolResult
+
+if TYPE_CHECKING:  # the checks (and sqlglot) load only where an answer is checked
+    from edge_sql.checks import Checks
 
 
 def json_value(value: Any) -> Any:
@@ -55,7 +58,9 @@ class EpisodeResult:
     `sql` is the query whose result is returned: the model's answer, or with `fallback` the
     last query that ran without error. `answer` is what the model itself gave (submit_sql or
     the forced final turn), even when it failed. `stop` says how the episode ended:
-    "submitted", "final_answer", "cancelled" or "error".
+    "submitted", "final_answer", "cancelled" or "error" ("abstained" when a vote agreed too little:
+    `answer` is then the voted SQL, `sql` None). `checks` says where each name and value of the
+    answer came from, what the database holds of them, and the confidence (edge_sql/checks).
     """
 
     question: str
@@ -74,6 +79,7 @@ class EpisodeResult:
     error: str | None = None
     force_reason: str | None = None
     prompt_version: str = ""
+    checks: Checks | None = None
 
     @property
     def ok(self) -> bool:
@@ -98,6 +104,7 @@ class EpisodeResult:
             "rounds": [r.to_json() for r in self.rounds],
             "stats": dict(self.stats),
             "prompt_version": self.prompt_version,
+            "checks": self.checks.to_json() if self.checks is not None else None,
         }
         if transcript:
             data["transcript"] = self.transcript

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from edge_sql.bench.agreement import ResultCache
+from edge_sql.bench.confidence import confidence_figures
 from edge_sql.bench.nodes import SPEED_FIELDS, mixed_hardware, node_machines, per_node_figures
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.variants import Variant
@@ -151,6 +152,7 @@ def summarize(
             "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
             "per_node": per_node_figures(variant.name, singles, records, speed_figures),
             "votes": vote_figures(singles, [e for e in mine if is_vote(e)], modes),
+            "confidence": confidence_figures(mine, modes),
         })
         if mixed_hardware(rows[-1]["per_node"], machines):  # never one figure for unlike hardware
             rows[-1].update({"mixed_hardware": True, "load_s": None, **dict.fromkeys(SPEED_FIELDS)})

@@ -204,6 +204,7 @@ class EpisodeRunner:
     def vote_record(self, mode: str, question_id: str, pieces: Sequence[_Piece]) -> dict[str, Any]:
         """The record of one vote (voting.py): its episodes' results go to `agent.vote.choose`,
         the chosen SQL is scored, and the wall time runs from the first episode's start to the choice."""
+        from edge_sql.agent.checked import join_vote
         from edge_sql.agent.result import EpisodeResult
         from edge_sql.agent.vote import choose
         from edge_sql.evaluation.scoring import score_prediction
@@ -221,6 +222,7 @@ class EpisodeRunner:
                     "episode_error": str(pieces[0].result), "node": self.node}
         with ReadOnlyDatabase(question.db_path) as db:
             chosen = choose(results, db, max_rows=self.budget.max_result_rows)
+        join_vote(chosen)
         vote = chosen.stats["vote"]
         for piece, episode in zip(pieces, vote["episodes"]):
             episode.update(seed=task.seed + piece.index, stop=results[piece.index].stop, wall_s=round(piece.wall_s, 4))
@@ -228,7 +230,7 @@ class EpisodeRunner:
         score = score_prediction(chosen.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
         return {
             **fields, "sql": chosen.sql, "correct": score.correct, "error": score.error, "stop": chosen.stop,
-            "forced": chosen.forced, "fallback": chosen.fallback, "rounds": len(chosen.rounds),
+            "forced": chosen.forced, "fallback": chosen.fallback, **_confidence_fields(chosen), "rounds": len(chosen.rounds),
             "calls": sum(len(r.calls) for r in chosen.rounds), "wall_s": wall_s,
             "vote": {**vote, "seeds": [task.seed + p.index for p in pieces]}, "node": self.node,
         }
@@ -237,6 +239,7 @@ class EpisodeRunner:
                 should_stop: Callable[[], bool] | None = None, params: Any = None) -> Any:
         """One episode's `EpisodeResult` on `session` (default: the first), with the bench's
         sampling unless `params` says otherwise; an episode that cannot run raises EdgeSqlError."""
+        from edge_sql.agent.checked import check_episode
         from edge_sql.agent.episode import run_episode
         from edge_sql.bench.modes import prompt_for_mode
         from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -245,9 +248,12 @@ class EpisodeRunner:
         question = self.questions[question_id]
         with ReadOnlyDatabase(question.db_path) as db:
             # the recorder stands in for its session
-            return run_episode(cast("Session", session), Toolbox(db), question.question, evidence=question.evidence,
-                               params=params or self.params, prompt=prompt_for_mode(self.prompt, mode, db),
-                               budget=self.budget, should_stop=should_stop)
+            result = run_episode(cast("Session", session), Toolbox(db), question.question,
+                                 evidence=question.evidence, params=params or self.params,
+                                 prompt=prompt_for_mode(self.prompt, mode, db), budget=self.budget,
+                                 should_stop=should_stop)
+            result.checks = check_episode(db, result)  # the confidence the bench scores against accuracy
+            return result
 
     def run(self, mode: str, question_id: str, *, session: SpanRecorder | None = None,
             should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
@@ -277,6 +283,7 @@ class EpisodeRunner:
             "stop": result.stop,
             "forced": result.forced,
             "fallback": result.fallback,
+            **_confidence_fields(result),
             "rounds": len(result.rounds),
             "calls": sum(len(r.calls) for r in result.rounds),
             "wall_s": result.stats["wall_s"],
@@ -299,3 +306,10 @@ class EpisodeRunner:
 
     def close(self) -> None:
         self._group.close()
+
+
+def _confidence_fields(result: Any) -> dict[str, Any]:
+    """The answer checks' level and reasons (edge_sql/checks), for accuracy by confidence."""
+    checks = result.checks
+    return {"confidence": checks.confidence if checks is not None else None,
+            "confidence_reasons": checks.reasons if checks is not None else []}

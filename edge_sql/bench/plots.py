@@ -10,6 +10,7 @@ from typing import Any
 ACCURACY_PNG = "accuracy_vs_size.png"
 SPEED_PNG = "decode_speed_vs_size.png"
 FIDELITY_PNG = "fidelity_vs_size.png"
+RISK_COVERAGE_PNG = "accuracy_by_confidence.png"
 
 
 SKIPPED_NOTE = "plots skipped: matplotlib is not installed (pip install 'edge-sql[bench]' for them)"
@@ -93,7 +94,30 @@ def write_plots(summary: dict[str, Any], out_dir: Path, log: Callable[[str], Non
     speed_path = _finish(plt, fig, ax, "Decode speed vs file size", title_note, out_dir / SPEED_PNG)
     fidelity_path = out_dir / FIDELITY_PNG
     _fidelity_plot(plt, rows, sizes, names, summary["settings"]["reference"], title_note, fidelity_path)
-    return [accuracy_path, speed_path, fidelity_path]
+    paths = [accuracy_path, speed_path, fidelity_path]
+    if any(r.get("confidence") for r in rows):
+        paths.append(_risk_coverage_plot(plt, rows, title_note, out_dir / RISK_COVERAGE_PNG))
+    return paths
+
+
+def _risk_coverage_plot(plt: Any, rows: list[dict[str, Any]], title_note: str, path: Path) -> Path:
+    """Accuracy of the answers kept against the share kept, answering only at or above each
+    confidence level (checked, then unchecked, then all): a curve that falls to the right means
+    the confidence means something."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row in rows:
+        for mode, figures in (row.get("confidence") or {}).items():
+            points = [p for p in figures["coverage"] if p["accuracy"] is not None]
+            xs = [100 * p["coverage"] for p in points]
+            ys = [100 * p["accuracy"] for p in points]
+            ax.plot(xs, ys, marker="o", label=f"{row['name']}, {mode}")
+            for x, y, p in zip(xs, ys, points):
+                ax.annotate(p["level"], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("coverage: questions answered at or above the level (%)")
+    ax.set_ylabel("accuracy of those answers (%)")
+    ax.set_xlim(-5, 105)
+    ax.set_ylim(-5, 112)
+    return _finish(plt, fig, ax, "Accuracy by confidence (risk-coverage)", title_note, path)
 
 
 def _fidelity_plot(plt: Any, rows: list[dict[str, Any]], sizes: list[float], names: list[str], reference: str,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_sql.bench.confidence import confidence_lines
 from edge_sql.bench.nodes import markdown_lines as node_lines
 from edge_sql.bench.voting import bench_modes
 from edge_sql.bench.voting import markdown_lines as vote_lines
@@ -98,6 +99,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 cells = [_accuracy(entry.get("by_difficulty", {}).get(d)) for d in difficulties]
                 lines.append(f"| {row['name']} | {mode} | " + " | ".join(cells) + f" | {_accuracy(entry.get('overall'))} |")
     lines += vote_lines(summary)
+    lines += confidence_lines(rows)
     lines += node_lines(summary)
     failed = [(row["name"], e) for row in rows for e in row["episode_errors"]]
     if failed:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
 PROMPT = "edge-sql> "
 QUIT_WORDS = {"exit", "quit", r"\q"}
 EXIT_NO_ANSWER = 3
+EXIT_NOT_SURE = 4  # --abstain-below: the vote agreed too little
 EXIT_INTERRUPTED = 130
 HISTORY_FILE = "run-history"  # in the model store: the interactive prompt's questions
 HISTORY_LENGTH = 1000
@@ -57,6 +58,7 @@ class RunOptions:
     tune: bool = True
     speculate: SpeculateMode = "off"
     vote: int | Literal["auto"] | None = None  # "auto": resolved by `_run` before the model loads
+    abstain_below: float | None = None  # with a vote: "not sure" below this share of agreeing episodes
 
 
 @contextmanager
@@ -110,6 +112,10 @@ def _event_line(event: EpisodeEvent) -> str | None:
                    "once they cannot change it; prints how many agreed. 'auto': the largest K this machine "
                    "answers within 2x one episode, predicted from the calibrated decode rates (`edge-sql tune` "
                    "shows it; none: one episode). Not with --greedy.")
+@click.option("--abstain-below", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="FRACTION",
+              help="With --vote: answer \"not sure\" (exit status 4) instead of the voted answer when fewer than "
+                   "FRACTION of the K episodes return its result (e.g. 0.75: at least 3 of 4 must agree); every "
+                   "episode then runs to its end.")
 @click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
               help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
@@ -125,7 +131,8 @@ def _event_line(event: EpisodeEvent) -> str | None:
 def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
             trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
             n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False,
-            speculate: SpeculateMode = "off", vote: int | Literal["auto"] | None = None) -> None:
+            speculate: SpeculateMode = "off", vote: int | Literal["auto"] | None = None,
+            abstain_below: float | None = None) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -143,6 +150,7 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
       1    an error, in one `Error:` line (bad database or model file, question too long, ...)
       2    a usage error (unknown option, a value out of range)
       3    --question ended with no answer (its SQL failed to run, or it gave none)
+      4    --question with --abstain-below: not sure (too few of the --vote episodes agreed)
       130  stopped by Ctrl-C; 143 and 129: terminated by SIGTERM or SIGHUP (128 + N)
 
     \b
@@ -156,11 +164,13 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
 
     if vote is not None and greedy:
         raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
+    if abstain_below is not None and vote is None:
+        raise click.UsageError("--abstain-below needs --vote K: it is the share of the K episodes that agree")
     try:
         code = _run(RunOptions(db_path=db_path, model=model, question=question, evidence=evidence, as_json=as_json,
                                trace=trace, seed=seed, greedy=greedy, gpu_layers=gpu_layers, threads=threads,
                                n_ctx=n_ctx, prompt_file=prompt_file, budget=Budget(**budget), tune=not no_tune,
-                               speculate=speculate, vote=vote))
+                               speculate=speculate, vote=vote, abstain_below=abstain_below))
     except Terminated:
         raise  # the CLI group ends it with 128 + the signal number
     except KeyboardInterrupt:
@@ -220,7 +230,7 @@ def _load_agent(options: RunOptions) -> Agent:
 
 def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptions, *,
             interactive: bool = False) -> int:
-    """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_INTERRUPTED).
+    """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_NOT_SURE, EXIT_INTERRUPTED).
 
     The live view prints each round and call on stdout; on a terminal, stderr also shows a
     status line (round, tokens, tok/s, elapsed), with `--json` too, erased before the answer."""
@@ -244,7 +254,8 @@ def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptio
         click.echo(f"voting: {vote} sampled episodes at once")
     with _ctrl_c_stops(stop, db.interrupt), status:
         result = agent.ask(question, db, evidence=evidence, seed=options.seed, greedy=options.greedy, vote=vote,
-                           on_event=None if as_json and not status.enabled else show, should_stop=stop.is_set)
+                           on_event=None if as_json and not status.enabled else show, should_stop=stop.is_set,
+                           abstain_below=options.abstain_below if vote is not None else None)
     cancelled = result.stop == "cancelled"
     if as_json:
         click.echo(json.dumps(result.to_json(transcript=trace), ensure_ascii=False))
@@ -259,6 +270,8 @@ def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptio
             click.echo("\n--- transcript ---\n" + result.transcript)
     if cancelled:
         return EXIT_INTERRUPTED
+    if result.stop == "abstained":
+        return EXIT_NOT_SURE
     return EXIT_NO_ANSWER if result.sql is None else 0
 
 

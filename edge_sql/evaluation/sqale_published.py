@@ -2,8 +2,9 @@
 arguments as the tools take them.
 
 Shared by the task calibration of `edge-sql imatrix` (`calibration.py`: the episodes replayed as
-text), `benchmarks/bench_speculative.py` (lookup acceptance on the published text) and the
-protocol tests (`tests/sqale_replay.py` rebuilds the episodes' databases on top of it).
+text), `benchmarks/bench_speculative.py` (lookup acceptance on the published text), the
+protocol tests and the checks benchmark (`benchmarks/sqale_replay.py` rebuilds the episodes'
+databases on top of it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
     GET  /health        model, variant, queue
-    POST /v1/query      {database, sql} -> columns, rows, truncated: the client's own read-only SQL
+    POST /v1/query      {database, sql} -> columns, rows, truncated, checks: the client's own read-only SQL
                         (the web page's "Run"), run as the tools run an answer
     GET  /              the web page (web.py), served without the token; its API calls carry it
     GET  /metrics       Prometheus text format (metrics.py)
@@ -155,10 +155,12 @@ async def query(service: Service, request: Request) -> Response:
         body = await read_body(request, service.limits.max_body_bytes)
         sql = QueryRequest.from_json(body)
         result = await asyncio.to_thread(service.query, sql.database, sql.sql)
+        checks = await asyncio.to_thread(service.check_query, sql.database, sql.sql, result)
     except EdgeSqlError as exc:
         return error_response(exc)
     return JSONResponse({"database": sql.database, "sql": sql.sql, "columns": result.columns,
-                         "rows": [[json_value(v) for v in row] for row in result.rows], "truncated": result.truncated})
+                         "rows": [[json_value(v) for v in row] for row in result.rows], "truncated": result.truncated,
+                         "checks": checks.to_json()})
 
 
 # ---- POST /v1/ask ----------------------------------------------------------------------------

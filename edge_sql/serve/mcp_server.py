@@ -53,10 +53,14 @@ class AskOutput(BaseModel):
     more_rows: bool = Field(description="True when the query had more rows than row_count")
     forced: bool = Field(description="The answer came from the forced final turn (tool rounds used up)")
     fallback: bool = Field(description="The model's own answer did not run; sql is its last query that ran")
-    stop: str = Field(description="submitted, final_answer, cancelled or error")
+    stop: str = Field(description="submitted, final_answer, cancelled, error or abstained (a vote agreed too little)")
     error: str | None
     rounds: list[RoundOutput]
     wall_s: float = Field(description="Seconds the episode took (without the wait in the queue)")
+    checks: dict[str, Any] | None = Field(default=None, description=(
+        "The answer checked: confidence (checked, unchecked, doubtful) with its reasons, each table, "
+        "column and compared value with the round and call that showed it, and whether the database holds "
+        "each value (the closest stored values when not)"))
 
 
 class DatabaseOutput(BaseModel):
@@ -154,6 +158,7 @@ def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutp
         stop=result.stop, error=result.error, wall_s=result.stats.get("wall_s", 0.0),
         rounds=[RoundOutput(round=r.index, calls=[CallOutput(tool=c.tool, args=c.args, ok=c.ok, output=short(c.output))
                                                   for c in r.calls]) for r in result.rounds],
+        checks=result.checks.to_json() if result.checks is not None else None,
     )
 
 
@@ -169,4 +174,7 @@ def summary_text(output: AskOutput) -> str:
                                      (output.fallback, "fallback to the last query that ran")) if flag]
     lines.append(f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}"
                  + (f"; {'; '.join(notes)}" if notes else ""))
+    if output.checks is not None:
+        reasons = output.checks["reasons"] if output.checks["confidence"] != "checked" else []
+        lines.append(f"checks: {output.checks['confidence']}" + "".join(f"; {r}" for r in reasons))
     return "\n".join(lines)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from edge_sql.errors import BadRequest
 
 SEED_LIMIT = 2**32
+VOTE_MAX = 16  # episodes of one vote (`Settings.parallel_max`: the most that run at once)
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -27,6 +28,17 @@ class AskRequest(BaseModel):
     database: str = Field(description="A name from list_databases (GET /v1/databases)")
     evidence: str | None = Field(None, description="An optional hint, e.g. what a term means")
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT, description="Makes the answer reproducible")
+    vote: int | None = Field(None, ge=2, le=VOTE_MAX, description=(
+        "Answer by vote: K sampled episodes, the result most of them return (no progress events meanwhile)"))
+    abstain_below: float | None = Field(None, gt=0, le=1, description=(
+        "With vote: answer 'not sure' (stop 'abstained', no rows) when fewer than this share of the K "
+        "episodes agree"))
+
+    @model_validator(mode="after")
+    def _abstain_needs_a_vote(self) -> AskRequest:
+        if self.abstain_below is not None and self.vote is None:
+            raise ValueError("abstain_below needs vote (the share of the vote's episodes that agree)")
+        return self
 
     @classmethod
     def from_json(cls, body: bytes) -> AskRequest:
@@ -81,6 +93,8 @@ def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
     if "missing" in by_type:
         return f"missing field {by_type['missing'][0]['loc'][0]!r}"
     error = errors[0]
+    if error["type"] == "value_error" and not error["loc"]:  # a rule across fields (abstain_below needs vote)
+        return str(error["msg"]).removeprefix("Value error, ")
     name = error["loc"][0] if error["loc"] else "body"
     if error["type"] in ("greater_than_equal", "less_than"):
         return f"field {name!r} is out of range ({error['msg'][0].lower()}{error['msg'][1:]})"

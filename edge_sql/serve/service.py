@@ -18,6 +18,7 @@ from typing import Any
 
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
+from edge_sql.checks import Checks, check_sql
 from edge_sql.errors import BadRequest, EdgeSqlError, QueueFull, UnknownDatabase
 from edge_sql.serve.metrics import ServeMetrics, outcome_of
 from edge_sql.serve.queue import AskQueue, Finished, Job
@@ -99,7 +100,8 @@ class Service:
     def _ask(self, request: AskRequest, db: ReadOnlyDatabase, on_event: Callable[[EpisodeEvent], None],
              should_stop: Callable[[], bool]) -> EpisodeResult:
         return self.agent.ask(request.question, db, evidence=request.evidence, seed=request.seed,
-                              on_event=on_event, should_stop=should_stop)
+                              on_event=on_event, should_stop=should_stop, vote=request.vote,
+                              abstain_below=request.abstain_below)
 
     def check(self, request: AskRequest) -> Path:
         """The database path for a valid request; UnknownDatabase or BadRequest otherwise."""
@@ -145,6 +147,11 @@ class Service:
         rows = f"{len(result.rows)}{'+' if result.truncated else ''} row{'' if len(result.rows) == 1 else 's'}"
         self.log(f"query ({database}): {rows}, {time.monotonic() - started:.2f} s")
         return result
+
+    def check_query(self, database: str, sql: str, result: QueryResult) -> Checks:
+        """The answer checks (edge_sql/checks) of a client's own SQL that ran as `result`."""
+        with ReadOnlyDatabase(self.database_path(database)) as db:
+            return check_sql(db, sql, result=result)
 
     def list_databases(self) -> list[dict[str, Any]]:
         """Names and tables, never paths: clients do not need to know where files live."""

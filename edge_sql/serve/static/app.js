@@ -3,6 +3,7 @@
 import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
 import { chartableSeries, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
+import { showChecks } from "./checks.js";
 import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
@@ -169,7 +170,8 @@ function showAnswer(request, answer) {
     `${plural(stats.generated_tokens ?? 0, "token")} generated at ${(stats.decode_tok_s ?? 0).toFixed(1)} tok/s`;
   const sql = answer.sql ?? answer.answer ?? "";
   const shown = { database: request.database, question: request.question, evidence: request.evidence, sql,
-    columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null };
+    columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null,
+    checks: answer.checks };
   showResult(shown);
   setStatus(answer.stop === "cancelled" ? "Stopped." : "Answered.");
   saveEntry({ ...shown, stats: $("stats").textContent, note: note.textContent, time: new Date().toISOString() });
@@ -182,6 +184,7 @@ function showResult(result) {
   page.result = result;
   $("answer").hidden = false;
   $("sql-code").replaceChildren(highlightSql(result.sql || "(no SQL)"));
+  showChecks($("sql-code"), $("checks-line"), result.checks);
   $("sql-box").hidden = false;
   $("sql-form").hidden = true;
   $("query-error").hidden = true;
@@ -276,7 +279,8 @@ $("sql-form").addEventListener("submit", async (event) => {
   setStatus("Running the SQL…");
   try {
     const reply = await (await postJson("/v1/query", { database, sql })).json();
-    showResult({ ...page.result, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true });
+    showResult({ ...page.result, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true,
+      checks: reply.checks });
     $("answer-note").textContent = "";
     $("stats").textContent = "Run by hand (not by the agent).";
     setStatus("The edited SQL ran.");

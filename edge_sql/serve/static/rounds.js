@@ -74,6 +74,7 @@ export function addCall(list, index, call) {
   const item = roundItem(list, index);
   item.querySelector(".pending")?.remove();
   const box = element("div", `call ${call.ok ? "ok" : "error"}`);
+  box.id = `call-${index}-${item.querySelectorAll(".call").length}`;  // what the answer's checks link to
   const head = element("div", "call-head");
   head.append(element("span", "tool", call.tool), element("span", `badge ${call.ok ? "ok" : "error"}`, call.ok ? "ok" : "error"));
   box.append(head, argsView(call.args), element("pre", "output", call.output));

@@ -30,7 +30,7 @@ export function highlightSql(sql) {
     else if (quoted) fragment.append(span("name", text));
     else if (number) fragment.append(span("number", text));
     else if (word && KEYWORDS.has(word.toUpperCase())) fragment.append(span("keyword", text));
-    else fragment.append(text);
+    else fragment.append(span("ident", text));
     last = match.index + text.length;
   }
   if (last < sql.length) fragment.append(sql.slice(last));
