@@ -13,6 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from edge_sql.agent.display import plural
 from serve_helpers import SMALL, ServerProcess, serve_command
 
 CHINOOK = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
@@ -88,7 +89,7 @@ def test_chat_completion_and_its_stream_are_the_same_episode(server, client, chi
             assert "| " + " | ".join(answer["columns"]) + " |" in content
     else:
         assert content.startswith("No answer: ")
-    assert f"{answer['stats']['rounds']} rounds, {answer['stats']['calls']} calls" in content
+    assert f"{plural(answer['stats']['rounds'], 'round')}, {plural(answer['stats']['calls'], 'call')}" in content
 
     stream = client.chat.completions.create(model="edge-sql/chinook", messages=messages, seed=5, stream=True)
     chunks = list(stream)
@@ -151,7 +152,7 @@ def test_closing_the_stream_cancels_the_episode(tiny_gguf_fast, chinook, tmp_pat
         stream.close()
         queue = server.wait_idle(timeout_s=30)["queue"]
         assert (queue["cancelled"], queue["completed"]) == (1, 0)
-        server.wait_for_log(r"ask #1 \(chinook\): cancelled, 1 rounds")
+        server.wait_for_log(r"ask #1 \(chinook\): cancelled, 1 round")
         deadline = time.monotonic() + 10
         while metrics(server)['edge_sql_episodes_total{database="chinook",outcome="cancelled"}'] != 1:
             assert time.monotonic() < deadline
