@@ -24,7 +24,6 @@ import argparse
 import http.client
 import json
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -41,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from edge_sql.agent.budget import Budget, budget_with
 from edge_sql.api import Agent
+from serve_process import start_serve
 
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTIONS = [
@@ -53,7 +53,6 @@ QUESTIONS = [
     "What is the total revenue per year?",
     "Which employee supports the most customers?",
 ]
-LISTENING = re.compile(r"listening on http://\S+?:(\d+) ")
 
 
 def direct(agent: Agent, db: Path, question: str, seed: int) -> dict[str, Any]:
@@ -124,21 +123,10 @@ async def list_databases(port: int) -> None:
 
 
 def start_server(args, db: Path, log_path: Path) -> tuple[subprocess.Popen, int]:
-    command = [sys.executable, "-c", "from edge_sql.cli import main; main()", "serve", "--model", str(args.model),
+    return start_serve(["--model", str(args.model),
                "--db", f"chinook={db}", "--port", "0", "--threads", str(args.threads), "--ctx", str(args.ctx),
                "--max-rounds", str(args.max_rounds), "--think-tokens", str(args.think_tokens),
-               "--max-rows", "1000", *[arg for item in args.budget_items for arg in ("--budget", item)]]
-    log = log_path.open("w")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        match = LISTENING.search(log_path.read_text())
-        if match:
-            return process, int(match.group(1))
-        if process.poll() is not None:
-            break
-        time.sleep(0.2)
-    raise RuntimeError(f"the server did not start:\n{log_path.read_text()}")
+               "--max-rows", "1000", *[arg for item in args.budget_items for arg in ("--budget", item)]], log_path)
 
 
 def _core(answer: dict[str, Any]) -> dict[str, Any]:

@@ -48,9 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from edge_sql.bench.machine import cpu_model
+from serve_process import start_serve
 
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
-LISTENING = re.compile(r"listening on http://\S+?:(\d+) ")
 ASK_LINE = re.compile(r"^edge-sql serve: ask #(\d+) ", re.MULTILINE)
 KINDS = ("json", "sse", "mcp", "openai", "cancel", "disconnect")
 QUESTIONS = ["How many albums are there?", "Which artist has the most albums?", "List the genres.",
@@ -318,22 +318,10 @@ def health(port: int) -> dict[str, Any]:
 
 
 def start_server(args: argparse.Namespace, db: Path, log_path: Path) -> tuple[subprocess.Popen, int]:
-    command = [sys.executable, "-c", "from edge_sql.cli import main; main()", "serve", "--model", str(args.model),
+    return start_serve(["--model", str(args.model),
                "--db", f"soak={db}", "--port", "0", "--threads", str(args.threads), "--ctx", str(args.ctx),
                "--max-rounds", str(args.max_rounds), "--think-tokens", str(args.think_tokens), "--no-tune",
-               "--parallel", str(args.parallel), "--queue-size", str(args.queue_size)]
-    log = log_path.open("w")
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        match = LISTENING.search(log_path.read_text())
-        if match:
-            return process, int(match.group(1))
-        if process.poll() is not None:
-            break
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"the server did not start:\n{log_path.read_text()}")
+               "--parallel", str(args.parallel), "--queue-size", str(args.queue_size)], log_path)
 
 
 def soak(args: argparse.Namespace) -> dict[str, Any]:

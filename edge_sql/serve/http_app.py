@@ -173,13 +173,7 @@ async def ask(service: Service, request: Request) -> Response:
         return error_response(exc)
     if "text/event-stream" in request.headers.get("accept", ""):
         return EventStream(job)
-    watcher = asyncio.ensure_future(cancel_on_disconnect(request.receive, job))
-    try:
-        outcome = await job.wait()
-    finally:
-        watcher.cancel()
-        if not job.finished:
-            job.cancel()
+    outcome = await outcome_or_cancel(request, job)
     if outcome.result is not None:
         return JSONResponse(outcome.result.to_json(transcript=False))
     return error_response(outcome.error)
@@ -197,6 +191,18 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise RequestTooLarge(f"the request body is over the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def outcome_or_cancel(request: Request, job: Job) -> Finished:
+    """The job's outcome; the job is cancelled when the client goes away first (or this waiting
+    is cancelled), so nobody's episode runs on for a reader who left."""
+    watcher = asyncio.ensure_future(cancel_on_disconnect(request.receive, job))
+    try:
+        return await job.wait()
+    finally:
+        watcher.cancel()
+        if not job.finished:
+            job.cancel()
 
 
 async def cancel_on_disconnect(receive: Receive, job: Job) -> None:

@@ -15,7 +15,6 @@ conversation are not used. Errors have OpenAI's shape, `{"error": {"message", "t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -31,7 +30,7 @@ from edge_sql.agent.display import call_line, stats_line
 from edge_sql.agent.episode import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
-from edge_sql.serve.http_app import EventStream, cancel_on_disconnect, http_status, read_body
+from edge_sql.serve.http_app import EventStream, http_status, outcome_or_cancel, read_body
 from edge_sql.serve.queue import Finished, Job
 from edge_sql.serve.request import AskRequest
 from edge_sql.serve.service import Service
@@ -116,13 +115,7 @@ async def chat_completions(service: Service, request: Request) -> Response:
     reply = Reply(chat.model)
     if chat.stream:
         return EventStream(job, reply.chunks(job))
-    watcher = asyncio.ensure_future(cancel_on_disconnect(request.receive, job))
-    try:
-        outcome = await job.wait()
-    finally:
-        watcher.cancel()
-        if not job.finished:
-            job.cancel()
+    outcome = await outcome_or_cancel(request, job)
     if outcome.result is None:
         status, error = error_body(outcome.error)
         return JSONResponse(error, status_code=status, headers=http_status(outcome.error)[1])
