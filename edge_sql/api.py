@@ -34,6 +34,7 @@ from edge_sql.agent.vote import Tally, choose
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
 from edge_sql.runtime.tuning import Settings, check_parallel
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
@@ -52,7 +53,7 @@ def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True
 
 
 def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
-                  log: Callable[[str], None] = lambda _m: None, n_ctx: int = 12288,
+                  log: Callable[[str], None] = lambda _m: None, n_ctx: int = DEFAULT_CONTEXT_TOKENS,
                   n_threads: int | None = None, speculate: SpeculateMode = "off") -> tuple[Settings, str]:
     """The llama.cpp settings to load `model_path` with, and how they were chosen:
     "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
@@ -103,7 +104,7 @@ def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | No
 
 
 def auto_vote_k(model: str | Path | None, *, tune: bool = True, n_gpu_layers: int | None = None,
-                n_ctx: int = 12288, n_threads: int | None = None, pull_if_missing: bool = True,
+                n_ctx: int = DEFAULT_CONTEXT_TOKENS, n_threads: int | None = None, pull_if_missing: bool = True,
                 log: Callable[[str], None] = lambda _m: None) -> tuple[int, str]:
     """`vote_plan` before any Agent is made (how many sequences `run --vote auto` opens): the
     model resolved and its settings loaded (calibrated now if not cached, as an Agent would)."""
@@ -167,7 +168,7 @@ class Agent:
         *,
         n_threads: int | None = None,
         n_gpu_layers: int | None = None,
-        n_ctx: int = 12288,
+        n_ctx: int = DEFAULT_CONTEXT_TOKENS,
         prompt_file: str | Path | None = None,
         budget: Budget | None = None,
         pull_if_missing: bool = True,

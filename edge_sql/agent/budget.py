@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -27,7 +29,7 @@ class Budget:
 
     max_rounds: int = 6
     max_failed_queries: int = 4
-    max_tokens: int = 12288
+    max_tokens: int = DEFAULT_CONTEXT_TOKENS
     max_calls_per_turn: int | None = None
     max_think_tokens: int | None = None
     max_final_think_tokens: int | None = None

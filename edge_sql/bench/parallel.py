@@ -11,11 +11,9 @@ against the calibration (`check_parallel`), before the worker loads anything.
 from __future__ import annotations
 
 from edge_sql.errors import BenchSetupError
-from edge_sql.runtime import SpeculateMode
+from edge_sql.runtime.options import SpeculateMode, check_episodes_at_once, episodes_at_once
 from edge_sql.runtime.tuning import check_parallel
 from edge_sql.runtime.tuning.settings import Settings
-
-ONE_CONTEXT_PER_EPISODE = ("mtp", "auto")  # speculation modes the batched engine does not run
 
 
 def resolve_parallel(requested: int | None, settings: Settings, *, vote: int | None = None,
@@ -27,9 +25,7 @@ def resolve_parallel(requested: int | None, settings: Settings, *, vote: int | N
         n = 1 if speculate != "off" else settings.parallel or 1
     else:
         n = requested
-    n = max(n, vote or 1)
-    if n > 1 and speculate in ONE_CONTEXT_PER_EPISODE:
-        raise BenchSetupError(f"--speculate {speculate} runs one episode per context: several at once "
-                              f"({n}, from --parallel or --vote) need --speculate lookup or off")
+    n = episodes_at_once(n, vote)
+    check_episodes_at_once(speculate, n, asked=", from --parallel or --vote", error=BenchSetupError)
     check_parallel(settings, n)  # EdgeSqlError with the calibration's figures
     return n

@@ -32,6 +32,7 @@ from edge_sql.bench.variants import REFERENCE, BenchSetupError, Variant, prepare
 from edge_sql.bench.voting import bench_modes, split_mode
 from edge_sql.errors import ModelFileError
 from edge_sql.evaluation.datasets import Question, load_dataset, require_databases
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
 
 if TYPE_CHECKING:
     from edge_sql.runtime import SpeculateMode
@@ -55,7 +56,7 @@ class BenchConfig:
     modes: list[str] = field(default_factory=lambda: list(MODES))
     seed: int = 0
     n_threads: int | None = None
-    n_ctx: int = 12288
+    n_ctx: int = DEFAULT_CONTEXT_TOKENS
     budget: dict[str, Any] = field(default_factory=dict)   # agent Budget fields to override
     greedy: bool = False
     prompt_file: Path | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from edge_sql.runtime.options import SPECULATE_MODES
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SPECULATE_MODES
 
 # option parameter -> the Budget fields it sets (`--budget FIELD=N` sets any field, and wins)
 BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
@@ -32,7 +32,7 @@ _BUDGET_OPTIONS = (
     click.option("--calls-per-turn", type=click.IntRange(min=1), default=None,
                  help="Most tool calls in one turn (default: no cap; training capped rounds, not calls)."),
     click.option("--episode-tokens", type=click.IntRange(min=MIN_CONTEXT_TOKENS), default=None,
-                 help="Token budget of an episode: prompt, turns and results (protocol: 12288; at most "
+                 help=f"Token budget of an episode: prompt, turns and results (protocol: {DEFAULT_CONTEXT_TOKENS}; at most "
                       "--ctx is used)."),
     click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
                  help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable)."),
@@ -70,7 +70,7 @@ def _naming_options(message: str) -> str:
 
 def context_option(help_text: str) -> Callable[[Callable], Callable]:
     """`--ctx N`, the context size in tokens, with one range and default for every command."""
-    return click.option("--ctx", "n_ctx", type=click.IntRange(min=MIN_CONTEXT_TOKENS), default=12288,
+    return click.option("--ctx", "n_ctx", type=click.IntRange(min=MIN_CONTEXT_TOKENS), default=DEFAULT_CONTEXT_TOKENS,
                         show_default=True, help=help_text)
 
 

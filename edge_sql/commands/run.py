@@ -217,12 +217,13 @@ def _auto_vote(options: RunOptions) -> int | None:
 def _load_agent(options: RunOptions) -> Agent:
     """The Agent; a vote of K runs its K episodes at once (K sequences), otherwise one."""
     from edge_sql.api import Agent
+    from edge_sql.runtime.options import episodes_at_once
 
     click.echo(f"loading {options.model or 'the default model'} ...", err=True)
     agent = Agent(options.model, n_threads=options.threads, n_gpu_layers=options.gpu_layers, n_ctx=options.n_ctx,
                   prompt_file=options.prompt_file, budget=options.budget,
                   log=lambda message: click.echo(message, err=True), tune=options.tune, speculate=options.speculate,
-                  parallel=options.vote if isinstance(options.vote, int) else 1)
+                  parallel=episodes_at_once(1, options.vote if isinstance(options.vote, int) else None))
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent

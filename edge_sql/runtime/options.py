@@ -15,7 +15,11 @@ from edge_sql.errors import EdgeSqlError
 
 SpeculateMode = Literal["off", "lookup", "auto", "mtp"]
 SPECULATE_MODES: tuple[SpeculateMode, ...] = get_args(SpeculateMode)
+# the modes that draft with the model's MTP head: a drafter context per episode (runtime/speculation/mtp.py)
+MTP_MODES: frozenset[SpeculateMode] = frozenset({"mtp", "auto"})
 DEFAULT_DRAFT_MAX = 8
+# The protocol's episode budget (agent.Budget.max_tokens), so one episode fills the default context.
+DEFAULT_CONTEXT_TOKENS = 12288
 # Physical batch: 256 measured 40 MiB less peak RSS than 512 at a 12,288-token context and
 # equal or faster prefill on the 2B shape (benchmarks/results/runtime.md).
 DEFAULT_UBATCH = 256
@@ -49,7 +53,7 @@ class SessionOptions:
     chosen, `draft_max` 0 when speculation is off, `mtp` True only when the MTP head loaded.
     """
 
-    n_ctx: int = 12288
+    n_ctx: int = DEFAULT_CONTEXT_TOKENS
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     n_batch: int = 512
@@ -82,4 +86,44 @@ class SessionOptions:
     @property
     def flash_attn_label(self) -> str:
         """"on", "off" or "auto" (llama.cpp decides)."""
-        return "auto" if self.flash_attn is None else ("on" if self.flash_attn else "off")
+        return flash_attn_label(self.flash_attn)
+
+
+def uses_mtp(speculate: SpeculateMode) -> bool:
+    """Whether `speculate` drafts with the MTP head (which then loads, with a context of its own)."""
+    return speculate in MTP_MODES
+
+
+def check_episodes_at_once(speculate: SpeculateMode, n: int, *, asked: str = "",
+                           error: type[EdgeSqlError] = EdgeSqlError) -> None:
+    """Refuse `n` > 1 episodes at once with a mode that drafts with the MTP head: its drafter is a
+    context per episode, which the batched engine (runtime/batching/) does not have. `asked`
+    says where `n` came from in the message; `error`, what to raise (a caller's own family)."""
+    if n > 1 and uses_mtp(speculate):
+        raise error(f"--speculate {speculate} runs one episode per context (its MTP drafter's): several at "
+                    f"once ({n}{asked}) need --speculate lookup or off")
+
+
+def episodes_at_once(parallel: int, vote: int | None) -> int:
+    """The sessions to open for `parallel` episodes at once and votes of `vote`: a vote of K runs
+    its K episodes together, so it needs K sessions."""
+    return max(parallel, vote or 1)
+
+
+def flash_attn_label(flash_attn: bool | str | None) -> str:
+    """"on", "off" or "auto" (None: llama.cpp decides); a label already made passes through."""
+    if isinstance(flash_attn, str):
+        return flash_attn
+    return "auto" if flash_attn is None else ("on" if flash_attn else "off")
+
+
+def settings_line(*, flash_attn: bool | str | None, n_ubatch: int, n_threads: int, repack: bool,
+                  gpu_layers: int | None = None, speculate: SpeculateMode = "off", draft_max: int = 0) -> str:
+    """The speed-relevant llama.cpp settings in one short line, the one spelling of what calibration
+    chose (`tuning.Settings.label`) and what a session runs with (`SessionInfo.settings`, which
+    `--json` stats name): GPU layers and speculation where the caller knows them."""
+    line = (f"flash_attn={flash_attn_label(flash_attn)} n_ubatch={n_ubatch} n_threads={n_threads} "
+            f"repack={'on' if repack else 'off'}")
+    if gpu_layers is not None:
+        line += f" gpu_layers={gpu_layers}"
+    return line + (f" speculate={speculate} draft_max={draft_max}" if draft_max else "")

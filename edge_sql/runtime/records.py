@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from edge_sql.runtime.options import SpeculateMode
+from edge_sql.runtime.options import SpeculateMode, settings_line
 
 StopReason = Literal["stop", "grammar_done", "max_tokens", "cancelled", "context_full"]
 
@@ -64,9 +64,9 @@ class SessionInfo:
     @property
     def settings(self) -> str:
         """The speed-relevant llama.cpp settings in one short line (what `--json` stats name)."""
-        line = (f"flash_attn={self.flash_attn} n_ubatch={self.n_ubatch} n_threads={self.n_threads} "
-                f"repack={'on' if self.repack else 'off'} gpu_layers={self.gpu_layers}")
-        return line + (f" speculate={self.speculate} draft_max={self.draft_max}" if self.draft_max else "")
+        return settings_line(flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads,
+                             repack=self.repack, gpu_layers=self.gpu_layers, speculate=self.speculate,
+                             draft_max=self.draft_max)
 
     @property
     def buffer_bytes(self) -> int:

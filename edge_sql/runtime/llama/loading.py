@@ -18,7 +18,7 @@ from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime.llama.backend import buffer_sizes, default_threads, gpu_backend_name, init_backend, repack_is_safe
 from edge_sql.runtime.llama.context import LlamaContext, create_context
 from edge_sql.runtime.llama.shared_models import LoadedModel, acquire, release
-from edge_sql.runtime.options import DEFAULT_UBATCH, SessionOptions
+from edge_sql.runtime.options import DEFAULT_UBATCH, SessionOptions, check_episodes_at_once, uses_mtp
 from edge_sql.runtime.records import SessionInfo
 
 
@@ -29,9 +29,7 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
     options that cannot work, before loading; ModelFileError when llama.cpp fails. `n_seq`
     sequences of `options.n_ctx` tokens each (runtime/batching/sequences.py)."""
     options = options.checked()
-    if n_seq > 1 and options.speculate in ("mtp", "auto"):
-        raise EdgeSqlError(f"--speculate {options.speculate} drafts with one MTP context per episode; with "
-                           "several episodes at once use --speculate lookup or off")
+    check_episodes_at_once(options.speculate, n_seq)
     gguf = validate_gguf(model_path)
     if options.speculate == "mtp" and not gguf.mtp_layers:
         raise EdgeSqlError(f"--speculate mtp: {gguf.path.name} has no MTP head (convert the checkpoint again "
@@ -94,7 +92,7 @@ def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> Sessi
         n_ubatch=min(options.n_ubatch or DEFAULT_UBATCH, options.n_batch),
         # the MTP head (an extra block only an MTP drafter's context runs; the main graph never
         # does) on request or to draft with: its weights stay in memory (36 MiB on the 2B Q4_K_M)
-        mtp=(options.mtp or options.speculate in ("mtp", "auto")) and gguf.mtp_layers > 0,
+        mtp=(options.mtp or uses_mtp(options.speculate)) and gguf.mtp_layers > 0,
     )
 
 

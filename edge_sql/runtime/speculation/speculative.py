@@ -43,7 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from edge_sql.runtime.llama.context import LlamaContext
-from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, SessionOptions
+from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, SessionOptions, uses_mtp
 from edge_sql.runtime.records import MTP_PREFIX, DraftCounts, Timings, buffer_role
 from edge_sql.runtime.speculation.lookup import LookupDrafter
 from edge_sql.runtime.speculation.mtp import MTPDrafter
@@ -270,7 +270,7 @@ def make_verifier(options: SessionOptions, target: LlamaContext) -> Verifier | N
     if options.speculate == "off" or not options.draft_max:
         return None
     drafters: list[Drafter] = [LookupDrafter()] if options.speculate in ("lookup", "auto") else []
-    owned = [MTPDrafter(target)] if options.mtp and options.speculate in ("mtp", "auto") else []
+    owned = [MTPDrafter(target)] if options.mtp and uses_mtp(options.speculate) else []
     drafters += owned  # after lookup: drafts when no earlier text matches
     if not drafters:
         return None

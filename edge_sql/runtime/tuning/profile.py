@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
+
 if TYPE_CHECKING:
     from edge_sql.runtime.tuning.result import Measurement
 
-EPISODE_TOKENS = 12288
+EPISODE_TOKENS = DEFAULT_CONTEXT_TOKENS
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_sql.runtime.llama.backend import default_threads, repack_is_safe
-from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, DEFAULT_UBATCH, SessionOptions, SpeculateMode
+from edge_sql.runtime.options import (
+    DEFAULT_DRAFT_MAX,
+    DEFAULT_UBATCH,
+    SessionOptions,
+    SpeculateMode,
+    settings_line,
+    uses_mtp,
+)
 from edge_sql.runtime.state.identity import physical_cores
 
 UBATCHES = (64, 128, 256, 512)
@@ -41,8 +48,8 @@ class Settings:
 
     @property
     def label(self) -> str:
-        fa = "auto" if self.flash_attn is None else ("on" if self.flash_attn else "off")
-        return f"flash_attn={fa} n_ubatch={self.n_ubatch} n_threads={self.n_threads} repack={'on' if self.repack else 'off'}"
+        return settings_line(flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads,
+                             repack=self.repack)
 
     def session_options(self, speculate: SpeculateMode = "off", **options: Any) -> SessionOptions:
         """`Session` options, speculation within the memory budget: "mtp" and "auto" with the
@@ -56,7 +63,7 @@ class Settings:
 
     def speculation(self, speculate: SpeculateMode) -> tuple[SpeculateMode, int]:
         """The speculation mode and draft_max that `speculate` becomes within the budget."""
-        if speculate in ("mtp", "auto") and self.draft_max_mtp:
+        if uses_mtp(speculate) and self.draft_max_mtp:
             return speculate, self.draft_max_mtp
         if speculate in ("lookup", "auto") and self.draft_max:
             return "lookup", self.draft_max
