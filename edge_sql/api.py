@@ -31,7 +31,7 @@ from edge_sql.agent.episode import EpisodeEvent, run_episode
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.vote import Tally, choose
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import ClosedError, EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
@@ -218,7 +218,7 @@ class Agent:
     def info(self) -> SessionInfo:
         """How the model was loaded (file, backend, GPU layers, threads, context)."""
         if self._group is None:
-            raise EdgeSqlError("this Agent is closed")
+            raise ClosedError("this Agent is closed")
         return self._group.info
 
     def warm_up(self) -> None:
@@ -226,7 +226,7 @@ class Agent:
         vocabulary (seconds for 248k tokens, holding the GIL and not cancellable). Servers call it
         at start so no client's first request pays for it."""
         if self._group is None:
-            raise EdgeSqlError("this Agent is closed")
+            raise ClosedError("this Agent is closed")
         for session in self._group.sessions:  # one view per loaded model: the first builds it
             session.lltokenizer()
 
@@ -369,7 +369,7 @@ class Agent:
             while not self._closed and not self._free:
                 self._pool.wait()
             if self._closed:
-                raise EdgeSqlError("this Agent is closed")
+                raise ClosedError("this Agent is closed")
             session = self._free.pop()
         try:
             yield session

@@ -54,6 +54,11 @@ class GrammarError(EdgeSqlError):
     """A grammar that llguidance cannot compile."""
 
 
+class ClosedError(EdgeSqlError, RuntimeError):
+    """A session, its llama.cpp context or an Agent used after `close()`: the one error for all
+    three (a RuntimeError too, as the runtime's raised before)."""
+
+
 class ContextFullError(EdgeSqlError):
     """The tokens to evaluate do not fit in the context window."""
 
