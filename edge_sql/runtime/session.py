@@ -19,19 +19,20 @@ A Session is not thread-safe: use it from one thread at a time.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import numpy as np
 
-from edge_sql.errors import ContextFullError
+from edge_sql.errors import ClosedError, ContextFullError
 from edge_sql.runtime.llama.backend import Closing
-from edge_sql.runtime.llama.context import LlamaContext
-from edge_sql.runtime.llama.loading import open_model
-from edge_sql.runtime.llama.shared_models import LoadedModel, release, share
+from edge_sql.runtime.llama.context import DecodeContext
+from edge_sql.runtime.llama.loading import OpenedModel, open_model
+from edge_sql.runtime.llama.shared_models import release, share
 from edge_sql.runtime.options import SessionOptions
 from edge_sql.runtime.records import Completion, SessionInfo, StopReason, Timings
 from edge_sql.runtime.speculation.speculative import Drafter, Speculator, Verifier, make_verifier
@@ -55,35 +56,35 @@ class Session(Closing):
     a folder also keeps states on disk for later processes.
     """
 
-    def __init__(self, model_path: str | Path, options: SessionOptions | None = None, *,
+    def __init__(self, model: str | Path | OpenedModel, options: SessionOptions | None = None, *,
                  prefix_cache: PrefixCache | None = None, **settings: Any) -> None:
+        """`model`: a GGUF path (loaded with `options` and `settings`), or a model and context
+        opened elsewhere, which the session then owns (`on_context`)."""
+        opened = model if isinstance(model, OpenedModel) else open_model(
+            model, replace(options or SessionOptions(), **settings))
+        self._loaded, self._context, self.info = opened
+        self.options = self._context.options  # resolved
+        self.vocab = Vocabulary(self._loaded)  # reads the loaded model: cannot fail
+        self._grammars = GrammarCache(self.lltokenizer, self.vocab.n_vocab)  # compiles on first use
         self._verifier: Verifier | None = None
-        options = replace(options or SessionOptions(), **settings)
-        self._setup(*open_model(model_path, options), prefix_cache)
+        try:  # from here on what is made may fail: what was made before is freed by `close()`
+            self._verifier = make_verifier(self.options, self._context)  # its MTP context reads this one's
+            if self._verifier is not None:
+                self.info.buffers.update(self._verifier.buffers)  # the MTP context's own KV and compute
+            self._prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
+            self._pending_prefix: list[int] | None = None
+            self._pending_opening: list[int] | None = None
+            self.reset()
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
-    def on_context(cls, context: LlamaContext, info: SessionInfo, *,
+    def on_context(cls, context: DecodeContext, info: SessionInfo, *,
                    prefix_cache: PrefixCache | None = None) -> Session:
         """A session on a context made elsewhere: one sequence of a batched context
         (runtime/batching/sequences.py). It holds a reference to the model, as every session does."""
-        session = cls.__new__(cls)
-        session._verifier = None
-        session._setup(share(context.loaded), context, info, prefix_cache)
-        return session
-
-    def _setup(self, loaded: LoadedModel, context: LlamaContext, info: SessionInfo,
-               prefix_cache: PrefixCache | None) -> None:
-        self._loaded, self._context, self.info = loaded, context, info
-        self.options = options = self._context.options  # resolved
-        self.vocab = Vocabulary(self._loaded)
-        self._verifier = make_verifier(options, self._context)  # its MTP context reads this one's: made after it
-        if self._verifier is not None:
-            self.info.buffers.update(self._verifier.buffers)  # the MTP context's own KV and compute
-        self._prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
-        self._pending_prefix: list[int] | None = None
-        self._pending_opening: list[int] | None = None
-        self._grammars = GrammarCache(self.lltokenizer, self.vocab.n_vocab)
-        self.reset()
+        return cls(OpenedModel(share(context.loaded), context, info), prefix_cache=prefix_cache)
 
     # ---- context state -------------------------------------------------------------------
 
@@ -119,21 +120,21 @@ class Session(Closing):
         return self.vocab.n_vocab
 
     @property
-    def context(self) -> LlamaContext:
+    def context(self) -> DecodeContext:
         """The session's llama.cpp context, for what runs beside it (an `MTPDrafter`). The
         session owns it: close what reads it before `close()`."""
         if self._context is None:
-            raise RuntimeError("the session is closed: its context has been freed")
+            raise ClosedError("the session is closed: its context has been freed")
         return self._context
 
     @property
     def llama_model(self) -> llama_cpp.llama_model_p:
         """The loaded llama.cpp model, to open another context on the same weights (as
         `teacher_forcing` does). Sessions of the same file share it (runtime/llama/shared_models.py):
-        never free it, and free any context made from it before `close()`. Raises RuntimeError
+        never free it, and free any context made from it before `close()`. Raises ClosedError
         once the session is closed."""
         if self._loaded is None:
-            raise RuntimeError("the session is closed: its model has been freed")
+            raise ClosedError("the session is closed: its model has been freed")
         return self._loaded.model
 
     @property
@@ -390,102 +391,135 @@ class Session(Closing):
     def _generate(self, grammar: str | None, params: SamplingParams, max_tokens: int, stop_tokens: Collection[int],
                   should_stop: Callable[[], bool] | None, on_text: Callable[[str], None] | None,
                   audit: bool) -> Completion:
+        """The loop of `generate`: each step appends the tokens the grammar forces, or samples
+        one token from the next logits and appends it, until a stop reason holds."""
+        run = self._start_run(grammar, params, max_tokens, stop_tokens, on_text, audit)
+        reason: StopReason | None = None
+        while reason is None:
+            reason = self._stop_before_step(run, should_stop)
+            if reason is None and not self._append_forced(run):
+                reason = self._sample_step(run)
+        return self._finish_run(run, reason)
+
+    def _start_run(self, grammar: str | None, params: SamplingParams, max_tokens: int, stop_tokens: Collection[int],
+                   on_text: Callable[[str], None] | None, audit: bool) -> _Run:
         if not self._tokens:
             raise ValueError("generate() needs a prompt: eval() some tokens first")
         if self._rng is None:
             self.seed(params.seed)
-        rng = self._rng
-        assert rng is not None  # seeded above
+        assert self._rng is not None  # seeded above
         constraint = self._grammars.get(grammar) if grammar is not None else None
-        stop_set = frozenset(int(t) for t in stop_tokens)
         if constraint is not None:
             constraint.start(list(stop_tokens))
-        timings = Timings()
-        text = TextStream(self.vocab, on_text)
-        verifier = self._verifier if not audit else None
-        start = len(self._tokens)
-        n_forced = n_audited = n_overruled = 0
-        ran_with = self._context.ran_with.copy()
-        started = time.perf_counter()
+        return _Run(constraint=constraint, stop_set=frozenset(int(t) for t in stop_tokens), params=params,
+                    rng=self._rng, verifier=self._verifier if not audit else None, text=TextStream(self.vocab, on_text),
+                    start=len(self._tokens), max_tokens=max_tokens, audit=audit,
+                    ran_with=self._context.ran_with.copy(), started=time.perf_counter())
 
-        reason: StopReason
-        while True:
-            if should_stop is not None and should_stop():
-                reason = "cancelled"
-                break
-            room = min(max_tokens - (len(self._tokens) - start), self.n_ctx - len(self._tokens))
-            if constraint is not None and constraint.is_stopped:
-                reason = "grammar_done"
-                break
-            if room <= 0:
-                reason = "max_tokens" if len(self._tokens) - start >= max_tokens else "context_full"
-                break
-            if constraint is not None and not (stop_set and constraint.is_accepting):
-                tick = time.perf_counter()
-                forced = constraint.forced_tokens()[:1 if audit else room]
-                timings.sample_s += time.perf_counter() - tick
-                if forced and audit:
-                    self._flush()
-                    assert self._logits is not None  # flushed: the logits after the last token
-                    constraint.compute_mask()
-                    n_audited += 1
-                    n_overruled += _overruled(constraint, self._logits)
-                if forced:
-                    if verifier is not None and verifier.active:  # non-speculative decoding would not sample here
-                        verifier.end(timings)
-                    constraint.consume(forced)
-                    self._tokens.extend(forced)
-                    text.feed(forced)
-                    n_forced += len(forced)
-                    continue
-            tick = time.perf_counter()
-            logits = self._next_logits(verifier, room)
-            tock = time.perf_counter()
-            timings.decode_s += tock - tick
-            # sample under the grammar's mask
-            if constraint is None:
-                token = sample(logits, params, rng)
-            else:
-                constraint.compute_mask()
-                if audit:
-                    n_audited += 1
-                    n_overruled += _overruled(constraint, logits)
-                try:
-                    token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, params, rng)
-                except NoAllowedToken:
-                    if not constraint.is_accepting:
-                        raise
-                    reason = "grammar_done"  # complete; only llguidance's own EOS was left
-                    break
-            timings.sample_s += time.perf_counter() - tock
-            # append it (a stop token stays out of the text), follow the drafts, stop
-            stop = token in stop_set
-            if constraint is not None and not stop:
-                constraint.consume([token])
-            self._tokens.append(token)
-            if not stop:
-                text.feed([token])
-            if verifier is not None and verifier.active:
-                after = verifier.follow(token, timings)
-                if after is not None:  # the draft was evaluated in the batch: nothing is pending now
-                    self._n_evaluated += 1
-                    self._logits = after
-            if stop:
-                reason = "stop"
-                break
+    def _room(self, run: _Run) -> int:
+        """Tokens this call may still append: within `max_tokens` and the context."""
+        return min(run.max_tokens - (len(self._tokens) - run.start), self.n_ctx - len(self._tokens))
 
-        if verifier is not None and verifier.active:
-            verifier.end(timings)
-        new_tokens = self._tokens[start:]
-        timings.generate_s = time.perf_counter() - started
+    def _stop_before_step(self, run: _Run, should_stop: Callable[[], bool] | None) -> StopReason | None:
+        """Why the call ends before another step (None: it goes on)."""
+        if should_stop is not None and should_stop():
+            return "cancelled"
+        if run.constraint is not None and run.constraint.is_stopped:
+            return "grammar_done"
+        if self._room(run) <= 0:
+            return "max_tokens" if len(self._tokens) - run.start >= run.max_tokens else "context_full"
+        return None
+
+    def _append_forced(self, run: _Run) -> bool:
+        """Append the tokens the grammar forces here without sampling them (one at a time under
+        audit, counted against the model's raw choice); False when it forces none. Where a stop
+        token may end the turn nothing is forced: the model chooses."""
+        constraint = run.constraint
+        if constraint is None or (run.stop_set and constraint.is_accepting):
+            return False
+        tick = time.perf_counter()
+        forced = constraint.forced_tokens()[:1 if run.audit else self._room(run)]
+        run.timings.sample_s += time.perf_counter() - tick
+        if not forced:
+            return False
+        if run.audit:
+            self._flush()
+            assert self._logits is not None  # flushed: the logits after the last token
+            constraint.compute_mask()
+            run.n_audited += 1
+            run.n_overruled += _overruled(constraint, self._logits)
+        if run.verifier is not None and run.verifier.active:  # non-speculative decoding would not sample here
+            run.verifier.end(run.timings)
+        constraint.consume(forced)
+        self._tokens.extend(forced)
+        run.text.feed(forced)
+        run.n_forced += len(forced)
+        return True
+
+    def _sample_step(self, run: _Run) -> StopReason | None:
+        """Sample one token from the next logits and append it: "stop" for a stop token,
+        "grammar_done" when the grammar is complete and admits no token, None to go on."""
+        tick = time.perf_counter()
+        logits = self._next_logits(run.verifier, self._room(run))
+        tock = time.perf_counter()
+        run.timings.decode_s += tock - tick
+        token = self._sample(run, logits)
+        if token is None:
+            return "grammar_done"  # complete; only llguidance's own EOS was left
+        run.timings.sample_s += time.perf_counter() - tock
+        stop = token in run.stop_set  # a stop token stays out of the text
+        if run.constraint is not None and not stop:
+            run.constraint.consume([token])
+        self._tokens.append(token)
+        if not stop:
+            run.text.feed([token])
+        self._follow_drafts(run, token)
+        return "stop" if stop else None
+
+    def _sample(self, run: _Run, logits: np.ndarray) -> int | None:
+        """A token from `logits` under the grammar's mask; None when the grammar may end and
+        allows no token (llguidance's own EOS was all that was left)."""
+        constraint = run.constraint
+        if constraint is None:
+            return sample(logits, run.params, run.rng)
+        constraint.compute_mask()
+        if run.audit:
+            run.n_audited += 1
+            run.n_overruled += _overruled(constraint, logits)
+        try:
+            token, _ = sample_allowed(logits, constraint.is_allowed, constraint.allowed_mask, run.params, run.rng)
+        except NoAllowedToken:
+            if not constraint.is_accepting:
+                raise
+            return None
+        return token
+
+    def _follow_drafts(self, run: _Run, token: int) -> None:
+        """With a verify batch in flight, check `token` against its drafts: where it is the
+        draft that the batch already evaluated, the batch's next row is the next step's logits
+        and nothing is pending (the session's bookkeeping moves one token on)."""
+        if run.verifier is None or not run.verifier.active:
+            return
+        after = run.verifier.follow(token, run.timings)
+        if after is not None:
+            self._n_evaluated += 1
+            self._logits = after
+
+    def _finish_run(self, run: _Run, reason: StopReason) -> Completion:
+        """End the verify batch in flight, add the call's timings to the session's, and say what was added."""
+        timings = run.timings
+        if run.verifier is not None and run.verifier.active:
+            run.verifier.end(timings)
+        new_tokens = self._tokens[run.start:]
+        timings.generate_s = time.perf_counter() - run.started
         timings.generated_tokens = len(new_tokens)
-        timings.forced_tokens = n_forced
-        timings.threads = self._context.ran_with - ran_with
+        timings.forced_tokens = run.n_forced
+        timings.threads = self._context.ran_with - run.ran_with
         self.timings.add(timings)
         return Completion(
-            tokens=new_tokens, text=text.finish(), stop_reason=reason, n_forced=n_forced,
-            n_audited=n_audited, n_overruled=n_overruled,
-            ended_turn=bool(new_tokens) and new_tokens[-1] in stop_set, timings=timings,
+            tokens=new_tokens, text=run.text.finish(), stop_reason=reason, n_forced=run.n_forced,
+            n_audited=run.n_audited, n_overruled=run.n_overruled,
+            ended_turn=bool(new_tokens) and new_tokens[-1] in run.stop_set, timings=timings,
         )
 
     def _next_logits(self, verifier: Verifier | None, room: int) -> np.ndarray:
@@ -506,19 +540,40 @@ class Session(Closing):
     # ---- lifetime ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the context and release the model; the session is unusable afterwards."""
-        if getattr(self, "_grammars", None) is not None:  # they point into the model's vocabulary
-            self._grammars.clear()
-        verifier = getattr(self, "_verifier", None)
+        """Free the context and release the model; the session is unusable afterwards. Safe to
+        call twice: each part is let go of once, in the order they depend on each other."""
+        self._grammars.clear()  # they point into the model's vocabulary
+        verifier, self._verifier = self._verifier, None
         if verifier is not None:  # its MTP context reads this one's: freed first
             verifier.close()
-            self._verifier = None
-        if getattr(self, "_context", None) is not None:
-            self._context.close()
-            self._context = None  # type: ignore[assignment]  # closed: `context` says so
-        if getattr(self, "_loaded", None) is not None:
-            release(self._loaded)  # freed when no session uses it (or kept idle)
-            self._loaded = None  # type: ignore[assignment]  # closed: `llama_model` says so
+        context, self._context = self._context, None  # type: ignore[assignment]  # closed: `context` says so
+        if context is not None:
+            context.close()
+        loaded, self._loaded = self._loaded, None  # type: ignore[assignment]  # closed: `llama_model` says so
+        if loaded is not None:
+            release(loaded)  # freed when no session uses it (or kept idle)
+
+
+@dataclass
+class _Run:
+    """One `generate` call's state, which its steps share: what bounds and constrains it, where
+    its tokens start, and what it counted (its own `Timings`, added to the session's at the end)."""
+
+    constraint: GrammarConstraint | None
+    stop_set: frozenset[int]
+    params: SamplingParams
+    rng: np.random.Generator
+    verifier: Verifier | None  # None under audit: every step decoded alone
+    text: TextStream
+    start: int  # where this call's tokens start in the context
+    max_tokens: int
+    audit: bool
+    ran_with: Counter[tuple[str, int]]  # the context's thread counts when the call started
+    started: float
+    timings: Timings = field(default_factory=Timings)
+    n_forced: int = 0
+    n_audited: int = 0
+    n_overruled: int = 0
 
 
 def _overruled(constraint: GrammarConstraint, logits: np.ndarray) -> bool:

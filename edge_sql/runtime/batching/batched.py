@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -47,8 +48,9 @@ from dataclasses import dataclass, field
 import llama_cpp
 import numpy as np
 
+from edge_sql.runtime.llama.backend import Closing
 from edge_sql.runtime.llama.batch import TokenBatch, output_flags
-from edge_sql.runtime.llama.context import DecodeListener, LlamaContext, read_sequence_state, write_sequence_state
+from edge_sql.runtime.llama.context import LlamaContext, read_sequence_state, write_sequence_state
 
 DEFAULT_MAX_WAIT_S = 1.0
 DEFAULT_GRACE_S = 0.2     # a tool call against SQLite and the next prompt take milliseconds
@@ -306,27 +308,52 @@ class BatchedDecoder:
         self._batch.close()
 
 
-class SequenceContext(LlamaContext):
+class SequenceContext(Closing):
     """A member of a context the `BatchedDecoder` steps, holding sequence id `seq`: what a
-    `Session` of a group decodes on. Decodes go through the decoder's batches; memory
-    operations wait for no step to run. While the member is idle or waiting, a step may trade
-    its id for another (its memory moves with it, its `tokens` stay), so `seq` is read only
-    under the decoder's lock. The shared context is the group's: `close()` only lets go of it."""
+    `Session` of a group decodes on (a `DecodeContext`, as a `LlamaContext` is). Decodes go
+    through the decoder's batches; memory operations wait for no step to run. While the member
+    is idle or waiting, a step may trade its id for another (its memory moves with it, its
+    `tokens` stay), so `seq` is read only under the decoder's lock. The shared context is the
+    group's: `close()` only lets go of it. No per-decode listeners: the batch a step decodes is
+    every member's (see `DecodeContext`)."""
 
     def __init__(self, decoder: BatchedDecoder, seq: int) -> None:
         base = decoder.context
-        super().__init__(base.ptr, base.loaded, base.options, {}, seq=seq)
+        # the memory operations of one sequence, on the shared context (which it does not own)
+        self._view = LlamaContext(base.ptr, base.loaded, base.options, {}, seq=seq, owned=False)
+        self._view.threads = base.threads  # the group's steps run on the shared context's threads
         self._decoder = decoder
-        decoder.join(self)
-        self.threads = base.threads  # the group's steps run on the shared context's threads
+        self.loaded, self.options = base.loaded, base.options
+        self.n_ctx, self.n_vocab = self._view.n_ctx, self._view.n_vocab
         self._rows: dict[int, np.ndarray] = {}
         self._n_last = 0
         self._decoded_tokens = 0
         self._single_decodes = 0
+        decoder.join(self)
+
+    @property
+    def seq(self) -> int:
+        return self._view.seq
+
+    @seq.setter
+    def seq(self, seq: int) -> None:  # a step traded ids (`BatchedDecoder._trade`)
+        self._view.seq = seq
+
+    @property
+    def tokens(self) -> list[int]:
+        return self._view.tokens
+
+    @property
+    def ran_with(self) -> Counter[tuple[str, int]]:
+        return self._view.ran_with
+
+    @property
+    def n_batch(self) -> int:
+        return self.options.n_batch
 
     def decode(self, tokens: Sequence[int], start: int, *, outputs: str | np.ndarray) -> None:
         flags = output_flags(len(tokens), outputs)
-        self._count_threads(len(tokens))
+        self._view.count_threads(len(tokens))
         self._rows = self._decoder.decode(self, tokens, start, flags)
         self._n_last = len(tokens)
         del self.tokens[start:]
@@ -343,27 +370,24 @@ class SequenceContext(LlamaContext):
     def output_rows(self, n: int) -> np.ndarray:
         return np.stack([self._rows[i] for i in sorted(self._rows)[:n]])
 
-    def add_listener(self, listener: DecodeListener) -> None:
-        raise NotImplementedError("a sequence of a batched context has no per-decode listeners (no MTP drafter)")
-
     def engaged(self) -> AbstractContextManager[None]:
         return self._decoder.engaged(self)
 
     def clear(self) -> None:
         with self._decoder.memory():
-            super().clear()
+            self._view.clear()
 
     def remove_from(self, pos: int) -> bool:
         with self._decoder.memory():
-            return super().remove_from(pos)
+            return self._view.remove_from(pos)
 
     def state(self) -> bytes:
         with self._decoder.memory():
-            return super().state()
+            return self._view.state()
 
     def set_state(self, state: bytes, tokens: Sequence[int]) -> bool:
         with self._decoder.memory():
-            return super().set_state(state, tokens)
+            return self._view.set_state(state, tokens)
 
     def perf_counts(self) -> tuple[int, int]:
         """This sequence's share, as llama.cpp counts a context's (each at least 1)."""
@@ -373,5 +397,4 @@ class SequenceContext(LlamaContext):
         self._decoded_tokens = self._single_decodes = 0
 
     def close(self) -> None:
-        self._listeners = []
-        self._ptr = None
+        self._view.close()  # lets go of the shared context; the group frees it

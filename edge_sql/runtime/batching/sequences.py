@@ -74,6 +74,7 @@ def open_sessions(model_path: str | Path, options: SessionOptions | None = None,
         session = Session(model_path, options, prefix_cache=cache)
         return SessionGroup([session], session.info)
     loaded, context, info = open_model(model_path, options, n_seq=n)
+    assert isinstance(context, LlamaContext)  # open_model makes a context of its own
     decoder = BatchedDecoder(context)
     try:
         sessions = [Session.on_context(SequenceContext(decoder, seq), info, prefix_cache=cache) for seq in range(n)]

@@ -17,12 +17,13 @@ import ctypes
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol
 
 import llama_cpp
 import numpy as np
 
 from edge_sql.convert.llama_log import capture_llama_log as capture_log
-from edge_sql.errors import ModelFileError
+from edge_sql.errors import ClosedError, ModelFileError
 from edge_sql.runtime.llama.backend import Closing, buffer_sizes
 from edge_sql.runtime.llama.batch import TokenBatch
 from edge_sql.runtime.llama.shared_models import LoadedModel
@@ -31,6 +32,44 @@ from edge_sql.runtime.llama.threads import STEP_TOKENS, ThreadGovernor
 from edge_sql.runtime.options import SessionOptions
 
 DecodeListener = Callable[[np.ndarray, int], None]
+
+
+class DecodeContext(Protocol):
+    """What a `Session` and its `Verifier` decode on: a llama.cpp context of their own
+    (`LlamaContext`) or one sequence of a batched one (`SequenceContext`,
+    runtime/batching/batched.py). Both satisfy it and neither derives from the other.
+
+    Why a protocol and not the sequence as a `LlamaContext`: a `LlamaContext` also offers
+    per-decode listeners and its raw pointer, which an MTP drafter needs to read the hidden
+    states of the context's whole last batch. In a batched context that batch is every
+    sequence's, so a sequence cannot keep that promise; a subclass had to raise where its base
+    works. The session needs only what follows."""
+
+    @property
+    def loaded(self) -> LoadedModel: ...
+    @property
+    def options(self) -> SessionOptions: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def n_batch(self) -> int: ...
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def ran_with(self) -> Counter[tuple[str, int]]: ...
+
+    def decode(self, tokens: Sequence[int], start: int, *, outputs: str | np.ndarray) -> None: ...
+    def logits(self, i: int = -1) -> np.ndarray: ...
+    def engaged(self) -> AbstractContextManager[None]: ...
+    def clear(self) -> None: ...
+    def remove_from(self, pos: int) -> bool: ...
+    def state(self) -> bytes: ...
+    def set_state(self, state: bytes, tokens: Sequence[int]) -> bool: ...
+    def perf_counts(self) -> tuple[int, int]: ...
+    def reset_perf(self) -> None: ...
+    def close(self) -> None: ...
 
 
 def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n_outputs: int = 1,
@@ -98,11 +137,13 @@ def write_sequence_state(ptr: llama_cpp.llama_context_p, seq: int, state: bytes)
 
 class LlamaContext(Closing):
     """A llama.cpp context, or one sequence of it (`seq`: its memory operations touch that
-    sequence only); made by `create_context`, freed by `close()`."""
+    sequence only); made by `create_context`, freed by `close()` (`owned=False`: a view of a
+    context freed elsewhere, which `close()` only lets go of)."""
 
     def __init__(self, ptr: llama_cpp.llama_context_p, loaded: LoadedModel, options: SessionOptions,
-                 buffers: dict[str, int], *, seq: int = 0) -> None:
+                 buffers: dict[str, int], *, seq: int = 0, owned: bool = True) -> None:
         self._ptr: llama_cpp.llama_context_p | None = ptr  # None once freed
+        self._owned = owned
         self.seq = seq
         self.loaded = loaded
         self.options = options
@@ -126,9 +167,9 @@ class LlamaContext(Closing):
 
     @property
     def ptr(self) -> llama_cpp.llama_context_p:
-        """The raw context (for llama.cpp calls this class does not wrap); RuntimeError once freed."""
+        """The raw context (for llama.cpp calls this class does not wrap); ClosedError once freed."""
         if not self._ptr:
-            raise RuntimeError("the context is closed: it has been freed")
+            raise ClosedError("the context is closed: it has been freed")
         return self._ptr
 
     @property
@@ -151,14 +192,15 @@ class LlamaContext(Closing):
         if self._batch is None:
             self._batch = TokenBatch(self.n_batch)
         self._batch.fill(tokens, start, outputs=outputs)
-        self._count_threads(len(tokens))
+        self.count_threads(len(tokens))
         self._batch.decode(self.ptr, self.threads)
         del self.tokens[start:]
         self.tokens.extend(int(t) for t in tokens)
         for listener in list(self._listeners):
             listener(self._batch.tokens, start)
 
-    def _count_threads(self, n_tokens: int) -> None:
+    def count_threads(self, n_tokens: int) -> None:
+        """Count `n_tokens` decoded with the governor's thread count now (`ran_with`)."""
         phase = "decode" if n_tokens <= STEP_TOKENS else "prefill"
         self.ran_with[phase, self.threads.count] += n_tokens
 
@@ -240,6 +282,6 @@ class LlamaContext(Closing):
         if batch is not None:
             batch.close()
             self._batch = None
-        if getattr(self, "_ptr", None):
+        if getattr(self, "_ptr", None) and self._owned:
             llama_cpp.llama_free(self._ptr)
-            self._ptr = None
+        self._ptr = None

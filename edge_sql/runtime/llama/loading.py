@@ -10,20 +10,29 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import llama_cpp
 
 from edge_sql.convert.gguf_file import GGUFFile, validate_gguf
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime.llama.backend import buffer_sizes, default_threads, gpu_backend_name, init_backend, repack_is_safe
-from edge_sql.runtime.llama.context import LlamaContext, create_context
+from edge_sql.runtime.llama.context import DecodeContext, create_context
 from edge_sql.runtime.llama.shared_models import LoadedModel, acquire, release
 from edge_sql.runtime.options import DEFAULT_UBATCH, SessionOptions, check_episodes_at_once, uses_mtp
 from edge_sql.runtime.records import SessionInfo
 
 
-def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 1) -> tuple[
-        LoadedModel, LlamaContext, SessionInfo]:
+class OpenedModel(NamedTuple):
+    """What a session runs on: a reference to the shared model, a context on it (or one sequence
+    of a batched one, runtime/batching/), and the info that describes both."""
+
+    loaded: LoadedModel
+    context: DecodeContext  # `open_model`'s: a `LlamaContext` of its own
+    info: SessionInfo
+
+
+def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 1) -> OpenedModel:
     """The shared model for `model_path`, a context on it made from the resolved `options`
     (`context.options`), and the info that describes both. ValueError / EdgeSqlError for
     options that cannot work, before loading; ModelFileError when llama.cpp fails. `n_seq`
@@ -70,7 +79,7 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
         speculate=options.speculate, draft_max=options.draft_max,
         rollback=("kv+n_rs_seq" if recurrent else "kv") if options.draft_max else "", n_seq=n_seq,
     )
-    return loaded, context, info
+    return OpenedModel(loaded, context, info)
 
 
 def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> SessionOptions:

@@ -38,9 +38,9 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from edge_sql.convert.gguf_file import validate_gguf
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import ClosedError, EdgeSqlError
 from edge_sql.runtime.llama.backend import Closing
-from edge_sql.runtime.llama.context import LlamaContext, create_context
+from edge_sql.runtime.llama.context import DecodeContext, LlamaContext, create_context
 from edge_sql.runtime.records import DraftCounts
 
 
@@ -72,13 +72,16 @@ class MTPDrafter(Closing):
     # and 2-token drafts at about 55% (benchmarks/results/mtp.md).
     max_k = 2
 
-    def __init__(self, target: LlamaContext, *, p_min: float = 0.0) -> None:
+    def __init__(self, target: DecodeContext, *, p_min: float = 0.0) -> None:
         """`p_min`: stop a draft at the first token the head gives less than this probability
         (llama-server's `--draft-p-min`; 0 never stops). Each step costs about a third of a
         decode on the 2B shape, so a step that will likely be rejected is a loss."""
         if not 0.0 <= p_min <= 1.0:
             raise ValueError(f"p_min must lie in 0..1, got {p_min}")
         self.p_min = p_min
+        if not isinstance(target, LlamaContext):  # a sequence of a batched context (see DecodeContext)
+            raise EdgeSqlError("an MTP drafter needs a context of its own: a sequence of a batched context "
+                               "shares its batches' hidden states with the other sequences")
         if not target.options.mtp:  # resolved options: the head was loaded
             if validate_gguf(target.loaded.path).mtp_layers:
                 raise EdgeSqlError("the session did not load the MTP head: make it with Session(..., mtp=True)")
@@ -241,7 +244,7 @@ class MTPDrafter(Closing):
             self._target.remove_listener(self._mirror)
             try:
                 llama_cpp_ext.llama_set_embeddings_nextn(self._target.ptr, False, False)
-            except RuntimeError:
+            except ClosedError:
                 pass  # the target is already closed
             llama_cpp.llama_batch_ext_free(self._batch)
             self._context.close()

@@ -42,7 +42,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edge_sql.runtime.llama.context import LlamaContext
+from edge_sql.runtime.llama.context import DecodeContext
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX, SessionOptions, uses_mtp
 from edge_sql.runtime.records import MTP_PREFIX, DraftCounts, Timings, buffer_role
 from edge_sql.runtime.speculation.lookup import LookupDrafter
@@ -181,7 +181,7 @@ class Verifier:
     drafter's context reads the target's: freed before it).
     """
 
-    def __init__(self, context: LlamaContext, speculator: Speculator, draft_max: int,
+    def __init__(self, context: DecodeContext, speculator: Speculator, draft_max: int,
                  owned: Sequence[MTPDrafter] = ()) -> None:
         self._context = context
         self.speculator = speculator
@@ -259,7 +259,7 @@ class Verifier:
         self._owned = []
 
 
-def make_verifier(options: SessionOptions, target: LlamaContext) -> Verifier | None:
+def make_verifier(options: SessionOptions, target: DecodeContext) -> Verifier | None:
     """The drafters behind `options.speculate` (resolved: "off" when no draft fits), in a
     speculator and verifier for `target`; None when speculation is off.
 
