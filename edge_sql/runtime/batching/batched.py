@@ -351,6 +351,20 @@ class SequenceContext(Closing):
     def n_batch(self) -> int:
         return self.options.n_batch
 
+    @property
+    def ptr(self) -> llama_cpp.llama_context_p:
+        """The shared context's raw pointer, for llama.cpp calls on sequence `seq` (ClosedError once let go of)."""
+        return self._view.ptr
+
+    @property
+    def n_rs_seq(self) -> int:
+        return self._view.n_rs_seq
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """First and last position this sequence's memory holds ((-1, -1) when empty)."""
+        return self._view.span
+
     def decode(self, tokens: Sequence[int], start: int, *, outputs: str | np.ndarray) -> None:
         flags = output_flags(len(tokens), outputs)
         self._view.count_threads(len(tokens))
