@@ -240,16 +240,17 @@ def test_the_majority_result_set_wins(chinook):
     assert (vote["k"], vote["voters"], vote["agreed"], vote["chosen"], vote["agreement"]) == (7, 5, 3, 2, 0.6)
     assert voted.sql == results[2].sql and voted.stats.to_json()["rounds"] == 1
     assert results[2].stats.vote is None  # the inputs are left as they were
-    assert agreement_line(vote) == "3 of 7 episodes agreed (2 without an answer that runs)"
+    assert agreement_line(voted.stats.vote) == "3 of 7 episodes agreed (2 without an answer that runs)"
 
 
 def test_a_tie_goes_to_the_fewest_failed_queries_then_the_first(chinook):
     tie = [episode("SELECT 1", failed=2), episode("SELECT 2", failed=1), episode("SELECT 1"), episode("SELECT 2")]
     assert choose(tie, chinook).stats.to_json()["vote"]["chosen"] == 2  # groups of 2 and 2: episode 2 has no failure
     first = [episode("SELECT 1", failed=1), episode("SELECT 2", failed=1), episode("SELECT 3", failed=1)]
-    vote = choose(first, chinook).stats.to_json()["vote"]
+    chosen = choose(first, chinook)
+    vote = chosen.stats.to_json()["vote"]
     assert (vote["chosen"], vote["agreed"], vote["agreement"]) == (0, 1, round(1 / 3, 4))
-    assert agreement_line(vote) == "1 of 3 episodes agreed"
+    assert agreement_line(chosen.stats.vote) == "1 of 3 episodes agreed"
     assert failed_queries(first[0]) == 1
 
 
@@ -261,7 +262,7 @@ def test_episodes_without_an_answer_do_not_vote(chinook):
     assert nobody.sql is None
     none = nobody.stats.to_json()["vote"]
     assert (none["chosen"], none["voters"], none["agreement"]) == (0, 0, 0.0)
-    assert agreement_line(none) == "0 of 2 episodes agreed (2 without an answer that runs)"
+    assert agreement_line(nobody.stats.vote) == "0 of 2 episodes agreed (2 without an answer that runs)"
 
 
 def test_a_vote_needs_sampled_episodes(pooled, chinook_db):
