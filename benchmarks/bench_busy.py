@@ -81,7 +81,7 @@ def child(cfg: dict) -> dict:
             out["episode_tok_s"] = round(session.timings.generated_tokens / session.timings.generate_s, 2)
             out["episode_tokens"] = session.timings.generated_tokens
             out["episode_sql"] = result.sql
-            out["episode_threads"] = result.stats.get("threads")
+            out["episode_threads"] = result.stats.to_json().get("threads")
     return out
 
 

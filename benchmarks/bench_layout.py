@@ -52,8 +52,8 @@ def audit(model: Path, *, seeds: list[int], budget: Budget, threads: int) -> dic
                     with ReadOnlyDatabase(DATA / db / f"{db}.sqlite") as database:
                         result = run_episode(session, Toolbox(database), question, prompt=prompt, budget=budget,
                                              params=SamplingParams(seed=max(seed, 0), greedy=seed < 0), audit=True)
-                    totals[layout]["steps"] += result.stats["grammar_steps_audited"]
-                    totals[layout]["overruled"] += result.stats["grammar_overruled"]
+                    totals[layout]["steps"] += result.stats.to_json()["grammar_steps_audited"]
+                    totals[layout]["overruled"] += result.stats.to_json()["grammar_overruled"]
                     totals[layout]["episodes"] += 1
     return totals
 

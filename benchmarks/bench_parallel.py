@@ -88,8 +88,8 @@ def replay(model: Path, n: int, episodes: int, threads: int, n_ctx: int, same: b
                     assert completion.tokens == ids and not local.queue, "the replay must append the published tokens"
                 with lock:
                     walls.append(time.perf_counter() - tick)
-                    tokens["prompt"] += session.prompt_tokens_evaluated
-                    tokens["generated"] += session.generated_tokens
+                    tokens["prompt"] += session.timings.prompt_tokens
+                    tokens["generated"] += session.timings.generated_tokens
 
         started = time.perf_counter()
         pool = [threading.Thread(target=worker, args=(s,)) for s in group]

@@ -76,7 +76,7 @@ def main() -> None:
         tick = time.perf_counter()
         results = agent.ask_many(questions, CHINOOK, seed=0)
         wall = time.perf_counter() - tick
-    generated = [r.stats.get("generated_tokens") for r in results]
+    generated = [r.stats.to_json().get("generated_tokens") for r in results]
     passes = sum(entry[3] for entry in log)
     print(json.dumps({"parallel": args.parallel, "wall_s": round(wall, 1), "generated": generated,
                       "total_generated": sum(g or 0 for g in generated), "batched_steps": len(log),

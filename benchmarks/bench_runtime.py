@@ -119,8 +119,8 @@ def child_transcript(model: str, cfg: dict) -> dict:
         rounds = [dict(round=r.index, calls=len(r.calls), tools=", ".join(c.tool for c in r.calls)) for r in result.rounds]
         return dict(
             transcript_tokens=session.n_past,
-            prompt_tokens_evaluated=session.prompt_tokens_evaluated,
-            generated_tokens=session.generated_tokens,
+            prompt_tokens_evaluated=session.timings.prompt_tokens,
+            generated_tokens=session.timings.generated_tokens,
             forced_tokens=session.timings.forced_tokens,
             decoded_by_llama=batched + single,
             decoded_by_session=session.decoded_tokens,

@@ -59,7 +59,7 @@ def direct(agent: Agent, db: Path, question: str, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     result = agent.ask(question, db, seed=seed)
     wall = time.perf_counter() - started
-    return {"wall": wall, "episode": result.stats["wall_s"], "json": result.to_json(transcript=False)}
+    return {"wall": wall, "episode": result.stats.to_json()["wall_s"], "json": result.to_json(transcript=False)}
 
 
 def http_json(port: int, question: str, seed: int) -> dict[str, Any]:

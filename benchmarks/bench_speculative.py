@@ -243,7 +243,7 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
                     timing[mode]["generate_s"] += session.timings.generate_s
                     timing[mode]["decode_s"] += session.timings.decode_s
                     timing[mode]["tokens"] += session.timings.generated_tokens
-                    timing[mode]["wall_s"] += result.stats["wall_s"]
+                    timing[mode]["wall_s"] += result.stats.to_json()["wall_s"]
                 result, tokens, spans = results["lookup"]
                 identical &= tokens == results["off"][1] == results["auto"][1]
                 kinds = token_kinds(spec, tokens, spans, result.forced)

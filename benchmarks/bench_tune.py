@@ -88,7 +88,7 @@ def child_ttft(model: str, extra: dict) -> dict:
         session.eval(prefix + own)
         session.generate(params=SamplingParams(seed=0), max_tokens=1)
         rows.append({"question": question, "ttft_s": time.perf_counter() - tick,
-                     "restored": session.prefix_tokens_restored, "evaluated": session.prompt_tokens_evaluated})
+                     "restored": session.timings.restored_tokens, "evaluated": session.timings.prompt_tokens})
     return {"load_s": load_s, "rows": rows, "peak_rss": _peak(), "buffer_bytes": session.info.buffer_bytes,
             "file_bytes": session.info.model_bytes, "settings": session.info.settings}
 

@@ -49,7 +49,7 @@ def vote_row(agent: Agent, question: str, k: int, seed: int, mode: str) -> dict:
     tick = time.perf_counter()
     result = agent._vote(question, CHINOOK, k, evidence=None, seed=seed, greedy=False, should_stop=None,
                          **MODES[mode])
-    vote = result.stats["vote"]
+    vote = result.stats.to_json()["vote"]
     return {"k": k, "mode": mode, "wall_s": round(time.perf_counter() - tick, 2),
             "prompt_tokens": vote["prompt_tokens_evaluated"], "finished": vote["finished"], "agreed": vote["agreed"],
             "voters": vote["voters"], "rows": sorted(map(repr, map(tuple, result.rows)))[:20]}
@@ -64,8 +64,8 @@ def shape_bench(args: argparse.Namespace, agent: Agent) -> dict:
     one_s = time.perf_counter() - tick
     options = agent.sessions[0].options
     rates = {w: round(decode_rate(agent.model_path, options, w), 2) for w in sorted({1, *args.k})}
-    print(json.dumps({"one_episode_s": round(one_s, 2), "generated": one.stats["generated_tokens"],
-                      "prompt_tokens": one.stats["prompt_tokens_evaluated"], "rates": rates}), flush=True)
+    print(json.dumps({"one_episode_s": round(one_s, 2), "generated": one.stats.to_json()["generated_tokens"],
+                      "prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"], "rates": rates}), flush=True)
     rows = []
     for k in args.k:
         limit = one_s * k * rates[1] / rates[k]
@@ -75,8 +75,8 @@ def shape_bench(args: argparse.Namespace, agent: Agent) -> dict:
                        x_limit=round(row["wall_s"] / limit, 2))
             rows.append(row)
             print(json.dumps(row), flush=True)
-    return {"one_episode_s": round(one_s, 2), "one_generated_tokens": one.stats["generated_tokens"],
-            "one_prompt_tokens": one.stats["prompt_tokens_evaluated"], "rates": rates, "votes": rows}
+    return {"one_episode_s": round(one_s, 2), "one_generated_tokens": one.stats.to_json()["generated_tokens"],
+            "one_prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"], "rates": rates, "votes": rows}
 
 
 def fixture_bench(args: argparse.Namespace, agent: Agent) -> dict:

@@ -160,7 +160,7 @@ def _episode_tokens(model: str, n_gpu_layers: int | None, budget: dict) -> dict:
                              budget=Budget(**budget))
         return {"tokens": list(session.tokens), "backend": session.info.backend, "sql": result.sql,
                 "stop": result.stop, "rounds": len(result.rounds),
-                "calls": sum(len(r.calls) for r in result.rounds), "generated": session.generated_tokens}
+                "calls": sum(len(r.calls) for r in result.rounds), "generated": session.timings.generated_tokens}
 
 
 def _logprobs(model: str, n_gpu_layers: int | None, tokens: list[int]):
@@ -253,7 +253,7 @@ def child_parallel(cfg: dict) -> dict:
         wall = time.perf_counter() - tick
         done.set()
         info = agent.info
-    generated = sum(r.stats.get("generated_tokens") or 0 for r in results)
+    generated = sum(r.stats.to_json().get("generated_tokens") or 0 for r in results)
     return {"parallel": cfg["parallel"], "backend": info.backend, "episodes": len(results), "wall_s": round(wall, 2),
             "generated_tokens": generated, "tok_s": round(generated / wall, 1),
             "stops": [r.stop for r in results], "gpu_memory_peak_mib": peak[0] or None}

@@ -27,9 +27,11 @@ from typing import Literal
 
 from edge_sql.agent.budget import Budget, small_model_note
 from edge_sql.agent.checked import abstain, check_episode, join_vote
-from edge_sql.agent.episode import EpisodeEvent, run_episode
+from edge_sql.agent.episode import run_episode
+from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
+from edge_sql.agent.stats import EpisodeStats
 from edge_sql.agent.vote import Tally, choose
 from edge_sql.errors import ClosedError, EdgeSqlError
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
@@ -253,12 +255,12 @@ class Agent:
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
-        the chosen episode's, with `stats["vote"]` (see `agent.vote.choose`; also `seeds`,
+        the chosen episode's, with `stats.vote` (see `agent.vote.choose`; also `seeds`,
         `wall_s` for the whole vote and `prompt_tokens_evaluated` by all its episodes). The
         episodes share their opening: one evaluates it, the others restore its state. As soon
         as the episodes still running cannot change the winning result set, they are stopped
         (`early_stop=False`: every episode runs to its end);
-        `stats["vote"]["finished"]` counts those that did. `on_event` is not called for a vote (K
+        `stats.vote.finished` counts those that did. `on_event` is not called for a vote (K
         episodes' events would interleave). A vote of greedy episodes is refused (ValueError):
         they would all write the same answer. `should_stop` (Ctrl-C, a client's cancel) stops
         every episode of a vote.
@@ -302,8 +304,7 @@ class Agent:
                     prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
                     share_opening=share_opening,
                 )
-                result.stats["llama_settings"] = session.info.settings
-                result.stats["tuning"] = self.tuning
+                result.stats.llama_settings, result.stats.tuning = session.info.settings, self.tuning
             result.checks = check_episode(database, result)  # the session is free again meanwhile
             return result
 
@@ -459,15 +460,17 @@ class Agent:
             if done.is_set():  # those stopped by the decision do not vote
                 results = [r if r is not None and r.stop != "cancelled" else None for r in results]
             result = choose(results, database, max_rows=self.budget.max_result_rows, keys=tally.keys)
-        result.stats["vote"].update(seeds=seeds, wall_s=round(time.perf_counter() - started, 4),
-                                    prompt_tokens_evaluated=sum(r.stats.get("prompt_tokens_evaluated", 0)
-                                                                for r in outcomes if isinstance(r, EpisodeResult)))
+        vote = result.stats.vote
+        assert vote is not None  # choose() set it
+        vote.seeds, vote.wall_s = seeds, round(time.perf_counter() - started, 4)
+        vote.prompt_tokens_evaluated = sum(r.stats.measured.timings.prompt_tokens
+                                           for r in outcomes if isinstance(r, EpisodeResult))
         return result
 
     def _error_result(self, item: Ask, error: BaseException) -> EpisodeResult:
         """What `ask_many` returns for a question that could not be asked."""
         return EpisodeResult(question=item.question, evidence=item.evidence, sql=None, columns=[], rows=[],
-                             truncated=False, forced=False, fallback=False, answer=None, rounds=[], stats={},
+                             truncated=False, forced=False, fallback=False, answer=None, rounds=[], stats=EpisodeStats(),
                              transcript="", stop="error", error=str(error), prompt_version=self.prompt.version)
 
 

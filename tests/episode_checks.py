@@ -70,7 +70,7 @@ def check_each_token_evaluated_once(result: EpisodeResult, session_tokens: int) 
     """Prompt, generated and restored tokens add up to the transcript, which is what the
     session holds: no token is evaluated twice, and restored ones (the shared prompt prefix,
     from a saved state) are not evaluated at all."""
-    stats = result.stats
+    stats = result.stats.to_json()
     restored = stats["prefix_tokens_restored"]
     assert restored >= 0
     assert stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + restored == stats["transcript_tokens"]

@@ -23,7 +23,8 @@ from edge_sql.agent.grammar import (
 from edge_sql.agent.parsing import TurnParseError
 from edge_sql.agent.prompt import DEFAULT_PROMPT_FILE
 from edge_sql.agent.result import CallRecord, EpisodeResult
-from edge_sql.runtime import Session
+from edge_sql.agent.stats import EpisodeFigures, EpisodeStats
+from edge_sql.runtime import Session, Timings
 from edge_sql.tools import TOOL_SPECS
 
 # ---- the prompt template ---------------------------------------------------------------------
@@ -481,9 +482,17 @@ def test_table_and_call_lines():
     assert call_line(err).startswith("  err run_query(sql=\"SELECT nope\")") and "error: no such column" in call_line(err)
 
 
+def figures(*, rounds: int, calls: int = 0, wall_s: float = 0.0, generated_tokens: int = 0,
+            decode_tok_s: float = 0.0) -> EpisodeStats:
+    """An answer's stats with these figures (the decode rate from tokens over seconds)."""
+    timings = Timings(generated_tokens=generated_tokens,
+                      generate_s=generated_tokens / decode_tok_s if decode_tok_s else 0.0)
+    return EpisodeStats(EpisodeFigures(timings=timings, rounds=rounds, calls=calls, wall_s=wall_s))
+
+
 def test_answer_text_marks_forced_and_fallback():
     result = EpisodeResult(question="q", evidence=None, sql="SELECT 1", columns=["1"], rows=[[1]], truncated=False,
-                           forced=True, fallback=True, answer="SELECT nope", rounds=[], stats={"rounds": 6},
+                           forced=True, fallback=True, answer="SELECT nope", rounds=[], stats=figures(rounds=6),
                            transcript="", stop="final_answer", force_reason="max_rounds")
     text = answer_text(result)
     assert "forced final answer: tool rounds used up" in text and "fallback" in text and "SQL: SELECT 1" in text
@@ -493,7 +502,7 @@ def test_answer_text_marks_forced_and_fallback():
 def test_answer_text_without_an_answer_shows_the_failing_sql_and_the_stats():
     result = EpisodeResult(question="q", evidence=None, sql=None, columns=[], rows=[], truncated=False,
                            forced=True, fallback=False, answer="SELECT * FROM <", rounds=[],
-                           stats={"rounds": 3, "calls": 7, "wall_s": 4.25, "generated_tokens": 96, "decode_tok_s": 20.0},
+                           stats=figures(rounds=3, calls=7, wall_s=4.25, generated_tokens=96, decode_tok_s=20.0),
                            transcript="", stop="final_answer", force_reason="max_rounds",
                            error='the answer failed to run: near "<": syntax error')
     lines = answer_text(result).splitlines()
@@ -512,7 +521,7 @@ def test_counts_of_one_are_singular():
     """`1 round, 1 call`, not `1 rounds, 1 calls` (issue 40)."""
     result = EpisodeResult(question="q", evidence=None, sql="SELECT 1", columns=["1"], rows=[[1]], truncated=False,
                            forced=False, fallback=False, answer="SELECT 1", rounds=[],
-                           stats={"rounds": 1, "calls": 1, "wall_s": 1.0, "generated_tokens": 1, "decode_tok_s": 2.0},
+                           stats=figures(rounds=1, calls=1, wall_s=1.0, generated_tokens=1, decode_tok_s=2.0),
                            transcript="", stop="submitted")
     assert answer_text(result).splitlines()[-1] == "(1 row; 1 round, 1 call; 1.0 s; 1 token generated at 2.0 tok/s)"
     listed = CallRecord("list_tables", {}, True, "Album\n")

@@ -41,14 +41,14 @@ def test_one_load_answers_several_questions(agent, tiny_gguf_fast, chinook_db, n
         data = result.to_json()
         assert FIELDS <= set(data)
         assert result.rounds and all(call.tool for r in result.rounds for call in r.calls)
-        stats = result.stats
+        stats = result.stats.to_json()
         assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
                                               + stats["prefix_tokens_restored"])
     # the shared prompt prefix is evaluated for the first question only, then restored
-    assert results[0].stats["prefix_tokens_restored"] in (0, results[1].stats["prefix_tokens_restored"])
-    assert results[1].stats["prefix_tokens_restored"] == results[2].stats["prefix_tokens_restored"] > 100
-    assert results[0].stats["tuning"] == "off"  # tune=False: safe defaults, named in the stats
-    assert results[0].stats["llama_settings"] == "flash_attn=auto n_ubatch=256 n_threads=1 repack=off gpu_layers=0"
+    assert results[0].stats.to_json()["prefix_tokens_restored"] in (0, results[1].stats.to_json()["prefix_tokens_restored"])
+    assert results[1].stats.to_json()["prefix_tokens_restored"] == results[2].stats.to_json()["prefix_tokens_restored"] > 100
+    assert results[0].stats.to_json()["tuning"] == "off"  # tune=False: safe defaults, named in the stats
+    assert results[0].stats.to_json()["llama_settings"] == "flash_attn=auto n_ubatch=256 n_threads=1 repack=off gpu_layers=0"
     assert "How many orders were shipped to France?, evidence: France is a country<|im_end|>" in results[1].transcript
     assert results[0].question == "How many albums are there?"
 
@@ -71,7 +71,7 @@ def test_two_threads_get_their_own_results(agent, chinook_db, northwind_db):
 
     def work(name: str) -> None:
         question, db, seed = jobs[name]
-        got[name] = agent.ask(question, db, seed=seed, on_event=lambda e: events.append((name, e.kind)))
+        got[name] = agent.ask(question, db, seed=seed, on_event=lambda e: events.append((name, type(e).__name__)))
 
     threads = [threading.Thread(target=work, args=(name,)) for name in jobs]
     for thread in threads:

@@ -202,7 +202,7 @@ def test_lookup_speculation_per_sequence_keeps_the_lone_completions(tiny_gguf: P
     with open_sessions(tiny_gguf, n=3, n_ctx=512, n_threads=1, speculate="lookup") as group:
         got = _all_at_once([lambda s=s, p=p: _completion(s, p, n=40) for s, p in zip(group, prompts)])
         drafted = sum(s.timings.draft_tokens for s in group.sessions)
-        rolled_back = sum(s.draft_tokens_rolled_back for s in group.sessions)
+        rolled_back = sum(s.timings.rolled_back_tokens for s in group.sessions)
     assert got == expected
     assert drafted > 0, "no drafts were verified: the test did not exercise speculation"
     print(f"drafted {drafted}, rolled back {rolled_back}")

@@ -282,11 +282,12 @@ def test_the_python_api_checks_a_path(chinook_db: Path) -> None:
 
 def voted(agreed: int, k: int, chinook: ReadOnlyDatabase):
     from edge_sql.agent.result import EpisodeResult
+    from edge_sql.agent.stats import EpisodeStats, VoteStats
 
     sql = "SELECT count(*) FROM Album"
     result = EpisodeResult(question="How many albums?", evidence=None, sql=sql, columns=["count(*)"], rows=[[347]],
-                           truncated=False, forced=False, fallback=False, answer=sql, rounds=[], stats={
-                               "vote": {"k": k, "agreed": agreed, "voters": k, "chosen": 0, "agreement": agreed / k}},
+                           truncated=False, forced=False, fallback=False, answer=sql, rounds=[], stats=EpisodeStats(
+                               vote=VoteStats(k=k, agreed=agreed, voters=k, chosen=0, agreement=agreed / k, finished=k)),
                            transcript="", stop="submitted")
     result.checks = check_sql(chinook, sql)
     return result

@@ -109,7 +109,7 @@ def test_every_episode_ends_within_its_budget(episodes):
         result, budget = run.result, run.budget
         assert result.stop in ("submitted", "final_answer"), (run, result.error)
         assert result.error is None or "did not follow" not in result.error
-        assert result.stats["transcript_tokens"] <= min(budget.max_tokens, 2048)
+        assert result.stats.to_json()["transcript_tokens"] <= min(budget.max_tokens, 2048)
         assert 1 <= len(result.rounds) <= budget.max_rounds
         assert all(1 <= len(r.calls) <= budget.max_calls_per_turn for r in result.rounds)
         assert result.forced == (result.stop == "final_answer")
@@ -126,10 +126,10 @@ def test_every_episode_ends_within_its_budget(episodes):
 def test_the_loop_exits_are_all_exercised(episodes):
     runs = episodes["runs"]
     exits = Counter(run.result.force_reason or run.result.stop for run in runs)
-    decode = sorted(run.result.stats["decode_tok_s"] for run in runs)
+    decode = sorted(run.result.stats.to_json()["decode_tok_s"] for run in runs)
     print(f"\n{len(runs)} episodes, exits {dict(exits)}, forced {sum(r.result.forced for r in runs)}, "
-          f"rounds {sum(len(r.result.rounds) for r in runs)}, calls {sum(r.result.stats['calls'] for r in runs)}, "
-          f"generated {sum(r.result.stats['generated_tokens'] for r in runs)} tokens, "
+          f"rounds {sum(len(r.result.rounds) for r in runs)}, calls {sum(r.result.stats.to_json()['calls'] for r in runs)}, "
+          f"generated {sum(r.result.stats.to_json()['generated_tokens'] for r in runs)} tokens, "
           f"median decode {decode[len(decode) // 2]:.1f} tok/s")
     assert exits["submitted"] > 0
     assert exits["max_rounds"] > 0
@@ -152,7 +152,7 @@ def test_budget_lines_count_down(episodes):
 def test_each_token_is_evaluated_once(episodes):
     multi_round = 0
     for run in episodes["runs"]:
-        stats = run.result.stats
+        stats = run.result.stats.to_json()
         check_each_token_evaluated_once(run.result, run.session_tokens)  # and the session's own count
         assert run.session_text_matches  # the context's tokens spell the transcript exactly
         assert stats["decode_tok_s"] > 0 and stats["wall_s"] > 0

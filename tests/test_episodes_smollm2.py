@@ -87,7 +87,7 @@ def test_failed_queries_force_the_final_turn(episodes):
 
 def test_each_token_is_evaluated_once_with_a_real_model(episodes):
     for result, n_past, retokenized in episodes:
-        stats = result.stats
+        stats = result.stats.to_json()
         assert (stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + stats["prefix_tokens_restored"]
                 == stats["transcript_tokens"] == n_past)
         assert len(result.rounds) >= 2
@@ -108,7 +108,7 @@ def test_results_too_long_for_the_context_are_cut_and_the_answer_forced(smollm2_
     with Session(smollm2_gguf, n_ctx=2048, n_threads=1) as session, ReadOnlyDatabase(path) as db:
         result = run_episode(session, Toolbox(db), "How many rows does the Album table have?",
                              params=SamplingParams(greedy=True), budget=Budget(**BUDGET))
-        assert result.stats["transcript_tokens"] == session.n_past <= 2048
+        assert result.stats.to_json()["transcript_tokens"] == session.n_past <= 2048
     assert result.forced and result.force_reason == "context"
     assert PROMPT.results_cut_note in result.transcript
     long_outputs = [c for r in result.rounds for c in r.calls if len(c.output) > 5000]

@@ -113,7 +113,7 @@ def test_every_turn_parses_and_each_token_is_evaluated_once(episodes):
         assert run.session_text_matches
         result = run.result
         assert result.stop in ("submitted", "final_answer"), result.error
-        assert result.stats["transcript_tokens"] <= N_CTX
+        assert result.stats.to_json()["transcript_tokens"] <= N_CTX
         assert 1 <= len(result.rounds) <= run.budget.max_rounds
 
 

@@ -21,7 +21,9 @@ import pytest
 
 import edge_sql
 from edge_sql.agent import Budget
+from edge_sql.agent.events import Answered, RoundStarted
 from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord
+from edge_sql.agent.stats import EpisodeFigures, EpisodeStats
 from edge_sql.agent.vote import STOPPED, Tally, agreement_line, choose, decided, failed_queries
 from edge_sql.api import Ask
 from edge_sql.errors import EdgeSqlError
@@ -76,7 +78,7 @@ def test_identical_greedy_questions_at_once_equal_the_lone_episode(pooled, singl
     assert len(results) == PARALLEL
     for result in results:
         same_episode(result, alone)
-        assert result.stats["generated_tokens"] == alone.stats["generated_tokens"] > 0
+        assert result.stats.to_json()["generated_tokens"] == alone.stats.to_json()["generated_tokens"] > 0
     assert sha256(chinook_db) == before
 
 
@@ -141,7 +143,7 @@ def test_two_threads_ask_at_once(pooled, single, chinook_db, northwind_db):
         first = []
 
         def on_event(event) -> None:
-            if event.kind == "round" and not first:
+            if isinstance(event, RoundStarted) and not first:
                 first.append(event)
                 both_started.wait()
 
@@ -167,10 +169,10 @@ def test_close_waits_for_the_running_asks_and_refuses_new_ones(tiny_gguf_fast, c
     results: list[EpisodeResult] = []
 
     def on_event(event) -> None:
-        if event.kind == "round" and event.round == 1:
+        if isinstance(event, RoundStarted) and event.round == 1:
             started.set()
             closing.wait()  # the episode goes on once close() is being called
-        elif event.kind == "answer":  # the episode's last event, while it holds its session
+        elif isinstance(event, Answered):  # the episode's last event, while it holds its session
             order.append("answer")
 
     def ask() -> None:
@@ -201,7 +203,8 @@ def episode(sql: str | None, failed: int = 0, error: str | None = None) -> Episo
     calls = [CallRecord("run_query", {"sql": "SELECT nope"}, False, "Error: no such column: nope")] * failed
     calls.append(CallRecord("run_query", {"sql": "SELECT 1"}, True, "1"))
     return EpisodeResult(question="q", evidence=None, sql=sql, columns=[], rows=[], truncated=False, forced=False,
-                         fallback=False, answer=sql, rounds=[RoundRecord(1, "", calls)], stats={"rounds": 1},
+                         fallback=False, answer=sql, rounds=[RoundRecord(1, "", calls)],
+                         stats=EpisodeStats(EpisodeFigures(rounds=1)),
                          transcript="", stop="submitted" if sql else "final_answer",
                          error=error if sql is None else None)
 
@@ -227,7 +230,7 @@ def test_the_majority_result_set_wins(chinook):
         episode("SELECT 1 UNION SELECT 2", failed=0),                   # {1, 2}: group 1 has 3
     ]
     voted = choose(results, chinook)
-    vote = voted.stats["vote"]
+    vote = voted.stats.to_json()["vote"]
     assert [e["group"] for e in vote["episodes"]] == [0, 1, 1, None, None, 0, 1]
     assert [e["sql"] for e in vote["episodes"]] == [r.sql for r in results]
     assert [e["failed_queries"] for e in vote["episodes"]] == [0, 1, 0, 0, 0, 0, 0]
@@ -235,30 +238,31 @@ def test_the_majority_result_set_wins(chinook):
     assert vote["episodes"][4]["reason"].startswith("the SQL failed to run: no such table: nowhere")
     # group 1 (3 votes) beats group 0 (2); within it, episode 2 has no failed query and comes before 6
     assert (vote["k"], vote["voters"], vote["agreed"], vote["chosen"], vote["agreement"]) == (7, 5, 3, 2, 0.6)
-    assert voted.sql == results[2].sql and voted.stats["rounds"] == 1
-    assert "vote" not in results[2].stats  # the inputs are left as they were
-    assert agreement_line(vote) == "3 of 7 episodes agreed (2 without an answer that runs)"
+    assert voted.sql == results[2].sql and voted.stats.to_json()["rounds"] == 1
+    assert results[2].stats.vote is None  # the inputs are left as they were
+    assert agreement_line(voted.stats.vote) == "3 of 7 episodes agreed (2 without an answer that runs)"
 
 
 def test_a_tie_goes_to_the_fewest_failed_queries_then_the_first(chinook):
     tie = [episode("SELECT 1", failed=2), episode("SELECT 2", failed=1), episode("SELECT 1"), episode("SELECT 2")]
-    assert choose(tie, chinook).stats["vote"]["chosen"] == 2  # groups of 2 and 2: episode 2 has no failure
+    assert choose(tie, chinook).stats.to_json()["vote"]["chosen"] == 2  # groups of 2 and 2: episode 2 has no failure
     first = [episode("SELECT 1", failed=1), episode("SELECT 2", failed=1), episode("SELECT 3", failed=1)]
-    vote = choose(first, chinook).stats["vote"]
+    chosen = choose(first, chinook)
+    vote = chosen.stats.to_json()["vote"]
     assert (vote["chosen"], vote["agreed"], vote["agreement"]) == (0, 1, round(1 / 3, 4))
-    assert agreement_line(vote) == "1 of 3 episodes agreed"
+    assert agreement_line(chosen.stats.vote) == "1 of 3 episodes agreed"
     assert failed_queries(first[0]) == 1
 
 
 def test_episodes_without_an_answer_do_not_vote(chinook):
     results = [episode(None, failed=3, error="no answer"), episode("SELECT 'x'", failed=4), episode(None)]
-    vote = choose(results, chinook).stats["vote"]
+    vote = choose(results, chinook).stats.to_json()["vote"]
     assert (vote["chosen"], vote["voters"], vote["agreed"], vote["agreement"]) == (1, 1, 1, 1.0)
     nobody = choose([episode(None), episode("SELECT nope")], chinook)
     assert nobody.sql is None
-    none = nobody.stats["vote"]
+    none = nobody.stats.to_json()["vote"]
     assert (none["chosen"], none["voters"], none["agreement"]) == (0, 0, 0.0)
-    assert agreement_line(none) == "0 of 2 episodes agreed (2 without an answer that runs)"
+    assert agreement_line(nobody.stats.vote) == "0 of 2 episodes agreed (2 without an answer that runs)"
 
 
 def test_a_vote_needs_sampled_episodes(pooled, chinook_db):
@@ -291,7 +295,7 @@ def test_the_early_stop_never_changes_the_winner(chinook):
                 continue
             episodes = [episode(LABELS[a]) for a in answers]
             full = choose(episodes, chinook)
-            winner = None if not full.stats["vote"]["voters"] else frozenset(map(tuple, _rows(chinook, full.sql)))
+            winner = None if not full.stats.to_json()["vote"]["voters"] else frozenset(map(tuple, _rows(chinook, full.sql)))
             for order in set(itertools.permutations(range(k))):
                 tally = Tally(k, chinook)
                 finished = [False] * k
@@ -303,7 +307,7 @@ def test_the_early_stop_never_changes_the_winner(chinook):
                     assert all(finished)
                     continue
                 early = choose([e if f else None for e, f in zip(episodes, finished)], chinook, keys=tally.keys)
-                vote = early.stats["vote"]
+                vote = early.stats.to_json()["vote"]
                 assert frozenset(map(tuple, _rows(chinook, early.sql))) == winner, (answers, order)
                 assert vote["finished"] == sum(finished) and vote["k"] == k
                 assert all(e["reason"] == STOPPED for e, f in zip(vote["episodes"], finished) if not f)
@@ -315,7 +319,7 @@ def _rows(db: ReadOnlyDatabase, sql: str) -> list:
 
 def test_the_vote_line_says_how_many_were_stopped(chinook):
     voted = choose([episode("SELECT 1"), None, episode("SELECT 1"), episode(None), episode("SELECT 1")], chinook)
-    assert agreement_line(voted.stats["vote"]) == ("3 of 5 episodes agreed (1 without an answer that runs; "
+    assert agreement_line(voted.stats.vote) == ("3 of 5 episodes agreed (1 without an answer that runs; "
                                                    "1 stopped once the vote was decided)")
 
 
@@ -329,7 +333,7 @@ def test_a_cancel_stops_every_episode_of_a_vote(pooled, chinook_db):
 
     voted = pooled.ask("How many albums?", chinook_db, vote=PARALLEL, seed=5, should_stop=stop)
     assert voted.stop == "cancelled"
-    assert voted.stats["vote"]["finished"] == PARALLEL  # cancelled by the user, not by the vote
+    assert voted.stats.to_json()["vote"]["finished"] == PARALLEL  # cancelled by the user, not by the vote
     assert len(calls) == PARALLEL  # every episode's thread asked
 
 
@@ -358,17 +362,17 @@ def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf,
         episodes = agent.ask_many([Ask(VOTE_QUESTION, seed=VOTE_SEED + i) for i in range(VOTE_K)], chinook_db)
         voted = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED, early_stop=False)
         early = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED)
-    vote = voted.stats["vote"]
+    vote = voted.stats.to_json()["vote"]
     assert vote["finished"] == VOTE_K
     # the opening evaluated once for the K episodes (the prompt's state restored in both runs): the
     # other K - 1 evaluate only the turns that follow
-    alone = sum(r.stats["prompt_tokens_evaluated"] for r in episodes)
+    alone = sum(r.stats.to_json()["prompt_tokens_evaluated"] for r in episodes)
     assert vote["prompt_tokens_evaluated"] < alone
     # stopped once decided: the same winning result set, from the episodes that finished first
     assert frozenset(tuple(row) for row in early.rows) == frozenset(tuple(row) for row in voted.rows)
-    assert early.stats["vote"]["finished"] <= VOTE_K
+    assert early.stats.to_json()["vote"]["finished"] <= VOTE_K
     assert vote["k"] == VOTE_K and vote["seeds"] == [VOTE_SEED + i for i in range(VOTE_K)]
-    assert vote["wall_s"] >= voted.stats["wall_s"] > 0  # the whole vote, and the chosen episode within it
+    assert vote["wall_s"] >= voted.stats.to_json()["wall_s"] > 0  # the whole vote, and the chosen episode within it
     # the stats list every episode's SQL: the same episodes asked one by one
     assert [e["sql"] for e in vote["episodes"]] == [r.sql for r in episodes]
     assert [e["failed_queries"] for e in vote["episodes"]] == [failed_queries(r) for r in episodes]
@@ -400,12 +404,12 @@ def test_a_vote_then_a_single_run_load_each_others_saved_prompt_state(tiny_gguf_
     assert len(states) == 1  # the prompt's, saved by the vote's first episode
     with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, **load) as single:
         alone = single.ask("How many albums?", chinook_db, seed=1)
-    assert alone.stats["prefix_tokens_restored"] > 0
+    assert alone.stats.to_json()["prefix_tokens_restored"] > 0
     states[0].unlink()
     with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, **load) as single:
         single.ask("How many albums?", chinook_db, seed=1)  # saves it again, alone
     with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=3, **load) as voter:
         voted = voter.ask("How many albums?", chinook_db, vote=3, seed=1, early_stop=False)
-    assert voted.stats["prefix_tokens_restored"] >= alone.stats["prefix_tokens_restored"]  # or the whole opening
+    assert voted.stats.to_json()["prefix_tokens_restored"] >= alone.stats.to_json()["prefix_tokens_restored"]  # or the whole opening
     assert not [n for n in notes if "did not load" in n or "ignoring" in n], notes
     assert len(list((tmp_path / "home").rglob("*.state"))) == 1

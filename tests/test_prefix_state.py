@@ -66,20 +66,20 @@ def test_restored_prefix_gives_the_logits_of_a_fresh_evaluation_in_memory_and_fr
         reference = _fresh(tiny_gguf, prefix, own)
 
         first = _cached_run(session, prefix, own)  # evaluated, then saved
-        assert session.prefix_tokens_restored == 0 and session.prompt_tokens_evaluated == len(prefix) + len(own)
+        assert session.timings.restored_tokens == 0 and session.timings.prompt_tokens == len(prefix) + len(own)
         assert len(list(cache.glob("*.state"))) == 1
         _same(first, reference)
 
         second = _cached_run(session, prefix, own)  # restored from memory
-        assert session.prefix_tokens_restored == len(prefix)
-        assert session.prompt_tokens_evaluated == len(own)
+        assert session.timings.restored_tokens == len(prefix)
+        assert session.timings.prompt_tokens == len(own)
         assert session.decoded_tokens == len(own) + 4 - 1  # the last sampled token is still pending
         assert session.n_past == len(prefix) + len(own) + 4
         _same(second, reference)
 
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(cache)) as later:  # a new process would do the same
         from_disk = _cached_run(later, prefix, own)
-        assert later.prefix_tokens_restored == len(prefix)
+        assert later.timings.restored_tokens == len(prefix)
         _same(from_disk, reference)
 
 
@@ -89,7 +89,7 @@ def test_a_different_question_after_the_restored_prefix(tiny_gguf: Path, tmp_pat
         _, other = _opening(session, "Which artist has the most albums?")
         _cached_run(session, prefix, own)
         restored = _cached_run(session, prefix, other)
-        assert session.prefix_tokens_restored == len(prefix)
+        assert session.timings.restored_tokens == len(prefix)
     _same(restored, _fresh(tiny_gguf, prefix, other))
 
 
@@ -101,7 +101,7 @@ def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
         _cached_run(session, prefix, own)
         changed = prefix[:-3] + session.tokenize(" Be brief.") + prefix[-3:]  # another template text
         result = _cached_run(session, changed, own)
-        assert session.prefix_tokens_restored == 0
+        assert session.timings.restored_tokens == 0
     _same(result, _fresh(tiny_gguf, changed, own))
 
     copy = tmp_path / "copy.gguf"  # the same weights in another (newer) file
@@ -110,12 +110,12 @@ def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
     os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     with Session(copy, **ARGS, prefix_cache=PrefixCache(cache)) as other_file:
         _cached_run(other_file, prefix, own)
-        assert other_file.prefix_tokens_restored == 0
+        assert other_file.timings.restored_tokens == 0
 
     for setting in (dict(n_ubatch=64), dict(flash_attn=False), dict(n_ctx=1024)):
         with Session(tiny_gguf, **{**ARGS, **setting}, prefix_cache=PrefixCache(cache)) as other_setting:
             result = _cached_run(other_setting, prefix, own)
-            assert other_setting.prefix_tokens_restored == 0, setting
+            assert other_setting.timings.restored_tokens == 0, setting
         _same(result, _fresh(tiny_gguf, prefix, own, **setting))
     assert len(list(cache.glob("*.state"))) == 6  # one per distinct key
 
@@ -139,12 +139,12 @@ def test_a_corrupt_or_truncated_state_file_is_ignored_with_a_note_and_rebuilt(
     notes: list[str] = []
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path, log=notes.append)) as session:
         result = _cached_run(session, prefix, own)
-        assert session.prefix_tokens_restored == 0
+        assert session.timings.restored_tokens == 0
     _same(result, reference)
     assert len(notes) == 1 and "ignoring the saved prompt state" in notes[0], notes
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path, log=notes.append)) as session:  # rebuilt
         _same(_cached_run(session, prefix, own), reference)
-        assert session.prefix_tokens_restored == len(prefix)
+        assert session.timings.restored_tokens == len(prefix)
     assert len(notes) == 1
 
 
@@ -159,7 +159,7 @@ def test_the_disk_cache_stays_within_its_size(tiny_gguf: Path, tmp_path: Path) -
     assert len(list(tmp_path.glob("*.state"))) == 1  # the older state was evicted
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path)) as session:
         _cached_run(session, newer, own)
-        assert session.prefix_tokens_restored == len(newer)
+        assert session.timings.restored_tokens == len(newer)
 
 
 def test_without_a_declared_prefix_nothing_is_restored(tiny_gguf: Path) -> None:
@@ -168,7 +168,7 @@ def test_without_a_declared_prefix_nothing_is_restored(tiny_gguf: Path) -> None:
         for _ in range(2):
             session.reset()
             session.eval(prefix + own)
-            assert session.prefix_tokens_restored == 0 and session.prompt_tokens_evaluated == len(prefix) + len(own)
+            assert session.timings.restored_tokens == 0 and session.timings.prompt_tokens == len(prefix) + len(own)
 
 
 def test_the_key_hashes_the_options_a_state_depends_on(tmp_path: Path) -> None:
@@ -230,17 +230,17 @@ def test_a_group_and_a_single_session_load_each_others_saved_state(tiny_gguf: Pa
     reference = _fresh(tiny_gguf, prefix, own)
     with open_sessions(tiny_gguf, None, 3, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as group:
         first = _cached_run(group.sessions[2], prefix, own)  # evaluated in sequence 2, saved
-        assert group.sessions[2].prefix_tokens_restored == 0
+        assert group.sessions[2].timings.restored_tokens == 0
     (saved,) = states.glob("*.state")
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as single:
         from_group = _cached_run(single, prefix, own)
-        assert single.prefix_tokens_restored == len(prefix)
+        assert single.timings.restored_tokens == len(prefix)
     saved.unlink()
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as single:
         _cached_run(single, prefix, own)  # evaluated by a session of its own, saved
     with open_sessions(tiny_gguf, None, 2, **ARGS, prefix_cache=PrefixCache(states, log=notes.append)) as group:
         from_single = [_cached_run(s, prefix, own) for s in group.sessions]
-        assert [s.prefix_tokens_restored for s in group.sessions] == [len(prefix)] * 2
+        assert [s.timings.restored_tokens for s in group.sessions] == [len(prefix)] * 2
     assert notes == [] and len(list(states.glob("*.state"))) == 1
     for result in (first, from_group, *from_single):
         _same(result, reference)
@@ -262,7 +262,7 @@ def test_sessions_starting_together_evaluate_a_shared_opening_once(tiny_gguf: Pa
             session.eval(prefix + own)
             after = session.logits()
             tokens = session.generate(params=SamplingParams(greedy=True), max_tokens=4).tokens
-            runs[i] = (after, tokens, session.prompt_tokens_evaluated, session.prefix_tokens_restored)
+            runs[i] = (after, tokens, session.timings.prompt_tokens, session.timings.restored_tokens)
 
         threads = [threading.Thread(target=episode, args=(i, s)) for i, s in enumerate(group.sessions)]
         for thread in threads:

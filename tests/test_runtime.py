@@ -117,9 +117,9 @@ def test_each_token_is_evaluated_once(session: Session, request: pytest.FixtureR
     transcript = first + one.tokens + second + two.tokens + third
     assert session.tokens == transcript
     assert session.n_past == len(transcript)
-    assert session.prompt_tokens_evaluated == len(first) + len(second) + len(third)
-    assert session.generated_tokens == len(one.tokens) + len(two.tokens)
-    assert session.prompt_tokens_evaluated + session.generated_tokens == session.n_past
+    assert session.timings.prompt_tokens == len(first) + len(second) + len(third)
+    assert session.timings.generated_tokens == len(one.tokens) + len(two.tokens)
+    assert session.timings.prompt_tokens + session.timings.generated_tokens == session.n_past
     # every token went through llama_decode exactly once, by our count and by llama.cpp's
     assert session.decoded_tokens == len(transcript)
     batched, single = session.llama_perf_counts()

@@ -318,7 +318,7 @@ def test_queue_events_withdrawal_and_time_out_on_the_loop(tmp_path: Path) -> Non
     a waiter past the time limit ends in QueueTimeout with Retry-After; counts say so."""
     import asyncio
 
-    from edge_sql.agent.episode import EpisodeEvent
+    from edge_sql.agent.events import RoundStarted
     from edge_sql.errors import Cancelled, EdgeSqlError, QueueTimeout
     from edge_sql.serve.queue import AskQueue, Finished, Position
     from edge_sql.serve.request import AskRequest
@@ -331,7 +331,7 @@ def test_queue_events_withdrawal_and_time_out_on_the_loop(tmp_path: Path) -> Non
     def ask(request, database, post, stopped):
         episode_threads.add(threading.current_thread().name)
         for index in (1, 2, 3):
-            post(EpisodeEvent(kind="round", round=index))
+            post(RoundStarted(round=index))
         release.wait(30)
         raise EdgeSqlError(f"answered {request.question} ({database.table_names()[0]})")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.events import RoundStarted
 from edge_sql.errors import Cancelled, EdgeSqlError
 from edge_sql.serve.queue import AskQueue, Finished, Position
 from edge_sql.serve.request import AskRequest
@@ -38,7 +38,7 @@ def test_two_slots_run_two_jobs_at_once_and_the_third_waits(tmp_path: Path) -> N
         threads[name] = threading.current_thread().name
         if name in "ab":
             met.wait()
-        post(EpisodeEvent(kind="round", round=1))
+        post(RoundStarted(round=1))
         while not released[name].wait(0.01):
             if stopped():
                 raise Cancelled(f"{name} stopped")

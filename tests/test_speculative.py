@@ -164,8 +164,8 @@ def test_rejected_drafts_roll_back_to_a_context_that_never_saw_them(pair) -> Non
     # the drafts are no part of the context; llama.cpp saw them once each, plus every real token once
     transcript = prompt + completion.tokens + tail
     assert spec.tokens == transcript and spec.n_past == len(transcript)
-    assert spec.prompt_tokens_evaluated + spec.generated_tokens == len(transcript)
-    assert spec.draft_tokens_rolled_back == counts.rolled_back
+    assert spec.timings.prompt_tokens + spec.timings.generated_tokens == len(transcript)
+    assert spec.timings.rolled_back_tokens == counts.rolled_back
     assert spec.decoded_tokens == len(transcript) + counts.rolled_back
     batched, single = spec.llama_perf_counts()
     assert batched + single == len(transcript) + counts.rolled_back
@@ -403,22 +403,22 @@ def test_greedy_episodes_are_token_identical_with_lookup(model, request, databas
             assert (result.sql, result.rows, result.stop) == (ref.sql, ref.rows, ref.stop)
             check_turns_parse(result)
             check_each_token_evaluated_once(result, len(tokens))
-            stats = result.stats
-            assert stats["speculate"] == mode and ref.stats["speculate"] == "off"
+            stats = result.stats.to_json()
+            assert stats["speculate"] == mode and ref.stats.to_json()["speculate"] == "off"
             assert stats["draft_tokens"] == stats["draft_tokens_accepted"] + stats["draft_tokens_rolled_back"]
             assert stats["draft_tokens"] == sum(d["drafted"] for d in stats["drafts"].values())
-            assert ref.stats["draft_tokens"] == 0 and ref.stats["drafts"] == {}
+            assert ref.stats.to_json()["draft_tokens"] == 0 and ref.stats.to_json()["drafts"] == {}
             # each token of the transcript evaluated once (or restored), plus the rolled-back drafts;
             # the last token is pending (not yet decoded) without drafts and may have been
             # decoded as an accepted draft with them
             assert decoded - ref_decoded - stats["draft_tokens_rolled_back"] in (0, 1)
-    accepted = sum(r.stats["draft_tokens_accepted"] for r, _, _ in runs["lookup"])
-    generated = sum(r.stats["generated_tokens"] for r, _, _ in runs["lookup"])
+    accepted = sum(r.stats.to_json()["draft_tokens_accepted"] for r, _, _ in runs["lookup"])
+    generated = sum(r.stats.to_json()["generated_tokens"] for r, _, _ in runs["lookup"])
     print(f"\n{model}: lookup accepted {accepted} draft tokens of {generated} generated")
     assert accepted > 0
     if "mtp" in modes:  # the head drafted (its random weights are rarely right: verification decides)
-        assert all(set(r.stats["drafts"]) <= {"mtp"} for r, _, _ in runs["mtp"])
-        assert sum(r.stats["drafts"].get("mtp", {}).get("drafted", 0) for r, _, _ in runs["mtp"]) > 0
+        assert all(set(r.stats.to_json()["drafts"]) <= {"mtp"} for r, _, _ in runs["mtp"])
+        assert sum(r.stats.to_json()["drafts"].get("mtp", {}).get("drafted", 0) for r, _, _ in runs["mtp"]) > 0
 
 
 # ---- the command line and the API ---------------------------------------------------------------
@@ -470,5 +470,5 @@ def test_agent_speculates_when_asked(tiny_trained_gguf, chinook_db) -> None:
                         ) as agent:
         assert agent.info.speculate == "auto" and agent.session.speculator.auto
         result = agent.ask("Show the Name of every row of Artist.", chinook_db, greedy=True)
-    assert result.stats["speculate"] == "auto" and result.stats["draft_tokens"] > 0
-    assert result.stats["drafts"]["lookup"]["accepted"] == result.stats["draft_tokens_accepted"]
+    assert result.stats.to_json()["speculate"] == "auto" and result.stats.to_json()["draft_tokens"] > 0
+    assert result.stats.to_json()["drafts"]["lookup"]["accepted"] == result.stats.to_json()["draft_tokens_accepted"]

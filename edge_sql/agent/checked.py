@@ -27,12 +27,12 @@ def join_vote(result: EpisodeResult) -> None:
     """Add a vote's agreement to the voted answer's checks: the share of all K episodes that
     returned its result (an episode without an answer that runs agrees with none). Half or less
     makes the answer doubtful."""
-    vote, checks = result.stats.get("vote"), result.checks
-    if vote is None or checks is None or not vote.get("k"):
+    vote, checks = result.stats.vote, result.checks
+    if vote is None or checks is None or not vote.k:
         return
-    share = vote["agreed"] / vote["k"]
+    share = vote.agreed / vote.k
     checks.agreement = round(share, 4)
-    message = f"{vote['agreed']} of {vote['k']} episodes agree on this result"
+    message = f"{vote.agreed} of {vote.k} episodes agree on this result"
     checks.add("note" if share > 0.5 else "doubtful", "agreement" if share > 0.5 else "low_agreement", message)
 
 
@@ -42,8 +42,9 @@ def abstain(result: EpisodeResult, below: float) -> EpisodeResult:
     checks = result.checks
     if result.sql is None or checks is None or checks.agreement is None or checks.agreement >= below:
         return result
-    vote = result.stats["vote"]
-    reason = (f"not sure: {vote['agreed']} of {vote['k']} episodes agree on this result "
+    vote = result.stats.vote
+    assert vote is not None  # checks.agreement comes from the vote
+    reason = (f"not sure: {vote.agreed} of {vote.k} episodes agree on this result "
               f"({checks.agreement:.0%}, below {below:.0%})")
     return dataclasses.replace(result, sql=None, columns=[], rows=[], truncated=False, answer=result.sql,
                                stop="abstained", error=reason)

@@ -109,11 +109,12 @@ def answer_text(result: EpisodeResult) -> str:
 
 def stats_line(result: EpisodeResult, head: str) -> str:
     """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`."""
-    stats = result.stats
+    figures = result.stats.measured
+    timings = figures.timings
     return (
-        f"({head}; {plural(stats.get('rounds', 0), 'round')}, {plural(stats.get('calls', 0), 'call')}; "
-        f"{stats.get('wall_s', 0):.1f} s; "
-        f"{plural(stats.get('generated_tokens', 0), 'token')} generated at {stats.get('decode_tok_s', 0):.1f} tok/s"
-        + (f"; {stats['draft_tokens_accepted']} of {stats['draft_tokens']} draft tokens accepted"
-           if stats.get("draft_tokens") else "") + ")"
+        f"({head}; {plural(figures.rounds, 'round')}, {plural(figures.calls, 'call')}; "
+        f"{figures.wall_s:.1f} s; "
+        f"{plural(timings.generated_tokens, 'token')} generated at {figures.decode_tok_s:.1f} tok/s"
+        + (f"; {timings.accepted_draft_tokens} of {timings.draft_tokens} draft tokens accepted"
+           if timings.draft_tokens else "") + ")"
     )

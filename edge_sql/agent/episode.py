@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
 
 from edge_sql.agent.budget import Budget, RoundCounter
+from edge_sql.agent.events import Answered, CallRan, EpisodeEvent, EventHandler, Forced, RoundStarted, Thought, Tokens
 from edge_sql.agent.grammar import (
     MAX_BYTES_PER_CHAR,
     GrammarText,
@@ -37,35 +36,15 @@ from edge_sql.agent.room import (
     final_think_tokens,
     plan_call_segment,
 )
+from edge_sql.agent.stats import EpisodeFigures, EpisodeStats, GrammarAudit
 from edge_sql.agent.transcript import Piece, Transcript
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime import Completion, SamplingParams, Session
 from edge_sql.tools import Toolbox, ToolResult
 
-EventKind = Literal["round", "tokens", "think", "call", "forced", "answer"]
-
 # "tokens" events come at most this often: a 135M model writes 100 tokens a second, and each
 # event crosses threads (serve: an SSE event or an MCP notification)
 PROGRESS_INTERVAL_S = 0.5
-
-
-@dataclass(frozen=True)
-class EpisodeEvent:
-    """Progress of an episode, for streaming: a round starts, the model is writing (tokens), its
-    thinking is written, a call ran, the answer is forced, the episode answered."""
-
-    kind: EventKind
-    round: int
-    call: CallRecord | None = None
-    reason: str | None = None      # "forced": max_rounds, failed_queries or context
-    sql: str | None = None         # "answer": the model's answer
-    text: str | None = None        # "think": the round's think block, before its calls run;
-                                   # "tokens": the text written since the round's last "tokens" event
-    tokens: int | None = None      # "tokens": tokens generated in the episode so far
-    tok_s: float | None = None     # "tokens": their rate while generating
-
-
-EventHandler = Callable[[EpisodeEvent], None]
 
 
 SEGMENT_SLACK = 2  # tokens kept beyond a grammar's worst case (the end-of-turn token)
@@ -161,7 +140,7 @@ class _Episode:
                     break
                 force_reason = self._results_turn()
                 if force_reason is not None:
-                    self._emit(EpisodeEvent("forced", self.counter.rounds, reason=force_reason))
+                    self._emit(Forced(self.counter.rounds, force_reason))
                     answer, error = self._final_turn()
                     stop = "final_answer"
                     break
@@ -170,8 +149,8 @@ class _Episode:
         except _BrokenTurn as exc:
             stop, error = "error", f"a turn did not follow the protocol: {exc}"
         result = self._result(question, evidence, answer, stop, force_reason, error)
-        result.stats.update(self._stats(started))
-        self._emit(EpisodeEvent("answer", self.counter.rounds, sql=result.sql))
+        result.stats = EpisodeStats(figures=self._figures(started))
+        self._emit(Answered(self.counter.rounds, result.sql))
         return result
 
     def _open(self, question: str, evidence: str | None) -> None:
@@ -191,7 +170,7 @@ class _Episode:
         self.rounds.append(record)
         self._raw_calls = []
         self._unsent = []
-        self._emit(EpisodeEvent("round", record.index))
+        self._emit(RoundStarted(record.index))
         bounds = plan_call_segment(self._available(), self.budget, self._first_segment_need, think=True)
         assert bounds is not None, "a tool turn is opened only when it fits"
         completion = self._generate(self._grammar_first(bounds), stop_tokens=())
@@ -199,7 +178,7 @@ class _Episode:
             record.think, call_text = split_think(completion.text, self.chat.think_end, self.chat.after_think)
         except TurnParseError as exc:
             raise _BrokenTurn(str(exc)) from None
-        self._emit(EpisodeEvent("think", record.index, text=record.think))
+        self._emit(Thought(record.index, record.think))
         submitted = self._run_call(record, call_text)
         cap = self.budget.max_calls_per_turn
         while submitted is None:
@@ -239,7 +218,7 @@ class _Episode:
         entry = CallRecord(tool=call.tool, args=call.args, ok=ok, output=output)
         record.calls.append(entry)
         self._raw_calls.append(call.raw)  # echoed in the results as the model wrote it
-        self._emit(EpisodeEvent("call", record.index, call=entry))
+        self._emit(CallRan(record.index, entry))
         return call.args["sql"] if call.tool == "submit_sql" else None
 
     def _results_turn(self) -> str | None:
@@ -381,7 +360,7 @@ class _Episode:
         the episode's generated tokens and rate, at most every PROGRESS_INTERVAL_S (the first at
         once), so a long generation shows that it is alive."""
         session = self.session
-        start, before = session.n_past, session.generated_tokens
+        start, before = session.n_past, session.timings.generated_tokens
         generating_before, started = session.timings.generate_s, time.perf_counter()
 
         def on_text(text: str) -> None:
@@ -393,8 +372,8 @@ class _Episode:
             tokens = before + session.n_past - start
             seconds = generating_before + now - started
             text, self._unsent = "".join(self._unsent), []
-            self._emit(EpisodeEvent("tokens", self.rounds[-1].index, text=text, tokens=tokens,
-                                    tok_s=round(tokens / seconds, 2) if seconds > 0 else 0.0))
+            self._emit(Tokens(self.rounds[-1].index, text, tokens,
+                              round(tokens / seconds, 2) if seconds > 0 else 0.0))
 
         return on_text
 
@@ -433,7 +412,7 @@ class _Episode:
             rows=[list(row) for row in result.rows] if result else [],
             truncated=result.truncated if result else False,
             forced=force_reason is not None, fallback=settled.fallback, answer=answer,
-            rounds=self.rounds, stats={}, transcript=self.transcript.text, stop=stop,
+            rounds=self.rounds, stats=EpisodeStats(), transcript=self.transcript.text, stop=stop,
             error=error if cancelled else settled.error, force_reason=force_reason,
             prompt_version=self.prompt.version,
         )
@@ -441,32 +420,11 @@ class _Episode:
     def _run_answer(self, sql: str) -> ToolResult:
         return self.toolbox.answer(sql, max_rows=self.budget.max_result_rows)
 
-    def _stats(self, started: float) -> dict[str, Any]:
-        timings = self.session.timings
-        return {
-            "prompt_tokens_evaluated": self.session.prompt_tokens_evaluated,
-            "prefix_tokens_restored": self.session.prefix_tokens_restored,
-            "generated_tokens": self.session.generated_tokens,
-            "forced_tokens": timings.forced_tokens,
-            "transcript_tokens": len(self.transcript),
-            "context_tokens": self.session.n_past,
-            "token_budget": self.limit,
-            "rounds": len(self.rounds),
-            "calls": sum(len(r.calls) for r in self.rounds),
-            "wall_s": round(time.perf_counter() - started, 4),
-            "prefill_s": round(timings.prompt_s, 4),
-            "prefill_tok_s": round(timings.prompt_tok_s, 2),
-            "generate_s": round(timings.generate_s, 4),
-            "decode_tok_s": round(timings.decode_tok_s, 2),
-            "tools_s": round(self.tools_s, 4),
-            # speculative decoding: drafts evaluated, accepted (in the transcript, counted in
-            # generated_tokens) and rolled back (evaluated, then removed: in no count above)
-            "speculate": self.session.info.speculate,
-            "draft_tokens": timings.draft_tokens,
-            "draft_tokens_accepted": timings.accepted_draft_tokens,
-            "draft_tokens_rolled_back": timings.rolled_back_tokens,
-            "drafts": {source: counts.to_json() for source, counts in timings.drafts.items()},
-            # tokens per thread count of each phase: fewer than the session's while the machine was busy
-            "threads": timings.threads_json(),
-            **({"grammar_steps_audited": self.audited, "grammar_overruled": self.overruled} if self.audit else {}),
-        }
+    def _figures(self, started: float) -> EpisodeFigures:
+        return EpisodeFigures.of(
+            self.session.timings, transcript_tokens=len(self.transcript), context_tokens=self.session.n_past,
+            token_budget=self.limit, rounds=len(self.rounds), calls=sum(len(r.calls) for r in self.rounds),
+            wall_s=round(time.perf_counter() - started, 4), tools_s=round(self.tools_s, 4),
+            speculate=self.session.info.speculate,
+            audit=GrammarAudit(self.audited, self.overruled) if self.audit else None,
+        )

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edge_sql.agent.stats import EpisodeStats
 from edge_sql.tools import QueryResult, ToolResult
 
 if TYPE_CHECKING:  # the checks (and sqlglot) load only where an answer is checked
@@ -56,7 +57,8 @@ class EpisodeResult:
     """The outcome of one question.
 
     `sql` is the query whose result is returned: the model's answer, or with `fallback` the
-    last query that ran without error. `answer` is what the model itself gave (submit_sql or
+    last query that ran without error. `stats` holds the figures (`agent/stats.py`; its
+    `to_json` is the JSON's `stats`). `answer` is what the model itself gave (submit_sql or
     the forced final turn), even when it failed. `stop` says how the episode ended:
     "submitted", "final_answer", "cancelled" or "error" ("abstained" when a vote agreed too little:
     `answer` is then the voted SQL, `sql` None). `checks` says where each name and value of the
@@ -73,7 +75,7 @@ class EpisodeResult:
     fallback: bool
     answer: str | None
     rounds: list[RoundRecord]
-    stats: dict[str, Any]
+    stats: EpisodeStats
     transcript: str
     stop: str
     error: str | None = None
@@ -102,7 +104,7 @@ class EpisodeResult:
             "force_reason": self.force_reason,
             "error": self.error,
             "rounds": [r.to_json() for r in self.rounds],
-            "stats": dict(self.stats),
+            "stats": self.stats.to_json(),
             "prompt_version": self.prompt_version,
             "checks": self.checks.to_json() if self.checks is not None else None,
         }

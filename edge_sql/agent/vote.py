@@ -13,7 +13,7 @@ episodes of the largest groups (several when they tie), the one with the fewest 
 Stopping early: once the largest group leads every other (and a group not yet seen) by more
 than the episodes still running, none of them can change the winning result set (`decided`), so
 `Agent.ask(..., vote=K)` stops them (`Tally` follows the vote as episodes finish). An episode
-stopped so does not vote; `stats["vote"]["finished"]` counts the others. The
+stopped so does not vote; `stats.vote.finished` counts the others. The
 chosen episode is then the tie-break's among the finished ones of the winning group.
 
 Running the K episodes is the caller's job (`Agent.ask(..., vote=K)` runs them in parallel).
@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 from edge_sql.agent.budget import Budget
 from edge_sql.agent.result import EpisodeResult, result_set
+from edge_sql.agent.stats import VoteEpisode, VoteStats
 from edge_sql.errors import QueryError
 from edge_sql.tools import ReadOnlyDatabase
 
@@ -84,61 +84,56 @@ def choose(results: Sequence[EpisodeResult | None], db: ReadOnlyDatabase, *, max
            keys: dict[str, Hashable | str] | None = None) -> EpisodeResult:
     """The voted answer among `results` (K episodes of one question, in their order; None for one
     stopped once the vote was decided): a copy of the chosen episode's result whose
-    `stats["vote"]` says how the vote went:
-    `k`, `chosen` (its index), `agreed` (episodes in its group), `voters`, `agreement`
-    (agreed / voters; 0.0 with no voter), `finished` (episodes that ran to their end) and
-    `episodes`: for each, its `sql`, `group` (groups numbered in order of first appearance;
-    None: it did not vote), `failed_queries` and, when it did not vote, `reason`. `keys` holds
-    result sets already computed (a `Tally`'s)."""
+    `stats.vote` (`VoteStats`) says how the vote went, with each episode's `VoteEpisode`.
+    `keys` holds result sets already computed (a `Tally`'s)."""
     if not results or all(r is None for r in results):
         raise ValueError("a vote needs at least one episode")
     keys = {} if keys is None else dict(keys)  # one run per distinct SQL
     groups: dict[Hashable, int] = {}
-    episodes: list[dict[str, Any]] = []
+    episodes: list[VoteEpisode] = []
     for result in results:
         if result is None:
-            episodes.append({"sql": None, "group": None, "failed_queries": 0, "reason": STOPPED})
+            episodes.append(VoteEpisode(sql=None, group=None, failed_queries=0, reason=STOPPED))
             continue
-        entry: dict[str, Any] = {"sql": result.sql, "group": None, "failed_queries": failed_queries(result)}
+        entry = VoteEpisode(sql=result.sql, group=None, failed_queries=failed_queries(result))
         if result.sql is None:
-            entry["reason"] = result.error or "no answer"
+            entry.reason = result.error or "no answer"
         else:
             if result.sql not in keys:
                 keys[result.sql] = _result_key(db, result.sql, max_rows)
             key = keys[result.sql]
             if isinstance(key, str):
-                entry["reason"] = key
+                entry.reason = key
             else:
-                entry["group"] = groups.setdefault(key, len(groups))
+                entry.group = groups.setdefault(key, len(groups))
         episodes.append(entry)
-    sizes = [sum(1 for e in episodes if e["group"] == g) for g in range(len(groups))]
+    sizes = [sum(1 for e in episodes if e.group == g) for g in range(len(groups))]
     voters = sum(sizes)
     if voters:
         largest = max(sizes)
-        candidates = [i for i, e in enumerate(episodes) if e["group"] is not None and sizes[e["group"]] == largest]
-        chosen = min(candidates, key=lambda i: (episodes[i]["failed_queries"], i))
+        candidates = [i for i, e in enumerate(episodes) if e.group is not None and sizes[e.group] == largest]
+        chosen = min(candidates, key=lambda i: (episodes[i].failed_queries, i))
         agreed = largest
     else:
         chosen, agreed = next(i for i, r in enumerate(results) if r is not None), 0
     finished = sum(r is not None for r in results)
-    vote = {"k": len(results), "chosen": chosen, "agreed": agreed, "voters": voters,
-            "agreement": round(agreed / voters, 4) if voters else 0.0, "finished": finished, "episodes": episodes}
+    vote = VoteStats(k=len(results), chosen=chosen, agreed=agreed, voters=voters,
+                     agreement=round(agreed / voters, 4) if voters else 0.0, finished=finished, episodes=episodes)
     winner = results[chosen]
     assert winner is not None
-    return dataclasses.replace(winner, stats={**winner.stats, "vote": vote})
+    return dataclasses.replace(winner, stats=dataclasses.replace(winner.stats, vote=vote))
 
 
-def agreement_line(vote: dict[str, Any]) -> str:
+def agreement_line(vote: VoteStats) -> str:
     """`3 of 4 episodes agreed`, with how many did not vote and how many were stopped once the
     vote was decided: what `run --vote` prints."""
-    line = f"{vote['agreed']} of {vote['k']} episodes agreed"
-    finished = vote.get("finished", vote["k"])
+    line = f"{vote.agreed} of {vote.k} episodes agreed"
     notes = []
-    silent = finished - vote["voters"]
+    silent = vote.finished - vote.voters
     if silent:
         notes.append(f"{silent} without an answer that runs")
-    if finished < vote["k"]:
-        notes.append(f"{vote['k'] - finished} stopped once the vote was decided")
+    if vote.finished < vote.k:
+        notes.append(f"{vote.k - vote.finished} stopped once the vote was decided")
     return line + (f" ({'; '.join(notes)})" if notes else "")
 
 

@@ -206,6 +206,7 @@ class EpisodeRunner:
         the chosen SQL is scored, and the wall time runs from the first episode's start to the choice."""
         from edge_sql.agent.checked import join_vote
         from edge_sql.agent.result import EpisodeResult
+        from edge_sql.agent.stats import EpisodeStats
         from edge_sql.agent.vote import choose
         from edge_sql.evaluation.scoring import score_prediction
         from edge_sql.tools import ReadOnlyDatabase
@@ -215,7 +216,7 @@ class EpisodeRunner:
         fields = {"kind": "episode", **key.as_fields(), "db_id": question.db_id, "difficulty": question.difficulty}
         results = [p.result if isinstance(p.result, EpisodeResult) else EpisodeResult(
             question=question.question, evidence=question.evidence, sql=None, columns=[], rows=[], truncated=False,
-            forced=False, fallback=False, answer=None, rounds=[], stats={}, transcript="", stop="error",
+            forced=False, fallback=False, answer=None, rounds=[], stats=EpisodeStats(), transcript="", stop="error",
             error=f"episode failed: {p.result}") for p in pieces]
         if not any(isinstance(p.result, EpisodeResult) for p in pieces):  # none could run: scores 0
             return {**fields, "sql": None, "correct": False, "error": results[0].error,
@@ -223,16 +224,18 @@ class EpisodeRunner:
         with ReadOnlyDatabase(question.db_path) as db:
             chosen = choose(results, db, max_rows=self.budget.max_result_rows)
         join_vote(chosen)
-        vote = chosen.stats["vote"]
-        for piece, episode in zip(pieces, vote["episodes"]):
-            episode.update(seed=task.seed + piece.index, stop=results[piece.index].stop, wall_s=round(piece.wall_s, 4))
+        vote = chosen.stats.vote
+        assert vote is not None  # choose() set it
+        for piece, episode in zip(pieces, vote.episodes):
+            episode.seed, episode.stop = task.seed + piece.index, results[piece.index].stop
+            episode.wall_s = round(piece.wall_s, 4)
         wall_s = time.perf_counter() - min(p.started for p in pieces)
         score = score_prediction(chosen.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
         return {
             **fields, "sql": chosen.sql, "correct": score.correct, "error": score.error, "stop": chosen.stop,
             "forced": chosen.forced, "fallback": chosen.fallback, **_confidence_fields(chosen), "rounds": len(chosen.rounds),
             "calls": sum(len(r.calls) for r in chosen.rounds), "wall_s": wall_s,
-            "vote": {**vote, "seeds": [task.seed + p.index for p in pieces]}, "node": self.node,
+            "vote": dataclasses.replace(vote, seeds=[task.seed + p.index for p in pieces]).to_json(), "node": self.node,
         }
 
     def episode(self, mode: str, question_id: str, *, session: SpanRecorder | None = None,
@@ -271,7 +274,7 @@ class EpisodeRunner:
                     "difficulty": question.difficulty, "sql": None, "correct": False,
                     "error": f"episode failed: {exc}", "episode_error": str(exc), "node": self.node}
         score = score_prediction(result.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
-        timings = session.timings
+        figures = result.stats.measured
         record = {
             "kind": "episode",
             **key.as_fields(),
@@ -286,17 +289,7 @@ class EpisodeRunner:
             **_confidence_fields(result),
             "rounds": len(result.rounds),
             "calls": sum(len(r.calls) for r in result.rounds),
-            "wall_s": result.stats["wall_s"],
-            "prompt_tokens": timings.prompt_tokens,
-            "prefix_tokens_restored": timings.restored_tokens,
-            "prompt_s": timings.prompt_s,
-            "generated_tokens": timings.generated_tokens,
-            "generate_s": timings.generate_s,
-            "transcript_tokens": result.stats["transcript_tokens"],
-            "draft_tokens": timings.draft_tokens,
-            "draft_tokens_accepted": timings.accepted_draft_tokens,
-            "draft_tokens_rolled_back": timings.rolled_back_tokens,
-            "drafts": {source: counts.to_json() for source, counts in timings.drafts.items()},
+            **figures.record_fields(),
             "node": self.node,
         }
         if task.record_tokens:

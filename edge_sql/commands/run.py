@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from types import FrameType
 
     from edge_sql.agent.budget import Budget
-    from edge_sql.agent.episode import EpisodeEvent
+    from edge_sql.agent.events import EpisodeEvent
+    from edge_sql.agent.stats import VoteStats
     from edge_sql.api import Agent
     from edge_sql.runtime import SpeculateMode
     from edge_sql.tools import ReadOnlyDatabase
@@ -82,14 +83,15 @@ def _ctrl_c_stops(stop: threading.Event, interrupt_db: Callable[[], None]) -> It
 def _event_line(event: EpisodeEvent) -> str | None:
     """The live view's line for an episode event (None: the event prints nothing)."""
     from edge_sql.agent.display import call_line
+    from edge_sql.agent.events import CallRan, Forced, RoundStarted
 
-    if event.kind == "round":
-        return f"round {event.round}"
-    if event.kind == "call":
-        assert event.call is not None  # a "call" event carries its call
-        return call_line(event.call)
-    if event.kind == "forced":
-        return "final answer (forced)"
+    match event:
+        case RoundStarted(round=index):
+            return f"round {index}"
+        case CallRan(call=call):
+            return call_line(call)
+        case Forced():
+            return "final answer (forced)"
     return None
 
 
@@ -236,6 +238,7 @@ def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptio
     The live view prints each round and call on stdout; on a terminal, stderr also shows a
     status line (round, tokens, tok/s, elapsed), with `--json` too, erased before the answer."""
     from edge_sql.agent.display import answer_text
+    from edge_sql.agent.events import Tokens
     from edge_sql.commands.progress import StatusLine
 
     evidence, as_json, trace, vote = options.evidence, options.as_json, options.trace, options.vote
@@ -249,7 +252,10 @@ def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptio
         if line is not None:
             with status.above():
                 click.echo(line)
-        status.update(round=event.round, tokens=event.tokens, tok_s=event.tok_s)
+        if isinstance(event, Tokens):
+            status.update(round=event.round, tokens=event.tokens, tok_s=event.tok_s)
+        else:
+            status.update(round=event.round)
 
     if vote is not None and not as_json:
         click.echo(f"voting: {vote} sampled episodes at once")
@@ -264,8 +270,8 @@ def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptio
         # over the terminal's `^C` echo, when there is one
         click.echo(("\r" if sys.stdout.isatty() else "") + "stopped; ask another question")
     else:
-        if "vote" in result.stats and not cancelled:
-            click.echo(_vote_text(result.stats["vote"]))
+        if result.stats.vote is not None and not cancelled:
+            click.echo(_vote_text(result.stats.vote))
         click.echo(answer_text(result))
         if trace:
             click.echo("\n--- transcript ---\n" + result.transcript)
@@ -276,21 +282,22 @@ def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptio
     return EXIT_NO_ANSWER if result.sql is None else 0
 
 
-def _vote_text(vote: dict[str, Any]) -> str:
+def _vote_text(vote: VoteStats) -> str:
     """Each episode's answer and group, then the agreement: `3 of 4 episodes agreed`."""
     from edge_sql.agent.display import CALL_LINE_WIDTH, shorten
     from edge_sql.agent.vote import agreement_line
 
+    assert vote.seeds is not None and vote.wall_s is not None  # Agent.ask's vote sets them
     lines = []
-    for i, episode in enumerate(vote["episodes"]):
-        mark = "*" if i == vote["chosen"] else " "
-        failed = episode["failed_queries"]
-        shown = (f"no vote: {episode['reason']}" if episode["group"] is None
-                 else f"group {episode['group'] + 1}: {episode['sql']}")
-        lines.append(f"{mark} " + shorten(f"episode {i + 1} (seed {vote['seeds'][i]}, {failed} failed "
+    for i, episode in enumerate(vote.episodes):
+        mark = "*" if i == vote.chosen else " "
+        failed = episode.failed_queries
+        shown = (f"no vote: {episode.reason}" if episode.group is None
+                 else f"group {episode.group + 1}: {episode.sql}")
+        lines.append(f"{mark} " + shorten(f"episode {i + 1} (seed {vote.seeds[i]}, {failed} failed "
                                           f"quer{'y' if failed == 1 else 'ies'}): {shown}", CALL_LINE_WIDTH - 2))
-    lines.append(f"{agreement_line(vote)}; the answer is episode {vote['chosen'] + 1}'s "
-                 f"({vote['wall_s']:.1f} s for all {vote['k']})")
+    lines.append(f"{agreement_line(vote)}; the answer is episode {vote.chosen + 1}'s "
+                 f"({vote.wall_s:.1f} s for all {vote.k})")
     return "\n".join(lines)
 
 

@@ -142,28 +142,10 @@ class Session(Closing):
         return list(self._tokens)
 
     @property
-    def prompt_tokens_evaluated(self) -> int:
-        return self.timings.prompt_tokens
-
-    @property
-    def generated_tokens(self) -> int:
-        return self.timings.generated_tokens
-
-    @property
-    def prefix_tokens_restored(self) -> int:
-        """Prompt tokens restored from a saved prefix state since the last reset (not evaluated)."""
-        return self.timings.restored_tokens
-
-    @property
     def decoded_tokens(self) -> int:
         """Tokens passed to llama_decode since the last reset (n_past minus a pending token,
         minus restored prefix tokens, plus draft tokens that were rolled back)."""
         return self._n_evaluated - self._n_restored + self.timings.rolled_back_tokens
-
-    @property
-    def draft_tokens_rolled_back(self) -> int:
-        """Draft tokens evaluated and removed again since the last reset (see `generate`)."""
-        return self.timings.rolled_back_tokens
 
     @property
     def speculator(self) -> Speculator | None:

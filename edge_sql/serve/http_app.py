@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought, Tokens
 from edge_sql.agent.result import json_value
 from edge_sql.errors import (
     BadRequest,
@@ -239,17 +240,26 @@ async def job_events(job: Job) -> AsyncIterator[bytes]:
             else:
                 status, _ = http_status(item.error)
                 yield sse("error", {"error": str(item.error), "status": status, **elapsed})
-        elif item.kind == "round":
-            yield sse("round", {"round": item.round, **elapsed})
-        elif item.kind == "tokens":
-            yield sse("tokens", {"round": item.round, "tokens": item.tokens, "tok_s": item.tok_s, "text": item.text,
-                                 **elapsed})
-        elif item.kind == "think":
-            yield sse("think", {"round": item.round, "think": item.text, **elapsed})
-        elif item.kind == "call" and item.call is not None:
-            yield sse("call", {"round": item.round, **item.call.to_json(), **elapsed})
-        elif item.kind == "forced":
-            yield sse("forced", {"round": item.round, "reason": item.reason, **elapsed})
+        else:
+            data = event_data(item)
+            if data is not None:
+                yield sse(data[0], {**data[1], **elapsed})
+
+
+def event_data(event: EpisodeEvent) -> tuple[str, dict[str, Any]] | None:
+    """An episode event's SSE name and fields (None: `Answered`, which the `answer` event follows)."""
+    match event:
+        case RoundStarted(round=index):
+            return "round", {"round": index}
+        case Tokens(round=index, tokens=tokens, tok_s=tok_s, text=text):
+            return "tokens", {"round": index, "tokens": tokens, "tok_s": tok_s, "text": text}
+        case Thought(round=index, text=text):
+            return "think", {"round": index, "think": text}
+        case CallRan(round=index, call=call):
+            return "call", {"round": index, **call.to_json()}
+        case Forced(round=index, reason=reason):
+            return "forced", {"round": index, "reason": reason}
+    return None
 
 
 class EventStream(Response):

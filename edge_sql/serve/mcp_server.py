@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edge_sql import __version__
 from edge_sql.agent.display import plural
-from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Tokens
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
 from edge_sql.serve.queue import Finished, Position
@@ -127,15 +127,16 @@ def build_mcp(service: Service) -> MCPServer:
 def _progress_message(item: Position | EpisodeEvent) -> str | None:
     if isinstance(item, Position):
         return "running" if item.position == 0 else f"queued: position {item.position}"
-    if item.kind == "round":
-        return f"round {item.round}"
-    if item.kind == "tokens":
-        return f"round {item.round}: {plural(item.tokens or 0, 'token')} generated, {item.tok_s or 0:.1f} tok/s"
-    if item.kind == "call" and item.call is not None:
-        return f"round {item.round}: {item.call.tool} {'ok' if item.call.ok else 'error'}"
-    if item.kind == "forced":
-        return f"final answer forced ({item.reason})"
-    return None  # "think": too long for a progress line; "answer": the result follows at once
+    match item:
+        case RoundStarted(round=index):
+            return f"round {index}"
+        case Tokens(round=index, tokens=tokens, tok_s=tok_s):
+            return f"round {index}: {plural(tokens, 'token')} generated, {tok_s:.1f} tok/s"
+        case CallRan(round=index, call=call):
+            return f"round {index}: {call.tool} {'ok' if call.ok else 'error'}"
+        case Forced(reason=reason):
+            return f"final answer forced ({reason})"
+    return None  # Thought: too long for a progress line; Answered: the result follows at once
 
 
 def _tool_result(outcome: Finished, max_rows: int, max_output: int) -> CallToolResult:
@@ -155,7 +156,7 @@ def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutp
         sql=result.sql, columns=list(result.columns),
         rows=[[json_value(v) for v in row] for row in result.rows[:max_rows]],
         row_count=len(result.rows), more_rows=result.truncated, forced=result.forced, fallback=result.fallback,
-        stop=result.stop, error=result.error, wall_s=result.stats.get("wall_s", 0.0),
+        stop=result.stop, error=result.error, wall_s=result.stats.measured.wall_s,
         rounds=[RoundOutput(round=r.index, calls=[CallOutput(tool=c.tool, args=c.args, ok=c.ok, output=short(c.output))
                                                   for c in r.calls]) for r in result.rounds],
         checks=result.checks.to_json() if result.checks is not None else None,

@@ -10,12 +10,16 @@ several servers in one process (tests, benchmarks) never share or clash.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from edge_sql.errors import Cancelled, RetryLater
+
+if TYPE_CHECKING:
+    from edge_sql.agent.stats import EpisodeStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("answered", "no_answer", "error", "cancelled", "refused")
@@ -76,14 +80,15 @@ class ServeMetrics:
             for family in (self.generated, self.prompt, self.restored, self.episode_s, self.wait_s):
                 family.labels(name)
 
-    def ended(self, database: str, outcome: str, stats: dict | None = None, *, waited_s: float | None = None,
+    def ended(self, database: str, outcome: str, stats: EpisodeStats | None = None, *, waited_s: float | None = None,
               ran_s: float | None = None) -> None:
         """A request ended: its outcome, its episode's token counts, how long it waited and ran."""
         self.episodes.labels(database, outcome).inc()
-        if stats:
-            self.generated.labels(database).inc(stats.get("generated_tokens", 0))
-            self.prompt.labels(database).inc(stats.get("prompt_tokens_evaluated", 0))
-            self.restored.labels(database).inc(stats.get("prefix_tokens_restored", 0))
+        if stats is not None and stats.figures is not None:
+            timings = stats.figures.timings
+            self.generated.labels(database).inc(timings.generated_tokens)
+            self.prompt.labels(database).inc(timings.prompt_tokens)
+            self.restored.labels(database).inc(timings.restored_tokens)
         if waited_s is not None:
             self.wait_s.labels(database).observe(waited_s)
         if ran_s is not None:

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edge_sql.agent.display import call_line, stats_line
-from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought
 from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
 from edge_sql.serve.http_app import EventStream, http_status, outcome_or_cancel, read_body
@@ -162,15 +162,15 @@ class Reply:
 
 
 def event_reasoning(event: EpisodeEvent) -> str:
-    if event.kind == "round":
-        return f"Round {event.round}\n"
-    think = (event.text or "").strip()
-    if event.kind == "think" and think:
-        return think + "\n"
-    if event.kind == "call" and event.call is not None:
-        return f"- {call_line(event.call)}\n"
-    if event.kind == "forced":
-        return f"Final answer forced ({event.reason})\n"
+    match event:
+        case RoundStarted(round=index):
+            return f"Round {index}\n"
+        case Thought(text=text) if text.strip():
+            return text.strip() + "\n"
+        case CallRan(call=call):
+            return f"- {call_line(call)}\n"
+        case Forced(reason=reason):
+            return f"Final answer forced ({reason})\n"
     return ""
 
 
@@ -186,10 +186,10 @@ def reasoning(result: EpisodeResult) -> str:
 
 
 def usage(result: EpisodeResult) -> dict[str, Any]:
-    stats = result.stats
-    cached = int(stats.get("prefix_tokens_restored", 0))
-    prompt = int(stats.get("prompt_tokens_evaluated", 0)) + cached
-    completion = int(stats.get("generated_tokens", 0))
+    timings = result.stats.measured.timings
+    cached = timings.restored_tokens
+    prompt = timings.prompt_tokens + cached
+    completion = timings.generated_tokens
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached}}
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from edge_sql.agent.display import plural
-from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.errors import Cancelled, EdgeSqlError, QueueFull, QueueTimeout
 from edge_sql.serve.request import AskRequest

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_sql.agent.episode import EpisodeEvent
+from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.checks import Checks, check_sql
 from edge_sql.errors import BadRequest, EdgeSqlError, QueueFull, UnknownDatabase
