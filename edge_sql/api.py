@@ -124,14 +124,15 @@ def prefix_state_dir() -> Path:
 class Ask:
     """One question of `Agent.ask_many` or `Agent.each` with what it carries of its own (a bench
     or an evaluation mixes databases and evidence); a field left None takes `ask_many`'s argument.
-    `vote=K`: answered by a vote of K sampled episodes (seeds seed..seed+K-1, as `ask(vote=K)`);
+    `vote=K` (or "auto"): answered by a vote of K sampled episodes (seeds seed..seed+K-1, as
+    `ask(vote=K)`);
     `prompt`: its own prompt template (the bench's schema-given mode), else the Agent's."""
 
     question: str
     db: str | Path | ReadOnlyDatabase | None = None
     evidence: str | None = None
     seed: int | None = None
-    vote: int | None = None
+    vote: int | Literal["auto"] | None = None
     prompt: PromptTemplate | None = None
 
 
@@ -291,10 +292,9 @@ class Agent:
         if abstain_below is not None and (vote is None or not 0 < abstain_below <= 1):
             raise ValueError("abstain_below needs a vote (vote=K) and a fraction in (0, 1], "
                              f"got vote={vote}, abstain_below={abstain_below}")
-        if vote == "auto":
-            vote = self.auto_vote if self.auto_vote >= 2 else None
-        if vote is not None:
-            result = self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
+        k = self.vote_k(vote)
+        if k is not None:
+            result = self._vote(question, db, k, evidence=evidence, seed=seed, greedy=greedy,
                                 should_stop=should_stop, early_stop=early_stop and abstain_below is None)
             return abstain(result, abstain_below) if abstain_below is not None else result
         if not question or not question.strip():
@@ -432,8 +432,9 @@ class Agent:
                 database = databases[_db_key(item.db)]
                 if isinstance(database, BaseException):
                     raise database
-                if item.vote is not None:
-                    return self._vote(item.question, database, item.vote, evidence=item.evidence, seed=item.seed,
+                k = self.vote_k(item.vote)
+                if k is not None:
+                    return self._vote(item.question, database, k, evidence=item.evidence, seed=item.seed,
                                       greedy=greedy, should_stop=stopped, early_stop=early_stop, prompt=item.prompt,
                                       watch=seen)
                 return self._episode(item.question, database, evidence=item.evidence, seed=item.seed, greedy=greedy,
@@ -457,6 +458,15 @@ class Agent:
                 pool.shutdown(wait=True, cancel_futures=True)
 
     # ---- the vote ------------------------------------------------------------------------
+
+    def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
+        """The episodes `vote` answers with (None: one episode, no vote). "auto" is resolved here
+        alone, for `ask`, `each`, serve and the bench: `auto_vote` (the K `vote_plan` gives from
+        this machine's calibrated decode rates, within the Agent's `parallel` sequences), no vote
+        when that is 1."""
+        if vote == "auto":
+            return self.auto_vote if self.auto_vote >= 2 else None
+        return vote
 
     def _vote(self, question: str, db: str | Path | ReadOnlyDatabase, k: int, *, evidence: str | None,
               seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None,

@@ -181,6 +181,8 @@ class EpisodeRunner:
         if vote is not None:  # voting.py: the whole vote's wall time, each episode's seed, stop and time
             for index, episode in enumerate(vote["episodes"]):
                 episode.update(seed=task.seed + index, **seen.get("episodes", {}).get(task.seed + index, {}))
+            if task.vote_auto:
+                vote["auto"] = True  # K was `--vote auto`'s pick on this machine
             return {**record, "wall_s": vote["wall_s"], "vote": vote, "node": self.node}
         return {**record, "wall_s": outcome.stats["wall_s"], **seen["timings"], "node": self.node,
                 **seen.get("tokens", {})}
