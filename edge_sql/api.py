@@ -125,8 +125,8 @@ class Ask:
     """One question of `Agent.ask_many` or `Agent.each` with what it carries of its own (a bench
     or an evaluation mixes databases and evidence); a field left None takes `ask_many`'s argument.
     `vote=K` (or "auto"): answered by a vote of K sampled episodes (seeds seed..seed+K-1, as
-    `ask(vote=K)`);
-    `prompt`: its own prompt template (the bench's schema-given mode), else the Agent's."""
+    `ask(vote=K)`); `prompt`: its own prompt template (the bench's schema-given mode), else the
+    Agent's."""
 
     question: str
     db: str | Path | ReadOnlyDatabase | None = None
