@@ -18,9 +18,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -125,13 +125,23 @@ def prefix_state_dir() -> Path:
 
 @dataclass(frozen=True)
 class Ask:
-    """One question of `Agent.ask_many` with what it carries of its own (a bench or an evaluation
-    mixes databases and evidence); a field left None takes `ask_many`'s argument."""
+    """One question of `Agent.ask_many` or `Agent.each` with what it carries of its own (a bench
+    or an evaluation mixes databases and evidence); a field left None takes `ask_many`'s argument.
+    `vote=K` (or "auto"): answered by a vote of K sampled episodes (seeds seed..seed+K-1, as
+    `ask(vote=K)`); `prompt`: its own prompt template (the bench's schema-given mode), else the
+    Agent's."""
 
     question: str
     db: str | Path | ReadOnlyDatabase | None = None
     evidence: str | None = None
     seed: int | None = None
+    vote: int | Literal["auto"] | None = None
+    prompt: PromptTemplate | None = None
+
+
+Watch = Callable[["Ask", Session, EpisodeResult], None]
+"""Sees each episode's ask, the session it ran on and its result while the session is still
+the episode's (what a caller reads off the session: timings, tokens)."""
 
 
 class Agent:
@@ -179,6 +189,7 @@ class Agent:
         prefix_cache: bool = True,
         speculate: SpeculateMode = "off",
         parallel: int = 1,
+        session_view: Callable[[Session], Session] | None = None,
     ) -> None:
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, got {parallel}")
@@ -192,21 +203,25 @@ class Agent:
             settings = dataclasses.replace(settings, n_threads=n_threads)
         check_parallel(settings, parallel)  # more sequences than calibration found room for: refused
         self.auto_vote, self.auto_vote_line = vote_plan(self.model_path, settings, self.tuning, parallel)
+        started = time.perf_counter()
         self._group: SessionGroup | None = open_sessions(
             self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers), parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
+        self.load_s = time.perf_counter() - started  # opening the sessions (the model, the context)
         note = small_model_note(self.model_path.name, self.info.architecture, _gguf_name(self.model_path), self.budget)
         if note is not None:
             log(note)  # once per load: a model not trained for the protocol, with its open bounds
-        self._free: list[Session] = list(self._group.sessions)  # the pool `ask` borrows from
+        self._views = [session_view(s) if session_view else s for s in self._group.sessions]
+        self._free: list[Session] = list(self._views)  # the pool `ask` borrows from
         self._pool = threading.Condition()
         self._closed = False
 
     @property
     def sessions(self) -> list[Session]:
-        """The agent's sessions, one per parallel sequence (empty once closed)."""
-        return list(self._group.sessions) if self._group is not None else []
+        """The agent's sessions, one per parallel sequence (empty once closed), as its episodes see
+        them: `session_view(session)` when given (the bench notes which tokens the model wrote)."""
+        return list(self._views) if self._group is not None else []
 
     @property
     def session(self) -> Session | None:
@@ -214,7 +229,7 @@ class Agent:
         if self.parallel != 1:
             raise EdgeSqlError(f"this Agent has {self.parallel} sessions (parallel={self.parallel}): "
                                "use agent.sessions")
-        return self._group.sessions[0] if self._group is not None else None
+        return self._views[0] if self._group is not None else None
 
     @property
     def info(self) -> SessionInfo:
@@ -229,7 +244,7 @@ class Agent:
         at start so no client's first request pays for it."""
         if self._group is None:
             raise ClosedError("this Agent is closed")
-        for session in self._group.sessions:  # one view per loaded model: the first builds it
+        for session in self._views:  # one view per loaded model: the first builds it
             session.lltokenizer()
 
     def ask(
@@ -280,12 +295,10 @@ class Agent:
         if abstain_below is not None and (vote is None or not 0 < abstain_below <= 1):
             raise ValueError("abstain_below needs a vote (vote=K) and a fraction in (0, 1], "
                              f"got vote={vote}, abstain_below={abstain_below}")
-        if vote == "auto":
-            vote = self.auto_vote if self.auto_vote >= 2 else None
-        if vote is not None:
-            result = self._vote(question, db, vote, evidence=evidence, seed=seed, greedy=greedy,
+        k = self.vote_k(vote)
+        if k is not None:
+            result = self._vote(question, db, k, evidence=evidence, seed=seed, greedy=greedy,
                                 should_stop=should_stop, early_stop=early_stop and abstain_below is None)
-            join_vote(result)
             return abstain(result, abstain_below) if abstain_below is not None else result
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
@@ -294,17 +307,20 @@ class Agent:
 
     def _episode(self, question: str, db: str | Path | ReadOnlyDatabase, *, evidence: str | None, seed: int | None,
                  greedy: bool, on_event: Callable[[EpisodeEvent], None] | None,
-                 should_stop: Callable[[], bool] | None, share_opening: bool = False) -> EpisodeResult:
-        """One episode on a borrowed session (`share_opening`: see `run_episode`)."""
+                 should_stop: Callable[[], bool] | None, share_opening: bool = False,
+                 prompt: PromptTemplate | None = None, watch: Watch | None = None) -> EpisodeResult:
+        """One episode on a borrowed session (`share_opening`: see `run_episode`; `watch`: see `each`)."""
         params = SamplingParams(seed=seed, greedy=greedy)
         with _opened(db) as database:
             with self._borrowed() as session:
                 result = run_episode(
                     session, Toolbox(database), question, evidence=evidence, params=params,
-                    prompt=self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
+                    prompt=prompt or self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
                     share_opening=share_opening,
                 )
                 result.stats.llama_settings, result.stats.tuning = session.info.settings, self.tuning
+                if watch is not None:
+                    watch(Ask(question, database, evidence, seed, prompt=prompt), session, result)
             result.checks = check_episode(database, result)  # the session is free again meanwhile
             return result
 
@@ -324,7 +340,8 @@ class Agent:
         A question is a str (about `db`, with `evidence` and `seed`) or an `Ask` (or a tuple of
         its fields: `(question, db, evidence, seed)`) whose fields that are not None win. Each
         database file is opened once and shared by its questions. `on_result(i, result)` is
-        called as each episode finishes (from a worker thread); `should_stop` ends them all.
+        called as each episode finishes (in the calling thread); `should_stop` ends them all.
+        Runs through `each`, which yields the results as they finish.
 
         A question that fails with an EdgeSqlError (a missing database, an empty question, one
         too long for the context) gets a result with `stop == "error"` and the message in
@@ -333,10 +350,14 @@ class Agent:
         waiting, after the running episodes have been stopped.
         """
         items = [_ask_item(q, db, evidence, seed) for q in questions]
-        outcomes = self._run_all(items, greedy=greedy, should_stop=should_stop, on_result=on_result)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, EdgeSqlError):
-                raise outcome
+        outcomes: list[EpisodeResult | Exception | None] = [None] * len(items)
+        for i, outcome in self._each(items, greedy=greedy, should_stop=should_stop):
+            outcomes[i] = outcome
+            if on_result is not None and isinstance(outcome, EpisodeResult):
+                on_result(i, outcome)
+        for failed in outcomes:
+            if isinstance(failed, BaseException) and not isinstance(failed, EdgeSqlError):
+                raise failed
         return [self._error_result(item, outcome) if isinstance(outcome, BaseException) else outcome
                 for item, outcome in zip(items, outcomes) if outcome is not None]
 
@@ -379,56 +400,80 @@ class Agent:
                 self._free.append(session)
                 self._pool.notify_all()
 
-    def _run_all(self, items: list[Ask], *, greedy: bool, should_stop: Callable[[], bool] | None,
-                 on_result: Callable[[int, EpisodeResult], None] | None,
-                 skip: Callable[[], bool] | None = None,
-                 share_opening: bool = False) -> list[EpisodeResult | BaseException | None]:
-        """Each item's result, or the exception it raised; `parallel` threads ask at once. An
-        item not started yet when `skip()` is True is not asked (None)."""
+    def each(self, items: Sequence[Ask], *, greedy: bool = False, should_stop: Callable[[], bool] | None = None,
+             early_stop: bool = True, watch: Callable[[int, Ask, Session, EpisodeResult], None] | None = None,
+             ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
+        """Answer `items` (each with its own database, evidence, seed; see `Ask`), `parallel` at a
+        time, yielding `(index, result)` as each finishes, or `(index, exception)` for one that
+        could not be asked (a bad database, a question too long for the context). An item with
+        `vote=K` is answered as `ask(..., vote=K, early_stop=early_stop)`; its episodes borrow
+        sessions like any other. `watch(index, ask, session, result)` sees each episode (each of a
+        vote's, with its own seed) on its session before the session is given back.
+        `should_stop` ends them all; closing the iterator early (Ctrl-C, an error) stops the
+        running episodes, starts no more and waits for them. This is the one driver of episodes:
+        `ask_many`, `ask(vote=K)` and the bench (`bench/episodes.py`) run through it."""
+        return self._each(list(items), greedy=greedy, should_stop=should_stop, early_stop=early_stop, watch=watch)
+
+    def _each(self, items: list[Ask], *, greedy: bool, should_stop: Callable[[], bool] | None,
+              early_stop: bool = True, watch: Callable[[int, Ask, Session, EpisodeResult], None] | None = None,
+              skip: Callable[[], bool] | None = None, share_opening: bool = False,
+              ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
+        """`each`, with what a vote adds: an item not started yet when `skip()` is True is not
+        asked (nothing is yielded for it); `share_opening` (see `run_episode`)."""
         stop = threading.Event()
-        outcomes: list[EpisodeResult | BaseException | None] = [None] * len(items)
 
         def stopped() -> bool:
             return stop.is_set() or (should_stop is not None and should_stop())
 
+        def one(i: int, databases: dict[object, ReadOnlyDatabase | EdgeSqlError]) -> EpisodeResult | Exception | None:
+            item = items[i]
+            if skip is not None and skip():
+                return None
+            seen = None if watch is None else (lambda ask, session, result: watch(i, ask, session, result))
+            try:
+                database = databases[_db_key(item.db)]
+                if isinstance(database, BaseException):
+                    raise database
+                k = self.vote_k(item.vote)
+                if k is not None:
+                    return self._vote(item.question, database, k, evidence=item.evidence, seed=item.seed,
+                                      greedy=greedy, should_stop=stopped, early_stop=early_stop, prompt=item.prompt,
+                                      watch=seen)
+                return self._episode(item.question, database, evidence=item.evidence, seed=item.seed, greedy=greedy,
+                                     on_event=None, should_stop=stopped, share_opening=share_opening,
+                                     prompt=item.prompt, watch=seen)
+            except Exception as exc:
+                return exc
+
         with ExitStack() as stack:
             databases = _open_each(items, stack)
-
-            def one(i: int) -> None:
-                item = items[i]
-                if skip is not None and skip():
-                    return
-                try:
-                    database = databases[_db_key(item.db)]
-                    if isinstance(database, BaseException):
-                        raise database
-                    result = self._episode(item.question, database, evidence=item.evidence, seed=item.seed,
-                                           greedy=greedy, on_event=None, should_stop=stopped,
-                                           share_opening=share_opening)
-                except Exception as exc:
-                    outcomes[i] = exc
-                    return
-                outcomes[i] = result
-                if on_result is not None:
-                    on_result(i, result)
-
             pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items))),
                                       thread_name_prefix="edge-sql-ask")
             try:
-                for future in [pool.submit(one, i) for i in range(len(items))]:
-                    future.result()
-            except BaseException:  # Ctrl-C while waiting: stop the running episodes, start no more
+                futures = {pool.submit(one, i, databases): i for i in range(len(items))}
+                for future in as_completed(futures):
+                    outcome = future.result()
+                    if outcome is not None:
+                        yield futures[future], outcome
+            finally:  # done, or Ctrl-C / the caller stopped reading: stop the running episodes, start no more
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
-                raise
-            pool.shutdown(wait=True)
-        return outcomes
 
     # ---- the vote ------------------------------------------------------------------------
 
+    def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
+        """The episodes `vote` answers with (None: one episode, no vote). "auto" is resolved here
+        alone, for `ask`, `each`, serve and the bench: `auto_vote` (the K `vote_plan` gives from
+        this machine's calibrated decode rates, within the Agent's `parallel` sequences), no vote
+        when that is 1."""
+        if vote == "auto":
+            return self.auto_vote if self.auto_vote >= 2 else None
+        return vote
+
     def _vote(self, question: str, db: str | Path | ReadOnlyDatabase, k: int, *, evidence: str | None,
               seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None,
-              early_stop: bool = True, share_opening: bool = True) -> EpisodeResult:
+              early_stop: bool = True, share_opening: bool = True, prompt: PromptTemplate | None = None,
+              watch: Watch | None = None) -> EpisodeResult:
         if k < 2:
             raise ValueError(f"a vote needs at least 2 episodes, got vote={k}")
         if greedy:
@@ -443,20 +488,21 @@ class Agent:
             tally = Tally(k, database, max_rows=self.budget.max_result_rows)
             done = threading.Event()  # the vote is decided: the episodes still running cannot change it
 
-            def finished(_i: int, result: EpisodeResult) -> None:
-                if result.stop != "cancelled" and tally.add(result) and early_stop:
-                    done.set()
-
             def stopped() -> bool:
                 return done.is_set() or (should_stop is not None and should_stop())
 
-            items = [Ask(question, database, evidence, s) for s in seeds]
-            outcomes = self._run_all(items, greedy=False, should_stop=stopped, on_result=finished, skip=done.is_set,
-                                     share_opening=share_opening)
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
-            results = [r if isinstance(r, EpisodeResult) else None for r in outcomes]  # no exception is left
+            items = [Ask(question, database, evidence, s, prompt=prompt) for s in seeds]
+            outcomes: list[EpisodeResult | None] = [None] * k
+            seen = None if watch is None else (lambda _i, ask, session, result: watch(ask, session, result))
+            with closing(self._each(items, greedy=False, should_stop=stopped, watch=seen, skip=done.is_set,
+                                    share_opening=share_opening)) as finished:
+                for i, outcome in finished:
+                    if isinstance(outcome, BaseException):
+                        raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
+                    outcomes[i] = outcome
+                    if outcome.stop != "cancelled" and tally.add(outcome) and early_stop:
+                        done.set()
+            results = outcomes
             if done.is_set():  # those stopped by the decision do not vote
                 results = [r if r is not None and r.stop != "cancelled" else None for r in results]
             result = choose(results, database, max_rows=self.budget.max_result_rows, keys=tally.keys)
@@ -465,7 +511,9 @@ class Agent:
         vote.seeds, vote.wall_s = seeds, round(time.perf_counter() - started, 4)
         vote.prompt_tokens_evaluated = sum(r.stats.measured.timings.prompt_tokens
                                            for r in outcomes if isinstance(r, EpisodeResult))
+        join_vote(result)  # the agreement joins the answer's checks
         return result
+
 
     def _error_result(self, item: Ask, error: BaseException) -> EpisodeResult:
         """What `ask_many` returns for a question that could not be asked."""
@@ -478,8 +526,9 @@ def _ask_item(question: str | Ask | tuple, db: str | Path | ReadOnlyDatabase | N
               seed: int | None) -> Ask:
     """`question` as an Ask, its empty fields filled from `ask_many`'s arguments."""
     item = question if isinstance(question, Ask) else Ask(*question) if isinstance(question, tuple) else Ask(question)
-    item = Ask(item.question, item.db if item.db is not None else db,
-               item.evidence if item.evidence is not None else evidence, item.seed if item.seed is not None else seed)
+    item = dataclasses.replace(item, db=item.db if item.db is not None else db,
+                               evidence=item.evidence if item.evidence is not None else evidence,
+                               seed=item.seed if item.seed is not None else seed)
     if item.db is None:
         raise ValueError(f"no database for the question {item.question!r}: pass db, or an Ask with its own")
     return item

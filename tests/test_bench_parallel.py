@@ -126,11 +126,10 @@ def test_run_many_runs_the_sessions_at_once(tiny_gguf_fast: Path, tmp_path: Path
                        budget={"max_rounds": 1, "max_think_tokens": 8, "max_final_think_tokens": 8,
                                "max_calls_per_turn": 1, "max_final_sql_tokens": 24},
                        greedy=True, tune=False, parallel=2, record_tokens=True)
-    runner = EpisodeRunner(task)
+    barrier = threading.Barrier(2, timeout=60)
+    runner = EpisodeRunner(task, session_view=lambda session: _MeetOnce(session, barrier))
     try:
         assert len(runner.sessions) == 2 and runner.load_record["parallel"] == 2
-        barrier = threading.Barrier(2, timeout=60)
-        runner.sessions = [_MeetOnce(s.session, barrier) for s in runner.sessions]
         records = list(runner.run_many(task.items))
         alone = [runner.run(mode, qid) for mode, qid in task.items]   # one at a time, on the first session
     finally:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from edge_sql.bench.aggregate import summarize
 from edge_sql.bench.agreement import ResultCache
@@ -72,7 +72,9 @@ class BenchConfig:
     speculate: SpeculateMode = "off"  # speculative decoding (same answers; speed and draft acceptance change)
     parallel: int | None = None  # episodes at once per variant, each on its own session (same records, but
     # timings); None: auto, the variant's calibrated default (bench/parallel.py)
-    vote: int | None = None  # also answer each (mode, question) by a vote of this many sampled episodes (voting.py)
+    vote: int | Literal["auto"] | None = None  # also answer each (mode, question) by a vote of this many sampled
+    # episodes (voting.py); "auto": resolved by `run_bench` from the variants' calibrations (`resolve_auto_vote`)
+    vote_auto: bool = False  # the vote's K came from "auto"
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
@@ -202,7 +204,7 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
                               "actor runs one episode at a time")
     if config.parallel is not None and config.parallel < 1:
         raise BenchSetupError(f"parallel must be at least 1, got {config.parallel}")
-    if config.vote is not None and config.vote < 2:
+    if isinstance(config.vote, int) and config.vote < 2:
         raise BenchSetupError(f"a vote needs at least 2 episodes, got {config.vote}")
     if config.vote and config.greedy:
         raise BenchSetupError("--vote samples K episodes and --greedy would make them all the same: use one")
@@ -219,6 +221,8 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
     require_databases(questions)
     variants = prepare_variants(base, config.variants, cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME,
                                 from_store=from_store, n_threads=config.n_threads, log=log, verbose=config.verbose)
+    if config.vote == "auto":
+        config = resolve_auto_vote(config, variants, log)
     modes = bench_modes(config.modes, config.vote)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in modes for q in questions}
 
@@ -239,6 +243,22 @@ def run_bench(config: BenchConfig, *, log: Callable[[str], None] = lambda _msg: 
     summary["settings"] = json.loads(json.dumps(summary["settings"], default=str))
     files = [write_json(summary, out_dir), write_markdown(summary, out_dir), *write_plots(summary, out_dir, log)]
     return BenchOutcome(out_dir, summary, files, episodes_run, fidelity_run)
+
+
+def resolve_auto_vote(config: BenchConfig, variants: Sequence[Variant], log: Callable[[str], None]) -> BenchConfig:
+    """`config` with `vote="auto"` resolved: the smallest of the variants' `auto_vote_k` (each from
+    its own calibration, as `run --vote auto` does; one K so that every variant's vote mode is the
+    same and compares), None when that is 1 (no vote)."""
+    from edge_sql.api import auto_vote_k
+
+    picks = []
+    for variant in variants:
+        k, line = auto_vote_k(variant.path, tune=config.tune, n_ctx=config.n_ctx, n_threads=config.n_threads,
+                              pull_if_missing=False, log=log)
+        log(f"{variant.name}: {line}")
+        picks.append(k)
+    k = min(picks, default=1)
+    return replace(config, vote=k if k >= 2 else None, vote_auto=True)
 
 
 def _record_process(results: ResultsLog, variant: Variant, task: str, outcome: ChildOutcome, log: Callable[[str], None]) -> None:
@@ -268,7 +288,7 @@ def episode_task(config: BenchConfig, variant: Variant, items: list[tuple[str, s
         n_threads=config.n_threads, n_ctx=config.n_ctx, budget=config.budget, greedy=config.greedy,
         prompt_file=None if config.prompt_file is None else str(config.prompt_file),
         record_tokens=variant.name == REFERENCE, tune=config.tune, speculate=config.speculate,
-        parallel=parallel,
+        parallel=parallel, vote_auto=config.vote_auto,
     )
 
 

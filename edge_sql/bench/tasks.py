@@ -31,6 +31,7 @@ class EpisodeTask:
     tune: bool = True             # load with the settings calibrated for this machine (else safe defaults)
     speculate: SpeculateMode = "off"  # speculative decoding mode of the session (runtime/speculation/speculative.py)
     parallel: int = 1             # episodes at once, each on its own session of one model (open_sessions)
+    vote_auto: bool = False       # the vote modes' K came from `--vote auto` (their records say so)
     kind: str = "episodes"
 
 

@@ -12,7 +12,7 @@ It carries no token counts: the speed figures are the single episodes'.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -34,8 +34,11 @@ def is_vote(record: dict[str, Any]) -> bool:
     return split_mode(record["mode"])[1] is not None
 
 
-def bench_modes(modes: Sequence[str], vote: int | None) -> list[str]:
-    """Every mode a bench runs: its single-episode modes, then (with a vote) their vote modes."""
+def bench_modes(modes: Sequence[str], vote: int | Literal["auto"] | None) -> list[str]:
+    """Every mode a bench runs: its single-episode modes, then (with a vote) their vote modes.
+    `--vote auto` names no mode until it is resolved (`runner.resolve_auto_vote`)."""
+    if vote == "auto":
+        raise ValueError("--vote auto is resolved per machine before the modes are named")
     return [*modes, *([vote_mode(m, vote) for m in modes] if vote else [])]
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from edge_sql.commands.options import budget_options, context_option, speculate_option
+from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option
 from edge_sql.commands.ray_options import ray_options
 
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
@@ -85,10 +85,12 @@ class ParallelCount(click.ParamType):
               "among those that fit the memory budget (`edge-sql tune` shows it); 1 with "
               "--no-tune, on a GPU, with --speculate on (lookup: slower several at once), and with --ray. "
               "N more than fit is refused.")
-@click.option("--vote", type=click.IntRange(min=2), default=None, metavar="K",
+@click.option("--vote", type=VOTE, default=None, metavar="K|auto",
               help="Also answer each question by vote in each mode (reported as e.g. withheld+vote4): K sampled "
               "episodes (seeds --seed..--seed+K-1) run at once, the answer is the result set most of them "
               "return; the report sets its accuracy beside the single episode's, with how often they agreed. "
+              "'auto': the largest K every variant answers within 2x one episode on this machine, from their "
+              "calibrated decode rates (the mode then names that K; its records say it was auto). "
               "Not with --greedy or --ray.")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="Skip episodes already in the out folder's results file (after a crash or a stop).")
@@ -100,7 +102,8 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
             n_ctx: int, fidelity_tokens: int, prompt_files: tuple[str, ...], out_dir: Path, cache_dir: Path | None,
             note: str, verbose: bool,
             resume: bool, budget: dict[str, int], ray_address: str | None, ray_workers: int | None, no_tune: bool = False,
-            speculate: SpeculateMode = "off", parallel: int | None = None, vote: int | None = None) -> None:
+            speculate: SpeculateMode = "off", parallel: int | None = None,
+            vote: int | Literal["auto"] | None = None) -> None:
     """Benchmark BF16 and its quantized variants: size, load time, peak RSS, prompt and decode
     speed, episode wall time, fidelity to BF16 (KL divergence, top-1 agreement, answer
     agreement) and execution accuracy with the schema withheld and given.
@@ -139,6 +142,7 @@ def command(base: Path | None, model: str | None, variants_text: str | None, dat
         return
     outcome = run_bench(config, log=log, runner=runner)
     click.echo((outcome.out_dir / "bench.md").read_text(encoding="utf-8"))
-    click.echo(f"{outcome.episodes_run} episodes" + (" (a vote counts as one)" if vote else "")
+    voted = outcome.summary["settings"]["vote"]  # `--vote auto` resolved (None: no vote)
+    click.echo(f"{outcome.episodes_run} episodes" + (" (a vote counts as one)" if voted else "")
                + f" and {outcome.fidelity_run} fidelity comparisons run; "
                f"reports in {outcome.out_dir}: " + ", ".join(p.name for p in outcome.files))

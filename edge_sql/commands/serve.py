@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 from click.core import ParameterSource
 
 from edge_sql.commands.files import DB_HELP, load_for_db
-from edge_sql.commands.options import budget_options, context_option, speculate_option
+from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option
 
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from edge_sql.agent.budget import Budget
@@ -43,6 +43,7 @@ class ServeOptions:
     speculate: SpeculateMode = "off"
     open_page: bool = False
     parallel: int = 1
+    vote: int | Literal["auto"] | None = None  # the vote of a request that names none; its K sequences are opened
     allow: AllowList | None = None  # the guard's Host names and origins (None: loopback and the bound address)
     quiet: bool = False  # no access-log line per request
 
@@ -99,6 +100,12 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 @click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
               help="Requests answered at the same time, each in its own sequence of the model's context "
               "(one context window of --ctx tokens each); the rest wait in the queue.")
+@click.option("--vote", type=VOTE, default=None, metavar="K|auto",
+              help="The vote of a request that names none (a request's own \"vote\" wins): K sampled episodes, "
+                   "the result set most of them return. 'auto': the largest K this machine answers within 2x one "
+                   "episode, from the calibrated decode rates (said at start; `edge-sql tune` shows it). The K "
+                   "sequences are opened beside --parallel's, so a request's \"vote\": \"auto\" votes at that K; "
+                   "without --vote it votes within --parallel's sequences.")
 @click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
               help="Requests that may wait behind the running ones; more get 503 (HTTP) or a tool error (MCP).")
 @click.option("--queue-timeout", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
@@ -110,7 +117,8 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
             token: str | None, allow_hosts: tuple[str, ...], cors_origins: tuple[str, ...], quiet: bool,
             model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
             budget: dict[str, int], no_tune: bool, parallel: int, queue_size: int, queue_timeout: float, max_body: int,
-            max_question: int, max_rows: int, speculate: SpeculateMode = "off") -> None:
+            max_question: int, max_rows: int, speculate: SpeculateMode = "off",
+            vote: int | Literal["auto"] | None = None) -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
     One model answers every client, --parallel of them at a time; the other requests queue in
@@ -138,7 +146,7 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
         threads=threads, n_ctx=n_ctx, prompt_file=prompt_file, budget=Budget(**{"max_result_rows": max_rows, **budget}),
         queue_size=queue_size, queue_timeout=queue_timeout, max_body=max_body, max_question=max_question,
         max_rows=max_rows, tune=not no_tune, speculate=speculate, open_page=open_page, parallel=parallel,
-        allow=allow, quiet=quiet,
+        vote=vote, allow=allow, quiet=quiet,
     ))
 
 
@@ -190,12 +198,13 @@ def _serve(options: ServeOptions) -> None:
         ReadOnlyDatabase(path).close()
     load_prompt(o.prompt_file)
     limits = Limits(max_body_bytes=o.max_body, max_question_chars=o.max_question, max_rows=o.max_rows,
-                    parallel=parallel, max_waiting=o.queue_size, wait_timeout_s=o.queue_timeout)
+                    parallel=parallel, vote=o.vote, max_waiting=o.queue_size, wait_timeout_s=o.queue_timeout)
     listener = bind(o.host, o.port) if o.http else None
     try:
+        sequences = max(parallel, _vote_sequences(o))
         _log(f"loading {o.model or 'the default model'} ...")
         with Agent(o.model, n_threads=o.threads, n_gpu_layers=o.gpu_layers, n_ctx=o.n_ctx, prompt_file=o.prompt_file,
-                   tune=o.tune, budget=o.budget, log=_log, speculate=o.speculate, parallel=parallel) as agent:
+                   tune=o.tune, budget=o.budget, log=_log, speculate=o.speculate, parallel=sequences) as agent:
             _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
@@ -212,3 +221,15 @@ def _serve(options: ServeOptions) -> None:
         if listener is not None:
             listener.close()
     _log("stopped")
+
+
+def _vote_sequences(o: ServeOptions) -> int:
+    """The sequences `--vote` needs (its K; 'auto' resolved here as `run --vote auto` does, and
+    said on stderr, so the Agent opens them and its own "auto" comes to the same K)."""
+    if o.vote != "auto":
+        return o.vote or 1
+    from edge_sql.api import auto_vote_k
+
+    k, line = auto_vote_k(o.model, tune=o.tune, n_gpu_layers=o.gpu_layers, n_ctx=o.n_ctx, n_threads=o.threads, log=_log)
+    _log(line)
+    return k

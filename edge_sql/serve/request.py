@@ -8,7 +8,7 @@ line that names the field, so both interfaces answer the same mistake with the s
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -28,8 +28,9 @@ class AskRequest(BaseModel):
     database: str = Field(description="A name from list_databases (GET /v1/databases)")
     evidence: str | None = Field(None, description="An optional hint, e.g. what a term means")
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT, description="Makes the answer reproducible")
-    vote: int | None = Field(None, ge=2, le=VOTE_MAX, description=(
-        "Answer by vote: K sampled episodes, the result most of them return (no progress events meanwhile)"))
+    vote: Annotated[int, Field(ge=2, le=VOTE_MAX)] | Literal["auto"] | None = Field(None, description=(
+        "Answer by vote: K sampled episodes, the result most of them return (no progress events meanwhile); "
+        "\"auto\": the largest K this server answers within 2x one episode (1: no vote)"))
     abstain_below: float | None = Field(None, gt=0, le=1, description=(
         "With vote: answer 'not sure' (stop 'abstained', no rows) when fewer than this share of the K "
         "episodes agree"))
@@ -98,6 +99,9 @@ def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
     name = error["loc"][0] if error["loc"] else "body"
     if error["type"] in ("greater_than_equal", "less_than"):
         return f"field {name!r} is out of range ({error['msg'][0].lower()}{error['msg'][1:]})"
+    literal = next((e for e in errors if e["type"] == "literal_error" and e["loc"][:1] == error["loc"][:1]), None)
+    if error["type"].endswith("_type") and literal is not None:  # a number or a word (vote: K or "auto")
+        return f"field {name!r} is neither a whole number nor {literal['ctx']['expected']}"
     if error["type"].endswith("_type"):
         return f"field {name!r} has the wrong type ({type(error['input']).__name__})"
     return f"field {name!r}: {error['msg']}"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
@@ -39,6 +39,7 @@ class Limits:
     mcp_rows: int = 20             # rows shown in an MCP tool result (with the total count)
     mcp_output_chars: int = 200    # each call's output in an MCP tool result
     parallel: int = 1              # requests answered at once (the Agent holds as many sessions)
+    vote: int | Literal["auto"] | None = None  # the vote of a request that names none (`serve --vote`)
     max_waiting: int = 8           # requests waiting behind the running ones
     wait_timeout_s: float = 300.0  # longest wait in the queue before the request is dropped
 
@@ -100,7 +101,8 @@ class Service:
     def _ask(self, request: AskRequest, db: ReadOnlyDatabase, on_event: Callable[[EpisodeEvent], None],
              should_stop: Callable[[], bool]) -> EpisodeResult:
         return self.agent.ask(request.question, db, evidence=request.evidence, seed=request.seed,
-                              on_event=on_event, should_stop=should_stop, vote=request.vote,
+                              on_event=on_event, should_stop=should_stop,
+                              vote=request.vote if request.vote is not None else self.limits.vote,
                               abstain_below=request.abstain_below)
 
     def check(self, request: AskRequest) -> Path:
