@@ -76,8 +76,13 @@ def child(cfg: dict) -> dict:
 
             session.reset()
             with ReadOnlyDatabase(CHINOOK) as db:
-                result = run_episode(session, Toolbox(db), QUESTION, params=SamplingParams(greedy=True),
-                                     budget=Budget(max_think_tokens=64, max_rounds=2, max_calls_per_turn=2))
+                result = run_episode(
+                    session,
+                    Toolbox(db),
+                    QUESTION,
+                    params=SamplingParams(greedy=True),
+                    budget=Budget(max_think_tokens=64, max_rounds=2, max_calls_per_turn=2),
+                )
             out["episode_tok_s"] = round(session.timings.generated_tokens / session.timings.generate_s, 2)
             out["episode_tokens"] = session.timings.generated_tokens
             out["episode_sql"] = result.sql
@@ -102,20 +107,31 @@ def measure(model: Path, name: str, tokens: int, episode: bool, timeout: float) 
 def machine() -> str:
     from edge_sql.bench.machine import cpu_model
 
-    return (f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-            f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return (
+        f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
 
 
 def report(results: dict, args: argparse.Namespace) -> str:
-    lines = [f"# Decode on a busy machine ({time.strftime('%Y-%m-%d')})", "", f"Machine: {machine()}.", "",
-             "Command: `python benchmarks/bench_busy.py " + shlex.join(sys.argv[1:]) + "`", ""]
+    lines = [
+        f"# Decode on a busy machine ({time.strftime('%Y-%m-%d')})",
+        "",
+        f"Machine: {machine()}.",
+        "",
+        "Command: `python benchmarks/bench_busy.py " + shlex.join(sys.argv[1:]) + "`",
+        "",
+    ]
     for model, by_load in results.items():
         loads = sorted(by_load)
         kinds = ["decode_tok_s"] + (["episode_tok_s"] if args.episode else [])
         for kind in kinds:
-            lines += [f"## {Path(model).name}: {kind.replace('_tok_s', '')} tok/s", "",
-                      "| candidate | " + " | ".join(f"{n} busy" for n in loads) + " |",
-                      "|---|" + "--:|" * len(loads)]
+            lines += [
+                f"## {Path(model).name}: {kind.replace('_tok_s', '')} tok/s",
+                "",
+                "| candidate | " + " | ".join(f"{n} busy" for n in loads) + " |",
+                "|---|" + "--:|" * len(loads),
+            ]
             for name in args.candidates:
                 cells = []
                 for n in loads:
@@ -123,12 +139,20 @@ def report(results: dict, args: argparse.Namespace) -> str:
                     cells.append("error" if "error" in row else f"{row.get(kind, float('nan')):.2f}")
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
-        adapted = [f"{n} busy: {by_load[n]['edge-sql'].get('decode_threads')}" for n in loads
-                   if "decode_threads" in by_load[n].get("edge-sql", {})]
+        adapted = [
+            f"{n} busy: {by_load[n]['edge-sql'].get('decode_threads')}"
+            for n in loads
+            if "decode_threads" in by_load[n].get("edge-sql", {})
+        ]
         if adapted:
             lines += ["edge-sql's decode tokens per thread count: " + "; ".join(adapted) + ".", ""]
-        decoded = {json.dumps(row.get("tokens")) for rows in by_load.values() for row in rows.values() if "tokens" in row}
-        lines += [f"Greedy tokens the same in every row: {'yes' if len(decoded) == 1 else f'no ({len(decoded)} different)'}.", ""]
+        decoded = {
+            json.dumps(row.get("tokens")) for rows in by_load.values() for row in rows.values() if "tokens" in row
+        }
+        lines += [
+            f"Greedy tokens the same in every row: {'yes' if len(decoded) == 1 else f'no ({len(decoded)} different)'}.",
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -53,6 +53,7 @@ BIG_ROWS = 5_000_000
 
 # -- episodes built from real tool calls ---------------------------------------------------
 
+
 def explored(toolbox: Toolbox, tables: list[str], *, skip: str | None = None) -> list[RoundRecord]:
     """An episode's rounds: list_tables, then describe_table of each table but `skip`."""
     first = RoundRecord(index=1, think="")
@@ -68,11 +69,15 @@ def explored(toolbox: Toolbox, tables: list[str], *, skip: str | None = None) ->
 
 # -- mutations -----------------------------------------------------------------------------
 
+
 def _string_literals(sql: str, db: ReadOnlyDatabase) -> list[tuple[str, str, str]]:
     """(literal text, table, column) of each text literal compared with a column by = or IN."""
     names = read_names(sql, _lookup(db))
-    return [(str(c.value), c.column.table, c.column.column) for c in names.comparisons
-            if isinstance(c.value, str) and c.op in ("=", "IN") and len(str(c.value)) >= 3]
+    return [
+        (str(c.value), c.column.table, c.column.column)
+        for c in names.comparisons
+        if isinstance(c.value, str) and c.op in ("=", "IN") and len(str(c.value)) >= 3
+    ]
 
 
 def _replace_literal(sql: str, old: str, new: str) -> str:
@@ -91,14 +96,14 @@ def mutate_case(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
 def mutate_drop(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
     for value, _t, _c in _string_literals(sql, db):
         i = len(value) // 2
-        return _replace_literal(sql, value, value[:i] + value[i + 1:])
+        return _replace_literal(sql, value, value[:i] + value[i + 1 :])
     return None
 
 
 def mutate_swap(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
     for value, _t, _c in _string_literals(sql, db):
         i = len(value) // 2 - 1
-        swapped = value[:i] + value[i + 1] + value[i] + value[i + 2:]
+        swapped = value[:i] + value[i + 1] + value[i] + value[i + 2 :]
         if swapped != value:
             return _replace_literal(sql, value, swapped)
     return None
@@ -112,11 +117,15 @@ def mutate_other_column(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | N
             other = others[(rng_key + offset) % len(others)]
             for name in db.column_names(other):
                 quoted_other, quoted_name = f'"{other}"', f'"{name}"'
-                rows = db.execute(f"SELECT DISTINCT {quoted_name} FROM {quoted_other} WHERE typeof({quoted_name}) = "
-                                  f"'text' AND length({quoted_name}) BETWEEN 3 AND 40 LIMIT 5", max_rows=5).rows
+                rows = db.execute(
+                    f"SELECT DISTINCT {quoted_name} FROM {quoted_other} WHERE typeof({quoted_name}) = "
+                    f"'text' AND length({quoted_name}) BETWEEN 3 AND 40 LIMIT 5",
+                    max_rows=5,
+                ).rows
                 for (candidate,) in rows:
-                    held = db.execute(f'SELECT 1 FROM "{table}" WHERE "{column}" = ? LIMIT 1', max_rows=1,
-                                      params=(candidate,)).rows
+                    held = db.execute(
+                        f'SELECT 1 FROM "{table}" WHERE "{column}" = ? LIMIT 1', max_rows=1, params=(candidate,)
+                    ).rows
                     if not held:
                         return _replace_literal(sql, value, candidate)
     return None
@@ -149,6 +158,7 @@ VALUE_KINDS = ("literal case", "letter dropped", "letters swapped", "value from 
 
 # -- the parts -----------------------------------------------------------------------------
 
+
 def gold_false_alarms(questions: list[Question], dbs: dict[str, ReadOnlyDatabase]) -> dict[str, Any]:
     flags: list[tuple[str, str, list[str]]] = []
     levels: Counter[str] = Counter()
@@ -162,8 +172,13 @@ def gold_false_alarms(questions: list[Question], dbs: dict[str, ReadOnlyDatabase
         if checks.confidence != "checked":
             flags.append((q.id, checks.confidence, [f.message for f in checks.findings if f.level != "note"]))
             doubtful_with_rows += has_rows and checks.confidence == "doubtful"
-    return {"n": len(questions), "levels": levels, "flags": flags, "with_rows": with_rows,
-            "doubtful_with_rows": doubtful_with_rows}
+    return {
+        "n": len(questions),
+        "levels": levels,
+        "flags": flags,
+        "with_rows": with_rows,
+        "doubtful_with_rows": doubtful_with_rows,
+    }
 
 
 def published_rounds(ep: dict[str, Any]) -> list[RoundRecord]:
@@ -239,7 +254,8 @@ def cost_bundled(questions: list[Question], dbs: dict[str, ReadOnlyDatabase], re
         db = dbs[q.db_id]
         result = db.execute(q.gold_sql, max_rows=200)
         per_db.setdefault(q.db_id, []).extend(
-            timed(lambda db=db, q=q, result=result: check_sql(db, q.gold_sql, result=result), repeats))
+            timed(lambda db=db, q=q, result=result: check_sql(db, q.gold_sql, result=result), repeats)
+        )
     return per_db
 
 
@@ -253,8 +269,10 @@ def build_big(path: Path, rows: int) -> float:
     kinds = ["click", "view", "purchase", "refund", "signup", "logout", "search", "share"]
     cities = ["Berlin", "Paris", "Lisbon", "Oslo", "Prague", "Vienna", "Madrid", "Rome", "Dublin", "Zagreb"]
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO events (user_id, kind, city, note) VALUES (?, ?, ?, ?)",
-                     ((i % 100_003, kinds[i % 8], cities[(i * 7) % 10], f"note {i % 50_000}") for i in range(rows)))
+    conn.executemany(
+        "INSERT INTO events (user_id, kind, city, note) VALUES (?, ?, ?, ?)",
+        ((i % 100_003, kinds[i % 8], cities[(i * 7) % 10], f"note {i % 50_000}") for i in range(rows)),
+    )
     conn.execute("INSERT INTO events (user_id, kind, city, note) VALUES (-1, 'rare-kind', 'Atlantis', 'last row')")
     conn.execute("COMMIT")
     conn.execute("CREATE INDEX events_kind ON events(kind)")
@@ -285,6 +303,7 @@ def cost_big(path: Path, repeats: int) -> list[tuple[str, str, list[float], Chec
 
 # -- report --------------------------------------------------------------------------------
 
+
 def ms(values: list[float]) -> str:
     ordered = sorted(values)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -304,10 +323,14 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-checks-"))
     work.mkdir(parents=True, exist_ok=True)
-    lines = ["# Answer checks (`benchmarks/bench_checks.py`)", "",
-             f"CPU: {cpu_model()} ({os.cpu_count()} cores visible), Python {platform.python_version()}, "
-             f"SQLite {sqlite3.sqlite_version}. Command: `python benchmarks/bench_checks.py --big-rows {args.big_rows} "
-             f"--repeats {args.repeats}`.", ""]
+    lines = [
+        "# Answer checks (`benchmarks/bench_checks.py`)",
+        "",
+        f"CPU: {cpu_model()} ({os.cpu_count()} cores visible), Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}. Command: `python benchmarks/bench_checks.py --big-rows {args.big_rows} "
+        f"--repeats {args.repeats}`.",
+        "",
+    ]
 
     def say(text: str = "") -> None:
         print(text, flush=True)
@@ -324,9 +347,13 @@ def main() -> None:
     gold = gold_false_alarms(questions, dbs)
     say("## 1. False alarms on correct SQL")
     say()
-    say(f"Gold SQL of the {gold['n']} bundled questions, checked alone (`edge-sql check`): "
-        + ", ".join(f"{level} {share(gold['levels'][level], gold['n'])}" for level in ("checked", "unchecked", "doubtful"))
-        + f". Doubtful among the {gold['with_rows']} that return rows: {gold['doubtful_with_rows']}.")
+    say(
+        f"Gold SQL of the {gold['n']} bundled questions, checked alone (`edge-sql check`): "
+        + ", ".join(
+            f"{level} {share(gold['levels'][level], gold['n'])}" for level in ("checked", "unchecked", "doubtful")
+        )
+        + f". Doubtful among the {gold['with_rows']} that return rows: {gold['doubtful_with_rows']}."
+    )
     say()
     for qid, level, reasons in gold["flags"]:
         say(f"- {qid} ({level}): {'; '.join(reasons)}")
@@ -343,14 +370,18 @@ def main() -> None:
         say(f"| {row['id']} | {alone} | {traced} |")
     say()
 
-    say("## 2. Errors caught (mutated gold SQL, checked with an episode that listed the tables and described the gold SQL's)")
+    say(
+        "## 2. Errors caught (mutated gold SQL, checked with an episode that listed the tables and described the gold SQL's)"
+    )
     say()
     say("| mutation | mutants | failed to run | flagged (below `checked`) | doubtful |")
     say("|---|--:|--:|--:|--:|")
     caught = mutations(questions, dbs)
     for kind, data in caught.items():
         c = data["counts"]
-        say(f"| {kind} | {c['n']} | {c['failed to run']} | {share(c['flagged'], c['n'])} | {share(c['doubtful'], c['n'])} |")
+        say(
+            f"| {kind} | {c['n']} | {c['failed to run']} | {share(c['flagged'], c['n'])} | {share(c['doubtful'], c['n'])} |"
+        )
     value_n = sum(caught[k]["counts"]["n"] for k in VALUE_KINDS)
     value_flagged = sum(caught[k]["counts"]["flagged"] for k in VALUE_KINDS)
     say()
@@ -370,8 +401,10 @@ def main() -> None:
     big = work / "big.sqlite"
     built = build_big(big, args.big_rows)
     say()
-    say(f"A table of {args.big_rows + 1:,} rows (`events`, index on `kind` only; {big.stat().st_size / 2**20:.0f} MiB, "
-        f"built in {built:.0f} s):")
+    say(
+        f"A table of {args.big_rows + 1:,} rows (`events`, index on `kind` only; {big.stat().st_size / 2**20:.0f} MiB, "
+        f"built in {built:.0f} s):"
+    )
     say()
     say("| comparison | median / p95 ms | value found | scope | confidence |")
     say("|---|--:|---|---|---|")
@@ -401,8 +434,10 @@ def main() -> None:
         totals["literal seen"] += seen_literals
         totals["literal"] += len(literals)
         say(f"| {row['id']} | {parts['table']} | {parts['column']} | {share(seen_literals, len(literals))} |")
-    say(f"| all | {share(totals['table seen'], totals['table'])} | {share(totals['column seen'], totals['column'])} | "
-        f"{share(totals['literal seen'], totals['literal'])} |")
+    say(
+        f"| all | {share(totals['table seen'], totals['table'])} | {share(totals['column seen'], totals['column'])} | "
+        f"{share(totals['literal seen'], totals['literal'])} |"
+    )
     say()
     say("The page leaves many outputs unpublished (`out` null): a name those calls showed counts as unseen here.")
     for db in dbs.values():

@@ -67,7 +67,9 @@ def compare_gguf(ours: Path, theirs: Path) -> str:
     a, b = read_gguf(ours), read_gguf(theirs)
     if set(a.tensors) != set(b.tensors):
         return f"tensor sets differ: only ours {sorted(set(a.tensors) - set(b.tensors))[:5]}, only theirs {sorted(set(b.tensors) - set(a.tensors))[:5]}"
-    meta_diff = sorted(k for k in set(a.tensors) if (a.tensors[k].shape, a.tensors[k].type) != (b.tensors[k].shape, b.tensors[k].type))
+    meta_diff = sorted(
+        k for k in set(a.tensors) if (a.tensors[k].shape, a.tensors[k].type) != (b.tensors[k].shape, b.tensors[k].type)
+    )
     if meta_diff:
         return f"shapes/types differ for {len(meta_diff)} tensors, e.g. {meta_diff[:3]}"
     differing = [name for name in a.tensors if _digest(a, name) != _digest(b, name)]
@@ -100,7 +102,10 @@ def machine() -> str:
 def versions() -> str:
     from importlib.metadata import version
 
-    return ", ".join(f"{p} {version(p)}" for p in ("llama-cpp-python", "gguf", "numpy", "torch")) + f", Python {platform.python_version()}"
+    return (
+        ", ".join(f"{p} {version(p)}" for p in ("llama-cpp-python", "gguf", "numpy", "torch"))
+        + f", Python {platform.python_version()}"
+    )
 
 
 def gb(n: int) -> str:
@@ -110,8 +115,12 @@ def gb(n: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, default=WORK / "qwen3.5-2b-random")
-    parser.add_argument("--llama-cpp-converter", type=Path, default=None,
-                        help="llama.cpp's convert_hf_to_gguf.py (its gguf-py must sit next to it)")
+    parser.add_argument(
+        "--llama-cpp-converter",
+        type=Path,
+        default=None,
+        help="llama.cpp's convert_hf_to_gguf.py (its gguf-py must sit next to it)",
+    )
     parser.add_argument("--types", default=DEFAULT_TYPES)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "convert.md")
@@ -126,24 +135,59 @@ def main() -> int:
         subprocess.run([python, str(REPO / "benchmarks" / "make_2b_checkpoint.py"), str(args.checkpoint)], check=True)
 
     bf16 = WORK / "qwen3.5-2b-random-bf16.gguf"
-    ours = run_measured("edge-sql convert", [*edge_sql, "convert", str(args.checkpoint), "-o", str(bf16),
-                                            "--outtype", "bf16", "--force", "--no-progress"], bf16, log)
+    ours = run_measured(
+        "edge-sql convert",
+        [*edge_sql, "convert", str(args.checkpoint), "-o", str(bf16), "--outtype", "bf16", "--force", "--no-progress"],
+        bf16,
+        log,
+    )
     rows = [ours]
     comparison = None
     if args.llama_cpp_converter:
         ref = WORK / "llama-cpp-converter-bf16.gguf"
         env = {**os.environ, "PYTHONPATH": str(args.llama_cpp_converter.parent / "gguf-py")}
-        rows.append(run_measured("llama.cpp convert_hf_to_gguf.py", [
-            python, str(args.llama_cpp_converter), str(args.checkpoint), "--outtype", "bf16",
-            "--outfile", str(ref)], ref, log, env=env))
+        rows.append(
+            run_measured(
+                "llama.cpp convert_hf_to_gguf.py",
+                [
+                    python,
+                    str(args.llama_cpp_converter),
+                    str(args.checkpoint),
+                    "--outtype",
+                    "bf16",
+                    "--outfile",
+                    str(ref),
+                ],
+                ref,
+                log,
+                env=env,
+            )
+        )
         comparison = compare_gguf(bf16, ref)
         ref.unlink()
 
     quants = []
     for qtype in args.types.split(","):
         out = WORK / f"qwen3.5-2b-random-{qtype}.gguf"
-        quants.append(run_measured(qtype, [*edge_sql, "quantize", str(bf16), "--type", qtype, "-o", str(out),
-                                           "--threads", str(args.threads), "--force"], out, log))
+        quants.append(
+            run_measured(
+                qtype,
+                [
+                    *edge_sql,
+                    "quantize",
+                    str(bf16),
+                    "--type",
+                    qtype,
+                    "-o",
+                    str(out),
+                    "--threads",
+                    str(args.threads),
+                    "--force",
+                ],
+                out,
+                log,
+            )
+        )
         if qtype not in KEEP:
             out.unlink()
 

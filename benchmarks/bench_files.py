@@ -91,9 +91,11 @@ class Run:
     note: str = ""
 
     def line(self) -> str:
-        return (f"| {self.loader} | {self.file} | {self.mb:,.0f} | {self.rows:,} | {self.seconds:,.1f} | "
-                f"{self.cpu_seconds:,.1f} | {self.rows / self.cpu_seconds:,.0f} | {self.mb / self.cpu_seconds:,.1f} | "
-                f"{self.peak_rss_mb:,.0f} | {self.note} |")
+        return (
+            f"| {self.loader} | {self.file} | {self.mb:,.0f} | {self.rows:,} | {self.seconds:,.1f} | "
+            f"{self.cpu_seconds:,.1f} | {self.rows / self.cpu_seconds:,.0f} | {self.mb / self.cpu_seconds:,.1f} | "
+            f"{self.peak_rss_mb:,.0f} | {self.note} |"
+        )
 
 
 def write_csv(path: Path, target_mb: float) -> int:
@@ -116,8 +118,10 @@ def write_csv(path: Path, target_mb: float) -> int:
                 k = rows + i
                 customer = f'"Smith, J. ""{k % 977}"""' if k % 7 == 0 else f"customer {k % 10007}"
                 d = day[i]
-                lines.append(f"{k},{customer},{REGIONS[region[i]]},{amount[i]},{qty[i]},"
-                             f"{2020 + d // 365}-{1 + d % 365 // 31:02d}-{1 + d % 28:02d},note {k % 101}\n")
+                lines.append(
+                    f"{k},{customer},{REGIONS[region[i]]},{amount[i]},{qty[i]},"
+                    f"{2020 + d // 365}-{1 + d % 365 // 31:02d}-{1 + d % 28:02d},note {k % 101}\n"
+                )
             out.write("".join(lines))
             rows += n
     return rows
@@ -129,22 +133,38 @@ def write_parquet(path: Path, total_rows: int) -> None:
     import pyarrow.parquet as pq
 
     rng = np.random.default_rng(2)
-    schema = pa.schema([("id", pa.int64()), ("customer", pa.string()), ("region", pa.string()),
-                        ("amount", pa.float64()), ("qty", pa.int32()), ("day", pa.date32()), ("note", pa.string())])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("customer", pa.string()),
+            ("region", pa.string()),
+            ("amount", pa.float64()),
+            ("qty", pa.int32()),
+            ("day", pa.date32()),
+            ("note", pa.string()),
+        ]
+    )
     with pq.ParquetWriter(path, schema) as writer:
         done = 0
         while done < total_rows:
             n = min(1_000_000, total_rows - done)
             ids = np.arange(done, done + n)
-            writer.write_table(pa.table({
-                "id": ids,
-                "customer": pa.array([f"customer {k % 10007}" for k in ids.tolist()]),
-                "region": pa.array(np.array(REGIONS)[rng.integers(0, len(REGIONS), n)]),
-                "amount": np.round(rng.random(n) * 1000, 2),
-                "qty": rng.integers(1, 50, n).astype(np.int32),
-                "day": pa.array(rng.integers(18262, 18262 + 365 * 5, n).astype(np.int32), pa.int32()).cast(pa.date32()),
-                "note": pa.array([f"note {k % 101}" for k in ids.tolist()]),
-            }, schema=schema))
+            writer.write_table(
+                pa.table(
+                    {
+                        "id": ids,
+                        "customer": pa.array([f"customer {k % 10007}" for k in ids.tolist()]),
+                        "region": pa.array(np.array(REGIONS)[rng.integers(0, len(REGIONS), n)]),
+                        "amount": np.round(rng.random(n) * 1000, 2),
+                        "qty": rng.integers(1, 50, n).astype(np.int32),
+                        "day": pa.array(rng.integers(18262, 18262 + 365 * 5, n).astype(np.int32), pa.int32()).cast(
+                            pa.date32()
+                        ),
+                        "note": pa.array([f"note {k % 101}" for k in ids.tolist()]),
+                    },
+                    schema=schema,
+                )
+            )
             done += n
 
 
@@ -216,8 +236,10 @@ def sqlite_utils_parquet(path: Path, work: Path, label: str, limit_rows: int, to
     share = run.rows / total_rows
     run.file = f"first {run.rows:,} rows of {label}"
     run.mb *= share
-    run.note = (f"extrapolated to {total_rows:,} rows: ~{_duration(run.seconds / share)} wall, "
-                f"~{_duration(run.cpu_seconds / share)} CPU")
+    run.note = (
+        f"extrapolated to {total_rows:,} rows: ~{_duration(run.seconds / share)} wall, "
+        f"~{_duration(run.cpu_seconds / share)} CPU"
+    )
     return run
 
 
@@ -231,9 +253,17 @@ def sqlite_utils_cli(path: Path, work: Path, label: str, prefix_mb: float, full_
     cli = shutil.which("sqlite-utils") or str(Path(sys.executable).with_name("sqlite-utils"))
     seconds, cpu, rss = measure([cli, "insert", str(db), "t", str(prefix), "--csv"])  # 4.x detects types by default
     mb = prefix.stat().st_size / 1e6
-    run = Run("sqlite-utils insert --csv (types detected)", f"first {mb:,.0f} MB of {label}", mb, count(db), seconds, cpu,
-              rss, note=f"extrapolated to {full_mb:,.0f} MB: ~{_duration(seconds * full_mb / mb)} wall, "
-              f"~{_duration(cpu * full_mb / mb)} CPU")
+    run = Run(
+        "sqlite-utils insert --csv (types detected)",
+        f"first {mb:,.0f} MB of {label}",
+        mb,
+        count(db),
+        seconds,
+        cpu,
+        rss,
+        note=f"extrapolated to {full_mb:,.0f} MB: ~{_duration(seconds * full_mb / mb)} wall, "
+        f"~{_duration(cpu * full_mb / mb)} CPU",
+    )
     db.unlink()
     prefix.unlink()
     return run
@@ -247,13 +277,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--csv-mb", type=float, default=1000)
     parser.add_argument("--parquet-rows", type=int, default=10_000_000)
-    parser.add_argument("--small-csv-mb", type=float, default=100, help="edge-sql also loads a CSV this size (memory flat?)")
+    parser.add_argument(
+        "--small-csv-mb", type=float, default=100, help="edge-sql also loads a CSV this size (memory flat?)"
+    )
     parser.add_argument("--small-parquet-rows", type=int, default=1_000_000)
-    parser.add_argument("--sqlite-utils-mb", type=float, default=20, help="the prefix of the CSV sqlite-utils' CLI loads")
-    parser.add_argument("--sqlite-utils-rows", type=int, default=200_000,
-                        help="the rows of the Parquet file sqlite-utils' insert_all loads (a multiple of 20,000)")
+    parser.add_argument(
+        "--sqlite-utils-mb", type=float, default=20, help="the prefix of the CSV sqlite-utils' CLI loads"
+    )
+    parser.add_argument(
+        "--sqlite-utils-rows",
+        type=int,
+        default=200_000,
+        help="the rows of the Parquet file sqlite-utils' insert_all loads (a multiple of 20,000)",
+    )
     parser.add_argument("--generate", nargs=3, metavar=("KIND", "PATH", "SIZE"), help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=Path, default=None, help="folder for the generated files (default: a temp folder)")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="folder for the generated files (default: a temp folder)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = parser.parse_args()
     if args.generate:  # in a child process, so that this one stays small
@@ -265,16 +305,22 @@ def main() -> None:
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-files-"))
     work.mkdir(parents=True, exist_ok=True)
-    lines = [f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}",
-             "", "| loader | file | MB | rows | wall s | CPU s | rows per CPU s | MB per CPU s | peak RSS MB | note |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    lines = [
+        f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}",
+        "",
+        "| loader | file | MB | rows | wall s | CPU s | rows per CPU s | MB per CPU s | peak RSS MB | note |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
     try:
         runs = []
         for label, mb in (("small CSV", args.small_csv_mb), ("CSV", args.csv_mb)):
             path = work / f"{label.replace(' ', '_')}.csv"
             started = time.perf_counter()
             generate("csv", path, mb)
-            print(f"wrote {path} ({path.stat().st_size / 1e6:,.0f} MB) in {time.perf_counter() - started:.0f} s", flush=True)
+            print(
+                f"wrote {path} ({path.stat().st_size / 1e6:,.0f} MB) in {time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
             runs.append(edge_sql_load(path, work, label))
             print(runs[-1].line(), flush=True)
             if label == "CSV":

@@ -55,9 +55,11 @@ def start_all(sessions: list[Session], declare: bool) -> dict:
         thread.start()
     for thread in threads:
         thread.join()
-    return {"wall_s": round(max(done) - tick, 2),
-            "prompt_tokens": sum(s.timings.prompt_tokens for s in sessions),
-            "restored_tokens": sum(s.timings.restored_tokens for s in sessions)}
+    return {
+        "wall_s": round(max(done) - tick, 2),
+        "prompt_tokens": sum(s.timings.prompt_tokens for s in sessions),
+        "restored_tokens": sum(s.timings.restored_tokens for s in sessions),
+    }
 
 
 def main() -> None:
@@ -70,8 +72,12 @@ def main() -> None:
     settings, _how = load_settings(args.model, tune=True, n_gpu_layers=None, n_ctx=args.ctx, n_threads=args.threads)
     with open_sessions(args.model, settings.session_options("off", n_ctx=args.ctx), args.parallel) as group:
         sessions = list(group)
-        report = {"parallel": args.parallel, "settings": settings.label,
-                  "each": start_all(sessions, declare=False), "once": start_all(sessions, declare=True)}
+        report = {
+            "parallel": args.parallel,
+            "settings": settings.label,
+            "each": start_all(sessions, declare=False),
+            "once": start_all(sessions, declare=True),
+        }
     print(json.dumps(report, indent=1))
 
 

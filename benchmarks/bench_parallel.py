@@ -100,9 +100,19 @@ def replay(model: Path, n: int, episodes: int, threads: int, n_ctx: int, same: b
         wall = time.perf_counter() - started
         counts = group.counts
         info = group.info
-    return {"n": n, "episodes": episodes, "wall_s": wall, "episode_s": walls, "tokens": tokens,
-            "steps": counts.steps, "mean_width": counts.mean_width, "forced_steps": counts.forced,
-            "buffer_mib": info.buffer_bytes / 2**20, "peak_rss_mib": _peak_rss_mib(), "settings": info.settings}
+    return {
+        "n": n,
+        "episodes": episodes,
+        "wall_s": wall,
+        "episode_s": walls,
+        "tokens": tokens,
+        "steps": counts.steps,
+        "mean_width": counts.mean_width,
+        "forced_steps": counts.forced,
+        "buffer_mib": info.buffer_bytes / 2**20,
+        "peak_rss_mib": _peak_rss_mib(),
+        "settings": info.settings,
+    }
 
 
 def raw_step(model: Path, n: int, threads: int, context: int = 1024, steps: int = 16, speculate: str = "off") -> dict:
@@ -114,9 +124,15 @@ def raw_step(model: Path, n: int, threads: int, context: int = 1024, steps: int 
         for session in group:
             session.eval(rng.integers(1000, 100000, size=context).tolist())
         wall = decode_together(group.sessions, steps)
-        return {"n": n, "ms_per_step": 1000 * wall / steps, "tok_s": n * steps / wall,
-                "mean_width": group.counts.mean_width, "speculate": speculate, "n_rs_seq": group.sessions[0].context.n_rs_seq,
-                "drafted": sum(s.timings.draft_tokens for s in group)}
+        return {
+            "n": n,
+            "ms_per_step": 1000 * wall / steps,
+            "tok_s": n * steps / wall,
+            "mean_width": group.counts.mean_width,
+            "speculate": speculate,
+            "n_rs_seq": group.sessions[0].context.n_rs_seq,
+            "drafted": sum(s.timings.draft_tokens for s in group),
+        }
 
 
 def _peak_rss_mib() -> float:
@@ -130,32 +146,66 @@ def _child(args: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def report(model: Path, ns: list[int], steps: list[dict], runs: list[dict], vote: dict, command: str,
-           rs_steps: list[dict] | None = None) -> str:
+def report(
+    model: Path,
+    ns: list[int],
+    steps: list[dict],
+    runs: list[dict],
+    vote: dict,
+    command: str,
+    rs_steps: list[dict] | None = None,
+) -> str:
     base = runs[0]
-    lines = [f"# Several episodes at once: {model.name}", "",
-             f"Machine: {_machine()}. Command: `{command}`. Settings: {base['settings']}.", "",
-             "## Raw step: N sequences at a 1,024-token context, one token each per step", "",
-             "| N | ms per step | aggregate tok/s | vs N = 1 |", "|--:|--:|--:|--:|"]
+    lines = [
+        f"# Several episodes at once: {model.name}",
+        "",
+        f"Machine: {_machine()}. Command: `{command}`. Settings: {base['settings']}.",
+        "",
+        "## Raw step: N sequences at a 1,024-token context, one token each per step",
+        "",
+        "| N | ms per step | aggregate tok/s | vs N = 1 |",
+        "|--:|--:|--:|--:|",
+    ]
     for s in steps:
-        lines.append(f"| {s['n']} | {s['ms_per_step']:.1f} | {s['tok_s']:.1f} | {s['tok_s'] / steps[0]['tok_s']:.2f}x |")
+        lines.append(
+            f"| {s['n']} | {s['ms_per_step']:.1f} | {s['tok_s']:.1f} | {s['tok_s'] / steps[0]['tok_s']:.2f}x |"
+        )
     if rs_steps:
-        lines += ["", "With recurrent snapshots for speculation (`speculate=lookup`, n_rs_seq "
-                  f"{rs_steps[0]['n_rs_seq']}; nothing drafted: each step is still one token per sequence):", "",
-                  "| N | ms per step | aggregate tok/s | vs N = 1 | vs the same N without snapshots |", "|--:|--:|--:|--:|--:|"]
+        lines += [
+            "",
+            "With recurrent snapshots for speculation (`speculate=lookup`, n_rs_seq "
+            f"{rs_steps[0]['n_rs_seq']}; nothing drafted: each step is still one token per sequence):",
+            "",
+            "| N | ms per step | aggregate tok/s | vs N = 1 | vs the same N without snapshots |",
+            "|--:|--:|--:|--:|--:|",
+        ]
         for s, plain in zip(rs_steps, steps):
-            lines.append(f"| {s['n']} | {s['ms_per_step']:.1f} | {s['tok_s']:.1f} | {s['tok_s'] / rs_steps[0]['tok_s']:.2f}x | "
-                         f"{s['tok_s'] / plain['tok_s']:.2f}x |")
-    lines += ["", f"## Published episodes replayed: {base['episodes']} replays over N sequences", "",
-              "| N | wall s | vs N = 1 | mean episode s | steps | mean sequences per step | forced steps "
-              "| llama.cpp buffers MiB | peak RSS MiB |", "|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+            lines.append(
+                f"| {s['n']} | {s['ms_per_step']:.1f} | {s['tok_s']:.1f} | {s['tok_s'] / rs_steps[0]['tok_s']:.2f}x | "
+                f"{s['tok_s'] / plain['tok_s']:.2f}x |"
+            )
+    lines += [
+        "",
+        f"## Published episodes replayed: {base['episodes']} replays over N sequences",
+        "",
+        "| N | wall s | vs N = 1 | mean episode s | steps | mean sequences per step | forced steps "
+        "| llama.cpp buffers MiB | peak RSS MiB |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for r in runs:
-        lines.append(f"| {r['n']} | {r['wall_s']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x | "
-                     f"{np.mean(r['episode_s']):.1f} | {r['steps']} | {r['mean_width']:.2f} | {r['forced_steps']} | "
-                     f"{r['buffer_mib']:.0f} | {r['peak_rss_mib']:.0f} |")
-    lines += ["", "## Time to an answer: `--vote 4` (four episodes of one question at once) against one episode", "",
-              f"one episode alone: {vote['one']['wall_s']:.1f} s; four at once: {vote['four']['wall_s']:.1f} s "
-              f"({vote['four']['wall_s'] / vote['one']['wall_s']:.2f}x the time for 4x the episodes)", ""]
+        lines.append(
+            f"| {r['n']} | {r['wall_s']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x | "
+            f"{np.mean(r['episode_s']):.1f} | {r['steps']} | {r['mean_width']:.2f} | {r['forced_steps']} | "
+            f"{r['buffer_mib']:.0f} | {r['peak_rss_mib']:.0f} |"
+        )
+    lines += [
+        "",
+        "## Time to an answer: `--vote 4` (four episodes of one question at once) against one episode",
+        "",
+        f"one episode alone: {vote['one']['wall_s']:.1f} s; four at once: {vote['four']['wall_s']:.1f} s "
+        f"({vote['four']['wall_s'] / vote['one']['wall_s']:.2f}x the time for 4x the episodes)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -190,15 +240,18 @@ def main() -> None:
     for n in ns:
         runs.append(_child([*common, "--child", "replay", "--n", str(n), "--episodes", str(args.episodes)]))
         print(f"replay N={n}: {runs[-1]['wall_s']:.1f} s", file=sys.stderr)
-    vote = {"one": _child([*common, "--child", "replay", "--n", "1", "--episodes", "1"]),
-            "four": _child([*common, "--child", "replay", "--n", "4", "--episodes", "4", "--same"])}
+    vote = {
+        "one": _child([*common, "--child", "replay", "--n", "1", "--episodes", "1"]),
+        "four": _child([*common, "--child", "replay", "--n", "4", "--episodes", "4", "--same"]),
+    }
     command = "python benchmarks/bench_parallel.py " + " ".join(sys.argv[1:])
     text = report(args.model, ns, steps, runs, vote, command, rs_steps)
     print(text)
     if args.out:
         args.out.write_text(text)
-        (args.out.with_suffix(".json")).write_text(json.dumps({"steps": steps, "rs_steps": rs_steps, "runs": runs,
-                                                                "vote": vote}, indent=1))
+        (args.out.with_suffix(".json")).write_text(
+            json.dumps({"steps": steps, "rs_steps": rs_steps, "runs": runs, "vote": vote}, indent=1)
+        )
 
 
 if __name__ == "__main__":

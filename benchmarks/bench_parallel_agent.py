@@ -26,9 +26,16 @@ from edge_sql.agent.budget import Budget
 
 REPO = Path(__file__).resolve().parents[1]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
-QUESTIONS = ["How many albums are there?", "Which genre has the most tracks?", "List the customers from Brazil.",
-             "What is the total of all invoices?", "Which artist has the most albums?", "How many employees are there?",
-             "What is the longest track?", "Which country has the most customers?"]
+QUESTIONS = [
+    "How many albums are there?",
+    "Which genre has the most tracks?",
+    "List the customers from Brazil.",
+    "What is the total of all invoices?",
+    "Which artist has the most albums?",
+    "How many employees are there?",
+    "What is the longest track?",
+    "Which country has the most customers?",
+]
 
 
 def logged_steps() -> list[tuple[int, int, int, int, int, float]]:
@@ -43,8 +50,16 @@ def logged_steps() -> list[tuple[int, int, int, int, int, float]]:
         tick = time.perf_counter()
         step(self, forced=forced)
         seconds = time.perf_counter() - tick
-        log.append((len(parts), sum(n for _, _, n in parts), max(n for _, _, n in parts),
-                    self.counts.passes - before[0], self.counts.moves - before[1], seconds))
+        log.append(
+            (
+                len(parts),
+                sum(n for _, _, n in parts),
+                max(n for _, _, n in parts),
+                self.counts.passes - before[0],
+                self.counts.moves - before[1],
+                seconds,
+            )
+        )
 
     batched.BatchedDecoder._step = timed
     return log
@@ -55,11 +70,19 @@ def summary(log: list[tuple[int, int, int, int, int, float]]) -> list[dict]:
     groups: dict[tuple[str, int], list[tuple[float, int, int, int]]] = collections.defaultdict(list)
     for width, tokens, longest, passes, moves, seconds in log:
         groups["mixed" if longest > 1 and width > 1 else "tokens", width].append((seconds, tokens, passes, moves))
-    return [{"kind": kind, "sequences": width, "steps": len(v), "mean_ms": round(1000 * sum(s for s, *_ in v) / len(v)),
-             "mean_tokens": round(sum(t for _, t, _, _ in v) / len(v), 1),
-             "mean_passes": round(sum(p for *_, p, _ in v) / len(v), 2), "moves": sum(m for *_, m in v),
-             "total_s": round(sum(s for s, *_ in v), 1)}
-            for (kind, width), v in sorted(groups.items())]
+    return [
+        {
+            "kind": kind,
+            "sequences": width,
+            "steps": len(v),
+            "mean_ms": round(1000 * sum(s for s, *_ in v) / len(v)),
+            "mean_tokens": round(sum(t for _, t, _, _ in v) / len(v), 1),
+            "mean_passes": round(sum(p for *_, p, _ in v) / len(v), 2),
+            "moves": sum(m for *_, m in v),
+            "total_s": round(sum(s for s, *_ in v), 1),
+        }
+        for (kind, width), v in sorted(groups.items())
+    ]
 
 
 def main() -> None:
@@ -78,10 +101,22 @@ def main() -> None:
         wall = time.perf_counter() - tick
     generated = [r.stats.to_json().get("generated_tokens") for r in results]
     passes = sum(entry[3] for entry in log)
-    print(json.dumps({"parallel": args.parallel, "wall_s": round(wall, 1), "generated": generated,
-                      "total_generated": sum(g or 0 for g in generated), "batched_steps": len(log),
-                      "passes": passes, "moves": sum(entry[4] for entry in log),
-                      "stops": [r.stop for r in results], "steps": summary(log)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "parallel": args.parallel,
+                "wall_s": round(wall, 1),
+                "generated": generated,
+                "total_generated": sum(g or 0 for g in generated),
+                "batched_steps": len(log),
+                "passes": passes,
+                "moves": sum(entry[4] for entry in log),
+                "stops": [r.stop for r in results],
+                "steps": summary(log),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

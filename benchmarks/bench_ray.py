@@ -33,16 +33,28 @@ from edge_sql.bench.runner import BenchConfig, _run_episodes, spread_by_difficul
 from edge_sql.bench.variants import REFERENCE, Variant
 from edge_sql.evaluation.datasets import load_dataset
 
-BUDGET = {"max_rounds": 1, "max_think_tokens": 8, "max_final_think_tokens": 8, "max_calls_per_turn": 1,
-          "max_final_sql_tokens": 24, "max_sql_chars": 48, "max_name_chars": 24, "max_tokens": 4096}
+BUDGET = {
+    "max_rounds": 1,
+    "max_think_tokens": 8,
+    "max_final_think_tokens": 8,
+    "max_calls_per_turn": 1,
+    "max_final_sql_tokens": 24,
+    "max_sql_chars": 48,
+    "max_name_chars": 24,
+    "max_tokens": 4096,
+}
 
 
 def _answers(results: ResultsLog) -> dict[tuple[str, str], tuple]:
-    return {(r["mode"], r["question_id"]): (r["sql"], r["correct"], r["transcript_tokens"])
-            for r in results.records("episode")}
+    return {
+        (r["mode"], r["question_id"]): (r["sql"], r["correct"], r["transcript_tokens"])
+        for r in results.records("episode")
+    }
 
 
-def run(model: Path, questions: int, rounds: int, work: Path, one_thread_only: bool = False) -> tuple[list[dict], float]:
+def run(
+    model: Path, questions: int, rounds: int, work: Path, one_thread_only: bool = False
+) -> tuple[list[dict], float]:
     import ray
 
     from edge_sql.cluster.bench import run_episodes_on_ray
@@ -53,19 +65,31 @@ def run(model: Path, questions: int, rounds: int, work: Path, one_thread_only: b
     started = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     ray_init_s = time.perf_counter() - started
-    ways = [("local, 1 process x 1 thread", None, 1, None), ("Ray, 1 worker x 1 CPU", "local", 1, 1),
-            ("Ray, 2 workers x 1 CPU", "local", 1, 2), ("local, 1 process x 2 threads", None, 2, None),
-            ("Ray, 1 worker x 2 CPUs", "local", 2, 1)]
+    ways = [
+        ("local, 1 process x 1 thread", None, 1, None),
+        ("Ray, 1 worker x 1 CPU", "local", 1, 1),
+        ("Ray, 2 workers x 1 CPU", "local", 1, 2),
+        ("local, 1 process x 2 threads", None, 2, None),
+        ("Ray, 1 worker x 2 CPUs", "local", 2, 1),
+    ]
     # every way once per round, the order reversed in every other round: drift on a shared machine
     # then shows as the spread between a way's rows instead of favouring whichever ran first
-    if one_thread_only:   # a big model on a busy 2-core machine: two-thread rows would take hours
+    if one_thread_only:  # a big model on a busy 2-core machine: two-thread rows would take hours
         ways = [way for way in ways if way[2] == 1]
     plan = [(n, way) for n in range(rounds) for way in (ways if n % 2 == 0 else ways[::-1])]
     try:
         for round_, (label, address, threads, workers) in plan:
             out = work / f"{round_}-{label.replace(' ', '_').replace(',', '')}"
-            config = BenchConfig(out_dir=out, base=model, modes=["withheld"], n_threads=threads, n_ctx=4096,
-                                 budget=BUDGET, ray=address, ray_workers=workers)
+            config = BenchConfig(
+                out_dir=out,
+                base=model,
+                modes=["withheld"],
+                n_threads=threads,
+                n_ctx=4096,
+                budget=BUDGET,
+                ray=address,
+                ray_workers=workers,
+            )
             results = ResultsLog(out / RESULTS_FILE_NAME)
             results.clear()
             overheads: list[float] = []
@@ -76,13 +100,21 @@ def run(model: Path, questions: int, rounds: int, work: Path, one_thread_only: b
                 ran = run_episodes_on_ray(config, [variant], picked, results, log=print, overheads=overheads)
             wall = time.perf_counter() - started
             episodes = list(results.records("episode"))
-            rows.append({"way": label, "round": round_ + 1, "episodes": ran, "wall_s": wall, "per_minute": 60 * ran / wall,
-                         "episode_s": sum(e["wall_s"] for e in episodes) / len(episodes),
-                         "load_s": [r["load_s"] for r in results.records("load")],
-                         "peak_mb": [r["peak_rss_bytes"] / 1e6 for r in results.records("peak")],
-                         "overhead_ms": 1000 * statistics.median(overheads) if overheads else None,
-                         "overhead_max_ms": 1000 * max(overheads) if overheads else None,
-                         "answers": _answers(results)})
+            rows.append(
+                {
+                    "way": label,
+                    "round": round_ + 1,
+                    "episodes": ran,
+                    "wall_s": wall,
+                    "per_minute": 60 * ran / wall,
+                    "episode_s": sum(e["wall_s"] for e in episodes) / len(episodes),
+                    "load_s": [r["load_s"] for r in results.records("load")],
+                    "peak_mb": [r["peak_rss_bytes"] / 1e6 for r in results.records("peak")],
+                    "overhead_ms": 1000 * statistics.median(overheads) if overheads else None,
+                    "overhead_max_ms": 1000 * max(overheads) if overheads else None,
+                    "answers": _answers(results),
+                }
+            )
             print(rows[-1]["way"], f"{rows[-1]['per_minute']:.1f} episodes/min")
     finally:
         ray.shutdown()
@@ -93,8 +125,9 @@ def run(model: Path, questions: int, rounds: int, work: Path, one_thread_only: b
     return rows, ray_init_s
 
 
-def table(rows: list[dict], ray_init_s: float, model: Path, questions: int, rounds: int,
-          one_thread_only: bool = False) -> str:
+def table(
+    rows: list[dict], ray_init_s: float, model: Path, questions: int, rounds: int, one_thread_only: bool = False
+) -> str:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()[:20]
     lines = [
         "# Bench episodes: local runner vs Ray runner",
@@ -117,11 +150,22 @@ def table(rows: list[dict], ray_init_s: float, model: Path, questions: int, roun
     for row in sorted(rows, key=lambda r: ([w["way"] for w in rows].index(r["way"]), r["round"])):
         overhead = "n/a" if row["overhead_ms"] is None else f"{row['overhead_ms']:.1f} ({row['overhead_max_ms']:.1f})"
         loads = ", ".join(f"{s:.2f}" for s in row["load_s"])
-        lines.append(f"| {row['way']} | {row['round']} | {row['episodes']} | {row['wall_s']:.1f} | {row['per_minute']:.1f} "
-                     f"| {row['episode_s']:.2f} | {loads} | {', '.join(f'{m:.0f}' for m in row['peak_mb'])} "
-                     f"| {overhead} |")
-    lines += ["", f"`ray.init(num_cpus=2)` took {ray_init_s:.1f} s (once per run, not in the rows).", "",
-              "Machine (`lscpu | head -20`):", "", "```", *lscpu, "```", ""]
+        lines.append(
+            f"| {row['way']} | {row['round']} | {row['episodes']} | {row['wall_s']:.1f} | {row['per_minute']:.1f} "
+            f"| {row['episode_s']:.2f} | {loads} | {', '.join(f'{m:.0f}' for m in row['peak_mb'])} "
+            f"| {overhead} |"
+        )
+    lines += [
+        "",
+        f"`ray.init(num_cpus=2)` took {ray_init_s:.1f} s (once per run, not in the rows).",
+        "",
+        "Machine (`lscpu | head -20`):",
+        "",
+        "```",
+        *lscpu,
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 

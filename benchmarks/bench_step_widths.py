@@ -35,8 +35,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fill", type=int, default=200, help="tokens each sequence holds before the steps")
     args = parser.parse_args()
-    options = SessionOptions(n_ctx=args.fill + 512, n_batch=512, n_ubatch=args.ubatch, n_threads=args.threads,
-                             flash_attn=False)
+    options = SessionOptions(
+        n_ctx=args.fill + 512, n_batch=512, n_ubatch=args.ubatch, n_threads=args.threads, flash_attn=False
+    )
     loaded, context, _info = open_model(args.model, options, n_seq=N_SEQ)
     rng = np.random.default_rng(0)
     try:
@@ -53,15 +54,20 @@ def main() -> None:
             for width in WIDTHS:
                 times = []
                 for rep in range(3):
-                    batch.fill_parts([(seq, np.array([1000 + rep], np.int32), position + rep, np.ones(1, bool))
-                                      for seq in range(width)])
+                    batch.fill_parts(
+                        [
+                            (seq, np.array([1000 + rep], np.int32), position + rep, np.ones(1, bool))
+                            for seq in range(width)
+                        ]
+                    )
                     tick = time.perf_counter()
                     batch.decode(context.ptr)
                     times.append(time.perf_counter() - tick)
                 # the others catch up, so every width steps at the same context length
                 if width < N_SEQ:
-                    batch.fill_parts([(seq, np.full(3, 7, np.int32), position, np.zeros(3, bool))
-                                      for seq in range(width, N_SEQ)])
+                    batch.fill_parts(
+                        [(seq, np.full(3, 7, np.int32), position, np.zeros(3, bool)) for seq in range(width, N_SEQ)]
+                    )
                     batch.decode(context.ptr)
                 position += 3
                 ms = 1000 * min(times)
@@ -75,8 +81,9 @@ def main() -> None:
                 for _rep in range(2):
                     last = np.zeros(each, bool)
                     last[-1] = True
-                    batch.fill_parts([(seq, rng.integers(100, 50_000, each).astype(np.int32), at[seq], last)
-                                      for seq in range(n)])
+                    batch.fill_parts(
+                        [(seq, rng.integers(100, 50_000, each).astype(np.int32), at[seq], last) for seq in range(n)]
+                    )
                     tick = time.perf_counter()
                     batch.decode(context.ptr)
                     times.append(time.perf_counter() - tick)

@@ -57,9 +57,11 @@ def main() -> None:
                         tick = time.perf_counter()
                         session.eval([token])
                         ticks.append(time.perf_counter() - tick)
-                    print(f"flash_attn={'on' if flash_attn else 'off'} {name:9} at {args.point} tokens: decode "
-                          f"{1 / float(np.median(ticks)):.2f} tok/s (filling it for real took {fill_s:.1f} s)",
-                          flush=True)
+                    print(
+                        f"flash_attn={'on' if flash_attn else 'off'} {name:9} at {args.point} tokens: decode "
+                        f"{1 / float(np.median(ticks)):.2f} tok/s (filling it for real took {fill_s:.1f} s)",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

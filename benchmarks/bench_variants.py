@@ -19,14 +19,37 @@ import sys
 from pathlib import Path
 
 SETTINGS = [
-    "--variants", "BF16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_K_M-sensitive-q8",
-    "--dataset", "bundled", "--limit", "2", "--modes", "withheld,given", "--seed", "0",
-    "--threads", "2", "--ctx", "4096", "--episode-tokens", "4096",
-    "--max-rounds", "1", "--think-tokens", "24", "--calls-per-turn", "2",
-    "--budget", "max_final_sql_tokens=48", "--budget", "max_sql_chars=160",
-    "--fidelity-tokens", "640",
-    "--note", "Random-weight model of the real 2B shape: speed and memory are the real model's; KL, top-1 "
-              "and answer agreement rank the variants, they do not predict the trained model's accuracy",
+    "--variants",
+    "BF16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_K_M-sensitive-q8",
+    "--dataset",
+    "bundled",
+    "--limit",
+    "2",
+    "--modes",
+    "withheld,given",
+    "--seed",
+    "0",
+    "--threads",
+    "2",
+    "--ctx",
+    "4096",
+    "--episode-tokens",
+    "4096",
+    "--max-rounds",
+    "1",
+    "--think-tokens",
+    "24",
+    "--calls-per-turn",
+    "2",
+    "--budget",
+    "max_final_sql_tokens=48",
+    "--budget",
+    "max_sql_chars=160",
+    "--fidelity-tokens",
+    "640",
+    "--note",
+    "Random-weight model of the real 2B shape: speed and memory are the real model's; KL, top-1 "
+    "and answer agreement rank the variants, they do not predict the trained model's accuracy",
 ]
 
 
@@ -47,8 +70,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", type=Path, help="the 2B-shape BF16 GGUF")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/variants"))
-    parser.add_argument("--work", type=Path, default=Path("benchmarks/work/bench"),
-                        help="where the results file and the quantized files live (not committed)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("benchmarks/work/bench"),
+        help="where the results file and the quantized files live (not committed)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     command = ["edge-sql", "bench", "--base", str(args.base), *SETTINGS, "--out", str(args.work)]

@@ -38,21 +38,37 @@ from edge_sql.runtime.tuning.parallel import decode_rate
 REPO = Path(__file__).resolve().parents[1]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 # the trained fixture's budget in tests/test_parallel_api.py, where its episodes write SQL that runs
-FIXTURE_BUDGET = Budget(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
-                        max_name_chars=32, max_final_sql_tokens=40, max_calls_per_turn=2)
+FIXTURE_BUDGET = Budget(
+    max_tokens=4096,
+    max_think_tokens=24,
+    max_final_think_tokens=12,
+    max_sql_chars=96,
+    max_name_chars=32,
+    max_final_sql_tokens=40,
+    max_calls_per_turn=2,
+)
 FIXTURE_QUESTIONS = ["Which customer spent the most money?", *QUESTIONS]
-MODES = {"before": dict(share_opening=False, early_stop=False), "opening": dict(share_opening=True, early_stop=False),
-         "early": dict(share_opening=True, early_stop=True)}
+MODES = {
+    "before": dict(share_opening=False, early_stop=False),
+    "opening": dict(share_opening=True, early_stop=False),
+    "early": dict(share_opening=True, early_stop=True),
+}
 
 
 def vote_row(agent: Agent, question: str, k: int, seed: int, mode: str) -> dict:
     tick = time.perf_counter()
-    result = agent._vote(question, CHINOOK, k, evidence=None, seed=seed, greedy=False, should_stop=None,
-                         **MODES[mode])
+    result = agent._vote(question, CHINOOK, k, evidence=None, seed=seed, greedy=False, should_stop=None, **MODES[mode])
     vote = result.stats.to_json()["vote"]
-    return {"k": k, "mode": mode, "wall_s": round(time.perf_counter() - tick, 2),
-            "prompt_tokens": vote["prompt_tokens_evaluated"], "finished": vote["finished"], "agreed": vote["agreed"],
-            "voters": vote["voters"], "rows": sorted(map(repr, map(tuple, result.rows)))[:20]}
+    return {
+        "k": k,
+        "mode": mode,
+        "wall_s": round(time.perf_counter() - tick, 2),
+        "prompt_tokens": vote["prompt_tokens_evaluated"],
+        "finished": vote["finished"],
+        "agreed": vote["agreed"],
+        "voters": vote["voters"],
+        "rows": sorted(map(repr, map(tuple, result.rows)))[:20],
+    }
 
 
 def shape_bench(args: argparse.Namespace, agent: Agent) -> dict:
@@ -64,19 +80,34 @@ def shape_bench(args: argparse.Namespace, agent: Agent) -> dict:
     one_s = time.perf_counter() - tick
     options = agent.sessions[0].options
     rates = {w: round(decode_rate(agent.model_path, options, w), 2) for w in sorted({1, *args.k})}
-    print(json.dumps({"one_episode_s": round(one_s, 2), "generated": one.stats.to_json()["generated_tokens"],
-                      "prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"], "rates": rates}), flush=True)
+    print(
+        json.dumps(
+            {
+                "one_episode_s": round(one_s, 2),
+                "generated": one.stats.to_json()["generated_tokens"],
+                "prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"],
+                "rates": rates,
+            }
+        ),
+        flush=True,
+    )
     rows = []
     for k in args.k:
         limit = one_s * k * rates[1] / rates[k]
         for mode in args.modes:
             row = vote_row(agent, question, k, args.seed, mode)
-            row.update(x_one=round(row["wall_s"] / one_s, 2), limit_s=round(limit, 2),
-                       x_limit=round(row["wall_s"] / limit, 2))
+            row.update(
+                x_one=round(row["wall_s"] / one_s, 2), limit_s=round(limit, 2), x_limit=round(row["wall_s"] / limit, 2)
+            )
             rows.append(row)
             print(json.dumps(row), flush=True)
-    return {"one_episode_s": round(one_s, 2), "one_generated_tokens": one.stats.to_json()["generated_tokens"],
-            "one_prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"], "rates": rates, "votes": rows}
+    return {
+        "one_episode_s": round(one_s, 2),
+        "one_generated_tokens": one.stats.to_json()["generated_tokens"],
+        "one_prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"],
+        "rates": rates,
+        "votes": rows,
+    }
 
 
 def fixture_bench(args: argparse.Namespace, agent: Agent) -> dict:
@@ -84,18 +115,31 @@ def fixture_bench(args: argparse.Namespace, agent: Agent) -> dict:
     agent.ask(FIXTURE_QUESTIONS[0], CHINOOK, seed=args.seed)  # warm
     rows = []
     for k in args.k:
-        for i, question in enumerate((FIXTURE_QUESTIONS * 4)[:args.questions]):
+        for i, question in enumerate((FIXTURE_QUESTIONS * 4)[: args.questions]):
             seed = args.seed + 10 * i
             full, early = vote_row(agent, question, k, seed, "opening"), vote_row(agent, question, k, seed, "early")
-            row = {"k": k, "question": question, "seed": seed, "full_s": full["wall_s"], "early_s": early["wall_s"],
-                   "stopped": k - early["finished"], "agreed": full["agreed"], "voters": full["voters"],
-                   "same_winner": full["rows"] == early["rows"] or full["voters"] == 0}
+            row = {
+                "k": k,
+                "question": question,
+                "seed": seed,
+                "full_s": full["wall_s"],
+                "early_s": early["wall_s"],
+                "stopped": k - early["finished"],
+                "agreed": full["agreed"],
+                "voters": full["voters"],
+                "same_winner": full["rows"] == early["rows"] or full["voters"] == 0,
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     fired = [r for r in rows if r["stopped"]]
-    summary = {"votes": len(rows), "fired": len(fired), "episodes_stopped": sum(r["stopped"] for r in rows),
-               "full_s": round(sum(r["full_s"] for r in rows), 2), "early_s": round(sum(r["early_s"] for r in rows), 2),
-               "same_winner": all(r["same_winner"] for r in rows)}
+    summary = {
+        "votes": len(rows),
+        "fired": len(fired),
+        "episodes_stopped": sum(r["stopped"] for r in rows),
+        "full_s": round(sum(r["full_s"] for r in rows), 2),
+        "early_s": round(sum(r["early_s"] for r in rows), 2),
+        "same_winner": all(r["same_winner"] for r in rows),
+    }
     print(json.dumps(summary), flush=True)
     return {"rows": rows, "summary": summary}
 
@@ -108,8 +152,13 @@ def main() -> None:
     parser.add_argument("--think-tokens", type=int, default=64)
     parser.add_argument("--max-rounds", type=int, default=2)
     parser.add_argument("--calls-per-turn", type=int, default=2)
-    parser.add_argument("--sql-tokens", type=int, default=64, help="most tokens of the final SQL (and 4x as "
-                        "many characters of a call's): random weights write until the bound")
+    parser.add_argument(
+        "--sql-tokens",
+        type=int,
+        default=64,
+        help="most tokens of the final SQL (and 4x as "
+        "many characters of a call's): random weights write until the bound",
+    )
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=33)
@@ -117,14 +166,31 @@ def main() -> None:
     parser.add_argument("--fixture", action="store_true", help="the trained fixture: how often the early stop fires")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    budget = FIXTURE_BUDGET if args.fixture else Budget(
-        max_tokens=args.n_ctx, max_rounds=args.max_rounds, max_think_tokens=args.think_tokens,
-        max_final_think_tokens=args.think_tokens, max_calls_per_turn=args.calls_per_turn, max_final_sql_tokens=args.sql_tokens,
-        max_sql_chars=4 * args.sql_tokens)
+    budget = (
+        FIXTURE_BUDGET
+        if args.fixture
+        else Budget(
+            max_tokens=args.n_ctx,
+            max_rounds=args.max_rounds,
+            max_think_tokens=args.think_tokens,
+            max_final_think_tokens=args.think_tokens,
+            max_calls_per_turn=args.calls_per_turn,
+            max_final_sql_tokens=args.sql_tokens,
+            max_sql_chars=4 * args.sql_tokens,
+        )
+    )
     head = {"cpu": cpu_model(), "model": args.model.name, "args": {k: str(v) for k, v in vars(args).items()}}
     print(json.dumps(head), flush=True)
-    with Agent(args.model, n_ctx=args.n_ctx, n_threads=args.threads, budget=budget, parallel=max(args.k),
-               pull_if_missing=False, tune=False, prefix_cache=False) as agent:
+    with Agent(
+        args.model,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        budget=budget,
+        parallel=max(args.k),
+        pull_if_missing=False,
+        tune=False,
+        prefix_cache=False,
+    ) as agent:
         head["settings"] = agent.info.settings
         result = fixture_bench(args, agent) if args.fixture else shape_bench(args, agent)
     if args.out:

@@ -54,13 +54,17 @@ def run(model: Path, k: int, options: SessionOptions, repeats: int) -> dict:
             llama_cpp.llama_memory_clear(memory, True)
 
         def decode(parts: list[tuple[int, list[int], int]]) -> None:
-            batch.fill_parts([(seq, np.asarray(tokens, np.int32), start, np.zeros(len(tokens), bool))
-                              for seq, tokens, start in parts])
+            batch.fill_parts(
+                [
+                    (seq, np.asarray(tokens, np.int32), start, np.zeros(len(tokens), bool))
+                    for seq, tokens, start in parts
+                ]
+            )
             batch.decode(ptr)
 
         clear()  # the prompt's saved state, as a single session would restore it
         for start in range(0, len(prefix), context.n_batch):
-            decode([(0, prefix[start:start + context.n_batch], start)])
+            decode([(0, prefix[start : start + context.n_batch], start)])
         saved = portable(read_sequence_state(ptr, 0))
         assert saved is not None
 
@@ -68,8 +72,12 @@ def run(model: Path, k: int, options: SessionOptions, repeats: int) -> dict:
             at = len(prefix) + len(question)
             batch.fill_parts([(s, np.asarray([question[-1]], np.int32), at, np.ones(1, bool)) for s in range(k)])
             batch.decode(ptr)
-            return np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ptr, i), shape=(context.n_vocab,))
-                             .copy() for i in range(k)])
+            return np.stack(
+                [
+                    np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ptr, i), shape=(context.n_vocab,)).copy()
+                    for i in range(k)
+                ]
+            )
 
         def opening(mode: str) -> None:
             clear()
@@ -97,14 +105,22 @@ def run(model: Path, k: int, options: SessionOptions, repeats: int) -> dict:
                 opening_s.append(tock - tick)
                 step_s.append(time.perf_counter() - tock)
             evaluated = len(question) * (k if mode == "each" else 1)
-            rows[mode] = {"opening_s": round(min(opening_s), 3), "first_step_s": round(min(step_s), 3),
-                          "to_first_token_s": round(min(a + b for a, b in zip(opening_s, step_s)), 3),
-                          "question_tokens_evaluated": evaluated}
+            rows[mode] = {
+                "opening_s": round(min(opening_s), 3),
+                "first_step_s": round(min(step_s), 3),
+                "to_first_token_s": round(min(a + b for a, b in zip(opening_s, step_s)), 3),
+                "question_tokens_evaluated": evaluated,
+            }
         batch.close()
     for mode in MODES[1:]:
         rows[mode]["max_abs_logit_diff_vs_each"] = float(np.max(np.abs(logits[mode] - logits["each"])))
-    return {"k": k, "prefix_tokens": len(prefix), "question_tokens": len(question),
-            "state_bytes": len(saved), "modes": rows}
+    return {
+        "k": k,
+        "prefix_tokens": len(prefix),
+        "question_tokens": len(question),
+        "state_bytes": len(saved),
+        "modes": rows,
+    }
 
 
 def main() -> None:
@@ -121,9 +137,11 @@ def main() -> None:
         result = run(args.model, k, options, args.repeats)
         print(json.dumps(result))
         for mode, row in result["modes"].items():
-            print(f"K={k} {mode:7s} opening {row['opening_s']:7.3f} s  first step {row['first_step_s']:6.3f} s  "
-                  f"to first token {row['to_first_token_s']:7.3f} s  question tokens {row['question_tokens_evaluated']}"
-                  + (f"  |dlogit| {row['max_abs_logit_diff_vs_each']:.3g}" if mode != "each" else ""))
+            print(
+                f"K={k} {mode:7s} opening {row['opening_s']:7.3f} s  first step {row['first_step_s']:6.3f} s  "
+                f"to first token {row['to_first_token_s']:7.3f} s  question tokens {row['question_tokens_evaluated']}"
+                + (f"  |dlogit| {row['max_abs_logit_diff_vs_each']:.3g}" if mode != "each" else "")
+            )
 
 
 if __name__ == "__main__":

@@ -140,13 +140,19 @@ def child_speed(cfg: dict) -> dict:
         completion = session.generate(params=SamplingParams(greedy=True), max_tokens=cfg["decode"])
         info = session.info
         return {
-            "backend": info.backend, "gpu_layers": info.gpu_layers, "n_layers": info.n_layers,
-            "threads": info.n_threads, "flash_attn": info.flash_attn, "load_s": round(load_s, 2),
-            "prefill_tokens": len(prompt), "prefill_tok_s": round(len(prompt) / prefill_s, 1),
+            "backend": info.backend,
+            "gpu_layers": info.gpu_layers,
+            "n_layers": info.n_layers,
+            "threads": info.n_threads,
+            "flash_attn": info.flash_attn,
+            "load_s": round(load_s, 2),
+            "prefill_tokens": len(prompt),
+            "prefill_tok_s": round(len(prompt) / prefill_s, 1),
             "decode_tokens": completion.timings.generated_tokens,
             "decode_tok_s": round(completion.timings.generated_tokens / completion.timings.generate_s, 1),
             "buffers_mib": {k: round(v / 2**20, 1) for k, v in sorted(info.buffers.items())},
-            "gpu_memory_held_mib": held, "gpu_memory_used_card_mib": card,
+            "gpu_memory_held_mib": held,
+            "gpu_memory_used_card_mib": card,
         }
 
 
@@ -156,11 +162,18 @@ def _episode_tokens(model: str, n_gpu_layers: int | None, budget: dict) -> dict:
     from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
     with _session(model, n_gpu_layers, 4096) as session, ReadOnlyDatabase(CHINOOK) as db:
-        result = run_episode(session, Toolbox(db), EPISODE_QUESTION, params=SamplingParams(greedy=True),
-                             budget=Budget(**budget))
-        return {"tokens": list(session.tokens), "backend": session.info.backend, "sql": result.sql,
-                "stop": result.stop, "rounds": len(result.rounds),
-                "calls": sum(len(r.calls) for r in result.rounds), "generated": session.timings.generated_tokens}
+        result = run_episode(
+            session, Toolbox(db), EPISODE_QUESTION, params=SamplingParams(greedy=True), budget=Budget(**budget)
+        )
+        return {
+            "tokens": list(session.tokens),
+            "backend": session.info.backend,
+            "sql": result.sql,
+            "stop": result.stop,
+            "rounds": len(result.rounds),
+            "calls": sum(len(r.calls) for r in result.rounds),
+            "generated": session.timings.generated_tokens,
+        }
 
 
 def _logprobs(model: str, n_gpu_layers: int | None, tokens: list[int]):
@@ -195,8 +208,12 @@ def near_tie(cpu_lp, gpu_lp, at: int, cpu_token: int, gpu_token: int) -> dict:
     top = np.argsort(cpu_lp, axis=-1)[:, -8:]  # where a swap could matter: each row's top candidates
     diff = np.abs(np.take_along_axis(cpu_lp, top, -1) - np.take_along_axis(gpu_lp, top, -1))
     tolerance = float(diff.max())
-    return {"cpu_margin": round(cpu_margin, 5), "gpu_margin": round(gpu_margin, 5),
-            "max_abs_logprob_diff_top8": round(tolerance, 5), "near_tie": 0 <= cpu_margin <= tolerance}
+    return {
+        "cpu_margin": round(cpu_margin, 5),
+        "gpu_margin": round(gpu_margin, 5),
+        "max_abs_logprob_diff_top8": round(tolerance, 5),
+        "near_tie": 0 <= cpu_margin <= tolerance,
+    }
 
 
 def child_episode(cfg: dict) -> dict:
@@ -210,15 +227,19 @@ def child_episode(cfg: dict) -> dict:
     out: dict[str, Any] = {
         "gpu": {k: v for k, v in gpu.items() if k != "tokens"} | {"n_tokens": len(gpu["tokens"])},
         "cpu": {k: v for k, v in cpu.items() if k != "tokens"} | {"n_tokens": len(cpu["tokens"])},
-        "equal": at is None, "first_difference": at,
+        "equal": at is None,
+        "first_difference": at,
     }
     prefix = cpu["tokens"] if at is None else cpu["tokens"][:at]
     cpu_lp = _logprobs(model, PLACEMENTS["cpu"], prefix)
     gpu_lp = _logprobs(model, PLACEMENTS["gpu"], prefix)
     diff = np.abs(cpu_lp - gpu_lp)
-    out["teacher_forced"] = {"positions": len(prefix), "max_abs_logprob_diff": round(float(diff.max()), 5),
-                             "mean_abs_logprob_diff": round(float(diff.mean()), 6),
-                             "argmax_agrees": round(float((cpu_lp.argmax(-1) == gpu_lp.argmax(-1)).mean()), 4)}
+    out["teacher_forced"] = {
+        "positions": len(prefix),
+        "max_abs_logprob_diff": round(float(diff.max()), 5),
+        "mean_abs_logprob_diff": round(float(diff.mean()), 6),
+        "argmax_agrees": round(float((cpu_lp.argmax(-1) == gpu_lp.argmax(-1)).mean()), 4),
+    }
     if at is not None and at < min(len(cpu["tokens"]), len(gpu["tokens"])):
         out["parting"] = near_tie(cpu_lp, gpu_lp, at, cpu["tokens"][at], gpu["tokens"][at])
     out["ok"] = at is None or bool(out.get("parting", {}).get("near_tie"))
@@ -244,19 +265,33 @@ def child_parallel(cfg: dict) -> dict:
             if held:
                 peak[0] = max(peak[0], held)
 
-    with Agent(cfg["model"], parallel=cfg["parallel"], n_ctx=cfg["n_ctx"], budget=budget, tune=False,
-               prefix_cache=False, pull_if_missing=False) as agent:
+    with Agent(
+        cfg["model"],
+        parallel=cfg["parallel"],
+        n_ctx=cfg["n_ctx"],
+        budget=budget,
+        tune=False,
+        prefix_cache=False,
+        pull_if_missing=False,
+    ) as agent:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         tick = time.perf_counter()
-        results = agent.ask_many(QUESTIONS[:cfg["questions"]], CHINOOK, seed=0)
+        results = agent.ask_many(QUESTIONS[: cfg["questions"]], CHINOOK, seed=0)
         wall = time.perf_counter() - tick
         done.set()
         info = agent.info
     generated = sum(r.stats.to_json().get("generated_tokens") or 0 for r in results)
-    return {"parallel": cfg["parallel"], "backend": info.backend, "episodes": len(results), "wall_s": round(wall, 2),
-            "generated_tokens": generated, "tok_s": round(generated / wall, 1),
-            "stops": [r.stop for r in results], "gpu_memory_peak_mib": peak[0] or None}
+    return {
+        "parallel": cfg["parallel"],
+        "backend": info.backend,
+        "episodes": len(results),
+        "wall_s": round(wall, 2),
+        "generated_tokens": generated,
+        "tok_s": round(generated / wall, 1),
+        "stops": [r.stop for r in results],
+        "gpu_memory_peak_mib": peak[0] or None,
+    }
 
 
 CHILDREN = {"machine": child_machine, "speed": child_speed, "episode": child_episode, "parallel": child_parallel}
@@ -318,21 +353,40 @@ class Run:
 
 def machine_description() -> dict:
     gpu = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"])
-    cpu = next((line.split(":", 1)[1].strip() for line in (sh(["lscpu"]) or "").splitlines()
-                if line.startswith("Model name")), platform.processor())
-    return {"gpu": gpu, "cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "nvcc": (sh(["nvcc", "--version"]) or "").splitlines()[-1:] or None,
-            "gpu_memory_used_before_mib": gpu_memory_mib()}
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in (sh(["lscpu"]) or "").splitlines() if line.startswith("Model name")),
+        platform.processor(),
+    )
+    return {
+        "gpu": gpu,
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "nvcc": (sh(["nvcc", "--version"]) or "").splitlines()[-1:] or None,
+        "gpu_memory_used_before_mib": gpu_memory_mib(),
+    }
 
 
 def checkpoint_to_gguf(run: Run, name: str, script: str, work: Path, *, need_s: float) -> Path | None:
     """A random checkpoint made by `script` (this folder's), converted to BF16 by `edge-sql convert`;
     the safetensors are removed after (the 2B shape's are 3.8 GB)."""
     folder, gguf = work / name, work / f"{name}-BF16.gguf"
-    made = run.step(f"{name} checkpoint", lambda: subprocess.run(
-        [sys.executable, str(HERE / script), str(folder)], check=True, timeout=600, capture_output=True), need_s=need_s)
-    converted = made is not None and run.step(f"{name} convert", lambda: edge_sql(
-        "convert", str(folder), "-o", str(gguf), "--force", "--no-progress", timeout=600), need_s=need_s / 4) is not None
+    made = run.step(
+        f"{name} checkpoint",
+        lambda: subprocess.run(
+            [sys.executable, str(HERE / script), str(folder)], check=True, timeout=600, capture_output=True
+        ),
+        need_s=need_s,
+    )
+    converted = (
+        made is not None
+        and run.step(
+            f"{name} convert",
+            lambda: edge_sql("convert", str(folder), "-o", str(gguf), "--force", "--no-progress", timeout=600),
+            need_s=need_s / 4,
+        )
+        is not None
+    )
     shutil.rmtree(folder, ignore_errors=True)
     return gguf if converted else None
 
@@ -349,30 +403,46 @@ def build_models(run: Run, work: Path, shape: str) -> dict[str, Path]:
     models["BF16"] = base
     for qtype in VARIANTS[1:]:
         out = work / f"{shape}-{qtype}.gguf"
-        if run.step(f"{shape} quantize {qtype}", lambda qtype=qtype, out=out: edge_sql("quantize", str(base), "--type", qtype, "-o", str(out),
-                                                                   "--force", timeout=600), need_s=45) is not None:
+        if (
+            run.step(
+                f"{shape} quantize {qtype}",
+                lambda qtype=qtype, out=out: edge_sql(
+                    "quantize", str(base), "--type", qtype, "-o", str(out), "--force", timeout=600
+                ),
+                need_s=45,
+            )
+            is not None
+        ):
             models[qtype] = out
     return models
 
 
 def summary(report: dict) -> list[str]:
     """The short table printed last."""
-    lines = [f"GPU: {report['machine'].get('gpu')}; CPU: {report['machine'].get('cpu')} x{report['machine'].get('cpus')}",
-             f"backend detected: {report.get('llama', {}).get('gpu_backend')}"]
+    lines = [
+        f"GPU: {report['machine'].get('gpu')}; CPU: {report['machine'].get('cpu')} x{report['machine'].get('cpus')}",
+        f"backend detected: {report.get('llama', {}).get('gpu_backend')}",
+    ]
     episode = report.get("fixture_episode")
     if episode:
-        lines.append(f"fixture greedy episode GPU vs CPU: {'equal' if episode['equal'] else 'differs'}"
-                     f" ({episode['gpu']['n_tokens']} / {episode['cpu']['n_tokens']} tokens)"
-                     + (f", parting {episode.get('parting')}" if not episode["equal"] else "")
-                     + f"; teacher-forced max |dlogp| {episode['teacher_forced']['max_abs_logprob_diff']}")
+        lines.append(
+            f"fixture greedy episode GPU vs CPU: {'equal' if episode['equal'] else 'differs'}"
+            f" ({episode['gpu']['n_tokens']} / {episode['cpu']['n_tokens']} tokens)"
+            + (f", parting {episode.get('parting')}" if not episode["equal"] else "")
+            + f"; teacher-forced max |dlogp| {episode['teacher_forced']['max_abs_logprob_diff']}"
+        )
     lines.append(f"{'variant':8} {'where':4} {'prefill tok/s':>13} {'decode tok/s':>12} {'load s':>6} {'GPU MiB':>8}")
     for variant, rows in report.get("speed", {}).items():
         for where, row in rows.items():
-            lines.append(f"{variant:8} {where:4} {row['prefill_tok_s']:13.1f} {row['decode_tok_s']:12.1f} "
-                         f"{row['load_s']:6.1f} {row['gpu_memory_held_mib'] if row['gpu_memory_held_mib'] is not None else '-':>8}")
+            lines.append(
+                f"{variant:8} {where:4} {row['prefill_tok_s']:13.1f} {row['decode_tok_s']:12.1f} "
+                f"{row['load_s']:6.1f} {row['gpu_memory_held_mib'] if row['gpu_memory_held_mib'] is not None else '-':>8}"
+            )
     for row in report.get("parallel", []):
-        lines.append(f"parallel {row['parallel']}: {row['episodes']} episodes in {row['wall_s']} s, "
-                     f"{row['tok_s']} tok/s, peak GPU {row['gpu_memory_peak_mib']} MiB")
+        lines.append(
+            f"parallel {row['parallel']}: {row['episodes']} episodes in {row['wall_s']} s, "
+            f"{row['tok_s']} tok/s, peak GPU {row['gpu_memory_peak_mib']} MiB"
+        )
     lines.append(f"skipped: {len(report['skipped'])}, errors: {len(report['errors'])}, {report.get('elapsed_s')} s")
     return lines
 
@@ -383,13 +453,18 @@ def main() -> int:
     parser.add_argument("--shape", choices=("2b", "fixture"), default="2b", help="the model measured for speed")
     parser.add_argument("--work", type=Path, help="where checkpoints and GGUFs go (default OUT/work, removed after)")
     parser.add_argument("--deadline-s", type=float, default=480, help="start no step after this many seconds")
-    parser.add_argument("--decode-tokens", type=int, default=128, help="greedy tokens decoded on the GPU (CPU: a quarter)")
+    parser.add_argument(
+        "--decode-tokens", type=int, default=128, help="greedy tokens decoded on the GPU (CPU: a quarter)"
+    )
     parser.add_argument("--parallel", type=int, default=8, help="episodes at once on the GPU")
     parser.add_argument("--questions", type=int, default=8, help="Chinook questions asked at once and one at a time")
     parser.add_argument("--episode-rounds", type=int, default=3, help="tool rounds of the fixture's greedy episode")
     parser.add_argument("--require-gpu", action="store_true", help="exit 1 when llama.cpp has no GPU backend")
-    parser.add_argument("--llama-source", default="installed",
-                        help="how llama-cpp-python came to be (gpu_check.sh: prebuilt or built-here), for the report")
+    parser.add_argument(
+        "--llama-source",
+        default="installed",
+        help="how llama-cpp-python came to be (gpu_check.sh: prebuilt or built-here), for the report",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -416,10 +491,15 @@ def main() -> int:
         models = build_models(run, work, args.shape)
         run.save()
         if "fixture" in models:
-            budget = {"max_rounds": args.episode_rounds, "max_think_tokens": 48, "max_calls_per_turn": 3,
-                      "max_tokens": 4096}
-            report["fixture_episode"] = run.child("episode", {"model": str(models["fixture"]), "budget": budget,
-                                                              "label": "fixture"}, need_s=30)
+            budget = {
+                "max_rounds": args.episode_rounds,
+                "max_think_tokens": 48,
+                "max_calls_per_turn": 3,
+                "max_tokens": 4096,
+            }
+            report["fixture_episode"] = run.child(
+                "episode", {"model": str(models["fixture"]), "budget": budget, "label": "fixture"}, need_s=30
+            )
             run.save()
         report["speed"] = {}
         for variant in ("Q4_K_M", "Q8_0", "BF16"):  # the default variant first
@@ -427,16 +507,33 @@ def main() -> int:
                 continue
             for where, layers in PLACEMENTS.items():
                 decode = args.decode_tokens if where == "gpu" and gpu else max(8, args.decode_tokens // 4)
-                row = run.child("speed", {"model": str(models[variant]), "n_gpu_layers": layers, "decode": decode,
-                                          "label": f"{variant} {where}"}, need_s=40 if where == "cpu" else 20)
+                row = run.child(
+                    "speed",
+                    {
+                        "model": str(models[variant]),
+                        "n_gpu_layers": layers,
+                        "decode": decode,
+                        "label": f"{variant} {where}",
+                    },
+                    need_s=40 if where == "cpu" else 20,
+                )
                 if row is not None:
                     report["speed"].setdefault(variant, {})[where] = row
                 run.save()
         report["parallel"] = []
         if "Q4_K_M" in models:
             for n in (args.parallel, 1):
-                row = run.child("parallel", {"model": str(models["Q4_K_M"]), "parallel": n, "n_ctx": 2048,
-                                             "questions": args.questions, "label": f"x{n}"}, need_s=60)
+                row = run.child(
+                    "parallel",
+                    {
+                        "model": str(models["Q4_K_M"]),
+                        "parallel": n,
+                        "n_ctx": 2048,
+                        "questions": args.questions,
+                        "label": f"x{n}",
+                    },
+                    need_s=60,
+                )
                 if row is not None:
                     report["parallel"].append(row)
                 run.save()

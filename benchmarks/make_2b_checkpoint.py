@@ -49,15 +49,25 @@ TEXT_CONFIG = {
     "rms_norm_eps": 1e-6,
     "tie_word_embeddings": True,
     "rope_parameters": {
-        "rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-        "mrope_section": [11, 11, 10], "mrope_interleaved": True,
+        "rope_type": "default",
+        "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [11, 11, 10],
+        "mrope_interleaved": True,
     },
     "eos_token_id": 248044,
 }
 # The vision tower is dropped by the converter; a small one keeps the checkpoint's structure.
 VISION_CONFIG = {
-    "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
-    "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 16, "out_hidden_size": 2048,
+    "depth": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "num_position_embeddings": 16,
+    "out_hidden_size": 2048,
 }
 
 
@@ -78,13 +88,21 @@ def _mtp_shapes() -> dict[str, tuple[int, ...]]:
     nq, nkv = TEXT_CONFIG["num_attention_heads"], TEXT_CONFIG["num_key_value_heads"]
     p = "mtp.layers.0."
     return {
-        "mtp.fc.weight": (h, 2 * h), "mtp.norm.weight": (h,),
-        "mtp.pre_fc_norm_embedding.weight": (h,), "mtp.pre_fc_norm_hidden.weight": (h,),
-        p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-        p + "self_attn.q_proj.weight": (2 * nq * hd, h), p + "self_attn.k_proj.weight": (nkv * hd, h),
-        p + "self_attn.v_proj.weight": (nkv * hd, h), p + "self_attn.o_proj.weight": (h, nq * hd),
-        p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
-        p + "mlp.gate_proj.weight": (ffn, h), p + "mlp.up_proj.weight": (ffn, h), p + "mlp.down_proj.weight": (h, ffn),
+        "mtp.fc.weight": (h, 2 * h),
+        "mtp.norm.weight": (h,),
+        "mtp.pre_fc_norm_embedding.weight": (h,),
+        "mtp.pre_fc_norm_hidden.weight": (h,),
+        p + "input_layernorm.weight": (h,),
+        p + "post_attention_layernorm.weight": (h,),
+        p + "self_attn.q_proj.weight": (2 * nq * hd, h),
+        p + "self_attn.k_proj.weight": (nkv * hd, h),
+        p + "self_attn.v_proj.weight": (nkv * hd, h),
+        p + "self_attn.o_proj.weight": (h, nq * hd),
+        p + "self_attn.q_norm.weight": (hd,),
+        p + "self_attn.k_norm.weight": (hd,),
+        p + "mlp.gate_proj.weight": (ffn, h),
+        p + "mlp.up_proj.weight": (ffn, h),
+        p + "mlp.down_proj.weight": (h, ffn),
     }
 
 
@@ -125,7 +143,9 @@ def make_checkpoint(out: Path) -> Path:
     config.dtype = torch.bfloat16
     config.save_pretrained(out)
     build_tokenizer(out)
-    (out / "README.md").write_text("---\nlicense: apache-2.0\n---\nRandom weights of the Qwen3.5-2B shape (benchmark only).\n")
+    (out / "README.md").write_text(
+        "---\nlicense: apache-2.0\n---\nRandom weights of the Qwen3.5-2B shape (benchmark only).\n"
+    )
     return out
 
 

@@ -35,9 +35,26 @@ PROMPT = "edge-sql> "
 CTRL_C = "\x03"
 # the demo's options: README's offline command (the earlier prompt, whose example calls SmolLM2
 # copies; reproducible; no calibration; one thread; the bounds a small model needs)
-DEMO = ["--prompt-file", "sqale-v1", "--greedy", "--no-tune", "--threads", "1", "--ctx", "2048",
-        "--calls-per-turn", "2", "--think-tokens", "16", "--budget", "max_final_sql_tokens=40",
-        "--budget", "max_name_chars=24", "--budget", "max_sql_chars=80"]
+DEMO = [
+    "--prompt-file",
+    "sqale-v1",
+    "--greedy",
+    "--no-tune",
+    "--threads",
+    "1",
+    "--ctx",
+    "2048",
+    "--calls-per-turn",
+    "2",
+    "--think-tokens",
+    "16",
+    "--budget",
+    "max_final_sql_tokens=40",
+    "--budget",
+    "max_name_chars=24",
+    "--budget",
+    "max_sql_chars=80",
+]
 QUESTION = "How many rows does the Album table have?"
 PROMPT_QUESTIONS = ("How many rows are in the Customers table?", "Which employees report to Andrew Fuller?")
 CUT = 72  # characters of a call's output or a think block kept in the JSON shown (of the answer: 4 x)
@@ -74,8 +91,9 @@ def cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-c", "from edge_sql.cli import main; main()"]
 
 
-def in_terminal(args: list[str], work: Path, env: dict[str, str],
-                typing: list[tuple[str, int, str]]) -> tuple[list[str], int]:
+def in_terminal(
+    args: list[str], work: Path, env: dict[str, str], typing: list[tuple[str, int, str]]
+) -> tuple[list[str], int]:
     """Runs `args` in a pseudo-terminal, typing each text once the screen shows `wait` `count`
     times (Ctrl-C a few seconds later, inside the question's first turn); the screen and the
     exit status."""
@@ -109,20 +127,24 @@ def record(work: Path, env: dict[str, str], model: str) -> dict[str, Recording]:
 
 def shortened(answer: dict) -> dict:
     """The answer without its transcript, each call's output and think block cut to CUT characters."""
+
     def cut(text: str) -> str:
         return text if len(text) <= CUT else text[: CUT - 1] + "…"
 
     shown = {key: value for key, value in answer.items() if key != "transcript"}
-    shown["answer"] = answer["answer"] and (answer["answer"] if len(answer["answer"]) <= 4 * CUT
-                                            else answer["answer"][: 4 * CUT - 1] + "…")
-    shown["rounds"] = [{**r, "think": cut(r["think"]),
-                        "calls": [{**c, "output": cut(c["output"])} for c in r["calls"]]} for r in answer["rounds"]]
+    shown["answer"] = answer["answer"] and (
+        answer["answer"] if len(answer["answer"]) <= 4 * CUT else answer["answer"][: 4 * CUT - 1] + "…"
+    )
+    shown["rounds"] = [
+        {**r, "think": cut(r["think"]), "calls": [{**c, "output": cut(c["output"])} for c in r["calls"]]}
+        for r in answer["rounds"]
+    ]
     return shown
 
 
 def transcript_tail(transcript: str) -> str:
     """The transcript from its last user turn (the forced-final message) on, at most TAIL_LINES lines."""
-    lines = transcript[transcript.rindex("<|im_start|>user"):].splitlines()
+    lines = transcript[transcript.rindex("<|im_start|>user") :].splitlines()
     cut = [f"... ({len(lines) - TAIL_LINES} more lines)"] if len(lines) > TAIL_LINES else []
     return "\n".join(lines[:TAIL_LINES] + cut)
 

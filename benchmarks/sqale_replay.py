@@ -96,7 +96,7 @@ def compare_to_published(ours: str, published: str) -> list[str]:
         elif mine != pub:
             problems.append(f"line {i + 1}: {mine!r} != published {pub!r}")
     if len(our_lines) > len(pub_lines):
-        extra = our_lines[len(pub_lines):]
+        extra = our_lines[len(pub_lines) :]
         problems.append(f"{len(extra)} line(s) more than published: {extra!r}")
     return problems
 
@@ -205,8 +205,10 @@ class SchemaPlan:
 
 
 def _timestamp(rng: random.Random, year_from: int = 2020, year_to: int = 2023) -> str:
-    return (f"{rng.randint(year_from, year_to)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
-            f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}")
+    return (
+        f"{rng.randint(year_from, year_to)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+        f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+    )
 
 
 def _hex(rng: random.Random, n: int, first: str = "0123456789abcdef") -> str:
@@ -215,8 +217,7 @@ def _hex(rng: random.Random, n: int, first: str = "0123456789abcdef") -> str:
 
 def _device_uuid(rng: random.Random) -> str:
     """The page's device id shape (8-4-4-5-16 hex); never below `102e9502-...` (see below)."""
-    return "-".join([_hex(rng, 8, "23456789abcdef"), _hex(rng, 4), _hex(rng, 4), _hex(rng, 5),
-                     _hex(rng, 16)])
+    return "-".join([_hex(rng, 8, "23456789abcdef"), _hex(rng, 4), _hex(rng, 4), _hex(rng, 5), _hex(rng, 16)])
 
 
 def _log_uuid(rng: random.Random) -> str:
@@ -227,12 +228,33 @@ def _shipping_filler(rng: random.Random) -> dict[str, list[tuple]]:
     """More methods and rate rows than `LIMIT 10` shows (the note says more rows exist); no
     other row has PRIORITY_INTL at weight 48.64, so the final query returns the one row."""
     methods = [
-        ("SHM-1005", "Two-Day Select", "Two-Day Select delivers within two business days.",
-         9.99, 2, "2020-04-01 10:00:00", "2021-01-05 12:00:00"),
-        ("SHM-1006", "Freight Pallet", "Freight Pallet handles palletised heavy goods.",
-         79.5, 5, "2020-04-01 10:00:00", "2021-02-11 09:30:00"),
-        ("SHM-1007", "Local Courier", "Same-day Local Courier within city limits.",
-         11.25, 1, "2020-06-12 08:00:00", "2021-06-12 08:00:00"),
+        (
+            "SHM-1005",
+            "Two-Day Select",
+            "Two-Day Select delivers within two business days.",
+            9.99,
+            2,
+            "2020-04-01 10:00:00",
+            "2021-01-05 12:00:00",
+        ),
+        (
+            "SHM-1006",
+            "Freight Pallet",
+            "Freight Pallet handles palletised heavy goods.",
+            79.5,
+            5,
+            "2020-04-01 10:00:00",
+            "2021-02-11 09:30:00",
+        ),
+        (
+            "SHM-1007",
+            "Local Courier",
+            "Same-day Local Courier within city limits.",
+            11.25,
+            1,
+            "2020-06-12 08:00:00",
+            "2021-06-12 08:00:00",
+        ),
     ]
     codes = ["STANDARD_GROUND", "EXPRESS_2DAY", "OVERNIGHT_AIR", "ECONOMY_MAIL", "PRIORITY_INTL"]
     rates = []
@@ -259,22 +281,33 @@ def _alert_filler(rng: random.Random) -> dict[str, list[tuple]]:
     ids = range(first_filler_id, ALERT_LOG_ROWS + 1)
     by_5 = set(rng.sample(list(ids), ALERT_LOGS_BY_USER_5 - published_by_5))
     others = [u for u in range(1, 31) if u != 5]
-    logs = [(i, rng.randint(1, 10), 5 if i in by_5 else rng.choice(others),
-             None if rng.random() < 0.3 else _timestamp(rng, 2021, 2022)) for i in ids]
-    users = [(i, None if i % 3 else f"user_{i:03d}", f"user{i:03d}@example.com",
-              _timestamp(rng)) for i in range(6, 31)]
+    logs = [
+        (
+            i,
+            rng.randint(1, 10),
+            5 if i in by_5 else rng.choice(others),
+            None if rng.random() < 0.3 else _timestamp(rng, 2021, 2022),
+        )
+        for i in ids
+    ]
+    users = [(i, None if i % 3 else f"user_{i:03d}", f"user{i:03d}@example.com", _timestamp(rng)) for i in range(6, 31)]
     alerts = [(i,) for i in range(1, 11)]
     return {"AlertLogs": logs, "users": users, "aler": alerts}
 
 
 # Devices the published counts need (name -> diagnostic_request_logs rows):
 FIRMWARE_DEVICES = {  # in the order their firmware-updater rows were inserted (published order)
-    "Sensor-Remote Site-776": 0, "Gateway-Remote Site-742": 2, "Node-Lab-964": 0,
+    "Sensor-Remote Site-776": 0,
+    "Gateway-Remote Site-742": 2,
+    "Node-Lab-964": 0,
     "Hub-Lab-252": 1,
 }
 FIRST_DEVICE_NAMES_WITH_LOGS = {  # the first five names of the per-name count, then more
-    "Actuator-Data Center-489": 1, "Actuator-Factory Floor-244": 1,
-    "Actuator-Factory Floor-553": 2, "Actuator-Lab-443": 1, "Actuator-Remote Site-669": 1,
+    "Actuator-Data Center-489": 1,
+    "Actuator-Factory Floor-244": 1,
+    "Actuator-Factory Floor-553": 2,
+    "Actuator-Lab-443": 1,
+    "Actuator-Remote Site-669": 1,
 }
 # The first five device ids of `GROUP BY device_id` (each with one log); every other device id
 # with logs sorts after the last of them.
@@ -313,9 +346,11 @@ def _firmware_filler(rng: random.Random) -> dict[str, list[tuple]]:
 
     # Devices behind the published device ids: names that sort after the Actuator ones.
     for uuid in sorted(known_ids):
-        while (name := f"{rng.choice(['Gateway', 'Hub', 'Node', 'Sensor'])}-"
-                       f"{rng.choice(['Lab', 'Warehouse', 'Remote Site', 'Data Center'])}-"
-                       f"{rng.randint(100, 999)}") in taken_names:
+        while (
+            name := f"{rng.choice(['Gateway', 'Hub', 'Node', 'Sensor'])}-"
+            f"{rng.choice(['Lab', 'Warehouse', 'Remote Site', 'Data Center'])}-"
+            f"{rng.randint(100, 999)}"
+        ) in taken_names:
             pass
         taken_names.add(name)
         add_device(uuid, name)
@@ -324,36 +359,38 @@ def _firmware_filler(rng: random.Random) -> dict[str, list[tuple]]:
         add_device(uuid, name)
         add_logs(uuid, count)
         if name in FIRMWARE_DEVICES:
-            deps.append((f"{rng.randint(100000, 999999)}-{rng.randint(100000, 999999)}-"
-                         f"{rng.randint(100000, 999999)}", uuid, "firmware-updater",
-                         f"{rng.randint(1, 4)}.{rng.randint(0, 20)}.{rng.randint(0, 50)}"))
+            deps.append(
+                (
+                    f"{rng.randint(100000, 999999)}-{rng.randint(100000, 999999)}-{rng.randint(100000, 999999)}",
+                    uuid,
+                    "firmware-updater",
+                    f"{rng.randint(1, 4)}.{rng.randint(0, 20)}.{rng.randint(0, 50)}",
+                )
+            )
     for device_id in FIRST_LOGGED_DEVICE_IDS:
         if device_id != FIRST_LOGGED_DEVICE_IDS[1]:  # that one's log is published
             add_logs(device_id, 1)
-    return {"devices": devices, "device_software_dependencies": deps,
-            "diagnostic_request_logs": logs}
+    return {"devices": devices, "device_software_dependencies": deps, "diagnostic_request_logs": logs}
 
 
 PLANS: dict[str, SchemaPlan] = {
     "q_0063694": SchemaPlan(first_tables=(), invented_ddl={}, indent={}, filler=_shipping_filler),
     "q_0114515": SchemaPlan(
         # Published sqlite_master rows 1-5, root pages 2-6: no index between them.
-        first_tables=("rectra", "constraint_sets", "filter_criteria", "useractivitylog",
-                      "systemlogs"),
+        first_tables=("rectra", "constraint_sets", "filter_criteria", "useractivitylog", "systemlogs"),
         invented_ddl={  # the page shows only their first ~40 characters
             "rectra": "CREATE TABLE rectra (id INTEGER PRIMARY KEY NOT NULL, status TEXT, "
-                      "amount REAL, nextRun DATETIME)",
+            "amount REAL, nextRun DATETIME)",
             "constraint_sets": "CREATE TABLE constraint_sets (id INTEGER PRIMARY KEY NOT NULL, "
-                               "name TEXT, description TEXT)",
+            "name TEXT, description TEXT)",
             "filter_criteria": "CREATE TABLE filter_criteria (id INTEGER PRIMARY KEY NOT NULL, "
-                               "field TEXT, operator TEXT, value TEXT)",
+            "field TEXT, operator TEXT, value TEXT)",
             "useractivitylog": "CREATE TABLE useractivitylog (id INTEGER PRIMARY KEY NOT NULL, "
-                               "userId INTEGER, activity TEXT, occurredAt DATETIME)",
+            "userId INTEGER, activity TEXT, occurredAt DATETIME)",
         },
         # `(        id` and `(     id` in the published rows: a newline shown as one space,
         # then 7 or 4 spaces of indentation.
-        indent={"rectra": 7, "useractivitylog": 7, "constraint_sets": 4, "filter_criteria": 4,
-                "systemlogs": 4},
+        indent={"rectra": 7, "useractivitylog": 7, "constraint_sets": 4, "filter_criteria": 4, "systemlogs": 4},
         filler=_alert_filler,
     ),
     "q_0086702": SchemaPlan(
@@ -361,13 +398,13 @@ PLANS: dict[str, SchemaPlan] = {
         first_tables=("user_notification_bounces", "security_audit_logs", "device_firmware"),
         invented_ddl={
             "user_notification_bounces": "CREATE TABLE user_notification_bounces (uuid TEXT NOT "
-                                         "NULL UNIQUE, user_id TEXT NOT NULL, bounced_at "
-                                         "TIMESTAMP NOT NULL, reason TEXT)",
+            "NULL UNIQUE, user_id TEXT NOT NULL, bounced_at "
+            "TIMESTAMP NOT NULL, reason TEXT)",
             "security_audit_logs": "CREATE TABLE security_audit_logs (uuid TEXT NOT NULL UNIQUE, "
-                                   "event TEXT NOT NULL, logged_at TIMESTAMP NOT NULL)",
+            "event TEXT NOT NULL, logged_at TIMESTAMP NOT NULL)",
             "device_firmware": "CREATE TABLE device_firmware (uuid TEXT NOT NULL UNIQUE, "
-                               "device_id TEXT NOT NULL, version TEXT NOT NULL, FOREIGN KEY "
-                               "(device_id) REFERENCES devices(uuid))",
+            "device_id TEXT NOT NULL, version TEXT NOT NULL, FOREIGN KEY "
+            "(device_id) REFERENCES devices(uuid))",
         },
         # `(   uuid` in the published rows: a newline as one space, then 2 spaces.
         indent={"user_notification_bounces": 2, "security_audit_logs": 2, "device_firmware": 2},
@@ -407,8 +444,7 @@ def build_database(episode_id: str, folder: Path) -> Path:
         # Published rows as text: each column's affinity turns "41.46" into a REAL and
         # "5" into an INTEGER, as the original values were; "None" is NULL.
         for table, lines in published_first_rows(ep).items():
-            rows = [_published_row(table, i, line, clipped)
-                    for i, (line, clipped) in enumerate(lines)]
+            rows = [_published_row(table, i, line, clipped) for i, (line, clipped) in enumerate(lines)]
             _insert(conn, table, [[None if v == "None" else v for v in r] for r in rows])
         for table, rows in plan.filler(random.Random(episode_id)).items():
             _insert(conn, table, rows)

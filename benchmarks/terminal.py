@@ -104,7 +104,7 @@ def render(raw: bytes) -> list[str]:
             elif final == b"K":
                 del line[column:]
             elif final == b"P":
-                del line[column:column + count]
+                del line[column : column + count]
             elif final == b"@":
                 line[column:column] = [" "] * count
             position = match.end()

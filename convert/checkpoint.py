@@ -164,7 +164,9 @@ def read_safetensors_header(path: Path) -> list[TensorSource]:
             )
         begin, end = info["data_offsets"]
         shape = tuple(int(d) for d in info["shape"])
-        expected = int(np.prod(shape)) * SAFETENSORS_DTYPES[dtype].itemsize if shape else SAFETENSORS_DTYPES[dtype].itemsize
+        expected = (
+            int(np.prod(shape)) * SAFETENSORS_DTYPES[dtype].itemsize if shape else SAFETENSORS_DTYPES[dtype].itemsize
+        )
         if end - begin != expected:
             raise ConversionError(f"tensor {name} in {path.name} has {end - begin} bytes for shape {shape}")
         end_max = max(end_max, end)

@@ -31,11 +31,16 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 
 _SCALAR_FORMATS: dict[GGUFValueType, str] = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?",
-    GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
     GGUFValueType.FLOAT64: "<d",
 }
 # The GGUF architectures edge-sql runs: `qwen35` is the model this project is built for;
@@ -185,8 +190,9 @@ def validate_gguf(path: str | Path) -> GGUFFile:
         raise ModelFileError(f"{info.path} has no general.architecture key; it is not a model GGUF", path=info.path)
     if info.architecture not in SUPPORTED_ARCHITECTURES:
         supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
-        raise ModelFileError(f"{info.path} is a '{info.architecture}' model; edge-sql runs only: {supported}",
-                             path=info.path)
+        raise ModelFileError(
+            f"{info.path} is a '{info.architecture}' model; edge-sql runs only: {supported}", path=info.path
+        )
     if key is not None:
         if len(_HEADERS) >= _HEADERS_KEPT:
             _HEADERS.pop(next(iter(_HEADERS)))
@@ -247,7 +253,7 @@ class _HeaderReader:
     def string(self) -> str:
         n = self.unpack("<Q")
         self.need(n)
-        value = bytes(self.buf[self.pos:self.pos + n])
+        value = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         return value.decode("utf-8", errors="replace")
 
@@ -331,8 +337,16 @@ def _parse(path: Path, buf: mmap.mmap | bytes, max_array: int) -> GGUFFile:
         missing = data_start + data_end - reader.size
         raise ModelFileError(
             f"{path} is truncated: its tensors need {data_start + data_end:,} bytes "
-            f"but the file has {reader.size:,} ({missing:,} missing)", path=path,
+            f"but the file has {reader.size:,} ({missing:,} missing)",
+            path=path,
         )
     tensors = {name: TensorEntry(name, qtype, shape, data_start + off) for name, qtype, shape, off in entries}
-    return GGUFFile(path=path, version=version, file_size=reader.size, metadata=metadata,
-                    array_lengths=reader.array_lengths, tensors=tensors, tensor_data_bytes=data_end)
+    return GGUFFile(
+        path=path,
+        version=version,
+        file_size=reader.size,
+        metadata=metadata,
+        array_lengths=reader.array_lengths,
+        tensors=tensors,
+        tensor_data_bytes=data_end,
+    )

@@ -123,11 +123,16 @@ class BulkArrayWriter(gguf.GGUFWriter):
     array whose items are not all `str` or all `int`, is left to gguf.
     """
 
-    def _pack_val(self, val: Any, vtype: gguf.GGUFValueType, add_vtype: bool,
-                  sub_type: gguf.GGUFValueType | None = None) -> bytes:
+    def _pack_val(
+        self, val: Any, vtype: gguf.GGUFValueType, add_vtype: bool, sub_type: gguf.GGUFValueType | None = None
+    ) -> bytes:
         body = None
-        if vtype == gguf.GGUFValueType.ARRAY and isinstance(val, list) and val \
-                and self.endianess == gguf.GGUFEndian.LITTLE:
+        if (
+            vtype == gguf.GGUFValueType.ARRAY
+            and isinstance(val, list)
+            and val
+            and self.endianess == gguf.GGUFEndian.LITTLE
+        ):
             item_type = sub_type or gguf.GGUFValueType.get_type(val[0])
             body = _bulk_items(val, item_type)
         if body is None:

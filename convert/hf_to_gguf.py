@@ -110,11 +110,16 @@ def convert_checkpoint(
         outtype=outtype,
         parameters=parameters,
     )
-    write_gguf(out, ARCH_NAME, metadata, tensors, show_progress=show_progress,
-               description=f"converting to {outtype}")
+    write_gguf(out, ARCH_NAME, metadata, tensors, show_progress=show_progress, description=f"converting to {outtype}")
     return ConversionReport(
-        source=src, output=out, outtype=outtype, tensors=len(tensors), parameters=parameters,
-        dropped=dropped, file_size=out.stat().st_size, seconds=time.perf_counter() - started,
+        source=src,
+        output=out,
+        outtype=outtype,
+        tensors=len(tensors),
+        parameters=parameters,
+        dropped=dropped,
+        file_size=out.stat().st_size,
+        seconds=time.perf_counter() - started,
         mtp_layers=dims.mtp_layers,
     )
 
@@ -163,8 +168,10 @@ def plan_tensors(
         target = map_tensor_name(name, dims.n_layers)
         if target is None or target.gguf_name not in expected:
             if target is None and re.match(DROPPED_PARTS["mtp"], name):
-                raise ConversionError(f"cannot map the MTP head's tensor {name} to llama.cpp's nextn block; "
-                                      "convert with --no-mtp to leave the head out")
+                raise ConversionError(
+                    f"cannot map the MTP head's tensor {name} to llama.cpp's nextn block; "
+                    "convert with --no-mtp to leave the head out"
+                )
             raise ConversionError(
                 f"cannot map tensor {name} of this Qwen3.5 checkpoint to llama.cpp's qwen35 "
                 f"(layer kinds: {', '.join(dims.layer_kinds)}); this variant is not supported"
@@ -204,8 +211,9 @@ def _pieces(
     gguf_name: str,
 ) -> Iterator[np.ndarray]:
     """The tensor's converted data, in blocks of whole rows where the transforms allow it."""
-    convert = partial(_convert_block, transforms=transforms, storage=storage, dims=dims,
-                      name=gguf_name, source_dtype=source.dtype)
+    convert = partial(
+        _convert_block, transforms=transforms, storage=storage, dims=dims, name=gguf_name, source_dtype=source.dtype
+    )
     whole = transforms and not all(t in ROW_WISE for t in transforms)
     if whole or len(source.shape) <= 1:
         yield convert(source.read())
@@ -225,8 +233,11 @@ def _convert_block(
     name: str,
     source_dtype: str,
 ) -> np.ndarray:
-    passthrough = {"BF16": gguf.GGMLQuantizationType.BF16, "F16": gguf.GGMLQuantizationType.F16,
-                   "F32": gguf.GGMLQuantizationType.F32}[source_dtype]
+    passthrough = {
+        "BF16": gguf.GGMLQuantizationType.BF16,
+        "F16": gguf.GGMLQuantizationType.F16,
+        "F32": gguf.GGMLQuantizationType.F32,
+    }[source_dtype]
     if not transforms and storage == passthrough:
         return raw  # same storage type: the bytes go through untouched
     x = bf16_bits_to_f32(raw) if source_dtype == "BF16" else raw.astype(np.float32)
@@ -275,7 +286,7 @@ def _repo_id_from_cache_path(folder: Path) -> str | None:
     """`owner/name` when `folder` lies in the Hugging Face cache (.../models--owner--name/snapshots/...)."""
     for part in Path(folder).resolve().parts:
         if part.startswith("models--"):
-            return part[len("models--"):].replace("--", "/", 1)
+            return part[len("models--") :].replace("--", "/", 1)
     return None
 
 

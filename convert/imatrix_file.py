@@ -158,9 +158,13 @@ def _read_gguf_imatrix(path: Path) -> Imatrix:
         raise ImatrixError(f"{path} holds no imatrix entries", path=path)
     datasets = info.metadata.get(KEY_DATASETS)
     file_type = info.metadata.get(KEY_MODEL_FILE_TYPE)
-    return Imatrix(entries, list(datasets) if isinstance(datasets, list) else [],
-                   int(info.metadata.get(KEY_CHUNK_COUNT, 0)), int(info.metadata.get(KEY_CHUNK_SIZE, 0)),
-                   int(file_type) if isinstance(file_type, int) else None)
+    return Imatrix(
+        entries,
+        list(datasets) if isinstance(datasets, list) else [],
+        int(info.metadata.get(KEY_CHUNK_COUNT, 0)),
+        int(info.metadata.get(KEY_CHUNK_SIZE, 0)),
+        int(file_type) if isinstance(file_type, int) else None,
+    )
 
 
 class _Cut(Exception):
@@ -225,18 +229,24 @@ def check_imatrix(imatrix: Imatrix, model: GGUFFile, *, source: Path | str = "th
     and the matrix was not collected on a quantized model."""
     if imatrix.model_file_type is not None and imatrix.model_file_type not in {int(t) for t in UNQUANTIZED_FILE_TYPES}:
         kind = _ftype_name(imatrix.model_file_type)
-        raise ImatrixError(f"{source} was collected on a quantized model ({kind}); collect it on the "
-                           "BF16/F16/F32 file", path=_path(source))
+        raise ImatrixError(
+            f"{source} was collected on a quantized model ({kind}); collect it on the BF16/F16/F32 file",
+            path=_path(source),
+        )
     sizes = expected_sizes(model)
     unknown = [name for name in imatrix.entries if name not in sizes]
     if unknown:
         more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
-        raise ImatrixError(f"{source} does not match {model.path.name}: it has no weight {unknown[0]}{more}",
-                           path=_path(source))
+        raise ImatrixError(
+            f"{source} does not match {model.path.name}: it has no weight {unknown[0]}{more}", path=_path(source)
+        )
     for name, entry in imatrix.entries.items():
         if entry.size != sizes[name]:
-            raise ImatrixError(f"{source} does not match {model.path.name}: {name} has {entry.size} values, "
-                               f"the model's weight needs {sizes[name]}", path=_path(source))
+            raise ImatrixError(
+                f"{source} does not match {model.path.name}: {name} has {entry.size} values, "
+                f"the model's weight needs {sizes[name]}",
+                path=_path(source),
+            )
 
 
 def _ftype_name(value: int) -> str:

@@ -85,12 +85,16 @@ RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe(
-            SENSITIVE_RECIPE, "Q4_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
+            SENSITIVE_RECIPE,
+            "Q4_K_M",
+            tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
             f"Q4_K_M, with {_SENSITIVE_LIST} (most sensitive in Qwen3.5) and the MTP head kept at Q8_0",
             mtp_head=T.Q8_0,
         ),
         Recipe(
-            "Q3_K_M-sensitive-q8", "Q3_K_M", tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
+            "Q3_K_M-sensitive-q8",
+            "Q3_K_M",
+            tuple((p, T.Q8_0) for p in SENSITIVE_PATTERNS),
             f"Q3_K_M, with {_SENSITIVE_LIST} and the MTP head kept at Q8_0",
             mtp_head=T.Q8_0,
         ),
@@ -111,8 +115,10 @@ class QuantizeReport:
     def summary(self) -> str:
         types = ", ".join(f"{n} {t}" for t, n in sorted(self.tensor_types.items(), key=lambda kv: -kv[1]))
         made = f", imatrix {self.imatrix.name}" if self.imatrix else ""
-        return (f"wrote {self.output} ({self.qtype}{made}, {self.file_size / 1e9:.3f} GB) in {self.seconds:.1f} s; "
-                f"tensors: {types}")
+        return (
+            f"wrote {self.output} ({self.qtype}{made}, {self.file_size / 1e9:.3f} GB) in {self.seconds:.1f} s; "
+            f"tensors: {types}"
+        )
 
 
 def uses_imatrix(qtype: str) -> bool:
@@ -127,7 +133,13 @@ def choices() -> list[str]:
 
 
 def quantize_gguf(
-    src: Path, out: Path, qtype: str, *, force: bool = False, n_threads: int | None = None, verbose: bool = False,
+    src: Path,
+    out: Path,
+    qtype: str,
+    *,
+    force: bool = False,
+    n_threads: int | None = None,
+    verbose: bool = False,
     imatrix: Path | None = None,
 ) -> QuantizeReport:
     """Quantize the GGUF `src` to `out` as `qtype` (a type name or a recipe name), weighted by the
@@ -148,8 +160,15 @@ def quantize_gguf(
     with atomic_output(out) as tmp:
         _run_llama_quantize(src, tmp, QUANT_TYPES[base], overrides, n_threads, verbose, imatrix)
         types = tensor_type_counts(tmp)
-    return QuantizeReport(src, out, qtype, out.stat().st_size, time.perf_counter() - started, types,
-                          Path(imatrix) if imatrix is not None else None)
+    return QuantizeReport(
+        src,
+        out,
+        qtype,
+        out.stat().st_size,
+        time.perf_counter() - started,
+        types,
+        Path(imatrix) if imatrix is not None else None,
+    )
 
 
 def tensor_type_counts(path: Path) -> dict[str, int]:
@@ -172,7 +191,11 @@ def _check_input(src: Path) -> GGUFFile:
         raise ConversionError(f"cannot quantize: {e}", path=src) from e
     raw = info.metadata.get("general.file_type")
     if raw is not None and info.file_type not in UNQUANTIZED_FILE_TYPES:
-        name = _FILE_TYPE_NAMES.get(info.file_type, f"file type {raw}") if info.file_type is not None else f"file type {raw}"
+        name = (
+            _FILE_TYPE_NAMES.get(info.file_type, f"file type {raw}")
+            if info.file_type is not None
+            else f"file type {raw}"
+        )
         raise ConversionError(f"{src} is already quantized ({name}); quantize from the F32/F16/BF16 GGUF", path=src)
     return info
 
@@ -187,19 +210,33 @@ def _check_output(src: Path, out: Path, *, force: bool) -> None:
 
 
 def _run_llama_quantize(
-    src: Path, out: Path, ftype: LlamaFileType, overrides: tuple[tuple[str, T], ...], n_threads: int | None,
-    verbose: bool, imatrix: Path | None = None,
+    src: Path,
+    out: Path,
+    ftype: LlamaFileType,
+    overrides: tuple[tuple[str, T], ...],
+    n_threads: int | None,
+    verbose: bool,
+    imatrix: Path | None = None,
 ) -> None:
     """llama.cpp's quantizer in a child process: a signal cannot interrupt a C call in this one
     (Ctrl-C or SIGTERM would wait minutes for it), but the child can be stopped at once."""
-    request = json.dumps({"src": str(src), "out": str(out), "ftype": int(ftype), "n_threads": n_threads,
-                          "verbose": verbose, "imatrix": str(imatrix) if imatrix is not None else None,
-                          "overrides": [[pattern, int(storage)] for pattern, storage in overrides]})
+    request = json.dumps(
+        {
+            "src": str(src),
+            "out": str(out),
+            "ftype": int(ftype),
+            "n_threads": n_threads,
+            "verbose": verbose,
+            "imatrix": str(imatrix) if imatrix is not None else None,
+            "overrides": [[pattern, int(storage)] for pattern, storage in overrides],
+        }
+    )
     process = None
     try:
         with signals_deferred():  # a signal inside Popen would leave the child running unseen
-            process = subprocess.Popen([sys.executable, "-m", "edge_sql.convert.quantize", request],
-                                       stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "edge_sql.convert.quantize", request], stdin=subprocess.DEVNULL
+            )
         status = process.wait()
     except BaseException:  # Ctrl-C or SIGTERM: stop the child; atomic_output removes its file
         if process is not None:
@@ -212,7 +249,12 @@ def _run_llama_quantize(
 
 
 def _quantize_in_this_process(
-    src: Path, out: Path, ftype: int, overrides: tuple[tuple[str, int], ...], n_threads: int | None, verbose: bool,
+    src: Path,
+    out: Path,
+    ftype: int,
+    overrides: tuple[tuple[str, int], ...],
+    n_threads: int | None,
+    verbose: bool,
     imatrix: Path | None = None,
 ) -> int:
     import llama_cpp
@@ -251,8 +293,11 @@ def _pass_imatrix(params: Any, path: Path, imatrix: Imatrix) -> tuple[Any, ...]:
         entry.data = data.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         entry.size = data.size
     params.imatrix = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
-    keys: list[tuple[str, str | int]] = [("quantize.imatrix.file", str(path)), ("quantize.imatrix.entries_count", len(values)),
-            ("quantize.imatrix.chunks_count", imatrix.chunk_count)]
+    keys: list[tuple[str, str | int]] = [
+        ("quantize.imatrix.file", str(path)),
+        ("quantize.imatrix.entries_count", len(values)),
+        ("quantize.imatrix.chunks_count", imatrix.chunk_count),
+    ]
     if imatrix.datasets:
         keys.insert(1, ("quantize.imatrix.dataset", imatrix.datasets[0]))
     kv = (llama_cpp.llama_model_kv_override * (len(keys) + 1))()
@@ -270,8 +315,16 @@ def _pass_imatrix(params: Any, path: Path, imatrix: Imatrix) -> tuple[Any, ...]:
 
 if __name__ == "__main__":  # the child of _run_llama_quantize
     job = json.loads(sys.argv[1])
-    sys.exit(1 if _quantize_in_this_process(
-        Path(job["src"]), Path(job["out"]), job["ftype"],
-        tuple((pattern, storage) for pattern, storage in job["overrides"]), job["n_threads"], job["verbose"],
-        Path(job["imatrix"]) if job["imatrix"] else None,
-    ) else 0)
+    sys.exit(
+        1
+        if _quantize_in_this_process(
+            Path(job["src"]),
+            Path(job["out"]),
+            job["ftype"],
+            tuple((pattern, storage) for pattern, storage in job["overrides"]),
+            job["n_threads"],
+            job["verbose"],
+            Path(job["imatrix"]) if job["imatrix"] else None,
+        )
+        else 0
+    )

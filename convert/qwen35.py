@@ -102,7 +102,9 @@ class Qwen35Dims:
                 f"linear attention key head dim {k_dim} != value head dim {v_dim}; llama.cpp's qwen35 needs them equal"
             )
         if v_heads % k_heads:
-            raise ConversionError(f"linear attention value heads ({v_heads}) are not a multiple of key heads ({k_heads})")
+            raise ConversionError(
+                f"linear attention value heads ({v_heads}) are not a multiple of key heads ({k_heads})"
+            )
         rope = _rope_parameters(text)
         if rope.get("rope_type", "default") != "default":
             raise ConversionError(f"rope_type {rope['rope_type']!r} is not supported (only 'default')")
@@ -182,8 +184,12 @@ TENSOR_RULES: tuple[TensorRule, ...] = (
     TensorRule(_BLOCK + r"linear_attn\.in_proj_z\.weight", T.ATTN_GATE, transforms=("tile_v_rows",)),
     TensorRule(_BLOCK + r"linear_attn\.in_proj_b\.weight", T.SSM_BETA, transforms=("tile_v_head_rows",)),
     TensorRule(_BLOCK + r"linear_attn\.in_proj_a\.weight", T.SSM_ALPHA, transforms=("tile_v_head_rows",)),
-    TensorRule(_BLOCK + r"linear_attn\.conv1d\.weight", T.SSM_CONV1D,
-               transforms=("squeeze_conv", "tile_qkv_v_rows"), keep_f32=True),
+    TensorRule(
+        _BLOCK + r"linear_attn\.conv1d\.weight",
+        T.SSM_CONV1D,
+        transforms=("squeeze_conv", "tile_qkv_v_rows"),
+        keep_f32=True,
+    ),
     TensorRule(_BLOCK + r"linear_attn\.A_log", T.SSM_A, suffix="", transforms=("neg_exp", "tile_v_head_rows")),
     TensorRule(_BLOCK + r"linear_attn\.dt_bias", T.SSM_DT, suffix=".bias", transforms=("tile_v_head_rows",)),
     TensorRule(_BLOCK + r"linear_attn\.norm\.weight", T.SSM_NORM),  # gated norm: applied as w, no +1
@@ -216,8 +222,10 @@ MTP_RULES: tuple[TensorRule, ...] = (
     TensorRule(_MTP + r"pre_fc_norm_embedding\.weight", T.NEXTN_ENORM, transforms=("plus_one",), mtp=True),
     TensorRule(_MTP + r"pre_fc_norm_hidden\.weight", T.NEXTN_HNORM, transforms=("plus_one",), mtp=True),
     TensorRule(_MTP + r"norm\.weight", T.NEXTN_SHARED_HEAD_NORM, transforms=("plus_one",), mtp=True),
-    *(TensorRule(_MTP_BLOCK + pattern, target, transforms=transforms, mtp=True)
-      for pattern, (target, transforms) in _MTP_LAYER_TENSORS.items()),
+    *(
+        TensorRule(_MTP_BLOCK + pattern, target, transforms=transforms, mtp=True)
+        for pattern, (target, transforms) in _MTP_LAYER_TENSORS.items()
+    ),
 )
 
 # Tensors that are not part of the text GGUF: label -> HF name pattern.
@@ -296,13 +304,23 @@ def expected_shapes(dims: Qwen35Dims) -> dict[str, tuple[int, ...]]:
     planned: list[tuple[T, int | None, tuple[int, ...]]] = [(T.TOKEN_EMBD, None, (d.vocab_size, h))]
 
     def every_block(bid: int) -> list[tuple[T, int | None, tuple[int, ...]]]:
-        return [(T.ATTN_NORM, bid, (h,)), (T.ATTN_POST_NORM, bid, (h,)), (T.FFN_GATE, bid, (ffn, h)),
-                (T.FFN_UP, bid, (ffn, h)), (T.FFN_DOWN, bid, (h, ffn))]
+        return [
+            (T.ATTN_NORM, bid, (h,)),
+            (T.ATTN_POST_NORM, bid, (h,)),
+            (T.FFN_GATE, bid, (ffn, h)),
+            (T.FFN_UP, bid, (ffn, h)),
+            (T.FFN_DOWN, bid, (h, ffn)),
+        ]
 
     def full_attention(bid: int) -> list[tuple[T, int | None, tuple[int, ...]]]:
-        return [(T.ATTN_Q, bid, (2 * d.n_heads * d.head_dim, h)), (T.ATTN_K, bid, (d.n_kv_heads * d.head_dim, h)),
-                (T.ATTN_V, bid, (d.n_kv_heads * d.head_dim, h)), (T.ATTN_OUT, bid, (h, d.n_heads * d.head_dim)),
-                (T.ATTN_Q_NORM, bid, (d.head_dim,)), (T.ATTN_K_NORM, bid, (d.head_dim,))]
+        return [
+            (T.ATTN_Q, bid, (2 * d.n_heads * d.head_dim, h)),
+            (T.ATTN_K, bid, (d.n_kv_heads * d.head_dim, h)),
+            (T.ATTN_V, bid, (d.n_kv_heads * d.head_dim, h)),
+            (T.ATTN_OUT, bid, (h, d.n_heads * d.head_dim)),
+            (T.ATTN_Q_NORM, bid, (d.head_dim,)),
+            (T.ATTN_K_NORM, bid, (d.head_dim,)),
+        ]
 
     for bid, kind in enumerate(d.layer_kinds):
         planned += every_block(bid)
@@ -358,7 +376,8 @@ def add_model_metadata(writer: gguf.GGUFWriter, dims: Qwen35Dims) -> None:
     writer.add_full_attention_interval(d.full_attention_interval)
     # the per-layer pattern itself, so layer_types that do not follow the interval still load;
     # MTP blocks are attention blocks
-    writer.add_array(f"{ARCH_NAME}.attention.recurrent_layers",
-                     [kind == "linear" for kind in d.layer_kinds] + [False] * d.mtp_layers)
+    writer.add_array(
+        f"{ARCH_NAME}.attention.recurrent_layers", [kind == "linear" for kind in d.layer_kinds] + [False] * d.mtp_layers
+    )
     if d.mtp_layers:
         writer.add_nextn_predict_layers(d.mtp_layers)

@@ -57,7 +57,7 @@ def _tile_v_heads(x: np.ndarray, axis: int, dims: LinearAttentionDims, head_dim:
     r = n_v // n_k
     axis = axis % x.ndim
     shape = x.shape
-    split = shape[:axis] + (n_k, r, head_dim) + shape[axis + 1:]
+    split = shape[:axis] + (n_k, r, head_dim) + shape[axis + 1 :]
     return np.swapaxes(x.reshape(split), axis, axis + 1).reshape(shape)
 
 

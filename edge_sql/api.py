@@ -1,14 +1,14 @@
 """The Python API: `Agent` loads a model once and answers many questions offline.
 
-    from edge_sql import Agent
+from edge_sql import Agent
 
-    with Agent() as agent:                       # the default model (pulled if absent)
-        result = agent.ask("How many albums are there?", "chinook.sqlite")
-        print(result.sql, result.rows)
+with Agent() as agent:                       # the default model (pulled if absent)
+    result = agent.ask("How many albums are there?", "chinook.sqlite")
+    print(result.sql, result.rows)
 
-    with Agent(parallel=4) as agent:             # four episodes at once, one context
-        results = agent.ask_many(["How many albums?", "How many artists?"], "chinook.sqlite")
-        voted = agent.ask("Which genre sells most?", "chinook.sqlite", vote=4, seed=1)
+with Agent(parallel=4) as agent:             # four episodes at once, one context
+    results = agent.ask_many(["How many albums?", "How many artists?"], "chinook.sqlite")
+    voted = agent.ask("Which genre sells most?", "chinook.sqlite", vote=4, seed=1)
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from edge_sql.tools import ReadOnlyDatabase, Toolbox
 _log = logging.getLogger(__name__)
 
 
-def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True,
-                       log: Callable[[str], None] = lambda _m: None) -> Path:
+def resolve_model_path(
+    model: str | Path | None, *, pull_if_missing: bool = True, log: Callable[[str], None] = lambda _m: None
+) -> Path:
     """A GGUF path for `model`: a file, a store name, or None for the default model."""
     from edge_sql.store import ensure_model, resolve_model
 
@@ -54,25 +55,42 @@ def resolve_model_path(model: str | Path | None, *, pull_if_missing: bool = True
     return resolve_model(spec)
 
 
-def load_settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None,
-                  log: Callable[[str], None] = lambda _m: None, n_ctx: int = DEFAULT_CONTEXT_TOKENS,
-                  n_threads: int | None = None, speculate: SpeculateMode = "off") -> tuple[Settings, str]:
+def load_settings(
+    model_path: Path,
+    *,
+    tune: bool,
+    n_gpu_layers: int | None,
+    log: Callable[[str], None] = lambda _m: None,
+    n_ctx: int = DEFAULT_CONTEXT_TOKENS,
+    n_threads: int | None = None,
+    speculate: SpeculateMode = "off",
+) -> tuple[Settings, str]:
     """The llama.cpp settings to load `model_path` with, and how they were chosen:
     "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
     "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults).
     Calibrated settings carry the most drafts per verify batch that fit the memory budget;
     `speculate` other than "off" only makes the log say when none fits."""
-    settings, how = _settings(model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx,
-                              n_threads=n_threads)
+    settings, how = _settings(
+        model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads
+    )
     if speculate != "off" and settings.speculation(speculate)[0] != speculate:
-        log(f"--speculate {speculate}: {settings.speculation(speculate)[0]} within the memory budget with these "
+        log(
+            f"--speculate {speculate}: {settings.speculation(speculate)[0]} within the memory budget with these "
             "settings (each draft keeps a copy of the recurrent state, the MTP drafter a context of its own; "
-            "`edge-sql tune` shows what fits)")
+            "`edge-sql tune` shows what fits)"
+        )
     return settings, how
 
 
-def _settings(model_path: Path, *, tune: bool, n_gpu_layers: int | None, log: Callable[[str], None],
-              n_ctx: int, n_threads: int | None) -> tuple[Settings, str]:
+def _settings(
+    model_path: Path,
+    *,
+    tune: bool,
+    n_gpu_layers: int | None,
+    log: Callable[[str], None],
+    n_ctx: int,
+    n_threads: int | None,
+) -> tuple[Settings, str]:
     from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
     from edge_sql.runtime.tuning import default_settings, tuned_settings
 
@@ -105,14 +123,20 @@ def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | No
     return auto_vote(rates, limit), auto_vote_line(rates, limit)
 
 
-def auto_vote_k(model: str | Path | None, *, tune: bool = True, n_gpu_layers: int | None = None,
-                n_ctx: int = DEFAULT_CONTEXT_TOKENS, n_threads: int | None = None, pull_if_missing: bool = True,
-                log: Callable[[str], None] = lambda _m: None) -> tuple[int, str]:
+def auto_vote_k(
+    model: str | Path | None,
+    *,
+    tune: bool = True,
+    n_gpu_layers: int | None = None,
+    n_ctx: int = DEFAULT_CONTEXT_TOKENS,
+    n_threads: int | None = None,
+    pull_if_missing: bool = True,
+    log: Callable[[str], None] = lambda _m: None,
+) -> tuple[int, str]:
     """`vote_plan` before any Agent is made (how many sequences `run --vote auto` opens): the
     model resolved and its settings loaded (calibrated now if not cached, as an Agent would)."""
     path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-    settings, how = load_settings(path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx,
-                                  n_threads=n_threads)
+    settings, how = load_settings(path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads)
     return vote_plan(path, settings, how)
 
 
@@ -197,15 +221,24 @@ class Agent:
         self.budget = budget or Budget()
         self.parallel = parallel
         self.model_path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-        settings, self.tuning = load_settings(self.model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log,
-                                              n_ctx=n_ctx, n_threads=n_threads, speculate=speculate)
+        settings, self.tuning = load_settings(
+            self.model_path,
+            tune=tune,
+            n_gpu_layers=n_gpu_layers,
+            log=log,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            speculate=speculate,
+        )
         if n_threads is not None:  # the caller's thread count wins over the calibrated one
             settings = dataclasses.replace(settings, n_threads=n_threads)
         check_parallel(settings, parallel)  # more sequences than calibration found room for: refused
         self.auto_vote, self.auto_vote_line = vote_plan(self.model_path, settings, self.tuning, parallel)
         started = time.perf_counter()
         self._group: SessionGroup | None = open_sessions(
-            self.model_path, settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers), parallel,
+            self.model_path,
+            settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers),
+            parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
         self.load_s = time.perf_counter() - started  # opening the sessions (the model, the context)
@@ -227,8 +260,9 @@ class Agent:
     def session(self) -> Session | None:
         """The one session of a `parallel=1` Agent (None once closed); with more, see `sessions`."""
         if self.parallel != 1:
-            raise EdgeSqlError(f"this Agent has {self.parallel} sessions (parallel={self.parallel}): "
-                               "use agent.sessions")
+            raise EdgeSqlError(
+                f"this Agent has {self.parallel} sessions (parallel={self.parallel}): use agent.sessions"
+            )
         return self._views[0] if self._group is not None else None
 
     @property
@@ -293,29 +327,57 @@ class Agent:
         early would count the stopped ones as disagreeing).
         """
         if abstain_below is not None and (vote is None or not 0 < abstain_below <= 1):
-            raise ValueError("abstain_below needs a vote (vote=K) and a fraction in (0, 1], "
-                             f"got vote={vote}, abstain_below={abstain_below}")
+            raise ValueError(
+                "abstain_below needs a vote (vote=K) and a fraction in (0, 1], "
+                f"got vote={vote}, abstain_below={abstain_below}"
+            )
         k = self.vote_k(vote)
         if k is not None:
-            result = self._vote(question, db, k, evidence=evidence, seed=seed, greedy=greedy,
-                                should_stop=should_stop, early_stop=early_stop and abstain_below is None)
+            result = self._vote(
+                question,
+                db,
+                k,
+                evidence=evidence,
+                seed=seed,
+                greedy=greedy,
+                should_stop=should_stop,
+                early_stop=early_stop and abstain_below is None,
+            )
             return abstain(result, abstain_below) if abstain_below is not None else result
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
-        return self._episode(question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event,
-                             should_stop=should_stop)
+        return self._episode(
+            question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event, should_stop=should_stop
+        )
 
-    def _episode(self, question: str, db: str | Path | ReadOnlyDatabase, *, evidence: str | None, seed: int | None,
-                 greedy: bool, on_event: Callable[[EpisodeEvent], None] | None,
-                 should_stop: Callable[[], bool] | None, share_opening: bool = False,
-                 prompt: PromptTemplate | None = None, watch: Watch | None = None) -> EpisodeResult:
+    def _episode(
+        self,
+        question: str,
+        db: str | Path | ReadOnlyDatabase,
+        *,
+        evidence: str | None,
+        seed: int | None,
+        greedy: bool,
+        on_event: Callable[[EpisodeEvent], None] | None,
+        should_stop: Callable[[], bool] | None,
+        share_opening: bool = False,
+        prompt: PromptTemplate | None = None,
+        watch: Watch | None = None,
+    ) -> EpisodeResult:
         """One episode on a borrowed session (`share_opening`: see `run_episode`; `watch`: see `each`)."""
         params = SamplingParams(seed=seed, greedy=greedy)
         with _opened(db) as database:
             with self._borrowed() as session:
                 result = run_episode(
-                    session, Toolbox(database), question, evidence=evidence, params=params,
-                    prompt=prompt or self.prompt, budget=self.budget, should_stop=should_stop, on_event=on_event,
+                    session,
+                    Toolbox(database),
+                    question,
+                    evidence=evidence,
+                    params=params,
+                    prompt=prompt or self.prompt,
+                    budget=self.budget,
+                    should_stop=should_stop,
+                    on_event=on_event,
                     share_opening=share_opening,
                 )
                 result.stats.llama_settings, result.stats.tuning = session.info.settings, self.tuning
@@ -358,8 +420,11 @@ class Agent:
         for failed in outcomes:
             if isinstance(failed, BaseException) and not isinstance(failed, EdgeSqlError):
                 raise failed
-        return [self._error_result(item, outcome) if isinstance(outcome, BaseException) else outcome
-                for item, outcome in zip(items, outcomes) if outcome is not None]
+        return [
+            self._error_result(item, outcome) if isinstance(outcome, BaseException) else outcome
+            for item, outcome in zip(items, outcomes)
+            if outcome is not None
+        ]
 
     def close(self) -> None:
         """Free the context (idempotent). Waits for running `ask` calls to finish; calls waiting
@@ -400,9 +465,15 @@ class Agent:
                 self._free.append(session)
                 self._pool.notify_all()
 
-    def each(self, items: Sequence[Ask], *, greedy: bool = False, should_stop: Callable[[], bool] | None = None,
-             early_stop: bool = True, watch: Callable[[int, Ask, Session, EpisodeResult], None] | None = None,
-             ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
+    def each(
+        self,
+        items: Sequence[Ask],
+        *,
+        greedy: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        early_stop: bool = True,
+        watch: Callable[[int, Ask, Session, EpisodeResult], None] | None = None,
+    ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
         """Answer `items` (each with its own database, evidence, seed; see `Ask`), `parallel` at a
         time, yielding `(index, result)` as each finishes, or `(index, exception)` for one that
         could not be asked (a bad database, a question too long for the context). An item with
@@ -414,10 +485,17 @@ class Agent:
         `ask_many`, `ask(vote=K)` and the bench (`bench/episodes.py`) run through it."""
         return self._each(list(items), greedy=greedy, should_stop=should_stop, early_stop=early_stop, watch=watch)
 
-    def _each(self, items: list[Ask], *, greedy: bool, should_stop: Callable[[], bool] | None,
-              early_stop: bool = True, watch: Callable[[int, Ask, Session, EpisodeResult], None] | None = None,
-              skip: Callable[[], bool] | None = None, share_opening: bool = False,
-              ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
+    def _each(
+        self,
+        items: list[Ask],
+        *,
+        greedy: bool,
+        should_stop: Callable[[], bool] | None,
+        early_stop: bool = True,
+        watch: Callable[[int, Ask, Session, EpisodeResult], None] | None = None,
+        skip: Callable[[], bool] | None = None,
+        share_opening: bool = False,
+    ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
         """`each`, with what a vote adds: an item not started yet when `skip()` is True is not
         asked (nothing is yielded for it); `share_opening` (see `run_episode`)."""
         stop = threading.Event()
@@ -436,19 +514,38 @@ class Agent:
                     raise database
                 k = self.vote_k(item.vote)
                 if k is not None:
-                    return self._vote(item.question, database, k, evidence=item.evidence, seed=item.seed,
-                                      greedy=greedy, should_stop=stopped, early_stop=early_stop, prompt=item.prompt,
-                                      watch=seen)
-                return self._episode(item.question, database, evidence=item.evidence, seed=item.seed, greedy=greedy,
-                                     on_event=None, should_stop=stopped, share_opening=share_opening,
-                                     prompt=item.prompt, watch=seen)
+                    return self._vote(
+                        item.question,
+                        database,
+                        k,
+                        evidence=item.evidence,
+                        seed=item.seed,
+                        greedy=greedy,
+                        should_stop=stopped,
+                        early_stop=early_stop,
+                        prompt=item.prompt,
+                        watch=seen,
+                    )
+                return self._episode(
+                    item.question,
+                    database,
+                    evidence=item.evidence,
+                    seed=item.seed,
+                    greedy=greedy,
+                    on_event=None,
+                    should_stop=stopped,
+                    share_opening=share_opening,
+                    prompt=item.prompt,
+                    watch=seen,
+                )
             except Exception as exc:
                 return exc
 
         with ExitStack() as stack:
             databases = _open_each(items, stack)
-            pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items))),
-                                      thread_name_prefix="edge-sql-ask")
+            pool = ThreadPoolExecutor(
+                max_workers=max(1, min(self.parallel, len(items))), thread_name_prefix="edge-sql-ask"
+            )
             try:
                 futures = {pool.submit(one, i, databases): i for i in range(len(items))}
                 for future in as_completed(futures):
@@ -470,15 +567,28 @@ class Agent:
             return self.auto_vote if self.auto_vote >= 2 else None
         return vote
 
-    def _vote(self, question: str, db: str | Path | ReadOnlyDatabase, k: int, *, evidence: str | None,
-              seed: int | None, greedy: bool, should_stop: Callable[[], bool] | None,
-              early_stop: bool = True, share_opening: bool = True, prompt: PromptTemplate | None = None,
-              watch: Watch | None = None) -> EpisodeResult:
+    def _vote(
+        self,
+        question: str,
+        db: str | Path | ReadOnlyDatabase,
+        k: int,
+        *,
+        evidence: str | None,
+        seed: int | None,
+        greedy: bool,
+        should_stop: Callable[[], bool] | None,
+        early_stop: bool = True,
+        share_opening: bool = True,
+        prompt: PromptTemplate | None = None,
+        watch: Watch | None = None,
+    ) -> EpisodeResult:
         if k < 2:
             raise ValueError(f"a vote needs at least 2 episodes, got vote={k}")
         if greedy:
-            raise ValueError("a vote needs sampled episodes: greedy ones would all write the same answer "
-                             "(drop greedy, or set a seed for reproducible votes)")
+            raise ValueError(
+                "a vote needs sampled episodes: greedy ones would all write the same answer "
+                "(drop greedy, or set a seed for reproducible votes)"
+            )
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
         first = seed if seed is not None else random.randrange(2**31)
@@ -494,8 +604,11 @@ class Agent:
             items = [Ask(question, database, evidence, s, prompt=prompt) for s in seeds]
             outcomes: list[EpisodeResult | None] = [None] * k
             seen = None if watch is None else (lambda _i, ask, session, result: watch(ask, session, result))
-            with closing(self._each(items, greedy=False, should_stop=stopped, watch=seen, skip=done.is_set,
-                                    share_opening=share_opening)) as finished:
+            with closing(
+                self._each(
+                    items, greedy=False, should_stop=stopped, watch=seen, skip=done.is_set, share_opening=share_opening
+                )
+            ) as finished:
                 for i, outcome in finished:
                     if isinstance(outcome, BaseException):
                         raise outcome  # the question itself cannot be asked (too long, agent closed, ...)
@@ -509,26 +622,44 @@ class Agent:
         vote = result.stats.vote
         assert vote is not None  # choose() set it
         vote.seeds, vote.wall_s = seeds, round(time.perf_counter() - started, 4)
-        vote.prompt_tokens_evaluated = sum(r.stats.measured.timings.prompt_tokens
-                                           for r in outcomes if isinstance(r, EpisodeResult))
+        vote.prompt_tokens_evaluated = sum(
+            r.stats.measured.timings.prompt_tokens for r in outcomes if isinstance(r, EpisodeResult)
+        )
         join_vote(result)  # the agreement joins the answer's checks
         return result
 
-
     def _error_result(self, item: Ask, error: BaseException) -> EpisodeResult:
         """What `ask_many` returns for a question that could not be asked."""
-        return EpisodeResult(question=item.question, evidence=item.evidence, sql=None, columns=[], rows=[],
-                             truncated=False, forced=False, fallback=False, answer=None, rounds=[], stats=EpisodeStats(),
-                             transcript="", stop="error", error=str(error), prompt_version=self.prompt.version)
+        return EpisodeResult(
+            question=item.question,
+            evidence=item.evidence,
+            sql=None,
+            columns=[],
+            rows=[],
+            truncated=False,
+            forced=False,
+            fallback=False,
+            answer=None,
+            rounds=[],
+            stats=EpisodeStats(),
+            transcript="",
+            stop="error",
+            error=str(error),
+            prompt_version=self.prompt.version,
+        )
 
 
-def _ask_item(question: str | Ask | tuple, db: str | Path | ReadOnlyDatabase | None, evidence: str | None,
-              seed: int | None) -> Ask:
+def _ask_item(
+    question: str | Ask | tuple, db: str | Path | ReadOnlyDatabase | None, evidence: str | None, seed: int | None
+) -> Ask:
     """`question` as an Ask, its empty fields filled from `ask_many`'s arguments."""
     item = question if isinstance(question, Ask) else Ask(*question) if isinstance(question, tuple) else Ask(question)
-    item = dataclasses.replace(item, db=item.db if item.db is not None else db,
-                               evidence=item.evidence if item.evidence is not None else evidence,
-                               seed=item.seed if item.seed is not None else seed)
+    item = dataclasses.replace(
+        item,
+        db=item.db if item.db is not None else db,
+        evidence=item.evidence if item.evidence is not None else evidence,
+        seed=item.seed if item.seed is not None else seed,
+    )
     if item.db is None:
         raise ValueError(f"no database for the question {item.question!r}: pass db, or an Ask with its own")
     return item

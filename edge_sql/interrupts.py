@@ -59,8 +59,7 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     pending: list[int] = []
-    previous = {signum: signal.signal(signum, lambda n, _f: pending.append(n))
-                for signum in _DEFERRABLE}
+    previous = {signum: signal.signal(signum, lambda n, _f: pending.append(n)) for signum in _DEFERRABLE}
     try:
         yield
     finally:

@@ -90,8 +90,13 @@ def _requantize(src: Path, out: Path, qtype: str) -> None:
 _CHECKPOINT_SOURCES = ("benchmarks/fixture_checkpoint.py", "benchmarks/checkpoint_tokenizer.py")
 _CONVERTER_SOURCES = ("convert/*.py",)
 _NOT_CONVERTER = frozenset({"convert/quantize.py"})
-_TEACHER_SOURCES = ("tests/fixture_training.py", "edge_sql/agent/prompt.py", "edge_sql/agent/prompts/*.toml",
-                    "edge_sql/tools/*.py", "edge_sql/data/*/*.sqlite")
+_TEACHER_SOURCES = (
+    "tests/fixture_training.py",
+    "edge_sql/agent/prompt.py",
+    "edge_sql/agent/prompts/*.toml",
+    "edge_sql/tools/*.py",
+    "edge_sql/data/*/*.sqlite",
+)
 
 
 def _converter_key() -> str:
@@ -209,8 +214,20 @@ def tiny_trained_gguf() -> Path:
 # module to use the trained fixture comes after modules that do not need it: the first one trains
 # it (minutes, one thread) and another worker would only wait for it. Modules not listed keep
 # their place after these.
-_LONGEST_FIRST = ("test_episodes_trained", "test_episodes", "test_bench_ray", "test_speculative", "test_bench", "test_serve_http", "test_gpu_check",
-                  "test_episodes_smollm2", "test_tuning", "test_run_cli", "test_api", "test_quantize")
+_LONGEST_FIRST = (
+    "test_episodes_trained",
+    "test_episodes",
+    "test_bench_ray",
+    "test_speculative",
+    "test_bench",
+    "test_serve_http",
+    "test_gpu_check",
+    "test_episodes_smollm2",
+    "test_tuning",
+    "test_run_cli",
+    "test_api",
+    "test_quantize",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -246,4 +263,4 @@ def _pin_worker_cpus() -> None:
         return
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= count:
-        os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) % count::count])
+        os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) % count :: count])

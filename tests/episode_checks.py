@@ -22,8 +22,8 @@ class EpisodeRun:
     seed: int
     budget: Budget
     result: EpisodeResult
-    session_tokens: int            # the session's own count of context tokens afterwards
-    session_text_matches: bool     # the context's tokens spell the transcript exactly
+    session_tokens: int  # the session's own count of context tokens afterwards
+    session_text_matches: bool  # the context's tokens spell the transcript exactly
 
 
 def sha256(path: Path) -> str:

@@ -51,14 +51,17 @@ def teacher_questions(db: ReadOnlyDatabase) -> list[TeacherQuestion]:
     questions = []
     for table in db.table_names():
         t = display_identifier(table)
-        questions.append(TeacherQuestion(f"How many rows does the {table} table have?", table,
-                                         f"SELECT COUNT(*) FROM {t}"))
+        questions.append(
+            TeacherQuestion(f"How many rows does the {table} table have?", table, f"SELECT COUNT(*) FROM {t}")
+        )
         for column in db.column_names(table)[:4]:
             c = display_identifier(column)
-            questions.append(TeacherQuestion(f"Show the {column} of every row of {table}.", table,
-                                             f"SELECT {c} FROM {t}"))
-            questions.append(TeacherQuestion(f"What is the largest {column} in {table}?", table,
-                                             f"SELECT MAX({c}) FROM {t}"))
+            questions.append(
+                TeacherQuestion(f"Show the {column} of every row of {table}.", table, f"SELECT {c} FROM {t}")
+            )
+            questions.append(
+                TeacherQuestion(f"What is the largest {column} in {table}?", table, f"SELECT MAX({c}) FROM {t}")
+            )
     return questions
 
 
@@ -76,31 +79,56 @@ class TeacherWriter:
         self.prompt = prompt or load_prompt()
         self.chat = self.prompt.chat
 
-    def episode(self, toolbox: Toolbox, item: TeacherQuestion, failed_attempts: int,
-                rng: random.Random) -> list[Piece]:
+    def episode(self, toolbox: Toolbox, item: TeacherQuestion, failed_attempts: int, rng: random.Random) -> list[Piece]:
         chat, prompt = self.chat, self.prompt
         pieces: list[Piece] = [
-            (chat.open_turn("system") + prompt.system_text(max_rounds=MAX_ROUNDS) + chat.turn_end
-             + chat.turn_separator + chat.open_turn("user") + prompt.user_text(item.question) + chat.turn_end
-             + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, False),
+            (
+                chat.open_turn("system")
+                + prompt.system_text(max_rounds=MAX_ROUNDS)
+                + chat.turn_end
+                + chat.turn_separator
+                + chat.open_turn("user")
+                + prompt.user_text(item.question)
+                + chat.turn_end
+                + chat.turn_separator
+                + chat.open_turn("assistant")
+                + chat.assistant_prefix,
+                False,
+            ),
         ]
         turns = [
             ("First I list the tables.", "list_tables", {}),
             (f"The question is about {item.table}.", "describe_table", {"table_name": item.table}),
         ]
-        turns += [("I run the query.", "run_query", {"sql": misspelt(item.sql, item.table, rng)})
-                  for _ in range(failed_attempts)]
-        turns += [("I check the query.", "run_query", {"sql": item.sql}),
-                  ("The result answers the question.", "submit_sql", {"sql": item.sql})]
+        turns += [
+            ("I run the query.", "run_query", {"sql": misspelt(item.sql, item.table, rng)})
+            for _ in range(failed_attempts)
+        ]
+        turns += [
+            ("I check the query.", "run_query", {"sql": item.sql}),
+            ("The result answers the question.", "submit_sql", {"sql": item.sql}),
+        ]
         for index, (think, tool, args) in enumerate(turns):
             call = _call_text(tool, args)
             pieces.append((think + "\n" + chat.think_end + chat.after_think + call + chat.turn_end, True))
             if tool == "submit_sql":
                 break
             output = toolbox.call(tool, args).output
-            body = prompt.result_text(call, output) + prompt.result_separator + prompt.budget_text(MAX_ROUNDS - index - 1)
-            pieces.append((chat.turn_separator + chat.open_turn("user") + body + chat.turn_end + chat.turn_separator
-                           + chat.open_turn("assistant") + chat.assistant_prefix, False))
+            body = (
+                prompt.result_text(call, output) + prompt.result_separator + prompt.budget_text(MAX_ROUNDS - index - 1)
+            )
+            pieces.append(
+                (
+                    chat.turn_separator
+                    + chat.open_turn("user")
+                    + body
+                    + chat.turn_end
+                    + chat.turn_separator
+                    + chat.open_turn("assistant")
+                    + chat.assistant_prefix,
+                    False,
+                )
+            )
         return pieces
 
 
@@ -108,8 +136,9 @@ def _call_text(tool: str, args: dict) -> str:
     return json.dumps({"tool": tool, "args": args}, ensure_ascii=False)
 
 
-def teacher_episodes(databases: list[Path], per_database: int = EPISODES_PER_DATABASE,
-                     seed: int = TRAIN_SEED) -> list[list[Piece]]:
+def teacher_episodes(
+    databases: list[Path], per_database: int = EPISODES_PER_DATABASE, seed: int = TRAIN_SEED
+) -> list[list[Piece]]:
     """`per_database` teacher episodes over each database, 0, 1 or 2 failed attempts each."""
     rng = random.Random(seed)
     writer = TeacherWriter()
@@ -134,8 +163,9 @@ def encode(tokenizer, pieces: list[Piece]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(ids), torch.tensor(mask)
 
 
-def train_checkpoint(source: Path, out_dir: Path, databases: list[Path], *, steps: int = TRAIN_STEPS,
-                     log: Callable[[str], None] = print) -> Path:
+def train_checkpoint(
+    source: Path, out_dir: Path, databases: list[Path], *, steps: int = TRAIN_STEPS, log: Callable[[str], None] = print
+) -> Path:
     """Train the checkpoint in `source` on teacher episodes; write it to `out_dir` in the same layout."""
     # One thread: the suite's other pytest worker has the other core, and torch's threads
     # spinning against llama.cpp's on 2 cores made training ~3x slower (12 min vs ~4).

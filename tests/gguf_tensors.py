@@ -22,8 +22,9 @@ def tensor_bytes(gguf: GGUFFile, name: str) -> bytes:
 def tensor_values(gguf: GGUFFile, name: str) -> np.ndarray:
     """An F32/F16/BF16 tensor's values as float32, in its GGUF shape."""
     entry = gguf.tensors[name]
-    raw = np.fromfile(gguf.path, dtype=FLOAT_DTYPES[entry.type], count=int(np.prod(entry.shape)),
-                      offset=entry.offset).reshape(entry.shape)
+    raw = np.fromfile(
+        gguf.path, dtype=FLOAT_DTYPES[entry.type], count=int(np.prod(entry.shape)), offset=entry.offset
+    ).reshape(entry.shape)
     if entry.type == GGMLQuantizationType.BF16:
         return bf16_bits_to_f32(raw)
     return raw.astype(np.float32)

@@ -40,8 +40,11 @@ def describe(path: Path) -> dict:
     layout = read_gguf(path)
     tensors = {}
     for name, entry in sorted(layout.tensors.items()):
-        tensors[name] = {"shape": list(entry.shape), "type": entry.type.name,
-                         "sha256": hashlib.sha256(tensor_bytes(layout, name)).hexdigest()}
+        tensors[name] = {
+            "shape": list(entry.shape),
+            "type": entry.type.name,
+            "sha256": hashlib.sha256(tensor_bytes(layout, name)).hexdigest(),
+        }
     arch = layout.architecture
     metadata = {f"{arch}.{key}": layout.metadata.get(f"{arch}.{key}") for key in MTP_KEYS}
     return {"tensors": tensors, "metadata": metadata}
@@ -49,8 +52,12 @@ def describe(path: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--llama-cpp-converter", type=Path, required=True,
-                        help="llama.cpp's convert_hf_to_gguf.py (its gguf-py must sit next to it)")
+    parser.add_argument(
+        "--llama-cpp-converter",
+        type=Path,
+        required=True,
+        help="llama.cpp's convert_hf_to_gguf.py (its gguf-py must sit next to it)",
+    )
     parser.add_argument("--out", type=Path, default=GOLDEN)
     args = parser.parse_args()
     from conftest import _checkpoint  # the cached fixture checkpoint and its key
@@ -59,12 +66,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "llama-cpp-bf16.gguf"
         env = {**os.environ, "PYTHONPATH": str(args.llama_cpp_converter.parent / "gguf-py")}
-        command = [sys.executable, str(args.llama_cpp_converter), str(checkpoint), "--outtype", "bf16",
-                   "--outfile", str(out)]
+        command = [
+            sys.executable,
+            str(args.llama_cpp_converter),
+            str(checkpoint),
+            "--outtype",
+            "bf16",
+            "--outfile",
+            str(out),
+        ]
         subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
         golden = {
             "about": "llama.cpp's convert_hf_to_gguf.py (vendored in llama-cpp-python 0.3.36) on the fixture "
-                     "checkpoint, --outtype bf16, MTP head kept (its default); made by tests/make_mtp_golden.py",
+            "checkpoint, --outtype bf16, MTP head kept (its default); made by tests/make_mtp_golden.py",
             "checkpoint_key": key,
             **describe(out),
         }

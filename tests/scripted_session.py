@@ -29,9 +29,17 @@ class ScriptedSession(Session):
         super().__init__(model_path, **kwargs)
         self.script = list(script)
 
-    def generate(self, *, grammar: str | None = None, params: SamplingParams = SamplingParams(), max_tokens: int,
-                 stop_tokens: Collection[int] = (), should_stop: Callable[[], bool] | None = None,
-                 on_text: Callable[[str], None] | None = None, audit: bool = False) -> Completion:
+    def generate(
+        self,
+        *,
+        grammar: str | None = None,
+        params: SamplingParams = SamplingParams(),
+        max_tokens: int,
+        stop_tokens: Collection[int] = (),
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        audit: bool = False,
+    ) -> Completion:
         assert grammar is not None, "episodes always generate under a grammar"
         text = self.script.pop(0)
         tokens = self.tokenize(text, special=True) if text else []
@@ -40,7 +48,8 @@ class ScriptedSession(Session):
         for position, token in enumerate(tokens):
             constraint.compute_mask()
             assert constraint.is_allowed(np.array([token]))[0], (
-                f"the grammar refuses the script at {self.detokenize(tokens[:position + 1])!r}")
+                f"the grammar refuses the script at {self.detokenize(tokens[: position + 1])!r}"
+            )
             constraint.consume([token])
         ended = bool(stop_tokens) and not constraint.is_stopped
         if ended:
@@ -50,5 +59,6 @@ class ScriptedSession(Session):
             tokens.append(stop)
         assert len(tokens) <= max_tokens, f"the script's {len(tokens)} tokens exceed the segment's {max_tokens}"
         self.eval(tokens)
-        return Completion(tokens=tokens, text=text, stop_reason="stop" if ended else "grammar_done",
-                          n_forced=0, ended_turn=ended)
+        return Completion(
+            tokens=tokens, text=text, stop_reason="stop" if ended else "grammar_done", n_forced=0, ended_turn=ended
+        )

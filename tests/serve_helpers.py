@@ -49,8 +49,15 @@ class ServerProcess:
     def connection(self, timeout_s: float = 120.0) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
 
-    def request(self, method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,
-                raw: bytes | None = None) -> tuple[int, dict[str, str], Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+    ) -> tuple[int, dict[str, str], Any]:
         """One request; returns (status, headers, parsed JSON body or text)."""
         conn = self.connection()
         try:
@@ -114,9 +121,9 @@ def read_events(response: http.client.HTTPResponse, *, until: str | None = None)
             return events
         line = line.decode().rstrip("\n")
         if line.startswith("event: "):
-            name = line[len("event: "):]
+            name = line[len("event: ") :]
         elif line.startswith("data: "):
-            data.append(line[len("data: "):])
+            data.append(line[len("data: ") :])
         elif line == "" and name is not None:
             events.append((name, json.loads("\n".join(data))))
             if name == until:

@@ -58,11 +58,13 @@ def test_user_turn_with_and_without_evidence():
     assert prompt.user_text("  How many albums?  ") == "How many albums?"
     # the published evidence-supported phrasing: `<question>, evidence: <note>`
     assert prompt.user_text("How many albums?", "albums are rows of Album") == (
-        "How many albums?, evidence: albums are rows of Album")
+        "How many albums?, evidence: albums are rows of Album"
+    )
     assert prompt.user_text("Q?", "   ") == "Q?"
     v1 = load_prompt("sqale-v1")
     assert v1.user_text("How many albums?", "albums are rows of Album") == (
-        "Question: How many albums?\nEvidence: albums are rows of Album")
+        "Question: How many albums?\nEvidence: albums are rows of Album"
+    )
 
 
 def test_budget_lines_and_forced_message_are_the_published_strings():
@@ -79,7 +81,8 @@ def test_budget_lines_and_forced_message_are_the_published_strings():
 def test_results_are_numbered_i_of_n():
     prompt = load_prompt()
     assert prompt.result_text('{"tool": "list_tables", "args": {}}', "Album\nArtist", i=10, n=12) == (
-        '{"tool": "list_tables", "args": {}}\nResult (10/12):\nAlbum\nArtist')
+        '{"tool": "list_tables", "args": {}}\nResult (10/12):\nAlbum\nArtist'
+    )
 
 
 def test_sqale_v1_is_kept_as_a_file_with_its_own_strings():
@@ -90,7 +93,8 @@ def test_sqale_v1_is_kept_as_a_file_with_its_own_strings():
     assert forced.startswith("Exploration limit reached") and "Return it if you are unsure" in forced
     assert "No query has run without error yet" in v1.forced_text(None)
     assert v1.result_text('{"tool": "list_tables", "args": {}}', "Album", i=1, n=3) == (
-        '{"tool": "list_tables", "args": {}}\nResult:\nAlbum')
+        '{"tool": "list_tables", "args": {}}\nResult:\nAlbum'
+    )
 
 
 def _write_variant(tmp_path: Path, old: str, new: str) -> Path:
@@ -103,8 +107,9 @@ def _write_variant(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_prompt_file_replaces_the_template(tmp_path):
     path = _write_variant(tmp_path, 'version = "sqale-v2"', 'version = "mine-2"')
-    path.write_text(path.read_text().replace('user_template = "{question}{evidence}"',
-                                             'user_template = "Q: {question}{evidence}"'))
+    path.write_text(
+        path.read_text().replace('user_template = "{question}{evidence}"', 'user_template = "Q: {question}{evidence}"')
+    )
     prompt = load_prompt(path)
     assert prompt.version == "mine-2" and prompt.source == str(path)
     assert prompt.user_text("Why?") == "Q: Why?"
@@ -113,18 +118,31 @@ def test_prompt_file_replaces_the_template(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ('user_template = "{question}{evidence}"', 'user_template = "Question: {evidence}"',
-         "field `user_template` lacks the placeholder {question}"),
-        ('budget_line = "[{n} tool turns left before you must answer]"', 'budget_line = "[{n} left {count}]"',
-         "field `budget_line` has unknown placeholder {count}"),
+        (
+            'user_template = "{question}{evidence}"',
+            'user_template = "Question: {evidence}"',
+            "field `user_template` lacks the placeholder {question}",
+        ),
+        (
+            'budget_line = "[{n} tool turns left before you must answer]"',
+            'budget_line = "[{n} left {count}]"',
+            "field `budget_line` has unknown placeholder {count}",
+        ),
         ('version = "sqale-v2"', "", "missing field `version`"),
         ('call_layout = "json"', 'call_layout = "pretty"', "field `call_layout` must be one of: json, strict"),
-        ('forced_final = """You', 'forced_final = """{last_query} You', "field `forced_final` has unknown placeholder {last_query} (allowed: {sql})"),
+        (
+            'forced_final = """You',
+            'forced_final = """{last_query} You',
+            "field `forced_final` has unknown placeholder {last_query} (allowed: {sql})",
+        ),
         ('turn_end = "<|im_end|>"', "", "missing field `chat.turn_end`"),
         ('result_separator = "\\n\\n"', "result_separator = 3", "field `result_separator` must be a string"),
         ('version = "sqale-v2"', 'version = "sqale-v2', "is not valid TOML"),
-        ('turn_start = "<|im_start|>{role}\\n"', 'turn_start = "<|im_start|>\\n"',
-         "field `chat.turn_start` lacks the placeholder {role}"),
+        (
+            'turn_start = "<|im_start|>{role}\\n"',
+            'turn_start = "<|im_start|>\\n"',
+            "field `chat.turn_start` lacks the placeholder {role}",
+        ),
     ],
 )
 def test_bad_prompt_files_fail_with_one_clear_line(tmp_path, old, new, message):
@@ -147,7 +165,9 @@ def test_parse_call_accepts_the_protocol_format():
     call = parse_call('{"tool": "sample_rows", "args": {"table_name": "Order Details", "limit": 3}}')
     assert (call.tool, call.args) == ("sample_rows", {"table_name": "Order Details", "limit": 3})
     assert parse_call('{"tool": "list_tables", "args": {}}').args == {}
-    assert parse_call('{"tool": "run_query", "args": {"sql": "SELECT \\"x\\" FROM t"}}').args["sql"] == 'SELECT "x" FROM t'
+    assert (
+        parse_call('{"tool": "run_query", "args": {"sql": "SELECT \\"x\\" FROM t"}}').args["sql"] == 'SELECT "x" FROM t'
+    )
 
 
 @pytest.mark.parametrize(
@@ -180,9 +200,14 @@ PUBLISHED_ANSWER = (  # the published forced answer ("Firmware devices"), as the
     "GROUP BY d.name\n"
     "ORDER BY diagnostic_count DESC"
 )
-ANSWER_FORMS = [PUBLISHED_ANSWER, PUBLISHED_ANSWER + ";", PUBLISHED_ANSWER + ";\n",
-                "```sql\n" + PUBLISHED_ANSWER + "\n```", "```sql\n" + PUBLISHED_ANSWER + ";\n```\n",
-                "```\n" + PUBLISHED_ANSWER + "\n```"]
+ANSWER_FORMS = [
+    PUBLISHED_ANSWER,
+    PUBLISHED_ANSWER + ";",
+    PUBLISHED_ANSWER + ";\n",
+    "```sql\n" + PUBLISHED_ANSWER + "\n```",
+    "```sql\n" + PUBLISHED_ANSWER + ";\n```\n",
+    "```\n" + PUBLISHED_ANSWER + "\n```",
+]
 
 
 def test_the_models_calls_are_checked_strictly_and_the_tools_leniently_by_one_validator(chinook_db):
@@ -216,18 +241,29 @@ def test_the_models_calls_are_checked_strictly_and_the_tools_leniently_by_one_va
 
 
 def test_parse_tool_turns_as_the_environment_found_calls():
-    turn = parse_tool_turn('look</think>\n\n{"tool": "list_tables", "args": {}}\n{"tool": "run_query", "args": {"sql": "SELECT 1"}}',
-                           think_end="</think>", after_think="\n\n")
+    turn = parse_tool_turn(
+        'look</think>\n\n{"tool": "list_tables", "args": {}}\n{"tool": "run_query", "args": {"sql": "SELECT 1"}}',
+        think_end="</think>",
+        after_think="\n\n",
+    )
     assert turn.think == "look" and [c.tool for c in turn.calls] == ["list_tables", "run_query"]
     # JSON whitespace inside a call and blank lines between calls, as a JSON parser accepts them
-    pretty = ('x</think>\n\n{\n  "tool": "describe_table",\n  "args": {"table_name": "Album"}\n}\n\n\n'
-              '{"tool":"run_query","args":{"sql":"SELECT 1"}}\n')
+    pretty = (
+        'x</think>\n\n{\n  "tool": "describe_table",\n  "args": {"table_name": "Album"}\n}\n\n\n'
+        '{"tool":"run_query","args":{"sql":"SELECT 1"}}\n'
+    )
     calls = parse_tool_turn(pretty, think_end="</think>", after_think="\n\n").calls
-    assert [(c.tool, c.args) for c in calls] == [("describe_table", {"table_name": "Album"}),
-                                                ("run_query", {"sql": "SELECT 1"})]
+    assert [(c.tool, c.args) for c in calls] == [
+        ("describe_table", {"table_name": "Album"}),
+        ("run_query", {"sql": "SELECT 1"}),
+    ]
     assert calls[0].raw == '{\n  "tool": "describe_table",\n  "args": {"table_name": "Album"}\n}'
-    for bad in ("no end of thinking", "x</think>\n\n", 'x</think>\n\n{"tool": "list_tables", "args": {}} {"tool": "list_tables", "args": {}}',
-                'x</think>\n\n{"tool": "list_tables", "args": {}}\nSELECT 1'):
+    for bad in (
+        "no end of thinking",
+        "x</think>\n\n",
+        'x</think>\n\n{"tool": "list_tables", "args": {}} {"tool": "list_tables", "args": {}}',
+        'x</think>\n\n{"tool": "list_tables", "args": {}}\nSELECT 1',
+    ):
         with pytest.raises(TurnParseError):
             parse_tool_turn(bad, think_end="</think>", after_think="\n\n")
 
@@ -239,22 +275,35 @@ def test_final_answer_forms_give_the_same_statement(answer):
 
 
 def test_final_answer_that_is_not_one_statement_is_refused():
-    assert parse_final_turn("</think>\n\nwith x as (select 1) select * from x", think_end="</think>",
-                            after_think="\n\n").sql.startswith("with x")
-    for bad in ("", "   ", ";", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}', "```sql\n```",
-                "nothing here; nor here"):
+    assert parse_final_turn(
+        "</think>\n\nwith x as (select 1) select * from x", think_end="</think>", after_think="\n\n"
+    ).sql.startswith("with x")
+    for bad in (
+        "",
+        "   ",
+        ";",
+        '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}',
+        "```sql\n```",
+        "nothing here; nor here",
+    ):
         with pytest.raises(TurnParseError):
             parse_final_turn("</think>\n\n" + bad, think_end="</think>", after_think="\n\n")
 
 
-@pytest.mark.parametrize("answer, sql", [
-    ("SELECT 1; SELECT 2", "SELECT 2"),
-    ("Here it is:\n```sql\nSELECT 1\n```\nor better:\n```sql\nSELECT a FROM t WHERE b = ';'\n```", "SELECT a FROM t WHERE b = ';'"),
-    ("Well:\n```sql\nSELECT name\nFROM t", "SELECT name\nFROM t"),  # a fence left open at the token bound
-    ("The query is\nSELECT x FROM y\nwhich returns x.", "SELECT x FROM y"),
-    ("The following are the results", "The following are the results"),  # no query at all: run as written
-    ("SELECT nope FROM", "SELECT nope FROM"),  # a plain answer stays as it is, even broken
-])
+@pytest.mark.parametrize(
+    "answer, sql",
+    [
+        ("SELECT 1; SELECT 2", "SELECT 2"),
+        (
+            "Here it is:\n```sql\nSELECT 1\n```\nor better:\n```sql\nSELECT a FROM t WHERE b = ';'\n```",
+            "SELECT a FROM t WHERE b = ';'",
+        ),
+        ("Well:\n```sql\nSELECT name\nFROM t", "SELECT name\nFROM t"),  # a fence left open at the token bound
+        ("The query is\nSELECT x FROM y\nwhich returns x.", "SELECT x FROM y"),
+        ("The following are the results", "The following are the results"),  # no query at all: run as written
+        ("SELECT nope FROM", "SELECT nope FROM"),  # a plain answer stays as it is, even broken
+    ],
+)
 def test_a_final_answer_that_is_not_one_statement_gives_its_last_query(answer, sql):
     assert parse_final_turn("</think>\n\n" + answer, think_end="</think>", after_think="\n\n").sql == sql
 
@@ -341,8 +390,13 @@ def _accepts(session: Session, lark: str, text: str) -> bool:
 
 def _first(session: Session, **kw) -> str:
     kw.setdefault("bounds", StringBounds(sql_chars=40, name_chars=16))
-    return first_call_grammar(think_end_token=session.grammar_token("</think>"), think_end_text="</think>",
-                              after_think="\n\n", max_think_tokens=kw.pop("think", 32), **kw).lark
+    return first_call_grammar(
+        think_end_token=session.grammar_token("</think>"),
+        think_end_text="</think>",
+        after_think="\n\n",
+        max_think_tokens=kw.pop("think", 32),
+        **kw,
+    ).lark
 
 
 CALLS = [
@@ -386,15 +440,15 @@ def test_json_layout_accepts_json_whitespace_strict_does_not(smol_session):
 def test_call_grammar_rejects_what_the_tools_do_not_take(smol_session, layout):
     lark = _first(smol_session, layout=layout)
     bad = [
-        '{"tool": "drop_table", "args": {}}',                                        # unknown tool
-        '{"tool": "sample_rows", "args": {"table_name": "Album", "limit": 21}}',     # out of range
-        '{"tool": "sample_rows", "args": {"table_name": "Album", "limit": "3"}}',    # wrong type
-        '{"tool": "describe_table", "args": {}}',                                    # missing arg
+        '{"tool": "drop_table", "args": {}}',  # unknown tool
+        '{"tool": "sample_rows", "args": {"table_name": "Album", "limit": 21}}',  # out of range
+        '{"tool": "sample_rows", "args": {"table_name": "Album", "limit": "3"}}',  # wrong type
+        '{"tool": "describe_table", "args": {}}',  # missing arg
         '{"tool": "describe_table", "args": {"table_name": "' + "x" * 17 + '"}}',  # over the bound
-        '{"tool": "run_query", "args": {"sql": "SELECT \\u0041"}}',                  # no \\u escapes
-        '{"tool": "run_query", "args": {"sql": "line\nbreak"}}',                      # raw newline
-        '{"args": {}, "tool": "list_tables"}',                                       # key order
-        'x</think>\n\n{"tool": "list_tables", "args": {}}',                          # think text holds the end
+        '{"tool": "run_query", "args": {"sql": "SELECT \\u0041"}}',  # no \\u escapes
+        '{"tool": "run_query", "args": {"sql": "line\nbreak"}}',  # raw newline
+        '{"args": {}, "tool": "list_tables"}',  # key order
+        'x</think>\n\n{"tool": "list_tables", "args": {}}',  # think text holds the end
     ]
     for call in bad:
         assert not _accepts(smol_session, lark, "t</think>\n\n" + call), call
@@ -414,8 +468,13 @@ def test_next_call_grammar_is_nothing_or_one_more_call(smol_session):
 
 
 def _final(session: Session) -> str:
-    return final_grammar(think_end_token=session.grammar_token("</think>"), think_end_text="</think>",
-                         after_think="\n\n", max_think_tokens=16, max_sql_tokens=256).lark
+    return final_grammar(
+        think_end_token=session.grammar_token("</think>"),
+        think_end_text="</think>",
+        after_think="\n\n",
+        max_think_tokens=16,
+        max_sql_tokens=256,
+    ).lark
 
 
 @pytest.mark.parametrize("answer", ANSWER_FORMS)
@@ -425,11 +484,22 @@ def test_final_grammar_accepts_what_the_model_wrote_in_training(smol_session, an
 
 def test_final_grammar_constrains_only_what_must_be(smol_session):
     lark = _final(smol_session)
-    for sql in ("select 1", "WITH t AS (SELECT 1) SELECT * FROM t", "SELECT *\nFROM Track", " SELECT 1",
-                "SELECT `Name` FROM Artist", "PRAGMA table_info(x)"):  # the database refuses non-reads
+    for sql in (
+        "select 1",
+        "WITH t AS (SELECT 1) SELECT * FROM t",
+        "SELECT *\nFROM Track",
+        " SELECT 1",
+        "SELECT `Name` FROM Artist",
+        "PRAGMA table_info(x)",
+    ):  # the database refuses non-reads
         assert _accepts(smol_session, lark, "ok</think>\n\n" + sql), sql
-    for sql in ("SELECT 1; DROP TABLE Album", '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}',
-                "SELECT 1;;", ";", ""):
+    for sql in (
+        "SELECT 1; DROP TABLE Album",
+        '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}',
+        "SELECT 1;;",
+        ";",
+        "",
+    ):
         assert not _accepts(smol_session, lark, "ok</think>\n\n" + sql), sql
 
 
@@ -446,22 +516,54 @@ def test_final_grammar_bounds_the_blank_lines_before_the_answer(smol_session):
 def test_worst_case_token_bound_covers_the_longest_call(layout):
     bounds = StringBounds(sql_chars=10, name_chars=5)
     gap = " " * 12 if layout == "json" else " "
-    longest = ("{" + gap + '"tool":' + gap + '"join_path",' + gap + '"args":' + gap + "{" + gap + '"table_a":' + gap
-               + '"' + "\U0001F600" * 5 + '",' + gap + '"table_b":' + gap + '"' + "\U0001F600" * 5 + '"' + gap + "}" + gap + "}")
+    longest = (
+        "{"
+        + gap
+        + '"tool":'
+        + gap
+        + '"join_path",'
+        + gap
+        + '"args":'
+        + gap
+        + "{"
+        + gap
+        + '"table_a":'
+        + gap
+        + '"'
+        + "\U0001f600" * 5
+        + '",'
+        + gap
+        + '"table_b":'
+        + gap
+        + '"'
+        + "\U0001f600" * 5
+        + '"'
+        + gap
+        + "}"
+        + gap
+        + "}"
+    )
+
     # the bound the room planner reserves for one more call (separator and call, every byte a token)
     def bound(b: StringBounds) -> int:
         return next_call_grammar(bounds=b, layout=layout).max_tokens
 
     assert bound(bounds) >= len(("\n" + longest).encode())
-    run_query = '{"tool": "run_query", "args": {"sql": "' + "\U0001F600" * 10 + '"}}'
+    run_query = '{"tool": "run_query", "args": {"sql": "' + "\U0001f600" * 10 + '"}}'
     assert bound(bounds) >= len(("\n" + run_query).encode())
     assert bound(StringBounds(60, 5)) - bound(StringBounds(50, 5)) == MAX_BYTES_PER_CHAR * 10
 
 
 def test_grammar_names_match_the_tool_specs():
     for layout in ("json", "strict"):
-        lark = first_call_grammar(think_end_token="<[1]>", think_end_text="</think>", after_think="\n\n",
-                                  max_think_tokens=8, bounds=StringBounds(10, 10), layout=layout).lark
+        lark = first_call_grammar(
+            think_end_token="<[1]>",
+            think_end_text="</think>",
+            after_think="\n\n",
+            max_think_tokens=8,
+            bounds=StringBounds(10, 10),
+            layout=layout,
+        ).lark
         names = set(re.findall(r"^call_([a-z_]+):", lark, re.MULTILINE))
         assert names == {spec.name for spec in TOOL_SPECS}
         for spec in TOOL_SPECS:
@@ -479,50 +581,93 @@ def test_table_and_call_lines():
     ok = CallRecord("list_tables", {}, True, "Album\nArtist")
     assert "2 tables: Album, Artist" in call_line(ok)
     err = CallRecord("run_query", {"sql": "SELECT nope"}, False, "Error: no such column: nope")
-    assert call_line(err).startswith("  err run_query(sql=\"SELECT nope\")") and "error: no such column" in call_line(err)
+    assert call_line(err).startswith('  err run_query(sql="SELECT nope")') and "error: no such column" in call_line(err)
 
 
-def figures(*, rounds: int, calls: int = 0, wall_s: float = 0.0, generated_tokens: int = 0,
-            decode_tok_s: float = 0.0) -> EpisodeStats:
+def figures(
+    *, rounds: int, calls: int = 0, wall_s: float = 0.0, generated_tokens: int = 0, decode_tok_s: float = 0.0
+) -> EpisodeStats:
     """An answer's stats with these figures (the decode rate from tokens over seconds)."""
-    timings = Timings(generated_tokens=generated_tokens,
-                      generate_s=generated_tokens / decode_tok_s if decode_tok_s else 0.0)
+    timings = Timings(
+        generated_tokens=generated_tokens, generate_s=generated_tokens / decode_tok_s if decode_tok_s else 0.0
+    )
     return EpisodeStats(EpisodeFigures(timings=timings, rounds=rounds, calls=calls, wall_s=wall_s))
 
 
 def test_answer_text_marks_forced_and_fallback():
-    result = EpisodeResult(question="q", evidence=None, sql="SELECT 1", columns=["1"], rows=[[1]], truncated=False,
-                           forced=True, fallback=True, answer="SELECT nope", rounds=[], stats=figures(rounds=6),
-                           transcript="", stop="final_answer", force_reason="max_rounds")
+    result = EpisodeResult(
+        question="q",
+        evidence=None,
+        sql="SELECT 1",
+        columns=["1"],
+        rows=[[1]],
+        truncated=False,
+        forced=True,
+        fallback=True,
+        answer="SELECT nope",
+        rounds=[],
+        stats=figures(rounds=6),
+        transcript="",
+        stop="final_answer",
+        force_reason="max_rounds",
+    )
     text = answer_text(result)
     assert "forced final answer: tool rounds used up" in text and "fallback" in text and "SQL: SELECT 1" in text
     assert json.loads(json.dumps(result.to_json()))["fallback"] is True
 
 
 def test_answer_text_without_an_answer_shows_the_failing_sql_and_the_stats():
-    result = EpisodeResult(question="q", evidence=None, sql=None, columns=[], rows=[], truncated=False,
-                           forced=True, fallback=False, answer="SELECT * FROM <", rounds=[],
-                           stats=figures(rounds=3, calls=7, wall_s=4.25, generated_tokens=96, decode_tok_s=20.0),
-                           transcript="", stop="final_answer", force_reason="max_rounds",
-                           error='the answer failed to run: near "<": syntax error')
+    result = EpisodeResult(
+        question="q",
+        evidence=None,
+        sql=None,
+        columns=[],
+        rows=[],
+        truncated=False,
+        forced=True,
+        fallback=False,
+        answer="SELECT * FROM <",
+        rounds=[],
+        stats=figures(rounds=3, calls=7, wall_s=4.25, generated_tokens=96, decode_tok_s=20.0),
+        transcript="",
+        stop="final_answer",
+        force_reason="max_rounds",
+        error='the answer failed to run: near "<": syntax error',
+    )
     lines = answer_text(result).splitlines()
-    assert lines == ["(forced final answer: tool rounds used up)",
-                     "SQL (did not run): SELECT * FROM <",
-                     'no answer: the answer failed to run: near "<": syntax error',
-                     "(no result; 3 rounds, 7 calls; 4.2 s; 96 tokens generated at 20.0 tok/s)"]
+    assert lines == [
+        "(forced final answer: tool rounds used up)",
+        "SQL (did not run): SELECT * FROM <",
+        'no answer: the answer failed to run: near "<": syntax error',
+        "(no result; 3 rounds, 7 calls; 4.2 s; 96 tokens generated at 20.0 tok/s)",
+    ]
 
     rambling = dataclasses.replace(result, answer="\n".join(f"line {i}" for i in range(30)))
     lines = answer_text(rambling).splitlines()
-    assert lines[1:14] == ["SQL (did not run): line 0", *(f"line {i}" for i in range(1, 12)),
-                           "... 18 more lines (--json shows the whole answer)"]
+    assert lines[1:14] == [
+        "SQL (did not run): line 0",
+        *(f"line {i}" for i in range(1, 12)),
+        "... 18 more lines (--json shows the whole answer)",
+    ]
 
 
 def test_counts_of_one_are_singular():
     """`1 round, 1 call`, not `1 rounds, 1 calls` (issue 40)."""
-    result = EpisodeResult(question="q", evidence=None, sql="SELECT 1", columns=["1"], rows=[[1]], truncated=False,
-                           forced=False, fallback=False, answer="SELECT 1", rounds=[],
-                           stats=figures(rounds=1, calls=1, wall_s=1.0, generated_tokens=1, decode_tok_s=2.0),
-                           transcript="", stop="submitted")
+    result = EpisodeResult(
+        question="q",
+        evidence=None,
+        sql="SELECT 1",
+        columns=["1"],
+        rows=[[1]],
+        truncated=False,
+        forced=False,
+        fallback=False,
+        answer="SELECT 1",
+        rounds=[],
+        stats=figures(rounds=1, calls=1, wall_s=1.0, generated_tokens=1, decode_tok_s=2.0),
+        transcript="",
+        stop="submitted",
+    )
     assert answer_text(result).splitlines()[-1] == "(1 row; 1 round, 1 call; 1.0 s; 1 token generated at 2.0 tok/s)"
     listed = CallRecord("list_tables", {}, True, "Album\n")
     assert result_summary(listed) == "1 table: Album"
@@ -541,8 +686,10 @@ def test_a_model_not_trained_for_the_protocol_hears_once_which_bounds_suit_it(sm
     notes = [line for line in lines if line.startswith("note: ")]
     assert len(notes) == 1, lines
     assert notes[0].startswith(f"note: {smollm2_gguf.name} is a llama model (")
-    assert ("--max-rounds 3 --calls-per-turn 2 --think-tokens 16 --budget max_final_sql_tokens=40 "
-            "--budget max_name_chars=24 --budget max_sql_chars=80 --ctx 2048") in notes[0]
+    assert (
+        "--max-rounds 3 --calls-per-turn 2 --think-tokens 16 --budget max_final_sql_tokens=40 "
+        "--budget max_name_chars=24 --budget max_sql_chars=80 --ctx 2048"
+    ) in notes[0]
     assert "Budget(max_rounds=3, max_calls_per_turn=2, max_think_tokens=16" in notes[0]
     lines.clear()
     with Agent(tiny_gguf_fast, tune=False, prefix_cache=False, n_threads=1, n_ctx=2048, log=lines.append):

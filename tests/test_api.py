@@ -11,15 +11,26 @@ from edge_sql.agent import Budget
 from edge_sql.errors import DatabaseError, EdgeSqlError, ModelFileError
 from edge_sql.tools import ReadOnlyDatabase
 
-SMALL = Budget(max_tokens=2048, max_rounds=3, max_think_tokens=8, max_final_think_tokens=8, max_sql_chars=24,
-               max_name_chars=16, min_string_chars=8, min_think_tokens=4, max_final_sql_tokens=24, max_calls_per_turn=2)
+SMALL = Budget(
+    max_tokens=2048,
+    max_rounds=3,
+    max_think_tokens=8,
+    max_final_think_tokens=8,
+    max_sql_chars=24,
+    max_name_chars=16,
+    min_string_chars=8,
+    min_think_tokens=4,
+    max_final_sql_tokens=24,
+    max_calls_per_turn=2,
+)
 FIELDS = {"sql", "columns", "rows", "forced", "fallback", "rounds", "stats", "stop", "error", "answer"}
 
 
 @pytest.fixture(scope="module")
 def agent(tiny_gguf_fast):
-    with edge_sql.Agent(tiny_gguf_fast, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
-                        prefix_cache=False) as agent:
+    with edge_sql.Agent(
+        tiny_gguf_fast, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False, prefix_cache=False
+    ) as agent:
         yield agent
 
 
@@ -42,13 +53,24 @@ def test_one_load_answers_several_questions(agent, tiny_gguf_fast, chinook_db, n
         assert FIELDS <= set(data)
         assert result.rounds and all(call.tool for r in result.rounds for call in r.calls)
         stats = result.stats.to_json()
-        assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
-                                              + stats["prefix_tokens_restored"])
+        assert stats["transcript_tokens"] == (
+            stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + stats["prefix_tokens_restored"]
+        )
     # the shared prompt prefix is evaluated for the first question only, then restored
-    assert results[0].stats.to_json()["prefix_tokens_restored"] in (0, results[1].stats.to_json()["prefix_tokens_restored"])
-    assert results[1].stats.to_json()["prefix_tokens_restored"] == results[2].stats.to_json()["prefix_tokens_restored"] > 100
+    assert results[0].stats.to_json()["prefix_tokens_restored"] in (
+        0,
+        results[1].stats.to_json()["prefix_tokens_restored"],
+    )
+    assert (
+        results[1].stats.to_json()["prefix_tokens_restored"]
+        == results[2].stats.to_json()["prefix_tokens_restored"]
+        > 100
+    )
     assert results[0].stats.to_json()["tuning"] == "off"  # tune=False: safe defaults, named in the stats
-    assert results[0].stats.to_json()["llama_settings"] == "flash_attn=auto n_ubatch=256 n_threads=1 repack=off gpu_layers=0"
+    assert (
+        results[0].stats.to_json()["llama_settings"]
+        == "flash_attn=auto n_ubatch=256 n_threads=1 repack=off gpu_layers=0"
+    )
     assert "How many orders were shipped to France?, evidence: France is a country<|im_end|>" in results[1].transcript
     assert results[0].question == "How many albums are there?"
 
@@ -56,8 +78,10 @@ def test_one_load_answers_several_questions(agent, tiny_gguf_fast, chinook_db, n
 def test_same_seed_same_episode(agent, chinook_db):
     first = agent.ask("List the genres.", chinook_db, seed=7)
     second = agent.ask("List the genres.", chinook_db, seed=7)
-    assert first.transcript == second.transcript and first.to_json(transcript=False)["rounds"] == second.to_json(
-        transcript=False)["rounds"]
+    assert (
+        first.transcript == second.transcript
+        and first.to_json(transcript=False)["rounds"] == second.to_json(transcript=False)["rounds"]
+    )
 
 
 def test_two_threads_get_their_own_results(agent, chinook_db, northwind_db):
@@ -99,8 +123,9 @@ def test_missing_model_and_closed_agent(tiny_gguf_fast, tmp_path, monkeypatch, c
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "store"))
     with pytest.raises(ModelFileError, match="edge-sql pull"):
         edge_sql.Agent(None, pull_if_missing=False)
-    closed = edge_sql.Agent(tiny_gguf_fast, n_ctx=1024, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
-                            prefix_cache=False)
+    closed = edge_sql.Agent(
+        tiny_gguf_fast, n_ctx=1024, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False, prefix_cache=False
+    )
     closed.close()
     closed.close()
     with pytest.raises(EdgeSqlError, match="closed"):

@@ -18,10 +18,12 @@ from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.batching.sequences import open_sessions
 
 GREEDY = SamplingParams(greedy=True)
-PROMPTS = ["<|im_start|>user\nHow many albums are there?<|im_end|>\n<|im_start|>assistant\n",
-           "<|im_start|>user\nList the tables.<|im_end|>\n<|im_start|>assistant\n",
-           "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY",
-           "The quick brown fox"]
+PROMPTS = [
+    "<|im_start|>user\nHow many albums are there?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nList the tables.<|im_end|>\n<|im_start|>assistant\n",
+    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY",
+    "The quick brown fox",
+]
 
 
 def _completion(session: Session, prompt: str, n: int = 24) -> list[int]:
@@ -102,12 +104,17 @@ def test_logits_equal_the_lone_sequence_within_rounding(tiny_gguf: Path) -> None
         single.eval(single.tokenize(PROMPTS[1]))
         expected = single.logits()
     with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+
         def prompt_then_logits(session: Session, prompt: str) -> np.ndarray:
             session.eval(session.tokenize(prompt))
             return session.logits()
 
-        got, _other = _all_at_once([lambda: prompt_then_logits(group.sessions[0], PROMPTS[1]),
-                                    lambda: prompt_then_logits(group.sessions[1], PROMPTS[2])])
+        got, _other = _all_at_once(
+            [
+                lambda: prompt_then_logits(group.sessions[0], PROMPTS[1]),
+                lambda: prompt_then_logits(group.sessions[1], PROMPTS[2]),
+            ]
+        )
     assert np.argmax(got) == np.argmax(expected)
     np.testing.assert_allclose(got, expected, rtol=0, atol=2e-3 * float(np.abs(expected).max()))
 
@@ -116,7 +123,7 @@ def test_sessions_starting_together_evaluate_the_shared_prefix_once(tiny_gguf: P
     """Four sessions of a group start at once with the same shared prefix (the system prompt):
     one evaluates it, the other three wait for its state and restore it, and each completion
     is the lone session's (the prefix declared shared there too)."""
-    prefix_text, questions = PROMPTS[0][:-len("assistant\n")], ["A", "B", "C", "D"]
+    prefix_text, questions = PROMPTS[0][: -len("assistant\n")], ["A", "B", "C", "D"]
     with Session(tiny_gguf, n_ctx=512, n_threads=1) as single:
         prefix = single.tokenize(prefix_text)
         own = [len(single.tokenize(q)) for q in questions]
@@ -210,6 +217,7 @@ def test_lookup_speculation_per_sequence_keeps_the_lone_completions(tiny_gguf: P
 
 # ---- memory: what calibration predicts for N sequences, and refusing more ------------------
 
+
 def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match(tiny_gguf: Path) -> None:
     from edge_sql.runtime.tuning import Settings, calibrate, check_parallel
     from edge_sql.runtime.tuning.parallel import ParallelFit, allocated_with
@@ -220,8 +228,9 @@ def test_calibration_fits_the_sequences_its_budget_holds_and_their_buffers_match
     per_sequence = allocated_with(tiny_gguf, settings, 1024, 2) - one
     bound = calibrate(tiny_gguf, settings=[settings], full=False, **small).chosen_measurement().memory_bytes
     # a budget for the lone bound plus two and a half sequences: two more fit, not three
-    result = calibrate(tiny_gguf, settings=[settings], full=False, parallel_memory=bound + 5 * per_sequence // 2,
-                       **small)
+    result = calibrate(
+        tiny_gguf, settings=[settings], full=False, parallel_memory=bound + 5 * per_sequence // 2, **small
+    )
     chosen = result.chosen
     assert chosen.parallel_max == 3
     timed = [int(width) for width, _ in result.parallel_rates]
@@ -270,14 +279,18 @@ def test_more_logits_rows_than_the_context_holds_is_an_error_not_an_abort(tiny_g
 
 # ---- one step, one weight pass: how llama.cpp cuts a step, and what the decoder does about it --
 
-@pytest.mark.parametrize("parts, n_ubatch", [
-    ([(0, 1), (1, 1), (2, 1), (3, 1)], 64),   # consecutive ids, a token each: one pass
-    ([(0, 1), (1, 1), (3, 1)], 64),           # a gap: a pass per run of ids
-    ([(0, 1), (2, 1)], 64),
-    ([(0, 1), (1, 5)], 64),                   # a forced run beside a sampled token
-    ([(0, 3), (1, 5), (2, 2)], 4),            # equal tokens each, n_ubatch of them at most
-    ([(1, 2), (2, 2), (3, 7)], 8),
-])
+
+@pytest.mark.parametrize(
+    "parts, n_ubatch",
+    [
+        ([(0, 1), (1, 1), (2, 1), (3, 1)], 64),  # consecutive ids, a token each: one pass
+        ([(0, 1), (1, 1), (3, 1)], 64),  # a gap: a pass per run of ids
+        ([(0, 1), (2, 1)], 64),
+        ([(0, 1), (1, 5)], 64),  # a forced run beside a sampled token
+        ([(0, 3), (1, 5), (2, 2)], 4),  # equal tokens each, n_ubatch of them at most
+        ([(1, 2), (2, 2), (3, 7)], 8),
+    ],
+)
 def test_micro_batches_are_the_passes_llama_cpp_runs(tiny_gguf: Path, parts: list, n_ubatch: int) -> None:
     """`micro_batches` mirrors llama.cpp's split: the graph runs (counted with a cb_eval that
     sees the final norm of every graph) equal the micro-batches it predicts."""
@@ -303,10 +316,15 @@ def test_micro_batches_are_the_passes_llama_cpp_runs(tiny_gguf: Path, parts: lis
     loaded, base, _info = open_model(tiny_gguf, options, n_seq=4)
     total = sum(n for _, n in parts)
     try:
-        with create_context(loaded, base.options, what="a counted context", n_outputs=64, n_seq=4,
-                            cb_eval=callback) as context, TokenBatch(64) as batch:
-            batch.fill_parts([(seq, np.arange(100, 100 + n, dtype=np.int32), 0, np.ones(n, dtype=bool))
-                              for seq, n in parts])
+        with (
+            create_context(
+                loaded, base.options, what="a counted context", n_outputs=64, n_seq=4, cb_eval=callback
+            ) as context,
+            TokenBatch(64) as batch,
+        ):
+            batch.fill_parts(
+                [(seq, np.arange(100, 100 + n, dtype=np.int32), 0, np.ones(n, dtype=bool)) for seq, n in parts]
+            )
             batch.decode(context.ptr)
     finally:
         base.close()
@@ -339,8 +357,7 @@ def test_a_short_forced_run_rides_along_a_token_a_step(tiny_gguf: Path) -> None:
         assert group.sessions[4].context.tokens == [20, 21, 22]
 
 
-def test_a_gap_in_the_ids_is_closed_by_moving_memory_and_the_idle_episode_is_kept(
-        tiny_gguf: Path, alone: dict) -> None:
+def test_a_gap_in_the_ids_is_closed_by_moving_memory_and_the_idle_episode_is_kept(tiny_gguf: Path, alone: dict) -> None:
     """Sessions 0 and 2 generate together while session 1 holds an evaluated prompt: the step
     trades ids 1 and 2 (their states move with them), every later step is one pass, and all three
     continue exactly as alone."""

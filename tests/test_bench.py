@@ -19,15 +19,46 @@ from edge_sql.cli import main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY_BUDGET = [
-    "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1", "--episode-tokens", "4096",
-    "--budget", "max_final_sql_tokens=24", "--budget", "max_sql_chars=48", "--budget", "max_name_chars=24",
+    "--max-rounds",
+    "1",
+    "--think-tokens",
+    "8",
+    "--calls-per-turn",
+    "1",
+    "--episode-tokens",
+    "4096",
+    "--budget",
+    "max_final_sql_tokens=24",
+    "--budget",
+    "max_sql_chars=48",
+    "--budget",
+    "max_name_chars=24",
 ]
 
 
 def _bench(base: Path, out: Path, limit: int, *extra: str) -> str:
-    args = ["bench", "--base", str(base), "--variants", f"BF16,Q8_0,{out.parent / 'broken.gguf'}",
-            "--limit", str(limit), "--modes", "withheld,given", "--threads", "1", "--ctx", "4096",
-            "--fidelity-tokens", "4096", "--out", str(out), "--no-tune", *TINY_BUDGET, *extra]
+    args = [
+        "bench",
+        "--base",
+        str(base),
+        "--variants",
+        f"BF16,Q8_0,{out.parent / 'broken.gguf'}",
+        "--limit",
+        str(limit),
+        "--modes",
+        "withheld,given",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--fidelity-tokens",
+        "4096",
+        "--out",
+        str(out),
+        "--no-tune",
+        *TINY_BUDGET,
+        *extra,
+    ]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
@@ -64,8 +95,12 @@ def test_bench_json_has_every_figure(bench_runs: dict) -> None:
         assert row["tuning"] == "off" and "flash_attn=auto n_ubatch=256 n_threads=1" in row["settings"]
         assert 0 < row["wall_s_median"] <= row["wall_s_p95"]
         assert row["fidelity"]["transcripts"] == 4 and row["fidelity"]["positions"] == bf16_generated
-        for share in (row["answer_agreement"]["overall"], row["answer_agreement"]["withheld"],
-                      row["answer_agreement"]["given"], row["fidelity"]["top1"]):
+        for share in (
+            row["answer_agreement"]["overall"],
+            row["answer_agreement"]["withheld"],
+            row["answer_agreement"]["given"],
+            row["fidelity"]["top1"],
+        ):
             assert 0.0 <= share <= 1.0
         for mode in ("withheld", "given"):
             accuracy = row["accuracy"][mode]
@@ -82,8 +117,10 @@ def test_bench_json_has_every_figure(bench_runs: dict) -> None:
     assert len(episodes) == 8
     for episode in episodes:
         assert {"sql", "correct", "wall_s", "prompt_tokens", "generated_tokens", "transcript_tokens"} <= set(episode)
-        assert (episode["prompt_tokens"] + episode["generated_tokens"] + episode["prefix_tokens_restored"]
-                == episode["transcript_tokens"])
+        assert (
+            episode["prompt_tokens"] + episode["generated_tokens"] + episode["prefix_tokens_restored"]
+            == episode["transcript_tokens"]
+        )
         assert "tokens" not in episode
 
 
@@ -128,7 +165,8 @@ def test_bench_reports_accuracy_by_confidence(bench_runs: dict) -> None:
             mine = [e for e in report["episodes"] if e["variant"] == row["name"] and e["mode"] == mode]
             assert figures["questions"] == len(mine) == 2
             assert {level: f["answers"] for level, f in figures["levels"].items()} == {
-                level: sum(e["confidence"] == level for e in mine) for level in ("checked", "unchecked", "doubtful")}
+                level: sum(e["confidence"] == level for e in mine) for level in ("checked", "unchecked", "doubtful")
+            }
             assert figures["coverage"][-1]["answered"] == len(mine) - figures["unlabelled"]
     text = (bench_runs["out"] / "bench.md").read_text()
     assert "| variant | mode | level | answers | right | accuracy | answered at or above |" in text
@@ -144,7 +182,9 @@ def test_resume_runs_each_episode_once(bench_runs: dict) -> None:
     assert "4 episodes and 4 fidelity comparisons run" in second
     assert "0 episodes and 0 fidelity comparisons run" in third
     records = [json.loads(line) for line in (bench_runs["out"] / "results.jsonl").read_text().splitlines()]
-    episodes = Counter((r["variant"], r["mode"], r["question_id"], r["seed"]) for r in records if r["kind"] == "episode")
+    episodes = Counter(
+        (r["variant"], r["mode"], r["question_id"], r["seed"]) for r in records if r["kind"] == "episode"
+    )
     assert len(episodes) == 8 and set(episodes.values()) == {1}
     fidelity = Counter((r["variant"], r["mode"], r["question_id"]) for r in records if r["kind"] == "fidelity")
     assert len(fidelity) == 8 and set(fidelity.values()) == {1}
@@ -155,8 +195,27 @@ def test_resume_runs_each_episode_once(bench_runs: dict) -> None:
 def test_changed_settings_refuse_to_resume(bench_runs: dict, tiny_gguf: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     shutil.copytree(bench_runs["out"], out, ignore=shutil.ignore_patterns("cache"))
-    args = ["bench", "--base", str(tiny_gguf), "--variants", "BF16", "--limit", "1", "--out", str(out),
-            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "4096", "--no-tune", *TINY_BUDGET, "--max-rounds", "2"]
+    args = [
+        "bench",
+        "--base",
+        str(tiny_gguf),
+        "--variants",
+        "BF16",
+        "--limit",
+        "1",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--fidelity-tokens",
+        "4096",
+        "--no-tune",
+        *TINY_BUDGET,
+        "--max-rounds",
+        "2",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert "results made with other settings (budget)" in result.output and "--no-resume" in result.output

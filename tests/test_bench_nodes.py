@@ -16,10 +16,25 @@ SLOW = {"cpu_model": "Slow CPU", "cpu_count": 2}
 
 
 def _episode(question, node: str, prompt_s: float, generate_s: float) -> dict:
-    return {"kind": "episode", "variant": "BF16", "mode": "withheld", "question_id": question.id, "seed": 0,
-            "db_id": question.db_id, "difficulty": question.difficulty, "sql": question.gold_sql, "correct": True,
-            "error": None, "wall_s": prompt_s + generate_s, "prompt_tokens": 100, "prompt_s": prompt_s,
-            "generated_tokens": 10, "generate_s": generate_s, "transcript_tokens": 110, "node": node}
+    return {
+        "kind": "episode",
+        "variant": "BF16",
+        "mode": "withheld",
+        "question_id": question.id,
+        "seed": 0,
+        "db_id": question.db_id,
+        "difficulty": question.difficulty,
+        "sql": question.gold_sql,
+        "correct": True,
+        "error": None,
+        "wall_s": prompt_s + generate_s,
+        "prompt_tokens": 100,
+        "prompt_s": prompt_s,
+        "generated_tokens": 10,
+        "generate_s": generate_s,
+        "transcript_tokens": 110,
+        "node": node,
+    }
 
 
 def _summary(tmp_path: Path, machines: dict[str, dict]) -> dict:
@@ -27,18 +42,30 @@ def _summary(tmp_path: Path, machines: dict[str, dict]) -> dict:
     model.write_bytes(b"x" * 1000)
     questions = load_bundled()[:4]
     nodes = list(machines)
-    episodes = [_episode(q, nodes[i % len(nodes)], 1.0 + 3.0 * (i % 2), 1.0 + 3.0 * (i % 2))
-                for i, q in enumerate(questions)]
+    episodes = [
+        _episode(q, nodes[i % len(nodes)], 1.0 + 3.0 * (i % 2), 1.0 + 3.0 * (i % 2)) for i, q in enumerate(questions)
+    ]
     records = [
-        *({"kind": "load", "variant": "BF16", "load_s": 2.0 + i, "n_threads": 2, "node": node, "machine": machine}
-          for i, (node, machine) in enumerate(machines.items())),
+        *(
+            {"kind": "load", "variant": "BF16", "load_s": 2.0 + i, "n_threads": 2, "node": node, "machine": machine}
+            for i, (node, machine) in enumerate(machines.items())
+        ),
         *episodes,
-        *({"kind": "peak", "task": "episodes", "variant": "BF16", "peak_rss_bytes": 10_000 * (i + 1), "node": node}
-          for i, node in enumerate(machines)),
+        *(
+            {"kind": "peak", "task": "episodes", "variant": "BF16", "peak_rss_bytes": 10_000 * (i + 1), "node": node}
+            for i, node in enumerate(machines)
+        ),
     ]
     planned = {WorkKey("BF16", "withheld", q.id, 0) for q in questions}
-    summary = summarize([Variant("BF16", model)], records, planned=planned, questions={q.id: q for q in questions},
-                        modes=["withheld"], reference_name="BF16", cache=ResultCache())
+    summary = summarize(
+        [Variant("BF16", model)],
+        records,
+        planned=planned,
+        questions={q.id: q for q in questions},
+        modes=["withheld"],
+        reference_name="BF16",
+        cache=ResultCache(),
+    )
     summary["settings"] = {"modes": ["withheld"]}
     return summary
 
@@ -48,7 +75,7 @@ def test_unlike_cpus_are_never_averaged(tmp_path: Path) -> None:
     [row] = summary["variants"]
     assert row["mixed_hardware"] is True
     assert row["decode_tok_s"] is None and row["prompt_tok_s"] is None and row["load_s"] is None
-    assert row["episodes"] == 4 and row["peak_rss_bytes"] == 20_000   # counts and the highest peak stay
+    assert row["episodes"] == 4 and row["peak_rss_bytes"] == 20_000  # counts and the highest peak stay
     a, b = row["per_node"]["a"], row["per_node"]["b"]
     assert a["episodes"] == b["episodes"] == 2
     assert a["decode_tok_s"] == 10 / 1.0 and b["decode_tok_s"] == 10 / 4.0

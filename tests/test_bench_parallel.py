@@ -20,8 +20,20 @@ from edge_sql.evaluation.datasets import load_bundled
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 TINY_BUDGET = [
-    "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1", "--episode-tokens", "4096",
-    "--budget", "max_final_sql_tokens=24", "--budget", "max_sql_chars=48", "--budget", "max_name_chars=24",
+    "--max-rounds",
+    "1",
+    "--think-tokens",
+    "8",
+    "--calls-per-turn",
+    "1",
+    "--episode-tokens",
+    "4096",
+    "--budget",
+    "max_final_sql_tokens=24",
+    "--budget",
+    "max_sql_chars=48",
+    "--budget",
+    "max_name_chars=24",
 ]
 # what depends on the clock or on which session restored the shared prompt prefix (the first
 # episode of each session evaluates it, later ones restore it): not the episode itself
@@ -29,9 +41,28 @@ TIMING_FIELDS = {"wall_s", "prompt_s", "generate_s", "prompt_tokens", "prefix_to
 
 
 def _bench(base: Path, out: Path, limit: int, parallel: int) -> str:
-    args = ["bench", "--base", str(base), "--variants", "BF16", "--limit", str(limit), "--modes", "withheld,given",
-            "--threads", "1", "--ctx", "4096", "--greedy", "--out", str(out), "--no-tune", "--parallel", str(parallel),
-            *TINY_BUDGET]
+    args = [
+        "bench",
+        "--base",
+        str(base),
+        "--variants",
+        "BF16",
+        "--limit",
+        str(limit),
+        "--modes",
+        "withheld,given",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--greedy",
+        "--out",
+        str(out),
+        "--no-tune",
+        "--parallel",
+        str(parallel),
+        *TINY_BUDGET,
+    ]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
@@ -44,8 +75,10 @@ def _records(out: Path, kind: str) -> list[dict]:
 
 def _episodes(out: Path) -> dict[tuple, dict]:
     """Each episode record by key, without the timing fields."""
-    return {(r["variant"], r["mode"], r["question_id"], r["seed"]): {k: v for k, v in r.items() if k not in TIMING_FIELDS}
-            for r in _records(out, "episode")}
+    return {
+        (r["variant"], r["mode"], r["question_id"], r["seed"]): {k: v for k, v in r.items() if k not in TIMING_FIELDS}
+        for r in _records(out, "episode")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +86,19 @@ def benches(tiny_gguf_fast: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     digests = _database_digests()
     root = tmp_path_factory.mktemp("bench-parallel")
     serial, parallel = root / "serial", root / "parallel"
-    outputs = {"serial": _bench(tiny_gguf_fast, serial, 3, 1),
-               "first": _bench(tiny_gguf_fast, parallel, 2, 2),     # then resumed with a third question
-               "resumed": _bench(tiny_gguf_fast, parallel, 3, 2)}
+    outputs = {
+        "serial": _bench(tiny_gguf_fast, serial, 3, 1),
+        "first": _bench(tiny_gguf_fast, parallel, 2, 2),  # then resumed with a third question
+        "resumed": _bench(tiny_gguf_fast, parallel, 3, 2),
+    }
     return {"serial": serial, "parallel": parallel, "outputs": outputs, "digests": digests}
 
 
 def _database_digests() -> dict[str, str]:
     """The bundled databases the bench's episodes read, by content."""
-    return {db: hashlib.sha256((DATA_DIR / db / f"{db}.sqlite").read_bytes()).hexdigest()
-            for db in ("chinook", "northwind")}
+    return {
+        db: hashlib.sha256((DATA_DIR / db / f"{db}.sqlite").read_bytes()).hexdigest() for db in ("chinook", "northwind")
+    }
 
 
 def test_parallel_records_are_the_serial_ones(benches: dict) -> None:
@@ -72,10 +108,12 @@ def test_parallel_records_are_the_serial_ones(benches: dict) -> None:
         assert parallel[key] == record, key
     # the reference's transcripts and the spans the model wrote itself (what fidelity compares on)
     assert all(r["tokens"] and r["generated_spans"] for r in serial.values())
-    fidelity = {_key(r): {k: v for k, v in r.items() if k != "seconds"}
-                for r in _records(benches["serial"], "fidelity")}
-    assert fidelity == {_key(r): {k: v for k, v in r.items() if k != "seconds"}
-                        for r in _records(benches["parallel"], "fidelity")}
+    fidelity = {
+        _key(r): {k: v for k, v in r.items() if k != "seconds"} for r in _records(benches["serial"], "fidelity")
+    }
+    assert fidelity == {
+        _key(r): {k: v for k, v in r.items() if k != "seconds"} for r in _records(benches["parallel"], "fidelity")
+    }
     assert len(fidelity) == 6 and all(r["kl_sum"] == 0.0 and r["positions"] > 0 for r in fidelity.values())
     loads = _records(benches["parallel"], "load")
     assert [load.get("parallel") for load in loads] == [2, 2]
@@ -120,18 +158,35 @@ class _MeetOnce(SpanRecorder):
 
 def test_run_many_runs_the_sessions_at_once(tiny_gguf_fast: Path, tmp_path: Path) -> None:
     questions = load_bundled()[:3]
-    task = EpisodeTask(variant="BF16", model_path=str(tiny_gguf_fast), results_path=str(tmp_path / "r.jsonl"),
-                       dataset="bundled", dataset_format="bird", db_root=None,
-                       items=[("withheld", q.id) for q in questions], seed=0, n_threads=1, n_ctx=2048,
-                       budget={"max_rounds": 1, "max_think_tokens": 8, "max_final_think_tokens": 8,
-                               "max_calls_per_turn": 1, "max_final_sql_tokens": 24},
-                       greedy=True, tune=False, parallel=2, record_tokens=True)
+    task = EpisodeTask(
+        variant="BF16",
+        model_path=str(tiny_gguf_fast),
+        results_path=str(tmp_path / "r.jsonl"),
+        dataset="bundled",
+        dataset_format="bird",
+        db_root=None,
+        items=[("withheld", q.id) for q in questions],
+        seed=0,
+        n_threads=1,
+        n_ctx=2048,
+        budget={
+            "max_rounds": 1,
+            "max_think_tokens": 8,
+            "max_final_think_tokens": 8,
+            "max_calls_per_turn": 1,
+            "max_final_sql_tokens": 24,
+        },
+        greedy=True,
+        tune=False,
+        parallel=2,
+        record_tokens=True,
+    )
     barrier = threading.Barrier(2, timeout=60)
     runner = EpisodeRunner(task, session_view=lambda session: _MeetOnce(session, barrier))
     try:
         assert len(runner.sessions) == 2 and runner.load_record["parallel"] == 2
         records = list(runner.run_many(task.items))
-        alone = [runner.run(mode, qid) for mode, qid in task.items]   # one at a time, on the first session
+        alone = [runner.run(mode, qid) for mode, qid in task.items]  # one at a time, on the first session
     finally:
         runner.close()
     assert sorted(r["question_id"] for r in records) == [q.id for q in questions]
@@ -167,8 +222,22 @@ def test_eval_parallel_gives_the_serial_report(tmp_path: Path) -> None:
     reports = {}
     for parallel in (1, 2):
         out = tmp_path / f"report-{parallel}.json"
-        result = CliRunner().invoke(main, ["eval", "--dataset", "bundled", "--predictions", str(pred_file),
-                                           "--timeout", "0.5", "--parallel", str(parallel), "--json", str(out)])
+        result = CliRunner().invoke(
+            main,
+            [
+                "eval",
+                "--dataset",
+                "bundled",
+                "--predictions",
+                str(pred_file),
+                "--timeout",
+                "0.5",
+                "--parallel",
+                str(parallel),
+                "--json",
+                str(out),
+            ],
+        )
         assert result.exit_code == 0, result.output
         reports[parallel] = json.loads(out.read_text())
     assert reports[2] == reports[1]
@@ -185,13 +254,28 @@ def test_eval_parallel_gives_the_serial_report(tmp_path: Path) -> None:
 def test_eval_parallel_with_ray_is_refused(tmp_path: Path) -> None:
     pred_file = tmp_path / "pred.json"
     pred_file.write_text("{}")
-    result = CliRunner().invoke(main, ["eval", "--dataset", "bundled", "--predictions", str(pred_file),
-                                       "--parallel", "2", "--ray", "local"])
+    result = CliRunner().invoke(
+        main, ["eval", "--dataset", "bundled", "--predictions", str(pred_file), "--parallel", "2", "--ray", "local"]
+    )
     assert result.exit_code == 2 and "--parallel scores on this machine" in result.output
 
 
 def test_bench_parallel_with_ray_is_refused(tiny_gguf_fast: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["bench", "--base", str(tiny_gguf_fast), "--variants", "BF16", "--out",
-                                       str(tmp_path / "out"), "--parallel", "2", "--ray", "local"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--base",
+            str(tiny_gguf_fast),
+            "--variants",
+            "BF16",
+            "--out",
+            str(tmp_path / "out"),
+            "--parallel",
+            "2",
+            "--ray",
+            "local",
+        ],
+    )
     assert result.exit_code == 1 and "with --ray each actor runs one at a time" in result.output
     assert not (tmp_path / "out" / "results.jsonl").exists()

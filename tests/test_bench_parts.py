@@ -69,7 +69,10 @@ def test_token_logprobs_match_the_sessions_own_logits(tiny_gguf: Path) -> None:
 
 
 def test_same_model_loaded_twice_has_zero_kl(tiny_gguf: Path) -> None:
-    with Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as a, Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as b:
+    with (
+        Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as a,
+        Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as b,
+    ):
         tokens = a.tokenize(SQL_TEXT)
         stats = compare_on_tokens(a, b, tokens, chunk=16)
         assert stats.positions == len(tokens)
@@ -84,10 +87,14 @@ def test_fidelity_positions_are_those_that_predicted_generated_tokens(tiny_gguf:
     assert generated_targets([[3, 5], [8, 9]], 10) == [2, 3, 7]
     assert generated_targets([[3, 5], [8, 9]], 4) == [2]  # a transcript cut at 4 tokens
     assert generated_targets([], 10) == []
-    with Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as ref, \
-            Session(tiny_gguf_f32, n_ctx=256, n_batch=16, n_threads=1) as var:
+    with (
+        Session(tiny_gguf, n_ctx=256, n_batch=16, n_threads=1) as ref,
+        Session(tiny_gguf_f32, n_ctx=256, n_batch=16, n_threads=1) as var,
+    ):
         tokens = ref.tokenize(SQL_TEXT)
-        full = kl_rows(np.concatenate(list(token_logprobs(ref, tokens))), np.concatenate(list(token_logprobs(var, tokens))))
+        full = kl_rows(
+            np.concatenate(list(token_logprobs(ref, tokens))), np.concatenate(list(token_logprobs(var, tokens)))
+        )
         assert full.sum() > 0  # BF16 and F32 compute differently
         picked = compare_on_tokens(ref, var, tokens, chunk=4, positions=[1, 6])
         assert picked.positions == 2
@@ -190,9 +197,9 @@ def test_answer_agreement_compares_result_sets() -> None:
     a = "SELECT Name FROM Genre WHERE GenreId <= 3"
     assert cache.agree(db, a, "SELECT Name FROM Genre WHERE GenreId IN (3, 2, 1) ORDER BY Name DESC")
     assert not cache.agree(db, a, "SELECT Name FROM Genre WHERE GenreId <= 4")
-    assert not cache.agree(db, a, "SELECT Nme FROM Genre")           # one fails
-    assert cache.agree(db, "SELECT Nme FROM Genre", None)             # both give no result
-    assert not cache.agree(db, "SELECT 1 WHERE 0", None)              # an empty result is a result
+    assert not cache.agree(db, a, "SELECT Nme FROM Genre")  # one fails
+    assert cache.agree(db, "SELECT Nme FROM Genre", None)  # both give no result
+    assert not cache.agree(db, "SELECT 1 WHERE 0", None)  # an empty result is a result
 
 
 # ---- child processes ---------------------------------------------------------------------------
@@ -206,7 +213,9 @@ def test_worker_failure_is_an_exit_status_and_peak_rss_is_own(tmp_path: Path) ->
     assert list(tmp_path.glob("*.json")) == []  # the task file is removed
 
 
-def test_store_model_supplies_base_and_variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> None:
+def test_store_model_supplies_base_and_variants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path
+) -> None:
     from edge_sql.bench.runner import BenchConfig, resolve_base
     from edge_sql.store import ModelStore
 

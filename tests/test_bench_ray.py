@@ -29,11 +29,34 @@ from edge_sql.cli import main
 from edge_sql.evaluation.datasets import load_bundled
 
 TINY_BUDGET = [
-    "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1", "--episode-tokens", "4096",
-    "--budget", "max_final_sql_tokens=24", "--budget", "max_sql_chars=48", "--budget", "max_name_chars=24",
+    "--max-rounds",
+    "1",
+    "--think-tokens",
+    "8",
+    "--calls-per-turn",
+    "1",
+    "--episode-tokens",
+    "4096",
+    "--budget",
+    "max_final_sql_tokens=24",
+    "--budget",
+    "max_sql_chars=48",
+    "--budget",
+    "max_name_chars=24",
 ]
-TIMING_FIELDS = {"load_s", "peak_rss_bytes", "prompt_tok_s", "decode_tok_s", "wall_s_median", "wall_s_p95",
-                 "wall_s", "prompt_s", "generate_s", "seconds", "n_threads"}
+TIMING_FIELDS = {
+    "load_s",
+    "peak_rss_bytes",
+    "prompt_tok_s",
+    "decode_tok_s",
+    "wall_s_median",
+    "wall_s_p95",
+    "wall_s",
+    "prompt_s",
+    "generate_s",
+    "seconds",
+    "n_threads",
+}
 # where and how it ran, not what it measured: Ray settings, how many workers loaded a variant, and
 # how a transcript's prompt split into evaluated and restored tokens (a worker restores the shared
 # prefix from its second question on, so it depends on how questions were spread over workers;
@@ -49,9 +72,30 @@ def ray_runtime():
 
 
 def _bench(base: Path, out: Path, *extra: str, variants: str = "BF16,Q8_0") -> str:
-    args = ["bench", "--base", str(base), "--variants", variants, "--limit", "2", "--modes", "withheld",
-            "--threads", "1", "--ctx", "4096", "--fidelity-tokens", "32", "--out", str(out), "--no-tune", *TINY_BUDGET,
-            "--cache-dir", str(out.parent / "quantized"), *extra]  # the runs share one Q8_0
+    args = [
+        "bench",
+        "--base",
+        str(base),
+        "--variants",
+        variants,
+        "--limit",
+        "2",
+        "--modes",
+        "withheld",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--fidelity-tokens",
+        "32",
+        "--out",
+        str(out),
+        "--no-tune",
+        *TINY_BUDGET,
+        "--cache-dir",
+        str(out.parent / "quantized"),
+        *extra,
+    ]  # the runs share one Q8_0
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
@@ -69,7 +113,7 @@ def _without_timings(value: Any, out: Path) -> Any:
         return [_without_timings(v, out) for v in value]
     if isinstance(value, str):
         return value.replace(str(out), "OUT")
-    if isinstance(value, float):   # KL sums differ in the last bits between processes (summation order)
+    if isinstance(value, float):  # KL sums differ in the last bits between processes (summation order)
         return float(f"{value:.9g}")
     return value
 
@@ -105,8 +149,11 @@ def runs(tiny_gguf: Path, ray_runtime, tmp_path_factory: pytest.TempPathFactory)
     outputs["killed"] = _bench(tiny_gguf, killed, "--ray", "local", "--ray-workers", "1", variants=variants)
     killer.stop.set()
     outputs["resumed"] = _bench(tiny_gguf, killed, "--ray", "local", "--ray-workers", "1", variants=variants)
-    return {"dirs": {"local": local, "ray": on_ray, "killed": killed}, "outputs": outputs,
-            "killed_pid": killer.killed_pid}
+    return {
+        "dirs": {"local": local, "ray": on_ray, "killed": killed},
+        "outputs": outputs,
+        "killed_pid": killer.killed_pid,
+    }
 
 
 def test_ray_report_equals_local_report(runs: dict[str, Any]) -> None:
@@ -135,7 +182,7 @@ def test_ray_report_names_the_node_and_its_cpu(runs: dict[str, Any]) -> None:
     for row in report["variants"]:
         figures = row["per_node"][node]
         assert len(figures["episode_keys"]) == 2 and figures["decode_tok_s"] == row["decode_tok_s"]
-        assert figures["n_threads"] == 1   # one Ray CPU per worker (--threads 1)
+        assert figures["n_threads"] == 1  # one Ray CPU per worker (--threads 1)
     assert all(e["node"] == node for e in report["episodes"])
     text = (runs["dirs"]["ray"] / "bench.md").read_text()
     assert f"| BF16 | {node} | {machine['cpu_model']} x{machine['cpu_count']} | 1 | 2 |" in text
@@ -152,14 +199,18 @@ def test_killed_worker_is_retried_and_no_episode_is_counted_twice(runs: dict[str
     assert all("ModelFileError" in r["error"] and "truncated or corrupt" in r["error"] for r in crashes)
     assert "- broken: episodes failed on Ray: edge_sql.errors.ModelFileError:" in (killed / "bench.md").read_text()
     loads = [r for r in records if r["kind"] == "load" and r["variant"] == "BF16"]
-    assert len(loads) == 2 and loads[0]["pid"] == runs["killed_pid"] != loads[1]["pid"]   # Ray restarted it
+    assert len(loads) == 2 and loads[0]["pid"] == runs["killed_pid"] != loads[1]["pid"]  # Ray restarted it
     assert "4 episodes and 4 fidelity comparisons run" in runs["outputs"]["killed"]
     assert "0 episodes and 0 fidelity comparisons run" in runs["outputs"]["resumed"]
     # the retried episodes are the very episodes the local runner ran
-    answers = {(e["variant"], e["mode"], e["question_id"]): (e["sql"], e["correct"], e["transcript_tokens"])
-               for e in json.loads((killed / "bench.json").read_text())["episodes"]}
-    local = {(e["variant"], e["mode"], e["question_id"]): (e["sql"], e["correct"], e["transcript_tokens"])
-             for e in json.loads((runs["dirs"]["local"] / "bench.json").read_text())["episodes"]}
+    answers = {
+        (e["variant"], e["mode"], e["question_id"]): (e["sql"], e["correct"], e["transcript_tokens"])
+        for e in json.loads((killed / "bench.json").read_text())["episodes"]
+    }
+    local = {
+        (e["variant"], e["mode"], e["question_id"]): (e["sql"], e["correct"], e["transcript_tokens"])
+        for e in json.loads((runs["dirs"]["local"] / "bench.json").read_text())["episodes"]
+    }
     assert answers == local
 
 
@@ -189,12 +240,12 @@ def _predictions() -> dict[str, str]:
     predictions = {}
     for i, q in enumerate(load_bundled()):
         if i % 4 == 0:
-            predictions[q.id] = q.gold_sql                 # right
+            predictions[q.id] = q.gold_sql  # right
         elif i % 4 == 1:
-            predictions[q.id] = "SELECT 1"                 # wrong
+            predictions[q.id] = "SELECT 1"  # wrong
         elif i % 4 == 2:
-            predictions[q.id] = "SELECT * FROM no_such_table"   # fails
-    return predictions                                     # i % 4 == 3: no prediction
+            predictions[q.id] = "SELECT * FROM no_such_table"  # fails
+    return predictions  # i % 4 == 3: no prediction
 
 
 def test_eval_on_ray_gives_the_local_verdicts(ray_runtime, tmp_path: Path) -> None:
@@ -203,8 +254,11 @@ def test_eval_on_ray_gives_the_local_verdicts(ray_runtime, tmp_path: Path) -> No
     reports = {}
     for name, extra in (("local", []), ("ray", ["--ray", "local"])):
         out = tmp_path / f"{name}.json"
-        result = CliRunner().invoke(main, ["eval", "--dataset", "bundled", "--predictions", str(pred),
-                                           "--json", str(out), *extra], catch_exceptions=False)
+        result = CliRunner().invoke(
+            main,
+            ["eval", "--dataset", "bundled", "--predictions", str(pred), "--json", str(out), *extra],
+            catch_exceptions=False,
+        )
         assert result.exit_code == 0, result.output
         reports[name] = json.loads(out.read_text())
     assert reports["ray"] == reports["local"]
@@ -214,8 +268,9 @@ def test_eval_on_ray_gives_the_local_verdicts(ray_runtime, tmp_path: Path) -> No
 
 
 def _run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parent)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent
+    )
 
 
 def test_without_ray_the_ray_option_says_how_to_install_it(tmp_path: Path) -> None:
@@ -252,8 +307,9 @@ def test_the_local_runner_does_not_import_ray(tiny_gguf: Path, tmp_path: Path) -
     assert result.stdout.split() == ["1", "False"]
 
 
-def test_a_dataset_missing_on_a_node_is_copied_with_its_databases(ray_runtime, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dataset_missing_on_a_node_is_copied_with_its_databases(
+    ray_runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from edge_sql.cluster.bench import DataSources, localize_data
     from edge_sql.cluster.files import SourceFile, start_file_server
     from edge_sql.evaluation.datasets import load_dataset
@@ -262,12 +318,15 @@ def test_a_dataset_missing_on_a_node_is_copied_with_its_databases(ray_runtime, t
     sample = Path(__file__).resolve().parent / "data" / "spider_sample"
     questions = load_dataset(sample / "dev.json", fmt="spider", db_root=sample / "database")
 
-    def as_elsewhere(path: Path) -> SourceFile:   # a node that lacks the file sees another mtime
+    def as_elsewhere(path: Path) -> SourceFile:  # a node that lacks the file sees another mtime
         real = SourceFile.of(path)
         return SourceFile(real.path, real.size, real.mtime_ns + 1)
 
-    sources = DataSources(as_elsewhere(sample / "dev.json"), str(sample / "database"),
-                          {q.db_id: as_elsewhere(q.db_path) for q in questions})
+    sources = DataSources(
+        as_elsewhere(sample / "dev.json"),
+        str(sample / "database"),
+        {q.db_id: as_elsewhere(q.db_path) for q in questions},
+    )
     task = {"dataset": str(sample / "dev.json"), "dataset_format": "spider", "db_root": str(sample / "database")}
     server, name = start_file_server(sources.all_files())
     try:
@@ -280,6 +339,9 @@ def test_a_dataset_missing_on_a_node_is_copied_with_its_databases(ray_runtime, t
     for original, copy in zip(questions, copies, strict=True):
         assert copy.db_path != original.db_path and copy.db_path.read_bytes() == original.db_path.read_bytes()
     # a node that sees the driver's files uses them where they are
-    here = DataSources(SourceFile.of(sample / "dev.json"), str(sample / "database"),
-                       {q.db_id: SourceFile.of(q.db_path) for q in questions})
+    here = DataSources(
+        SourceFile.of(sample / "dev.json"),
+        str(sample / "database"),
+        {q.db_id: SourceFile.of(q.db_path) for q in questions},
+    )
     assert localize_data(task, here, name) == task

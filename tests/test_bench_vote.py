@@ -22,25 +22,74 @@ from edge_sql.runtime.tuning import default_settings
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 # the trained-fixture budget of tests/test_parallel_api.py's vote
-BUDGET = ["--episode-tokens", "4096", "--think-tokens", "24", "--calls-per-turn", "2",
-          "--budget", "max_final_think_tokens=12", "--budget", "max_sql_chars=96", "--budget", "max_name_chars=32",
-          "--budget", "max_final_sql_tokens=40"]
+BUDGET = [
+    "--episode-tokens",
+    "4096",
+    "--think-tokens",
+    "24",
+    "--calls-per-turn",
+    "2",
+    "--budget",
+    "max_final_think_tokens=12",
+    "--budget",
+    "max_sql_chars=96",
+    "--budget",
+    "max_name_chars=32",
+    "--budget",
+    "max_final_sql_tokens=40",
+]
 SEED = 33
 QUESTIONS = [  # BIRD format, on the bundled Chinook
-    {"question_id": "spent", "db_id": "chinook", "question": "Which customer spent the most money?", "evidence": "",
-     "SQL": "SELECT CustomerId FROM Invoice GROUP BY CustomerId ORDER BY SUM(Total) DESC LIMIT 1",
-     "difficulty": "moderate"},
-    {"question_id": "tracks", "db_id": "chinook", "question": "How many tracks are in the store's catalogue?",
-     "evidence": "", "SQL": "SELECT COUNT(*) FROM Track", "difficulty": "simple"},
+    {
+        "question_id": "spent",
+        "db_id": "chinook",
+        "question": "Which customer spent the most money?",
+        "evidence": "",
+        "SQL": "SELECT CustomerId FROM Invoice GROUP BY CustomerId ORDER BY SUM(Total) DESC LIMIT 1",
+        "difficulty": "moderate",
+    },
+    {
+        "question_id": "tracks",
+        "db_id": "chinook",
+        "question": "How many tracks are in the store's catalogue?",
+        "evidence": "",
+        "SQL": "SELECT COUNT(*) FROM Track",
+        "difficulty": "simple",
+    },
 ]
 
 
 def _bench(base: Path, out: Path, limit: int, *extra: str) -> str:
     dataset = out.parent / "questions.json"
     dataset.write_text(json.dumps(QUESTIONS))
-    args = ["bench", "--base", str(base), "--variants", "BF16", "--limit", str(limit), "--modes", "withheld",
-            "--dataset", str(dataset), "--db-root", str(DATA_DIR), "--threads", "1", "--ctx", "4096",
-            "--out", str(out), "--no-tune", "--seed", str(SEED), "--vote", "3", *BUDGET, *extra]
+    args = [
+        "bench",
+        "--base",
+        str(base),
+        "--variants",
+        "BF16",
+        "--limit",
+        str(limit),
+        "--modes",
+        "withheld",
+        "--dataset",
+        str(dataset),
+        "--db-root",
+        str(DATA_DIR),
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--out",
+        str(out),
+        "--no-tune",
+        "--seed",
+        str(SEED),
+        "--vote",
+        "3",
+        *BUDGET,
+        *extra,
+    ]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
@@ -51,8 +100,9 @@ def _records(out: Path) -> list[dict]:
 
 
 def _digests() -> dict[str, str]:
-    return {db: hashlib.sha256((DATA_DIR / db / f"{db}.sqlite").read_bytes()).hexdigest()
-            for db in ("chinook", "northwind")}
+    return {
+        db: hashlib.sha256((DATA_DIR / db / f"{db}.sqlite").read_bytes()).hexdigest() for db in ("chinook", "northwind")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +119,7 @@ def _result_set(db_path: Path, sql: str | None):
         return None
     connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        rows = connection.execute(sql).fetchmany(1001)   # the budget's row cap, and whether it cut
+        rows = connection.execute(sql).fetchmany(1001)  # the budget's row cap, and whether it cut
         return frozenset(tuple(row) for row in rows[:1000]), len(rows) > 1000
     except sqlite3.Error:
         return None
@@ -111,8 +161,10 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
     assert any(by_id[q]["chosen"] != first_tied[q] for q in by_id), (by_id, first_tied)
     # the single episode is the vote's first (same seed, same sampling)
     assert {r["question_id"]: r["sql"] for r in singles} == {q: v["episodes"][0]["sql"] for q, v in by_id.items()}
-    loads = [r for r in map(json.loads, (votes["out"] / "results.jsonl").read_text().splitlines()) if r["kind"] == "load"]
-    assert [load["parallel"] for load in loads] == [3, 3]   # --parallel auto (--no-tune: 1), and K at once
+    loads = [
+        r for r in map(json.loads, (votes["out"] / "results.jsonl").read_text().splitlines()) if r["kind"] == "load"
+    ]
+    assert [load["parallel"] for load in loads] == [3, 3]  # --parallel auto (--no-tune: 1), and K at once
     report = json.loads((votes["out"] / "bench.json").read_text())
     [figures] = report["variants"][0]["votes"]
     assert figures["mode"] == "withheld+vote3" and figures["k"] == 3 and figures["votes"] == 2
@@ -129,7 +181,7 @@ def test_each_vote_chooses_the_majority_result_set(votes: dict) -> None:
 def test_resume_skips_finished_votes(votes: dict) -> None:
     first, second = votes["outputs"]
     assert "2 episodes (a vote counts as one)" in first
-    assert "2 episodes (a vote counts as one)" in second   # only the second question's episode and vote
+    assert "2 episodes (a vote counts as one)" in second  # only the second question's episode and vote
     counts = Counter((r["mode"], r["question_id"]) for r in _records(votes["out"]))
     assert len(counts) == 4 and set(counts.values()) == {1}
 
@@ -139,22 +191,24 @@ def test_database_files_are_byte_identical(votes: dict) -> None:
 
 
 def test_vote_with_greedy_is_refused(tiny_gguf_fast: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["bench", "--base", str(tiny_gguf_fast), "--out", str(tmp_path / "out"),
-                                       "--vote", "3", "--greedy"])
+    result = CliRunner().invoke(
+        main, ["bench", "--base", str(tiny_gguf_fast), "--out", str(tmp_path / "out"), "--vote", "3", "--greedy"]
+    )
     assert result.exit_code == 2 and "--vote samples K episodes and --greedy" in result.output
     assert not (tmp_path / "out").exists()
-    result = CliRunner().invoke(main, ["bench", "--base", str(tiny_gguf_fast), "--out", str(tmp_path / "out"),
-                                       "--vote", "1"])
+    result = CliRunner().invoke(
+        main, ["bench", "--base", str(tiny_gguf_fast), "--out", str(tmp_path / "out"), "--vote", "1"]
+    )
     assert result.exit_code == 2 and "--vote" in result.output
 
 
 def test_parallel_auto_is_the_calibrated_default() -> None:
     calibrated = dataclasses.replace(default_settings(), parallel=3, sequence_bytes=2**20)
     assert resolve_parallel(None, calibrated) == 3
-    assert resolve_parallel(2, calibrated) == 2          # an explicit N wins
+    assert resolve_parallel(2, calibrated) == 2  # an explicit N wins
     assert resolve_parallel(None, calibrated, vote=2) == 3
     assert resolve_parallel(1, calibrated, vote=3) == 3  # a vote's K at once
-    assert resolve_parallel(None, default_settings()) == 1   # not calibrated (--no-tune, GPU)
+    assert resolve_parallel(None, default_settings()) == 1  # not calibrated (--no-tune, GPU)
     assert resolve_parallel(None, calibrated, speculate="mtp") == 1
     with pytest.raises(EdgeSqlError, match="4 episodes at once do not fit: at most 3"):
         resolve_parallel(4, calibrated)
@@ -165,21 +219,34 @@ def test_parallel_auto_is_the_calibrated_default() -> None:
 
 
 def test_vote_with_ray_is_refused_and_auto_under_ray_is_one(tiny_gguf_fast: Path, tmp_path: Path) -> None:
-    base = ["bench", "--base", str(tiny_gguf_fast), "--variants", "BF16", "--out", str(tmp_path / "out"), "--ray", "local"]
+    base = [
+        "bench",
+        "--base",
+        str(tiny_gguf_fast),
+        "--variants",
+        "BF16",
+        "--out",
+        str(tmp_path / "out"),
+        "--ray",
+        "local",
+    ]
     result = CliRunner().invoke(main, [*base, "--vote", "2"])
     assert result.exit_code == 1 and "--vote runs a question's K episodes at once in one local process" in result.output
-    result = CliRunner().invoke(main, [*base, "--parallel", "2"])   # an explicit N over 1 is still refused
+    result = CliRunner().invoke(main, [*base, "--parallel", "2"])  # an explicit N over 1 is still refused
     assert result.exit_code == 1 and "with --ray each actor runs one at a time" in result.output
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
 def test_parallel_option_takes_auto_or_a_count(tiny_gguf_fast: Path, tmp_path: Path) -> None:
     for value, message in (("0", "0 is not at least 1"), ("many", "'many' is neither 'auto' nor a whole number")):
-        result = CliRunner().invoke(main, ["bench", "--base", str(tiny_gguf_fast), "--out", str(tmp_path / "o"),
-                                           "--parallel", value])
+        result = CliRunner().invoke(
+            main, ["bench", "--base", str(tiny_gguf_fast), "--out", str(tmp_path / "o"), "--parallel", value]
+        )
         assert result.exit_code == 2 and message in result.output
     help_text = CliRunner().invoke(main, ["bench", "--help"]).output
-    assert "--parallel auto|N" in help_text and "'auto': the variant's calibrated N, the fewest sequences" in " ".join(help_text.split())
+    assert "--parallel auto|N" in help_text and "'auto': the variant's calibrated N, the fewest sequences" in " ".join(
+        help_text.split()
+    )
 
 
 def test_auto_runs_one_at_a_time_with_lookup_speculation() -> None:

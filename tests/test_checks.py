@@ -49,15 +49,25 @@ def codes(checks) -> list[str]:
 
 
 def test_names_follow_aliases_ctes_subqueries_using_and_quoting(northwind: ReadOnlyDatabase) -> None:
-    sql = ('WITH big AS (SELECT orderid, quantity AS q FROM [order details] WHERE Quantity > 10) '
-           'SELECT o.customerid, p."PRODUCTNAME", b.q FROM big b JOIN orders o USING (OrderID) '
-           'JOIN "Order Details" od ON od.orderid = o.OrderID JOIN `products` p ON p.productid = od.ProductID '
-           "WHERE customerid IN (SELECT CustomerID FROM Orders WHERE ShipCity = 'Lyon') ORDER BY q")
+    sql = (
+        "WITH big AS (SELECT orderid, quantity AS q FROM [order details] WHERE Quantity > 10) "
+        'SELECT o.customerid, p."PRODUCTNAME", b.q FROM big b JOIN orders o USING (OrderID) '
+        'JOIN "Order Details" od ON od.orderid = o.OrderID JOIN `products` p ON p.productid = od.ProductID '
+        "WHERE customerid IN (SELECT CustomerID FROM Orders WHERE ShipCity = 'Lyon') ORDER BY q"
+    )
     checks = check_sql(northwind, sql)
     assert set(names(checks)) == {
-        "Order Details", "Orders", "Products",
-        "Order Details.OrderID", "Order Details.Quantity", "Orders.CustomerID", "Orders.ShipCity",
-        "Products.ProductName", "Orders.OrderID", "Order Details.ProductID", "Products.ProductID",
+        "Order Details",
+        "Orders",
+        "Products",
+        "Order Details.OrderID",
+        "Order Details.Quantity",
+        "Orders.CustomerID",
+        "Orders.ShipCity",
+        "Products.ProductName",
+        "Orders.OrderID",
+        "Order Details.ProductID",
+        "Products.ProductID",
     }
     assert [(v.target, v.op, v.value, v.found) for v in checks.values] == [("Orders.ShipCity", "=", "Lyon", True)]
     assert checks.confidence == "checked", checks.findings
@@ -80,14 +90,24 @@ def test_sql_that_does_not_parse_is_unchecked_not_an_error(chinook: ReadOnlyData
 # -- values --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("table, column, value", [
-    ("Genre", "Name", "Rock"), ("Genre", "Name", "rock"), ("Customer", "Country", "Brazil"),
-    ("Customer", "Country", "Brasil"), ("Artist", "Name", "AC/DC"), ("Track", "Composer", "Nobody at all"),
-    ("Invoice", "BillingCity", "Paris"), ("Employee", "Title", "Sales Support Agent"), ("Track", "GenreId", 25),
-    ("Track", "GenreId", 1),
-])
-def test_a_value_is_found_exactly_when_sqlite3_finds_it(chinook: ReadOnlyDatabase, chinook_db: Path,
-                                                        table: str, column: str, value: object) -> None:
+@pytest.mark.parametrize(
+    "table, column, value",
+    [
+        ("Genre", "Name", "Rock"),
+        ("Genre", "Name", "rock"),
+        ("Customer", "Country", "Brazil"),
+        ("Customer", "Country", "Brasil"),
+        ("Artist", "Name", "AC/DC"),
+        ("Track", "Composer", "Nobody at all"),
+        ("Invoice", "BillingCity", "Paris"),
+        ("Employee", "Title", "Sales Support Agent"),
+        ("Track", "GenreId", 25),
+        ("Track", "GenreId", 1),
+    ],
+)
+def test_a_value_is_found_exactly_when_sqlite3_finds_it(
+    chinook: ReadOnlyDatabase, chinook_db: Path, table: str, column: str, value: object
+) -> None:
     literal = f"'{value}'" if isinstance(value, str) else str(value)
     checks = check_sql(chinook, f"SELECT * FROM {table} WHERE {column} = {literal}")
     with sqlite3.connect(f"file:{chinook_db}?mode=ro", uri=True) as conn:
@@ -109,15 +129,23 @@ def test_closest_values_other_case_then_prefix_then_nearest(chinook: ReadOnlyDat
 
 
 def test_in_like_glob_between_and_wrapped_columns(chinook: ReadOnlyDatabase) -> None:
-    sql = ("SELECT * FROM Customer WHERE Country IN ('Brazil', 'Narnia') AND Email LIKE '%@gmail.com' "
-           "AND LastName GLOB 'Gon*' AND upper(City) = 'SAO PAULO' AND State BETWEEN 'A' AND 'C'")
+    sql = (
+        "SELECT * FROM Customer WHERE Country IN ('Brazil', 'Narnia') AND Email LIKE '%@gmail.com' "
+        "AND LastName GLOB 'Gon*' AND upper(City) = 'SAO PAULO' AND State BETWEEN 'A' AND 'C'"
+    )
     checks = check_sql(chinook, sql)
     shown = [(v.target, v.op, v.value, v.found) for v in checks.values]
-    assert sorted(shown, key=str) == sorted([
-        ("Customer.Country", "IN", "Brazil", True), ("Customer.Country", "IN", "Narnia", False),
-        ("Customer.Email", "LIKE", "%@gmail.com", True), ("Customer.LastName", "GLOB", "Gon*", True),
-        ("Customer.City", "=", "SAO PAULO", False), ("Customer.State", "BETWEEN", "A", True),
-    ], key=str)
+    assert sorted(shown, key=str) == sorted(
+        [
+            ("Customer.Country", "IN", "Brazil", True),
+            ("Customer.Country", "IN", "Narnia", False),
+            ("Customer.Email", "LIKE", "%@gmail.com", True),
+            ("Customer.LastName", "GLOB", "Gon*", True),
+            ("Customer.City", "=", "SAO PAULO", False),
+            ("Customer.State", "BETWEEN", "A", True),
+        ],
+        key=str,
+    )
     [glob] = check_sql(chinook, "SELECT * FROM Customer WHERE LastName GLOB 'gon*'").values
     assert (glob.found, glob.closest, glob.closest_how) == (False, ["Gonçalves"], "case")
 
@@ -127,8 +155,9 @@ def test_a_large_table_is_checked_through_its_index_or_a_bounded_scan(tmp_path: 
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, code TEXT, label TEXT)")
         conn.execute("CREATE INDEX t_code ON t(code)")
-        conn.executemany("INSERT INTO t (code, label) VALUES (?, ?)",
-                         ((f"c{i}", f"label {i % 1000}") for i in range(250_000)))
+        conn.executemany(
+            "INSERT INTO t (code, label) VALUES (?, ?)", ((f"c{i}", f"label {i % 1000}") for i in range(250_000))
+        )
         conn.execute("INSERT INTO t (code, label) VALUES ('last', 'only at the end')")
     conn.close()
     before = digest(path)
@@ -159,7 +188,11 @@ def test_result_checks(chinook: ReadOnlyDatabase) -> None:
 
 
 def test_edit_distance() -> None:
-    assert [edit_distance("rock", "rock"), edit_distance("rock", "rok"), edit_distance("kitten", "sitting")] == [0, 1, 3]
+    assert [edit_distance("rock", "rock"), edit_distance("rock", "rok"), edit_distance("kitten", "sitting")] == [
+        0,
+        1,
+        3,
+    ]
 
 
 # -- provenance ----------------------------------------------------------------------------
@@ -178,8 +211,11 @@ def rounds_of(toolbox: Toolbox, *rounds: list[tuple[str, dict]]) -> list[RoundRe
 
 
 def seen(checks, name: str) -> list[tuple]:
-    use = next(n for n in [*checks.names, *checks.values] if getattr(n, "name", None) == name
-               or getattr(n, "literal", None) == name)
+    use = next(
+        n
+        for n in [*checks.names, *checks.values]
+        if getattr(n, "name", None) == name or getattr(n, "literal", None) == name
+    )
     return [(s.tool, s.round, s.call) for s in use.seen]
 
 
@@ -188,17 +224,22 @@ def test_provenance_names_each_call_that_showed_a_name_or_value(northwind: ReadO
     rounds = rounds_of(
         toolbox,
         [("list_tables", {}), ("describe_table", {"table_name": "[Order Details]"})],
-        [("describe_table", {"table_name": "products"}),
-         ("run_query", {"sql": "SELECT DISTINCT CategoryName FROM Categories"})],
+        [
+            ("describe_table", {"table_name": "products"}),
+            ("run_query", {"sql": "SELECT DISTINCT CategoryName FROM Categories"}),
+        ],
     )
-    sql = ("SELECT p.ProductName FROM \"order details\" AS od JOIN Products p USING (ProductID) "
-           "WHERE od.Quantity > 100 AND p.Discontinued = 1 AND p.CategoryID IN "
-           "(SELECT CategoryID FROM Categories c WHERE c.CategoryName = 'Beverages') "
-           "AND p.QuantityPerUnit = '24 - 12 oz bottles' "
-           "AND p.SupplierID IN (SELECT SupplierID FROM Suppliers WHERE Country = 'Japan')")
+    sql = (
+        'SELECT p.ProductName FROM "order details" AS od JOIN Products p USING (ProductID) '
+        "WHERE od.Quantity > 100 AND p.Discontinued = 1 AND p.CategoryID IN "
+        "(SELECT CategoryID FROM Categories c WHERE c.CategoryName = 'Beverages') "
+        "AND p.QuantityPerUnit = '24 - 12 oz bottles' "
+        "AND p.SupplierID IN (SELECT SupplierID FROM Suppliers WHERE Country = 'Japan')"
+    )
     checks = check_sql(northwind, sql)
-    attach_provenance(checks, rounds, "Which products sold more than 100 at once?",
-                      "discontinued products have Discontinued = 1")
+    attach_provenance(
+        checks, rounds, "Which products sold more than 100 at once?", "discontinued products have Discontinued = 1"
+    )
     assert seen(checks, "Order Details") == [("list_tables", 1, 0), ("describe_table", 1, 1)]
     assert seen(checks, "Order Details.Quantity") == [("describe_table", 1, 1)]
     assert seen(checks, "Products.ProductName") == [("describe_table", 2, 0)]
@@ -219,9 +260,13 @@ def test_provenance_names_each_call_that_showed_a_name_or_value(northwind: ReadO
         ("unchecked", "'Japan' was never shown to the model (found in Suppliers.Country)"),
     ]
     assert checks.confidence == "doubtful"
-    assert checks.to_json()["names"][0] == {"kind": "table", "name": "Order Details", "table": "Order Details",
-                                            "column": None, "seen": [{"tool": "list_tables", "round": 1, "call": 0},
-                                                                     {"tool": "describe_table", "round": 1, "call": 1}]}
+    assert checks.to_json()["names"][0] == {
+        "kind": "table",
+        "name": "Order Details",
+        "table": "Order Details",
+        "column": None,
+        "seen": [{"tool": "list_tables", "round": 1, "call": 0}, {"tool": "describe_table", "round": 1, "call": 1}],
+    }
 
 
 def test_provenance_of_a_fully_explored_answer_is_checked(chinook: ReadOnlyDatabase) -> None:
@@ -249,21 +294,44 @@ def test_edge_sql_check_command_prints_the_line_and_the_json(chinook_db: Path) -
 
     before = digest(chinook_db)
     sql = "SELECT count(*) FROM Track t JOIN Genre g ON g.GenreId = t.GenreId WHERE g.Name = 'rock'"
-    run = subprocess.run([sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db), "--sql", sql],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db), "--sql", sql],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert run.stdout.splitlines() == [
         "checks: doubtful (2 tables, 3 columns, 0/1 value found)",
         "  doubtful: Genre.Name = 'rock' matches no row; closest: 'Rock' (in another case)",
         "  value Genre.Name = 'rock': not found (table)",
     ]
-    run = subprocess.run([sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db), "--sql",
-                          sql.replace("'rock'", "'Rock'"), "--json"], capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edge_sql",
+            "check",
+            "--db",
+            str(chinook_db),
+            "--sql",
+            sql.replace("'rock'", "'Rock'"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(run.stdout)
     assert (data["confidence"], data["reasons"], data["provenance"]) == ("checked", [], False)
-    assert [(v["table"], v["column"], v["value"], v["found"]) for v in data["values"]] == [("Genre", "Name", "Rock", True)]
+    assert [(v["table"], v["column"], v["value"], v["found"]) for v in data["values"]] == [
+        ("Genre", "Name", "Rock", True)
+    ]
     assert [n["name"] for n in data["names"] if n["kind"] == "table"] == ["Track", "Genre"]
-    missing = subprocess.run([sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db.with_name("no.db")),
-                              "--sql", sql], capture_output=True, text=True)
+    missing = subprocess.run(
+        [sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db.with_name("no.db")), "--sql", sql],
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode == 1 and missing.stderr.startswith("Error: database file not found")
     assert digest(chinook_db) == before
 
@@ -285,10 +353,21 @@ def voted(agreed: int, k: int, chinook: ReadOnlyDatabase):
     from edge_sql.agent.stats import EpisodeStats, VoteStats
 
     sql = "SELECT count(*) FROM Album"
-    result = EpisodeResult(question="How many albums?", evidence=None, sql=sql, columns=["count(*)"], rows=[[347]],
-                           truncated=False, forced=False, fallback=False, answer=sql, rounds=[], stats=EpisodeStats(
-                               vote=VoteStats(k=k, agreed=agreed, voters=k, chosen=0, agreement=agreed / k, finished=k)),
-                           transcript="", stop="submitted")
+    result = EpisodeResult(
+        question="How many albums?",
+        evidence=None,
+        sql=sql,
+        columns=["count(*)"],
+        rows=[[347]],
+        truncated=False,
+        forced=False,
+        fallback=False,
+        answer=sql,
+        rounds=[],
+        stats=EpisodeStats(vote=VoteStats(k=k, agreed=agreed, voters=k, chosen=0, agreement=agreed / k, finished=k)),
+        transcript="",
+        stop="submitted",
+    )
     result.checks = check_sql(chinook, sql)
     return result
 
@@ -307,14 +386,20 @@ def test_the_vote_joins_the_confidence_and_abstention_answers_not_sure(chinook: 
     assert half.checks.reasons == ["2 of 4 episodes agree on this result"]
     unsure = abstain(half, 0.75)
     assert (unsure.stop, unsure.sql, unsure.rows, unsure.answer, unsure.ok) == (
-        "abstained", None, [], "SELECT count(*) FROM Album", False)
+        "abstained",
+        None,
+        [],
+        "SELECT count(*) FROM Album",
+        False,
+    )
     assert unsure.error == "not sure: 2 of 4 episodes agree on this result (50%, below 75%)"
     data = unsure.to_json(transcript=False)
     assert (data["stop"], data["sql"], data["checks"]["agreement"]) == ("abstained", None, 0.5)
     from edge_sql.agent.display import answer_text
 
     assert answer_text(unsure).splitlines()[0] == (
-        "not sure: 2 of 4 episodes agree on this result (50%, below 75%); the voted SQL was: SELECT count(*) FROM Album")
+        "not sure: 2 of 4 episodes agree on this result (50%, below 75%); the voted SQL was: SELECT count(*) FROM Album"
+    )
 
 
 def test_abstain_below_is_refused_without_a_vote() -> None:

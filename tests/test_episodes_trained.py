@@ -48,8 +48,15 @@ QUESTIONS = {
         "How many orders were shipped to France?",
     ],
 }
-LIMITS = dict(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
-              max_name_chars=32, max_final_sql_tokens=40, max_calls_per_turn=2)
+LIMITS = dict(
+    max_tokens=4096,
+    max_think_tokens=24,
+    max_final_think_tokens=12,
+    max_sql_chars=96,
+    max_name_chars=32,
+    max_final_sql_tokens=40,
+    max_calls_per_turn=2,
+)
 SETUPS = {  # name: (budget, sampling, episodes)
     "protocol": (Budget(**LIMITS), {}, 32),
     "hot-two-failures": (Budget(max_failed_queries=2, **LIMITS), dict(temperature=1.3), 32),
@@ -78,10 +85,20 @@ def episodes(tiny_trained_gguf, databases) -> dict:
                 db = ("chinook", "northwind")[i % 2]
                 question = QUESTIONS[db][(i // 2) % len(QUESTIONS[db])]
                 seed = 7919 * len(runs) + 1
-                result = run_episode(session, toolboxes[db], question,
-                                     params=SamplingParams(seed=seed, **sampling), budget=budget)
-                runs.append(EpisodeRun(setup, db, seed, budget, result, session.n_past,
-                                       session.detokenize(session.tokens) == result.transcript))
+                result = run_episode(
+                    session, toolboxes[db], question, params=SamplingParams(seed=seed, **sampling), budget=budget
+                )
+                runs.append(
+                    EpisodeRun(
+                        setup,
+                        db,
+                        seed,
+                        budget,
+                        result,
+                        session.n_past,
+                        session.detokenize(session.tokens) == result.transcript,
+                    )
+                )
         for toolbox in toolboxes.values():
             toolbox.db.close()
     after = {name: sha256(path) for name, path in databases.items()}
@@ -99,8 +116,10 @@ def test_the_trained_model_runs_some_queries_and_fails_others(episodes):
     calls = [call for run in runs for call in query_calls(run.result)]
     outcomes = Counter(call.ok for call in calls)
     exits = Counter(run.result.force_reason or run.result.stop for run in runs)
-    print(f"\n{len(runs)} episodes, exits {dict(exits)}, run_query ok {outcomes[True]} failed {outcomes[False]}, "
-          f"fallbacks {sum(r.result.fallback for r in runs)}")
+    print(
+        f"\n{len(runs)} episodes, exits {dict(exits)}, run_query ok {outcomes[True]} failed {outcomes[False]}, "
+        f"fallbacks {sum(r.result.fallback for r in runs)}"
+    )
     assert outcomes[True] > 0 and outcomes[False] > 0
     for call in calls:
         assert call.output.startswith("Error: ") != call.ok

@@ -46,9 +46,7 @@ def test_database_paths_are_the_packaged_files() -> None:
 
 def test_file_is_bird_format() -> None:
     raw = json.loads(bundled_questions_file().read_text(encoding="utf-8"))
-    assert all(
-        set(e) == {"question_id", "db_id", "question", "evidence", "SQL", "difficulty"} for e in raw
-    )
+    assert all(set(e) == {"question_id", "db_id", "question", "evidence", "SQL", "difficulty"} for e in raw)
 
 
 @pytest.mark.parametrize("db_id", ["chinook", "northwind"])
@@ -71,10 +69,7 @@ def test_limit_answers_have_no_tie_at_the_cut() -> None:
             continue
         k = int(match.group(1))
         head, order_by = q.gold_sql[: match.start()].rsplit("ORDER BY", 1)
-        keys = [
-            re.sub(r"\s+(ASC|DESC)$", "", key.strip(), flags=re.IGNORECASE)
-            for key in order_by.split(",")
-        ]
+        keys = [re.sub(r"\s+(ASC|DESC)$", "", key.strip(), flags=re.IGNORECASE) for key in order_by.split(",")]
         select_keys = head.replace("SELECT ", "SELECT " + ", ".join(keys) + ", ", 1)
         probe = f"{select_keys} ORDER BY {order_by} LIMIT {k + 1}"
         with ReadOnlyDatabase(q.db_path) as db:
@@ -117,9 +112,7 @@ def test_altered_limit_oracle_loses_exactly_the_limit_questions() -> None:
     assert sum(altered.values()) >= 8
     assert report.overall.correct == len(QUESTIONS) - sum(altered.values())
     totals = Counter(q.difficulty for q in QUESTIONS)
-    assert {d: a.correct for d, a in report.by_difficulty.items()} == {
-        d: totals[d] - altered[d] for d in totals
-    }
+    assert {d: a.correct for d, a in report.by_difficulty.items()} == {d: totals[d] - altered[d] for d in totals}
     wrong = {r.id for r in report.results if not r.correct}
     assert wrong == {q.id for q in QUESTIONS if LIMIT.search(q.gold_sql)}
 

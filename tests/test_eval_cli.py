@@ -10,9 +10,7 @@ from click.testing import CliRunner
 from edge_sql.cli import main
 from edge_sql.evaluation.datasets import load_bundled
 
-NEVER_ENDS = (
-    "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
-)
+NEVER_ENDS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
 SPIDER_SAMPLE = Path(__file__).resolve().parent / "data" / "spider_sample"
 
 
@@ -100,9 +98,7 @@ def test_missing_files_are_clear_errors(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1 and "questions file not found" in result.output
 
-    result = _run(
-        "--dataset", str(SPIDER_SAMPLE / "dev.json"), "--predictions", str(tmp_path / "p.json")
-    )
+    result = _run("--dataset", str(SPIDER_SAMPLE / "dev.json"), "--predictions", str(tmp_path / "p.json"))
     assert result.exit_code == 1 and "needs --db-root" in result.output
 
 

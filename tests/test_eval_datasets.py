@@ -38,16 +38,10 @@ def test_bird_minidev_parses(tmp_path: Path) -> None:
     assert len({q.db_id for q in questions}) == 11
     first = questions[0]
     assert first.id == "1471" and first.db_id == "debit_card_specializing"
-    assert (
-        first.question
-        == "What is the ratio of customers who pay in EUR against customers who pay in CZK?"
-    )
+    assert first.question == "What is the ratio of customers who pay in EUR against customers who pay in CZK?"
     assert first.gold_sql.startswith("SELECT CAST(SUM(IIF(Currency = 'EUR', 1, 0)) AS FLOAT)")
     assert first.evidence.startswith("ratio of customers who pay in EUR")
-    assert (
-        first.db_path
-        == tmp_path / "dev_databases" / "debit_card_specializing" / "debit_card_specializing.sqlite"
-    )
+    assert first.db_path == tmp_path / "dev_databases" / "debit_card_specializing" / "debit_card_specializing.sqlite"
     assert len({q.id for q in questions}) == 500
 
 
@@ -63,9 +57,7 @@ def test_missing_databases_are_listed_and_named(tmp_path: Path) -> None:
     missing = check_databases(questions)
     assert len(missing) == 11
     assert missing["formula_1"] == tmp_path / "formula_1" / "formula_1.sqlite"
-    with pytest.raises(
-        DatabaseError, match=r"11 database\(s\) missing: 'california_schools' \(expected at "
-    ):
+    with pytest.raises(DatabaseError, match=r"11 database\(s\) missing: 'california_schools' \(expected at "):
         require_databases(questions)
     with pytest.raises(DatabaseError, match="'financial'"):
         evaluate([q for q in questions if q.db_id == "financial"], {})
@@ -86,12 +78,7 @@ def test_spider_sample_parses_and_its_gold_scores_100() -> None:
 
 def test_bundled_loads_through_load_dataset() -> None:
     assert load_dataset("bundled") == load_bundled()
-    assert (
-        load_dataset(SPIDER_SAMPLE / "dev.json", fmt="spider", db_root=SPIDER_SAMPLE / "database")[
-            0
-        ].id
-        == "0"
-    )
+    assert load_dataset(SPIDER_SAMPLE / "dev.json", fmt="spider", db_root=SPIDER_SAMPLE / "database")[0].id == "0"
 
 
 def _write(path: Path, content: str) -> Path:
@@ -141,9 +128,7 @@ def test_bird_empty_evidence_and_missing_id(tmp_path: Path) -> None:
 
 
 def test_malformed_spider_file(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path / "dev.json", json.dumps([{"db_id": "x", "question": "q?", "SQL": "SELECT 1"}])
-    )
+    path = _write(tmp_path / "dev.json", json.dumps([{"db_id": "x", "question": "q?", "SQL": "SELECT 1"}]))
     with pytest.raises(DatasetError, match="entry 0 lacks the field 'query'"):
         load_spider(path, tmp_path)
 
@@ -162,9 +147,7 @@ def test_missing_questions_file_and_format_errors(tmp_path: Path) -> None:
 
 def test_predictions_by_question_id(tmp_path: Path) -> None:
     questions = load_bundled()
-    path = _write(
-        tmp_path / "p.json", json.dumps({"chinook-001": " SELECT 1\n", "northwind-002": "SELECT 2"})
-    )
+    path = _write(tmp_path / "p.json", json.dumps({"chinook-001": " SELECT 1\n", "northwind-002": "SELECT 2"}))
     assert load_predictions(path, questions) == {
         "chinook-001": "SELECT 1",
         "northwind-002": "SELECT 2",
@@ -174,9 +157,7 @@ def test_predictions_by_question_id(tmp_path: Path) -> None:
 def test_predictions_in_birds_own_format(tmp_path: Path) -> None:
     questions = load_bundled()
     raw = {str(i): f"{q.gold_sql}\t----- bird -----\t{q.db_id}" for i, q in enumerate(questions)}
-    predictions = load_predictions(
-        _write(tmp_path / "predict_dev.json", json.dumps(raw)), questions
-    )
+    predictions = load_predictions(_write(tmp_path / "predict_dev.json", json.dumps(raw)), questions)
     assert predictions == {q.id: q.gold_sql for q in questions}
     assert evaluate(questions, predictions).overall.percent == 100.0
 
@@ -196,9 +177,7 @@ def test_bird_format_on_minidev_maps_positions_to_ids(tmp_path: Path) -> None:
 def test_plain_id_covers_repeated_questions(tmp_path: Path) -> None:
     questions = [q for q in load_bird(BIRD_MINIDEV, tmp_path) if base_id(q.id) == "137"]
     assert [q.id for q in questions] == ["137", "137#2"]
-    assert load_predictions(_write(tmp_path / "p.json", '{"137": "SELECT 1"}'), questions) == {
-        "137": "SELECT 1"
-    }
+    assert load_predictions(_write(tmp_path / "p.json", '{"137": "SELECT 1"}'), questions) == {"137": "SELECT 1"}
 
 
 @pytest.mark.parametrize(

@@ -141,9 +141,7 @@ def test_two_statements_score_zero(db: Path) -> None:
 
 
 def test_time_out_scores_zero(db: Path) -> None:
-    never_ends = (
-        "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
-    )
+    never_ends = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
     started = time.monotonic()
     score = score_prediction(never_ends, "SELECT 1", db, timeout_s=0.3)
     elapsed = time.monotonic() - started

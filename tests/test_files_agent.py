@@ -14,8 +14,18 @@ from edge_sql.files import database_file, entries
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 CHINOOK = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
-SMALL = Budget(max_tokens=2048, max_rounds=3, max_think_tokens=8, max_final_think_tokens=8, max_sql_chars=24,
-               max_name_chars=16, min_string_chars=8, min_think_tokens=4, max_final_sql_tokens=24, max_calls_per_turn=2)
+SMALL = Budget(
+    max_tokens=2048,
+    max_rounds=3,
+    max_think_tokens=8,
+    max_final_think_tokens=8,
+    max_sql_chars=24,
+    max_name_chars=16,
+    min_string_chars=8,
+    min_think_tokens=4,
+    max_final_sql_tokens=24,
+    max_calls_per_turn=2,
+)
 
 
 def test_an_episode_on_a_csv(tiny_gguf_fast: Path, tmp_path: Path, monkeypatch) -> None:
@@ -28,8 +38,9 @@ def test_an_episode_on_a_csv(tiny_gguf_fast: Path, tmp_path: Path, monkeypatch) 
         writer.writerows(cursor)
         expected = source.execute("SELECT AlbumId, Title, ArtistId FROM Album ORDER BY AlbumId").fetchall()
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    with edge_sql.Agent(tiny_gguf_fast, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False,
-                        prefix_cache=False) as agent:
+    with edge_sql.Agent(
+        tiny_gguf_fast, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False, prefix_cache=False
+    ) as agent:
         result = agent.ask("How many albums are there?", path, seed=1)
         again = agent.ask("How many albums are there?", str(path), seed=1)
     assert result.rounds and all(call.tool for r in result.rounds for call in r.calls)

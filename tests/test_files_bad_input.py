@@ -49,8 +49,10 @@ def encrypted_workbook(path: Path) -> Path:
 
 def zip_bomb(path: Path) -> Path:
     """300 MB of zeros in one entry: about 300 KB on disk, a ratio no workbook has."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive, \
-            archive.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as entry:
+    with (
+        zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive,
+        archive.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as entry,
+    ):
         block = bytes(16 * 1024 * 1024)
         for _ in range(300 // 16):
             entry.write(block)
@@ -68,6 +70,7 @@ def write(name: str, data: bytes | str) -> Callable[[Path], Path]:
         path = folder / name
         path.write_bytes(data.encode() if isinstance(data, str) else data)
         return path
+
     return make
 
 
@@ -78,6 +81,7 @@ def folder_of(files: dict[str, str]) -> Callable[[Path], Path]:
         for name, text in files.items():
             (target / name).write_text(text)
         return target
+
     return make
 
 
@@ -97,8 +101,10 @@ CASES = {
     "zip bomb named .xlsx": (lambda d: zip_bomb(d / "bomb.xlsx"), r"bomb\.xlsx would unpack to 302 MB .*zip bomb"),
     "not a Parquet file": (write("p.parquet", "PAR1 but nothing else"), r"cannot read the Parquet file .*p\.parquet"),
     "no PAR1 header": (write("p.parquet", "a,b\n"), r"p\.parquet is not a Parquet file"),
-    "two files, one table": (folder_of({"sales.csv": "a\n1\n", "sales.jsonl": '{"a": 1}\n'}),
-                             r"sales\.csv and .*sales\.jsonl would both be table 'sales'"),
+    "two files, one table": (
+        folder_of({"sales.csv": "a\n1\n", "sales.jsonl": '{"a": 1}\n'}),
+        r"sales\.csv and .*sales\.jsonl would both be table 'sales'",
+    ),
     "folder with no data file": (folder_of({"notes.txt": "hi"}), r"export is a folder with no file edge-sql can load"),
     "unsupported file": (write("notes.txt", "hi"), r"notes\.txt is not a file edge-sql can load"),
     "missing file": (lambda d: d / "absent.csv", r"file not found: .*absent\.csv"),
@@ -143,24 +149,52 @@ def test_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
     env = {**os.environ, "EDGE_SQL_HOME": str(tmp_path / "home")}
-    done = subprocess.run([sys.executable, "-m", "edge_sql", "files", "load", str(fifo)], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "edge_sql", "files", "load", str(fifo)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [f"Error: {fifo} is a named pipe (FIFO): edge-sql loads regular files only"]
-    run = subprocess.run([sys.executable, "-m", "edge_sql", "run", "--db", str(fifo), "--question", "x",
-                          "--model", str(tmp_path / "absent.gguf")], env=env, capture_output=True, text=True, timeout=120,
-                         check=False)
+    assert done.stderr.strip().splitlines() == [
+        f"Error: {fifo} is a named pipe (FIFO): edge-sql loads regular files only"
+    ]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edge_sql",
+            "run",
+            "--db",
+            str(fifo),
+            "--question",
+            "x",
+            "--model",
+            str(tmp_path / "absent.gguf"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert run.returncode == 1 and "named pipe (FIFO)" in run.stderr and "absent.gguf" not in run.stderr
 
 
 def test_run_reports_a_bad_file_before_loading_the_model(tmp_path: Path) -> None:
     path = tmp_path / "h.csv"
     path.write_text("id\n")
-    result = CliRunner().invoke(main, ["run", "--db", str(path), "--question", "x", "--model", str(tmp_path / "no.gguf")])
+    result = CliRunner().invoke(
+        main, ["run", "--db", str(path), "--question", "x", "--model", str(tmp_path / "no.gguf")]
+    )
     assert result.exit_code == 1 and "has a header line but no rows" in result.stderr and "no.gguf" not in result.output
 
 
 def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed
-    with pytest.raises(FileLoadError, match=r"^reading Parquet files needs the `files` extra: pip install 'edge-sql\[files\]'$"):
+    with pytest.raises(
+        FileLoadError, match=r"^reading Parquet files needs the `files` extra: pip install 'edge-sql\[files\]'$"
+    ):
         require("pyarrow", "Parquet files")

@@ -134,10 +134,24 @@ def test_a_dataset_can_name_data_files(tmp_path: Path) -> None:
     (root / "zoo").mkdir()
     write(root / "zoo" / "animals.jsonl", '{"name": "ant"}\n{"name": "bee"}\n')
     questions = tmp_path / "questions.json"
-    questions.write_text(json.dumps([
-        {"question_id": 1, "db_id": "shop", "question": "Dearest item?", "SQL": "SELECT item FROM shop ORDER BY price DESC LIMIT 1"},
-        {"question_id": 2, "db_id": "zoo", "question": "How many animals?", "SQL": "SELECT COUNT(*) FROM animals"},
-    ]))
+    questions.write_text(
+        json.dumps(
+            [
+                {
+                    "question_id": 1,
+                    "db_id": "shop",
+                    "question": "Dearest item?",
+                    "SQL": "SELECT item FROM shop ORDER BY price DESC LIMIT 1",
+                },
+                {
+                    "question_id": 2,
+                    "db_id": "zoo",
+                    "question": "How many animals?",
+                    "SQL": "SELECT COUNT(*) FROM animals",
+                },
+            ]
+        )
+    )
     dataset = load_dataset(questions, db_root=root)
     assert [q.db_path for q in dataset] == [root / "shop" / "shop.csv", root / "zoo"]
     assert check_databases(dataset) == {}

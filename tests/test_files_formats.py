@@ -43,7 +43,9 @@ def tables(db: Path) -> list[str]:
         return [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
 
 
-def write_csv(path: Path, header: list[str], data: list[tuple], *, encoding: str = "utf-8", delimiter: str = ",") -> Path:
+def write_csv(
+    path: Path, header: list[str], data: list[tuple], *, encoding: str = "utf-8", delimiter: str = ","
+) -> Path:
     with open(path, "w", newline="", encoding=encoding) as out:
         writer = csv.writer(out, delimiter=delimiter)
         writer.writerow(header)
@@ -134,16 +136,24 @@ def test_ragged_rows_are_kept_and_said(tmp_path: Path) -> None:
 
 
 def test_json_lines(tmp_path: Path) -> None:
-    records = [{"id": 1, "name": "Ann", "tags": ["a", "b"], "ok": True, "score": 1},
-               {"id": 2, "name": "Bob", "meta": {"k": 1}, "ok": False, "score": 2.5},
-               {"id": 3, "name": None}]
+    records = [
+        {"id": 1, "name": "Ann", "tags": ["a", "b"], "ok": True, "score": 1},
+        {"id": 2, "name": "Bob", "meta": {"k": 1}, "ok": False, "score": 2.5},
+        {"id": 3, "name": None},
+    ]
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n", encoding="utf-8")
     before = digest(path)
     notes: list[str] = []
     db = database_file(path, log=notes.append)
-    assert types(db, "events") == {"id": "INTEGER", "name": "TEXT", "tags": "TEXT", "ok": "INTEGER",
-                                   "score": "REAL", "meta": "TEXT"}
+    assert types(db, "events") == {
+        "id": "INTEGER",
+        "name": "TEXT",
+        "tags": "TEXT",
+        "ok": "INTEGER",
+        "score": "REAL",
+        "meta": "TEXT",
+    }
     loaded = rows(db, "events")
     assert loaded[0] == (1, "Ann", '["a", "b"]', 1, 1.0, None)
     assert loaded[1] == (2, "Bob", None, 0, 2.5, '{"k": 1}')
@@ -160,8 +170,9 @@ def test_excel_workbook_each_sheet_a_table(tmp_path: Path) -> None:
     dates = workbook.add_format({"num_format": "yyyy-mm-dd"})
     sales = workbook.add_worksheet("Sales 2024")
     sales.write_row(0, 0, ["id", "region", "amount", "day"])
-    for r, (i, region, amount, day) in enumerate([(1, "North", 10.5, dt.date(2024, 3, 1)),
-                                                   (2, "South", 7, dt.date(2024, 3, 2))], start=1):
+    for r, (i, region, amount, day) in enumerate(
+        [(1, "North", 10.5, dt.date(2024, 3, 1)), (2, "South", 7, dt.date(2024, 3, 2))], start=1
+    ):
         sales.write_row(r, 0, [i, region, amount])
         sales.write_datetime(r, 3, dt.datetime.combine(day, dt.time()), dates)
     staff = workbook.add_worksheet("staff")
@@ -185,24 +196,35 @@ def test_parquet(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "id": pa.array([1, 2, 3], pa.int64()),
-        "price": pa.array([1.25, None, 3.5]),
-        "name": pa.array(["a", "b", None]),
-        "ok": pa.array([True, False, True]),
-        "day": pa.array([dt.date(2024, 1, 2), dt.date(2024, 1, 3), None]),
-        "at": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)] * 3, pa.timestamp("s")),
-        "amount": pa.array([decimal.Decimal("1.10"), decimal.Decimal("2.00"), None], pa.decimal128(6, 2)),
-        "kind": pa.array(["x", "y", "x"]).dictionary_encode(),
-        "tags": pa.array([[1, 2], [], None], pa.list_(pa.int64())),
-    })
+    table = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "price": pa.array([1.25, None, 3.5]),
+            "name": pa.array(["a", "b", None]),
+            "ok": pa.array([True, False, True]),
+            "day": pa.array([dt.date(2024, 1, 2), dt.date(2024, 1, 3), None]),
+            "at": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)] * 3, pa.timestamp("s")),
+            "amount": pa.array([decimal.Decimal("1.10"), decimal.Decimal("2.00"), None], pa.decimal128(6, 2)),
+            "kind": pa.array(["x", "y", "x"]).dictionary_encode(),
+            "tags": pa.array([[1, 2], [], None], pa.list_(pa.int64())),
+        }
+    )
     path = tmp_path / "orders.parquet"
     pq.write_table(table, path, row_group_size=2)
     before = digest(path)
     notes: list[str] = []
     db = database_file(path, log=notes.append)
-    assert types(db, "orders") == {"id": "INTEGER", "price": "REAL", "name": "TEXT", "ok": "INTEGER", "day": "TEXT",
-                                   "at": "TEXT", "amount": "REAL", "kind": "TEXT", "tags": "TEXT"}
+    assert types(db, "orders") == {
+        "id": "INTEGER",
+        "price": "REAL",
+        "name": "TEXT",
+        "ok": "INTEGER",
+        "day": "TEXT",
+        "at": "TEXT",
+        "amount": "REAL",
+        "kind": "TEXT",
+        "tags": "TEXT",
+    }
     loaded = rows(db, "orders")
     assert [row[:5] + row[6:] for row in loaded] == [
         (1, 1.25, "a", 1, "2024-01-02", 1.1, "x", "[1, 2]"),
@@ -229,8 +251,11 @@ def test_folder_each_file_a_table(tmp_path: Path) -> None:
     db = database_file(folder)
     assert tables(db) == ["customers", "orders"]
     with ReadOnlyDatabase(folder) as opened:  # the agent's view: the folder opens like a database
-        result = opened.execute("SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer = c.id "
-                                "GROUP BY c.name ORDER BY c.name", max_rows=10)
+        result = opened.execute(
+            "SELECT c.name, SUM(o.total) FROM customers c JOIN orders o ON o.customer = c.id "
+            "GROUP BY c.name ORDER BY c.name",
+            max_rows=10,
+        )
         assert result.rows == [("Ann", 10.5), ("Bob", 3.0)]
     assert {p.name: digest(p) for p in folder.iterdir()} == before
 

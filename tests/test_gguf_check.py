@@ -120,9 +120,7 @@ def test_session_rejects_bad_files_before_llama_cpp(tmp_path: Path, smollm2_gguf
 
 def test_no_crash_in_a_child_process(tmp_path: Path, smollm2_gguf: Path) -> None:
     """Every bad file gives exit code 0 from a child that loads it (a segfault would not)."""
-    files = [
-        _cut(smollm2_gguf, tmp_path / f"cut{n}.gguf", n) for n in (8, 24, 5000, 10_000_000)
-    ]
+    files = [_cut(smollm2_gguf, tmp_path / f"cut{n}.gguf", n) for n in (8, 24, 5000, 10_000_000)]
     noisy = tmp_path / "noise.gguf"
     shutil.copyfile(smollm2_gguf, noisy)
     with open(noisy, "r+b") as handle:  # scribble over the tensor directory

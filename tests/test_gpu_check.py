@@ -35,14 +35,28 @@ def _sdist(path: Path, names: list[str]) -> None:
 
 def test_the_trimmed_source_keeps_what_a_cuda_build_reads(tmp_path: Path) -> None:
     top = "llama_cpp_python-0.3.36/"
-    kept = ["CMakeLists.txt", "pyproject.toml", "llama_cpp/__init__.py", "vendor/llama.cpp/CMakeLists.txt",
-            "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu", "vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp",
-            "vendor/llama.cpp/src/llama.cpp", "vendor/llama.cpp/common/arg.cpp", "vendor/llama.cpp/tools/mtmd/clip.cpp",
-            "vendor/llama.cpp/vendor/nlohmann/json.hpp"]
-    dropped = [".git/modules/vendor/llama.cpp/objects/pack/pack-1.pack", "vendor/llama.cpp/models/ggml-vocab-qwen35.gguf",
-               "vendor/llama.cpp/docs/build.md", "vendor/llama.cpp/tools/server/server.cpp",
-               "vendor/llama.cpp/tools/mtmd/test-3.mp4", "vendor/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp",
-               "docs/index.md", "tests/test_llama.py"]
+    kept = [
+        "CMakeLists.txt",
+        "pyproject.toml",
+        "llama_cpp/__init__.py",
+        "vendor/llama.cpp/CMakeLists.txt",
+        "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu",
+        "vendor/llama.cpp/ggml/src/ggml-cpu/ops.cpp",
+        "vendor/llama.cpp/src/llama.cpp",
+        "vendor/llama.cpp/common/arg.cpp",
+        "vendor/llama.cpp/tools/mtmd/clip.cpp",
+        "vendor/llama.cpp/vendor/nlohmann/json.hpp",
+    ]
+    dropped = [
+        ".git/modules/vendor/llama.cpp/objects/pack/pack-1.pack",
+        "vendor/llama.cpp/models/ggml-vocab-qwen35.gguf",
+        "vendor/llama.cpp/docs/build.md",
+        "vendor/llama.cpp/tools/server/server.cpp",
+        "vendor/llama.cpp/tools/mtmd/test-3.mp4",
+        "vendor/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp",
+        "docs/index.md",
+        "tests/test_llama.py",
+    ]
     _sdist(tmp_path / "in.tar.gz", [top + n for n in kept + dropped])
     assert gpu_pack.trim_sdist(tmp_path / "in.tar.gz", tmp_path / "out" / "src.tar.gz") == (len(kept), len(dropped))
     with tarfile.open(tmp_path / "out" / "src.tar.gz") as tar:
@@ -77,26 +91,47 @@ def test_first_divergence() -> None:
 def test_a_parting_is_a_near_tie_only_within_the_measured_rounding() -> None:
     cpu = np.log(np.full((3, 10), 0.01, dtype=np.float32))
     gpu = cpu.copy()
-    cpu[1, 4], cpu[1, 7] = -1.00, -1.02   # the CPU prefers token 4 by 0.02
-    gpu[1, 4], gpu[1, 7] = -1.03, -1.01   # the GPU prefers token 7: 0.03 apart where the CPU had 4
+    cpu[1, 4], cpu[1, 7] = -1.00, -1.02  # the CPU prefers token 4 by 0.02
+    gpu[1, 4], gpu[1, 7] = -1.03, -1.01  # the GPU prefers token 7: 0.03 apart where the CPU had 4
     tie = gpu_check.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)
     assert tie["cpu_margin"] == pytest.approx(0.02) and tie["gpu_margin"] == pytest.approx(0.02)
     assert tie["max_abs_logprob_diff_top8"] == pytest.approx(0.03, abs=1e-6) and tie["near_tie"]
-    cpu[1, 7] = -2.0                      # now the CPU's preference (1.0) exceeds any measured difference
+    cpu[1, 7] = -2.0  # now the CPU's preference (1.0) exceeds any measured difference
     assert not gpu_check.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)["near_tie"]
 
 
 def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), str(out), "--shape", "fixture",
-                           "--decode-tokens", "16", "--parallel", "2", "--questions", "2", "--episode-rounds", "2"],
-                          capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            str(out),
+            "--shape",
+            "fixture",
+            "--decode-tokens",
+            "16",
+            "--parallel",
+            "2",
+            "--questions",
+            "2",
+            "--episode-rounds",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "gpu-check.json").read_text())
     assert report["errors"] == [] and report["skipped"] == []
     assert report["llama"]["gpu_backend"] is None and report["llama"]["supports_gpu_offload"] is False
-    assert set(report["prepare_s"]) == {"fixture checkpoint", "fixture convert", "fixture quantize Q8_0",
-                                        "fixture quantize Q4_K_M"}
+    assert set(report["prepare_s"]) == {
+        "fixture checkpoint",
+        "fixture convert",
+        "fixture quantize Q8_0",
+        "fixture quantize Q4_K_M",
+    }
     episode = report["fixture_episode"]
     assert episode["equal"] and episode["ok"] and episode["first_difference"] is None
     assert episode["gpu"]["n_tokens"] == episode["cpu"]["n_tokens"] > 500

@@ -31,10 +31,11 @@ NORTHWIND = DATA / "northwind" / "northwind.sqlite"
 REFUSED = "Error: not allowed: the database is read-only"
 TIMEOUT = f"Error: query exceeded the {LIMIT_S:g} s time limit"
 TOO_BIG = "Error: a value in the query grew past the 64 MB limit (string or blob too big)"
-TVF_LIST = ("json_each, json_tree, pragma_foreign_key_list, pragma_index_info, pragma_index_list, "
-            "pragma_table_info, pragma_table_xinfo")
-TOOLS = ("list_tables, describe_table, foreign_keys, join_path, sample_rows, distinct_values, "
-         "run_query, submit_sql")
+TVF_LIST = (
+    "json_each, json_tree, pragma_foreign_key_list, pragma_index_info, pragma_index_list, "
+    "pragma_table_info, pragma_table_xinfo"
+)
+TOOLS = "list_tables, describe_table, foreign_keys, join_path, sample_rows, distinct_values, run_query, submit_sql"
 
 
 def refused(what: str) -> str:
@@ -42,13 +43,13 @@ def refused(what: str) -> str:
 
 
 def not_a_read(keyword: str, hint: str = "") -> str:
-    return (f"{REFUSED}, and only a single SELECT, WITH or VALUES statement can run "
-            f"(this one starts with {keyword}{hint})")
+    return (
+        f"{REFUSED}, and only a single SELECT, WITH or VALUES statement can run (this one starts with {keyword}{hint})"
+    )
 
 
 def reading_refused(table: str) -> str:
-    return (f"Error: not allowed: reading {table} is refused (the table-valued functions that may "
-            f"be read: {TVF_LIST})")
+    return f"Error: not allowed: reading {table} is refused (the table-valued functions that may be read: {TVF_LIST})"
 
 
 def sqlite3_text(sql: str) -> str:
@@ -92,9 +93,16 @@ def fresh_copy(source: Path, folder: Path) -> Path:
     return target
 
 
-def check_call(db_path: Path, tool: object, args: object, expected: str, *,
-               folders: tuple[Path, ...] = (), limit_s: float = LIMIT_S,
-               **db_options: object) -> None:
+def check_call(
+    db_path: Path,
+    tool: object,
+    args: object,
+    expected: str,
+    *,
+    folders: tuple[Path, ...] = (),
+    limit_s: float = LIMIT_S,
+    **db_options: object,
+) -> None:
     """One hostile call: exact text, time, the next query, and an unchanged folder."""
     watched = folders or (db_path.parent,)
     before = folder_state(*watched)
@@ -106,9 +114,14 @@ def check_call(db_path: Path, tool: object, args: object, expected: str, *,
         assert result.output == expected
         assert result.ok is not expected.startswith("Error: ")
         assert elapsed < 2 * limit_s, elapsed
-        following = tools.call("run_query", {"sql": "SELECT count(*) FROM Customers"
-                                             if db_path.name == NORTHWIND.name
-                                             else "SELECT count(*) FROM Genre"})
+        following = tools.call(
+            "run_query",
+            {
+                "sql": "SELECT count(*) FROM Customers"
+                if db_path.name == NORTHWIND.name
+                else "SELECT count(*) FROM Genre"
+            },
+        )
         assert following.output in ("count(*)\n25", "count(*)\n93")
     assert folder_state(*watched) == before
 
@@ -149,8 +162,7 @@ WRITES = [
     ("RELEASE s", refused("a savepoint")),
     ("WITH x AS (SELECT 1) DELETE FROM Track", refused("DELETE on Track")),
     ("WITH x AS (SELECT 1) INSERT INTO Genre SELECT 99, 'x'", refused("INSERT on Genre")),
-    ("WITH x AS (SELECT 1) UPDATE sqlite_master SET sql = ''",
-     "Error: table sqlite_master may not be modified"),
+    ("WITH x AS (SELECT 1) UPDATE sqlite_master SET sql = ''", "Error: table sqlite_master may not be modified"),
     ("DELETE FROM sqlite_master", "Error: table sqlite_master may not be modified"),
     ("SELECT 1; DROP TABLE Track", "Error: only one SQL statement is allowed at a time"),
     ("-- only a comment", "Error: the SQL is only a comment; send one SELECT statement"),
@@ -192,16 +204,23 @@ PRAGMAS = [
     ("PRAGMA table_info(Track); DROP TABLE Track", "Error: only one SQL statement is allowed at a time"),
     ("EXPLAIN PRAGMA table_info(Track)", not_a_read("EXPLAIN")),
     # the pragmas that only read run as written, as in the training environment
-    ("PRAGMA table_info(Track)",
-     "cid | name | type | notnull | dflt_value | pk\n0 | TrackId | INTEGER | 1 | None | 1\n"
-     "1 | Name | NVARCHAR(200) | 1 | None | 0\n2 | AlbumId | INTEGER | 0 | None | 0\n"
-     "3 | MediaTypeId | INTEGER | 1 | None | 0\n4 | GenreId | INTEGER | 0 | None | 0\n"
-     "... (showing first 5 rows; more rows exist)"),
-    ("pragma MAIN.\"table_info\"([Genre]);", "cid | name | type | notnull | dflt_value | pk\n"
-     "0 | GenreId | INTEGER | 1 | None | 1\n1 | Name | NVARCHAR(120) | 0 | None | 0"),
-    ("/* columns */ PRAGMA table_xinfo = 'MediaType'",
-     "cid | name | type | notnull | dflt_value | pk | hidden\n0 | MediaTypeId | INTEGER | 1 | None | 1 | 0\n"
-     "1 | Name | NVARCHAR(120) | 0 | None | 0 | 0"),
+    (
+        "PRAGMA table_info(Track)",
+        "cid | name | type | notnull | dflt_value | pk\n0 | TrackId | INTEGER | 1 | None | 1\n"
+        "1 | Name | NVARCHAR(200) | 1 | None | 0\n2 | AlbumId | INTEGER | 0 | None | 0\n"
+        "3 | MediaTypeId | INTEGER | 1 | None | 0\n4 | GenreId | INTEGER | 0 | None | 0\n"
+        "... (showing first 5 rows; more rows exist)",
+    ),
+    (
+        'pragma MAIN."table_info"([Genre]);',
+        "cid | name | type | notnull | dflt_value | pk\n"
+        "0 | GenreId | INTEGER | 1 | None | 1\n1 | Name | NVARCHAR(120) | 0 | None | 0",
+    ),
+    (
+        "/* columns */ PRAGMA table_xinfo = 'MediaType'",
+        "cid | name | type | notnull | dflt_value | pk | hidden\n0 | MediaTypeId | INTEGER | 1 | None | 1 | 0\n"
+        "1 | Name | NVARCHAR(120) | 0 | None | 0 | 0",
+    ),
     ("PRAGMA index_info(IFK_TrackAlbumId)", "seqno | cid | name\n0 | 2 | AlbumId"),
     ("PRAGMA user_version", "user_version\n0"),
     ("PRAGMA table_info(nope)", "cid | name | type | notnull | dflt_value | pk\n(no rows)"),
@@ -217,13 +236,16 @@ PRAGMAS = [
     ("SELECT * FROM pragma_compile_options", reading_refused("pragma_compile_options")),
     # the read-only table-valued functions work
     ("SELECT name FROM pragma_table_info('Genre')", "name\nGenreId\nName"),
-    ("SELECT name, hidden FROM pragma_table_xinfo('MediaType')",
-     "name | hidden\nMediaTypeId | 0\nName | 0"),
-    ("SELECT name FROM pragma_index_list('Track') ORDER BY name",
-     "name\nIFK_TrackAlbumId\nIFK_TrackGenreId\nIFK_TrackMediaTypeId"),
+    ("SELECT name, hidden FROM pragma_table_xinfo('MediaType')", "name | hidden\nMediaTypeId | 0\nName | 0"),
+    (
+        "SELECT name FROM pragma_index_list('Track') ORDER BY name",
+        "name\nIFK_TrackAlbumId\nIFK_TrackGenreId\nIFK_TrackMediaTypeId",
+    ),
     ("SELECT name FROM pragma_index_info('IFK_TrackAlbumId')", "name\nAlbumId"),
-    ("SELECT \"table\", \"from\" FROM pragma_foreign_key_list('Track') ORDER BY 1",
-     "table | from\nAlbum | AlbumId\nGenre | GenreId\nMediaType | MediaTypeId"),
+    (
+        'SELECT "table", "from" FROM pragma_foreign_key_list(\'Track\') ORDER BY 1',
+        "table | from\nAlbum | AlbumId\nGenre | GenreId\nMediaType | MediaTypeId",
+    ),
     ("SELECT key, value FROM json_each('[10, 20]')", "key | value\n0 | 10\n1 | 20"),
     ("SELECT count(*) FROM json_tree('{\"a\": [1, 2]}')", "count(*)\n4"),
 ]
@@ -247,52 +269,81 @@ FILES = [
 
 # -- 5. denial of service -----------------------------------------------------------------------
 
-NESTED_CTE = ("WITH c0(x) AS (SELECT 1), "
-              + ", ".join(f"c{i}(x) AS (SELECT a.x FROM c{i - 1} a, c{i - 1} b)"
-                          for i in range(1, 23))
-              + " SELECT count(*) FROM c22")
+NESTED_CTE = (
+    "WITH c0(x) AS (SELECT 1), "
+    + ", ".join(f"c{i}(x) AS (SELECT a.x FROM c{i - 1} a, c{i - 1} b)" for i in range(1, 23))
+    + " SELECT count(*) FROM c22"
+)
 
 DENIAL = [
-    ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c",
-     TIMEOUT),
+    ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c", TIMEOUT),
     ("SELECT count(*) FROM Track a, Track b, Track c", TIMEOUT),
     ("SELECT printf('%.*c', 2000000000, 'x')", TIMEOUT),  # one slow function call
     ("SELECT length(printf('%*d', 70000000, 1))", TOO_BIG),  # printf's own NULL made an error
     ("SELECT format('%0*d', 70000000, 1) IS NULL", TOO_BIG),
     ("SELECT sum(length(printf('%.*c', 60000000, Name))) FROM Track", TIMEOUT),  # a 60 MB string per row
-    ("SELECT count(*) FROM Track a, Track b "
-     "WHERE a.Name LIKE printf('%%%s%%', b.Name || printf('%.*c', 20000, '_'))", TIMEOUT),
-    ("SELECT instr(printf('%.*c', 20000000, 'a'), printf('%.*c', 10000000, 'a') || 'b')",
-     TIMEOUT),
+    (
+        "SELECT count(*) FROM Track a, Track b "
+        "WHERE a.Name LIKE printf('%%%s%%', b.Name || printf('%.*c', 20000, '_'))",
+        TIMEOUT,
+    ),
+    ("SELECT instr(printf('%.*c', 20000000, 'a'), printf('%.*c', 10000000, 'a') || 'b')", TIMEOUT),
     ("SELECT count(randomblob(60000000)) FROM Track", TIMEOUT),
     ("SELECT count(*) FROM Track a, Track b WHERE length(printf('%.*c', 100000, a.Name)) > 0", TIMEOUT),
     ("SELECT * FROM Track a, Track b, Track c ORDER BY random()", TIMEOUT),
     (NESTED_CTE, TIMEOUT),  # compile time doubles per level
     ("SELECT zeroblob(1000000000)", TOO_BIG),
     ("SELECT randomblob(1000000000)", TOO_BIG),
-    ("SELECT replace(replace(replace(printf('%.*c', 1000, 'x'), 'x', printf('%.*c', 1000, 'x')),"
-     " 'x', printf('%.*c', 1000, 'x')), 'x', 'yy')", TOO_BIG),
+    (
+        "SELECT replace(replace(replace(printf('%.*c', 1000, 'x'), 'x', printf('%.*c', 1000, 'x')),"
+        " 'x', printf('%.*c', 1000, 'x')), 'x', 'yy')",
+        TOO_BIG,
+    ),
     ("SELECT " + "(" * 5000 + "1" + ")" * 5000, "Error: parser stack overflow"),
     ("SELECT 1" + " UNION ALL SELECT 1" * 1000, "Error: too many terms in compound SELECT"),
-    ("WITH RECURSIVE r(s) AS (SELECT 'x' UNION ALL SELECT s || s FROM r) SELECT length(s) FROM r",
-     "length(s)\n1\n2\n4\n8\n16\n... (showing first 5 rows; more rows exist)"),
+    (
+        "WITH RECURSIVE r(s) AS (SELECT 'x' UNION ALL SELECT s || s FROM r) SELECT length(s) FROM r",
+        "length(s)\n1\n2\n4\n8\n16\n... (showing first 5 rows; more rows exist)",
+    ),
 ]
 
 READ_ONLY_PRAGMAS = {
-    CHINOOK: ["PRAGMA table_info(Track)", "PRAGMA main.table_info('Track')",
-              'PRAGMA "table_xinfo"("Track")', "PRAGMA table_info = track", "PRAGMA temp.table_info(Track)",
-              "PRAGMA index_list([Track])", "PRAGMA main.index_list(PlaylistTrack)",
-              "PRAGMA index_info(IFK_TrackAlbumId)", "PRAGMA index_xinfo(`sqlite_autoindex_PlaylistTrack_1`)",
-              "PRAGMA foreign_key_list(InvoiceLine)", "PRAGMA table_list", "PRAGMA table_list(Album)",
-              "PRAGMA index_list(nope)"],
-    NORTHWIND: ['PRAGMA table_info("Order Details")', "PRAGMA main.table_xinfo([Order Details])",
-                "PRAGMA index_list('Order Details')", 'PRAGMA index_xinfo("sqlite_autoindex_Order Details_1")',
-                "PRAGMA index_info('sqlite_autoindex_Order Details_1')", "PRAGMA foreign_key_list(`Order Details`)",
-                "PRAGMA main.table_list", "PRAGMA table_info(Employees)"],
+    CHINOOK: [
+        "PRAGMA table_info(Track)",
+        "PRAGMA main.table_info('Track')",
+        'PRAGMA "table_xinfo"("Track")',
+        "PRAGMA table_info = track",
+        "PRAGMA temp.table_info(Track)",
+        "PRAGMA index_list([Track])",
+        "PRAGMA main.index_list(PlaylistTrack)",
+        "PRAGMA index_info(IFK_TrackAlbumId)",
+        "PRAGMA index_xinfo(`sqlite_autoindex_PlaylistTrack_1`)",
+        "PRAGMA foreign_key_list(InvoiceLine)",
+        "PRAGMA table_list",
+        "PRAGMA table_list(Album)",
+        "PRAGMA index_list(nope)",
+    ],
+    NORTHWIND: [
+        'PRAGMA table_info("Order Details")',
+        "PRAGMA main.table_xinfo([Order Details])",
+        "PRAGMA index_list('Order Details')",
+        'PRAGMA index_xinfo("sqlite_autoindex_Order Details_1")',
+        "PRAGMA index_info('sqlite_autoindex_Order Details_1')",
+        "PRAGMA foreign_key_list(`Order Details`)",
+        "PRAGMA main.table_list",
+        "PRAGMA table_info(Employees)",
+    ],
 }
-HEADER_PRAGMAS = ["PRAGMA user_version", "PRAGMA main.application_id", "pragma SCHEMA_VERSION;",
-                  "PRAGMA page_count", "PRAGMA page_size", "PRAGMA freelist_count", "PRAGMA encoding",
-                  "PRAGMA auto_vacuum"]
+HEADER_PRAGMAS = [
+    "PRAGMA user_version",
+    "PRAGMA main.application_id",
+    "pragma SCHEMA_VERSION;",
+    "PRAGMA page_count",
+    "PRAGMA page_size",
+    "PRAGMA freelist_count",
+    "PRAGMA encoding",
+    "PRAGMA auto_vacuum",
+]
 
 
 @pytest.mark.parametrize("source", [CHINOOK, NORTHWIND], ids=["chinook", "northwind"])
@@ -327,8 +378,9 @@ STATEMENTS += [("pragma", *case) for case in PRAGMAS] + [("files", *case) for ca
 STATEMENTS += [("denial", *case) for case in DENIAL]
 
 
-@pytest.mark.parametrize(("family", "sql", "expected"), STATEMENTS,
-                         ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(STATEMENTS)])
+@pytest.mark.parametrize(
+    ("family", "sql", "expected"), STATEMENTS, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(STATEMENTS)]
+)
 def test_hostile_statement(tmp_path: Path, family: str, sql: str, expected: str) -> None:
     db = fresh_copy(CHINOOK, tmp_path / "db")
     check_call(db, "run_query", {"sql": sql}, expected)
@@ -337,10 +389,8 @@ def test_hostile_statement(tmp_path: Path, family: str, sql: str, expected: str)
 @pytest.mark.parametrize("tool", ["run_query", "submit_sql"])
 def test_hostile_statement_on_northwind(tmp_path: Path, tool: str) -> None:
     db = fresh_copy(NORTHWIND, tmp_path / "db")
-    check_call(db, tool, {"sql": 'DROP TABLE IF EXISTS "Order Details"'},
-               refused("changing the schema"))
-    check_call(db, tool, {"sql": "DELETE FROM [Order Details]"},
-               refused("DELETE on Order Details"))
+    check_call(db, tool, {"sql": 'DROP TABLE IF EXISTS "Order Details"'}, refused("changing the schema"))
+    check_call(db, tool, {"sql": "DELETE FROM [Order Details]"}, refused("DELETE on Order Details"))
 
 
 MEMORY_BOMBS = [
@@ -357,14 +407,24 @@ def test_memory_bomb(tmp_path: Path, sql: str) -> None:
     """Under a 256 MB cap, rows of large values fail cleanly (a 3 s limit: filling 60 MB
     blobs takes a while on a busy machine)."""
     db = fresh_copy(CHINOOK, tmp_path / "db")
-    check_call(db, "run_query", {"sql": sql},
-               "Error: the query ran out of memory (the limit is 256 MB)", limit_s=3.0,
-               memory_limit_mb=256)
+    check_call(
+        db,
+        "run_query",
+        {"sql": sql},
+        "Error: the query ran out of memory (the limit is 256 MB)",
+        limit_s=3.0,
+        memory_limit_mb=256,
+    )
 
 
-@pytest.mark.parametrize("sql", ["SELECT printf('%.*c', 100000000, 'x')",
-                                 "SELECT format('%.*c', 100000000, 'x') IS NULL",
-                                 "SELECT length(printf('%100000000c', 'x'))"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT printf('%.*c', 100000000, 'x')",
+        "SELECT format('%.*c', 100000000, 'x') IS NULL",
+        "SELECT length(printf('%100000000c', 'x'))",
+    ],
+)
 def test_a_printf_over_the_cap_is_an_error_not_null(tmp_path: Path, sql: str) -> None:
     """SQLite's printf() answers NULL past the length cap; here it is the cap's error (a 5 s
     limit: building 64 MB one character at a time takes about half a second)."""
@@ -387,8 +447,7 @@ def test_printf_answers_as_sqlite3_within_the_cap(tmp_path: Path) -> None:
     """The guarded printf gives sqlite3's rows, where a view uses it and where text is not UTF-8."""
     db = fresh_copy(CHINOOK, tmp_path / "db")
     with sqlite3.connect(db) as writer:
-        writer.execute("CREATE VIEW GenreLabel AS SELECT printf('%03d %s', GenreId, Name) AS label "
-                       "FROM Genre")
+        writer.execute("CREATE VIEW GenreLabel AS SELECT printf('%03d %s', GenreId, Name) AS label FROM Genre")
         writer.execute("CREATE TABLE RawText(raw TEXT)")
         writer.execute("INSERT INTO RawText VALUES (CAST(x'ff41' AS TEXT))")
     writer.close()
@@ -415,7 +474,7 @@ IDENTIFIERS = [
     ("sample_rows", {"table_name": "Genre", "limit": "-" + "9" * 5000}, first_rows("Genre", 1)),
     ("sample_rows", {"table_name": "Genre", "limit": 10**30}, first_rows("Genre", 20)),
     ("sample_rows", {"table_name": "Genre", "limit": 10**100}, first_rows("Genre", 20)),
-    ("sample_rows", {"table_name": "Genre", "limit": -10**100}, first_rows("Genre", 1)),
+    ("sample_rows", {"table_name": "Genre", "limit": -(10**100)}, first_rows("Genre", 1)),
     ("sample_rows", {"table_name": "Genre", "limit": 1000}, first_rows("Genre", 20)),
     ("sample_rows", {"table_name": "Genre", "limit": 1e300}, first_rows("Genre", 20)),
     ("sample_rows", {"table_name": "Genre", "limit": "0001000"}, first_rows("Genre", 20)),
@@ -425,33 +484,40 @@ IDENTIFIERS = [
     ("sample_rows", {"table_name": "Genre", "limit": float("nan")}, SAMPLE_LIMIT),
     ("sample_rows", {"table_name": "Genre", "limit": float("inf")}, SAMPLE_LIMIT),
     ("sample_rows", {"table_name": "Genre", "limit": 2.5}, SAMPLE_LIMIT),
-    ("sample_rows", {"table_name": "Genre", "limit": " 2 "},
-     "GenreId | Name\n1 | Rock\n2 | Jazz"),
-    ("sample_rows", {"table_name": "Genre", "limit": -5},
-     "GenreId | Name\n1 | Rock"),
-    ("distinct_values", {"table_name": "Genre", "column_name": "Name", "limit": "1_000"},
-     DISTINCT_LIMIT),
-    ("distinct_values", {"table_name": "Genre", "column_name": "Name", "limit": 10**12},
-     sqlite3_text("SELECT DISTINCT Name FROM Genre")),  # all 25: the limit is clamped to 50
-    ("describe_table", {"table_name": '"; DROP TABLE Track; --'},
-     'Error: no such table: "; DROP TABLE Track; --'),
-    ("describe_table", {"table_name": "Track; DROP TABLE Track"},
-     "Error: no such table: Track; DROP TABLE Track"),
-    ("describe_table", {"table_name": "x" * 5000},
-     f"Error: no such table: {'x' * 100}... (5000 characters)"),
+    ("sample_rows", {"table_name": "Genre", "limit": " 2 "}, "GenreId | Name\n1 | Rock\n2 | Jazz"),
+    ("sample_rows", {"table_name": "Genre", "limit": -5}, "GenreId | Name\n1 | Rock"),
+    ("distinct_values", {"table_name": "Genre", "column_name": "Name", "limit": "1_000"}, DISTINCT_LIMIT),
+    (
+        "distinct_values",
+        {"table_name": "Genre", "column_name": "Name", "limit": 10**12},
+        sqlite3_text("SELECT DISTINCT Name FROM Genre"),
+    ),  # all 25: the limit is clamped to 50
+    ("describe_table", {"table_name": '"; DROP TABLE Track; --'}, 'Error: no such table: "; DROP TABLE Track; --'),
+    ("describe_table", {"table_name": "Track; DROP TABLE Track"}, "Error: no such table: Track; DROP TABLE Track"),
+    ("describe_table", {"table_name": "x" * 5000}, f"Error: no such table: {'x' * 100}... (5000 characters)"),
     ("describe_table", {"table_name": "sqlite_master"}, "Error: no such table: sqlite_master"),
-    ("sample_rows", {"table_name": "Genre WHERE 1=1; DROP TABLE Track --", "limit": 1},
-     "Error: no such table: Genre WHERE 1=1; DROP TABLE Track --"),
-    ("distinct_values", {"table_name": "Genre", "column_name": "Name FROM Genre; DROP TABLE x --"},
-     "Error: no such column: Name FROM Genre; DROP TABLE x -- (in table Genre)"),
-    ("distinct_values", {"table_name": "Genre", "column_name": "y" * 5000},
-     f"Error: no such column: {'y' * 100}... (5000 characters) (in table Genre)"),
-    ("join_path", {"table_a": "Track", "table_b": "' OR 1=1 --"},
-     "Error: no such table: ' OR 1=1 --"),
-    ("foreign_keys", {"table_name": 'Track"; DETACH main; --'},
-     'Error: no such table: Track"; DETACH main; --'),
-    ("sample_rows", {"table_name": "pragma_table_info('Track')", "limit": 1},
-     "Error: no such table: pragma_table_info('Track')"),
+    (
+        "sample_rows",
+        {"table_name": "Genre WHERE 1=1; DROP TABLE Track --", "limit": 1},
+        "Error: no such table: Genre WHERE 1=1; DROP TABLE Track --",
+    ),
+    (
+        "distinct_values",
+        {"table_name": "Genre", "column_name": "Name FROM Genre; DROP TABLE x --"},
+        "Error: no such column: Name FROM Genre; DROP TABLE x -- (in table Genre)",
+    ),
+    (
+        "distinct_values",
+        {"table_name": "Genre", "column_name": "y" * 5000},
+        f"Error: no such column: {'y' * 100}... (5000 characters) (in table Genre)",
+    ),
+    ("join_path", {"table_a": "Track", "table_b": "' OR 1=1 --"}, "Error: no such table: ' OR 1=1 --"),
+    ("foreign_keys", {"table_name": 'Track"; DETACH main; --'}, 'Error: no such table: Track"; DETACH main; --'),
+    (
+        "sample_rows",
+        {"table_name": "pragma_table_info('Track')", "limit": 1},
+        "Error: no such table: pragma_table_info('Track')",
+    ),
 ]
 
 # -- 7. argument types --------------------------------------------------------------------------
@@ -461,38 +527,41 @@ ARGUMENTS = [
     ("run_query", {"sql": ["SELECT 1"]}, "Error: run_query: sql must be a string"),
     ("run_query", {"sql": None}, "Error: run_query needs the argument 'sql'"),
     ("run_query", {"sql": b"SELECT 1"}, "Error: run_query: sql must be a string"),
-    ("run_query", {"sql": "SELECT 1\x00; DROP TABLE Track"},
-     "Error: run_query: sql contains a NUL character"),
+    ("run_query", {"sql": "SELECT 1\x00; DROP TABLE Track"}, "Error: run_query: sql contains a NUL character"),
     ("run_query", {"sql": {"q": "SELECT 1"}}, "Error: run_query: sql must be a string"),
     ("run_query", "SELECT 1", "Error: run_query expects its args as a JSON object"),
     ("run_query", 42, "Error: run_query expects its args as a JSON object"),
-    ("run_query", {"sql": "SELECT 1", "sql2": "DROP TABLE Track"},
-     "Error: run_query got an unexpected argument 'sql2' (its arguments: sql)"),
+    (
+        "run_query",
+        {"sql": "SELECT 1", "sql2": "DROP TABLE Track"},
+        "Error: run_query got an unexpected argument 'sql2' (its arguments: sql)",
+    ),
     ("run_query", {1: "SELECT 1"}, "Error: run_query got an unexpected argument 1 (its arguments: sql)"),
     ("submit_sql", {"sql": True}, "Error: submit_sql: sql must be a string"),
     ("describe_table", {"table_name": None}, "Error: describe_table needs the argument 'table_name'"),
-    ("describe_table", {"table_name": {"name": "Track"}},
-     "Error: describe_table: table_name must be a string"),
-    ("describe_table", {"table_name": "Track\x00"},
-     "Error: describe_table: table_name contains a NUL character"),
+    ("describe_table", {"table_name": {"name": "Track"}}, "Error: describe_table: table_name must be a string"),
+    ("describe_table", {"table_name": "Track\x00"}, "Error: describe_table: table_name contains a NUL character"),
     ("sample_rows", {"table_name": 3.5}, "Error: sample_rows: table_name must be a string"),
     ("sample_rows", {"table_name": "Genre", "limit": [2]}, SAMPLE_LIMIT),
     (None, {}, f"Error: unknown tool None; the tools are: {TOOLS}"),
     (5, {}, f"Error: unknown tool 5; the tools are: {TOOLS}"),
     ("run_query()", {"sql": "SELECT 1"}, f"Error: unknown tool 'run_query()'; the tools are: {TOOLS}"),
     ("RUN_QUERY", {"sql": "SELECT 1"}, f"Error: unknown tool 'RUN_QUERY'; the tools are: {TOOLS}"),
-    ("run_query", {"sql": "SELECT ?"},
-     "Error: the SQL has a parameter placeholder (?, :name or $name) but no value is given for "
-     "it; write the values into the SQL"),
+    (
+        "run_query",
+        {"sql": "SELECT ?"},
+        "Error: the SQL has a parameter placeholder (?, :name or $name) but no value is given for "
+        "it; write the values into the SQL",
+    ),
 ]
 
 CALLS = [("identifiers", *case) for case in IDENTIFIERS] + [("arguments", *c) for c in ARGUMENTS]
 
 
-@pytest.mark.parametrize(("family", "tool", "args", "expected"), CALLS,
-                         ids=[f"{f}-{i}" for i, (f, _, _, _) in enumerate(CALLS)])
-def test_hostile_call(tmp_path: Path, family: str, tool: object, args: object,
-                      expected: str) -> None:
+@pytest.mark.parametrize(
+    ("family", "tool", "args", "expected"), CALLS, ids=[f"{f}-{i}" for i, (f, _, _, _) in enumerate(CALLS)]
+)
+def test_hostile_call(tmp_path: Path, family: str, tool: object, args: object, expected: str) -> None:
     db = fresh_copy(CHINOOK, tmp_path / "db")
     check_call(db, tool, args, expected)
 
@@ -544,8 +613,7 @@ def read_genres(path: Path, *, folders: tuple[Path, ...], **options: object) -> 
     before, copies = folder_state(*folders), wal_copies()
     with ReadOnlyDatabase(path, time_limit_s=LIMIT_S, **options) as db:
         count = db.execute("SELECT count(*) FROM Genre", max_rows=1).rows[0][0]
-        assert Toolbox(db).call("run_query", {"sql": "SELECT Name FROM Genre WHERE GenreId = 1"}
-                                ).output == "Name\nRock"
+        assert Toolbox(db).call("run_query", {"sql": "SELECT Name FROM Genre WHERE GenreId = 1"}).output == "Name\nRock"
     assert folder_state(*folders) == before
     assert wal_copies() <= copies  # the private copy is gone after close
     return count
@@ -583,33 +651,45 @@ def test_symlink_to_database(tmp_path: Path) -> None:
     links = tmp_path / "links"
     links.mkdir()
     (links / "db.sqlite").symlink_to(db)
-    check_call(links / "db.sqlite", "run_query", {"sql": "DROP TABLE Track"},
-               refused("changing the schema"), folders=(links, db.parent))
+    check_call(
+        links / "db.sqlite",
+        "run_query",
+        {"sql": "DROP TABLE Track"},
+        refused("changing the schema"),
+        folders=(links, db.parent),
+    )
 
 
 def test_wal_database_over_the_copy_limit(tmp_path: Path) -> None:
     db = wal_database(tmp_path / "db", keep_wal=True)
     size = (os.path.getsize(db) + os.path.getsize(str(db) + "-wal")) / 1e6
-    open_fails(db, (
-        f"{db} is a WAL-mode database with changes not yet written into it (chinook.sqlite-wal); "
-        f"edge-sql reads such a database from a private copy, and it is {size:.0f} MB, over the "
-        f"0.5 MB copy limit. Close the programs using it, or run `sqlite3 {db} \"PRAGMA "
-        f"wal_checkpoint(TRUNCATE)\"`, then try again"), folders=(db.parent,), wal_copy_limit_mb=0.5)
+    open_fails(
+        db,
+        (
+            f"{db} is a WAL-mode database with changes not yet written into it (chinook.sqlite-wal); "
+            f"edge-sql reads such a database from a private copy, and it is {size:.0f} MB, over the "
+            f'0.5 MB copy limit. Close the programs using it, or run `sqlite3 {db} "PRAGMA '
+            f'wal_checkpoint(TRUNCATE)"`, then try again'
+        ),
+        folders=(db.parent,),
+        wal_copy_limit_mb=0.5,
+    )
 
 
 def test_fifo_never_blocks(tmp_path: Path) -> None:
     fifo = tmp_path / "db.sqlite"
     os.mkfifo(fifo)
-    open_fails(fifo, f"{fifo} is a named pipe (FIFO), not a SQLite database file",
-               folders=(tmp_path,))
+    open_fails(fifo, f"{fifo} is a named pipe (FIFO), not a SQLite database file", folders=(tmp_path,))
 
 
 def test_symlink_to_fifo(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "db.sqlite").symlink_to(tmp_path / "pipe")
-    open_fails(tmp_path / "db.sqlite",
-               f"{tmp_path / 'db.sqlite'} is a named pipe (FIFO), not a SQLite database file",
-               folders=(tmp_path,))
+    open_fails(
+        tmp_path / "db.sqlite",
+        f"{tmp_path / 'db.sqlite'} is a named pipe (FIFO), not a SQLite database file",
+        folders=(tmp_path,),
+    )
 
 
 def test_device() -> None:
@@ -617,61 +697,80 @@ def test_device() -> None:
 
 
 def test_directory(tmp_path: Path) -> None:
-    open_fails(tmp_path, f"{tmp_path} is a folder with no file edge-sql can load (give a SQLite database file, "
-               "or a folder of .csv, .jsonl, .ndjson, .parquet, .tab, .tsv, .xlsm, .xlsx files)",
-               folders=(tmp_path,))
+    open_fails(
+        tmp_path,
+        f"{tmp_path} is a folder with no file edge-sql can load (give a SQLite database file, "
+        "or a folder of .csv, .jsonl, .ndjson, .parquet, .tab, .tsv, .xlsm, .xlsx files)",
+        folders=(tmp_path,),
+    )
 
 
 def test_broken_symlink(tmp_path: Path) -> None:
     (tmp_path / "db.sqlite").symlink_to(tmp_path / "gone.sqlite")
-    open_fails(tmp_path / "db.sqlite", f"database file not found: {tmp_path / 'db.sqlite'}",
-               folders=(tmp_path,))
+    open_fails(tmp_path / "db.sqlite", f"database file not found: {tmp_path / 'db.sqlite'}", folders=(tmp_path,))
 
 
 def test_symlink_loop(tmp_path: Path) -> None:
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
-    open_fails(tmp_path / "a", f"cannot read database file {tmp_path / 'a'}: "
-               "Too many levels of symbolic links", folders=(tmp_path,))
+    open_fails(
+        tmp_path / "a",
+        f"cannot read database file {tmp_path / 'a'}: Too many levels of symbolic links",
+        folders=(tmp_path,),
+    )
 
 
 def test_path_of_5000_characters(tmp_path: Path) -> None:
     path = tmp_path / ("x" * (5000 - len(str(tmp_path)) - 1))
     assert len(str(path)) == 5000
-    open_fails(path, f"the database path is too long (5000 characters; the limit is 4096): "
-               f"{str(path)[:60]}...", folders=(tmp_path,))
+    open_fails(
+        path,
+        f"the database path is too long (5000 characters; the limit is 4096): {str(path)[:60]}...",
+        folders=(tmp_path,),
+    )
 
 
 def test_path_with_a_too_long_name(tmp_path: Path) -> None:
     path = tmp_path / ("x" * 300)
-    open_fails(path, "the database path is too long for this system (a part of it exceeds the "
-               f"allowed length): {str(path)[:60]}...", folders=(tmp_path,))
+    open_fails(
+        path,
+        f"the database path is too long for this system (a part of it exceeds the allowed length): {str(path)[:60]}...",
+        folders=(tmp_path,),
+    )
 
 
 def test_empty_and_text_files(tmp_path: Path) -> None:
     (tmp_path / "empty.db").write_bytes(b"")
     (tmp_path / "notes.db").write_text("id,name\n1,Alice\n")
-    open_fails(tmp_path / "empty.db",
-               f"{tmp_path / 'empty.db'} is an empty file (0 bytes), not a SQLite database",
-               folders=(tmp_path,))
-    open_fails(tmp_path / "notes.db",
-               f"{tmp_path / 'notes.db'} is not a SQLite database (it lacks the SQLite file header)",
-               folders=(tmp_path,))
+    open_fails(
+        tmp_path / "empty.db",
+        f"{tmp_path / 'empty.db'} is an empty file (0 bytes), not a SQLite database",
+        folders=(tmp_path,),
+    )
+    open_fails(
+        tmp_path / "notes.db",
+        f"{tmp_path / 'notes.db'} is not a SQLite database (it lacks the SQLite file header)",
+        folders=(tmp_path,),
+    )
 
 
-HOLD_LOCK = ("import sqlite3, sys, time\n"
-             "conn = sqlite3.connect(sys.argv[1])\n"
-             "conn.execute('BEGIN EXCLUSIVE')\n"
-             "print('locked', flush=True)\n"
-             "sys.stdin.read()\n")
+HOLD_LOCK = (
+    "import sqlite3, sys, time\n"
+    "conn = sqlite3.connect(sys.argv[1])\n"
+    "conn.execute('BEGIN EXCLUSIVE')\n"
+    "print('locked', flush=True)\n"
+    "sys.stdin.read()\n"
+)
 
-LOCKED = ("the database is locked by another program (waited 0.5 s); try again when that "
-          "program has finished writing to it")
+LOCKED = (
+    "the database is locked by another program (waited 0.5 s); try again when that program has finished writing to it"
+)
 
 
 def hold_lock(db: Path) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
     return holder
 
@@ -700,33 +799,38 @@ def test_database_locked_during_a_session(tmp_path: Path) -> None:
         try:
             before = folder_state(db.parent)
             start = time.monotonic()
-            assert tools.call("run_query", {"sql": "SELECT count(*) FROM Track"}).output == (
-                f"Error: {LOCKED}")
+            assert tools.call("run_query", {"sql": "SELECT count(*) FROM Track"}).output == (f"Error: {LOCKED}")
             assert time.monotonic() - start < 2 * LIMIT_S
             assert folder_state(db.parent) == before
         finally:
             release(holder)
-        assert tools.call("run_query", {"sql": "SELECT count(*) FROM Track"}).output == (
-            "count(*)\n3503")
+        assert tools.call("run_query", {"sql": "SELECT count(*) FROM Track"}).output == ("count(*)\n3503")
 
 
-CRASH_MID_WRITE = ("import os, sqlite3, sys\n"
-                   "conn = sqlite3.connect(sys.argv[1])\n"
-                   "conn.execute('PRAGMA cache_size=1')\n"
-                   "conn.execute('BEGIN')\n"
-                   "conn.execute(\"UPDATE Track SET Name = Name || 'x'\")\n"
-                   "os._exit(0)\n")
+CRASH_MID_WRITE = (
+    "import os, sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1])\n"
+    "conn.execute('PRAGMA cache_size=1')\n"
+    "conn.execute('BEGIN')\n"
+    "conn.execute(\"UPDATE Track SET Name = Name || 'x'\")\n"
+    "os._exit(0)\n"
+)
 
 
 def test_hot_journal(tmp_path: Path) -> None:
     db = fresh_copy(CHINOOK, tmp_path / "db")
     subprocess.run([sys.executable, "-c", CRASH_MID_WRITE, str(db)], check=True)
     assert sorted(os.listdir(db.parent)) == ["chinook.sqlite", "chinook.sqlite-journal"]
-    open_fails(db, (
-        f"the database {db} has a leftover rollback journal (chinook.sqlite-journal): a program "
-        f"writing to it crashed before finishing. Open it once with a program that can write to "
-        f"it (for example `sqlite3 {db} \"PRAGMA integrity_check\"`), which undoes the "
-        f"unfinished change, then try again"), folders=(db.parent,))
+    open_fails(
+        db,
+        (
+            f"the database {db} has a leftover rollback journal (chinook.sqlite-journal): a program "
+            f"writing to it crashed before finishing. Open it once with a program that can write to "
+            f'it (for example `sqlite3 {db} "PRAGMA integrity_check"`), which undoes the '
+            f"unfinished change, then try again"
+        ),
+        folders=(db.parent,),
+    )
 
 
 def test_no_tables(tmp_path: Path) -> None:
@@ -745,12 +849,13 @@ def test_eval_scores_a_hostile_prediction_as_wrong(tmp_path: Path) -> None:
     before = folder_state(db.parent)
     gold = "SELECT count(*) FROM Genre"
     start = time.monotonic()
-    assert score_prediction("SELECT printf('%.*c', 2000000000, 'x')", gold, db,
-                            timeout_s=LIMIT_S) == Score(
-        False, "predicted SQL failed: query exceeded the 0.5 s time limit")
+    assert score_prediction("SELECT printf('%.*c', 2000000000, 'x')", gold, db, timeout_s=LIMIT_S) == Score(
+        False, "predicted SQL failed: query exceeded the 0.5 s time limit"
+    )
     assert time.monotonic() - start < 2 * LIMIT_S + 1.0  # plus opening the database
     assert score_prediction("DROP TABLE IF EXISTS nope", gold, db, timeout_s=LIMIT_S) == Score(
-        False, f"predicted SQL failed: {not_a_read('DROP').removeprefix('Error: ')}")
+        False, f"predicted SQL failed: {not_a_read('DROP').removeprefix('Error: ')}"
+    )
     assert score_prediction("SELECT 25", gold, db, timeout_s=LIMIT_S) == Score(True)
     assert folder_state(db.parent) == before
 

@@ -19,8 +19,10 @@ from edge_sql.convert.imatrix_file import Imatrix, ImatrixEntry, check_imatrix, 
 from edge_sql.convert.quantize import quantize_gguf
 from edge_sql.errors import ImatrixError
 
-TEXT = ("SELECT c.FirstName, c.LastName, SUM(i.Total) AS spent FROM Customer c JOIN Invoice i "
-        "ON i.CustomerId = c.CustomerId GROUP BY c.CustomerId ORDER BY spent DESC LIMIT 5;")
+TEXT = (
+    "SELECT c.FirstName, c.LastName, SUM(i.Total) AS spent FROM Customer c JOIN Invoice i "
+    "ON i.CustomerId = c.CustomerId GROUP BY c.CustomerId ORDER BY spent DESC LIMIT 5;"
+)
 LAYER_INPUT = "blk.0.attn_qkv.weight"  # its input is the first block's attention norm of the embeddings
 
 
@@ -65,15 +67,22 @@ def test_collected_sums_equal_a_numpy_recomputation_of_the_layer_input(collected
     np.testing.assert_allclose(entry.sums[0], (x**2).sum(axis=0), rtol=1e-5)
     assert len(tokens) >= 16  # products of fewer rows are skipped, as llama.cpp does
     assert all(e.counts.tolist() == [len(tokens) + 20] for e in imatrix.entries.values())
-    blocks = {name for name in info.tensors if name.startswith("blk.") and len(info.tensors[name].shape) == 2
-              and not name.startswith(f"blk.{info.block_count - info.mtp_layers}.") and "conv1d" not in name}
+    blocks = {
+        name
+        for name in info.tensors
+        if name.startswith("blk.")
+        and len(info.tensors[name].shape) == 2
+        and not name.startswith(f"blk.{info.block_count - info.mtp_layers}.")
+        and "conv1d" not in name
+    }
     assert set(imatrix.entries) == blocks  # every block matrix, the MTP head (never run) none
     assert imatrix.model_file_type == LlamaFileType.MOSTLY_BF16
     assert "output.weight" not in imatrix.entries and "token_embd.weight" not in imatrix.entries
 
 
-def test_products_of_one_input_get_its_squares_once_and_the_last_layer_sees_every_row(collected,
-                                                                                     tiny_gguf_bf16: Path) -> None:
+def test_products_of_one_input_get_its_squares_once_and_the_last_layer_sees_every_row(
+    collected, tiny_gguf_bf16: Path
+) -> None:
     """The gate and up projections read the same normed rows, so their sums are equal; the last
     block's feed-forward counts every token though the graph stopped before the output product."""
     imatrix, tokens = collected
@@ -109,6 +118,7 @@ def test_the_gguf_file_round_trips_in_llama_cpps_layout(collected, tmp_path: Pat
 
 def _gguf_bytes(kv: list[tuple[str, int, bytes]], tensors: list[tuple[str, list[int], np.ndarray]]) -> bytes:
     """A GGUF v3 file packed by hand from its format description (keys: name, type, payload)."""
+
     def string(text: str) -> bytes:
         return struct.pack("<Q", len(text.encode())) + text.encode()
 
@@ -127,12 +137,23 @@ def _gguf_bytes(kv: list[tuple[str, int, bytes]], tensors: list[tuple[str, list[
 
 def test_an_imatrix_gguf_as_llama_cpp_writes_it_loads(tmp_path: Path) -> None:
     strings = struct.pack("<IQ", 8, 1) + struct.pack("<Q", 8) + b"wiki.txt"  # array of 1 string
-    kv = [("general.type", 8, struct.pack("<Q", 7) + b"imatrix"), ("imatrix.datasets", 9, strings),
-          ("imatrix.chunk_count", 4, struct.pack("<I", 3)), ("imatrix.chunk_size", 4, struct.pack("<I", 512))]
+    kv = [
+        ("general.type", 8, struct.pack("<Q", 7) + b"imatrix"),
+        ("imatrix.datasets", 9, strings),
+        ("imatrix.chunk_count", 4, struct.pack("<I", 3)),
+        ("imatrix.chunk_size", 4, struct.pack("<I", 512)),
+    ]
     sums = np.arange(8, dtype=np.float32).reshape(2, 4)  # two experts of four columns
     path = tmp_path / "llama.imatrix.gguf"
-    path.write_bytes(_gguf_bytes(kv, [("blk.0.ffn_up_exps.weight.in_sum2", [4, 2], sums),
-                                      ("blk.0.ffn_up_exps.weight.counts", [1, 2], np.array([4.0, 0.0]))]))
+    path.write_bytes(
+        _gguf_bytes(
+            kv,
+            [
+                ("blk.0.ffn_up_exps.weight.in_sum2", [4, 2], sums),
+                ("blk.0.ffn_up_exps.weight.counts", [1, 2], np.array([4.0, 0.0])),
+            ],
+        )
+    )
     loaded = read_imatrix(path)
     assert (loaded.datasets, loaded.chunk_count, loaded.chunk_size) == (["wiki.txt"], 3, 512)
     values = loaded.normalized()["blk.0.ffn_up_exps.weight"]
@@ -153,7 +174,9 @@ def _legacy_bytes(entries: list[tuple[str, int, list[float]]], trailer: bool = T
 
 def test_a_legacy_dat_imatrix_loads(tmp_path: Path) -> None:
     path = tmp_path / "imatrix.dat"
-    path.write_bytes(_legacy_bytes([("blk.0.attn_q.weight", 10, [5.0, 10.0, 20.0]), ("blk.1.ffn_down.weight", 0, [2.0])]))
+    path.write_bytes(
+        _legacy_bytes([("blk.0.attn_q.weight", 10, [5.0, 10.0, 20.0]), ("blk.1.ffn_down.weight", 0, [2.0])])
+    )
     loaded = read_imatrix(path)
     assert loaded.legacy and loaded.datasets == ["wiki.txt"] and loaded.chunk_count == 10
     values = loaded.normalized()
@@ -214,14 +237,28 @@ def _ggml_quantize(weights: np.ndarray, storage: int, importance: np.ndarray | N
     """ggml's own quantizer for one tensor, weighted by `importance` (per column)."""
     from llama_cpp._ggml import libggml
 
-    libggml.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    libggml.ggml_quantize_chunk.argtypes = [
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+    ]
     libggml.ggml_quantize_chunk.restype = ctypes.c_size_t
     weights = np.ascontiguousarray(weights, dtype=np.float32)
     out = np.zeros(nbytes, dtype=np.uint8)
     libggml.ggml_quantize_init(storage)
-    libggml.ggml_quantize_chunk(storage, weights.ctypes.data, out.ctypes.data, 0, weights.shape[0], weights.shape[1],
-                                None if importance is None else importance.ctypes.data)
+    libggml.ggml_quantize_chunk(
+        storage,
+        weights.ctypes.data,
+        out.ctypes.data,
+        0,
+        weights.shape[0],
+        weights.shape[1],
+        None if importance is None else importance.ctypes.data,
+    )
     return out.tobytes()
 
 
@@ -239,8 +276,9 @@ def test_the_quantizer_receives_the_matrix(collected, tiny_gguf_bf16: Path, tmp_
     assert ours != theirs
     weights = _weights(tiny_gguf_bf16, LAYER_INPUT)
     importance = read_imatrix(path).normalized()[LAYER_INPUT]
-    np.testing.assert_allclose(importance, imatrix.entries[LAYER_INPUT].sums[0] / imatrix.entries[LAYER_INPUT].counts[0],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        importance, imatrix.entries[LAYER_INPUT].sums[0] / imatrix.entries[LAYER_INPUT].counts[0], rtol=1e-6
+    )
     assert ours == _ggml_quantize(weights, int(entry.type), importance, entry.nbytes)
     assert theirs == _ggml_quantize(weights, int(entry.type), None, entry.nbytes)
     header = read_gguf(weighted.output).metadata
@@ -254,25 +292,41 @@ def test_cli_collects_from_a_text_file_and_quantizes_with_it(tiny_gguf_bf16: Pat
     text.write_text(TEXT * 4, encoding="utf-8")
     out = tmp_path / "cli.imatrix.gguf"
     runner = CliRunner()
-    result = runner.invoke(main, ["imatrix", str(tiny_gguf_bf16), "--calibration", str(text), "-o", str(out),
-                                  "--threads", "1"])
+    result = runner.invoke(
+        main, ["imatrix", str(tiny_gguf_bf16), "--calibration", str(text), "-o", str(out), "--threads", "1"]
+    )
     assert result.exit_code == 0, result.output
     assert "31 weights" in result.output and "(calibration.txt)" in result.output
     assert read_imatrix(out).datasets == ["calibration.txt"]
     again = runner.invoke(main, ["imatrix", str(tiny_gguf_bf16), "--calibration", str(text), "-o", str(out)])
     assert again.exit_code == 1 and "already exists; use --force" in again.output
     quantized = tmp_path / "cli-IQ4_XS.gguf"
-    result = runner.invoke(main, ["quantize", str(tiny_gguf_bf16), "-t", "iq4_xs", "--imatrix", str(out),
-                                  "-o", str(quantized), "--threads", "1"])
+    result = runner.invoke(
+        main,
+        [
+            "quantize",
+            str(tiny_gguf_bf16),
+            "-t",
+            "iq4_xs",
+            "--imatrix",
+            str(out),
+            "-o",
+            str(quantized),
+            "--threads",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert read_gguf(quantized).metadata["quantize.imatrix.file"] == str(out)
-    bad = runner.invoke(main, ["quantize", str(tiny_gguf_bf16), "-t", "Q4_K_M", "--imatrix", str(text),
-                               "-o", str(tmp_path / "x.gguf")])
+    bad = runner.invoke(
+        main, ["quantize", str(tiny_gguf_bf16), "-t", "Q4_K_M", "--imatrix", str(text), "-o", str(tmp_path / "x.gguf")]
+    )
     assert bad.exit_code == 1 and bad.output.count("\n") == 1 and "neither a GGUF nor a legacy" in bad.output
 
 
-def test_pull_quantizes_k_quants_with_the_imatrix_it_is_handed_and_records_it(tiny_checkpoint: Path,
-                                                                                tmp_path: Path) -> None:
+def test_pull_quantizes_k_quants_with_the_imatrix_it_is_handed_and_records_it(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     from edge_sql.evaluation.task_imatrix import make_imatrix
     from edge_sql.store import ModelStore, pull_model
 
@@ -317,23 +371,33 @@ def test_bench_variant_names_with_imatrix(tmp_path: Path) -> None:
     from edge_sql.bench.variants import IMATRIX_VARIANTS, parse_variant_names
     from edge_sql.errors import BenchSetupError
 
-    assert parse_variant_names("q4_k_m-imatrix,IQ4_XS-IMATRIX, Q3_K_M-imatrix,Q4_K_M") == ["BF16", *IMATRIX_VARIANTS,
-                                                                                            "Q4_K_M"]
+    assert parse_variant_names("q4_k_m-imatrix,IQ4_XS-IMATRIX, Q3_K_M-imatrix,Q4_K_M") == [
+        "BF16",
+        *IMATRIX_VARIANTS,
+        "Q4_K_M",
+    ]
     with pytest.raises(BenchSetupError, match="Q8_0 is not steered by an importance matrix"):
         parse_variant_names("Q8_0-imatrix")
 
 
-def test_the_bench_takes_a_store_file_only_when_its_imatrix_matches_the_name(collected, tiny_gguf_bf16: Path,
-                                                                              tmp_path: Path) -> None:
+def test_the_bench_takes_a_store_file_only_when_its_imatrix_matches_the_name(
+    collected, tiny_gguf_bf16: Path, tmp_path: Path
+) -> None:
     from edge_sql.bench.variants import made_with_imatrix, prepare_variants
 
     imatrix, _ = collected
     matrix = tmp_path / "m.imatrix.gguf"
     write_imatrix(imatrix, matrix)
-    stored = quantize_gguf(tiny_gguf_bf16, tmp_path / "stored-Q4_K_M.gguf", "Q4_K_M", n_threads=1,
-                           imatrix=matrix).output
-    variants = prepare_variants(tiny_gguf_bf16, ["BF16", "Q4_K_M-imatrix", "Q4_K_M"], cache_dir=tmp_path / "cache",
-                                from_store={"Q4_K_M": stored}.get, n_threads=1)
+    stored = quantize_gguf(
+        tiny_gguf_bf16, tmp_path / "stored-Q4_K_M.gguf", "Q4_K_M", n_threads=1, imatrix=matrix
+    ).output
+    variants = prepare_variants(
+        tiny_gguf_bf16,
+        ["BF16", "Q4_K_M-imatrix", "Q4_K_M"],
+        cache_dir=tmp_path / "cache",
+        from_store={"Q4_K_M": stored}.get,
+        n_threads=1,
+    )
     paths = {v.name: v.path for v in variants}
     assert paths["Q4_K_M-imatrix"] == stored  # the store's file was made with one
     assert paths["Q4_K_M"] == tmp_path / "cache" / "tiny-bf16-Q4_K_M.gguf"  # made here, without

@@ -22,8 +22,15 @@ CLI = [sys.executable, "-c", "from edge_sql.cli import main; main()"]
 
 def start(args: list[str], **env: str) -> subprocess.Popen:
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **env}
-    return subprocess.Popen([*CLI, *args], env=environment, cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_as_in_a_terminal)
+    return subprocess.Popen(
+        [*CLI, *args],
+        env=environment,
+        cwd=REPO_ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_as_in_a_terminal,
+    )
 
 
 def _as_in_a_terminal() -> None:
@@ -37,8 +44,7 @@ def parts_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.part"))
 
 
-def wait_for_part(process: subprocess.Popen, folder: Path, *, count: int = 1,
-                  timeout: float = 300) -> None:
+def wait_for_part(process: subprocess.Popen, folder: Path, *, count: int = 1, timeout: float = 300) -> None:
     """Wait until `count` different .part files have appeared under `folder`."""
     seen: set[Path] = set()
     deadline = time.monotonic() + timeout
@@ -72,11 +78,17 @@ def wait_for_size(process: subprocess.Popen, folder: Path, size: int, timeout: f
     raise AssertionError(f"the .part file under {folder} did not reach {size} bytes")
 
 
-@pytest.mark.parametrize(("signum", "written"), [
-    (signal.SIGTERM, 0.0), (signal.SIGINT, 0.3), (signal.SIGHUP, 0.8),
-])
-def test_convert_interrupted(tiny_checkpoint: Path, tiny_gguf_bf16: Path, tmp_path: Path, signum: int,
-                             written: float) -> None:
+@pytest.mark.parametrize(
+    ("signum", "written"),
+    [
+        (signal.SIGTERM, 0.0),
+        (signal.SIGINT, 0.3),
+        (signal.SIGHUP, 0.8),
+    ],
+)
+def test_convert_interrupted(
+    tiny_checkpoint: Path, tiny_gguf_bf16: Path, tmp_path: Path, signum: int, written: float
+) -> None:
     """Signalled once a share of the output is written (the same conversion as `tiny_gguf_bf16`):
     a point in the file, not a time, so that a faster converter is still caught in the middle."""
     out = tmp_path / "out" / "model.gguf"
@@ -97,29 +109,33 @@ def test_convert_terminated_before_writing(tiny_checkpoint: Path, tmp_path: Path
     assert not out.exists() and parts_under(tmp_path) == []
 
 
-@pytest.mark.parametrize(("signum", "delay"), [
-    (signal.SIGTERM, 0.0), (signal.SIGTERM, 0.2), (signal.SIGINT, 0.0),
-])
-def test_quantize_interrupted(tiny_gguf_bf16: Path, tmp_path: Path, signum: int,
-                              delay: float) -> None:
+@pytest.mark.parametrize(
+    ("signum", "delay"),
+    [
+        (signal.SIGTERM, 0.0),
+        (signal.SIGTERM, 0.2),
+        (signal.SIGINT, 0.0),
+    ],
+)
+def test_quantize_interrupted(tiny_gguf_bf16: Path, tmp_path: Path, signum: int, delay: float) -> None:
     out = tmp_path / "model-q8.gguf"
-    process = start(["quantize", str(tiny_gguf_bf16), "-t", "Q8_0", "-o", str(out),
-                     "--threads", "1"])
+    process = start(["quantize", str(tiny_gguf_bf16), "-t", "Q8_0", "-o", str(out), "--threads", "1"])
     wait_for_part(process, tmp_path)
     code, stderr = stop(process, signum, delay)
     assert code == EXIT_CODES[signum], stderr
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize(("signum", "parts_before"), [
-    (signal.SIGINT, 1),  # while converting to BF16
-    (signal.SIGTERM, 2),  # while quantizing
-])
-def test_pull_interrupted(tiny_checkpoint: Path, tmp_path: Path, signum: int,
-                          parts_before: int) -> None:
+@pytest.mark.parametrize(
+    ("signum", "parts_before"),
+    [
+        (signal.SIGINT, 1),  # while converting to BF16
+        (signal.SIGTERM, 2),  # while quantizing
+    ],
+)
+def test_pull_interrupted(tiny_checkpoint: Path, tmp_path: Path, signum: int, parts_before: int) -> None:
     store = tmp_path / "store"
-    process = start(["pull", str(tiny_checkpoint), "--quant", "Q8_0"], EDGE_SQL_HOME=str(store),
-                    HF_HUB_OFFLINE="1")
+    process = start(["pull", str(tiny_checkpoint), "--quant", "Q8_0"], EDGE_SQL_HOME=str(store), HF_HUB_OFFLINE="1")
     wait_for_part(process, store, count=parts_before)
     code, stderr = stop(process, signum, 0.0)
     assert code == EXIT_CODES[signum], stderr
@@ -133,8 +149,8 @@ def test_pull_interrupted(tiny_checkpoint: Path, tmp_path: Path, signum: int,
 
 @pytest.mark.parametrize("interrupted_record", [1, 2])  # the BF16 entry, the Q8_0 entry
 def test_pull_interrupted_while_recording_leaves_no_unrecorded_file(
-        tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        interrupted_record: int) -> None:
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interrupted_record: int
+) -> None:
     """A signal while the index is written (the file already renamed into place) takes the new
     file away too: what is on disk is what the index names (CI once caught that window)."""
     from edge_sql.store.pull import pull_model
@@ -159,18 +175,24 @@ def test_pull_interrupted_while_recording_leaves_no_unrecorded_file(
     assert parts_under(store.root) == []
 
 
-HOLD_PARTIAL = ("import sys, time\n"
-                "from pathlib import Path\n"
-                "from edge_sql.convert.atomic import atomic_output\n"
-                "with atomic_output(Path(sys.argv[1])) as tmp:\n"
-                "    tmp.write_bytes(b'half a model')\n"
-                "    print('writing', flush=True)\n"
-                "    time.sleep(600)\n")
+HOLD_PARTIAL = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from edge_sql.convert.atomic import atomic_output\n"
+    "with atomic_output(Path(sys.argv[1])) as tmp:\n"
+    "    tmp.write_bytes(b'half a model')\n"
+    "    print('writing', flush=True)\n"
+    "    time.sleep(600)\n"
+)
 
 
 def writer(out: Path) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", HOLD_PARTIAL, str(out)], text=True,
-                               stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD_PARTIAL, str(out)],
+        text=True,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     assert process.stdout is not None and process.stdout.readline() == "writing\n"
     return process
 
@@ -207,41 +229,47 @@ def test_partial_file_of_a_live_writer_is_kept(tmp_path: Path) -> None:
 
 def test_quantize_after_a_killed_quantize(tiny_gguf_bf16: Path, tmp_path: Path) -> None:
     out = tmp_path / "model-q8.gguf"
-    process = start(["quantize", str(tiny_gguf_bf16), "-t", "Q8_0", "-o", str(out),
-                     "--threads", "1"])
+    process = start(["quantize", str(tiny_gguf_bf16), "-t", "Q8_0", "-o", str(out), "--threads", "1"])
     wait_for_part(process, tmp_path)
     process.kill()
     process.communicate()
     assert len(parts_under(tmp_path)) == 1
-    again = start(["quantize", str(tiny_gguf_bf16), "-t", "Q8_0", "-o", str(out),
-                   "--threads", "1"])
+    again = start(["quantize", str(tiny_gguf_bf16), "-t", "Q8_0", "-o", str(out), "--threads", "1"])
     _, stderr = again.communicate(timeout=300)
     assert again.returncode == 0, stderr
     assert os.listdir(tmp_path) == ["model-q8.gguf"]
 
 
-LOCK_HOLDER = ("import sys\n"
-               "from pathlib import Path\n"
-               "from edge_sql.store.lock import model_lock\n"
-               "with model_lock(Path(sys.argv[1]), 'tiny', log=lambda m: print(m, flush=True)):\n"
-               "    print('holding', flush=True)\n"
-               "    sys.stdin.readline()\n"
-               "print('released', flush=True)\n")
+LOCK_HOLDER = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from edge_sql.store.lock import model_lock\n"
+    "with model_lock(Path(sys.argv[1]), 'tiny', log=lambda m: print(m, flush=True)):\n"
+    "    print('holding', flush=True)\n"
+    "    sys.stdin.readline()\n"
+    "print('released', flush=True)\n"
+)
 
 
 def test_second_pull_of_a_model_waits_for_the_first(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
     def holder() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(tmp_path)], text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-c", LOCK_HOLDER, str(tmp_path)],
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
 
     first = holder()
     assert first.stdout.readline() == "holding\n"
     second = holder()  # sees the lock taken, says so, and waits
     procs = [first, second]
     assert second.stdout.readline() == (
-        f"another pull of tiny is running (process {first.pid}); waiting for it to finish\n")
+        f"another pull of tiny is running (process {first.pid}); waiting for it to finish\n"
+    )
     time.sleep(0.3)
     assert second.poll() is None
     first.stdin.write("\n")

@@ -75,9 +75,26 @@ def test_repack_off_keeps_the_mapping_and_counts_no_release(tiny_gguf: Path) -> 
 def test_released_repacked_copies_do_not_count_beyond_the_file(tiny_gguf: Path) -> None:
     """The memory bound calibration uses: repacked copies replace the released mapped pages."""
     mib = 1024 * 1024
-    buffers = {"CPU_Mapped model": 1200 * mib, "CPU_REPACK model": 590 * mib, "CPU KV": 96 * mib, "CPU compute": 40 * mib}
-    info = dict(model_path=tiny_gguf, architecture="qwen35", model_bytes=1200 * mib, backend="CPU", gpu_layers=0,
-                n_layers=24, n_threads=2, n_ctx=12288, n_batch=512, n_ubatch=256, repack=True, n_vocab=248320,
-                buffers=buffers)
+    buffers = {
+        "CPU_Mapped model": 1200 * mib,
+        "CPU_REPACK model": 590 * mib,
+        "CPU KV": 96 * mib,
+        "CPU compute": 40 * mib,
+    }
+    info = dict(
+        model_path=tiny_gguf,
+        architecture="qwen35",
+        model_bytes=1200 * mib,
+        backend="CPU",
+        gpu_layers=0,
+        n_layers=24,
+        n_threads=2,
+        n_ctx=12288,
+        n_batch=512,
+        n_ubatch=256,
+        repack=True,
+        n_vocab=248320,
+        buffers=buffers,
+    )
     assert SessionInfo(**info, mapping_released=True).buffer_bytes == 136 * mib
     assert SessionInfo(**info, mapping_released=False).buffer_bytes == 726 * mib

@@ -20,8 +20,10 @@ from edge_sql.runtime.speculation.mtp import MTPDrafter
 
 # a small context keeps each session light (threads: the CPUs this test worker runs on)
 SESSION_ARGS = dict(n_ctx=512, n_batch=64, mtp=True)
-PROMPT = ("<|im_start|>user\nHow many customers live in Berlin? Use the customers table.<|im_end|>\n"
-          "<|im_start|>assistant\n<think>\nI should count the rows of customers where city is Berlin.")
+PROMPT = (
+    "<|im_start|>user\nHow many customers live in Berlin? Use the customers table.<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\nI should count the rows of customers where city is Berlin."
+)
 # the fixture: 2 KV heads of dim 64 in the MTP layer, F16 cache
 MTP_LAYER_KV_BYTES_PER_POSITION = 2 * 2 * 64 * 2
 

@@ -46,9 +46,11 @@ def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
     import sys
 
     assert sorted(edge_sql.__all__) == ["Agent", "Budget", "Checks", "EdgeSqlError", "EpisodeResult", "check_sql"]
-    code = ("import sys, edge_sql; import edge_sql.cli; loaded = 'llama_cpp' in sys.modules; "
-            "from edge_sql import Agent, Budget, EdgeSqlError, EpisodeResult; "
-            "print(loaded, Agent.__module__, Budget.__module__, EpisodeResult.__module__, EdgeSqlError.__module__)")
+    code = (
+        "import sys, edge_sql; import edge_sql.cli; loaded = 'llama_cpp' in sys.modules; "
+        "from edge_sql import Agent, Budget, EdgeSqlError, EpisodeResult; "
+        "print(loaded, Agent.__module__, Budget.__module__, EpisodeResult.__module__, EdgeSqlError.__module__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "edge_sql.api", "edge_sql.agent.budget", "edge_sql.agent.result", "edge_sql.errors"]
 
@@ -105,8 +107,10 @@ def test_imports_run_one_way_down_the_package_map() -> None:
     only itself and the two leaf modules, which import nothing from edge-sql; the bench never
     the Ray runner above it (`edge-sql bench --ray` hands it in)."""
     layer = {package: i for i, packages in enumerate(LAYERS) for package in packages}
-    sources = [(path, "edge_sql." + ".".join(path.relative_to(REPO / "edge_sql").with_suffix("").parts))
-               for path in (REPO / "edge_sql").rglob("*.py")]
+    sources = [
+        (path, "edge_sql." + ".".join(path.relative_to(REPO / "edge_sql").with_suffix("").parts))
+        for path in (REPO / "edge_sql").rglob("*.py")
+    ]
     sources += [(path, f"edge_sql.convert.{path.stem}") for path in (REPO / "convert").glob("*.py")]
     assert {_package_of(module) for _, module in sources} == set(layer)  # every package is placed
     upward = []
@@ -128,8 +132,7 @@ def _runtime_order() -> list[list[str]]:
 
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     section = text.split("### Import order inside `edge_sql/runtime/`", 1)[1].split("\n#", 1)[0]
-    return [re.findall(r"`(\w+)(?:\.py|/)`", line) for line in section.splitlines()
-            if re.match(r"\| \d+ \|", line)]
+    return [re.findall(r"`(\w+)(?:\.py|/)`", line) for line in section.splitlines() if re.match(r"\| \d+ \|", line)]
 
 
 def test_runtime_modules_import_in_the_documented_order() -> None:
@@ -151,7 +154,9 @@ def test_runtime_modules_import_in_the_documented_order() -> None:
             elif name.startswith("edge_sql.runtime."):
                 theirs = name.split(".")[2]
                 if theirs != mine and row[theirs] >= row[mine]:
-                    wrong.append(f"{path.relative_to(folder)} (row {row[mine] + 1}) imports {theirs} (row {row[theirs] + 1})")
+                    wrong.append(
+                        f"{path.relative_to(folder)} (row {row[mine] + 1}) imports {theirs} (row {row[theirs] + 1})"
+                    )
     assert not wrong, wrong
 
 
@@ -164,8 +169,13 @@ def test_benchmark_scripts_import_nothing_from_tests() -> None:
         text = path.read_text(encoding="utf-8")
         assert '"tests"' not in text and "'tests'" not in text, f"{path.name} puts tests/ on sys.path"
         for node in ast.walk(ast.parse(text)):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             assert not {name.split(".")[0] for name in names} & (test_modules | {"tests"}), f"{path.name}: {names}"
 
 
@@ -177,9 +187,15 @@ def test_every_third_party_import_is_declared() -> None:
     from importlib import metadata
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    declared = {re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
-                for spec in [*project["dependencies"], *project["optional-dependencies"]["bench"],
-                             *project["optional-dependencies"]["cluster"], *project["optional-dependencies"]["files"]]}
+    declared = {
+        re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
+        for spec in [
+            *project["dependencies"],
+            *project["optional-dependencies"]["bench"],
+            *project["optional-dependencies"]["cluster"],
+            *project["optional-dependencies"]["files"],
+        ]
+    }
     providers = metadata.packages_distributions()
     imported = set()
     for path in [*(REPO / "edge_sql").rglob("*.py"), *(REPO / "convert").glob("*.py")]:

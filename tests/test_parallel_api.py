@@ -29,8 +29,18 @@ from edge_sql.api import Ask
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools import ReadOnlyDatabase
 
-SMALL = Budget(max_tokens=2048, max_rounds=3, max_think_tokens=8, max_final_think_tokens=8, max_sql_chars=24,
-               max_name_chars=16, min_string_chars=8, min_think_tokens=4, max_final_sql_tokens=24, max_calls_per_turn=2)
+SMALL = Budget(
+    max_tokens=2048,
+    max_rounds=3,
+    max_think_tokens=8,
+    max_final_think_tokens=8,
+    max_sql_chars=24,
+    max_name_chars=16,
+    min_string_chars=8,
+    min_think_tokens=4,
+    max_final_sql_tokens=24,
+    max_calls_per_turn=2,
+)
 PARALLEL = 3
 LOAD = dict(n_ctx=2048, n_threads=1, pull_if_missing=False, tune=False, prefix_cache=False)
 
@@ -88,7 +98,7 @@ def test_different_questions_each_equal_their_lone_episode(pooled, single, chino
     questions = [
         Ask("Which artist has the most albums?", seed=3),
         ("How many orders were shipped to France?", northwind_db, "France is a country", 4),
-        "List the genres.",                                            # ask_many's db, evidence and seed
+        "List the genres.",  # ask_many's db, evidence and seed
         Ask("How many products are discontinued?", northwind_db, seed=6),
     ]
     results = pooled.ask_many(questions, chinook_db, evidence="a hint", seed=5)
@@ -109,7 +119,10 @@ def test_a_failing_question_costs_no_other_its_answer(pooled, single, chinook_db
     seen: list[int] = []
     results = pooled.ask_many(
         [Ask("How many?", tmp_path / "missing.sqlite"), "   ", "How many tracks are there?"],
-        chinook_db, seed=8, on_result=lambda i, _r: seen.append(i))
+        chinook_db,
+        seed=8,
+        on_result=lambda i, _r: seen.append(i),
+    )
     assert [r.stop for r in results[:2]] == ["error", "error"]
     assert "database file not found" in results[0].error and results[0].sql is None and not results[0].rounds
     assert results[1].error == "empty question"
@@ -120,19 +133,29 @@ def test_a_failing_question_costs_no_other_its_answer(pooled, single, chinook_db
 
 
 def test_should_stop_ends_every_episode_of_ask_many(pooled, chinook_db):
-    results = pooled.ask_many(["How many albums?", "How many artists?", "How many tracks?", "How many genres?"],
-                              chinook_db, seed=1, should_stop=lambda: True)
+    results = pooled.ask_many(
+        ["How many albums?", "How many artists?", "How many tracks?", "How many genres?"],
+        chinook_db,
+        seed=1,
+        should_stop=lambda: True,
+    )
     assert [r.stop for r in results] == ["cancelled"] * 4
     assert all(r.sql is None and r.error == "stopped by the user" for r in results)
-    assert [r.question for r in results] == ["How many albums?", "How many artists?", "How many tracks?",
-                                             "How many genres?"]
+    assert [r.question for r in results] == [
+        "How many albums?",
+        "How many artists?",
+        "How many tracks?",
+        "How many genres?",
+    ]
 
 
 def test_two_threads_ask_at_once(pooled, single, chinook_db, northwind_db):
     """Both episodes are under way together: each one's first round waits for the other's (a
     pool that ran them one after another would never let the barrier open)."""
-    jobs = {"a": ("Which customer spent the most?", chinook_db, 11),
-            "b": ("How many products are discontinued?", northwind_db, 12)}
+    jobs = {
+        "a": ("Which customer spent the most?", chinook_db, 11),
+        "b": ("How many products are discontinued?", northwind_db, 12),
+    }
     expected = {name: single.ask(q, db, seed=seed) for name, (q, db, seed) in jobs.items()}
     both_started = threading.Barrier(2, timeout=600)
     got: dict[str, EpisodeResult] = {}
@@ -202,11 +225,22 @@ def test_close_waits_for_the_running_asks_and_refuses_new_ones(tiny_gguf_fast, c
 def episode(sql: str | None, failed: int = 0, error: str | None = None) -> EpisodeResult:
     calls = [CallRecord("run_query", {"sql": "SELECT nope"}, False, "Error: no such column: nope")] * failed
     calls.append(CallRecord("run_query", {"sql": "SELECT 1"}, True, "1"))
-    return EpisodeResult(question="q", evidence=None, sql=sql, columns=[], rows=[], truncated=False, forced=False,
-                         fallback=False, answer=sql, rounds=[RoundRecord(1, "", calls)],
-                         stats=EpisodeStats(EpisodeFigures(rounds=1)),
-                         transcript="", stop="submitted" if sql else "final_answer",
-                         error=error if sql is None else None)
+    return EpisodeResult(
+        question="q",
+        evidence=None,
+        sql=sql,
+        columns=[],
+        rows=[],
+        truncated=False,
+        forced=False,
+        fallback=False,
+        answer=sql,
+        rounds=[RoundRecord(1, "", calls)],
+        stats=EpisodeStats(EpisodeFigures(rounds=1)),
+        transcript="",
+        stop="submitted" if sql else "final_answer",
+        error=error if sql is None else None,
+    )
 
 
 @pytest.fixture
@@ -221,13 +255,13 @@ def test_the_majority_result_set_wins(chinook):
     """Result sets compare as the evaluation scores them: row order, duplicates and the query's
     text do not matter, 1 equals 1.0, column names do not count."""
     results = [
-        episode("SELECT COUNT(*) FROM Genre"),                          # 25: group 0
-        episode("SELECT 1 UNION ALL SELECT 2", failed=1),               # {1, 2}: group 1
+        episode("SELECT COUNT(*) FROM Genre"),  # 25: group 0
+        episode("SELECT 1 UNION ALL SELECT 2", failed=1),  # {1, 2}: group 1
         episode("SELECT 2.0 AS b UNION ALL SELECT 1 UNION ALL SELECT 1"),  # {1, 2} again
         episode(None, error="no answer: the model gave none and no query ran without error"),
-        episode("SELECT nope FROM nowhere"),                            # fails now: no vote
-        episode("SELECT count(GenreId) FROM Genre"),                    # 25 again
-        episode("SELECT 1 UNION SELECT 2", failed=0),                   # {1, 2}: group 1 has 3
+        episode("SELECT nope FROM nowhere"),  # fails now: no vote
+        episode("SELECT count(GenreId) FROM Genre"),  # 25 again
+        episode("SELECT 1 UNION SELECT 2", failed=0),  # {1, 2}: group 1 has 3
     ]
     voted = choose(results, chinook)
     vote = voted.stats.to_json()["vote"]
@@ -295,7 +329,9 @@ def test_the_early_stop_never_changes_the_winner(chinook):
                 continue
             episodes = [episode(LABELS[a]) for a in answers]
             full = choose(episodes, chinook)
-            winner = None if not full.stats.to_json()["vote"]["voters"] else frozenset(map(tuple, _rows(chinook, full.sql)))
+            winner = (
+                None if not full.stats.to_json()["vote"]["voters"] else frozenset(map(tuple, _rows(chinook, full.sql)))
+            )
             for order in set(itertools.permutations(range(k))):
                 tally = Tally(k, chinook)
                 finished = [False] * k
@@ -319,8 +355,9 @@ def _rows(db: ReadOnlyDatabase, sql: str) -> list:
 
 def test_the_vote_line_says_how_many_were_stopped(chinook):
     voted = choose([episode("SELECT 1"), None, episode("SELECT 1"), episode(None), episode("SELECT 1")], chinook)
-    assert agreement_line(voted.stats.vote) == ("3 of 5 episodes agreed (1 without an answer that runs; "
-                                                   "1 stopped once the vote was decided)")
+    assert agreement_line(voted.stats.vote) == (
+        "3 of 5 episodes agreed (1 without an answer that runs; 1 stopped once the vote was decided)"
+    )
 
 
 def test_a_cancel_stops_every_episode_of_a_vote(pooled, chinook_db):
@@ -339,8 +376,15 @@ def test_a_cancel_stops_every_episode_of_a_vote(pooled, chinook_db):
 
 # ---- a vote of the trained fixture -----------------------------------------------------------------
 
-TRAINED_BUDGET = Budget(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
-                        max_name_chars=32, max_final_sql_tokens=40, max_calls_per_turn=2)
+TRAINED_BUDGET = Budget(
+    max_tokens=4096,
+    max_think_tokens=24,
+    max_final_think_tokens=12,
+    max_sql_chars=96,
+    max_name_chars=32,
+    max_final_sql_tokens=40,
+    max_calls_per_turn=2,
+)
 VOTE_K = 4
 VOTE_SEED = 33  # today: three episodes ask PlaylistTrack's largest TrackId, one counts one row (3 of 4 agree)
 VOTE_QUESTION = "Which customer spent the most money?"
@@ -357,8 +401,7 @@ def rows_of(db: Path, sql: str) -> frozenset | None:
 
 def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf, chinook_db):
     before = sha256(chinook_db)
-    with edge_sql.Agent(tiny_trained_gguf, budget=TRAINED_BUDGET, parallel=VOTE_K,
-                        **{**LOAD, "n_ctx": 4096}) as agent:
+    with edge_sql.Agent(tiny_trained_gguf, budget=TRAINED_BUDGET, parallel=VOTE_K, **{**LOAD, "n_ctx": 4096}) as agent:
         episodes = agent.ask_many([Ask(VOTE_QUESTION, seed=VOTE_SEED + i) for i in range(VOTE_K)], chinook_db)
         voted = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED, early_stop=False)
         early = agent.ask(VOTE_QUESTION, chinook_db, vote=VOTE_K, seed=VOTE_SEED)
@@ -391,8 +434,9 @@ def test_a_vote_of_trained_episodes_answers_with_the_majority(tiny_trained_gguf,
     assert sha256(chinook_db) == before
 
 
-def test_a_vote_then_a_single_run_load_each_others_saved_prompt_state(tiny_gguf_fast, chinook_db, tmp_path,
-                                                                     monkeypatch):
+def test_a_vote_then_a_single_run_load_each_others_saved_prompt_state(
+    tiny_gguf_fast, chinook_db, tmp_path, monkeypatch
+):
     """Issue 40, bug 5: `run --vote 3` noted three times that the saved prompt state did not
     load, and the next plain run once more. One saved state per prompt now loads in both."""
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
@@ -410,6 +454,8 @@ def test_a_vote_then_a_single_run_load_each_others_saved_prompt_state(tiny_gguf_
         single.ask("How many albums?", chinook_db, seed=1)  # saves it again, alone
     with edge_sql.Agent(tiny_gguf_fast, budget=SMALL, parallel=3, **load) as voter:
         voted = voter.ask("How many albums?", chinook_db, vote=3, seed=1, early_stop=False)
-    assert voted.stats.to_json()["prefix_tokens_restored"] >= alone.stats.to_json()["prefix_tokens_restored"]  # or the whole opening
+    assert (
+        voted.stats.to_json()["prefix_tokens_restored"] >= alone.stats.to_json()["prefix_tokens_restored"]
+    )  # or the whole opening
     assert not [n for n in notes if "did not load" in n or "ignoring" in n], notes
     assert len(list((tmp_path / "home").rglob("*.state"))) == 1

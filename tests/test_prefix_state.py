@@ -58,7 +58,8 @@ def _same(a, b) -> None:
 
 
 def test_restored_prefix_gives_the_logits_of_a_fresh_evaluation_in_memory_and_from_disk(
-        tiny_gguf: Path, tmp_path: Path) -> None:
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
     cache = tmp_path / "states"
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(cache)) as session:
         prefix, own = _opening(session)
@@ -93,8 +94,7 @@ def test_a_different_question_after_the_restored_prefix(tiny_gguf: Path, tmp_pat
     _same(restored, _fresh(tiny_gguf, prefix, other))
 
 
-def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
-        tiny_gguf: Path, tmp_path: Path) -> None:
+def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(tiny_gguf: Path, tmp_path: Path) -> None:
     cache = tmp_path / "states"
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(cache)) as session:
         prefix, own = _opening(session)
@@ -122,7 +122,8 @@ def test_a_changed_template_model_file_or_setting_never_reuses_a_stale_state(
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
 def test_a_corrupt_or_truncated_state_file_is_ignored_with_a_note_and_rebuilt(
-        tiny_gguf: Path, tmp_path: Path, damage: str) -> None:
+    tiny_gguf: Path, tmp_path: Path, damage: str
+) -> None:
     with Session(tiny_gguf, **ARGS, prefix_cache=PrefixCache(tmp_path)) as session:
         prefix, own = _opening(session)
         reference = _cached_run(session, prefix, own)
@@ -180,11 +181,15 @@ def test_the_key_hashes_the_options_a_state_depends_on(tmp_path: Path) -> None:
     base = SessionOptions(n_ctx=2048, n_threads=1)
     key = prefix_key(model, base, "CPU", [1, 2, 3])
     # what the model loads or how it drafts leaves the context's state as it is
-    assert prefix_key(model, SessionOptions(n_ctx=2048, n_threads=1, mtp=True, speculate="auto"), "CPU",
-                      [1, 2, 3]) == key
-    for other in (SessionOptions(n_ctx=1024, n_threads=1), SessionOptions(n_ctx=2048, n_threads=2),
-                  SessionOptions(n_ctx=2048, n_threads=1, flash_attn=False),
-                  SessionOptions(n_ctx=2048, n_threads=1, draft_max=4)):
+    assert (
+        prefix_key(model, SessionOptions(n_ctx=2048, n_threads=1, mtp=True, speculate="auto"), "CPU", [1, 2, 3]) == key
+    )
+    for other in (
+        SessionOptions(n_ctx=1024, n_threads=1),
+        SessionOptions(n_ctx=2048, n_threads=2),
+        SessionOptions(n_ctx=2048, n_threads=1, flash_attn=False),
+        SessionOptions(n_ctx=2048, n_threads=1, draft_max=4),
+    ):
         assert prefix_key(model, other, "CPU", [1, 2, 3]) != key, other
     assert prefix_key(model, base, "CUDA", [1, 2, 3]) != key
     assert prefix_key(model, base, "CPU", [1, 2, 4]) != key
@@ -257,6 +262,7 @@ def test_sessions_starting_together_evaluate_a_shared_opening_once(tiny_gguf: Pa
     reference = _fresh(tiny_gguf, prefix, own)
     runs: dict[int, tuple] = {}
     with open_sessions(tiny_gguf, None, 3, **ARGS, prefix_cache=PrefixCache()) as group:
+
         def episode(i: int, session: Session) -> None:
             session.shared_prefix(prefix, opening=prefix + own)
             session.eval(prefix + own)

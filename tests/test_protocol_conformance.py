@@ -42,10 +42,14 @@ def _call_params(tools: set[str] | None = None) -> list:
             if call["tool"] == "answer":  # the forced final turn's SQL: see the final-rows test
                 continue
             if tools is None or call["tool"] in tools:
-                params.append(pytest.param(
-                    ep["id"], r_index, c_index,
-                    id=f"{ep['id']}-r{r_index + 1}c{c_index + 1}-{call['tool']}",
-                ))
+                params.append(
+                    pytest.param(
+                        ep["id"],
+                        r_index,
+                        c_index,
+                        id=f"{ep['id']}-r{r_index + 1}c{c_index + 1}-{call['tool']}",
+                    )
+                )
     return params
 
 
@@ -100,7 +104,8 @@ def test_published_call_gives_the_published_output(toolboxes, episode_id, r_inde
             problems = compare_to_published(result.output, call["out"])
             assert not problems, (
                 f"{call['tool']}({call['args']}), call {repeat + 1}/{call['n']}:\n"
-                + "\n".join(problems) + f"\n--- ours ---\n{result.output}"
+                + "\n".join(problems)
+                + f"\n--- ours ---\n{result.output}"
             )
 
 

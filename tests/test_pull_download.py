@@ -66,11 +66,7 @@ def test_download_fetches_only_the_checkpoint_files_into_the_hf_cache_layout(
     snapshot = _download(hub, tmp_path / "cache")
     commit = hub.repos[REPO].commit
     storage = tmp_path / "cache" / "models--owner--dummy-model"
-    assert (
-        snapshot.folder == storage / "snapshots" / commit
-        and snapshot.commit == commit
-        and snapshot.repo == REPO
-    )
+    assert snapshot.folder == storage / "snapshots" / commit and snapshot.commit == commit and snapshot.repo == REPO
     assert (storage / "refs" / "main").read_text() == commit
     assert sorted(p.name for p in snapshot.folder.iterdir()) == sorted(
         [
@@ -134,9 +130,7 @@ def test_a_cached_snapshot_needs_no_file_requests(hub: HubStandin, tmp_path: Pat
     ]
 
 
-def test_a_commit_id_revision_works_and_a_wrong_revision_is_a_clear_error(
-    hub: HubStandin, tmp_path: Path
-) -> None:
+def test_a_commit_id_revision_works_and_a_wrong_revision_is_a_clear_error(hub: HubStandin, tmp_path: Path) -> None:
     commit = hub.repos[REPO].commit
     assert _download(hub, tmp_path / "cache", revision=commit).commit == commit
     with pytest.raises(HubError, match=f"{REPO} has no revision 'v9' on {hub.endpoint}"):
@@ -163,9 +157,7 @@ def test_no_hub_listening_gives_the_offline_message(tmp_path: Path) -> None:
     assert "Error" not in message and "Exception" not in message  # no class names
 
 
-def test_when_the_hub_is_unreachable_a_complete_cached_snapshot_is_used(
-    dummy_checkpoint: Path, tmp_path: Path
-) -> None:
+def test_when_the_hub_is_unreachable_a_complete_cached_snapshot_is_used(dummy_checkpoint: Path, tmp_path: Path) -> None:
     with HubStandin() as hub:
         hub.add_repo(REPO, dummy_checkpoint)
         first = download_checkpoint(REPO, cache_dir=tmp_path / "cache", endpoint=hub.endpoint)

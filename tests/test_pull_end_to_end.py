@@ -76,9 +76,7 @@ def setup(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
         run = edge_sql(
             ["pull", "--quant", "Q8_0"], hf_home=root / "hf", store_home=root / "store", endpoint=hub.endpoint
         )
-        yield Setup(
-            hub, root / "hf", ModelStore(root / "store"), tiny_checkpoint, run, biggest, sizes[biggest] // 2
-        )
+        yield Setup(hub, root / "hf", ModelStore(root / "store"), tiny_checkpoint, run, biggest, sizes[biggest] // 2)
 
 
 @pytest.fixture(autouse=True)

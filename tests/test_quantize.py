@@ -22,8 +22,15 @@ PROMPT = "<|im_start|>user\nHow many customers live in Berlin?<|im_end|>\n<|im_s
 # storage type of the bulk of the 2-D block weights for each plain type (K-quant mixes use
 # a higher type for some tensors, e.g. Q6_K for half the ffn_down in Q4_K_M)
 MAIN_STORAGE = {
-    "Q8_0": "Q8_0", "Q6_K": "Q6_K", "Q5_K_M": "Q5_K", "Q4_K_M": "Q4_K", "Q4_0": "Q4_0",
-    "IQ4_XS": "IQ4_XS", "Q3_K_M": "Q3_K", "F16": "F16", "BF16": "BF16",
+    "Q8_0": "Q8_0",
+    "Q6_K": "Q6_K",
+    "Q5_K_M": "Q5_K",
+    "Q4_K_M": "Q4_K",
+    "Q4_0": "Q4_0",
+    "IQ4_XS": "IQ4_XS",
+    "Q3_K_M": "Q3_K",
+    "F16": "F16",
+    "BF16": "BF16",
 }
 # relative RMS error of the logits against the BF16 GGUF's, per type (measured well below)
 # Relative RMS error of the next-token logits against the BF16 GGUF's, per base type. Measured

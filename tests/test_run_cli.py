@@ -18,9 +18,27 @@ from click.testing import CliRunner
 from edge_sql.cli import main
 from edge_sql.commands.run import EXIT_NO_ANSWER
 
-SMALL = ["--no-tune", "--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2", "--max-rounds", "3",
-         "--budget", "max_sql_chars=24", "--budget", "max_name_chars=16", "--budget", "max_final_sql_tokens=24",
-         "--budget", "min_string_chars=8"]
+SMALL = [
+    "--no-tune",
+    "--threads",
+    "1",
+    "--ctx",
+    "2048",
+    "--think-tokens",
+    "8",
+    "--calls-per-turn",
+    "2",
+    "--max-rounds",
+    "3",
+    "--budget",
+    "max_sql_chars=24",
+    "--budget",
+    "max_name_chars=16",
+    "--budget",
+    "max_final_sql_tokens=24",
+    "--budget",
+    "min_string_chars=8",
+]
 JSON_FIELDS = {"sql", "columns", "rows", "forced", "fallback", "rounds", "stats", "stop", "error"}
 STATS_FIELDS = {"prompt_tokens_evaluated", "generated_tokens", "transcript_tokens", "wall_s", "decode_tok_s"}
 
@@ -35,8 +53,18 @@ def exit_code_for(answer: dict) -> int:
 
 
 def test_question_json_prints_one_object_with_every_field(tiny_gguf_fast, chinook_db):
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
-                 "--seed", "5", *SMALL)
+    result = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--json",
+        "--seed",
+        "5",
+        *SMALL,
+    )
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, result.output
     data = json.loads(lines[0])
@@ -48,13 +76,24 @@ def test_question_json_prints_one_object_with_every_field(tiny_gguf_fast, chinoo
         for call in round_["calls"]:
             assert {"tool", "args", "ok", "output"} <= set(call)
     stats = data["stats"]
-    assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
-                                          + stats["prefix_tokens_restored"])
+    assert stats["transcript_tokens"] == (
+        stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + stats["prefix_tokens_restored"]
+    )
 
 
 def test_live_view_and_trace(tiny_gguf_fast, northwind_db):
-    result = run("--db", str(northwind_db), "--model", str(tiny_gguf_fast), "--question", "How many orders?", "--trace",
-                 "--seed", "9", *SMALL)
+    result = run(
+        "--db",
+        str(northwind_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many orders?",
+        "--trace",
+        "--seed",
+        "9",
+        *SMALL,
+    )
     out = result.stdout
     assert result.exit_code == (0 if "\nSQL: " in out else EXIT_NO_ANSWER), result.output
     assert out.startswith("round 1\n")
@@ -65,8 +104,18 @@ def test_live_view_and_trace(tiny_gguf_fast, northwind_db):
 
 def test_no_answer_exits_3_and_shows_the_failing_sql_and_the_stats(tiny_gguf_fast, chinook_db):
     """The random fixture model's final answers never run (seed 5: a syntax error)."""
-    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "5",
-            "--greedy", *SMALL]
+    args = [
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--seed",
+        "5",
+        "--greedy",
+        *SMALL,
+    ]
     as_json = run(*args, "--json")
     data = json.loads(as_json.stdout)
     assert data["sql"] is None and data["answer"] and data["error"].startswith("the answer failed to run: ")
@@ -74,8 +123,12 @@ def test_no_answer_exits_3_and_shows_the_failing_sql_and_the_stats(tiny_gguf_fas
     live = run(*args)
     assert live.exit_code == EXIT_NO_ANSWER
     tail = live.stdout.split("final answer (forced)\n", 1)[1].splitlines()
-    assert tail[:4] == ["(forced final answer: tool rounds used up)", f"SQL (did not run): {data['answer']}",
-                        f"no answer: {data['error']}", tail[3]]
+    assert tail[:4] == [
+        "(forced final answer: tool rounds used up)",
+        f"SQL (did not run): {data['answer']}",
+        f"no answer: {data['error']}",
+        tail[3],
+    ]
     assert re.fullmatch(r"\(no result; 3 rounds, \d+ calls?; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s\)", tail[3])
     assert "3    --question ended with no answer" in run("--help").stdout
 
@@ -84,12 +137,27 @@ def test_prompt_file_replaces_the_template(tiny_gguf_fast, chinook_db, tmp_path)
     from edge_sql.agent.prompt import DEFAULT_PROMPT_FILE
 
     custom = tmp_path / "mine.toml"
-    custom.write_text(DEFAULT_PROMPT_FILE.read_text(encoding="utf-8")
-                      .replace('version = "sqale-v2"', 'version = "mine-1"')
-                      .replace('user_template = "{question}{evidence}"',
-                               'user_template = "Please answer: {question}{evidence}"'), encoding="utf-8")
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
-                 "--trace", "--prompt-file", str(custom), "--seed", "4", *SMALL)
+    custom.write_text(
+        DEFAULT_PROMPT_FILE.read_text(encoding="utf-8")
+        .replace('version = "sqale-v2"', 'version = "mine-1"')
+        .replace('user_template = "{question}{evidence}"', 'user_template = "Please answer: {question}{evidence}"'),
+        encoding="utf-8",
+    )
+    result = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--json",
+        "--trace",
+        "--prompt-file",
+        str(custom),
+        "--seed",
+        "4",
+        *SMALL,
+    )
     data = json.loads(result.stdout)
     assert result.exit_code == exit_code_for(data), result.output
     assert data["prompt_version"] == "mine-1"
@@ -97,8 +165,17 @@ def test_prompt_file_replaces_the_template(tiny_gguf_fast, chinook_db, tmp_path)
 
 
 def test_interactive_prompt_answers_until_exit(tiny_gguf_fast, chinook_db):
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--json", "--seed", "1", *SMALL,
-                 input="How many albums?\nHow many artists?\nexit\nnever asked\n")
+    result = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--json",
+        "--seed",
+        "1",
+        *SMALL,
+        input="How many albums?\nHow many artists?\nexit\nnever asked\n",
+    )
     assert result.exit_code == 0, result.output
     answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
@@ -163,16 +240,40 @@ def test_bad_input_exits_non_zero_with_one_line(case, message, tmp_path, chinook
         assert "loading" not in result.stderr  # refused before the model loads
 
 
-@pytest.mark.parametrize(("signum", "code", "says"), [
-    (signal.SIGINT, 130, "stopped"), (signal.SIGTERM, 143, "stopped: terminated by SIGTERM"),
-    (signal.SIGHUP, 129, "stopped: terminated by SIGHUP"),
-])
+@pytest.mark.parametrize(
+    ("signum", "code", "says"),
+    [
+        (signal.SIGINT, 130, "stopped"),
+        (signal.SIGTERM, 143, "stopped: terminated by SIGTERM"),
+        (signal.SIGHUP, 129, "stopped: terminated by SIGHUP"),
+    ],
+)
 def test_a_signal_stops_the_episode_cleanly(tiny_gguf_fast, chinook_db, signum, code, says):
     """A real process: SIGINT during the episode ends it with status 130, SIGTERM and SIGHUP with
     128 + N (as docs/architecture.md says), each with no traceback."""
-    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db), "--model", str(tiny_gguf_fast),
-            "--question", "How many albums?", "--seed", "2", "--threads", "1", "--ctx", "4096",
-            "--think-tokens", "2000", "--budget", "max_tokens=4096", "--no-tune"]
+    args = [
+        sys.executable,
+        "-c",
+        "from edge_sql.cli import main; main()",
+        "run",
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--seed",
+        "2",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--think-tokens",
+        "2000",
+        "--budget",
+        "max_tokens=4096",
+        "--no-tune",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
@@ -187,23 +288,48 @@ def test_a_signal_stops_the_episode_cleanly(tiny_gguf_fast, chinook_db, signum, 
     assert "Traceback" not in err
 
 
-def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(tiny_gguf_fast, chinook_db, tmp_path, monkeypatch):
+def test_first_run_calibrates_then_reuses_its_settings_and_prompt_state(
+    tiny_gguf_fast, chinook_db, tmp_path, monkeypatch
+):
     """Tuning on (the default): the first run calibrates with a progress line, the next reuses it."""
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
     tuned = [arg for arg in SMALL if arg != "--no-tune"]
-    first = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
-                "--seed", "5", *tuned)
+    first = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--json",
+        "--seed",
+        "5",
+        *tuned,
+    )
     answer = json.loads(first.stdout.strip().splitlines()[-1])
     assert first.exit_code == exit_code_for(answer), first.output
-    assert "quick calibration" in first.stderr and f"calibrating {tiny_gguf_fast.name}: timing setting 1 of " in first.stderr
+    assert (
+        "quick calibration" in first.stderr
+        and f"calibrating {tiny_gguf_fast.name}: timing setting 1 of " in first.stderr
+    )
     stats = answer["stats"]
     assert stats["tuning"] == "calibrated" and stats["llama_settings"].startswith("flash_attn=")
     assert "n_threads=1" in stats["llama_settings"]  # --threads wins over the calibrated count
     assert stats["prefix_tokens_restored"] == 0  # nothing saved yet: evaluated, then saved to disk
     assert list((tmp_path / "home" / "prefix-states").glob("*.state"))
 
-    second = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--json",
-                 "--seed", "5", *tuned)
+    second = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--json",
+        "--seed",
+        "5",
+        *tuned,
+    )
     answer_again = json.loads(second.stdout.strip().splitlines()[-1])
     assert second.exit_code == exit_code_for(answer_again), second.output
     assert "calibrating" not in second.stderr and "settings (cached)" in second.stderr
@@ -222,33 +348,49 @@ def test_context_and_episode_ranges_agree_across_commands(command):
     for option in ("--ctx", "--episode-tokens"):
         below = CliRunner().invoke(main, [command, option, str(MIN_CONTEXT_TOKENS - 1)])
         assert below.exit_code == 2, below.output
-        assert f"Invalid value for '{option}': {MIN_CONTEXT_TOKENS - 1} is not in the range x>={MIN_CONTEXT_TOKENS}." \
+        assert (
+            f"Invalid value for '{option}': {MIN_CONTEXT_TOKENS - 1} is not in the range x>={MIN_CONTEXT_TOKENS}."
             in below.output
+        )
 
 
-@pytest.mark.parametrize(("items", "message"), [
-    (["--budget", "max_sql_chars=-1"], "max_sql_chars=-1 is out of range (at least 1)"),
-    (["--budget", "min_think_tokens=500", "--think-tokens", "8"],
-     "min_think_tokens=500 is above max_think_tokens=8: a minimum must not exceed its maximum "
-     "(--think-tokens sets max_think_tokens)"),
-])
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (["--budget", "max_sql_chars=-1"], "max_sql_chars=-1 is out of range (at least 1)"),
+        (
+            ["--budget", "min_think_tokens=500", "--think-tokens", "8"],
+            "min_think_tokens=500 is above max_think_tokens=8: a minimum must not exceed its maximum "
+            "(--think-tokens sets max_think_tokens)",
+        ),
+    ],
+)
 def test_budget_values_are_refused_with_what_is_wrong(items, message, tmp_path):
     result = run("--db", str(tmp_path / "never-opened.sqlite"), *items)
     assert result.exit_code == 2
     assert message in result.stderr and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize(("room", "names"), [
-    (["--ctx", "1024"], "in the 1024-token context; use a larger context (--ctx, n_ctx), up to the episode's 12288"),
-    (["--ctx", "32768", "--episode-tokens", "1024"],
-     "in the 1024-token episode budget; raise --episode-tokens (Budget.max_tokens), up to the context's 32768"),
-    (["--ctx", "1024", "--episode-tokens", "1024"],
-     "in the 1024-token context and episode budget; raise both --ctx and --episode-tokens (n_ctx, Budget.max_tokens)"),
-])
+@pytest.mark.parametrize(
+    ("room", "names"),
+    [
+        (
+            ["--ctx", "1024"],
+            "in the 1024-token context; use a larger context (--ctx, n_ctx), up to the episode's 12288",
+        ),
+        (
+            ["--ctx", "32768", "--episode-tokens", "1024"],
+            "in the 1024-token episode budget; raise --episode-tokens (Budget.max_tokens), up to the context's 32768",
+        ),
+        (
+            ["--ctx", "1024", "--episode-tokens", "1024"],
+            "in the 1024-token context and episode budget; raise both --ctx and --episode-tokens (n_ctx, Budget.max_tokens)",
+        ),
+    ],
+)
 def test_a_question_over_the_room_names_the_option_that_binds(room, names, tiny_gguf_fast, chinook_db):
     long_question = "How many albums are there, counting every album of every artist? " * 60
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", long_question,
-                 *SMALL, *room)
+    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", long_question, *SMALL, *room)
     assert result.exit_code == 1
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: the prompt and question need about ") and error.endswith(names), error
@@ -257,8 +399,19 @@ def test_a_question_over_the_room_names_the_option_that_binds(room, names, tiny_
 def test_vote_runs_k_episodes_and_says_how_many_agreed(tiny_gguf_fast, chinook_db):
     """`--vote 2`: two sampled episodes (seeds 3 and 4) at once, each listed with its group, then
     the agreement line; the random fixture's answers never run, so no episode votes."""
-    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "3",
-            "--vote", "2", *SMALL]
+    args = [
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--seed",
+        "3",
+        "--vote",
+        "2",
+        *SMALL,
+    ]
     as_json = run(*args, "--json")
     data = json.loads(as_json.stdout)
     assert as_json.exit_code == exit_code_for(data), as_json.output
@@ -270,8 +423,11 @@ def test_vote_runs_k_episodes_and_says_how_many_agreed(tiny_gguf_fast, chinook_d
     lines = live.stdout.splitlines()
     assert lines[0] == "voting: 2 sampled episodes at once"
     assert lines[1].startswith("* episode 1 (seed 3, ") and lines[2].startswith("  episode 2 (seed 4, ")
-    assert re.fullmatch(r"0 of 2 episodes agreed \(2 without an answer that runs\); the answer is episode 1's "
-                        r"\([\d.]+ s for all 2\)", lines[3]), lines[3]
+    assert re.fullmatch(
+        r"0 of 2 episodes agreed \(2 without an answer that runs\); the answer is episode 1's "
+        r"\([\d.]+ s for all 2\)",
+        lines[3],
+    ), lines[3]
     assert "round 1" not in live.stdout  # two episodes' rounds would interleave: not shown
 
 
@@ -281,15 +437,37 @@ def test_vote_refuses_greedy_and_a_question_over_the_room(tiny_gguf_fast, chinoo
     assert "--vote samples K episodes and --greedy would make them all the same" in greedy.stderr
     assert run("--db", str(chinook_db), "--vote", "1").exit_code == 2
     long_question = "How many albums are there, counting every album of every artist? " * 60
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", long_question, "--vote", "2",
-                 *SMALL, "--ctx", "1024")
+    result = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        long_question,
+        "--vote",
+        "2",
+        *SMALL,
+        "--ctx",
+        "1024",
+    )
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines()[-1].startswith("Error: the prompt and question need about ")
 
 
 def test_the_interactive_prompt_votes_on_every_question(tiny_gguf_fast, chinook_db):
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--json", "--seed", "1", "--vote", "2",
-                 *SMALL, input="How many albums?\nHow many artists?\n")
+    result = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--json",
+        "--seed",
+        "1",
+        "--vote",
+        "2",
+        *SMALL,
+        input="How many albums?\nHow many artists?\n",
+    )
     assert result.exit_code == 0, result.output
     answers = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert [a["question"] for a in answers] == ["How many albums?", "How many artists?"]
@@ -299,9 +477,31 @@ def test_the_interactive_prompt_votes_on_every_question(tiny_gguf_fast, chinook_
 
 def test_ctrl_c_stops_every_episode_of_a_vote(tiny_gguf_fast, chinook_db):
     """A real process: SIGINT while two episodes think stops both and exits 130, no traceback."""
-    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db),
-            "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "2", "--vote", "2",
-            "--threads", "1", "--ctx", "4096", "--think-tokens", "2000", "--budget", "max_tokens=4096", "--no-tune"]
+    args = [
+        sys.executable,
+        "-c",
+        "from edge_sql.cli import main; main()",
+        "run",
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--seed",
+        "2",
+        "--vote",
+        "2",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--think-tokens",
+        "2000",
+        "--budget",
+        "max_tokens=4096",
+        "--no-tune",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert process.stdout.readline() == "voting: 2 sampled episodes at once\n"
@@ -352,8 +552,18 @@ STATUS = re.compile(rb"\r\x1b\[2K(round \d+): (\d+) tokens?, [\d.]+ tok/s, \d+ s
 def test_a_terminal_sees_a_live_status_line_that_is_gone_when_the_answer_prints(tiny_gguf_fast, chinook_db, as_json):
     """stderr a real pty: round, tokens, tok/s and elapsed redrawn in place, erased before the
     answer; stdout (a pipe) gets the rounds and the answer only, `--json` one object."""
-    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "3",
-            *SMALL, *(["--json"] if as_json else [])]
+    args = [
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--seed",
+        "3",
+        *SMALL,
+        *(["--json"] if as_json else []),
+    ]
     code, out, err = _run_process(args, stderr_terminal=True)
     assert code in (0, EXIT_NO_ANSWER), (out, err)
     shown = STATUS.findall(err)
@@ -368,8 +578,17 @@ def test_a_terminal_sees_a_live_status_line_that_is_gone_when_the_answer_prints(
 
 
 def test_no_status_line_when_stderr_is_not_a_terminal(tiny_gguf_fast, chinook_db):
-    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", "--seed", "3",
-            *SMALL]
+    args = [
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--question",
+        "How many albums?",
+        "--seed",
+        "3",
+        *SMALL,
+    ]
     code, out, err = _run_process(args, stderr_terminal=False)
     assert code in (0, EXIT_NO_ANSWER), (out, err)
     assert b"\x1b" not in err and b"\r" not in err and not STATUS.search(err) and b"tok/s," not in err
@@ -377,8 +596,16 @@ def test_no_status_line_when_stderr_is_not_a_terminal(tiny_gguf_fast, chinook_db
 
 
 def test_questions_from_a_pipe_print_each_answer_after_its_question(tiny_gguf_fast, chinook_db):
-    result = run("--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--seed", "1", *SMALL,
-                 input="How many albums?\nHow many artists?\n")
+    result = run(
+        "--db",
+        str(chinook_db),
+        "--model",
+        str(tiny_gguf_fast),
+        "--seed",
+        "1",
+        *SMALL,
+        input="How many albums?\nHow many artists?\n",
+    )
     assert result.exit_code == 0, result.output
     blocks = result.stdout.split("question: ")
     assert blocks[0] == "" and [b.splitlines()[0] for b in blocks[1:]] == ["How many albums?", "How many artists?"]
@@ -408,7 +635,10 @@ def test_the_status_line_says_what_it_waits_for_before_the_first_round(monkeypat
             stream.write("a line\n")
         status.update()  # redrawn below the line
     shown = stream.getvalue()
-    assert re.fullmatch(r"\r\x1b\[2Kvoting \(4 episodes\), \d+ s"
-                        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2Ka line\n"
-                        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2K", shown), shown
+    assert re.fullmatch(
+        r"\r\x1b\[2Kvoting \(4 episodes\), \d+ s"
+        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2Ka line\n"
+        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2K",
+        shown,
+    ), shown
     assert not StatusLine(io.StringIO()).enabled  # not a terminal: nothing is drawn

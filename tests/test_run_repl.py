@@ -14,9 +14,27 @@ import pytest
 from terminal import Terminal
 
 PROMPT = "edge-sql> "
-SMALL = ["--no-tune", "--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2", "--max-rounds", "2",
-         "--budget", "max_sql_chars=24", "--budget", "max_name_chars=16", "--budget", "max_final_sql_tokens=24",
-         "--budget", "min_string_chars=8"]
+SMALL = [
+    "--no-tune",
+    "--threads",
+    "1",
+    "--ctx",
+    "2048",
+    "--think-tokens",
+    "8",
+    "--calls-per-turn",
+    "2",
+    "--max-rounds",
+    "2",
+    "--budget",
+    "max_sql_chars=24",
+    "--budget",
+    "max_name_chars=16",
+    "--budget",
+    "max_final_sql_tokens=24",
+    "--budget",
+    "min_string_chars=8",
+]
 UP, LEFT, KILL_LINE = "\x1b[A", "\x1b[D", "\x15"
 
 
@@ -27,8 +45,20 @@ def repl(tiny_gguf_fast: Path, chinook_db: Path, tmp_path: Path):
     env = {**os.environ, "EDGE_SQL_HOME": str(tmp_path / "home"), "TERM": "xterm", "PYTHONUNBUFFERED": "1"}
 
     def start(*options: str) -> Terminal:
-        terminal = Terminal([sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db),
-                             "--model", str(tiny_gguf_fast), *options], env)
+        terminal = Terminal(
+            [
+                sys.executable,
+                "-c",
+                "from edge_sql.cli import main; main()",
+                "run",
+                "--db",
+                str(chinook_db),
+                "--model",
+                str(tiny_gguf_fast),
+                *options,
+            ],
+            env,
+        )
         started.append(terminal)
         terminal.wait_for(PROMPT)
         return terminal
@@ -41,7 +71,7 @@ def repl(tiny_gguf_fast: Path, chinook_db: Path, tmp_path: Path):
 def _after(lines: list[str], line: str) -> list[str]:
     """The screen's lines after the last one equal to `line`."""
     index = len(lines) - 1 - lines[::-1].index(line)
-    return lines[index + 1:]
+    return lines[index + 1 :]
 
 
 def test_arrow_keys_edit_the_line_and_recall_questions_kept_in_the_store(repl, tmp_path):
@@ -78,8 +108,19 @@ def test_a_question_too_long_for_the_episode_prints_the_error_and_returns_to_the
 
 
 def test_ctrl_c_stops_the_question_with_one_clean_line(repl):
-    terminal = repl("--no-tune", "--threads", "1", "--ctx", "4096", "--think-tokens", "2000",
-                    "--budget", "max_tokens=4096", "--seed", "2")
+    terminal = repl(
+        "--no-tune",
+        "--threads",
+        "1",
+        "--ctx",
+        "4096",
+        "--think-tokens",
+        "2000",
+        "--budget",
+        "max_tokens=4096",
+        "--seed",
+        "2",
+    )
     terminal.send("How many albums?\r")
     terminal.wait_for("round 1")
     time.sleep(1.0)  # now inside a 2000-token think block

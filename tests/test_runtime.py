@@ -73,7 +73,7 @@ def test_info_reports_how_it_was_loaded(session: Session) -> None:
 
 
 def test_tokenize_round_trip(session: Session) -> None:
-    text = "SELECT \"Order Details\".\"UnitPrice\" FROM \"Order Details\" -- café ümlaut 表 ✓\n"
+    text = 'SELECT "Order Details"."UnitPrice" FROM "Order Details" -- café ümlaut 表 ✓\n'
     tokens = session.tokenize(text)
     assert session.detokenize(tokens) == text
     special = session.tokenize("<|im_start|>user")
@@ -91,7 +91,9 @@ def test_split_characters_stream_intact(session: Session) -> None:
         session.reset()
         session.eval(session.tokenize(_chat("Write a symbol.")))
         streamed: list[str] = []
-        completion = session.generate(grammar=grammar, params=SamplingParams(seed=seed), max_tokens=20, on_text=streamed.append)
+        completion = session.generate(
+            grammar=grammar, params=SamplingParams(seed=seed), max_tokens=20, on_text=streamed.append
+        )
         assert completion.text in (rare[0] * 2, rare[1] * 2)
         assert "".join(streamed) == completion.text and "\ufffd" not in "".join(streamed)
         assert all(streamed)
@@ -167,7 +169,9 @@ def test_stop_token_ends_the_turn(session: Session) -> None:
         session.reset()
         session.eval(session.tokenize(_chat("Hi")))
         grammar = "start: /[a-z]{0,2}/"  # accepting from the start: the stop token is allowed
-        completion = session.generate(grammar=grammar, params=SamplingParams(seed=seed, temperature=2.0), max_tokens=20, stop_tokens=end)
+        completion = session.generate(
+            grammar=grammar, params=SamplingParams(seed=seed, temperature=2.0), max_tokens=20, stop_tokens=end
+        )
         reasons.add(completion.stop_reason)
         assert re.fullmatch(r"[a-z]{0,2}", completion.text)
         if completion.stop_reason == "stop":
@@ -287,8 +291,9 @@ def test_options_are_resolved_once_and_given_as_a_record_or_as_keywords(smollm2_
 
     options = SessionOptions(n_ctx=256, n_threads=1)
     with Session(smollm2_gguf, options) as given, Session(smollm2_gguf, options, n_batch=32) as on_top:
-        assert given.options == SessionOptions(n_ctx=256, n_threads=1, n_gpu_layers=given.info.gpu_layers,
-                                               n_ubatch=256, draft_max=0)
+        assert given.options == SessionOptions(
+            n_ctx=256, n_threads=1, n_gpu_layers=given.info.gpu_layers, n_ubatch=256, draft_max=0
+        )
         assert (on_top.options.n_batch, on_top.options.n_ubatch) == (32, 32)  # ubatch at most n_batch
         assert on_top.info.n_ubatch == 32 and on_top.info.n_ctx == given.info.n_ctx == 256
     with pytest.raises(TypeError):

@@ -119,7 +119,11 @@ def test_shortcut_equals_full_masking(density: float, params: SamplingParams) ->
         if not allowed.any():
             continue
         fast, used_shortcut = sample_allowed(
-            logits, lambda ids, allowed=allowed: allowed[ids], lambda allowed=allowed: allowed, params, np.random.default_rng(seed)
+            logits,
+            lambda ids, allowed=allowed: allowed[ids],
+            lambda allowed=allowed: allowed,
+            params,
+            np.random.default_rng(seed),
         )
         slow = sample_masked_reference(logits, allowed, params, np.random.default_rng(seed))
         assert fast == slow

@@ -19,8 +19,24 @@ from serve_helpers import CLI, SMALL, ServerProcess, read_events, serve_command,
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 CHINOOK = DATA_DIR / "chinook" / "chinook.sqlite"
 NORTHWIND = DATA_DIR / "northwind" / "northwind.sqlite"
-RESULT_KEYS = {"question", "evidence", "sql", "columns", "rows", "truncated", "forced", "fallback", "answer", "stop",
-               "force_reason", "error", "rounds", "stats", "prompt_version", "checks"}
+RESULT_KEYS = {
+    "question",
+    "evidence",
+    "sql",
+    "columns",
+    "rows",
+    "truncated",
+    "forced",
+    "fallback",
+    "answer",
+    "stop",
+    "force_reason",
+    "error",
+    "rounds",
+    "stats",
+    "prompt_version",
+    "checks",
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +51,9 @@ def dbs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def server(tiny_gguf_fast, dbs, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve-log") / "server.log"
-    process = ServerProcess(serve_command(tiny_gguf_fast, dbs, *SMALL, "--port", "0", "--max-question", "300",
-                                          "--max-body", "4096"), log)
+    process = ServerProcess(
+        serve_command(tiny_gguf_fast, dbs, *SMALL, "--port", "0", "--max-question", "300", "--max-body", "4096"), log
+    )
     yield process
     assert process.stop() == 0, process.log()
 
@@ -66,8 +83,10 @@ def test_health_and_databases(server, tiny_gguf_fast, dbs):
     status, _, body = server.request("GET", "/v1/databases")
     assert status == 200
     with sqlite3.connect(dbs["northwind"]) as conn:
-        northwind_tables = {r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        northwind_tables = {
+            r[0]
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        }
     by_name = {entry["name"]: entry["tables"] for entry in body["databases"]}
     assert set(by_name) == {"chinook", "northwind"}
     assert set(by_name["northwind"]) == northwind_tables
@@ -78,13 +97,32 @@ def test_health_and_databases(server, tiny_gguf_fast, dbs):
 
 def test_ask_json_is_what_run_json_prints(server, tiny_gguf_fast, dbs):
     question = "How many albums are there?"
-    status, headers, answer = server.request("POST", "/v1/ask", {"question": question, "database": "chinook",
-                                                                 "seed": 5})
+    status, headers, answer = server.request(
+        "POST", "/v1/ask", {"question": question, "database": "chinook", "seed": 5}
+    )
     assert status == 200 and headers["content-type"] == "application/json", answer
     _check_answer(answer, question, dbs["chinook"])
-    run = subprocess.run([*CLI, "run", "--db", str(dbs["chinook"]), "--model", str(tiny_gguf_fast), *SMALL,
-                          "--budget", "max_result_rows=200", "--question", question, "--seed", "5", "--json"],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            *CLI,
+            "run",
+            "--db",
+            str(dbs["chinook"]),
+            "--model",
+            str(tiny_gguf_fast),
+            *SMALL,
+            "--budget",
+            "max_result_rows=200",
+            "--question",
+            question,
+            "--seed",
+            "5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == (0 if json.loads(run.stdout)["sql"] is not None else 3), run.stderr  # 3: no answer
     assert without_stats(json.loads(run.stdout)) == without_stats(answer)
     assert set(json.loads(run.stdout)["stats"]) == set(answer["stats"])
@@ -107,9 +145,11 @@ def test_ask_streams_rounds_calls_and_the_answer(server, dbs):
     _check_answer(answer, body["question"], dbs["chinook"])
     assert [data["round"] for name, data in events if name == "round"] == [r["index"] for r in answer["rounds"]]
     assert [(data["round"], data["think"]) for name, data in events if name == "think"] == [
-        (r["index"], r["think"]) for r in answer["rounds"]]
-    streamed_calls = [{k: v for k, v in data.items() if k not in ("round", "elapsed_s")}
-                      for name, data in events if name == "call"]
+        (r["index"], r["think"]) for r in answer["rounds"]
+    ]
+    streamed_calls = [
+        {k: v for k, v in data.items() if k not in ("round", "elapsed_s")} for name, data in events if name == "call"
+    ]
     assert streamed_calls == [call for r in answer["rounds"] for call in r["calls"]]
     assert ("forced" in names) == answer["forced"]
     writing = [data for name, data in events if name == "tokens"]  # the first as soon as the model writes
@@ -121,18 +161,25 @@ def test_ask_streams_rounds_calls_and_the_answer(server, dbs):
     assert status == 200 and without_stats(plain) == without_stats(answer)
 
 
-@pytest.mark.parametrize(("raw", "status", "message"), [
-    (b'{"question": "How many albums?", "database": "nope"}', 404, "unknown database 'nope'"),
-    (b"not json", 422, "not JSON"),
-    (b'["How many albums?", "chinook"]', 422, "JSON object"),
-    (b'{"database": "chinook"}', 422, "missing field 'question'"),
-    (b'{"question": "How many albums?", "database": "chinook", "seed": "x"}', 422, "'seed' has the wrong type"),
-    (b'{"question": "How many albums?", "database": "chinook", "seed": true}', 422, "'seed' has the wrong type"),
-    (b'{"question": "How many albums?", "database": "chinook", "path": "/etc/passwd"}', 422, "unknown field(s) 'path'"),
-    (b'{"question": "   ", "database": "chinook"}', 422, "question is empty"),
-    (json.dumps({"question": "x" * 301, "database": "chinook"}).encode(), 422, "301 characters; the limit is 300"),
-    (json.dumps({"question": "y", "database": "chinook", "evidence": "z" * 5000}).encode(), 413, "limit is 4096"),
-])
+@pytest.mark.parametrize(
+    ("raw", "status", "message"),
+    [
+        (b'{"question": "How many albums?", "database": "nope"}', 404, "unknown database 'nope'"),
+        (b"not json", 422, "not JSON"),
+        (b'["How many albums?", "chinook"]', 422, "JSON object"),
+        (b'{"database": "chinook"}', 422, "missing field 'question'"),
+        (b'{"question": "How many albums?", "database": "chinook", "seed": "x"}', 422, "'seed' has the wrong type"),
+        (b'{"question": "How many albums?", "database": "chinook", "seed": true}', 422, "'seed' has the wrong type"),
+        (
+            b'{"question": "How many albums?", "database": "chinook", "path": "/etc/passwd"}',
+            422,
+            "unknown field(s) 'path'",
+        ),
+        (b'{"question": "   ", "database": "chinook"}', 422, "question is empty"),
+        (json.dumps({"question": "x" * 301, "database": "chinook"}).encode(), 422, "301 characters; the limit is 300"),
+        (json.dumps({"question": "y", "database": "chinook", "evidence": "z" * 5000}).encode(), 413, "limit is 4096"),
+    ],
+)
 def test_bad_requests_get_clear_errors(server, raw, status, message):
     got, headers, body = server.request("POST", "/v1/ask", raw=raw)
     assert got == status and headers["content-type"] == "application/json"
@@ -141,8 +188,13 @@ def test_bad_requests_get_clear_errors(server, raw, status, message):
 
 def test_oversized_chunked_body_is_413(server):
     conn = server.connection()
-    conn.request("POST", "/v1/ask", body=iter([b'{"question": "', b"a" * 3000, b"b" * 3000, b'"}']),
-                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    conn.request(
+        "POST",
+        "/v1/ask",
+        body=iter([b'{"question": "', b"a" * 3000, b"b" * 3000, b'"}']),
+        headers={"Content-Type": "application/json"},
+        encode_chunked=True,
+    )
     response = conn.getresponse()
     assert response.status == 413 and "over the limit of 4096" in json.loads(response.read())["error"]
     conn.close()
@@ -156,8 +208,10 @@ def test_unknown_route_and_method(server):
 
 
 def test_two_concurrent_clients_get_complete_answers(server, dbs):
-    asks = {"a": ({"question": "Which artist has the most albums?", "database": "chinook", "seed": 21}, "chinook"),
-            "b": ({"question": "How many products are there?", "database": "northwind", "seed": 22}, "northwind")}
+    asks = {
+        "a": ({"question": "Which artist has the most albums?", "database": "chinook", "seed": 21}, "chinook"),
+        "b": ({"question": "How many products are there?", "database": "northwind", "seed": 22}, "northwind"),
+    }
     before = server.health()["queue"]["completed"]
     results: dict[str, tuple] = {}
 
@@ -208,11 +262,19 @@ def test_database_files_are_byte_identical_afterwards(server, dbs):
 
 
 def test_non_local_address_requires_a_token(tiny_gguf_fast, dbs, tmp_path):
-    refused = subprocess.run(serve_command(tiny_gguf_fast, dbs, "--host", "0.0.0.0", "--port", "0"),
-                             capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        serve_command(tiny_gguf_fast, dbs, "--host", "0.0.0.0", "--port", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "set --token" in refused.stderr
-    server = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": dbs["chinook"]}, *SMALL, "--host", "0.0.0.0",
-                                         "--port", "0", "--token", "s3cret"), tmp_path / "server.log")
+    server = ServerProcess(
+        serve_command(
+            tiny_gguf_fast, {"chinook": dbs["chinook"]}, *SMALL, "--host", "0.0.0.0", "--port", "0", "--token", "s3cret"
+        ),
+        tmp_path / "server.log",
+    )
     try:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
             status, got, body = server.request("GET", "/health", headers=headers)
@@ -222,7 +284,9 @@ def test_non_local_address_requires_a_token(tiny_gguf_fast, dbs, tmp_path):
         assert server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})[0] == 401
         status, _, body = server.request("GET", "/v1/databases", headers={"Authorization": "Bearer s3cret"})
         assert status == 200 and body["databases"][0]["name"] == "chinook"
-        assert server.request("GET", "/health", headers={"Authorization": "Bearer s3cret"})[2]["queue"]["completed"] == 0
+        assert (
+            server.request("GET", "/health", headers={"Authorization": "Bearer s3cret"})[2]["queue"]["completed"] == 0
+        )
     finally:
         assert server.stop() == 0, server.log()
 
@@ -235,18 +299,37 @@ def test_queue_full_timeout_and_disconnect(tiny_gguf_fast, dbs, tmp_path):
     streaming client disconnects and its episode stops."""
     # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens
     long_episode = ["--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000", "--no-tune"]
-    server = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": dbs["chinook"]}, *long_episode, "--port", "0",
-                                         "--queue-size", "1", "--queue-timeout", "1.5"), tmp_path / "server.log")
+    server = ServerProcess(
+        serve_command(
+            tiny_gguf_fast,
+            {"chinook": dbs["chinook"]},
+            *long_episode,
+            "--port",
+            "0",
+            "--queue-size",
+            "1",
+            "--queue-timeout",
+            "1.5",
+        ),
+        tmp_path / "server.log",
+    )
     try:
         stream = server.connection()
-        stream.request("POST", "/v1/ask", body=json.dumps({"question": "List the albums.", "database": "chinook"}),
-                       headers={"Accept": "text/event-stream"})
+        stream.request(
+            "POST",
+            "/v1/ask",
+            body=json.dumps({"question": "List the albums.", "database": "chinook"}),
+            headers={"Accept": "text/event-stream"},
+        )
         response = stream.getresponse()
         assert [name for name, _ in read_events(response, until="round")] == ["queued", "running", "round"]
 
         waited: dict[str, tuple] = {}
-        waiter = threading.Thread(target=lambda: waited.update(
-            r=server.request("POST", "/v1/ask", {"question": "How many tracks?", "database": "chinook"})))
+        waiter = threading.Thread(
+            target=lambda: waited.update(
+                r=server.request("POST", "/v1/ask", {"question": "How many tracks?", "database": "chinook"})
+            )
+        )
         waiter.start()
         deadline = time.monotonic() + 10
         while server.health()["queue"]["waiting"] != 1 and time.monotonic() < deadline:
@@ -342,7 +425,7 @@ def test_queue_events_withdrawal_and_time_out_on_the_loop(tmp_path: Path) -> Non
         cancelled = queue.submit(AskRequest(question="second", database="chinook"), db)
         timed_out = queue.submit(AskRequest(question="third", database="chinook"), db)
         cancelled.cancel()
-        waited = [item async for item in timed_out.updates()]   # ends when its time is up
+        waited = [item async for item in timed_out.updates()]  # ends when its time is up
         gone = [item async for item in cancelled.updates()]
         release.set()
         ran = [item async for item in running.updates()]

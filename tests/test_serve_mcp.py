@@ -67,8 +67,12 @@ async def _list_databases(client: Client, db: Path) -> None:
     result = await client.call_tool("list_databases", {})
     assert not result.is_error
     with sqlite3.connect(db) as conn:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                             "AND name NOT LIKE 'sqlite_%' ORDER BY rowid")]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+            )
+        ]
     assert result.structured_content == {"databases": [{"name": "chinook", "tables": tables}]}
 
 
@@ -78,8 +82,9 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
     async def progress(value: float, total: float | None, message: str | None) -> None:
         messages.append((value, message))
 
-    result = await client.call_tool("ask", {"question": "How many albums are there?", "database": "chinook"},
-                                    progress_callback=progress)
+    result = await client.call_tool(
+        "ask", {"question": "How many albums are there?", "database": "chinook"}, progress_callback=progress
+    )
     assert not result.is_error, result.content
     out = result.structured_content
     assert out["stop"] in ("submitted", "final_answer") and out["rounds"]
@@ -87,7 +92,9 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
     texts = [m for _, m in messages]
     assert texts[0] == "queued: position 1" and texts[1] == "running"
     assert [t for t in texts if re.fullmatch(r"round \d+", t)] == [f"round {r['round']}" for r in out["rounds"]]
-    calls = [f"round {r['round']}: {c['tool']} {'ok' if c['ok'] else 'error'}" for r in out["rounds"] for c in r["calls"]]
+    calls = [
+        f"round {r['round']}: {c['tool']} {'ok' if c['ok'] else 'error'}" for r in out["rounds"] for c in r["calls"]
+    ]
     writing = [t for t in texts if re.fullmatch(r"round \d+: \d+ tokens? generated, [\d.]+ tok/s", t)]
     counts = [int(re.search(r": (\d+) token", t)[1]) for t in writing]
     assert counts and counts[0] > 0 and counts == sorted(counts)  # the first as soon as the model writes
@@ -136,8 +143,9 @@ async def _cancel_stops_the_episode(client: Client, log_path: Path) -> None:
     async def call() -> None:
         with anyio.CancelScope() as scope:
             scopes.append(scope)
-            await client.call_tool("ask", {"question": "List every track.", "database": "chinook"},
-                                   progress_callback=progress)
+            await client.call_tool(
+                "ask", {"question": "List every track.", "database": "chinook"}, progress_callback=progress
+            )
             raise AssertionError("the call was meant to be cancelled")
 
     async with anyio.create_task_group() as group:

@@ -29,8 +29,10 @@ def chinook(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tiny_gguf_fast, chinook, tmp_path_factory):
-    process = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook, "music": chinook}, *SMALL, "--port", "0"),
-                            tmp_path_factory.mktemp("openai-log") / "server.log")
+    process = ServerProcess(
+        serve_command(tiny_gguf_fast, {"chinook": chinook, "music": chinook}, *SMALL, "--port", "0"),
+        tmp_path_factory.mktemp("openai-log") / "server.log",
+    )
     yield process
     assert process.stop() == 0, process.log()
     assert chinook.read_bytes() == CHINOOK.read_bytes()
@@ -64,9 +66,12 @@ def test_models_one_per_database(client):
 
 def test_chat_completion_and_its_stream_are_the_same_episode(server, client, chinook):
     before = metrics(server)
-    messages = [{"role": "system", "content": "You are helpful."},
-                {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi!"},
-                {"role": "user", "content": QUESTION}]
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi!"},
+        {"role": "user", "content": QUESTION},
+    ]
     whole = client.chat.completions.create(model="edge-sql/chinook", messages=messages, seed=5, temperature=0.2)
     assert whole.object == "chat.completion" and whole.model == "edge-sql/chinook"
     choice = whole.choices[0]
@@ -95,8 +100,9 @@ def test_chat_completion_and_its_stream_are_the_same_episode(server, client, chi
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert all(c.id == chunks[0].id and c.object == "chat.completion.chunk" for c in chunks)
-    streamed_reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
-                                 for c in chunks if c.choices)
+    streamed_reasoning = "".join(
+        (c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices
+    )
     streamed_content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed_reasoning == reasoning
     assert timeless(streamed_content) == timeless(content)
@@ -104,15 +110,21 @@ def test_chat_completion_and_its_stream_are_the_same_episode(server, client, chi
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     # /metrics saw three episodes of chinook, with their tokens
     after = metrics(server)
-    ended = sum(after[f'edge_sql_episodes_total{{database="chinook",outcome="{o}"}}']
-                - before[f'edge_sql_episodes_total{{database="chinook",outcome="{o}"}}']
-                for o in ("answered", "no_answer"))
+    ended = sum(
+        after[f'edge_sql_episodes_total{{database="chinook",outcome="{o}"}}']
+        - before[f'edge_sql_episodes_total{{database="chinook",outcome="{o}"}}']
+        for o in ("answered", "no_answer")
+    )
     assert ended == 3
-    generated = after['edge_sql_generated_tokens_total{database="chinook"}'] - before[
-        'edge_sql_generated_tokens_total{database="chinook"}']
+    generated = (
+        after['edge_sql_generated_tokens_total{database="chinook"}']
+        - before['edge_sql_generated_tokens_total{database="chinook"}']
+    )
     assert generated == 3 * whole.usage.completion_tokens
-    assert after['edge_sql_episode_seconds_count{database="chinook"}'] == before[
-        'edge_sql_episode_seconds_count{database="chinook"}'] + 3
+    assert (
+        after['edge_sql_episode_seconds_count{database="chinook"}']
+        == before['edge_sql_episode_seconds_count{database="chinook"}'] + 3
+    )
     assert after['edge_sql_queue_waiting{database="chinook"}'] == 0
     assert after['edge_sql_episodes_total{database="music",outcome="answered"}'] == 0
     server.wait_for_log(r"POST /v1/chat/completions 200 \d+\.\d ms")
@@ -138,12 +150,14 @@ def test_closing_the_stream_cancels_the_episode(tiny_gguf_fast, chinook, tmp_pat
     """A long episode (thousands of think tokens): the client reads the first reasoning chunk and
     closes the stream; the episode stops and the metrics count it as cancelled."""
     long_episode = ["--threads", "1", "--ctx", "8192", "--max-rounds", "2", "--think-tokens", "4000", "--no-tune"]
-    server = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook}, *long_episode, "--port", "0"),
-                           tmp_path / "server.log")
+    server = ServerProcess(
+        serve_command(tiny_gguf_fast, {"chinook": chinook}, *long_episode, "--port", "0"), tmp_path / "server.log"
+    )
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x", max_retries=0, timeout=120)
-        stream = client.chat.completions.create(model="edge-sql/chinook", stream=True,
-                                                messages=[{"role": "user", "content": "List the albums."}])
+        stream = client.chat.completions.create(
+            model="edge-sql/chinook", stream=True, messages=[{"role": "user", "content": "List the albums."}]
+        )
         for chunk in stream:
             if chunk.choices and (chunk.choices[0].delta.model_extra or {}).get("reasoning_content"):
                 assert chunk.choices[0].delta.model_extra["reasoning_content"] == "Round 1\n"

@@ -34,9 +34,13 @@ TOKEN = "page-s3cret"
 QUICK = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 LONG = ["--threads", "1", "--ctx", "4096", "--max-rounds", "6", "--think-tokens", "600", "--no-tune"]
 # NULL (63), double quotes (125), a 98-character cell (808), commas everywhere
-EDITED_SQL = "SELECT TrackId, Name, Composer, UnitPrice FROM Track WHERE TrackId IN (1, 63, 125, 808, 2) ORDER BY TrackId"
-CHART_SQL = ("SELECT g.Name, COUNT(*) AS tracks, SUM(t.UnitPrice) AS price FROM Track t JOIN Genre g USING (GenreId) "
-             "GROUP BY g.Name ORDER BY tracks DESC LIMIT 6")
+EDITED_SQL = (
+    "SELECT TrackId, Name, Composer, UnitPrice FROM Track WHERE TrackId IN (1, 63, 125, 808, 2) ORDER BY TrackId"
+)
+CHART_SQL = (
+    "SELECT g.Name, COUNT(*) AS tracks, SUM(t.UnitPrice) AS price FROM Track t JOIN Genre g USING (GenreId) "
+    "GROUP BY g.Name ORDER BY tracks DESC LIMIT 6"
+)
 WAIT_S = 240.0
 
 
@@ -70,8 +74,9 @@ def server(tiny_gguf_fast, chinook, tmp_path_factory):
 def guarded(tiny_gguf_fast, chinook, tmp_path_factory):
     """A server with a token and long episodes."""
     log = tmp_path_factory.mktemp("page-log-token") / "server.log"
-    process = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook}, *LONG, "--port", "0",
-                                          "--token", TOKEN), log)
+    process = ServerProcess(
+        serve_command(tiny_gguf_fast, {"chinook": chinook}, *LONG, "--port", "0", "--token", TOKEN), log
+    )
     yield process
     assert process.stop() == 0, process.log()
 
@@ -87,8 +92,14 @@ def browser(downloads):
     assert chromium and driver_path, "the page tests need Debian's chromium and chromium-driver (see .ci/run)"
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1000",
-                     "--disable-gpu", "--no-first-run"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1100,1000",
+        "--disable-gpu",
+        "--no-first-run",
+    ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=DriverService(driver_path), options=options)
@@ -102,8 +113,11 @@ def page(browser):
     """The browser; after the test, no page error and no CSP violation in its console."""
     browser.get_log("browser")  # drop what earlier tests left
     yield browser
-    problems = [entry["message"] for entry in browser.get_log("browser")
-                if entry["level"] == "SEVERE" and "the server responded with a status of 4" not in entry["message"]]
+    problems = [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if entry["level"] == "SEVERE" and "the server responded with a status of 4" not in entry["message"]
+    ]
     assert problems == []
 
 
@@ -117,8 +131,12 @@ def element(driver: WebDriver, element_id: str):
 
 def open_page(driver: WebDriver, server: ServerProcess, query: str = "") -> None:
     driver.get(f"http://127.0.0.1:{server.port}/{query}")
-    wait_for(driver, lambda d: element(d, "ask-form").is_displayed() or element(d, "token-panel").is_displayed(),
-             30, "the page did not load")
+    wait_for(
+        driver,
+        lambda d: element(d, "ask-form").is_displayed() or element(d, "token-panel").is_displayed(),
+        30,
+        "the page did not load",
+    )
 
 
 def give_token(driver: WebDriver, token: str) -> None:
@@ -132,8 +150,11 @@ def ask(driver: WebDriver, question: str) -> None:
     field = element(driver, "question")
     field.clear()
     field.send_keys(question, Keys.ENTER)
-    wait_for(driver, lambda d: element(d, "answer").is_displayed() or "error" in element(d, "status").get_attribute("class"),
-             message="no answer")
+    wait_for(
+        driver,
+        lambda d: element(d, "answer").is_displayed() or "error" in element(d, "status").get_attribute("class"),
+        message="no answer",
+    )
 
 
 def run_sql(driver: WebDriver, sql: str) -> None:
@@ -143,13 +164,19 @@ def run_sql(driver: WebDriver, sql: str) -> None:
     box.clear()
     box.send_keys(sql)
     element(driver, "run-sql").click()  # the page says "Running the SQL…" before this returns
-    wait_for(driver, lambda d: element(d, "status").text in ("The edited SQL ran.", "The edited SQL did not run."),
-             60, "the SQL did not run")
+    wait_for(
+        driver,
+        lambda d: element(d, "status").text in ("The edited SQL ran.", "The edited SQL did not run."),
+        60,
+        "the SQL did not run",
+    )
 
 
 def table_rows(driver: WebDriver) -> list[list[str]]:
-    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-            for row in driver.find_elements(By.CSS_SELECTOR, "#result-table tbody tr")]
+    return [
+        [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+        for row in driver.find_elements(By.CSS_SELECTOR, "#result-table tbody tr")
+    ]
 
 
 def shown(value) -> str:
@@ -209,16 +236,27 @@ def test_query_endpoint_answers_and_refuses_like_the_tools(server, chinook):
     assert status == 200 and len(body["rows"]) == 200 and body["truncated"] is True  # the server's --max-rows
     with ReadOnlyDatabase(chinook) as db:
         tools = Toolbox(db)
-        status, _, body = server.request("POST", "/v1/query", {"database": "chinook", "sql": "PRAGMA table_info(Genre)"})
+        status, _, body = server.request(
+            "POST", "/v1/query", {"database": "chinook", "sql": "PRAGMA table_info(Genre)"}
+        )
         assert status == 200 and [row[1] for row in body["rows"]] == ["GenreId", "Name"]  # a PRAGMA that reads
-        for sql in ("DELETE FROM Album", "DROP TABLE Album", "UPDATE Genre SET Name = 'x'", "SELECT nope FROM Album",
-                    "PRAGMA writable_schema = ON", "ATTACH DATABASE ':memory:' AS other"):
+        for sql in (
+            "DELETE FROM Album",
+            "DROP TABLE Album",
+            "UPDATE Genre SET Name = 'x'",
+            "SELECT nope FROM Album",
+            "PRAGMA writable_schema = ON",
+            "ATTACH DATABASE ':memory:' AS other",
+        ):
             status, _, body = server.request("POST", "/v1/query", {"database": "chinook", "sql": sql})
             assert status == 400 and f"Error: {body['error']}" == tools.call("run_query", {"sql": sql}).output
     for raw, code, message in [
         (b'{"database": "nope", "sql": "SELECT 1"}', 404, "unknown database 'nope'"),
-        (b'{"database": "chinook", "sql": "SELECT 1", "path": "/etc/passwd"}', 422,
-         "unknown field(s) 'path'; allowed: database, sql"),
+        (
+            b'{"database": "chinook", "sql": "SELECT 1", "path": "/etc/passwd"}',
+            422,
+            "unknown field(s) 'path'; allowed: database, sql",
+        ),
         (b'{"database": "chinook"}', 422, "missing field 'sql'"),
         (b'{"database": "chinook", "sql": 1}', 422, "field 'sql' has the wrong type (int)"),
         (b'["chinook", "SELECT 1"]', 422, 'the body must be a JSON object: {"database": ..., "sql": ...}'),
@@ -234,11 +272,15 @@ def test_with_a_token_the_page_loads_but_the_api_needs_it(guarded):
     status, headers, _ = guarded.request("GET", "/")
     assert status == 200 and headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     assert guarded.request("GET", "/static/app.js")[0] == 200
-    for method, path, body in [("GET", "/v1/databases", None), ("GET", "/health", None),
-                               ("POST", "/v1/query", {"database": "chinook", "sql": "SELECT 1"})]:
+    for method, path, body in [
+        ("GET", "/v1/databases", None),
+        ("GET", "/health", None),
+        ("POST", "/v1/query", {"database": "chinook", "sql": "SELECT 1"}),
+    ]:
         assert guarded.request(method, path, body)[0] == 401
-    status, _, body = guarded.request("POST", "/v1/query", {"database": "chinook", "sql": "SELECT 1"},
-                                      headers={"Authorization": f"Bearer {TOKEN}"})
+    status, _, body = guarded.request(
+        "POST", "/v1/query", {"database": "chinook", "sql": "SELECT 1"}, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert status == 200 and body["rows"] == [[1]]
 
 
@@ -277,15 +319,18 @@ def test_a_link_fills_the_form_and_enter_asks_while_rounds_stream(server, page, 
     first_round = next(i for i, s in enumerate(seen) if s["rounds"] > 0)
     answered = next(i for i, s in enumerate(seen) if s["answered"])
     assert first_round < answered and not seen[first_round]["answered"], seen  # rounds appeared while streaming
-    assert any(s["calls"] > 0 and not s["answered"] for s in seen), seen     # and calls too
+    assert any(s["calls"] > 0 and not s["answered"] for s in seen), seen  # and calls too
     assert any(s["thinking"] > 0 and not s["answered"] for s in seen), seen  # and the thinking,
-    assert all(s["open"] == 0 for s in seen), seen                             # collapsed
+    assert all(s["open"] == 0 for s in seen), seen  # collapsed
     # the thinking text as the model writes it, with a token counter, before the answer
-    assert any(s["live"] > 0 and re.search(r"\d+ tokens?, [\d.]+ tok/s, \d+ s", s["counter"]) and not s["answered"]
-               for s in seen), seen
+    assert any(
+        s["live"] > 0 and re.search(r"\d+ tokens?, [\d.]+ tok/s, \d+ s", s["counter"]) and not s["answered"]
+        for s in seen
+    ), seen
     stats = element(page, "stats").text
-    rounds, calls = map(int, re.match(r"(\d+) rounds?, (\d+) calls?; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s",
-                                      stats).groups())
+    rounds, calls = map(
+        int, re.match(r"(\d+) rounds?, (\d+) calls?; [\d.]+ s; \d+ tokens generated at [\d.]+ tok/s", stats).groups()
+    )
     assert len(page.find_elements(By.CSS_SELECTOR, "#rounds .round")) == rounds >= 1
     assert len(page.find_elements(By.CSS_SELECTOR, "#rounds .call")) == calls
     badges = [b.text for b in page.find_elements(By.CSS_SELECTOR, "#rounds .badge")]
@@ -360,8 +405,12 @@ def test_a_write_is_refused_with_the_tools_message(server, page, chinook):
     ask(page, "How many genres are there?")
     with ReadOnlyDatabase(chinook) as db:
         tools = Toolbox(db)
-        for sql in ("DELETE FROM Album", "DROP TABLE Genre", "INSERT INTO Genre (Name) VALUES ('x')",
-                    "SELECT nope FROM Album"):
+        for sql in (
+            "DELETE FROM Album",
+            "DROP TABLE Genre",
+            "INSERT INTO Genre (Name) VALUES ('x')",
+            "SELECT nope FROM Album",
+        ):
             run_sql(page, sql)
             error = element(page, "query-error")
             assert error.is_displayed() and error.text == tools.call("run_query", {"sql": sql}).output
@@ -370,8 +419,10 @@ def test_a_write_is_refused_with_the_tools_message(server, page, chinook):
 
 
 # text cells a spreadsheet would run as formulas (OWASP), a negative number, plain text
-FORMULA_SQL = ("SELECT '=cmd|'' /C calc''!A0' AS a, '+1+1' AS b, '-2+3' AS c, '@SUM(1)' AS d, char(9) || '=1' AS e, "
-               "char(13) || '=2' AS f, -3 AS n, 'plain, \"quoted\"' AS p")
+FORMULA_SQL = (
+    "SELECT '=cmd|'' /C calc''!A0' AS a, '+1+1' AS b, '-2+3' AS c, '@SUM(1)' AS d, char(9) || '=1' AS e, "
+    "char(13) || '=2' AS f, -3 AS n, 'plain, \"quoted\"' AS p"
+)
 
 
 def test_own_sql_runs_before_any_question_and_its_csv_runs_no_formula(server, page, downloads):
@@ -399,8 +450,10 @@ def test_own_sql_runs_before_any_question_and_its_csv_runs_no_formula(server, pa
     assert data["rows"] == [exact] and data["sql"] == FORMULA_SQL
     element(page, "download-csv").click()
     rows = list(csv.reader(io.StringIO(downloaded(downloads, "edge-sql-chinook.csv").decode(), newline="")))
-    assert rows == [["a", "b", "c", "d", "e", "f", "n", "p"],
-                    ["'=cmd|' /C calc'!A0", "'+1+1", "'-2+3", "'@SUM(1)", "'\t=1", "'\r=2", "-3", 'plain, "quoted"']]
+    assert rows == [
+        ["a", "b", "c", "d", "e", "f", "n", "p"],
+        ["'=cmd|' /C calc'!A0", "'+1+1", "'-2+3", "'@SUM(1)", "'\t=1", "'\r=2", "-3", 'plain, "quoted"'],
+    ]
 
 
 def test_history_reopens_a_question_with_its_sql_and_result(server, page):
@@ -468,8 +521,9 @@ def test_open_starts_the_browser_on_the_page(tiny_gguf_fast, chinook, tmp_path, 
     opener.write_text('#!/bin/sh\nprintf %s "$1" > "$(dirname "$0")/opened.txt"\n')
     opener.chmod(0o755)
     monkeypatch.setenv("BROWSER", f"{opener} %s")
-    process = ServerProcess(serve_command(tiny_gguf_fast, {"chinook": chinook}, *QUICK, "--port", "0", "--open"),
-                            tmp_path / "server.log")
+    process = ServerProcess(
+        serve_command(tiny_gguf_fast, {"chinook": chinook}, *QUICK, "--port", "0", "--open"), tmp_path / "server.log"
+    )
     try:
         opened = tmp_path / "opened.txt"
         deadline = time.monotonic() + 30
@@ -490,8 +544,12 @@ def test_a_waiting_question_shows_its_place_and_stop_takes_it_out_of_the_queue(g
         wait_for(page, lambda d: element(d, "ask-form").is_displayed(), 30)
     before = guarded.request("GET", "/health", headers=headers)[2]["queue"]
     other = guarded.connection()  # another client's long episode runs first
-    other.request("POST", "/v1/ask", body=json.dumps({"question": "Which albums are longest?", "database": "chinook"}),
-                  headers={"Accept": "text/event-stream", **headers})
+    other.request(
+        "POST",
+        "/v1/ask",
+        body=json.dumps({"question": "Which albums are longest?", "database": "chinook"}),
+        headers={"Accept": "text/event-stream", **headers},
+    )
     response = other.getresponse()
     assert [name for name, _ in read_events(response, until="running")] == ["queued", "running"]
     try:
@@ -522,15 +580,19 @@ def test_a_value_not_in_its_column_is_marked_with_the_values_found(server, page,
     with the values found instead, and the confidence line gives the reason."""
     open_page(page, server)
     ask(page, "How many tracks has each genre?")
-    run_sql(page, "SELECT g.Name, COUNT(*) FROM Track t JOIN Genre g USING (GenreId) "
-                  "WHERE g.Name IN ('rock', 'Jazz') GROUP BY g.Name")
+    run_sql(
+        page,
+        "SELECT g.Name, COUNT(*) FROM Track t JOIN Genre g USING (GenreId) "
+        "WHERE g.Name IN ('rock', 'Jazz') GROUP BY g.Name",
+    )
     assert element(page, "status").text == "The edited SQL ran."
     missing = page.find_elements(By.CSS_SELECTOR, "#sql-code .sql-missing")
     assert [m.text for m in missing] == ["'rock'"]
     assert missing[0].get_attribute("title") == 'not in Genre.Name; closest: "Rock"'
     assert page.find_element(By.CSS_SELECTOR, "#sql-code .sql-found").text == '[not in Genre.Name; found: "Rock"]'
     assert element(page, "checks-line").text == (
-        "Checks: doubtful; Genre.Name IN 'rock' matches no row; closest: 'Rock' (in another case)")
+        "Checks: doubtful; Genre.Name IN 'rock' matches no row; closest: 'Rock' (in another case)"
+    )
     assert "doubtful" in element(page, "checks-line").get_attribute("class").split()
     assert element(page, "sql-code").text.startswith("SELECT g.Name, COUNT(*) FROM Track t JOIN Genre g")
 
@@ -544,11 +606,17 @@ def test_each_name_of_the_answer_links_to_the_call_that_showed_it(server, page):
     assert ids and all(re.fullmatch(r"call-\d+-\d+", i) for i in ids)
     first = re.fullmatch(r"call-(\d+)-(\d+)", ids[0])
     shown = {"tool": "describe_table", "round": int(first[1]), "call": int(first[2])}
-    checks = {"confidence": "doubtful", "reasons": ["column Album.Title was never shown to the model"],
-              "names": [{"kind": "table", "name": "Album", "table": "Album", "column": None, "seen": [shown]},
-                        {"kind": "column", "name": "Album.Title", "table": "Album", "column": "Title", "seen": []}],
-              "values": []}
-    result = page.execute_async_script("""
+    checks = {
+        "confidence": "doubtful",
+        "reasons": ["column Album.Title was never shown to the model"],
+        "names": [
+            {"kind": "table", "name": "Album", "table": "Album", "column": None, "seen": [shown]},
+            {"kind": "column", "name": "Album.Title", "table": "Album", "column": "Title", "seen": []},
+        ],
+        "values": [],
+    }
+    result = page.execute_async_script(
+        """
         const [checks, done] = arguments;
         Promise.all([import("/static/sqltext.js"), import("/static/checks.js")]).then(([sqltext, marks]) => {
           const code = document.createElement("code");
@@ -559,7 +627,15 @@ def test_each_name_of_the_answer_links_to_the_call_that_showed_it(server, page):
           done([link.textContent, link.getAttribute("href"), link.title,
                 code.querySelector(".sql-unseen").textContent, code.textContent, line.textContent]);
         });
-    """, checks)
-    assert result == ["[album]", f"#{ids[0]}", f"table Album: shown by round {first[1]}, describe_table", '"title"',
-                      'SELECT "title" FROM [album] a', "Checks: doubtful; column Album.Title was never shown to the model"]
+    """,
+        checks,
+    )
+    assert result == [
+        "[album]",
+        f"#{ids[0]}",
+        f"table Album: shown by round {first[1]}, describe_table",
+        '"title"',
+        'SELECT "title" FROM [album] a',
+        "Checks: doubtful; column Album.Title was never shown to the model",
+    ]
     assert page.find_element(By.ID, ids[0]).is_displayed()

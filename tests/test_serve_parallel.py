@@ -59,7 +59,7 @@ def test_two_slots_run_two_jobs_at_once_and_the_third_waits(tmp_path: Path) -> N
         await take("a", 3)
         await take("b", 3)
         await take("c", 1)
-        jobs["a"].cancel()           # a running job leaves: its slot goes to c
+        jobs["a"].cancel()  # a running job leaves: its slot goes to c
         await take("a", 1)
         await take("c", 2)
         middle = queue.snapshot()
@@ -82,7 +82,11 @@ def test_two_slots_run_two_jobs_at_once_and_the_third_waits(tmp_path: Path) -> N
     assert str(seen["c"][3].error) == "answered c (Album)"
     assert threads["a"] != threads["b"] and threads["c"] in (threads["a"], threads["b"])
     assert {k: out["busy"][k] for k in ("running", "running_jobs", "parallel", "waiting")} == {
-        "running": True, "running_jobs": 2, "parallel": 2, "waiting": 1}
+        "running": True,
+        "running_jobs": 2,
+        "parallel": 2,
+        "waiting": 1,
+    }
     assert (out["middle"]["running_jobs"], out["middle"]["waiting"], out["middle"]["cancelled"]) == (2, 0, 1)
     end = out["end"]
     assert (end["running"], end["running_jobs"], end["waiting"]) == (False, 0, 0)
@@ -125,8 +129,21 @@ def test_a_full_queue_counts_every_slot(tmp_path: Path) -> None:
 
 # Each round thinks up to the bound (the fixture's random weights never close a think block
 # early), so an episode lasts hundreds of tokens: long enough to overlap with another one.
-PARALLEL = ["--threads", "1", "--ctx", "4096", "--max-rounds", "1", "--think-tokens", "300", "--no-tune",
-            "--parallel", "2", "--queue-size", "2"]
+PARALLEL = [
+    "--threads",
+    "1",
+    "--ctx",
+    "4096",
+    "--max-rounds",
+    "1",
+    "--think-tokens",
+    "300",
+    "--no-tune",
+    "--parallel",
+    "2",
+    "--queue-size",
+    "2",
+]
 
 
 def _stream(server: ServerProcess, body: dict):
@@ -142,9 +159,11 @@ def test_two_clients_at_once_a_third_queued_and_a_cancel_changes_nothing(tiny_gg
     shutil.copyfile(CHINOOK, dbs["chinook"])
     shutil.copyfile(NORTHWIND, dbs["northwind"])
     server = ServerProcess(serve_command(tiny_gguf_fast, dbs, *PARALLEL, "--port", "0"), tmp_path / "server.log")
-    asks = {"a": {"question": "List the albums.", "database": "chinook", "seed": 1},
-            "b": {"question": "How many products are there?", "database": "northwind", "seed": 2},
-            "c": {"question": "Which genres are there?", "database": "chinook", "seed": 3}}
+    asks = {
+        "a": {"question": "List the albums.", "database": "chinook", "seed": 1},
+        "b": {"question": "How many products are there?", "database": "northwind", "seed": 2},
+        "c": {"question": "Which genres are there?", "database": "chinook", "seed": 3},
+    }
     try:
         health = server.health()["queue"]
         assert (health["parallel"], health["running_jobs"], health["running"]) == (2, 0, False)
@@ -159,7 +178,7 @@ def test_two_clients_at_once_a_third_queued_and_a_cancel_changes_nothing(tiny_gg
 
         conn_c, stream_c = _stream(server, asks["c"])
         events_c = read_events(stream_c, until="queued")
-        assert events_c[0][1]["position"] == 1   # first behind the two running
+        assert events_c[0][1]["position"] == 1  # first behind the two running
         assert server.health()["queue"]["waiting"] == 1
 
         conn_a.close()  # client a goes away mid-episode: its episode stops, c takes its slot

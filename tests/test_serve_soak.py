@@ -9,12 +9,31 @@ from bench_serve_soak import KINDS, check, parse_args, soak
 
 
 def test_a_short_soak_holds(tiny_gguf_fast):
-    figures = soak(parse_args([str(tiny_gguf_fast), "--clients", str(len(KINDS)), "--asks", "1",
-                               "--max-seconds", "600", "--hostile-interval", "0.02"]))
+    figures = soak(
+        parse_args(
+            [
+                str(tiny_gguf_fast),
+                "--clients",
+                str(len(KINDS)),
+                "--asks",
+                "1",
+                "--max-seconds",
+                "600",
+                "--hostile-interval",
+                "0.02",
+            ]
+        )
+    )
     assert check(figures) == []
     statuses = figures["statuses"]
-    for kind in ("ask json 200", "ask sse 200", "ask sse cancel 200", "ask mcp ok", "openai stream 200",
-                 "openai disconnect 200"):
+    for kind in (
+        "ask json 200",
+        "ask sse 200",
+        "ask sse cancel 200",
+        "ask mcp ok",
+        "openai stream 200",
+        "openai disconnect 200",
+    ):
         assert statuses.get(kind) == 1, statuses
     # every ask was taken (6 fit in 2 running + 8 waiting), four were read to their one outcome
     assert (figures["asks_accepted"], figures["asks_read_to_the_end"], figures["outcomes_received"]) == (6, 4, 4)

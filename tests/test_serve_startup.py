@@ -18,8 +18,14 @@ CHINOOK = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" 
 
 
 def _serve(model: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "serve", "--model", str(model), "--no-tune", *args], capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL, env=env)
+    return subprocess.run(
+        [*CLI, "serve", "--model", str(model), "--no-tune", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def _refused_before_the_load(run: subprocess.CompletedProcess[str], exit_code: int, message: str) -> None:
@@ -39,28 +45,42 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_gguf_fast):
     _refused_before_the_load(run, 1, f"cannot listen on 127.0.0.1:{port}: the port is in use")
 
 
-@pytest.mark.parametrize(("args", "exit_code", "message"), [
-    (["--host", "no-such-host.invalid", "--token", "s3cret"], 1, "cannot listen on no-such-host.invalid:0: "
-                                                                 "the host name does not resolve"),
-    (["--host", "192.0.2.1", "--token", "s3cret"], 1, "cannot listen on 192.0.2.1:0: this machine has no such address"),
-    (["--host", "0.0.0.0"], 2, "--host 0.0.0.0 is not a local address: set --token"),
-    (["--token", "  "], 2, "the token is empty"),
-    (["--token", "two words"], 2, "printable ASCII without spaces"),
-    (["--mcp", "--token", "s3cret"], 2, "--token protects the HTTP server"),
-])
+@pytest.mark.parametrize(
+    ("args", "exit_code", "message"),
+    [
+        (
+            ["--host", "no-such-host.invalid", "--token", "s3cret"],
+            1,
+            "cannot listen on no-such-host.invalid:0: the host name does not resolve",
+        ),
+        (
+            ["--host", "192.0.2.1", "--token", "s3cret"],
+            1,
+            "cannot listen on 192.0.2.1:0: this machine has no such address",
+        ),
+        (["--host", "0.0.0.0"], 2, "--host 0.0.0.0 is not a local address: set --token"),
+        (["--token", "  "], 2, "the token is empty"),
+        (["--token", "two words"], 2, "printable ASCII without spaces"),
+        (["--mcp", "--token", "s3cret"], 2, "--token protects the HTTP server"),
+    ],
+)
 def test_bad_listen_and_token_use(tiny_gguf_fast, args, exit_code, message):
-    _refused_before_the_load(_serve(tiny_gguf_fast, "--db", f"chinook={CHINOOK}", "--port", "0", *args),
-                             exit_code, message)
+    _refused_before_the_load(
+        _serve(tiny_gguf_fast, "--db", f"chinook={CHINOOK}", "--port", "0", *args), exit_code, message
+    )
 
 
-@pytest.mark.parametrize(("db", "exit_code", "message"), [
-    ("chinook", 2, "'chinook' is not NAME=PATH"),
-    ("=x.sqlite", 2, "'=x.sqlite' is not NAME=PATH"),
-    ("chinook=", 2, "'chinook=' is not NAME=PATH"),
-    ("a b=x.sqlite", 2, "database name 'a b': use letters, digits"),
-    ("chinook={missing}", 1, "missing.sqlite"),
-    ("chinook={folder}", 1, "a-folder"),
-])
+@pytest.mark.parametrize(
+    ("db", "exit_code", "message"),
+    [
+        ("chinook", 2, "'chinook' is not NAME=PATH"),
+        ("=x.sqlite", 2, "'=x.sqlite' is not NAME=PATH"),
+        ("chinook=", 2, "'chinook=' is not NAME=PATH"),
+        ("a b=x.sqlite", 2, "database name 'a b': use letters, digits"),
+        ("chinook={missing}", 1, "missing.sqlite"),
+        ("chinook={folder}", 1, "a-folder"),
+    ],
+)
 def test_bad_database_options(tiny_gguf_fast, tmp_path, db, exit_code, message):
     (tmp_path / "a-folder").mkdir()
     db = db.format(missing=tmp_path / "missing.sqlite", folder=tmp_path / "a-folder")

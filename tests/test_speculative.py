@@ -67,7 +67,7 @@ class SpoiltOracle:
 
     def draft(self, context: Sequence[int], k: int) -> list[int]:
         done = len(context) - len(self.prompt)
-        out = self.continuation[done:done + k]
+        out = self.continuation[done : done + k]
         return [self.wrong if (done + i) % self.every == self.every - 1 else t for i, t in enumerate(out)]
 
     def observe(self, accepted: int, proposed: int) -> None:
@@ -89,8 +89,15 @@ def pair(request: pytest.FixtureRequest):
         yield plain, spec
 
 
-def _run(session: Session, prompt: list[int], *, max_tokens: int, grammar: str | None = None,
-         params: SamplingParams = SamplingParams(greedy=True), tail: list[int] = ()):
+def _run(
+    session: Session,
+    prompt: list[int],
+    *,
+    max_tokens: int,
+    grammar: str | None = None,
+    params: SamplingParams = SamplingParams(greedy=True),
+    tail: list[int] = (),
+):
     session.reset()
     session.eval(prompt)
     completion = session.generate(grammar=grammar, params=params, max_tokens=max_tokens)
@@ -223,8 +230,12 @@ def test_stop_conditions_are_those_of_plain_decoding(pair) -> None:
             session.reset()
             session.eval(prompt)
         calls = {id(plain): iter(range(100)), id(spec): iter(range(100))}
-        cancelled = [s.generate(params=SamplingParams(greedy=True), max_tokens=40,
-                                should_stop=lambda s=s: next(calls[id(s)]) >= 7) for s in (plain, spec)]
+        cancelled = [
+            s.generate(
+                params=SamplingParams(greedy=True), max_tokens=40, should_stop=lambda s=s: next(calls[id(s)]) >= 7
+            )
+            for s in (plain, spec)
+        ]
         assert cancelled[0].tokens == cancelled[1].tokens and len(cancelled[1].tokens) == 7
         assert cancelled[1].stop_reason == "cancelled"
         assert next(calls[id(plain)]) == next(calls[id(spec)])  # should_stop was asked as often
@@ -237,12 +248,13 @@ def test_stop_conditions_are_those_of_plain_decoding(pair) -> None:
         for s in (plain, spec):
             s.reset()
             s.eval(prompt)
-            ended.append(s.generate(params=SamplingParams(greedy=True), max_tokens=40,
-                                    stop_tokens=[reference.tokens[at]]))
-        assert ended[0].tokens == ended[1].tokens == reference.tokens[:at + 1]
+            ended.append(
+                s.generate(params=SamplingParams(greedy=True), max_tokens=40, stop_tokens=[reference.tokens[at]])
+            )
+        assert ended[0].tokens == ended[1].tokens == reference.tokens[: at + 1]
         assert ended[1].stop_reason == "stop" and ended[1].ended_turn
         assert ended[1].text == plain.detokenize(reference.tokens[:at])  # the stop token is not text
-        assert spec.tokens == prompt + reference.tokens[:at + 1]
+        assert spec.tokens == prompt + reference.tokens[: at + 1]
     finally:
         spec.use_drafters([LookupDrafter()])
 
@@ -280,8 +292,8 @@ def test_sampling_after_drafts_keeps_the_model_distribution(smollm2_gguf) -> Non
     assert sum(d.accepted for d in drafted) > 0 and sum(d.rolled_back for d in drafted) > 0  # kept and rejected
     assert sum(a == b for a, b in zip(same_seed, plain_runs)) >= 39
     for position in (1, 2):  # positions whose logits came from a verify batch
-        counts_plain = Counter(tuple(run[:position + 1]) for run in plain_runs)
-        counts_spec = Counter(tuple(c.tokens[:position + 1]) for c in spec_runs)
+        counts_plain = Counter(tuple(run[: position + 1]) for run in plain_runs)
+        counts_spec = Counter(tuple(c.tokens[: position + 1]) for c in spec_runs)
         categories = [c for c in counts_plain | counts_spec if counts_plain[c] + counts_spec[c] >= 10]
         pooled = lambda counts, cats=categories: [counts[c] for c in cats] + [n - sum(counts[c] for c in cats)]
         a, b = pooled(counts_plain), pooled(counts_spec)
@@ -349,26 +361,61 @@ def test_speculate_modes_are_checked_before_loading(smollm2_gguf) -> None:
 
 # ---- whole episodes ---------------------------------------------------------------------------
 
-SMOLLM2_BUDGET = dict(max_tokens=2048, max_think_tokens=16, max_final_think_tokens=8, max_sql_chars=80,
-                      max_name_chars=24, max_final_sql_tokens=40, max_calls_per_turn=2, max_rounds=2)
-TRAINED_BUDGET = dict(max_tokens=4096, max_think_tokens=24, max_final_think_tokens=12, max_sql_chars=96,
-                      max_name_chars=32, max_final_sql_tokens=40, max_calls_per_turn=2)
+SMOLLM2_BUDGET = dict(
+    max_tokens=2048,
+    max_think_tokens=16,
+    max_final_think_tokens=8,
+    max_sql_chars=80,
+    max_name_chars=24,
+    max_final_sql_tokens=40,
+    max_calls_per_turn=2,
+    max_rounds=2,
+)
+TRAINED_BUDGET = dict(
+    max_tokens=4096,
+    max_think_tokens=24,
+    max_final_think_tokens=12,
+    max_sql_chars=96,
+    max_name_chars=32,
+    max_final_sql_tokens=40,
+    max_calls_per_turn=2,
+)
 EPISODE_CASES = {  # fixture: (n_ctx, budget, [(database, question, prompt template)], sampling)
-    "smollm2_gguf": (2048, SMOLLM2_BUDGET, [
-        ("chinook", "How many rows does the Album table have?", None),
-        ("chinook", "How many tracks are in the Track table?", "sqale-v1"),
-    ]),
-    "tiny_gguf": (2048, dict(max_tokens=1024, max_think_tokens=12, max_final_think_tokens=8, max_sql_chars=24,
-                             max_name_chars=16, min_string_chars=8, min_think_tokens=4, max_final_sql_tokens=24,
-                             max_calls_per_turn=3), [
-        ("chinook", "How many albums are there?", None),
-        ("northwind", "How many orders were shipped to France?", None),
-    ]),
-    "tiny_trained_gguf": (4096, TRAINED_BUDGET, [
-        ("chinook", "How many rows does the Album table have?", None),
-        ("northwind", "What is the largest UnitPrice in Products?", None),
-        ("chinook", "Show the Name of every row of Artist.", None),
-    ]),
+    "smollm2_gguf": (
+        2048,
+        SMOLLM2_BUDGET,
+        [
+            ("chinook", "How many rows does the Album table have?", None),
+            ("chinook", "How many tracks are in the Track table?", "sqale-v1"),
+        ],
+    ),
+    "tiny_gguf": (
+        2048,
+        dict(
+            max_tokens=1024,
+            max_think_tokens=12,
+            max_final_think_tokens=8,
+            max_sql_chars=24,
+            max_name_chars=16,
+            min_string_chars=8,
+            min_think_tokens=4,
+            max_final_sql_tokens=24,
+            max_calls_per_turn=3,
+        ),
+        [
+            ("chinook", "How many albums are there?", None),
+            ("northwind", "How many orders were shipped to France?", None),
+        ],
+    ),
+    "tiny_trained_gguf": (
+        4096,
+        TRAINED_BUDGET,
+        [
+            ("chinook", "How many rows does the Album table have?", None),
+            ("northwind", "What is the largest UnitPrice in Products?", None),
+            ("chinook", "Show the Name of every row of Artist.", None),
+        ],
+    ),
 }
 
 
@@ -393,8 +440,14 @@ def test_greedy_episodes_are_token_identical_with_lookup(model, request, databas
             runs[mode] = []
             for db, question, template in cases:
                 with ReadOnlyDatabase(databases[db]) as database:
-                    result = run_episode(session, Toolbox(database), question, params=SamplingParams(greedy=True),
-                                         prompt=load_prompt(template), budget=Budget(**budget))
+                    result = run_episode(
+                        session,
+                        Toolbox(database),
+                        question,
+                        params=SamplingParams(greedy=True),
+                        prompt=load_prompt(template),
+                        budget=Budget(**budget),
+                    )
                 runs[mode].append((result, list(session.tokens), session.decoded_tokens))
     assert {name: sha256(p) for name, p in databases.items()} == before
     for mode in modes[1:]:
@@ -423,9 +476,27 @@ def test_greedy_episodes_are_token_identical_with_lookup(model, request, databas
 
 # ---- the command line and the API ---------------------------------------------------------------
 
-CLI_SMALL = ["--no-tune", "--threads", "1", "--ctx", "2048", "--think-tokens", "8", "--calls-per-turn", "2",
-             "--max-rounds", "2", "--budget", "max_sql_chars=24", "--budget", "max_name_chars=16",
-             "--budget", "max_final_sql_tokens=24", "--budget", "min_string_chars=8"]
+CLI_SMALL = [
+    "--no-tune",
+    "--threads",
+    "1",
+    "--ctx",
+    "2048",
+    "--think-tokens",
+    "8",
+    "--calls-per-turn",
+    "2",
+    "--max-rounds",
+    "2",
+    "--budget",
+    "max_sql_chars=24",
+    "--budget",
+    "max_name_chars=16",
+    "--budget",
+    "max_final_sql_tokens=24",
+    "--budget",
+    "min_string_chars=8",
+]
 
 
 def test_run_json_reports_drafts_and_answers_the_same(tiny_trained_gguf, smollm2_gguf, chinook_db) -> None:
@@ -437,10 +508,25 @@ def test_run_json_reports_drafts_and_answers_the_same(tiny_trained_gguf, smollm2
 
     outputs = {}
     for mode in ("off", "lookup"):
-        result = CliRunner().invoke(main, ["run", "--db", str(chinook_db), "--model", str(tiny_trained_gguf),
-                                           "--question", "How many rows does the Album table have?", "--json",
-                                           "--trace", "--greedy", "--speculate", mode, *CLI_SMALL],
-                                    catch_exceptions=False)
+        result = CliRunner().invoke(
+            main,
+            [
+                "run",
+                "--db",
+                str(chinook_db),
+                "--model",
+                str(tiny_trained_gguf),
+                "--question",
+                "How many rows does the Album table have?",
+                "--json",
+                "--trace",
+                "--greedy",
+                "--speculate",
+                mode,
+                *CLI_SMALL,
+            ],
+            catch_exceptions=False,
+        )
         outputs[mode] = json.loads(result.stdout.strip().splitlines()[-1])
         assert result.exit_code == (0 if outputs[mode]["sql"] is not None else 3), result.output  # 3: no answer
     off, on = outputs["off"], outputs["lookup"]
@@ -449,25 +535,47 @@ def test_run_json_reports_drafts_and_answers_the_same(tiny_trained_gguf, smollm2
     stats = on["stats"]
     assert stats["speculate"] == "lookup" and "speculate=lookup" in stats["llama_settings"]
     lookup = stats["drafts"]["lookup"]
-    assert lookup["drafted"] == stats["draft_tokens"] == stats["draft_tokens_accepted"] + stats["draft_tokens_rolled_back"]
+    assert (
+        lookup["drafted"] == stats["draft_tokens"] == stats["draft_tokens_accepted"] + stats["draft_tokens_rolled_back"]
+    )
     assert lookup["accepted"] == stats["draft_tokens_accepted"] > 0
-    assert stats["transcript_tokens"] == (stats["prompt_tokens_evaluated"] + stats["generated_tokens"]
-                                          + stats["prefix_tokens_restored"])
+    assert stats["transcript_tokens"] == (
+        stats["prompt_tokens_evaluated"] + stats["generated_tokens"] + stats["prefix_tokens_restored"]
+    )
     for command in ("run", "bench", "serve"):
         help_text = CliRunner().invoke(main, [command, "--help"]).output
         assert "--speculate [off|lookup|auto|mtp]" in help_text, command
-    refused = CliRunner().invoke(main, ["run", "--db", str(chinook_db), "--model", str(smollm2_gguf),
-                                        "--question", "x", "--speculate", "mtp", *CLI_SMALL])
+    refused = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--db",
+            str(chinook_db),
+            "--model",
+            str(smollm2_gguf),
+            "--question",
+            "x",
+            "--speculate",
+            "mtp",
+            *CLI_SMALL,
+        ],
+    )
     assert refused.exit_code == 1 and "has no MTP head" in refused.output
 
 
 def test_agent_speculates_when_asked(tiny_trained_gguf, chinook_db) -> None:
     import edge_sql
 
-    with edge_sql.Agent(tiny_trained_gguf, n_ctx=2048, n_threads=1, pull_if_missing=False, tune=False,
-                        prefix_cache=False, speculate="auto",
-                        budget=Budget(max_tokens=2048, **{k: v for k, v in TRAINED_BUDGET.items() if k != "max_tokens"})
-                        ) as agent:
+    with edge_sql.Agent(
+        tiny_trained_gguf,
+        n_ctx=2048,
+        n_threads=1,
+        pull_if_missing=False,
+        tune=False,
+        prefix_cache=False,
+        speculate="auto",
+        budget=Budget(max_tokens=2048, **{k: v for k, v in TRAINED_BUDGET.items() if k != "max_tokens"}),
+    ) as agent:
         assert agent.info.speculate == "auto" and agent.session.speculator.auto
         result = agent.ask("Show the Name of every row of Artist.", chinook_db, greedy=True)
     assert result.stats.to_json()["speculate"] == "auto" and result.stats.to_json()["draft_tokens"] > 0

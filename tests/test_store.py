@@ -185,9 +185,7 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
     empty = CliRunner().invoke(main, ["models"])
     assert empty.exit_code == 0
     assert f"The model store at {store.root} is empty" in empty.output and "edge-sql pull" in empty.output
-    store.add(
-        "synsql", "Q4_K_M", _fake_gguf(store.model_path("synsql", "Q4_K_M"), bytes(1_500_000)), checksum=False
-    )
+    store.add("synsql", "Q4_K_M", _fake_gguf(store.model_path("synsql", "Q4_K_M"), bytes(1_500_000)), checksum=False)
     store.add("bird", "Q8_0", _fake_gguf(store.model_path("bird", "Q8_0")), checksum=False)
     table = CliRunner().invoke(main, ["models"])
     assert table.exit_code == 0
@@ -204,13 +202,16 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
     ]
 
 
-@pytest.mark.parametrize("text, base, variant", [
-    ("synsql", "synsql", None),
-    ("synsql:Q4_K_M", "synsql", "Q4_K_M"),
-    ("trl-lab/qwen3.5-2b-grpo-synsql:Q8_0", "trl-lab/qwen3.5-2b-grpo-synsql", "Q8_0"),
-    ("C:\\models\\x.gguf", "C:\\models\\x.gguf", None),
-    ("synsql:", "synsql:", None),
-])
+@pytest.mark.parametrize(
+    "text, base, variant",
+    [
+        ("synsql", "synsql", None),
+        ("synsql:Q4_K_M", "synsql", "Q4_K_M"),
+        ("trl-lab/qwen3.5-2b-grpo-synsql:Q8_0", "trl-lab/qwen3.5-2b-grpo-synsql", "Q8_0"),
+        ("C:\\models\\x.gguf", "C:\\models\\x.gguf", None),
+        ("synsql:", "synsql:", None),
+    ],
+)
 def test_one_model_spec_parser(text: str, base: str, variant: str | None) -> None:
     from edge_sql.store import ModelSpec
 
@@ -231,14 +232,25 @@ def test_models_command_shows_the_settings_calibrated_on_this_machine(store: Mod
     store.add("synsql", "Q4_K_M", path, checksum=False)
     store.add("bird", "Q8_0", _fake_gguf(store.model_path("bird", "Q8_0")), checksum=False)
     chosen = Settings(flash_attn=False, n_ubatch=128, n_threads=2)
-    save_calibration(Calibration(key=cache_key(path), model_path=str(path), mode="full", chosen=chosen,
-                                 measurements=[Measurement(chosen, [512], [0.01], [0.05], 1)],
-                                 memory_allowance=2, seconds=1.0))
+    save_calibration(
+        Calibration(
+            key=cache_key(path),
+            model_path=str(path),
+            mode="full",
+            chosen=chosen,
+            measurements=[Measurement(chosen, [512], [0.01], [0.05], 1)],
+            memory_allowance=2,
+            seconds=1.0,
+        )
+    )
     shown = CliRunner().invoke(main, ["models"]).output
     assert "synsql:Q4_K_M  flash_attn=off n_ubatch=128 n_threads=2 repack=off (full)" in shown
     assert "bird:Q8_0  not tuned yet" in shown
     as_json = json.loads(CliRunner().invoke(main, ["models", "--json"]).output)
-    assert [m["settings"] for m in as_json["models"]] == [None, "flash_attn=off n_ubatch=128 n_threads=2 repack=off (full)"]
+    assert [m["settings"] for m in as_json["models"]] == [
+        None,
+        "flash_attn=off n_ubatch=128 n_threads=2 repack=off (full)",
+    ]
 
 
 def test_the_store_records_whether_a_file_has_the_mtp_head(store: ModelStore, tiny_gguf: Path) -> None:

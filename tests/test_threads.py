@@ -36,9 +36,12 @@ def _libgomp_reads(env_extra: dict[str, str], code: str = "import edge_sql.runti
 
 
 def test_the_short_spin_is_in_force_when_llama_cpp_loads() -> None:
-    assert _libgomp_reads({}) ["GOMP_SPINCOUNT"] == SPIN_COUNT
+    assert _libgomp_reads({})["GOMP_SPINCOUNT"] == SPIN_COUNT
     # through the public API's import too (the CLI's path), before anything loads llama.cpp
-    assert _libgomp_reads({}, "import edge_sql; from edge_sql import Agent; import llama_cpp")["GOMP_SPINCOUNT"] == SPIN_COUNT
+    assert (
+        _libgomp_reads({}, "import edge_sql; from edge_sql import Agent; import llama_cpp")["GOMP_SPINCOUNT"]
+        == SPIN_COUNT
+    )
     # without edge-sql, libgomp's default spin (what made one busy program stall every step)
     assert _libgomp_reads({}, "import llama_cpp")["GOMP_SPINCOUNT"] == "300000"
 

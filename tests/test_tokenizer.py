@@ -13,7 +13,7 @@ import pytest
 
 CORPUS = [
     # SQL
-    "SELECT name, COUNT(*) FROM \"Order Details\" od JOIN Orders o ON o.OrderID = od.OrderID GROUP BY 1;",
+    'SELECT name, COUNT(*) FROM "Order Details" od JOIN Orders o ON o.OrderID = od.OrderID GROUP BY 1;',
     "select t1.id,t2.val from t1 inner join t2 using(id) where val<>'x' and amt>=1e-3 order by 2 desc limit 5",
     "CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, email TEXT UNIQUE NOT NULL);",
     # English, numbers, contractions, whitespace

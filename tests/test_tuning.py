@@ -39,8 +39,11 @@ def _buffer_bytes(model: Path, settings: Settings) -> int:
 
     with Session(model, settings.session_options(n_ctx=SMALL["n_ctx"])) as session:
         n_head = llama_cpp.llama_model_n_head(session.llama_model)
-        return (session.info.buffer_bytes + tuning.attention_work_bytes(SMALL["n_ctx"], settings, n_head)
-                + tuning.UNCOUNTED_BYTES)
+        return (
+            session.info.buffer_bytes
+            + tuning.attention_work_bytes(SMALL["n_ctx"], settings, n_head)
+            + tuning.UNCOUNTED_BYTES
+        )
 
 
 def test_the_attention_work_buffer_counts_only_without_flash_attention() -> None:
@@ -58,11 +61,30 @@ def test_the_memory_model_reads_llama_cpps_buffers_by_what_they_hold(tiny_gguf: 
     from edge_sql.runtime.tuning.memory import ContextMemory
 
     mib = 1024 * 1024
-    buffers = {"CPU_Mapped model": 1200 * mib, "CPU KV": 96 * mib, "CPU RS": 3 * mib, "CPU output": 1 * mib,
-               "CPU compute": 40 * mib, "MTP CPU KV": 4 * mib, "MTP CPU compute": 30 * mib}
-    info = SessionInfo(model_path=tiny_gguf, architecture="qwen35", model_bytes=1200 * mib, backend="CPU",
-                       gpu_layers=0, n_layers=24, n_threads=2, n_ctx=12288, n_batch=512, n_ubatch=256, repack=False,
-                       n_vocab=248320, buffers=buffers)
+    buffers = {
+        "CPU_Mapped model": 1200 * mib,
+        "CPU KV": 96 * mib,
+        "CPU RS": 3 * mib,
+        "CPU output": 1 * mib,
+        "CPU compute": 40 * mib,
+        "MTP CPU KV": 4 * mib,
+        "MTP CPU compute": 30 * mib,
+    }
+    info = SessionInfo(
+        model_path=tiny_gguf,
+        architecture="qwen35",
+        model_bytes=1200 * mib,
+        backend="CPU",
+        gpu_layers=0,
+        n_layers=24,
+        n_threads=2,
+        n_ctx=12288,
+        n_batch=512,
+        n_ubatch=256,
+        repack=False,
+        n_vocab=248320,
+        buffers=buffers,
+    )
     assert ContextMemory.of(info) == ContextMemory(allocated=174 * mib, recurrent_state=3 * mib, mtp_context=34 * mib)
     attention_only = SessionInfo(**{**info.__dict__, "buffers": {"CPU KV": 96 * mib, "CPU compute": 40 * mib}})
     assert ContextMemory.of(attention_only) == ContextMemory(allocated=136 * mib, recurrent_state=0, mtp_context=0)
@@ -73,8 +95,9 @@ def test_calibration_never_chooses_a_setting_over_the_memory_budget(tiny_gguf: P
     assert len(set(bounds.values())) > 1, bounds  # ubatch and flash attention change the compute buffer
     allowance = sorted(bounds.values())[len(bounds) // 2 - 1]  # some candidates fit, some do not
     lines: list[str] = []
-    result = calibrate(tiny_gguf, settings=SETTINGS, memory_allowance=allowance, progress=lines.append, full=True,
-                       **SMALL)  # full: candidates over the budget are timed too (the quick mode skips them)
+    result = calibrate(
+        tiny_gguf, settings=SETTINGS, memory_allowance=allowance, progress=lines.append, full=True, **SMALL
+    )  # full: candidates over the budget are timed too (the quick mode skips them)
 
     assert [m.settings for m in result.measurements] == SETTINGS
     assert any(line.startswith("calibrating tiny") for line in lines)  # the progress line
@@ -111,12 +134,15 @@ def test_quick_calibration_times_only_candidates_within_the_budget(tiny_gguf: Pa
 
 
 def test_quick_calibration_stretches_its_contexts_and_falls_back_to_filling(
-        tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The quick mode reaches its points without prefilling them (a short state stretched); where
     stretching is not possible it fills them; the sweep always fills them for real."""
     filled: list[int] = []
     real_fill = timing._filled_states
-    monkeypatch.setattr(timing, "_filled_states", lambda base, points, *a: filled.append(len(points)) or real_fill(base, points, *a))
+    monkeypatch.setattr(
+        timing, "_filled_states", lambda base, points, *a: filled.append(len(points)) or real_fill(base, points, *a)
+    )
     quick = calibrate(tiny_gguf, settings=SETTINGS[:1], full=False, **SMALL)
     assert filled == [] and quick.chosen_measurement().points == [64, 256]
     calibrate(tiny_gguf, settings=SETTINGS[:1], full=True, **SMALL)
@@ -127,7 +153,8 @@ def test_quick_calibration_stretches_its_contexts_and_falls_back_to_filling(
 
 
 def test_quick_calibration_times_a_reference_per_decode_key_and_others_while_time_is_left(
-        tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = [Settings(fa, ub, 1) for fa in (True, False) for ub in (16, 32, 256)]  # chunk: 32 tokens
     lines: list[str] = []
     result = calibrate(tiny_gguf, settings=settings, full=False, progress=lines.append, **SMALL)
@@ -160,11 +187,19 @@ def test_the_quick_calibration_stops_at_its_budget(tiny_gguf: Path, monkeypatch:
     settings = [Settings(fa, ub, 1) for fa in (True, False) for ub in (16, 64)] + [Settings(True, 16, 2)]
     visits: list[int] = []  # prefill runs of each timing at a point
     real_time_at, real_mtp = timing._time_at, calibration.mtp_context_bytes
-    monkeypatch.setattr(timing, "_time_at", lambda session, state, chunk, **kw: visits.append(kw["prefill_runs"])
-                        or real_time_at(session, state, chunk, **kw))
+    monkeypatch.setattr(
+        timing,
+        "_time_at",
+        lambda session, state, chunk, **kw: (
+            visits.append(kw["prefill_runs"]) or real_time_at(session, state, chunk, **kw)
+        ),
+    )
     mtp_measured: list[Settings] = []
-    monkeypatch.setattr(calibration, "mtp_context_bytes",
-                        lambda path, chosen, n_ctx: mtp_measured.append(chosen) or real_mtp(path, chosen, n_ctx))
+    monkeypatch.setattr(
+        calibration,
+        "mtp_context_bytes",
+        lambda path, chosen, n_ctx: mtp_measured.append(chosen) or real_mtp(path, chosen, n_ctx),
+    )
 
     timely = calibrate(tiny_gguf, settings=settings, full=False, **SMALL)  # 50 s: time for everything
     # 3 references x 2 points, then their second round of decodes, then the 2 other chunks
@@ -207,7 +242,10 @@ def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Pa
             assert result.chosen.speculation("mtp") == ("off", 0)
             assert "none, auto drafts by lookup alone" in calibration_table(result)
             continue
-        assert f"with the MTP drafter's context ({mtp / 2**20:.0f} MiB): draft_max {drafts_that_fit}" in calibration_table(result)
+        assert (
+            f"with the MTP drafter's context ({mtp / 2**20:.0f} MiB): draft_max {drafts_that_fit}"
+            in calibration_table(result)
+        )
         options = result.chosen.session_options("auto", n_ctx=SMALL["n_ctx"])
         assert options.speculate == "auto" and options.draft_max == drafts_that_fit
         with Session(tiny_gguf, options) as session:
@@ -215,7 +253,8 @@ def test_speculation_gets_the_most_drafts_that_fit_the_memory_left(tiny_gguf: Pa
             assert session.info.buffer_bytes <= allowance  # flash attention on: no work copy
             # what speculation added is what the fit counted for it
             assert session.info.buffer_bytes - base <= mtp + tuning.speculation_bytes(
-                drafts_that_fit, measured.state_bytes, measured.n_vocab)
+                drafts_that_fit, measured.state_bytes, measured.n_vocab
+            )
     nothing = calibrate(tiny_gguf, settings=SETTINGS[:1], memory_allowance=base + per_draft // 2, **SMALL)
     assert nothing.chosen.speculation("auto") == ("off", 0) and "no draft fits" in calibration_table(nothing)
     assert nothing.chosen.session_options("lookup").speculate == "off"
@@ -258,7 +297,8 @@ def test_per_token_interpolates_and_extrapolates() -> None:
 
 
 def test_calibration_is_cached_reused_and_invalidated_when_the_file_changes(
-        tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
     model = tmp_path / "model.gguf"
     shutil.copyfile(tiny_gguf, model)
@@ -285,7 +325,8 @@ def test_calibration_is_cached_reused_and_invalidated_when_the_file_changes(
 
 
 def test_a_first_run_says_in_plain_words_what_calibration_does_and_how_long(
-        tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What a newcomer sees of the first run's calibration: what it is for, about how long it
     takes (longer on a busy machine), how far it got; llama.cpp's setting names only under
     `edge-sql tune`."""
@@ -295,13 +336,18 @@ def test_a_first_run_says_in_plain_words_what_calibration_does_and_how_long(
     quick = {k: v for k, v in SMALL.items() if k != "n_ctx"} | {"settings": SETTINGS}
     lines: list[str] = []
     tuning.tuned_settings(model, progress=lines.append, folder=tmp_path / "cache", n_ctx=1024, options=quick)
-    assert lines[0].startswith("first run of model.gguf on this machine: a quick calibration measures which "
-                               "llama.cpp settings run it fastest here, about 50 s (longer: other processes keep "
-                               "the CPUs busy), once per file")
+    assert lines[0].startswith(
+        "first run of model.gguf on this machine: a quick calibration measures which "
+        "llama.cpp settings run it fastest here, about 50 s (longer: other processes keep "
+        "the CPUs busy), once per file"
+    )
     assert lines[1] == "calibrating model.gguf: measuring the memory of 4 candidate settings"
     counts = [line for line in lines[2:] if line.startswith("calibrating model.gguf: ")]
-    assert re.fullmatch(r"calibrating model\.gguf: timing setting 1 of 4 \(how fast it reads a prompt and writes "
-                        r"tokens with it\); \d+ s so far, about 50 s in all", counts[0]), counts
+    assert re.fullmatch(
+        r"calibrating model\.gguf: timing setting 1 of 4 \(how fast it reads a prompt and writes "
+        r"tokens with it\); \d+ s so far, about 50 s in all",
+        counts[0],
+    ), counts
     done = [line for line in lines if line.startswith("calibrated in ")]
     assert len(done) == 1 and done[0].endswith(" s; later runs of this file reuse it")
     for jargon in ("flash_attn", "n_ubatch", "n_threads", "repack", "-token context", "candidates ("):
@@ -311,8 +357,7 @@ def test_a_first_run_says_in_plain_words_what_calibration_does_and_how_long(
     assert any("flash_attn=on n_ubatch=32" in line for line in detail)
 
 
-def test_a_fixed_thread_count_is_a_candidate_of_the_one_calibration_per_file(
-        tiny_gguf: Path, tmp_path: Path) -> None:
+def test_a_fixed_thread_count_is_a_candidate_of_the_one_calibration_per_file(tiny_gguf: Path, tmp_path: Path) -> None:
     """`--threads N` and the default share one calibration of the file: the caller's count is
     one of the candidates, and a later caller with another count gets the cached choice at it."""
     assert 7 in {s.n_threads for s in candidates(7)} and candidates(default_threads()) == candidates()
@@ -329,13 +374,20 @@ def test_a_fixed_thread_count_is_a_candidate_of_the_one_calibration_per_file(
     assert len(list(folder.glob("*.json"))) == 1
 
 
-def test_saving_a_calibration_never_shares_a_temporary_file_with_another_writer(tiny_gguf: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_saving_a_calibration_never_shares_a_temporary_file_with_another_writer(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
     """Two processes calibrating one file at once each write under their own temporary name."""
     chosen = Settings(flash_attn=True, n_ubatch=64, n_threads=1)
     calibration_record = tuning.Calibration(
-        key=tuning.cache_key(tiny_gguf), model_path=str(tiny_gguf), mode="quick", chosen=chosen,
-        measurements=[tuning.Measurement(chosen, [64], [0.01], [0.05], 1)], memory_allowance=2, seconds=1.0)
+        key=tuning.cache_key(tiny_gguf),
+        model_path=str(tiny_gguf),
+        mode="quick",
+        chosen=chosen,
+        measurements=[tuning.Measurement(chosen, [64], [0.01], [0.05], 1)],
+        memory_allowance=2,
+        seconds=1.0,
+    )
     folder = tmp_path / "cache"
     folder.mkdir()
     other = folder / f"{calibration_record.key}.tmp"  # the name every writer used to share
@@ -362,8 +414,9 @@ def test_fingerprint_sees_a_changed_byte_with_size_and_mtime_kept(tiny_gguf: Pat
 
 
 @pytest.mark.parametrize("model_fixture", ["tiny_gguf", "smollm2_gguf"])
-def test_logits_agree_across_the_settings_the_tuner_may_choose(model_fixture: str,
-                                                              request: pytest.FixtureRequest) -> None:
+def test_logits_agree_across_the_settings_the_tuner_may_choose(
+    model_fixture: str, request: pytest.FixtureRequest
+) -> None:
     model = request.getfixturevalue(model_fixture)
     tokens = np.random.default_rng(1).integers(0, 30000, 133).tolist()
     # one thread: llama.cpp splits a matmul's rows between threads, so the count does not
@@ -396,12 +449,12 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def test_a_busy_machine_is_noted_and_a_quiet_one_is_not() -> None:
-    assert tuning.busy_note(None, 2) == ""          # no load average on this OS
+    assert tuning.busy_note(None, 2) == ""  # no load average on this OS
     assert tuning.busy_note(0.4, 2) == ""
-    assert tuning.busy_note(1.0, 2) == ""           # half the CPUs: still fine
+    assert tuning.busy_note(1.0, 2) == ""  # half the CPUs: still fine
     note = tuning.busy_note(3.1, 2)
     assert "busy" in note and "3.1 on 2 CPUs" in note and "edge-sql tune" in note
-    load = tuning.other_load(own_threads=1000)      # more threads than any load: clamped at zero
+    load = tuning.other_load(own_threads=1000)  # more threads than any load: clamped at zero
     assert load is None or load == 0.0
 
 
@@ -441,10 +494,21 @@ def test_calibration_progress_says_in_words_what_it_times_and_an_overrun() -> No
     from edge_sql.runtime.tuning.plan import Inputs, Reporter, RunPlan
 
     lines: list[str] = []
-    plan = RunPlan(model_path=Path("model.gguf"), n_ctx=1024, points=[256], inputs=Inputs(np.random.default_rng(0), 8, 8),
-                   baseline=0, budget=TimeBudget(50.0, started=time.perf_counter() - 101), report=Reporter(lines.append, True),
-                   n_timed=5, counted=1)
+    plan = RunPlan(
+        model_path=Path("model.gguf"),
+        n_ctx=1024,
+        points=[256],
+        inputs=Inputs(np.random.default_rng(0), 8, 8),
+        baseline=0,
+        budget=TimeBudget(50.0, started=time.perf_counter() - 101),
+        report=Reporter(lines.append, True),
+        n_timed=5,
+        counted=1,
+    )
     plan.timing("flash_attn=on n_ubatch=512 n_threads=2 repack=off")
-    assert re.fullmatch(r"calibrating model\.gguf: timing setting 2 of 5 \(how fast it reads a prompt and writes tokens "
-                        r"with it\); 10\d s so far, more than the 50 s planned: the CPUs are slower or busier than "
-                        r"expected", lines[0]), lines
+    assert re.fullmatch(
+        r"calibrating model\.gguf: timing setting 2 of 5 \(how fast it reads a prompt and writes tokens "
+        r"with it\); 10\d s so far, more than the 50 s planned: the CPUs are slower or busier than "
+        r"expected",
+        lines[0],
+    ), lines

@@ -44,8 +44,9 @@ def calibration(tiny_gguf: Path):
     from edge_sql.runtime.tuning.parallel import allocated_with
 
     per_sequence = allocated_with(tiny_gguf, settings, 1024, 2) - allocated_with(tiny_gguf, settings, 1024, 1)
-    result = calibrate(tiny_gguf, settings=[settings], full=False, parallel_memory=bound + 5 * per_sequence // 2,
-                       **small)
+    result = calibrate(
+        tiny_gguf, settings=[settings], full=False, parallel_memory=bound + 5 * per_sequence // 2, **small
+    )
     save_calibration(result)
     return result
 
@@ -63,15 +64,33 @@ def test_auto_comes_from_this_machines_calibration(tiny_gguf: Path, chinook_db: 
     expected = auto_vote(rates, limit)
     assert expected == max([k for k in (2, 3) if vote_cost(rates, k) <= VOTE_FACTOR], default=1)
     assert f"({auto_vote_line(rates, limit)})" in calibration_table(result)
-    with edge_sql.Agent(tiny_gguf, n_ctx=1024, pull_if_missing=False, prefix_cache=False,
-                        parallel=limit) as agent:
+    with edge_sql.Agent(tiny_gguf, n_ctx=1024, pull_if_missing=False, prefix_cache=False, parallel=limit) as agent:
         assert agent.tuning == "cached"
         assert (agent.auto_vote, agent.auto_vote_line) == (expected, auto_vote_line(rates, limit))
     with edge_sql.Agent(tiny_gguf, n_ctx=1024, pull_if_missing=False, prefix_cache=False, tune=False) as untuned:
         assert untuned.auto_vote == 1 and "no decode rate" in untuned.auto_vote_line  # nothing measured
-    out = CliRunner().invoke(main, ["run", "--db", str(chinook_db), "--model", str(tiny_gguf), "--ctx", "1024",
-                                    "--question", "How many albums?", "--vote", "auto", "--seed", "1",
-                                    "--max-rounds", "1", "--think-tokens", "8"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--db",
+            str(chinook_db),
+            "--model",
+            str(tiny_gguf),
+            "--ctx",
+            "1024",
+            "--question",
+            "How many albums?",
+            "--vote",
+            "auto",
+            "--seed",
+            "1",
+            "--max-rounds",
+            "1",
+            "--think-tokens",
+            "8",
+        ],
+    )
     assert auto_vote_line(rates, limit) in out.output, out.output
     if expected >= 2:
         assert f"voting: {expected} sampled episodes at once" in out.output
@@ -90,8 +109,16 @@ def test_run_refuses_a_vote_that_is_neither_a_number_nor_auto(chinook_db: Path) 
 
 # ---- `--vote auto` in the API's driver, serve and the bench ----------------------------------
 
-TINY = edge_sql.Budget(max_rounds=1, max_think_tokens=8, max_final_think_tokens=8, max_calls_per_turn=1,
-                      max_final_sql_tokens=24, max_sql_chars=48, max_name_chars=24, max_tokens=2048)  # the calibration's 1024 tokens leave no room for a turn
+TINY = edge_sql.Budget(
+    max_rounds=1,
+    max_think_tokens=8,
+    max_final_think_tokens=8,
+    max_calls_per_turn=1,
+    max_final_sql_tokens=24,
+    max_sql_chars=48,
+    max_name_chars=24,
+    max_tokens=2048,
+)  # the calibration's 1024 tokens leave no room for a turn
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +145,9 @@ def test_the_driver_resolves_auto_once_for_ask_and_each(tiny_gguf: Path, chinook
 
     expected = _planned(tiny_gguf)
     assert expected == auto_vote(voting.parallel_rates, voting.chosen.parallel_limit) == 3
-    with edge_sql.Agent(tiny_gguf, n_ctx=2048, pull_if_missing=False, prefix_cache=False, parallel=expected,
-                        budget=TINY) as agent:
+    with edge_sql.Agent(
+        tiny_gguf, n_ctx=2048, pull_if_missing=False, prefix_cache=False, parallel=expected, budget=TINY
+    ) as agent:
         assert agent.vote_k("auto") == (expected if expected >= 2 else None)
         assert agent.vote_k(2) == 2 and agent.vote_k(None) is None
         voted = agent.ask("How many albums?", chinook_db, vote="auto", seed=3)
@@ -147,10 +175,25 @@ def test_serve_takes_auto_from_a_request_and_opens_its_sequences(tiny_gguf: Path
         AskRequest.from_json(b'{"question": "q", "database": "d", "vote": "many"}')
     with pytest.raises(BadRequest, match="field 'vote' is out of range"):
         AskRequest.from_json(b'{"question": "q", "database": "d", "vote": 1}')
-    options = ServeOptions(databases={}, http=True, host="127.0.0.1", port=0, token=None, model=str(tiny_gguf),
-                           gpu_layers=None, threads=None, n_ctx=1024, prompt_file=None, budget=Budget(),
-                           queue_size=1, queue_timeout=1.0, max_body=1024, max_question=100, max_rows=10,
-                           vote="auto")
+    options = ServeOptions(
+        databases={},
+        http=True,
+        host="127.0.0.1",
+        port=0,
+        token=None,
+        model=str(tiny_gguf),
+        gpu_layers=None,
+        threads=None,
+        n_ctx=1024,
+        prompt_file=None,
+        budget=Budget(),
+        queue_size=1,
+        queue_timeout=1.0,
+        max_body=1024,
+        max_question=100,
+        max_rows=10,
+        vote="auto",
+    )
     assert _vote_sequences(options) == _planned(tiny_gguf)
     assert _vote_sequences(replace(options, vote=5)) == 5 and _vote_sequences(replace(options, vote=None)) == 1
 
@@ -163,8 +206,9 @@ def test_serve_answers_an_auto_vote_at_the_planned_k(tiny_gguf: Path, chinook_db
     from edge_sql.tools import ReadOnlyDatabase
 
     expected = _planned(tiny_gguf)
-    with edge_sql.Agent(tiny_gguf, n_ctx=2048, pull_if_missing=False, prefix_cache=False, parallel=max(expected, 2),
-                        budget=TINY) as agent:
+    with edge_sql.Agent(
+        tiny_gguf, n_ctx=2048, pull_if_missing=False, prefix_cache=False, parallel=max(expected, 2), budget=TINY
+    ) as agent:
         service = Service(agent, {"chinook": chinook_db}, Limits(vote="auto"))
         try:
             with ReadOnlyDatabase(chinook_db) as db:
@@ -184,11 +228,43 @@ def test_bench_vote_auto_names_the_resolved_k(tiny_gguf: Path, tmp_path: Path, v
 
     expected = _planned(tiny_gguf)
     out = tmp_path / "out"
-    args = ["bench", "--base", str(tiny_gguf), "--variants", "BF16", "--limit", "1", "--modes", "withheld",
-            "--threads", "1", "--ctx", "2048", "--out", str(out), "--seed", "2", "--vote", "auto",
-            "--max-rounds", "1", "--think-tokens", "8", "--calls-per-turn", "1", "--episode-tokens", "2048",
-            "--budget", "max_final_sql_tokens=24", "--budget", "max_final_think_tokens=8",
-            "--budget", "max_sql_chars=48", "--budget", "max_name_chars=24"]
+    args = [
+        "bench",
+        "--base",
+        str(tiny_gguf),
+        "--variants",
+        "BF16",
+        "--limit",
+        "1",
+        "--modes",
+        "withheld",
+        "--threads",
+        "1",
+        "--ctx",
+        "2048",
+        "--out",
+        str(out),
+        "--seed",
+        "2",
+        "--vote",
+        "auto",
+        "--max-rounds",
+        "1",
+        "--think-tokens",
+        "8",
+        "--calls-per-turn",
+        "1",
+        "--episode-tokens",
+        "2048",
+        "--budget",
+        "max_final_sql_tokens=24",
+        "--budget",
+        "max_final_think_tokens=8",
+        "--budget",
+        "max_sql_chars=48",
+        "--budget",
+        "max_name_chars=24",
+    ]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "BF16: --vote auto: " in result.output or "BF16: no vote" in result.output, result.output

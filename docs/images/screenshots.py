@@ -27,13 +27,26 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 HERE = Path(__file__).resolve().parent
 QUESTION = "How many rows does the Album table have?"
-EDITED_SQL = ("SELECT g.Name AS genre, COUNT(*) AS tracks FROM Track t JOIN Genre g USING (GenreId) "
-              "GROUP BY g.Name ORDER BY tracks DESC LIMIT 12")
+EDITED_SQL = (
+    "SELECT g.Name AS genre, COUNT(*) AS tracks FROM Track t JOIN Genre g USING (GenreId) "
+    "GROUP BY g.Name ORDER BY tracks DESC LIMIT 12"
+)
 
 
 def start_server(model: str, db: str, extra: list[str], log: Path) -> tuple[subprocess.Popen, int]:
-    command = [sys.executable, "-c", "from edge_sql.cli import main; main()", "serve", "--model", model,
-               "--db", db, "--port", "0", *extra]
+    command = [
+        sys.executable,
+        "-c",
+        "from edge_sql.cli import main; main()",
+        "serve",
+        "--model",
+        model,
+        "--db",
+        db,
+        "--port",
+        "0",
+        *extra,
+    ]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("w"))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
@@ -48,8 +61,14 @@ def start_server(model: str, db: str, extra: list[str], log: Path) -> tuple[subp
 def browser() -> webdriver.Chrome:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,900",
-                     "--hide-scrollbars", "--force-device-scale-factor=1"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1000,900",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
 
@@ -71,9 +90,13 @@ def main() -> None:
             driver.find_element(By.ID, "question").click()
             driver.save_screenshot(str(HERE / "page-asking.png"))
             driver.find_element(By.ID, "ask").click()
-            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#rounds .call")) >= 3
-                       or d.find_element(By.ID, "answer").is_displayed()
-                       or "error" in d.find_element(By.ID, "status").get_attribute("class"))
+            wait.until(
+                lambda d: (
+                    len(d.find_elements(By.CSS_SELECTOR, "#rounds .call")) >= 3
+                    or d.find_element(By.ID, "answer").is_displayed()
+                    or "error" in d.find_element(By.ID, "status").get_attribute("class")
+                )
+            )
             print("streaming:", driver.find_element(By.ID, "status").text, file=sys.stderr)
             driver.set_window_size(1000, 1250)  # the Stop button and the rounds so far
             driver.save_screenshot(str(HERE / "page-streaming.png"))

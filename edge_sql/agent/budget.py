@@ -33,17 +33,27 @@ class Budget:
     max_calls_per_turn: int | None = None
     max_think_tokens: int | None = None
     max_final_think_tokens: int | None = None
-    max_sql_chars: int = 2000          # `sql` arguments of run_query / submit_sql
-    max_name_chars: int = 128          # table and column names
-    min_string_chars: int = 16         # strings are never bounded below this
-    min_think_tokens: int = 16         # nor thinking, when the room runs short
+    max_sql_chars: int = 2000  # `sql` arguments of run_query / submit_sql
+    max_name_chars: int = 128  # table and column names
+    min_string_chars: int = 16  # strings are never bounded below this
+    min_think_tokens: int = 16  # nor thinking, when the room runs short
     max_final_sql_tokens: int = 512
-    max_result_rows: int = 1000        # rows of the final query kept in the result
+    max_result_rows: int = 1000  # rows of the final query kept in the result
 
     def __post_init__(self) -> None:
-        for name in ("max_rounds", "max_failed_queries", "max_calls_per_turn", "max_think_tokens",
-                     "max_final_think_tokens", "max_sql_chars", "max_name_chars", "min_string_chars",
-                     "min_think_tokens", "max_final_sql_tokens", "max_result_rows"):
+        for name in (
+            "max_rounds",
+            "max_failed_queries",
+            "max_calls_per_turn",
+            "max_think_tokens",
+            "max_final_think_tokens",
+            "max_sql_chars",
+            "max_name_chars",
+            "min_string_chars",
+            "min_think_tokens",
+            "max_final_sql_tokens",
+            "max_result_rows",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"Budget.{name}={value} is out of range (at least 1)")
@@ -53,8 +63,9 @@ class Budget:
         for low, high in _FLOORED:
             floor, cap = getattr(self, low), getattr(self, high)
             if floor != defaults[low] and cap is not None and floor > cap:
-                raise ValueError(f"Budget.{low}={floor} is above Budget.{high}={cap}: a minimum must not "
-                                 "exceed its maximum")
+                raise ValueError(
+                    f"Budget.{low}={floor} is above Budget.{high}={cap}: a minimum must not exceed its maximum"
+                )
 
     @property
     def final_think_cap(self) -> int | None:
@@ -69,9 +80,12 @@ TRAINED_ARCHITECTURE = "qwen35"
 # 6 calls, 262 tokens in 34 s on one thread of a 2-core Xeon at load average 8, against 134
 # list_tables calls in 11 minutes with the defaults): (CLI option, Budget field, value).
 SMALL_MODEL_BOUNDS = (
-    ("--max-rounds", "max_rounds", 3), ("--calls-per-turn", "max_calls_per_turn", 2),
-    ("--think-tokens", "max_think_tokens", 16), ("--budget max_final_sql_tokens=", "max_final_sql_tokens", 40),
-    ("--budget max_name_chars=", "max_name_chars", 24), ("--budget max_sql_chars=", "max_sql_chars", 80),
+    ("--max-rounds", "max_rounds", 3),
+    ("--calls-per-turn", "max_calls_per_turn", 2),
+    ("--think-tokens", "max_think_tokens", 16),
+    ("--budget max_final_sql_tokens=", "max_final_sql_tokens", 40),
+    ("--budget max_name_chars=", "max_name_chars", 24),
+    ("--budget max_sql_chars=", "max_sql_chars", 80),
 )
 
 
@@ -79,24 +93,34 @@ def small_model_note(file_name: str, architecture: str, model_name: str | None, 
     """What to say once when a model that was not trained for the protocol runs with the
     protocol's open bounds (thinking and calls per turn limited only by the 12,288-token
     episode): the options that exist and values that suit a small model. None otherwise."""
-    if architecture == TRAINED_ARCHITECTURE or budget.max_calls_per_turn is not None \
-            or budget.max_think_tokens is not None:
+    if (
+        architecture == TRAINED_ARCHITECTURE
+        or budget.max_calls_per_turn is not None
+        or budget.max_think_tokens is not None
+    ):
         return None
     named = f"{architecture} model ({model_name})" if model_name else f"{architecture} model"
-    options = " ".join(f"{flag}{value}" if flag.endswith("=") else f"{flag} {value}"
-                       for flag, _, value in SMALL_MODEL_BOUNDS)
+    options = " ".join(
+        f"{flag}{value}" if flag.endswith("=") else f"{flag} {value}" for flag, _, value in SMALL_MODEL_BOUNDS
+    )
     fields_ = ", ".join(f"{field}={value}" for _, field, value in SMALL_MODEL_BOUNDS)
-    return (f"note: {file_name} is a {named}, not the Qwen3.5 model whose training these defaults follow: they "
-            "bound thinking and calls per turn only by the 12,288-token episode, which a small model can fill "
-            f"for many minutes. For a small model: {options} --ctx 2048 (Python: Budget({fields_}))")
+    return (
+        f"note: {file_name} is a {named}, not the Qwen3.5 model whose training these defaults follow: they "
+        "bound thinking and calls per turn only by the 12,288-token episode, which a small model can fill "
+        f"for many minutes. For a small model: {options} --ctx 2048 (Python: Budget({fields_}))"
+    )
 
 
 # The fewest tokens an episode may be given: the protocol's prompt alone is about 400.
 MIN_EPISODE_TOKENS = 512
 
 # (minimum, maximum) pairs: the minimum is a floor the room planner keeps under that maximum
-_FLOORED = (("min_think_tokens", "max_think_tokens"), ("min_think_tokens", "max_final_think_tokens"),
-            ("min_string_chars", "max_sql_chars"), ("min_string_chars", "max_name_chars"))
+_FLOORED = (
+    ("min_think_tokens", "max_think_tokens"),
+    ("min_think_tokens", "max_final_think_tokens"),
+    ("min_string_chars", "max_sql_chars"),
+    ("min_string_chars", "max_name_chars"),
+)
 
 
 def parse_budget_items(items: Iterable[str]) -> dict[str, int]:
@@ -118,7 +142,6 @@ def parse_budget_items(items: Iterable[str]) -> dict[str, int]:
     except ValueError as exc:
         raise ValueError(str(exc).replace("Budget.", "")) from None
     return changes
-
 
 
 @dataclass

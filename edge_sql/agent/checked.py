@@ -16,8 +16,11 @@ def check_episode(db: ReadOnlyDatabase, result: EpisodeResult) -> Checks | None:
     sql = result.sql if result.sql is not None else result.answer
     if not sql or result.stop == "cancelled":
         return None
-    rows = QueryResult(list(result.columns), [tuple(r) for r in result.rows], result.truncated) \
-        if result.sql is not None else None
+    rows = (
+        QueryResult(list(result.columns), [tuple(r) for r in result.rows], result.truncated)
+        if result.sql is not None
+        else None
+    )
     checks = check_sql(db, sql, result=rows, forced=result.forced, fallback=result.fallback)
     attach_provenance(checks, result.rounds, result.question, result.evidence)
     return checks
@@ -37,14 +40,16 @@ def join_vote(result: EpisodeResult) -> None:
 
 
 def abstain(result: EpisodeResult, below: float) -> EpisodeResult:
-    """"Not sure" instead of the voted answer when fewer than `below` of the K episodes agree on
+    """ "Not sure" instead of the voted answer when fewer than `below` of the K episodes agree on
     it: `stop` "abstained", no rows, the voted SQL kept in `answer`, the reason in `error`."""
     checks = result.checks
     if result.sql is None or checks is None or checks.agreement is None or checks.agreement >= below:
         return result
     vote = result.stats.vote
     assert vote is not None  # checks.agreement comes from the vote
-    reason = (f"not sure: {vote.agreed} of {vote.k} episodes agree on this result "
-              f"({checks.agreement:.0%}, below {below:.0%})")
-    return dataclasses.replace(result, sql=None, columns=[], rows=[], truncated=False, answer=result.sql,
-                               stop="abstained", error=reason)
+    reason = (
+        f"not sure: {vote.agreed} of {vote.k} episodes agree on this result ({checks.agreement:.0%}, below {below:.0%})"
+    )
+    return dataclasses.replace(
+        result, sql=None, columns=[], rows=[], truncated=False, answer=result.sql, stop="abstained", error=reason
+    )

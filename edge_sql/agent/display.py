@@ -35,7 +35,9 @@ def call_signature(call: CallRecord) -> str:
 def result_summary(call: CallRecord) -> str:
     """A one-line view of what the call returned."""
     if not call.ok:
-        return "error: " + call.output.removeprefix("Error: ").strip().splitlines()[0] if call.output.strip() else "error"
+        return (
+            "error: " + call.output.removeprefix("Error: ").strip().splitlines()[0] if call.output.strip() else "error"
+        )
     lines = [line.strip() for line in call.output.splitlines() if line.strip()]
     if not lines:
         return "(empty)"
@@ -51,16 +53,19 @@ def call_line(call: CallRecord, width: int = CALL_LINE_WIDTH) -> str:
     return "  " + shorten(f"{head} -> {result_summary(call)}", width - 2)
 
 
-def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, max_rows: int = TABLE_ROWS,
-               cell_width: int = CELL_WIDTH) -> str:
+def table_text(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, max_rows: int = TABLE_ROWS, cell_width: int = CELL_WIDTH
+) -> str:
     """Rows as an aligned text table with a header rule; at most `max_rows` rows."""
     if not columns:
         return "(no columns)"
     shown = [[shorten(format_value(v), cell_width) for v in row] for row in rows[:max_rows]]
     header = [shorten(c, cell_width) for c in columns]
     widths = [max(len(h), *(len(r[i]) for r in shown)) if shown else len(h) for i, h in enumerate(header)]
-    numeric = [bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows[:max_rows])
-               for i in range(len(columns))]
+    numeric = [
+        bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows[:max_rows])
+        for i in range(len(columns))
+    ]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)).rstrip()
@@ -84,8 +89,11 @@ def answer_text(result: EpisodeResult) -> str:
         return "\n".join([*lines, stats_line(result, "not sure")])
     notes = []
     if result.forced:
-        reason = {"max_rounds": "tool rounds used up", "failed_queries": "too many failed queries",
-                  "context": "context budget reached"}.get(result.force_reason or "", result.force_reason)
+        reason = {
+            "max_rounds": "tool rounds used up",
+            "failed_queries": "too many failed queries",
+            "context": "context budget reached",
+        }.get(result.force_reason or "", result.force_reason)
         notes.append(f"forced final answer: {reason}")
     if result.fallback:
         notes.append("fallback: the model's answer did not run; this is the last query that ran")
@@ -115,6 +123,10 @@ def stats_line(result: EpisodeResult, head: str) -> str:
         f"({head}; {plural(figures.rounds, 'round')}, {plural(figures.calls, 'call')}; "
         f"{figures.wall_s:.1f} s; "
         f"{plural(timings.generated_tokens, 'token')} generated at {figures.decode_tok_s:.1f} tok/s"
-        + (f"; {timings.accepted_draft_tokens} of {timings.draft_tokens} draft tokens accepted"
-           if timings.draft_tokens else "") + ")"
+        + (
+            f"; {timings.accepted_draft_tokens} of {timings.draft_tokens} draft tokens accepted"
+            if timings.draft_tokens
+            else ""
+        )
+        + ")"
     )

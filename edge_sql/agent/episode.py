@@ -119,7 +119,7 @@ class _Episode:
         self.share_opening = False
         self.audited = self.overruled = 0
         self._progress_at = float("-inf")  # when the last "tokens" event went out
-        self._unsent: list[str] = []       # text written since then, in this round
+        self._unsent: list[str] = []  # text written since then, in this round
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -158,8 +158,10 @@ class _Episode:
         pieces: list[Piece] = shared + own
         needed = len(self.transcript.tokenize(pieces)) + self._final_reserve(None)
         if plan_call_segment(self.limit - needed, self.budget, self._first_segment_need, think=True) is None:
-            raise EdgeSqlError(f"the prompt and question need about {needed} tokens and leave no room for a tool "
-                               f"turn in {self._bound_and_remedy()}")
+            raise EdgeSqlError(
+                f"the prompt and question need about {needed} tokens and leave no room for a tool "
+                f"turn in {self._bound_and_remedy()}"
+            )
         opening = self.transcript.tokenize(pieces) if self.share_opening else None
         self.session.shared_prefix(self.transcript.tokenize(shared), opening=opening)  # same for every question
         self.transcript.append(pieces)
@@ -256,14 +258,18 @@ class _Episode:
         self._unsent = []
         completion = self._generate(self._grammar_final(think), stop_tokens=(self.end_id,))
         try:
-            return parse_final_turn(completion.text, think_end=self.chat.think_end, after_think=self.chat.after_think).sql, None
+            return parse_final_turn(
+                completion.text, think_end=self.chat.think_end, after_think=self.chat.after_think
+            ).sql, None
         except TurnParseError as exc:
             return None, f"the final answer was not usable: {exc}"
 
     def _grammar_final(self, think_tokens: int) -> GrammarText:
         return final_grammar(
-            think_end_token=self.think_end_token, think_end_text=self.chat.think_end,
-            after_think=self.chat.after_think, max_think_tokens=think_tokens,
+            think_end_token=self.think_end_token,
+            think_end_text=self.chat.think_end,
+            after_think=self.chat.after_think,
+            max_think_tokens=think_tokens,
             max_sql_tokens=self.budget.max_final_sql_tokens,
         )
 
@@ -313,9 +319,12 @@ class _Episode:
 
     def _grammar_first(self, bounds: SegmentBounds) -> GrammarText:
         return first_call_grammar(
-            think_end_token=self.think_end_token, think_end_text=self.chat.think_end,
-            after_think=self.chat.after_think, max_think_tokens=max(1, bounds.think_tokens),
-            bounds=self._string_bounds(bounds), layout=self.layout,
+            think_end_token=self.think_end_token,
+            think_end_text=self.chat.think_end,
+            after_think=self.chat.after_think,
+            max_think_tokens=max(1, bounds.think_tokens),
+            bounds=self._string_bounds(bounds),
+            layout=self.layout,
         )
 
     def _grammar_next(self, bounds: SegmentBounds) -> GrammarText:
@@ -339,8 +348,12 @@ class _Episode:
         if self.should_stop is not None and self.should_stop():
             raise _Cancelled
         completion = self.session.generate(
-            grammar=grammar.lark, params=self.params, max_tokens=grammar.max_tokens,
-            stop_tokens=stop_tokens, should_stop=self.should_stop, audit=self.audit,
+            grammar=grammar.lark,
+            params=self.params,
+            max_tokens=grammar.max_tokens,
+            stop_tokens=stop_tokens,
+            should_stop=self.should_stop,
+            audit=self.audit,
             on_text=self._progress() if self.on_event is not None else None,
         )
         self.audited += completion.n_audited
@@ -349,8 +362,10 @@ class _Episode:
         if completion.stop_reason == "cancelled":
             raise _Cancelled
         if completion.stop_reason == "context_full":
-            raise _BrokenTurn(f"the turn reached the end of the {self.session.n_ctx}-token context; bound thinking "
-                              "(--think-tokens, Budget.max_think_tokens) or use a larger context (--ctx, n_ctx)")
+            raise _BrokenTurn(
+                f"the turn reached the end of the {self.session.n_ctx}-token context; bound thinking "
+                "(--think-tokens, Budget.max_think_tokens) or use a larger context (--ctx, n_ctx)"
+            )
         if completion.stop_reason == "max_tokens":
             raise _BrokenTurn("generation hit max_tokens inside the grammar")
         return completion
@@ -372,8 +387,7 @@ class _Episode:
             tokens = before + session.n_past - start
             seconds = generating_before + now - started
             text, self._unsent = "".join(self._unsent), []
-            self._emit(Tokens(self.rounds[-1].index, text, tokens,
-                              round(tokens / seconds, 2) if seconds > 0 else 0.0))
+            self._emit(Tokens(self.rounds[-1].index, text, tokens, round(tokens / seconds, 2) if seconds > 0 else 0.0))
 
         return on_text
 
@@ -381,12 +395,16 @@ class _Episode:
         """Which bound the episode's room comes from and the option that raises it."""
         episode, context = self.budget.max_tokens, self.session.n_ctx
         if episode < context:
-            return (f"the {episode}-token episode budget; raise --episode-tokens (Budget.max_tokens), up to "
-                    f"the context's {context}")
+            return (
+                f"the {episode}-token episode budget; raise --episode-tokens (Budget.max_tokens), up to "
+                f"the context's {context}"
+            )
         if context < episode:
             return f"the {context}-token context; use a larger context (--ctx, n_ctx), up to the episode's {episode}"
-        return (f"the {context}-token context and episode budget; raise both --ctx and --episode-tokens "
-                "(n_ctx, Budget.max_tokens)")
+        return (
+            f"the {context}-token context and episode budget; raise both --ctx and --episode-tokens "
+            "(n_ctx, Budget.max_tokens)"
+        )
 
     def _emit(self, event: EpisodeEvent) -> None:
         if self.on_event is not None:
@@ -394,8 +412,15 @@ class _Episode:
 
     # ---- the result ----------------------------------------------------------------------
 
-    def _result(self, question: str, evidence: str | None, answer: str | None, stop: str,
-                force_reason: str | None, error: str | None) -> EpisodeResult:
+    def _result(
+        self,
+        question: str,
+        evidence: str | None,
+        answer: str | None,
+        stop: str,
+        force_reason: str | None,
+        error: str | None,
+    ) -> EpisodeResult:
         cancelled = stop == "cancelled"
         answer_run = None
         if answer:
@@ -407,13 +432,21 @@ class _Episode:
         settled = settle_answer(answer, answer_run, self.counter.last_good_sql, fallback_run, error=error)
         result = settled.result
         return EpisodeResult(
-            question=question, evidence=evidence, sql=settled.sql,
+            question=question,
+            evidence=evidence,
+            sql=settled.sql,
             columns=list(result.columns) if result else [],
             rows=[list(row) for row in result.rows] if result else [],
             truncated=result.truncated if result else False,
-            forced=force_reason is not None, fallback=settled.fallback, answer=answer,
-            rounds=self.rounds, stats=EpisodeStats(), transcript=self.transcript.text, stop=stop,
-            error=error if cancelled else settled.error, force_reason=force_reason,
+            forced=force_reason is not None,
+            fallback=settled.fallback,
+            answer=answer,
+            rounds=self.rounds,
+            stats=EpisodeStats(),
+            transcript=self.transcript.text,
+            stop=stop,
+            error=error if cancelled else settled.error,
+            force_reason=force_reason,
             prompt_version=self.prompt.version,
         )
 
@@ -422,9 +455,14 @@ class _Episode:
 
     def _figures(self, started: float) -> EpisodeFigures:
         return EpisodeFigures.of(
-            self.session.timings, transcript_tokens=len(self.transcript), context_tokens=self.session.n_past,
-            token_budget=self.limit, rounds=len(self.rounds), calls=sum(len(r.calls) for r in self.rounds),
-            wall_s=round(time.perf_counter() - started, 4), tools_s=round(self.tools_s, 4),
+            self.session.timings,
+            transcript_tokens=len(self.transcript),
+            context_tokens=self.session.n_past,
+            token_budget=self.limit,
+            rounds=len(self.rounds),
+            calls=sum(len(r.calls) for r in self.rounds),
+            wall_s=round(time.perf_counter() - started, 4),
+            tools_s=round(self.tools_s, 4),
             speculate=self.session.info.speculate,
             audit=GrammarAudit(self.audited, self.overruled) if self.audit else None,
         )

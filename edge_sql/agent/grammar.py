@@ -43,7 +43,7 @@ MAX_BYTES_PER_CHAR = 4
 SEGMENT_SLACK_TOKENS = 4
 CALL_SEPARATOR = "\n"  # between calls of one turn (a JSON string never holds a raw newline)
 CALL_LAYOUTS = ("json", "strict")
-MAX_GAP_CHARS = 12     # JSON whitespace between two parts of a call, or between calls
+MAX_GAP_CHARS = 12  # JSON whitespace between two parts of a call, or between calls
 LONG_TEXT_ARGS = frozenset({"sql"})  # string args that hold SQL and get the SQL bound
 _INT_ENUMERATE_MAX = 1000
 
@@ -129,8 +129,16 @@ def _call_rule(spec: ToolSpec, bounds: StringBounds, terminals: dict[str, str], 
     def join(*parts: str) -> str:
         return gap.join(f" {part}" for part in parts).strip() if flexible else " ".join(parts)
 
-    head = [lit("{"), lit('"tool"'), lit(colon), lit(json.dumps(spec.name)), lit(comma), lit('"args"'),
-            lit(colon), lit("{")]
+    head = [
+        lit("{"),
+        lit('"tool"'),
+        lit(colon),
+        lit(json.dumps(spec.name)),
+        lit(comma),
+        lit('"args"'),
+        lit(colon),
+        lit("{"),
+    ]
     if not flexible:  # strict: merge adjacent literals into one
         head = [lit('{"tool": ' + json.dumps(spec.name) + ', "args": {')]
     parts: list[str] = [join(*head)]
@@ -195,16 +203,22 @@ def first_call_grammar(
     rules, call_bytes = _calls(specs, bounds, layout)
     after = f" {lark_literal(after_think)}" if after_think else ""
     gap = " GAP?" if layout == "json" else ""
-    lark = "\n".join([f"start: think {think_end_token}{after}{gap} call",
-                      *_think_rules(max_think_tokens, think_end_token, think_end_text), *rules])
+    lark = "\n".join(
+        [
+            f"start: think {think_end_token}{after}{gap} call",
+            *_think_rules(max_think_tokens, think_end_token, think_end_text),
+            *rules,
+        ]
+    )
     n_tokens = max_think_tokens + _byte_len(think_end_text) + _byte_len(after_think) + call_bytes
     if layout == "json":
         n_tokens += MAX_GAP_CHARS
     return GrammarText(lark, n_tokens + SEGMENT_SLACK_TOKENS)
 
 
-def next_call_grammar(*, bounds: StringBounds, specs: tuple[ToolSpec, ...] = TOOL_SPECS,
-                      layout: str = "json") -> GrammarText:
+def next_call_grammar(
+    *, bounds: StringBounds, specs: tuple[ToolSpec, ...] = TOOL_SPECS, layout: str = "json"
+) -> GrammarText:
     """Nothing (the model ends its turn with a stop token) or a line break and one more call.
 
     In the `json` layout the break may be surrounded by blank lines and spaces (`SEP`), and
@@ -214,12 +228,14 @@ def next_call_grammar(*, bounds: StringBounds, specs: tuple[ToolSpec, ...] = TOO
     if layout == "strict":
         lark = "\n".join([f"start: ({lark_literal(CALL_SEPARATOR)} call)?", *rules])
         return GrammarText(lark, _byte_len(CALL_SEPARATOR) + call_bytes + SEGMENT_SLACK_TOKENS)
-    lark = "\n".join([
-        "start: (SEP call | TAIL)?",
-        f"SEP: /[ \\t\\r]{{0,{MAX_GAP_CHARS}}}\\n[ \\t\\r\\n]{{0,{MAX_GAP_CHARS}}}/",
-        f"TAIL: /[ \\t\\r\\n]{{1,{MAX_GAP_CHARS}}}/",
-        *rules,
-    ])
+    lark = "\n".join(
+        [
+            "start: (SEP call | TAIL)?",
+            f"SEP: /[ \\t\\r]{{0,{MAX_GAP_CHARS}}}\\n[ \\t\\r\\n]{{0,{MAX_GAP_CHARS}}}/",
+            f"TAIL: /[ \\t\\r\\n]{{1,{MAX_GAP_CHARS}}}/",
+            *rules,
+        ]
+    )
     return GrammarText(lark, 2 * MAX_GAP_CHARS + 1 + call_bytes + SEGMENT_SLACK_TOKENS)
 
 
@@ -249,11 +265,13 @@ def final_grammar(
     if max_sql_tokens < 1:
         raise ValueError("max_sql_tokens must be at least 1")
     after = f" {lark_literal(after_think)}" if after_think else ""
-    lark = "\n".join([
-        f"start: think {think_end_token}{after} sql",
-        *_think_rules(max_think_tokens, think_end_token, think_end_text),
-        f"sql[max_tokens={max_sql_tokens}]: SQL_TEXT",
-        f"SQL_TEXT: /{FINAL_ANSWER_REGEX}/ & ~/{NO_TOOL_CALL_REGEX}/",
-    ])
+    lark = "\n".join(
+        [
+            f"start: think {think_end_token}{after} sql",
+            *_think_rules(max_think_tokens, think_end_token, think_end_text),
+            f"sql[max_tokens={max_sql_tokens}]: SQL_TEXT",
+            f"SQL_TEXT: /{FINAL_ANSWER_REGEX}/ & ~/{NO_TOOL_CALL_REGEX}/",
+        ]
+    )
     n_tokens = max_think_tokens + _byte_len(think_end_text) + _byte_len(after_think) + max_sql_tokens
     return GrammarText(lark, n_tokens + SEGMENT_SLACK_TOKENS)

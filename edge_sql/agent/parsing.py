@@ -83,10 +83,10 @@ def split_think(text: str, think_end: str, after_think: str) -> tuple[str, str]:
     end = text.find(think_end)
     if end < 0:
         raise TurnParseError(f"turn has no {think_end}")
-    rest = text[end + len(think_end):]
+    rest = text[end + len(think_end) :]
     if not rest.startswith(after_think):
         raise TurnParseError(f"expected {after_think!r} after {think_end}")
-    return text[:end], rest[len(after_think):]
+    return text[:end], rest[len(after_think) :]
 
 
 def split_calls(text: str) -> list[str]:
@@ -101,11 +101,11 @@ def split_calls(text: str) -> list[str]:
         if pos == end:
             return calls
         if calls and "\n" not in text[start:pos]:
-            raise TurnParseError(f"calls must start on a new line: {text[pos:pos + 200]!r}")
+            raise TurnParseError(f"calls must start on a new line: {text[pos : pos + 200]!r}")
         try:
             _, stop = _DECODER.raw_decode(text, pos)
         except ValueError as exc:
-            raise TurnParseError(f"call is not valid JSON ({exc}): {text[pos:pos + 200]!r}") from None
+            raise TurnParseError(f"call is not valid JSON ({exc}): {text[pos : pos + 200]!r}") from None
         calls.append(text[pos:stop])
         pos = stop
 

@@ -59,8 +59,17 @@ _CHAT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "think_end": ((), ()),
     "after_think": ((), ()),
 }
-_NON_EMPTY = {"system_prompt", "user_template", "result_template", "budget_line", "budget_line_one",
-              "forced_final", "forced_final_no_query", "turn_end", "think_end"}
+_NON_EMPTY = {
+    "system_prompt",
+    "user_template",
+    "result_template",
+    "budget_line",
+    "budget_line_one",
+    "forced_final",
+    "forced_final_no_query",
+    "turn_end",
+    "think_end",
+}
 
 
 def fill(text: str, **values: object) -> str:
@@ -85,18 +94,24 @@ class PromptTemplate:
     forced_final_no_query: str
     results_cut_note: str
     chat: ChatFormat
-    call_layout: str = "json"   # grammar.CALL_LAYOUTS: what whitespace a call may hold
+    call_layout: str = "json"  # grammar.CALL_LAYOUTS: what whitespace a call may hold
 
-    def opening(self, question: str, evidence: str | None, *, max_rounds: int
-                ) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    def opening(
+        self, question: str, evidence: str | None, *, max_rounds: int
+    ) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
         """An episode's first text as (text, parse special tokens) pieces: the part shared by every
         question (system turn, the user turn's start), then the question's own part (up to the
         assistant's opening). Only the template's framing is parsed for special tokens."""
         chat = self.chat
-        shared = [(chat.open_turn("system"), True), (self.system_text(max_rounds=max_rounds), True),
-                  (chat.turn_end + chat.turn_separator + chat.open_turn("user"), True)]
-        own = [(self.user_text(question, evidence), False),
-               (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True)]
+        shared = [
+            (chat.open_turn("system"), True),
+            (self.system_text(max_rounds=max_rounds), True),
+            (chat.turn_end + chat.turn_separator + chat.open_turn("user"), True),
+        ]
+        own = [
+            (self.user_text(question, evidence), False),
+            (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True),
+        ]
         return shared, own
 
     def system_text(self, *, max_rounds: int, tools: tuple[ToolSpec, ...] = TOOL_SPECS) -> str:
@@ -150,7 +165,7 @@ def load_prompt(path: str | Path | None = None) -> PromptTemplate:
         raise PromptFileError(f"prompt file {file} is not valid TOML: {exc}") from None
     version = data.get("version")
     if not isinstance(version, str) or not version.strip():
-        raise PromptFileError(f"prompt file {file}: missing field `version` (a string such as \"my-prompt-1\")")
+        raise PromptFileError(f'prompt file {file}: missing field `version` (a string such as "my-prompt-1")')
     chat = data.get("chat")
     if not isinstance(chat, dict):
         raise PromptFileError(f"prompt file {file}: missing table [chat] (fields: {', '.join(_CHAT_FIELDS)})")
@@ -159,8 +174,9 @@ def load_prompt(path: str | Path | None = None) -> PromptTemplate:
     layout = data.get("call_layout")
     if layout not in CALL_LAYOUTS:
         raise PromptFileError(f"prompt file {file}: field `call_layout` must be one of: {', '.join(CALL_LAYOUTS)}")
-    return PromptTemplate(version=version.strip(), source=str(file), chat=ChatFormat(**chat_values),
-                          call_layout=layout, **top)
+    return PromptTemplate(
+        version=version.strip(), source=str(file), chat=ChatFormat(**chat_values), call_layout=layout, **top
+    )
 
 
 def _field(file: Path, table: dict, name: str, spec: tuple[tuple[str, ...], tuple[str, ...]], prefix: str) -> str:

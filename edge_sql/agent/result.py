@@ -123,8 +123,14 @@ class SettledAnswer:
     error: str | None
 
 
-def settle_answer(answer: str | None, answer_run: ToolResult | None, last_good_sql: str | None,
-                  fallback_run: ToolResult | None, *, error: str | None) -> SettledAnswer:
+def settle_answer(
+    answer: str | None,
+    answer_run: ToolResult | None,
+    last_good_sql: str | None,
+    fallback_run: ToolResult | None,
+    *,
+    error: str | None,
+) -> SettledAnswer:
     """The model's answer when it ran; else the fallback, the last query that ran without error
     (`fallback_run` is that query run again for its rows); else no answer, with the reason.
 

@@ -79,8 +79,11 @@ class EpisodeFigures:
             "drafts": {source: counts.to_json() for source, counts in t.drafts.items()},
             # tokens per thread count of each phase: fewer than the session's while the machine was busy
             "threads": t.threads_json(),
-            **({"grammar_steps_audited": self.audit.steps, "grammar_overruled": self.audit.overruled}
-               if self.audit is not None else {}),
+            **(
+                {"grammar_steps_audited": self.audit.steps, "grammar_overruled": self.audit.overruled}
+                if self.audit is not None
+                else {}
+            ),
         }
 
     def record_fields(self) -> dict[str, Any]:
@@ -144,8 +147,13 @@ class VoteStats:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "k": self.k, "chosen": self.chosen, "agreed": self.agreed, "voters": self.voters,
-            "agreement": self.agreement, "finished": self.finished, "episodes": [e.to_json() for e in self.episodes],
+            "k": self.k,
+            "chosen": self.chosen,
+            "agreed": self.agreed,
+            "voters": self.voters,
+            "agreement": self.agreement,
+            "finished": self.finished,
+            "episodes": [e.to_json() for e in self.episodes],
         }
         if self.seeds is not None:
             data["seeds"] = list(self.seeds)

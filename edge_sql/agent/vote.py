@@ -80,8 +80,13 @@ class Tally:
             return decided(list(self._sizes.values()), self.k - self._finished)
 
 
-def choose(results: Sequence[EpisodeResult | None], db: ReadOnlyDatabase, *, max_rows: int = Budget().max_result_rows,
-           keys: dict[str, Hashable | str] | None = None) -> EpisodeResult:
+def choose(
+    results: Sequence[EpisodeResult | None],
+    db: ReadOnlyDatabase,
+    *,
+    max_rows: int = Budget().max_result_rows,
+    keys: dict[str, Hashable | str] | None = None,
+) -> EpisodeResult:
     """The voted answer among `results` (K episodes of one question, in their order; None for one
     stopped once the vote was decided): a copy of the chosen episode's result whose
     `stats.vote` (`VoteStats`) says how the vote went, with each episode's `VoteEpisode`.
@@ -117,8 +122,15 @@ def choose(results: Sequence[EpisodeResult | None], db: ReadOnlyDatabase, *, max
     else:
         chosen, agreed = next(i for i, r in enumerate(results) if r is not None), 0
     finished = sum(r is not None for r in results)
-    vote = VoteStats(k=len(results), chosen=chosen, agreed=agreed, voters=voters,
-                     agreement=round(agreed / voters, 4) if voters else 0.0, finished=finished, episodes=episodes)
+    vote = VoteStats(
+        k=len(results),
+        chosen=chosen,
+        agreed=agreed,
+        voters=voters,
+        agreement=round(agreed / voters, 4) if voters else 0.0,
+        finished=finished,
+        episodes=episodes,
+    )
     winner = results[chosen]
     assert winner is not None
     return dataclasses.replace(winner, stats=dataclasses.replace(winner.stats, vote=vote))

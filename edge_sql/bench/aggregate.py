@@ -54,14 +54,24 @@ def draft_figures(episodes: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any
     return totals
 
 
-def accuracy_figures(episodes: Sequence[dict[str, Any]], questions: dict[str, Question], modes: Sequence[str]) -> dict[str, Any]:
+def accuracy_figures(
+    episodes: Sequence[dict[str, Any]], questions: dict[str, Question], modes: Sequence[str]
+) -> dict[str, Any]:
     """Execution accuracy per mode, overall and per difficulty (the evaluation's own report)."""
     out: dict[str, Any] = {}
     for mode in modes:
         results = [
-            QuestionResult(id=e["question_id"], db_id=e["db_id"], difficulty=e.get("difficulty"), correct=e["correct"],
-                           error=e.get("error"), predicted_sql=e.get("sql"), gold_sql=questions[e["question_id"]].gold_sql)
-            for e in episodes if e["mode"] == mode
+            QuestionResult(
+                id=e["question_id"],
+                db_id=e["db_id"],
+                difficulty=e.get("difficulty"),
+                correct=e["correct"],
+                error=e.get("error"),
+                predicted_sql=e.get("sql"),
+                gold_sql=questions[e["question_id"]].gold_sql,
+            )
+            for e in episodes
+            if e["mode"] == mode
         ]
         report = EvalReport(results=results, timeout_s=0.0)
         out[mode] = {
@@ -72,8 +82,11 @@ def accuracy_figures(episodes: Sequence[dict[str, Any]], questions: dict[str, Qu
 
 
 def agreement_figures(
-    episodes: Sequence[dict[str, Any]], reference: dict[tuple[str, str], dict[str, Any]],
-    questions: dict[str, Question], modes: Sequence[str], cache: ResultCache,
+    episodes: Sequence[dict[str, Any]],
+    reference: dict[tuple[str, str], dict[str, Any]],
+    questions: dict[str, Question],
+    modes: Sequence[str],
+    cache: ResultCache,
 ) -> dict[str, Any]:
     """Share of questions whose final SQL gives the reference's result set, overall and per mode."""
     agreed: dict[str, list[bool]] = {mode: [] for mode in modes}
@@ -89,7 +102,7 @@ def agreement_figures(
         "overall": _ratio(sum(every), len(every)),
         "compared": len(every),
         "agreed": sum(every),
-        "agreed_without_result": neither,   # of `agreed`: neither model's SQL gave a result
+        "agreed_without_result": neither,  # of `agreed`: neither model's SQL gave a result
         **{mode: _ratio(sum(values), len(values)) for mode, values in agreed.items()},
     }
 
@@ -117,8 +130,14 @@ def peak_memory(records: Sequence[dict[str, Any]], variant: str) -> dict[str, An
 
 
 def summarize(
-    variants: Sequence[Variant], records: Iterable[dict[str, Any]], *, planned: set[WorkKey],
-    questions: dict[str, Question], modes: Sequence[str], reference_name: str, cache: ResultCache,
+    variants: Sequence[Variant],
+    records: Iterable[dict[str, Any]],
+    *,
+    planned: set[WorkKey],
+    questions: dict[str, Question],
+    modes: Sequence[str],
+    reference_name: str,
+    cache: ResultCache,
 ) -> dict[str, Any]:
     """Every variant's figures, plus the raw records they come from (token ids left out)."""
     records = list(records)
@@ -131,37 +150,46 @@ def summarize(
     single_modes = [m for m in modes if split_mode(m)[1] is None]
     for variant in variants:
         mine = [e for e in episodes if e["variant"] == variant.name]
-        singles = [e for e in mine if not is_vote(e)]   # the speed and agreement figures are theirs
+        singles = [e for e in mine if not is_vote(e)]  # the speed and agreement figures are theirs
         loads = [r for r in records if r["kind"] == "load" and r["variant"] == variant.name]
         crashes = [r for r in records if r["kind"] == "crash" and r["variant"] == variant.name]
-        rows.append({
-            "name": variant.name,
-            "path": str(variant.path),
-            "size_bytes": variant.size_bytes,
-            "load_s": loads[-1]["load_s"] if loads else None,
-            "settings": loads[-1].get("settings") if loads else None,
-            "tuning": loads[-1].get("tuning") if loads else None,
-            **peak_memory(records, variant.name),
-            "parallel": loads[-1].get("parallel", 1) if loads else None,
-            **speed_figures(singles),
-            "fidelity": fidelity_figures([r for r in fidelity if r["variant"] == variant.name]),
-            "answer_agreement": agreement_figures(singles, reference, questions, single_modes, cache),
-            "accuracy": accuracy_figures(mine, questions, modes),
-            "episode_errors": [{"mode": e["mode"], "question_id": e["question_id"], "error": e["episode_error"]}
-                               for e in mine if e.get("episode_error")],
-            "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
-            "per_node": per_node_figures(variant.name, singles, records, speed_figures),
-            "votes": vote_figures(singles, [e for e in mine if is_vote(e)], modes),
-            "confidence": confidence_figures(mine, modes),
-        })
+        rows.append(
+            {
+                "name": variant.name,
+                "path": str(variant.path),
+                "size_bytes": variant.size_bytes,
+                "load_s": loads[-1]["load_s"] if loads else None,
+                "settings": loads[-1].get("settings") if loads else None,
+                "tuning": loads[-1].get("tuning") if loads else None,
+                **peak_memory(records, variant.name),
+                "parallel": loads[-1].get("parallel", 1) if loads else None,
+                **speed_figures(singles),
+                "fidelity": fidelity_figures([r for r in fidelity if r["variant"] == variant.name]),
+                "answer_agreement": agreement_figures(singles, reference, questions, single_modes, cache),
+                "accuracy": accuracy_figures(mine, questions, modes),
+                "episode_errors": [
+                    {"mode": e["mode"], "question_id": e["question_id"], "error": e["episode_error"]}
+                    for e in mine
+                    if e.get("episode_error")
+                ],
+                "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
+                "per_node": per_node_figures(variant.name, singles, records, speed_figures),
+                "votes": vote_figures(singles, [e for e in mine if is_vote(e)], modes),
+                "confidence": confidence_figures(mine, modes),
+            }
+        )
         if mixed_hardware(rows[-1]["per_node"], machines):  # never one figure for unlike hardware
             rows[-1].update({"mixed_hardware": True, "load_s": None, **dict.fromkeys(SPEED_FIELDS)})
         else:
             rows[-1]["mixed_hardware"] = False
     raw = [{k: v for k, v in r.items() if k != TOKEN_IDS_FIELD} for r in episodes if r["variant"] in names]
-    order = _plan_order(variants, modes, questions)   # not the order finished: Ray workers finish in any order
-    return {"variants": rows, "nodes": machines, "episodes": sorted(raw, key=order),
-            "fidelity": sorted([r for r in fidelity if r["variant"] in names], key=order)}
+    order = _plan_order(variants, modes, questions)  # not the order finished: Ray workers finish in any order
+    return {
+        "variants": rows,
+        "nodes": machines,
+        "episodes": sorted(raw, key=order),
+        "fidelity": sorted([r for r in fidelity if r["variant"] in names], key=order),
+    }
 
 
 def _plan_order(variants: Sequence[Variant], modes: Sequence[str], questions: dict[str, Question]) -> Any:
@@ -169,5 +197,8 @@ def _plan_order(variants: Sequence[Variant], modes: Sequence[str], questions: di
     rank = {v.name: i for i, v in enumerate(variants)}
     mode_rank = {m: i for i, m in enumerate(modes)}
     question_rank = {q: i for i, q in enumerate(questions)}
-    return lambda r: (rank.get(r["variant"], len(rank)), mode_rank.get(r["mode"], len(mode_rank)),
-                      question_rank.get(r["question_id"], len(question_rank)))
+    return lambda r: (
+        rank.get(r["variant"], len(rank)),
+        mode_rank.get(r["mode"], len(mode_rank)),
+        question_rank.get(r["question_id"], len(question_rank)),
+    )

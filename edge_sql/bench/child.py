@@ -68,8 +68,9 @@ def run_worker(task: dict[str, Any], work_dir: Path) -> ChildOutcome:
         process = None
         try:
             with signals_deferred():  # a signal inside Popen would leave the child running unseen
-                process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, str(task_file)],
-                                           stdin=subprocess.DEVNULL)
+                process = subprocess.Popen(
+                    [sys.executable, "-m", WORKER_MODULE, str(task_file)], stdin=subprocess.DEVNULL
+                )
             _, status, usage = os.wait4(process.pid, 0)
         except BaseException:  # Ctrl-C or SIGTERM here: stop the child too, and let it clean up
             if process is not None:

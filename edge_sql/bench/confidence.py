@@ -35,11 +35,21 @@ def confidence_figures(episodes: Sequence[dict[str, Any]], modes: Sequence[str])
         for level in LEVELS_BEST_FIRST:
             answered += int(levels[level]["answers"])
             kept_right += int(levels[level]["right"])
-            coverage.append({"level": level, "answered": answered, "right": kept_right,
-                             "coverage": answered / len(mine),
-                             "accuracy": kept_right / answered if answered else None})
-        out[mode] = {"levels": levels, "coverage": coverage, "questions": len(mine),
-                     "unlabelled": sum(1 for e in mine if e.get("confidence") not in LEVELS_BEST_FIRST)}
+            coverage.append(
+                {
+                    "level": level,
+                    "answered": answered,
+                    "right": kept_right,
+                    "coverage": answered / len(mine),
+                    "accuracy": kept_right / answered if answered else None,
+                }
+            )
+        out[mode] = {
+            "levels": levels,
+            "coverage": coverage,
+            "questions": len(mine),
+            "unlabelled": sum(1 for e in mine if e.get("confidence") not in LEVELS_BEST_FIRST),
+        }
     return out
 
 
@@ -47,11 +57,15 @@ def confidence_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The markdown table: per variant and mode, each level's accuracy and the risk-coverage."""
     if not any(row.get("confidence") for row in rows):
         return []
-    lines = ["", "Accuracy by confidence (the answer checks): answering only at or above a level, the share "
-             "of questions answered and how many of those were right:", "",
-             "| variant | mode | level | answers | right | accuracy | answered at or above | coverage "
-             "| accuracy at or above |",
-             "|---|---|---|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "",
+        "Accuracy by confidence (the answer checks): answering only at or above a level, the share "
+        "of questions answered and how many of those were right:",
+        "",
+        "| variant | mode | level | answers | right | accuracy | answered at or above | coverage "
+        "| accuracy at or above |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
     for row in rows:
         for mode, figures in (row.get("confidence") or {}).items():
             for point in figures["coverage"]:
@@ -59,7 +73,8 @@ def confidence_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
                 lines.append(
                     f"| {row['name']} | {mode} | {point['level']} | {level['answers']} | {level['right']} "
                     f"| {_share(level['accuracy'])} | {point['answered']}/{figures['questions']} "
-                    f"| {_share(point['coverage'])} | {_share(point['accuracy'])} |")
+                    f"| {_share(point['coverage'])} | {_share(point['accuracy'])} |"
+                )
     return lines
 
 

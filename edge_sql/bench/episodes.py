@@ -63,8 +63,14 @@ class EpisodeRunner:
     """A loaded variant (an Agent) and everything its episodes share (questions, prompt, budget,
     sampling)."""
 
-    def __init__(self, task: EpisodeTask, *, model_path: str | None = None, node: str | None = None,
-                 session_view: Callable[[Any], Any] = SpanRecorder) -> None:
+    def __init__(
+        self,
+        task: EpisodeTask,
+        *,
+        model_path: str | None = None,
+        node: str | None = None,
+        session_view: Callable[[Any], Any] = SpanRecorder,
+    ) -> None:
         """Load `task`'s variant from `model_path` (default: the task's path; a Ray node may hold
         its own copy elsewhere). `node` labels the records (default: this machine's name).
         `session_view` wraps each session (a `SpanRecorder`: what fidelity needs)."""
@@ -75,20 +81,36 @@ class EpisodeRunner:
         self.task = task
         self.node = node or node_name()
         self.questions = {q.id: q for q in load_dataset(task.dataset, fmt=task.dataset_format, db_root=task.db_root)}
-        self.agent = Agent(model_path or task.model_path, n_threads=task.n_threads, n_ctx=task.n_ctx,
-                           prompt_file=task.prompt_file, budget=Budget(**task.budget), pull_if_missing=False,
-                           log=lambda message: print(message, file=sys.stderr), tune=task.tune, prefix_cache=False,
-                           speculate=task.speculate, parallel=task.parallel,
-                           session_view=lambda session: cast("Session", session_view(session)))
+        self.agent = Agent(
+            model_path or task.model_path,
+            n_threads=task.n_threads,
+            n_ctx=task.n_ctx,
+            prompt_file=task.prompt_file,
+            budget=Budget(**task.budget),
+            pull_if_missing=False,
+            log=lambda message: print(message, file=sys.stderr),
+            tune=task.tune,
+            prefix_cache=False,
+            speculate=task.speculate,
+            parallel=task.parallel,
+            session_view=lambda session: cast("Session", session_view(session)),
+        )
         self._prompts: dict[tuple[str, str], PromptTemplate] = {}  # (mode, db path): the mode's prompt
         started = time.perf_counter()
         self.agent.warm_up()  # the grammar engine's vocabulary view: same for every variant
         info = self.agent.info
         self.load_record: dict[str, Any] = {
-            "kind": "load", "variant": task.variant, "load_s": self.agent.load_s,
-            "grammar_setup_s": time.perf_counter() - started, "n_threads": info.n_threads,
-            "settings": info.settings, "tuning": self.agent.tuning,
-            "n_ctx": self.sessions[0].n_ctx, "time": time.time(), "node": self.node, "machine": machine_description(),
+            "kind": "load",
+            "variant": task.variant,
+            "load_s": self.agent.load_s,
+            "grammar_setup_s": time.perf_counter() - started,
+            "n_threads": info.n_threads,
+            "settings": info.settings,
+            "tuning": self.agent.tuning,
+            "n_ctx": self.sessions[0].n_ctx,
+            "time": time.time(),
+            "node": self.node,
+            "machine": machine_description(),
             **({"parallel": task.parallel} if task.parallel > 1 else {}),
         }
 
@@ -124,8 +146,14 @@ class EpisodeRunner:
 
         base, k = split_mode(mode)
         question = self.questions[question_id]
-        return Ask(question.question, question.db_path, question.evidence, self.task.seed, vote=k,
-                   prompt=self._prompt(base, question.db_path))
+        return Ask(
+            question.question,
+            question.db_path,
+            question.evidence,
+            self.task.seed,
+            vote=k,
+            prompt=self._prompt(base, question.db_path),
+        )
 
     def _prompt(self, mode: str, db_path: str | Path) -> PromptTemplate:
         """`mode`'s prompt for questions on `db_path` (`given` carries the schema), made once."""
@@ -144,25 +172,45 @@ class EpisodeRunner:
         vote episode's stop and wall time, by its seed."""
         seen.setdefault("episodes", {})[ask.seed] = {"stop": result.stop, "wall_s": result.stats.measured.wall_s}
         if self.task.record_tokens:
-            seen["tokens"] = {"tokens": session.tokens,
-                              "generated_spans": session.generated_spans}  # [start, end) of the model's own tokens
+            seen["tokens"] = {
+                "tokens": session.tokens,
+                "generated_spans": session.generated_spans,
+            }  # [start, end) of the model's own tokens
 
-    def _record(self, mode: str, question_id: str, outcome: EpisodeResult | Exception,
-                seen: dict[str, Any]) -> dict[str, Any]:
+    def _record(
+        self, mode: str, question_id: str, outcome: EpisodeResult | Exception, seen: dict[str, Any]
+    ) -> dict[str, Any]:
         """The "episode" record of one item: its answer scored (an item that cannot run scores 0)."""
         from edge_sql.evaluation.scoring import score_prediction
 
         task, question = self.task, self.questions[question_id]
-        fields = {"kind": "episode", **WorkKey(task.variant, mode, question_id, task.seed).as_fields(),
-                  "db_id": question.db_id, "difficulty": question.difficulty}
+        fields = {
+            "kind": "episode",
+            **WorkKey(task.variant, mode, question_id, task.seed).as_fields(),
+            "db_id": question.db_id,
+            "difficulty": question.difficulty,
+        }
         if isinstance(outcome, Exception):  # e.g. a schema too long for the context: the question scores 0
-            return {**fields, "sql": None, "correct": False, "error": f"episode failed: {outcome}",
-                    "episode_error": str(outcome), "node": self.node}
+            return {
+                **fields,
+                "sql": None,
+                "correct": False,
+                "error": f"episode failed: {outcome}",
+                "episode_error": str(outcome),
+                "node": self.node,
+            }
         score = score_prediction(outcome.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
         record = {
-            **fields, "sql": outcome.sql, "correct": score.correct, "error": score.error, "stop": outcome.stop,
-            "forced": outcome.forced, "fallback": outcome.fallback, **_confidence_fields(outcome),
-            "rounds": len(outcome.rounds), "calls": sum(len(r.calls) for r in outcome.rounds),
+            **fields,
+            "sql": outcome.sql,
+            "correct": score.correct,
+            "error": score.error,
+            "stop": outcome.stop,
+            "forced": outcome.forced,
+            "fallback": outcome.fallback,
+            **_confidence_fields(outcome),
+            "rounds": len(outcome.rounds),
+            "calls": sum(len(r.calls) for r in outcome.rounds),
         }
         vote = outcome.stats.vote
         if vote is not None:  # voting.py: the whole vote's wall time, each episode's seed, stop and time
@@ -182,5 +230,7 @@ class EpisodeRunner:
 def _confidence_fields(result: Any) -> dict[str, Any]:
     """The answer checks' level and reasons (edge_sql/checks), for accuracy by confidence."""
     checks = result.checks
-    return {"confidence": checks.confidence if checks is not None else None,
-            "confidence_reasons": checks.reasons if checks is not None else []}
+    return {
+        "confidence": checks.confidence if checks is not None else None,
+        "confidence_reasons": checks.reasons if checks is not None else [],
+    }

@@ -45,8 +45,14 @@ def generated_targets(spans: Sequence[Sequence[int]], n_tokens: int) -> list[int
     return sorted({p - 1 for start, end in spans for p in range(max(start, 1), min(end, n_tokens))})
 
 
-def compare_on_tokens(reference: Session, variant: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK,
-                      positions: Collection[int] | None = None) -> FidelityStats:
+def compare_on_tokens(
+    reference: Session,
+    variant: Session,
+    tokens: Sequence[int],
+    *,
+    chunk: int = DEFAULT_CHUNK,
+    positions: Collection[int] | None = None,
+) -> FidelityStats:
     """Teacher-force `tokens` on both sessions and compare the distributions at `positions`
     (the distribution after token i predicts token i + 1), or at every position when None."""
     if reference.n_vocab != variant.n_vocab:
@@ -57,8 +63,10 @@ def compare_on_tokens(reference: Session, variant: Session, tokens: Sequence[int
             return FidelityStats(positions=0, kl_sum=0.0, kl_max=0.0, top1_agree=0)
         tokens = list(tokens)[: positions[-1] + 1]  # nothing after the last position compared
     positions_done, kl_sum, kl_max, agree = 0, 0.0, 0.0, 0
-    pairs = zip(token_logprobs(reference, tokens, chunk=chunk, positions=positions),
-                token_logprobs(variant, tokens, chunk=chunk, positions=positions))
+    pairs = zip(
+        token_logprobs(reference, tokens, chunk=chunk, positions=positions),
+        token_logprobs(variant, tokens, chunk=chunk, positions=positions),
+    )
     for ref, var in pairs:
         if not len(ref):
             continue

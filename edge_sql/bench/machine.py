@@ -39,7 +39,11 @@ def machine_description() -> dict[str, Any]:
     except (ValueError, OSError, AttributeError):
         memory = None
     return {
-        "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-        "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "memory_bytes": memory,
-        "python": sys.version.split()[0], "llama_cpp_python": llama_cpp.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": memory,
+        "python": sys.version.split()[0],
+        "llama_cpp_python": llama_cpp.__version__,
     }

@@ -27,18 +27,35 @@ def node_machines(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]
     return dict(sorted(machines.items()))
 
 
-def per_node_figures(variant: str, episodes: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
-                     speed_figures: Callable[[Sequence[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
+def per_node_figures(
+    variant: str,
+    episodes: Sequence[dict[str, Any]],
+    records: Sequence[dict[str, Any]],
+    speed_figures: Callable[[Sequence[dict[str, Any]]], dict[str, Any]],
+) -> dict[str, Any]:
     """{node: episodes run there (keys), load time, peak RSS and speed} for one variant."""
-    nodes = sorted({e.get("node") or "" for e in episodes}
-                   | {r.get("node") or "" for r in records if r["kind"] in ("load", "peak") and r["variant"] == variant
-                      and r.get("task", "episodes") == "episodes"})
+    nodes = sorted(
+        {e.get("node") or "" for e in episodes}
+        | {
+            r.get("node") or ""
+            for r in records
+            if r["kind"] in ("load", "peak") and r["variant"] == variant and r.get("task", "episodes") == "episodes"
+        }
+    )
     out: dict[str, Any] = {}
     for node in nodes:
         mine = [e for e in episodes if (e.get("node") or "") == node]
-        loads = [r for r in records if r["kind"] == "load" and r["variant"] == variant and (r.get("node") or "") == node]
-        peaks = [r["peak_rss_bytes"] for r in records if r["kind"] == "peak" and r.get("task") == "episodes"
-                 and r["variant"] == variant and (r.get("node") or "") == node]
+        loads = [
+            r for r in records if r["kind"] == "load" and r["variant"] == variant and (r.get("node") or "") == node
+        ]
+        peaks = [
+            r["peak_rss_bytes"]
+            for r in records
+            if r["kind"] == "peak"
+            and r.get("task") == "episodes"
+            and r["variant"] == variant
+            and (r.get("node") or "") == node
+        ]
         out[node] = {
             "episode_keys": sorted([e["mode"], e["question_id"]] for e in mine),
             "loads": len(loads),
@@ -60,22 +77,33 @@ def mixed_hardware(per_node: dict[str, Any], machines: dict[str, dict[str, Any]]
 def markdown_lines(summary: dict[str, Any]) -> list[str]:
     """The per-node table: node, CPU, and each variant's episodes and speed there."""
     machines = summary.get("nodes", {})
-    lines = ["", "Per node (each variant's episodes, load time, peak RSS and speed where they ran):", "",
-             "| variant | node | CPU | threads | episodes | load s | peak RSS MB | prompt tok/s | decode tok/s |",
-             "|---|---|---|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "",
+        "Per node (each variant's episodes, load time, peak RSS and speed where they ran):",
+        "",
+        "| variant | node | CPU | threads | episodes | load s | peak RSS MB | prompt tok/s | decode tok/s |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
     for row in summary["variants"]:
         for node, figures in row.get("per_node", {}).items():
             machine = machines.get(node, {})
             cpu = f"{machine.get('cpu_model', 'unknown')} x{machine.get('cpu_count', '?')}"
-            values = [_fmt(figures["load_s"], ".2f"),
-                      _fmt(None if figures["peak_rss_bytes"] is None else figures["peak_rss_bytes"] / 1e6, ".0f"),
-                      _fmt(figures["prompt_tok_s"], ".1f"), _fmt(figures["decode_tok_s"], ".1f")]
-            lines.append(f"| {row['name']} | {node or 'unknown'} | {cpu} | {figures['n_threads'] or 'n/a'} "
-                         f"| {len(figures['episode_keys'])} | " + " | ".join(values) + " |")
+            values = [
+                _fmt(figures["load_s"], ".2f"),
+                _fmt(None if figures["peak_rss_bytes"] is None else figures["peak_rss_bytes"] / 1e6, ".0f"),
+                _fmt(figures["prompt_tok_s"], ".1f"),
+                _fmt(figures["decode_tok_s"], ".1f"),
+            ]
+            lines.append(
+                f"| {row['name']} | {node or 'unknown'} | {cpu} | {figures['n_threads'] or 'n/a'} "
+                f"| {len(figures['episode_keys'])} | " + " | ".join(values) + " |"
+            )
     mixed = [row["name"] for row in summary["variants"] if row.get("mixed_hardware")]
     if mixed:
-        lines += ["", "Ran on different CPUs, so their speed and load time are given per node only: "
-                  + ", ".join(mixed) + "."]
+        lines += [
+            "",
+            "Ran on different CPUs, so their speed and load time are given per node only: " + ", ".join(mixed) + ".",
+        ]
     return lines
 
 

@@ -16,8 +16,9 @@ from edge_sql.runtime.tuning import check_parallel
 from edge_sql.runtime.tuning.settings import Settings
 
 
-def resolve_parallel(requested: int | None, settings: Settings, *, vote: int | None = None,
-                     speculate: SpeculateMode = "off") -> int:
+def resolve_parallel(
+    requested: int | None, settings: Settings, *, vote: int | None = None, speculate: SpeculateMode = "off"
+) -> int:
     """The sessions a variant's worker opens (see the module docstring); raises BenchSetupError
     when the speculation runs one episode per context, EdgeSqlError when they do not fit the budget."""
     if requested is None:  # lookup too: its recurrent snapshots make steps of several sequences

@@ -71,18 +71,30 @@ def write_plots(summary: dict[str, Any], out_dir: Path, log: Callable[[str], Non
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for mode, marker in zip(modes, ("o", "s")):
         values = [
-            r["accuracy"][mode]["overall"]["percent"] if r["accuracy"].get(mode, {}).get("overall", {}).get("total") else None
+            r["accuracy"][mode]["overall"]["percent"]
+            if r["accuracy"].get(mode, {}).get("overall", {}).get("total")
+            else None
             for r in rows
         ]
         _series(ax, sizes, values, marker=marker, label=f"execution accuracy, schema {mode}")
-    agreement = [None if r["answer_agreement"]["overall"] is None else 100 * r["answer_agreement"]["overall"] for r in rows]
-    _series(ax, sizes, agreement, marker="^", linestyle="--", label=f"answer agreement with {summary['settings']['reference']}")
+    agreement = [
+        None if r["answer_agreement"]["overall"] is None else 100 * r["answer_agreement"]["overall"] for r in rows
+    ]
+    _series(
+        ax,
+        sizes,
+        agreement,
+        marker="^",
+        linestyle="--",
+        label=f"answer agreement with {summary['settings']['reference']}",
+    )
     _label_points(ax, sizes, agreement, names)
     ax.set_xlabel("file size (GB)")
     ax.set_ylabel("%")
     ax.set_ylim(-5, 112)
-    accuracy_path = _finish(plt, fig, ax, "Accuracy and answer agreement vs file size", title_note,
-                            out_dir / ACCURACY_PNG)
+    accuracy_path = _finish(
+        plt, fig, ax, "Accuracy and answer agreement vs file size", title_note, out_dir / ACCURACY_PNG
+    )
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     speeds = [r["decode_tok_s"] for r in rows]
@@ -120,8 +132,15 @@ def _risk_coverage_plot(plt: Any, rows: list[dict[str, Any]], title_note: str, p
     return _finish(plt, fig, ax, "Accuracy by confidence (risk-coverage)", title_note, path)
 
 
-def _fidelity_plot(plt: Any, rows: list[dict[str, Any]], sizes: list[float], names: list[str], reference: str,
-                   title_note: str, path: Path) -> None:
+def _fidelity_plot(
+    plt: Any,
+    rows: list[dict[str, Any]],
+    sizes: list[float],
+    names: list[str],
+    reference: str,
+    title_note: str,
+    path: Path,
+) -> None:
     """Mean KL against the reference (left axis) and top-1 agreement (right axis) vs file size."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     kl = [r["fidelity"]["kl_mean"] for r in rows]
@@ -132,7 +151,9 @@ def _fidelity_plot(plt: Any, rows: list[dict[str, Any]], sizes: list[float], nam
     ax.set_ylabel("mean KL divergence (nats)")
     ax.set_ylim(bottom=0, top=1.2 * max((v for v in kl if v is not None), default=0.0) or 1.0)
     right = ax.twinx()
-    _series(right, sizes, top1, marker="s", linestyle="none", color="tab:blue", label=f"top-1 agreement with {reference}")
+    _series(
+        right, sizes, top1, marker="s", linestyle="none", color="tab:blue", label=f"top-1 agreement with {reference}"
+    )
     right.set_ylabel("top-1 agreement (%)")
     right.set_ylim(-5, 112)
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]

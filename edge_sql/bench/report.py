@@ -77,27 +77,50 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {_accuracy(row['accuracy'].get('withheld', {}).get('overall'))} "
             f"| {_accuracy(row['accuracy'].get('given', {}).get('overall'))} |"
         )
-    lines += ["", "llama.cpp settings each variant ran with: " + "; ".join(
-        f"{row['name']} {row.get('settings') or '?'} ({row.get('tuning') or '?'})" for row in rows) + "."]
+    lines += [
+        "",
+        "llama.cpp settings each variant ran with: "
+        + "; ".join(f"{row['name']} {row.get('settings') or '?'} ({row.get('tuning') or '?'})" for row in rows)
+        + ".",
+    ]
     drafted = [(row["name"], source, d) for row in rows for source, d in (row.get("drafts") or {}).items()]
     if drafted:
-        lines += ["", "Speculative decoding, draft tokens accepted per source: " + "; ".join(
-            f"{name} {source} {d['accepted']}/{d['drafted']} ({_share(d['acceptance'])}; "
-            f"{d['rolled_back']} rolled back)" for name, source, d in drafted) + "."]
-    lines += ["", "Answer agreement counts: " + "; ".join(
-        f"{row['name']} {row['answer_agreement']['agreed']}/{row['answer_agreement']['compared']}"
-        f" ({row['answer_agreement']['agreed_without_result']} with no result from either)" for row in rows
-    ) + "."]
+        lines += [
+            "",
+            "Speculative decoding, draft tokens accepted per source: "
+            + "; ".join(
+                f"{name} {source} {d['accepted']}/{d['drafted']} ({_share(d['acceptance'])}; "
+                f"{d['rolled_back']} rolled back)"
+                for name, source, d in drafted
+            )
+            + ".",
+        ]
+    lines += [
+        "",
+        "Answer agreement counts: "
+        + "; ".join(
+            f"{row['name']} {row['answer_agreement']['agreed']}/{row['answer_agreement']['compared']}"
+            f" ({row['answer_agreement']['agreed_without_result']} with no result from either)"
+            for row in rows
+        )
+        + ".",
+    ]
     difficulties = _difficulties(rows, modes)
     if difficulties:
-        lines += ["", "Execution accuracy per difficulty:", "",
-                  "| variant | mode | " + " | ".join(difficulties) + " | overall |",
-                  "|---|---|" + "--:|" * (len(difficulties) + 1)]
+        lines += [
+            "",
+            "Execution accuracy per difficulty:",
+            "",
+            "| variant | mode | " + " | ".join(difficulties) + " | overall |",
+            "|---|---|" + "--:|" * (len(difficulties) + 1),
+        ]
         for row in rows:
             for mode in modes:
                 entry = row["accuracy"].get(mode, {})
                 cells = [_accuracy(entry.get("by_difficulty", {}).get(d)) for d in difficulties]
-                lines.append(f"| {row['name']} | {mode} | " + " | ".join(cells) + f" | {_accuracy(entry.get('overall'))} |")
+                lines.append(
+                    f"| {row['name']} | {mode} | " + " | ".join(cells) + f" | {_accuracy(entry.get('overall'))} |"
+                )
     lines += vote_lines(summary)
     lines += confidence_lines(rows)
     lines += node_lines(summary)
@@ -108,8 +131,15 @@ def markdown(summary: dict[str, Any]) -> str:
     crashed = [(row["name"], c) for row in rows for c in row["crashes"]]
     if crashed:
         lines += ["", "Crashed worker processes:", ""]
-        lines += [f"- {name}: {c['task']} " + (f"exited with status {c['returncode']}" if c.get("returncode") is not None
-                                               else f"failed on Ray: {c.get('error')}") for name, c in crashed]
+        lines += [
+            f"- {name}: {c['task']} "
+            + (
+                f"exited with status {c['returncode']}"
+                if c.get("returncode") is not None
+                else f"failed on Ray: {c.get('error')}"
+            )
+            for name, c in crashed
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -26,12 +26,12 @@ class EpisodeTask:
     budget: dict[str, Any] = field(default_factory=dict)
     greedy: bool = False
     prompt_file: str | None = None
-    record_tokens: bool = False   # keep the transcript's token ids (the reference's, for fidelity)
+    record_tokens: bool = False  # keep the transcript's token ids (the reference's, for fidelity)
     score_timeout_s: float = 30.0
-    tune: bool = True             # load with the settings calibrated for this machine (else safe defaults)
+    tune: bool = True  # load with the settings calibrated for this machine (else safe defaults)
     speculate: SpeculateMode = "off"  # speculative decoding mode of the session (runtime/speculation/speculative.py)
-    parallel: int = 1             # episodes at once, each on its own session of one model (open_sessions)
-    vote_auto: bool = False       # the vote modes' K came from `--vote auto` (their records say so)
+    parallel: int = 1  # episodes at once, each on its own session of one model (open_sessions)
+    vote_auto: bool = False  # the vote modes' K came from `--vote auto` (their records say so)
     kind: str = "episodes"
 
 
@@ -43,7 +43,7 @@ class FidelityTask:
     model_path: str
     reference_path: str
     results_path: str
-    keys: list[tuple[str, str]]   # (mode, question id) of the reference's episodes
+    keys: list[tuple[str, str]]  # (mode, question id) of the reference's episodes
     seed: int
     n_threads: int | None
     max_tokens: int

@@ -23,9 +23,13 @@ COMPARISON_JSON = "templates.json"
 COMPARISON_MARKDOWN = "templates.md"
 
 
-def run_template_comparison(config: BenchConfig, prompt_files: Sequence[str | Path], *,
-                            log: Callable[[str], None] = lambda _msg: None,
-                            runner: WorkRunner | None = None) -> tuple[list[BenchOutcome], list[Path]]:
+def run_template_comparison(
+    config: BenchConfig,
+    prompt_files: Sequence[str | Path],
+    *,
+    log: Callable[[str], None] = lambda _msg: None,
+    runner: WorkRunner | None = None,
+) -> tuple[list[BenchOutcome], list[Path]]:
     """Run the bench of `config` once per template (on `runner`, see `run_bench`); returns the
     outcomes and the comparison files."""
     versions = [load_prompt(file).version for file in prompt_files]  # bad files fail before any work
@@ -35,8 +39,12 @@ def run_template_comparison(config: BenchConfig, prompt_files: Sequence[str | Pa
     outcomes = []
     for file, version in zip(prompt_files, versions):
         log(f"template {version}")
-        sub = replace(config, out_dir=out_dir / version, prompt_file=Path(file),
-                      cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME)
+        sub = replace(
+            config,
+            out_dir=out_dir / version,
+            prompt_file=Path(file),
+            cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME,
+        )
         outcomes.append(run_bench(sub, log=log, runner=runner))
     table = comparison(outcomes, versions)
     json_path = out_dir / COMPARISON_JSON
@@ -51,16 +59,18 @@ def comparison(outcomes: Sequence[BenchOutcome], versions: Sequence[str]) -> dic
     rows = []
     for outcome, version in zip(outcomes, versions):
         for variant in outcome.summary["variants"]:
-            rows.append({
-                "template": version,
-                "variant": variant["name"],
-                "accuracy": {mode: figures["overall"] for mode, figures in variant["accuracy"].items()},
-                "answer_agreement": variant["answer_agreement"]["overall"],
-                "episodes": variant["episodes"],
-                "wall_s_median": variant["wall_s_median"],
-                "generated_tokens": variant["generated_tokens"],
-                "out_dir": str(outcome.out_dir),
-            })
+            rows.append(
+                {
+                    "template": version,
+                    "variant": variant["name"],
+                    "accuracy": {mode: figures["overall"] for mode, figures in variant["accuracy"].items()},
+                    "answer_agreement": variant["answer_agreement"]["overall"],
+                    "episodes": variant["episodes"],
+                    "wall_s_median": variant["wall_s_median"],
+                    "generated_tokens": variant["generated_tokens"],
+                    "out_dir": str(outcome.out_dir),
+                }
+            )
     return {"templates": list(versions), "rows": rows}
 
 
@@ -78,13 +88,17 @@ def comparison_markdown(table: dict[str, Any], modes: Sequence[str]) -> str:
         "",
         f"Templates: {', '.join(table['templates'])}. Each template's full report is in its own folder.",
         "",
-        "| template | variant | " + " | ".join(f"EX {mode}" for mode in modes)
+        "| template | variant | "
+        + " | ".join(f"EX {mode}" for mode in modes)
         + " | agreement with BF16 | episodes | wall median s | generated tokens |",
         "|---|---|" + "---:|" * len(modes) + "---:|---:|---:|---:|",
     ]
     for row in table["rows"]:
         cells = [accuracy(row["accuracy"].get(mode)) for mode in modes]
         agreement = "n/a" if row["answer_agreement"] is None else f"{100 * row['answer_agreement']:.1f}%"
-        lines.append(f"| {row['template']} | {row['variant']} | " + " | ".join(cells)
-                     + f" | {agreement} | {row['episodes']} | {number(row['wall_s_median'], '.1f')} | {row['generated_tokens']} |")
+        lines.append(
+            f"| {row['template']} | {row['variant']} | "
+            + " | ".join(cells)
+            + f" | {agreement} | {row['episodes']} | {number(row['wall_s_median'], '.1f')} | {row['generated_tokens']} |"
+        )
     return "\n".join(lines) + "\n"

@@ -65,8 +65,10 @@ def _variant_name(item: str) -> str:
     if not weighted:
         return name
     if not uses_imatrix(name):
-        raise BenchSetupError(f"{name} is not steered by an importance matrix; {IMATRIX_SUFFIX} applies to "
-                              "K- and I-quants (Q6_K, Q5_K_M, Q4_K_M, IQ4_XS, Q3_K_M and their recipes)")
+        raise BenchSetupError(
+            f"{name} is not steered by an importance matrix; {IMATRIX_SUFFIX} applies to "
+            "K- and I-quants (Q6_K, Q5_K_M, Q4_K_M, IQ4_XS, Q3_K_M and their recipes)"
+        )
     return name + IMATRIX_SUFFIX
 
 
@@ -137,8 +139,9 @@ def prepare_variants(
     return variants
 
 
-def _quantized(base: Path, name: str, cache_dir: Path, n_threads: int | None, log: Callable[[str], None],
-               verbose: bool) -> Path:
+def _quantized(
+    base: Path, name: str, cache_dir: Path, n_threads: int | None, log: Callable[[str], None], verbose: bool
+) -> Path:
     """`cache_dir/<base stem>-<name>.gguf`, made by the converter's quantizer when absent or
     older than `base` (a base converted again under the same name) or than its imatrix."""
     from edge_sql.convert.quantize import quantize_gguf

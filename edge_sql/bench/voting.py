@@ -46,8 +46,9 @@ def _share(values: Sequence[bool]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def vote_figures(singles: Sequence[dict[str, Any]], votes: Sequence[dict[str, Any]],
-                 modes: Sequence[str]) -> list[dict[str, Any]]:
+def vote_figures(
+    singles: Sequence[dict[str, Any]], votes: Sequence[dict[str, Any]], modes: Sequence[str]
+) -> list[dict[str, Any]]:
     """Per vote mode: execution accuracy of the vote and of the single episode on the same
     questions, the mean agreement (agreed / voters) and the wall times (one episode, the vote)."""
     out = []
@@ -59,19 +60,27 @@ def vote_figures(singles: Sequence[dict[str, Any]], votes: Sequence[dict[str, An
         alone = {e["question_id"]: e for e in singles if e["mode"] == base}
         both = [v for v in mine if v["question_id"] in alone]
         agreements = [v["vote"]["agreement"] for v in mine if v.get("vote")]
-        single_walls = [alone[v["question_id"]]["wall_s"] for v in both if not alone[v["question_id"]].get("episode_error")]
+        single_walls = [
+            alone[v["question_id"]]["wall_s"] for v in both if not alone[v["question_id"]].get("episode_error")
+        ]
         vote_walls = [v["wall_s"] for v in both if not v.get("episode_error")]
-        out.append({
-            "mode": mode, "base_mode": base, "k": k, "votes": len(mine), "compared": len(both),
-            "vote_accuracy": _share([v["correct"] for v in both]),
-            "single_accuracy": _share([alone[v["question_id"]]["correct"] for v in both]),
-            "vote_correct": sum(v["correct"] for v in both),
-            "single_correct": sum(alone[v["question_id"]]["correct"] for v in both),
-            "agreement_mean": float(np.mean(agreements)) if agreements else None,
-            "unanimous": sum(1 for v in mine if v.get("vote") and v["vote"]["agreed"] == v["vote"]["k"]),
-            "single_wall_s_median": float(np.median(single_walls)) if single_walls else None,
-            "vote_wall_s_median": float(np.median(vote_walls)) if vote_walls else None,
-        })
+        out.append(
+            {
+                "mode": mode,
+                "base_mode": base,
+                "k": k,
+                "votes": len(mine),
+                "compared": len(both),
+                "vote_accuracy": _share([v["correct"] for v in both]),
+                "single_accuracy": _share([alone[v["question_id"]]["correct"] for v in both]),
+                "vote_correct": sum(v["correct"] for v in both),
+                "single_correct": sum(alone[v["question_id"]]["correct"] for v in both),
+                "agreement_mean": float(np.mean(agreements)) if agreements else None,
+                "unanimous": sum(1 for v in mine if v.get("vote") and v["vote"]["agreed"] == v["vote"]["k"]),
+                "single_wall_s_median": float(np.median(single_walls)) if single_walls else None,
+                "vote_wall_s_median": float(np.median(vote_walls)) if vote_walls else None,
+            }
+        )
     return out
 
 
@@ -87,12 +96,18 @@ def markdown_lines(summary: dict[str, Any]) -> list[str]:
     def num(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.1f}"
 
-    lines = ["", "Answers by vote: K sampled episodes per question (seeds seed..seed+K-1), the answer the result "
-             "set most of them return (`agent.vote.choose`), against the single episode on the same questions:", "",
-             "| variant | mode | K | EX single episode | EX vote | mean agreement | unanimous | wall median s: one / vote |",
-             "|---|---|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "",
+        "Answers by vote: K sampled episodes per question (seeds seed..seed+K-1), the answer the result "
+        "set most of them return (`agent.vote.choose`), against the single episode on the same questions:",
+        "",
+        "| variant | mode | K | EX single episode | EX vote | mean agreement | unanimous | wall median s: one / vote |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
     for name, f in rows:
-        lines.append(f"| {name} | {f['base_mode']} | {f['k']} | {pct(f['single_accuracy'])} ({f['single_correct']}/{f['compared']}) "
-                     f"| {pct(f['vote_accuracy'])} ({f['vote_correct']}/{f['compared']}) | {pct(f['agreement_mean'])} "
-                     f"| {f['unanimous']}/{f['votes']} | {num(f['single_wall_s_median'])} / {num(f['vote_wall_s_median'])} |")
+        lines.append(
+            f"| {name} | {f['base_mode']} | {f['k']} | {pct(f['single_accuracy'])} ({f['single_correct']}/{f['compared']}) "
+            f"| {pct(f['vote_accuracy'])} ({f['vote_correct']}/{f['compared']}) | {pct(f['agreement_mean'])} "
+            f"| {f['unanimous']}/{f['votes']} | {num(f['single_wall_s_median'])} / {num(f['vote_wall_s_median'])} |"
+        )
     return lines

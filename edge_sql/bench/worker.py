@@ -29,8 +29,9 @@ def run_episodes(task: EpisodeTask) -> None:
     log = ResultsLog(Path(task.results_path))
     runner = EpisodeRunner(task)
     log.append(runner.load_record)
-    for record in tqdm(runner.run_many(task.items), total=len(task.items), desc=f"{task.variant} episodes",
-                       unit="ep", file=sys.stderr):
+    for record in tqdm(
+        runner.run_many(task.items), total=len(task.items), desc=f"{task.variant} episodes", unit="ep", file=sys.stderr
+    ):
         log.append(record)  # as each finishes: with --parallel, not in item order (resume goes by key)
     runner.close()
 
@@ -42,8 +43,10 @@ def run_fidelity(task: FidelityTask) -> None:
     log = ResultsLog(Path(task.results_path))
     wanted = {(mode, qid) for mode, qid in task.keys}
     transcripts = {  # the reference's tokens and the positions that predicted its own output
-        (r["mode"], str(r["question_id"])): (tokens := r["tokens"][: task.max_tokens],
-                                             generated_targets(r["generated_spans"], len(tokens)))
+        (r["mode"], str(r["question_id"])): (
+            tokens := r["tokens"][: task.max_tokens],
+            generated_targets(r["generated_spans"], len(tokens)),
+        )
         for r in log.records("episode")
         if r["variant"] == task.reference_name and r.get("tokens") and (r["mode"], str(r["question_id"])) in wanted
     }
@@ -53,8 +56,14 @@ def run_fidelity(task: FidelityTask) -> None:
         started = time.perf_counter()
         tokens, positions = transcripts[(mode, question_id)]
         stats = compare_on_tokens(reference, variant, tokens, chunk=task.chunk, positions=positions)
-        log.append({"kind": "fidelity", **WorkKey(task.variant, mode, question_id, task.seed).as_fields(),
-                    **asdict(stats), "seconds": time.perf_counter() - started})
+        log.append(
+            {
+                "kind": "fidelity",
+                **WorkKey(task.variant, mode, question_id, task.seed).as_fields(),
+                **asdict(stats),
+                "seconds": time.perf_counter() - started,
+            }
+        )
     variant.close()
     reference.close()
 
@@ -62,7 +71,10 @@ def run_fidelity(task: FidelityTask) -> None:
 def main(argv: list[str]) -> int:
     task = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     kind = task.pop("kind")
-    runners: dict[str, tuple[Callable[[Any], None], type]] = {"episodes": (run_episodes, EpisodeTask), "fidelity": (run_fidelity, FidelityTask)}
+    runners: dict[str, tuple[Callable[[Any], None], type]] = {
+        "episodes": (run_episodes, EpisodeTask),
+        "fidelity": (run_fidelity, FidelityTask),
+    }
     if kind not in runners:
         raise SystemExit(f"unknown bench task kind {kind!r}")
     run, task_type = runners[kind]
@@ -73,8 +85,13 @@ def main(argv: list[str]) -> int:
             run(task_type(**task))
     finally:
         ResultsLog(Path(task["results_path"])).append(
-            {"kind": "peak", "task": kind, "variant": task["variant"], "peak_rss_bytes": own_peak_rss_bytes(),
-             "node": node_name()}
+            {
+                "kind": "peak",
+                "task": kind,
+                "variant": task["variant"],
+                "peak_rss_bytes": own_peak_rss_bytes(),
+                "node": node_name(),
+            }
         )
     return 0
 

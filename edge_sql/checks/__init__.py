@@ -9,5 +9,13 @@ from edge_sql.checks.checker import check_sql
 from edge_sql.checks.provenance import attach_provenance
 from edge_sql.checks.report import CONFIDENCE_LEVELS, Checks, Finding, NameUse, Sighting, ValueCheck
 
-__all__ = ["CONFIDENCE_LEVELS", "Checks", "Finding", "NameUse", "Sighting", "ValueCheck", "attach_provenance",
-           "check_sql"]
+__all__ = [
+    "CONFIDENCE_LEVELS",
+    "Checks",
+    "Finding",
+    "NameUse",
+    "Sighting",
+    "ValueCheck",
+    "attach_provenance",
+    "check_sql",
+]

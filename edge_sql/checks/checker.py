@@ -23,8 +23,15 @@ DEFAULT_MAX_ROWS = 1000
 MAX_COMPARISONS = 32  # value checks per statement: each is one bounded query
 
 
-def check_sql(db: ReadOnlyDatabase | str | Path, sql: str, *, result: QueryResult | None = None,
-              forced: bool = False, fallback: bool = False, max_rows: int = DEFAULT_MAX_ROWS) -> Checks:
+def check_sql(
+    db: ReadOnlyDatabase | str | Path,
+    sql: str,
+    *,
+    result: QueryResult | None = None,
+    forced: bool = False,
+    fallback: bool = False,
+    max_rows: int = DEFAULT_MAX_ROWS,
+) -> Checks:
     """Check `sql` against `db` (an open ReadOnlyDatabase, or a path opened read-only for the
     call): names, compared values, and its result (`result` when the caller already ran it, else
     it runs here, read-only, with at most `max_rows` rows). `forced` and `fallback` say how an
@@ -62,11 +69,13 @@ def check_sql(db: ReadOnlyDatabase | str | Path, sql: str, *, result: QueryResul
         value = checker.check(comparison)
         checks.values.append(value)
         if value.found is False:
-            checks.add("doubtful", "value_not_found", _not_found(value.target, comparison, value.closest,
-                                                                value.closest_how))
+            checks.add(
+                "doubtful", "value_not_found", _not_found(value.target, comparison, value.closest, value.closest_how)
+            )
         elif value.found is None:
-            checks.add("unchecked", "value_unchecked", f"{value.target} {comparison.op} {comparison.literal}: "
-                                                       f"{value.note}")
+            checks.add(
+                "unchecked", "value_unchecked", f"{value.target} {comparison.op} {comparison.literal}: {value.note}"
+            )
     if len(names.comparisons) > MAX_COMPARISONS:
         checks.add("unchecked", "too_many_values", f"only the first {MAX_COMPARISONS} compared values were checked")
     if result is not None:
@@ -102,10 +111,12 @@ def _distinct(comparisons: list[Comparison]) -> list[Comparison]:
 
 def _lookup(db: ReadOnlyDatabase) -> SchemaLookup:
     """The schema lookup names.read_names asks: a table's stored name and columns, or None."""
+
     def lookup(name: str) -> tuple[str, list[str]] | None:
         try:
             table = db.resolve_table(name)
             return table, db.column_names(table)
         except QueryError:
             return None
+
     return lookup

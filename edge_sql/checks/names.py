@@ -102,8 +102,14 @@ def read_names(sql: str, lookup: SchemaLookup) -> SqlNames:
         columns_of[real] = {fold_identifier(c): c for c in cols}
         schema[real] = {c: "TEXT" for c in cols}
     try:
-        tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=False,
-                       quote_identifiers=False, identify=False)
+        tree = qualify(
+            tree,
+            schema=schema,
+            dialect=DIALECT,
+            validate_qualify_columns=False,
+            quote_identifiers=False,
+            identify=False,
+        )
         scopes = list(traverse_scope(tree))
     except SqlglotError as exc:
         message = str(exc).splitlines()[0]
@@ -149,8 +155,13 @@ def _is_alias(column: exp.Column, scope: Scope) -> bool:
     return fold_identifier(column.name) in aliases
 
 
-def _resolve(column: exp.Column, scope: Scope, stored: dict[str, str], columns_of: dict[str, dict[str, str]],
-             resolved: dict[int, ColumnRef | None]) -> ColumnRef | None:
+def _resolve(
+    column: exp.Column,
+    scope: Scope,
+    stored: dict[str, str],
+    columns_of: dict[str, dict[str, str]],
+    resolved: dict[int, ColumnRef | None],
+) -> ColumnRef | None:
     """The stored column `column` reads, followed through CTEs and subqueries that select it plainly."""
     source = scope.sources.get(column.table) if column.table else None
     if isinstance(source, exp.Table):
@@ -173,6 +184,7 @@ def _resolve(column: exp.Column, scope: Scope, stored: dict[str, str], columns_o
 
 
 # -- comparisons ---------------------------------------------------------------------------
+
 
 def _literal_only(node: exp.Expression | None) -> exp.Literal | None:
     """The first literal of an expression made of literals only (no column, query or NULL)."""
@@ -197,8 +209,9 @@ def _value(literal: exp.Literal, node: exp.Expression) -> Any:
     return -number if isinstance(node, exp.Neg) or isinstance(node.find(exp.Neg), exp.Neg) else number
 
 
-def _column_side(node: exp.Expression, resolved: dict[int, ColumnRef | None]
-                 ) -> tuple[ColumnRef, exp.Expression, bool] | None:
+def _column_side(
+    node: exp.Expression, resolved: dict[int, ColumnRef | None]
+) -> tuple[ColumnRef, exp.Expression, bool] | None:
     """The one stored column `node` reads, `node` rewritten over the bare column, and whether it is bare."""
     if node.find(exp.Query) is not None:
         return None
@@ -239,12 +252,19 @@ def _comparisons(tree: exp.Expression, resolved: dict[int, ColumnRef | None]) ->
             side = _column_side(node.this, resolved)
             low, high = node.args.get("low"), node.args.get("high")
             lows, highs = _literal_only(low), _literal_only(high)
-            if side is None or low is None or high is None or lows is None or highs is None \
-                    or not (lows.is_string or highs.is_string):
+            if (
+                side is None
+                or low is None
+                or high is None
+                or lows is None
+                or highs is None
+                or not (lows.is_string or highs.is_string)
+            ):
                 continue
             between = exp.Between(this=side[1], low=low.copy(), high=high.copy())
-            yield _make(side, "BETWEEN", between, lows, node, False,
-                        literal_text=f"{low.sql(DIALECT)} AND {high.sql(DIALECT)}")
+            yield _make(
+                side, "BETWEEN", between, lows, node, False, literal_text=f"{low.sql(DIALECT)} AND {high.sql(DIALECT)}"
+            )
         else:  # LIKE / GLOB, perhaps with ESCAPE, perhaps negated
             side = _column_side(node.this, resolved)
             literal = _literal_only(node.expression)
@@ -258,9 +278,23 @@ def _comparisons(tree: exp.Expression, resolved: dict[int, ColumnRef | None]) ->
             yield _make(side, op, match, literal, node.expression, True)
 
 
-def _make(side: tuple[ColumnRef, exp.Expression, bool], op: str, condition: exp.Expression, literal: exp.Literal,
-          literal_node: exp.Expression, pattern: bool, literal_text: str | None = None) -> Comparison:
+def _make(
+    side: tuple[ColumnRef, exp.Expression, bool],
+    op: str,
+    condition: exp.Expression,
+    literal: exp.Literal,
+    literal_node: exp.Expression,
+    pattern: bool,
+    literal_text: str | None = None,
+) -> Comparison:
     ref, column_expr, bare = side
-    return Comparison(column=ref, op=op, value=_value(literal, literal_node),
-                      literal=literal_text or literal_node.sql(DIALECT), condition=condition.sql(DIALECT),
-                      bare=bare, pattern=pattern, column_expr=column_expr.sql(DIALECT))
+    return Comparison(
+        column=ref,
+        op=op,
+        value=_value(literal, literal_node),
+        literal=literal_text or literal_node.sql(DIALECT),
+        condition=condition.sql(DIALECT),
+        bare=bare,
+        pattern=pattern,
+        column_expr=column_expr.sql(DIALECT),
+    )

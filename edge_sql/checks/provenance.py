@@ -67,8 +67,12 @@ def attach_provenance(checks: Checks, rounds: Sequence[RoundLike], question: str
     """Fill `seen` of every name and value in `checks` from the episode, and add the findings:
     a name never shown (doubtful), a table only listed (unchecked), a value found in its column
     but never shown (unchecked)."""
-    calls = [(r.index, i, c) for r in rounds for i, c in enumerate(r.calls)
-             if c.ok and c.tool not in ("submit_sql", "answer")]
+    calls = [
+        (r.index, i, c)
+        for r in rounds
+        for i, c in enumerate(r.calls)
+        if c.ok and c.tool not in ("submit_sql", "answer")
+    ]
     texts = [("question", question or ""), ("evidence", evidence or "")]
     for use in checks.names:
         use.seen = _name_sightings(use, calls, texts)
@@ -83,12 +87,14 @@ def attach_provenance(checks: Checks, rounds: Sequence[RoundLike], question: str
             checks.add("unchecked", "table_only_listed", f"table {use.name} was only listed, never described")
     for value in checks.values:
         if value.found and not value.seen:
-            checks.add("unchecked", "unseen_value",
-                       f"{value.literal} was never shown to the model (found in {value.target})")
+            checks.add(
+                "unchecked", "unseen_value", f"{value.literal} was never shown to the model (found in {value.target})"
+            )
 
 
-def _name_sightings(use: NameUse, calls: list[tuple[int, int, CallLike]],
-                    texts: list[tuple[str, str]]) -> list[Sighting]:
+def _name_sightings(
+    use: NameUse, calls: list[tuple[int, int, CallLike]], texts: list[tuple[str, str]]
+) -> list[Sighting]:
     table = _word(use.table)
     column = _word(use.column) if use.column is not None else None
     seen: list[Sighting] = []
@@ -99,8 +105,11 @@ def _name_sightings(use: NameUse, calls: list[tuple[int, int, CallLike]],
         elif call.tool == "run_query":
             shown = table.search(args) and column.search(_header(call.output))
         else:
-            shown = (call.tool in _SHOWING_COLUMNS and (table.search(args) or table.search(call.output))
-                     and column.search(call.output))
+            shown = (
+                call.tool in _SHOWING_COLUMNS
+                and (table.search(args) or table.search(call.output))
+                and column.search(call.output)
+            )
         if shown:
             seen.append(Sighting(call.tool, round_index, call_index))
     for tool, text in texts:
@@ -118,8 +127,9 @@ def _value_text(value: ValueCheck) -> str:
     return text
 
 
-def _value_sightings(value: ValueCheck, calls: list[tuple[int, int, CallLike]],
-                     texts: list[tuple[str, str]]) -> list[Sighting]:
+def _value_sightings(
+    value: ValueCheck, calls: list[tuple[int, int, CallLike]], texts: list[tuple[str, str]]
+) -> list[Sighting]:
     text = _value_text(value)
     if not text:
         return [Sighting("pattern")]  # a pattern of wildcards only names no value
@@ -130,7 +140,7 @@ def _value_sightings(value: ValueCheck, calls: list[tuple[int, int, CallLike]],
         if call.tool not in _RESULT_TOOLS:
             continue
         body = call.output.split("\n", 1)[1] if "\n" in call.output else ""
-        if (word.search(body) if pattern else text in _cells(body)):
+        if word.search(body) if pattern else text in _cells(body):
             seen.append(Sighting(call.tool, round_index, call_index))
     for tool, source in texts:
         if word.search(source) or f"'{text}'" in source or f'"{text}"' in source:

@@ -46,8 +46,13 @@ class NameUse:
         return self.table if self.column is None else f"{self.table}.{self.column}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "table": self.table, "column": self.column,
-                "seen": None if self.seen is None else [s.to_json() for s in self.seen]}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "table": self.table,
+            "column": self.column,
+            "seen": None if self.seen is None else [s.to_json() for s in self.seen],
+        }
 
 
 @dataclass
@@ -76,10 +81,19 @@ class ValueCheck:
         return f"{self.table}.{self.column}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "column": self.column, "op": self.op, "value": self.value,
-                "literal": self.literal, "found": self.found, "scope": self.scope,
-                "closest": list(self.closest), "closest_how": self.closest_how, "note": self.note,
-                "seen": None if self.seen is None else [s.to_json() for s in self.seen]}
+        return {
+            "table": self.table,
+            "column": self.column,
+            "op": self.op,
+            "value": self.value,
+            "literal": self.literal,
+            "found": self.found,
+            "scope": self.scope,
+            "closest": list(self.closest),
+            "closest_how": self.closest_how,
+            "note": self.note,
+            "seen": None if self.seen is None else [s.to_json() for s in self.seen],
+        }
 
 
 @dataclass(frozen=True)
@@ -130,16 +144,23 @@ class Checks:
         tables = sum(1 for n in self.names if n.kind == "table")
         columns = sum(1 for n in self.names if n.kind == "column")
         found = sum(1 for v in self.values if v.found)
-        head = (f"checks: {self.confidence} ({tables} table{'s' * (tables != 1)}, "
-                f"{columns} column{'s' * (columns != 1)}, {found}/{len(self.values)} "
-                f"value{'s' * (len(self.values) != 1)} found"
-                + (", names traced to the episode" if self.provenance else "") + ")")
+        head = (
+            f"checks: {self.confidence} ({tables} table{'s' * (tables != 1)}, "
+            f"{columns} column{'s' * (columns != 1)}, {found}/{len(self.values)} "
+            f"value{'s' * (len(self.values) != 1)} found"
+            + (", names traced to the episode" if self.provenance else "")
+            + ")"
+        )
         warnings = [f.message for f in self.findings if f.level != "note"]
         return head + "".join(f"; {w}" for w in warnings)
 
     def to_json(self) -> dict[str, Any]:
-        return {"confidence": self.confidence, "reasons": self.reasons,
-                "findings": [f.to_json() for f in self.findings],
-                "names": [n.to_json() for n in self.names],
-                "values": [v.to_json() for v in self.values],
-                "provenance": self.provenance, "agreement": self.agreement}
+        return {
+            "confidence": self.confidence,
+            "reasons": self.reasons,
+            "findings": [f.to_json() for f in self.findings],
+            "names": [n.to_json() for n in self.names],
+            "values": [v.to_json() for v in self.values],
+            "provenance": self.provenance,
+            "agreement": self.agreement,
+        }

@@ -53,8 +53,15 @@ class ValueChecker:
         bounded = facts.large and not indexed
         source = self._source(table, bounded)
         scope = "index" if indexed and facts.large else f"first {SCAN_ROWS:,} rows" if bounded else "table"
-        check = ValueCheck(table=table, column=column, op=comparison.op, value=comparison.value,
-                           literal=comparison.literal, found=None, scope=scope)
+        check = ValueCheck(
+            table=table,
+            column=column,
+            op=comparison.op,
+            value=comparison.value,
+            literal=comparison.literal,
+            found=None,
+            scope=scope,
+        )
         try:
             rows = self._rows(f"SELECT 1 FROM {source} WHERE {comparison.condition} LIMIT 1", 1)
         except QueryError as exc:
@@ -83,23 +90,35 @@ class ValueChecker:
         expr, value = comparison.column_expr, str(comparison.value)
         try:
             if comparison.pattern:
-                core = value.replace("%", " ").replace("_", " ") if comparison.op == "LIKE" else \
-                    "".join(" " if c in "*?[]" else c for c in value)
+                core = (
+                    value.replace("%", " ").replace("_", " ")
+                    if comparison.op == "LIKE"
+                    else "".join(" " if c in "*?[]" else c for c in value)
+                )
                 if comparison.op == "GLOB":
-                    rows = self._rows(f"SELECT DISTINCT {expr} FROM {source} WHERE lower({expr}) GLOB lower(?) "
-                                      f"LIMIT {CLOSEST}", CLOSEST, (value,))
+                    rows = self._rows(
+                        f"SELECT DISTINCT {expr} FROM {source} WHERE lower({expr}) GLOB lower(?) LIMIT {CLOSEST}",
+                        CLOSEST,
+                        (value,),
+                    )
                     if rows:
                         return [r[0] for r in rows], "case"
                 return self._nearest(expr, source, " ".join(core.split())), "nearest"
-            rows = self._rows(f"SELECT DISTINCT {expr} FROM {source} WHERE {expr} = ? COLLATE NOCASE "
-                              f"LIMIT {CLOSEST}", CLOSEST, (value,))
+            rows = self._rows(
+                f"SELECT DISTINCT {expr} FROM {source} WHERE {expr} = ? COLLATE NOCASE LIMIT {CLOSEST}",
+                CLOSEST,
+                (value,),
+            )
             if rows:
                 return [r[0] for r in rows], "case"
             for prefix in dict.fromkeys((value, value[: max(3, len(value) // 2)])):
                 if len(prefix) < 3:
                     continue
-                rows = self._rows(f"SELECT DISTINCT {expr} FROM {source} WHERE {expr} LIKE ? ESCAPE '\\' "
-                                  f"LIMIT {CLOSEST}", CLOSEST, (_like_escape(prefix) + "%",))
+                rows = self._rows(
+                    f"SELECT DISTINCT {expr} FROM {source} WHERE {expr} LIKE ? ESCAPE '\\' LIMIT {CLOSEST}",
+                    CLOSEST,
+                    (_like_escape(prefix) + "%",),
+                )
                 if rows:
                     return [r[0] for r in rows], "prefix"
             nearest = self._nearest(expr, source, value)
@@ -108,8 +127,9 @@ class ValueChecker:
             return [], None
 
     def _nearest(self, expr: str, source: str, value: str) -> list[object]:
-        rows = self._rows(f"SELECT DISTINCT {expr} FROM {source} WHERE {expr} IS NOT NULL LIMIT {SAMPLE_DISTINCT}",
-                          SAMPLE_DISTINCT)
+        rows = self._rows(
+            f"SELECT DISTINCT {expr} FROM {source} WHERE {expr} IS NOT NULL LIMIT {SAMPLE_DISTINCT}", SAMPLE_DISTINCT
+        )
         wanted = value.casefold()
         scored = sorted((edit_distance(wanted, str(r[0]).casefold()), i, r[0]) for i, r in enumerate(rows))
         return [v for _, _, v in scored[:CLOSEST]]
@@ -121,8 +141,9 @@ class ValueChecker:
         return f"(SELECT * FROM {quoted} LIMIT {SCAN_ROWS}) AS {quoted}" if bounded else quoted
 
     def _rows(self, sql: str, max_rows: int, params: tuple = ()) -> list[tuple]:
-        return self.db.execute(sql, max_rows=max_rows, time_limit_s=self.time_limit_s, params=params,
-                               max_cell_chars=200).rows
+        return self.db.execute(
+            sql, max_rows=max_rows, time_limit_s=self.time_limit_s, params=params, max_cell_chars=200
+        ).rows
 
     def _estimate_rows(self, table: str) -> int | None:
         """The largest rowid (a B-tree's last key, read in O(log n)); None for views and tables

@@ -35,18 +35,18 @@ from edge_sql.evaluation.datasets import Question
 if TYPE_CHECKING:
     from edge_sql.bench.runner import BenchConfig
 
-MAX_RESTARTS = 3          # restarts of one actor (each reloads the variant) before it is given up
-DEFAULT_THREADS = 4       # llama.cpp threads (Ray CPUs) per actor when --threads is not given
-MEMORY_OVERHEAD_BYTES = 768 << 20   # context, compute buffer and Python beside the model file
+MAX_RESTARTS = 3  # restarts of one actor (each reloads the variant) before it is given up
+DEFAULT_THREADS = 4  # llama.cpp threads (Ray CPUs) per actor when --threads is not given
+MEMORY_OVERHEAD_BYTES = 768 << 20  # context, compute buffer and Python beside the model file
 
 
 @dataclass
 class DataSources:
     """The dataset file and databases on the driver, for nodes that must fetch copies."""
 
-    dataset: SourceFile | None            # None: the bundled set (installed with edge-sql on every node)
+    dataset: SourceFile | None  # None: the bundled set (installed with edge-sql on every node)
     db_root: str | None
-    databases: dict[str, SourceFile] = field(default_factory=dict)   # db_id -> file
+    databases: dict[str, SourceFile] = field(default_factory=dict)  # db_id -> file
 
     def all_files(self) -> list[str]:
         return ([self.dataset.path] if self.dataset else []) + [s.path for s in self.databases.values()]
@@ -63,8 +63,9 @@ def localize_data(task: dict[str, Any], sources: DataSources, server: str) -> di
     """`task` with its dataset and db_root on this node (the driver's paths, or copies)."""
     from edge_sql.cluster.files import cluster_files_dir, local_file
 
-    if sources.dataset is None or (sources.dataset.present_here()
-                                   and all(s.present_here() for s in sources.databases.values())):
+    if sources.dataset is None or (
+        sources.dataset.present_here() and all(s.present_here() for s in sources.databases.values())
+    ):
         return task
     root = cluster_files_dir(f"{sources.db_root}\0{sources.dataset.path}\0{sources.dataset.revision}")
     dataset = local_file(sources.dataset, server, target=root / Path(sources.dataset.path).name)
@@ -81,8 +82,9 @@ def episode_actor_class() -> Any:
     class EpisodeActor:
         """One loaded variant answering episodes; its threads are its Ray CPUs."""
 
-        def __init__(self, task: dict[str, Any], model: SourceFile, store_name: str, sources: DataSources,
-                     server: str) -> None:
+        def __init__(
+            self, task: dict[str, Any], model: SourceFile, store_name: str, sources: DataSources, server: str
+        ) -> None:
             from edge_sql.bench.episodes import EpisodeRunner
             from edge_sql.bench.tasks import EpisodeTask
             from edge_sql.cluster.files import local_model
@@ -107,8 +109,13 @@ def episode_actor_class() -> Any:
             from edge_sql.bench.child import own_peak_rss_bytes
 
             self.runner.close()
-            return {"kind": "peak", "task": "episodes", "variant": self.runner.task.variant,
-                    "peak_rss_bytes": own_peak_rss_bytes(), "node": self.runner.node}
+            return {
+                "kind": "peak",
+                "task": "episodes",
+                "variant": self.runner.task.variant,
+                "peak_rss_bytes": own_peak_rss_bytes(),
+                "node": self.runner.node,
+            }
 
     return EpisodeActor
 
@@ -127,9 +134,15 @@ def actor_memory_bytes(variant: Variant) -> int:
     return variant.size_bytes + MEMORY_OVERHEAD_BYTES
 
 
-def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questions: Sequence[Question],
-                        results: ResultsLog, *, log: Callable[[str], None] = lambda _msg: None,
-                        overheads: list[float] | None = None) -> int:
+def run_episodes_on_ray(
+    config: BenchConfig,
+    variants: Sequence[Variant],
+    questions: Sequence[Question],
+    results: ResultsLog,
+    *,
+    log: Callable[[str], None] = lambda _msg: None,
+    overheads: list[float] | None = None,
+) -> int:
     """Run every variant's pending episodes on the Ray cluster of `config.ray`; returns how many ran.
     `overheads` (if given) receives each call's scheduling overhead in seconds: the driver's round
     trip minus the actor's own time, for every call but an actor's first (which also loads)."""
@@ -144,7 +157,7 @@ def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questi
     actor_class = episode_actor_class()
 
     pools: list[_Pool] = []
-    for variant in variants:   # the reference first: its actors get the cluster's CPUs first
+    for variant in variants:  # the reference first: its actors get the cluster's CPUs first
         items = pending_items(config, variant, questions, results)
         if not items:
             log(f"{variant.name}: all {len(config.modes) * len(questions)} episodes already done")
@@ -152,8 +165,12 @@ def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questi
         task = asdict(episode_task(config, variant, [], results))
         count = min(workers, len(items))
         log(f"{variant.name}: {len(items)} episodes on {count} Ray worker(s) of {threads} CPUs each")
-        actors = [actor_class.options(num_cpus=threads, memory=actor_memory_bytes(variant)).remote(
-            task, SourceFile.of(variant.path), store_name, sources, server_name) for _ in range(count)]
+        actors = [
+            actor_class.options(num_cpus=threads, memory=actor_memory_bytes(variant)).remote(
+                task, SourceFile.of(variant.path), store_name, sources, server_name
+            )
+            for _ in range(count)
+        ]
         pools.append(_Pool(variant, deque(items), actors))
 
     in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]] = {}
@@ -173,15 +190,21 @@ def run_episodes_on_ray(config: BenchConfig, variants: Sequence[Variant], questi
             for actor in pool.actors:
                 next_call(pool, actor)
         episodes_run = _drain(ray, in_flight, next_call, results, log, sent, overheads if overheads is not None else [])
-    finally:   # on an interruption too: free the cluster's CPUs and memory
+    finally:  # on an interruption too: free the cluster's CPUs and memory
         for actor in [server, *(a for pool in pools for a in pool.actors)]:
             ray.kill(actor)
     return episodes_run
 
 
-def _drain(ray: Any, in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]],
-           next_call: Callable[[_Pool, Any], None], results: ResultsLog, log: Callable[[str], None],
-           sent: dict[Any, float], overheads: list[float]) -> int:
+def _drain(
+    ray: Any,
+    in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]],
+    next_call: Callable[[_Pool, Any], None],
+    results: ResultsLog,
+    log: Callable[[str], None],
+    sent: dict[Any, float],
+    overheads: list[float],
+) -> int:
     """Append each answer as it comes and give its actor the next episode; returns episodes run."""
     episodes_run = 0
     while in_flight:
@@ -193,7 +216,7 @@ def _drain(ray: Any, in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | No
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
             _give_up(ray, results, pool, actor, item, exc, log)
             continue
-        if item is None:   # the actor's "finish": its peak memory; its CPUs go to the next variant
+        if item is None:  # the actor's "finish": its peak memory; its CPUs go to the next variant
             results.append(answer)
             pool.actors.remove(actor)
             ray.kill(actor)
@@ -208,15 +231,30 @@ def _drain(ray: Any, in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | No
     return episodes_run
 
 
-def _give_up(ray: Any, results: ResultsLog, pool: _Pool, actor: Any, item: tuple[str, str] | None,
-             exc: BaseException, log: Callable[[str], None]) -> None:
+def _give_up(
+    ray: Any,
+    results: ResultsLog,
+    pool: _Pool,
+    actor: Any,
+    item: tuple[str, str] | None,
+    exc: BaseException,
+    log: Callable[[str], None],
+) -> None:
     """An actor that cannot go on (its variant fails to load, or it died too often): recorded as
     a crash; its episode stays pending for --resume. If it was the variant's last actor, the
     variant's remaining episodes stay pending too."""
     pool.actors.remove(actor)
     message = error_text(exc)
-    results.append({"kind": "crash", "task": "episodes", "variant": pool.variant.name, "returncode": None,
-                    "error": message, **({"mode": item[0], "question_id": item[1]} if item else {})})
+    results.append(
+        {
+            "kind": "crash",
+            "task": "episodes",
+            "variant": pool.variant.name,
+            "returncode": None,
+            "error": message,
+            **({"mode": item[0], "question_id": item[1]} if item else {}),
+        }
+    )
     log(f"{pool.variant.name}: a Ray worker failed ({message}); continuing")
     ray.kill(actor)
     if not pool.actors and pool.queue:

@@ -16,10 +16,12 @@ from edge_sql.cluster.ray_support import connect
 from edge_sql.evaluation.datasets import Question, base_id, require_databases
 from edge_sql.evaluation.report import EvalReport, QuestionResult
 
-Item = tuple[str | None, str]   # (predicted SQL, gold SQL)
+Item = tuple[str | None, str]  # (predicted SQL, gold SQL)
 
 
-def score_database(source: SourceFile, server: str, items: list[Item], timeout_s: float) -> list[tuple[bool, str | None]]:
+def score_database(
+    source: SourceFile, server: str, items: list[Item], timeout_s: float
+) -> list[tuple[bool, str | None]]:
     """Every (correct, error) of one database's predictions (what a Ray task runs)."""
     from edge_sql.cluster.files import local_file
     from edge_sql.evaluation.scoring import score_on_database
@@ -31,8 +33,13 @@ def score_database(source: SourceFile, server: str, items: list[Item], timeout_s
 
 
 def evaluate_on_ray(
-    questions: Sequence[Question], predictions: Mapping[str, str], *, address: str, timeout_s: float,
-    dataset: str | None = None, log: Callable[[str], None] = lambda _msg: None,
+    questions: Sequence[Question],
+    predictions: Mapping[str, str],
+    *,
+    address: str,
+    timeout_s: float,
+    dataset: str | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
 ) -> EvalReport:
     """What `scoring.evaluate` returns, computed by per-database tasks on the Ray cluster."""
     require_databases(questions)
@@ -45,8 +52,9 @@ def evaluate_on_ray(
     try:
         task = ray.remote(num_cpus=1)(score_database)
         refs: dict[str, Any] = {
-            db: task.remote(SourceFile.of(db), server_name, [(predicted[i], questions[i].gold_sql) for i in indices],
-                            timeout_s)
+            db: task.remote(
+                SourceFile.of(db), server_name, [(predicted[i], questions[i].gold_sql) for i in indices], timeout_s
+            )
             for db, indices in groups.items()
         }
         log(f"scoring {len(questions)} predictions in {len(refs)} per-database Ray tasks")
@@ -56,8 +64,15 @@ def evaluate_on_ray(
     finally:
         ray.kill(server)
     results = [
-        QuestionResult(id=q.id, db_id=q.db_id, difficulty=q.difficulty, correct=verdicts[i][0], error=verdicts[i][1],
-                       predicted_sql=predicted[i], gold_sql=q.gold_sql)
+        QuestionResult(
+            id=q.id,
+            db_id=q.db_id,
+            difficulty=q.difficulty,
+            correct=verdicts[i][0],
+            error=verdicts[i][1],
+            predicted_sql=predicted[i],
+            gold_sql=q.gold_sql,
+        )
         for i, q in enumerate(questions)
     ]
     return EvalReport(results=results, timeout_s=timeout_s, dataset=dataset)

@@ -23,12 +23,13 @@ from edge_sql.cluster.ray_support import AUTO, connect, error_text, largest_node
 if TYPE_CHECKING:
     from edge_sql.bench.runner import BenchConfig
 
-CHUNK = 16           # transcripts per task: each task loads two models, so not one per transcript
+CHUNK = 16  # transcripts per task: each task loads two models, so not one per transcript
 MAX_RETRIES = 3
 
 
-def compare_chunk(task: dict[str, Any], transcripts: list[dict[str, Any]], models: dict[str, SourceFile],
-                  store_name: str, server: str) -> list[dict[str, Any]]:
+def compare_chunk(
+    task: dict[str, Any], transcripts: list[dict[str, Any]], models: dict[str, SourceFile], store_name: str, server: str
+) -> list[dict[str, Any]]:
     """What one Ray task runs: `worker.run_fidelity` on `transcripts` (reference episode records)."""
     import tempfile
 
@@ -37,20 +38,36 @@ def compare_chunk(task: dict[str, Any], transcripts: list[dict[str, Any]], model
     from edge_sql.cluster.files import local_model
     from edge_sql.cluster.ray_support import assigned_cpus
 
-    paths = {name: str(local_model(source, server, store_name=store_name, variant=name)[0])
-             for name, source in models.items()}
+    paths = {
+        name: str(local_model(source, server, store_name=store_name, variant=name)[0])
+        for name, source in models.items()
+    }
     with tempfile.TemporaryDirectory(prefix="edge-sql-fidelity-") as work:
         log = ResultsLog(Path(work) / "results.jsonl")
         for record in transcripts:
             log.append(record)
-        run_fidelity(FidelityTask(**{**task, "results_path": str(log.path), "n_threads": assigned_cpus(),
-                                     "model_path": paths[task["variant"]],
-                                     "reference_path": paths[task["reference_name"]]}))
+        run_fidelity(
+            FidelityTask(
+                **{
+                    **task,
+                    "results_path": str(log.path),
+                    "n_threads": assigned_cpus(),
+                    "model_path": paths[task["variant"]],
+                    "reference_path": paths[task["reference_name"]],
+                }
+            )
+        )
         return list(log.records("fidelity"))
 
 
-def run_fidelity_on_ray(config: BenchConfig, variants: Sequence[Variant], planned: set[WorkKey],
-                        results: ResultsLog, *, log: Callable[[str], None] = lambda _msg: None) -> int:
+def run_fidelity_on_ray(
+    config: BenchConfig,
+    variants: Sequence[Variant],
+    planned: set[WorkKey],
+    results: ResultsLog,
+    *,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> int:
     """Every variant's pending fidelity comparisons on the Ray cluster; returns how many ran."""
     from edge_sql.bench.runner import fidelity_task, pending_fidelity
 
@@ -68,16 +85,23 @@ def run_fidelity_on_ray(config: BenchConfig, variants: Sequence[Variant], planne
                 continue
             log(f"{variant.name}: fidelity against {reference.name} on {len(keys)} transcripts (Ray)")
             wanted = set(keys)
-            transcripts = [r for r in results.records("episode") if r["variant"] == reference.name
-                           and r.get("tokens") and (r["mode"], str(r["question_id"])) in wanted
-                           and WorkKey.of(r) in planned]
+            transcripts = [
+                r
+                for r in results.records("episode")
+                if r["variant"] == reference.name
+                and r.get("tokens")
+                and (r["mode"], str(r["question_id"])) in wanted
+                and WorkKey.of(r) in planned
+            ]
             models = {reference.name: SourceFile.of(reference.path), variant.name: SourceFile.of(variant.path)}
             memory = sum(s.size for s in models.values()) + (768 << 20)
             for start in range(0, len(keys), CHUNK):
-                chunk = keys[start:start + CHUNK]
+                chunk = keys[start : start + CHUNK]
                 mine = [r for r in transcripts if (r["mode"], str(r["question_id"])) in set(chunk)]
                 task = asdict(fidelity_task(config, reference, variant, chunk, results))
-                ref = remote.options(num_cpus=threads, memory=memory).remote(task, mine, models, store_name, server_name)
+                ref = remote.options(num_cpus=threads, memory=memory).remote(
+                    task, mine, models, store_name, server_name
+                )
                 refs[ref] = (variant, chunk)
         ran = 0
         while refs:
@@ -87,9 +111,12 @@ def run_fidelity_on_ray(config: BenchConfig, variants: Sequence[Variant], planne
                 records = ray.get(ref)
             except (ray.exceptions.RayTaskError, ray.exceptions.WorkerCrashedError, ray.exceptions.RayError) as exc:
                 message = error_text(exc)
-                results.append({"kind": "crash", "task": "fidelity", "variant": variant.name, "returncode": None,
-                                "error": message})
-                log(f"{variant.name}: a Ray fidelity task failed ({message}); {len(chunk)} transcripts left for --resume")
+                results.append(
+                    {"kind": "crash", "task": "fidelity", "variant": variant.name, "returncode": None, "error": message}
+                )
+                log(
+                    f"{variant.name}: a Ray fidelity task failed ({message}); {len(chunk)} transcripts left for --resume"
+                )
                 continue
             for record in records:
                 results.append(record)

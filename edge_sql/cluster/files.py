@@ -84,9 +84,11 @@ def start_file_server(paths: list[str]) -> tuple[Any, str]:
 
     name = f"edge-sql-files-{uuid.uuid4().hex[:12]}"
     here = ray.get_runtime_context().get_node_id()
-    handle = file_server_class().options(
-        name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-    ).remote(paths)
+    handle = (
+        file_server_class()
+        .options(name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False))
+        .remote(paths)
+    )
     return handle, name
 
 
@@ -116,8 +118,9 @@ def copy_from_server(source: SourceFile, server: str, target: Path) -> Path:
     return target
 
 
-def local_model(source: SourceFile, server: str, *, store_name: str, variant: str,
-                store_root: Path | None = None) -> tuple[Path, bool]:
+def local_model(
+    source: SourceFile, server: str, *, store_name: str, variant: str, store_root: Path | None = None
+) -> tuple[Path, bool]:
     """The variant's file on this node, copied into its model store when missing.
     Returns the path and whether it was copied now."""
     from edge_sql.store.index import ModelStore
@@ -129,8 +132,14 @@ def local_model(source: SourceFile, server: str, *, store_name: str, variant: st
     if entry is not None and entry.exists and entry.size == source.size and entry.revision == source.revision:
         return entry.path, False
     target = copy_from_server(source, server, store.model_path(store_name, variant))
-    store.add(store_name, variant, target, revision=source.revision, checksum=False,
-              source=f"copied by edge-sql bench --ray from {source.path}")
+    store.add(
+        store_name,
+        variant,
+        target,
+        revision=source.revision,
+        checksum=False,
+        source=f"copied by edge-sql bench --ray from {source.path}",
+    )
     return target, True
 
 

@@ -9,8 +9,8 @@ from types import ModuleType
 from edge_sql.errors import EdgeSqlError, RayUnavailableError
 
 INSTALL_HINT = 'pip install "edge-sql[cluster]"  (or: pip install "ray>=2.60")'
-LOCAL = "local"   # `--ray local`: start a Ray runtime on this machine
-AUTO = "auto"     # `--ray` alone: the running cluster this machine belongs to (RAY_ADDRESS or `ray start`)
+LOCAL = "local"  # `--ray local`: start a Ray runtime on this machine
+AUTO = "auto"  # `--ray` alone: the running cluster this machine belongs to (RAY_ADDRESS or `ray start`)
 
 
 def require_ray() -> ModuleType:

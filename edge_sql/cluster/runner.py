@@ -23,10 +23,22 @@ class RayRunner:
     """Episodes on Ray actors (one variant loaded per actor) and fidelity as Ray tasks, on the
     cluster at `config.ray` ("local" starts one in this process)."""
 
-    def episodes(self, config: BenchConfig, variants: Sequence[Variant], questions: Sequence[Question],
-                 results: ResultsLog, log: Callable[[str], None]) -> int:
+    def episodes(
+        self,
+        config: BenchConfig,
+        variants: Sequence[Variant],
+        questions: Sequence[Question],
+        results: ResultsLog,
+        log: Callable[[str], None],
+    ) -> int:
         return run_episodes_on_ray(config, variants, questions, results, log=log)
 
-    def fidelity(self, config: BenchConfig, variants: Sequence[Variant], planned: set[WorkKey],
-                 results: ResultsLog, log: Callable[[str], None]) -> int:
+    def fidelity(
+        self,
+        config: BenchConfig,
+        variants: Sequence[Variant],
+        planned: set[WorkKey],
+        results: ResultsLog,
+        log: Callable[[str], None],
+    ) -> int:
         return run_fidelity_on_ray(config, variants, planned, results, log=log)

@@ -12,13 +12,27 @@ from edge_sql.tools import ReadOnlyDatabase
 
 
 @click.command(name="check")
-@click.option("--db", "db_path", required=True, type=click.Path(path_type=Path),
-              help="SQLite database file (opened read-only; never changed).")
+@click.option(
+    "--db",
+    "db_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="SQLite database file (opened read-only; never changed).",
+)
 @click.option("--sql", required=True, help="The SQL to check (one SELECT statement).")
-@click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object (`confidence`, "
-              "`reasons`, `findings`, `names`, `values`).")
-@click.option("--max-rows", type=click.IntRange(min=1), default=DEFAULT_MAX_ROWS, show_default=True,
-              help="Rows fetched when the SQL is run for the result checks.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print everything as one JSON object (`confidence`, `reasons`, `findings`, `names`, `values`).",
+)
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_ROWS,
+    show_default=True,
+    help="Rows fetched when the SQL is run for the result checks.",
+)
 def command(db_path: Path, sql: str, as_json: bool, max_rows: int) -> None:
     """Check a query of your own or a colleague's against DB, without a model.
 

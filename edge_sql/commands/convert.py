@@ -14,15 +14,29 @@ HUB_ID = re.compile(r"^[\w.\-]+/[\w.\-]+$")
 
 @click.command("convert")
 @click.argument("src")
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The GGUF file to write (written to a temporary file first, renamed at the end).")
-@click.option("--outtype", type=click.Choice(["bf16", "f16", "f32"]), default="bf16", show_default=True,
-              help="Storage type of the weight matrices; norms and other 1-D tensors are always F32.")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The GGUF file to write (written to a temporary file first, renamed at the end).",
+)
+@click.option(
+    "--outtype",
+    type=click.Choice(["bf16", "f16", "f32"]),
+    default="bf16",
+    show_default=True,
+    help="Storage type of the weight matrices; norms and other 1-D tensors are always F32.",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
-@click.option("--no-mtp", is_flag=True,
-              help="Leave out the multi-token-prediction head (kept by default, as llama.cpp's converter "
-                   "does, for MTP drafting; it costs about 3% more file and nothing at run time without it).")
+@click.option(
+    "--no-mtp",
+    is_flag=True,
+    help="Leave out the multi-token-prediction head (kept by default, as llama.cpp's converter "
+    "does, for MTP drafting; it costs about 3% more file and nothing at run time without it).",
+)
 def command(src: str, output: Path, outtype: str, force: bool, no_progress: bool, no_mtp: bool) -> None:
     """Convert the checkpoint SRC to GGUF (architecture qwen35) for llama.cpp.
 
@@ -37,8 +51,9 @@ def command(src: str, output: Path, outtype: str, force: bool, no_progress: bool
     from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
     folder, repo = _checkpoint_folder(src)
-    report = convert_checkpoint(folder, output, outtype=outtype, force=force,
-                                show_progress=not no_progress, source_repo=repo, mtp=not no_mtp)
+    report = convert_checkpoint(
+        folder, output, outtype=outtype, force=force, show_progress=not no_progress, source_repo=repo, mtp=not no_mtp
+    )
     click.echo(report.summary())
 
 

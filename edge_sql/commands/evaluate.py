@@ -84,18 +84,30 @@ def command(
     Example: edge-sql eval --dataset bundled --predictions pred.json --json report.json
     """
     if ray_address is not None and parallel > 1:
-        raise click.UsageError("--parallel scores on this machine; with --ray each database is a Ray task "
-                               "and the cluster runs them side by side")
+        raise click.UsageError(
+            "--parallel scores on this machine; with --ray each database is a Ray task "
+            "and the cluster runs them side by side"
+        )
     questions = load_dataset(dataset, fmt=fmt, db_root=db_root)
     predicted = load_predictions(predictions, questions)
     if ray_address is not None:  # one Ray task per database (edge_sql.cluster)
         from edge_sql.cluster.evaluate import evaluate_on_ray
 
-        report = evaluate_on_ray(questions, predicted, address=ray_address, timeout_s=timeout_s,
-                                 dataset=str(dataset), log=lambda message: click.echo(message, err=True))
+        report = evaluate_on_ray(
+            questions,
+            predicted,
+            address=ray_address,
+            timeout_s=timeout_s,
+            dataset=str(dataset),
+            log=lambda message: click.echo(message, err=True),
+        )
     else:
         report = evaluate(
-            questions, predicted, timeout_s=timeout_s, dataset=str(dataset), show_progress=True,
+            questions,
+            predicted,
+            timeout_s=timeout_s,
+            dataset=str(dataset),
+            show_progress=True,
             parallel=parallel,
         )
     click.echo(report.format_table())

@@ -12,8 +12,10 @@ import click
 if TYPE_CHECKING:
     from edge_sql.files import LoadProgress
 
-DB_HELP = ("a SQLite database file, or a data file (.csv, .tsv, .jsonl, .xlsx, .parquet) or a folder of them, "
-           "loaded into SQLite in the model store once (see `edge-sql files --help`)")
+DB_HELP = (
+    "a SQLite database file, or a data file (.csv, .tsv, .jsonl, .xlsx, .parquet) or a folder of them, "
+    "loaded into SQLite in the model store once (see `edge-sql files --help`)"
+)
 
 
 def _progress_printer() -> Callable[[LoadProgress], None]:
@@ -67,8 +69,9 @@ def load_command(paths: tuple[Path, ...]) -> None:
     """
     from edge_sql.files import load
 
-    loaded = load(list(paths), log=lambda line: click.echo(_after_progress(line), err=True),
-                  progress=_progress_printer())
+    loaded = load(
+        list(paths), log=lambda line: click.echo(_after_progress(line), err=True), progress=_progress_printer()
+    )
     if not loaded.fresh:
         click.echo("loaded already (the files have not changed)", err=True)
     click.echo(str(loaded.path))
@@ -86,8 +89,10 @@ def list_command() -> None:
         return
     for entry in found:
         click.echo(f"{', '.join(entry.sources)}")
-        click.echo(f"  {entry.state}; {', '.join(entry.tables) or '-'}; {entry.rows:,} rows; "
-                   f"{entry.size / 1e6:,.1f} MB; loaded {entry.loaded_at}")
+        click.echo(
+            f"  {entry.state}; {', '.join(entry.tables) or '-'}; {entry.rows:,} rows; "
+            f"{entry.size / 1e6:,.1f} MB; loaded {entry.loaded_at}"
+        )
         click.echo(f"  {entry.database}")
 
 

@@ -67,8 +67,9 @@ def render_table(entries: list[StoredModel]) -> str:
         f"{'  ' + header[0]:<{widths[0]}}  {header[1]:<{widths[1]}}  {header[2]:>{widths[2]}}  "
         f"{header[3]:<{widths[3]}}  {header[4]}"
     ]
-    lines += [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:<{widths[3]}}  {r[4]}"
-              for r in rows]
+    lines += [
+        f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:<{widths[3]}}  {r[4]}" for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -83,8 +84,16 @@ def command(as_json: bool) -> None:
     store = ModelStore()
     entries = store.list()
     if as_json:
-        payload = [{**e.to_json(), "mtp_layers": mtp_layers(e), "exists": e.exists, "default": _is_default(e),
-                    "settings": tuned_label(e)} for e in entries]
+        payload = [
+            {
+                **e.to_json(),
+                "mtp_layers": mtp_layers(e),
+                "exists": e.exists,
+                "default": _is_default(e),
+                "settings": tuned_label(e),
+            }
+            for e in entries
+        ]
         click.echo(json.dumps({"store": str(store.root), "models": payload}, indent=2))
         return
     if not entries:

@@ -24,18 +24,39 @@ BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
 MIN_CONTEXT_TOKENS = 512
 
 _BUDGET_OPTIONS = (
-    click.option("--max-rounds", type=click.IntRange(min=1), default=None,
-                 help="Tool rounds before the answer is forced (protocol: 6)."),
-    click.option("--think-tokens", type=click.IntRange(min=1), default=None,
-                 help="Bound on each <think> block in tokens, the forced final answer's included (default: "
-                      "none; thinking is bounded only by the room left in the episode, as in training)."),
-    click.option("--calls-per-turn", type=click.IntRange(min=1), default=None,
-                 help="Most tool calls in one turn (default: no cap; training capped rounds, not calls)."),
-    click.option("--episode-tokens", type=click.IntRange(min=MIN_CONTEXT_TOKENS), default=None,
-                 help=f"Token budget of an episode: prompt, turns and results (protocol: {DEFAULT_CONTEXT_TOKENS}; at most "
-                      "--ctx is used)."),
-    click.option("--budget", "budget_items", multiple=True, metavar="FIELD=N",
-                 help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable)."),
+    click.option(
+        "--max-rounds",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Tool rounds before the answer is forced (protocol: 6).",
+    ),
+    click.option(
+        "--think-tokens",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Bound on each <think> block in tokens, the forced final answer's included (default: "
+        "none; thinking is bounded only by the room left in the episode, as in training).",
+    ),
+    click.option(
+        "--calls-per-turn",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Most tool calls in one turn (default: no cap; training capped rounds, not calls).",
+    ),
+    click.option(
+        "--episode-tokens",
+        type=click.IntRange(min=MIN_CONTEXT_TOKENS),
+        default=None,
+        help=f"Token budget of an episode: prompt, turns and results (protocol: {DEFAULT_CONTEXT_TOKENS}; at most "
+        "--ctx is used).",
+    ),
+    click.option(
+        "--budget",
+        "budget_items",
+        multiple=True,
+        metavar="FIELD=N",
+        help="Set any field of the agent's Budget, e.g. --budget max_sql_chars=500 (repeatable).",
+    ),
 )
 
 
@@ -48,8 +69,12 @@ def budget_options(command: Callable) -> Callable:
     def wrapper(*args: Any, budget_items: tuple[str, ...], **kwargs: Any) -> Any:
         from edge_sql.agent.budget import parse_budget_items
 
-        items = [f"{field}={value}" for option, fields in BUDGET_SHORTCUTS.items()
-                 if (value := kwargs.pop(option)) is not None for field in fields]
+        items = [
+            f"{field}={value}"
+            for option, fields in BUDGET_SHORTCUTS.items()
+            if (value := kwargs.pop(option)) is not None
+            for field in fields
+        ]
         try:
             budget = parse_budget_items([*items, *budget_items])
         except ValueError as exc:
@@ -63,15 +88,25 @@ def budget_options(command: Callable) -> Callable:
 
 def _naming_options(message: str) -> str:
     """`message` with the option that sets each Budget field it names, where one does."""
-    named = [f"--{option.replace('_', '-')} sets {field}" for option, fields in BUDGET_SHORTCUTS.items()
-             for field in fields if re.search(rf"\b{field}=", message)]
+    named = [
+        f"--{option.replace('_', '-')} sets {field}"
+        for option, fields in BUDGET_SHORTCUTS.items()
+        for field in fields
+        if re.search(rf"\b{field}=", message)
+    ]
     return f"{message} ({'; '.join(named)})" if named else message
 
 
 def context_option(help_text: str) -> Callable[[Callable], Callable]:
     """`--ctx N`, the context size in tokens, with one range and default for every command."""
-    return click.option("--ctx", "n_ctx", type=click.IntRange(min=MIN_CONTEXT_TOKENS), default=DEFAULT_CONTEXT_TOKENS,
-                        show_default=True, help=help_text)
+    return click.option(
+        "--ctx",
+        "n_ctx",
+        type=click.IntRange(min=MIN_CONTEXT_TOKENS),
+        default=DEFAULT_CONTEXT_TOKENS,
+        show_default=True,
+        help=help_text,
+    )
 
 
 def speculate_option(command: Callable) -> Callable:
@@ -79,11 +114,15 @@ def speculate_option(command: Callable) -> Callable:
 
     The modes are the runtime's own (`runtime.options`, which loads without llama.cpp)."""
     return click.option(
-        "--speculate", type=click.Choice(SPECULATE_MODES), default="off", show_default=True,
+        "--speculate",
+        type=click.Choice(SPECULATE_MODES),
+        default="off",
+        show_default=True,
         help="Speculative decoding: 'lookup' drafts tokens by copying from the transcript (tool results, "
-             "queries that ran) and keeps only those the model itself would write, so answers are the "
-             "same; 'auto' also turns a draft source off while it does not pay; 'mtp' needs a model "
-             "file with an MTP head.")(command)
+        "queries that ran) and keeps only those the model itself would write, so answers are the "
+        "same; 'auto' also turns a draft source off while it does not pay; 'mtp' needs a model "
+        "file with an MTP head.",
+    )(command)
 
 
 class VoteType(click.ParamType):

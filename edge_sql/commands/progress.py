@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TextIO
 
 ERASE = "\r\x1b[2K"  # carriage return, then erase the whole line
-TICK_S = 1.0         # the elapsed time is redrawn this often while no event comes
+TICK_S = 1.0  # the elapsed time is redrawn this often while no event comes
 
 
 class StatusLine:

@@ -27,12 +27,9 @@ def _task_imatrix(bf16: Path) -> Path:
     "-q",
     default=None,
     metavar="TYPE",
-    help="Variant to make: a quantization type (Q4_K_M, Q8_0, ...), a recipe name, or BF16/F16/F32. "
-    "Default: Q4_K_M.",
+    help="Variant to make: a quantization type (Q4_K_M, Q8_0, ...), a recipe name, or BF16/F16/F32. Default: Q4_K_M.",
 )
-@click.option(
-    "--revision", default=None, metavar="REV", help="Hub branch, tag or commit to download (default: main)."
-)
+@click.option("--revision", default=None, metavar="REV", help="Hub branch, tag or commit to download (default: main).")
 @click.option(
     "--force",
     is_flag=True,
@@ -62,7 +59,12 @@ def _task_imatrix(bf16: Path) -> Path:
     "it. Q8_0, BF16, F16 and F32 never use one. --no-imatrix quantizes without it.",
 )
 def command(
-    model: str | None, quant: str | None, revision: str | None, force: bool, name: str | None, keep_bf16: bool,
+    model: str | None,
+    quant: str | None,
+    revision: str | None,
+    force: bool,
+    name: str | None,
+    keep_bf16: bool,
     use_imatrix: bool,
 ) -> None:
     """Get MODEL into the local model store, ready for `edge-sql run`.
@@ -75,7 +77,13 @@ def command(
     cache is used; otherwise point pull at a local folder.
     """
     result = pull_model(
-        model, quant=quant, revision=revision, force=force, name=name, keep_bf16=keep_bf16, log=_log,
+        model,
+        quant=quant,
+        revision=revision,
+        force=force,
+        name=name,
+        keep_bf16=keep_bf16,
+        log=_log,
         imatrix=_task_imatrix if use_imatrix else None,
     )
     entry = result.model

@@ -17,17 +17,29 @@ def _type_help() -> str:
 @click.command("quantize")
 @click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-t", "--type", "qtype", required=True, metavar="TYPE", help=_type_help())
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The quantized GGUF file to write (temporary file first, renamed at the end).")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The quantized GGUF file to write (temporary file first, renamed at the end).",
+)
 @click.option("--threads", type=int, default=None, help="Threads for the quantizer (default: all cores).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's quantizer log (a line per tensor).")
-@click.option("--imatrix", "imatrix", default=None, metavar="FILE",
-              help="Weigh rounding by an importance matrix: a GGUF or legacy .dat imatrix file (from "
-              "`edge-sql imatrix` or llama.cpp's llama-imatrix), or auto: the task imatrix of SRC, made "
-              "beside it on first use (SRC.task.imatrix.gguf).")
-def command(src: Path, qtype: str, output: Path, threads: int | None, force: bool, verbose: bool,
-            imatrix: str | None) -> None:
+@click.option(
+    "--imatrix",
+    "imatrix",
+    default=None,
+    metavar="FILE",
+    help="Weigh rounding by an importance matrix: a GGUF or legacy .dat imatrix file (from "
+    "`edge-sql imatrix` or llama.cpp's llama-imatrix), or auto: the task imatrix of SRC, made "
+    "beside it on first use (SRC.task.imatrix.gguf).",
+)
+def command(
+    src: Path, qtype: str, output: Path, threads: int | None, force: bool, verbose: bool, imatrix: str | None
+) -> None:
     """Quantize the F32/F16/BF16 GGUF SRC (e.g. from `edge-sql convert`) to TYPE.
 
     Example:

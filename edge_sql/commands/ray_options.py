@@ -9,19 +9,26 @@ import click
 
 from edge_sql.cluster.ray_support import AUTO
 
-RAY_HELP = ("Run on a Ray cluster, from one of its machines: --ray alone for the cluster this machine "
-            "joined with `ray start`, --ray HEAD_IP:6379 to name it, --ray local for a Ray runtime on this "
-            "machine only. Needs the 'cluster' extra: pip install \"edge-sql[cluster]\".")
+RAY_HELP = (
+    "Run on a Ray cluster, from one of its machines: --ray alone for the cluster this machine "
+    "joined with `ray start`, --ray HEAD_IP:6379 to name it, --ray local for a Ray runtime on this "
+    "machine only. Needs the 'cluster' extra: pip install \"edge-sql[cluster]\"."
+)
 
 
 def ray_address_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--ray", "ray_address", is_flag=False, flag_value=AUTO, default=None,
-                        metavar="[ADDRESS|local]", help=RAY_HELP)(func)
+    return click.option(
+        "--ray", "ray_address", is_flag=False, flag_value=AUTO, default=None, metavar="[ADDRESS|local]", help=RAY_HELP
+    )(func)
 
 
 def ray_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--ray and --ray-workers (Ray actors per variant, each with --threads CPUs)."""
-    func = click.option("--ray-workers", type=click.IntRange(min=1), metavar="N",
-                        help="With --ray: workers per variant, each loading the variant once and "
-                        "using --threads CPUs (default 4). Default: as many as the cluster's CPUs allow.")(func)
+    func = click.option(
+        "--ray-workers",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="With --ray: workers per variant, each loading the variant once and "
+        "using --threads CPUs (default 4). Default: as many as the cluster's CPUs allow.",
+    )(func)
     return ray_address_option(func)

@@ -96,45 +96,92 @@ def _event_line(event: EpisodeEvent) -> str | None:
 
 
 @click.command()
-@click.option("--db", "db_path", required=True, type=click.Path(path_type=Path),
-              help="What to ask about: " + DB_HELP + ". Opened read-only; never modified.")
-@click.option("--model", default=None, metavar="PATH|NAME",
-              help="A .gguf file or a model-store name such as synsql:Q4_K_M "
-                   "(default: the default model, pulled on first use).")
+@click.option(
+    "--db",
+    "db_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="What to ask about: " + DB_HELP + ". Opened read-only; never modified.",
+)
+@click.option(
+    "--model",
+    default=None,
+    metavar="PATH|NAME",
+    help="A .gguf file or a model-store name such as synsql:Q4_K_M (default: the default model, pulled on first use).",
+)
 @click.option("--question", default=None, help="Answer this one question and exit (otherwise: an interactive prompt).")
-@click.option("--evidence", default=None, help="A hint that goes with the question, as BIRD questions carry one (interactive: with every question).")
+@click.option(
+    "--evidence",
+    default=None,
+    help="A hint that goes with the question, as BIRD questions carry one (interactive: with every question).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question instead of the live view.")
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
 @click.option("--seed", type=int, default=None, help="Seed for sampling, for reproducible answers.")
 @click.option("--greedy", is_flag=True, help="Always pick the most likely token (no sampling).")
-@click.option("--vote", type=VOTE, default=None, metavar="K|auto",
-              help="Answer by vote: K sampled episodes run at once (K sequences of one context, seeds --seed, "
-                   "--seed + 1, ...), each one's final SQL runs again, and the answer is the result set most of "
-                   "them return (ties: fewest failed queries, then the first); the episodes still running stop "
-                   "once they cannot change it; prints how many agreed. 'auto': the largest K this machine "
-                   "answers within 2x one episode, predicted from the calibrated decode rates (`edge-sql tune` "
-                   "shows it; none: one episode). Not with --greedy.")
-@click.option("--abstain-below", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="FRACTION",
-              help="With --vote: answer \"not sure\" (exit status 4) instead of the voted answer when fewer than "
-                   "FRACTION of the K episodes return its result (e.g. 0.75: at least 3 of 4 must agree); every "
-                   "episode then runs to its end.")
-@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
-              help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
+@click.option(
+    "--vote",
+    type=VOTE,
+    default=None,
+    metavar="K|auto",
+    help="Answer by vote: K sampled episodes run at once (K sequences of one context, seeds --seed, "
+    "--seed + 1, ...), each one's final SQL runs again, and the answer is the result set most of "
+    "them return (ties: fewest failed queries, then the first); the episodes still running stop "
+    "once they cannot change it; prints how many agreed. 'auto': the largest K this machine "
+    "answers within 2x one episode, predicted from the calibrated decode rates (`edge-sql tune` "
+    "shows it; none: one episode). Not with --greedy.",
+)
+@click.option(
+    "--abstain-below",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    metavar="FRACTION",
+    help='With --vote: answer "not sure" (exit status 4) instead of the voted answer when fewer than '
+    "FRACTION of the K episodes return its result (e.g. 0.75: at least 3 of 4 must agree); every "
+    "episode then runs to its end.",
+)
+@click.option(
+    "--gpu-layers",
+    type=click.IntRange(min=-1),
+    default=None,
+    help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).",
+)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
 @context_option("Context size in tokens; an episode uses at most --episode-tokens of it.")
-@click.option("--prompt-file", type=click.Path(path_type=Path), default=None,
-              help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
-                   "template's name (sqale-v1); see edge_sql/agent/prompts/.")
+@click.option(
+    "--prompt-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
+    "template's name (sqale-v1); see edge_sql/agent/prompts/.",
+)
 @budget_options
 @speculate_option
-@click.option("--no-tune", is_flag=True,
-              help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this "
-                   "machine (the first run of a model calibrates quickly; `edge-sql tune` runs the full sweep).")
-def command(db_path: Path, model: str | None, question: str | None, evidence: str | None, as_json: bool,
-            trace: bool, seed: int | None, greedy: bool, gpu_layers: int | None, threads: int | None,
-            n_ctx: int, prompt_file: Path | None, budget: dict[str, int], no_tune: bool = False,
-            speculate: SpeculateMode = "off", vote: int | Literal["auto"] | None = None,
-            abstain_below: float | None = None) -> None:
+@click.option(
+    "--no-tune",
+    is_flag=True,
+    help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this "
+    "machine (the first run of a model calibrates quickly; `edge-sql tune` runs the full sweep).",
+)
+def command(
+    db_path: Path,
+    model: str | None,
+    question: str | None,
+    evidence: str | None,
+    as_json: bool,
+    trace: bool,
+    seed: int | None,
+    greedy: bool,
+    gpu_layers: int | None,
+    threads: int | None,
+    n_ctx: int,
+    prompt_file: Path | None,
+    budget: dict[str, int],
+    no_tune: bool = False,
+    speculate: SpeculateMode = "off",
+    vote: int | Literal["auto"] | None = None,
+    abstain_below: float | None = None,
+) -> None:
     """Answer questions about a SQLite database with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
@@ -169,10 +216,27 @@ def command(db_path: Path, model: str | None, question: str | None, evidence: st
     if abstain_below is not None and vote is None:
         raise click.UsageError("--abstain-below needs --vote K: it is the share of the K episodes that agree")
     try:
-        code = _run(RunOptions(db_path=db_path, model=model, question=question, evidence=evidence, as_json=as_json,
-                               trace=trace, seed=seed, greedy=greedy, gpu_layers=gpu_layers, threads=threads,
-                               n_ctx=n_ctx, prompt_file=prompt_file, budget=Budget(**budget), tune=not no_tune,
-                               speculate=speculate, vote=vote, abstain_below=abstain_below))
+        code = _run(
+            RunOptions(
+                db_path=db_path,
+                model=model,
+                question=question,
+                evidence=evidence,
+                as_json=as_json,
+                trace=trace,
+                seed=seed,
+                greedy=greedy,
+                gpu_layers=gpu_layers,
+                threads=threads,
+                n_ctx=n_ctx,
+                prompt_file=prompt_file,
+                budget=Budget(**budget),
+                tune=not no_tune,
+                speculate=speculate,
+                vote=vote,
+                abstain_below=abstain_below,
+            )
+        )
     except Terminated:
         raise  # the CLI group ends it with 128 + the signal number
     except KeyboardInterrupt:
@@ -210,8 +274,14 @@ def _auto_vote(options: RunOptions) -> int | None:
     """The K of `--vote auto` here (None: one episode), said on stderr with why."""
     from edge_sql.api import auto_vote_k
 
-    k, line = auto_vote_k(options.model, tune=options.tune, n_gpu_layers=options.gpu_layers, n_ctx=options.n_ctx,
-                          n_threads=options.threads, log=lambda message: click.echo(message, err=True))
+    k, line = auto_vote_k(
+        options.model,
+        tune=options.tune,
+        n_gpu_layers=options.gpu_layers,
+        n_ctx=options.n_ctx,
+        n_threads=options.threads,
+        log=lambda message: click.echo(message, err=True),
+    )
     click.echo(line, err=True)
     return k if k >= 2 else None
 
@@ -222,17 +292,26 @@ def _load_agent(options: RunOptions) -> Agent:
     from edge_sql.runtime.options import episodes_at_once
 
     click.echo(f"loading {options.model or 'the default model'} ...", err=True)
-    agent = Agent(options.model, n_threads=options.threads, n_gpu_layers=options.gpu_layers, n_ctx=options.n_ctx,
-                  prompt_file=options.prompt_file, budget=options.budget,
-                  log=lambda message: click.echo(message, err=True), tune=options.tune, speculate=options.speculate,
-                  parallel=episodes_at_once(1, options.vote if isinstance(options.vote, int) else None))
+    agent = Agent(
+        options.model,
+        n_threads=options.threads,
+        n_gpu_layers=options.gpu_layers,
+        n_ctx=options.n_ctx,
+        prompt_file=options.prompt_file,
+        budget=options.budget,
+        log=lambda message: click.echo(message, err=True),
+        tune=options.tune,
+        speculate=options.speculate,
+        parallel=episodes_at_once(1, options.vote if isinstance(options.vote, int) else None),
+    )
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent
 
 
-def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptions, *,
-            interactive: bool = False) -> int:
+def _answer(
+    agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptions, *, interactive: bool = False
+) -> int:
     """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_NOT_SURE, EXIT_INTERRUPTED).
 
     The live view prints each round and call on stdout; on a terminal, stderr also shows a
@@ -260,9 +339,17 @@ def _answer(agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptio
     if vote is not None and not as_json:
         click.echo(f"voting: {vote} sampled episodes at once")
     with _ctrl_c_stops(stop, db.interrupt), status:
-        result = agent.ask(question, db, evidence=evidence, seed=options.seed, greedy=options.greedy, vote=vote,
-                           on_event=None if as_json and not status.enabled else show, should_stop=stop.is_set,
-                           abstain_below=options.abstain_below if vote is not None else None)
+        result = agent.ask(
+            question,
+            db,
+            evidence=evidence,
+            seed=options.seed,
+            greedy=options.greedy,
+            vote=vote,
+            on_event=None if as_json and not status.enabled else show,
+            should_stop=stop.is_set,
+            abstain_below=options.abstain_below if vote is not None else None,
+        )
     cancelled = result.stop == "cancelled"
     if as_json:
         click.echo(json.dumps(result.to_json(transcript=trace), ensure_ascii=False))
@@ -292,12 +379,17 @@ def _vote_text(vote: VoteStats) -> str:
     for i, episode in enumerate(vote.episodes):
         mark = "*" if i == vote.chosen else " "
         failed = episode.failed_queries
-        shown = (f"no vote: {episode.reason}" if episode.group is None
-                 else f"group {episode.group + 1}: {episode.sql}")
-        lines.append(f"{mark} " + shorten(f"episode {i + 1} (seed {vote.seeds[i]}, {failed} failed "
-                                          f"quer{'y' if failed == 1 else 'ies'}): {shown}", CALL_LINE_WIDTH - 2))
-    lines.append(f"{agreement_line(vote)}; the answer is episode {vote.chosen + 1}'s "
-                 f"({vote.wall_s:.1f} s for all {vote.k})")
+        shown = f"no vote: {episode.reason}" if episode.group is None else f"group {episode.group + 1}: {episode.sql}"
+        lines.append(
+            f"{mark} "
+            + shorten(
+                f"episode {i + 1} (seed {vote.seeds[i]}, {failed} failed quer{'y' if failed == 1 else 'ies'}): {shown}",
+                CALL_LINE_WIDTH - 2,
+            )
+        )
+    lines.append(
+        f"{agreement_line(vote)}; the answer is episode {vote.chosen + 1}'s ({vote.wall_s:.1f} s for all {vote.k})"
+    )
     return "\n".join(lines)
 
 
@@ -308,8 +400,11 @@ def _interactive(agent: Agent, db: ReadOnlyDatabase, options: RunOptions) -> Non
     if terminal and not options.as_json:
         from edge_sql.agent.display import plural
 
-        click.echo(f"Ask about {db.path.name} ({plural(len(db.table_names()), 'table')}). "
-                   "An empty line or `exit` quits; Ctrl-C stops a question.", err=True)
+        click.echo(
+            f"Ask about {db.path.name} ({plural(len(db.table_names()), 'table')}). "
+            "An empty line or `exit` quits; Ctrl-C stops a question.",
+            err=True,
+        )
     with _line_history(terminal):
         while True:
             try:

@@ -68,57 +68,165 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
 
 
 @click.command()
-@click.option("--db", "db_items", multiple=True, required=True, metavar="NAME=PATH",
-              help="A database clients may ask about, by NAME (repeatable): " + DB_HELP + ". Opened read-only; "
-                   "clients never see or pass paths.")
+@click.option(
+    "--db",
+    "db_items",
+    multiple=True,
+    required=True,
+    metavar="NAME=PATH",
+    help="A database clients may ask about, by NAME (repeatable): " + DB_HELP + ". Opened read-only; "
+    "clients never see or pass paths.",
+)
 @click.option("--mcp", "use_mcp", is_flag=True, help="Serve MCP over stdin/stdout (what desktop MCP clients launch).")
-@click.option("--http", "use_http", is_flag=True,
-              help="Serve HTTP: the /v1 API and MCP (streamable HTTP) at /mcp. The default without --mcp.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind for --http. Anything but localhost requires --token.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port for --http (0: any free port).")
-@click.option("--open", "open_page", is_flag=True, help="Open the web page in the default browser once the server listens.")
-@click.option("--token", envvar="EDGE_SQL_TOKEN", default=None,
-              help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).")
-@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
-              help="Another Host name (or address) to answer, besides loopback and the bound address: "
-              "a LAN name, or the name a reverse proxy passes (repeatable). Other Hosts get 421.")
-@click.option("--cors-origin", "cors_origins", multiple=True, metavar="URL",
-              help="A web app's origin (scheme://host[:port]) that may call the API from a browser: its "
-              "preflights are answered and it gets CORS headers (repeatable). Other origins get 403.")
+@click.option(
+    "--http",
+    "use_http",
+    is_flag=True,
+    help="Serve HTTP: the /v1 API and MCP (streamable HTTP) at /mcp. The default without --mcp.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind for --http. Anything but localhost requires --token.",
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port for --http (0: any free port)."
+)
+@click.option(
+    "--open", "open_page", is_flag=True, help="Open the web page in the default browser once the server listens."
+)
+@click.option(
+    "--token",
+    envvar="EDGE_SQL_TOKEN",
+    default=None,
+    help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Another Host name (or address) to answer, besides loopback and the bound address: "
+    "a LAN name, or the name a reverse proxy passes (repeatable). Other Hosts get 421.",
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="URL",
+    help="A web app's origin (scheme://host[:port]) that may call the API from a browser: its "
+    "preflights are answered and it gets CORS headers (repeatable). Other origins get 403.",
+)
 @click.option("--quiet", is_flag=True, help="No access-log line per HTTP request on stderr.")
-@click.option("--model", default=None, metavar="PATH|NAME", help="A .gguf file or a model-store name (default: the default model).")
-@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
-              help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).")
+@click.option(
+    "--model",
+    default=None,
+    metavar="PATH|NAME",
+    help="A .gguf file or a model-store name (default: the default model).",
+)
+@click.option(
+    "--gpu-layers",
+    type=click.IntRange(min=-1),
+    default=None,
+    help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).",
+)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
 @context_option("Context size in tokens.")
-@click.option("--prompt-file", type=click.Path(path_type=Path), default=None, help="A prompt template (TOML) replacing the packaged one.")
+@click.option(
+    "--prompt-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A prompt template (TOML) replacing the packaged one.",
+)
 @budget_options
 @speculate_option
-@click.option("--no-tune", is_flag=True,
-              help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this machine.")
-@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Requests answered at the same time, each in its own sequence of the model's context "
-              "(one context window of --ctx tokens each); the rest wait in the queue.")
-@click.option("--vote", type=VOTE, default=None, metavar="K|auto",
-              help="The vote of a request that names none (a request's own \"vote\" wins): K sampled episodes, "
-                   "the result set most of them return. 'auto': the largest K this machine answers within 2x one "
-                   "episode, from the calibrated decode rates (said at start; `edge-sql tune` shows it). The K "
-                   "sequences are opened beside --parallel's, so a request's \"vote\": \"auto\" votes at that K; "
-                   "without --vote it votes within --parallel's sequences.")
-@click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
-              help="Requests that may wait behind the running ones; more get 503 (HTTP) or a tool error (MCP).")
-@click.option("--queue-timeout", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
-              help="Seconds a request may wait in the queue before it is dropped with an error.")
-@click.option("--max-body", type=click.IntRange(min=256), default=64 * 1024, show_default=True, help="Largest HTTP request body in bytes (413 above).")
-@click.option("--max-question", type=click.IntRange(min=1), default=2000, show_default=True, help="Longest question in characters (422 above).")
-@click.option("--max-rows", type=click.IntRange(min=1), default=200, show_default=True, help="Rows of an answer returned to clients.")
-def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str, port: int, open_page: bool,
-            token: str | None, allow_hosts: tuple[str, ...], cors_origins: tuple[str, ...], quiet: bool,
-            model: str | None, gpu_layers: int | None, threads: int | None, n_ctx: int, prompt_file: Path | None,
-            budget: dict[str, int], no_tune: bool, parallel: int, queue_size: int, queue_timeout: float, max_body: int,
-            max_question: int, max_rows: int, speculate: SpeculateMode = "off",
-            vote: int | Literal["auto"] | None = None) -> None:
+@click.option(
+    "--no-tune",
+    is_flag=True,
+    help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this machine.",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Requests answered at the same time, each in its own sequence of the model's context "
+    "(one context window of --ctx tokens each); the rest wait in the queue.",
+)
+@click.option(
+    "--vote",
+    type=VOTE,
+    default=None,
+    metavar="K|auto",
+    help='The vote of a request that names none (a request\'s own "vote" wins): K sampled episodes, '
+    "the result set most of them return. 'auto': the largest K this machine answers within 2x one "
+    "episode, from the calibrated decode rates (said at start; `edge-sql tune` shows it). The K "
+    'sequences are opened beside --parallel\'s, so a request\'s "vote": "auto" votes at that K; '
+    "without --vote it votes within --parallel's sequences.",
+)
+@click.option(
+    "--queue-size",
+    type=click.IntRange(min=0),
+    default=8,
+    show_default=True,
+    help="Requests that may wait behind the running ones; more get 503 (HTTP) or a tool error (MCP).",
+)
+@click.option(
+    "--queue-timeout",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    help="Seconds a request may wait in the queue before it is dropped with an error.",
+)
+@click.option(
+    "--max-body",
+    type=click.IntRange(min=256),
+    default=64 * 1024,
+    show_default=True,
+    help="Largest HTTP request body in bytes (413 above).",
+)
+@click.option(
+    "--max-question",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="Longest question in characters (422 above).",
+)
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Rows of an answer returned to clients.",
+)
+def command(
+    db_items: tuple[str, ...],
+    use_mcp: bool,
+    use_http: bool,
+    host: str,
+    port: int,
+    open_page: bool,
+    token: str | None,
+    allow_hosts: tuple[str, ...],
+    cors_origins: tuple[str, ...],
+    quiet: bool,
+    model: str | None,
+    gpu_layers: int | None,
+    threads: int | None,
+    n_ctx: int,
+    prompt_file: Path | None,
+    budget: dict[str, int],
+    no_tune: bool,
+    parallel: int,
+    queue_size: int,
+    queue_timeout: float,
+    max_body: int,
+    max_question: int,
+    max_rows: int,
+    speculate: SpeculateMode = "off",
+    vote: int | Literal["auto"] | None = None,
+) -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
     One model answers every client, --parallel of them at a time; the other requests queue in
@@ -141,13 +249,33 @@ def command(db_items: tuple[str, ...], use_mcp: bool, use_http: bool, host: str,
     allow = _allow_list(http, host, allow_hosts, cors_origins)
     from edge_sql.agent.budget import Budget
 
-    _serve(ServeOptions(
-        databases=databases, http=http, host=host, port=port, token=token, model=model, gpu_layers=gpu_layers,
-        threads=threads, n_ctx=n_ctx, prompt_file=prompt_file, budget=Budget(**{"max_result_rows": max_rows, **budget}),
-        queue_size=queue_size, queue_timeout=queue_timeout, max_body=max_body, max_question=max_question,
-        max_rows=max_rows, tune=not no_tune, speculate=speculate, open_page=open_page, parallel=parallel,
-        vote=vote, allow=allow, quiet=quiet,
-    ))
+    _serve(
+        ServeOptions(
+            databases=databases,
+            http=http,
+            host=host,
+            port=port,
+            token=token,
+            model=model,
+            gpu_layers=gpu_layers,
+            threads=threads,
+            n_ctx=n_ctx,
+            prompt_file=prompt_file,
+            budget=Budget(**{"max_result_rows": max_rows, **budget}),
+            queue_size=queue_size,
+            queue_timeout=queue_timeout,
+            max_body=max_body,
+            max_question=max_question,
+            max_rows=max_rows,
+            tune=not no_tune,
+            speculate=speculate,
+            open_page=open_page,
+            parallel=parallel,
+            vote=vote,
+            allow=allow,
+            quiet=quiet,
+        )
+    )
 
 
 def _allow_list(http: bool, host: str, allow_hosts: tuple[str, ...], cors_origins: tuple[str, ...]) -> AllowList:
@@ -155,8 +283,10 @@ def _allow_list(http: bool, host: str, allow_hosts: tuple[str, ...], cors_origin
     from edge_sql.serve.guard import AllowList
 
     if not http and (allow_hosts or cors_origins):
-        raise click.UsageError("--allow-host and --cors-origin guard the HTTP server, and --mcp alone serves "
-                               "over stdio: add --http, or leave them out")
+        raise click.UsageError(
+            "--allow-host and --cors-origin guard the HTTP server, and --mcp alone serves "
+            "over stdio: add --http, or leave them out"
+        )
     try:
         return AllowList.build(host, allow_hosts, cors_origins)
     except ValueError as exc:
@@ -168,19 +298,23 @@ def _check_token(token: str | None, http: bool, host: str) -> None:
     from edge_sql.serve.service import is_local_host
 
     if http and not is_local_host(host) and not token:
-        raise click.UsageError(f"--host {host} is not a local address: set --token (or EDGE_SQL_TOKEN) so that "
-                               "only clients with the token can ask")
+        raise click.UsageError(
+            f"--host {host} is not a local address: set --token (or EDGE_SQL_TOKEN) so that "
+            "only clients with the token can ask"
+        )
     if token is None:
         return
     if not token.strip():
         raise click.BadParameter("the token is empty", param_hint="--token")
     if not all("!" <= c <= "~" for c in token):
-        raise click.BadParameter("use printable ASCII without spaces (clients send it in an HTTP header)",
-                                 param_hint="--token")
+        raise click.BadParameter(
+            "use printable ASCII without spaces (clients send it in an HTTP header)", param_hint="--token"
+        )
     given = click.get_current_context().get_parameter_source("token")
     if not http and given is ParameterSource.COMMANDLINE:
-        raise click.UsageError("--token protects the HTTP server, and --mcp alone serves over stdio: "
-                               "add --http, or leave the token out")
+        raise click.UsageError(
+            "--token protects the HTTP server, and --mcp alone serves over stdio: add --http, or leave the token out"
+        )
 
 
 def _serve(options: ServeOptions) -> None:
@@ -197,21 +331,46 @@ def _serve(options: ServeOptions) -> None:
         load_for_db(path)  # data files are loaded here, with their progress, not on the first request
         ReadOnlyDatabase(path).close()
     load_prompt(o.prompt_file)
-    limits = Limits(max_body_bytes=o.max_body, max_question_chars=o.max_question, max_rows=o.max_rows,
-                    parallel=parallel, vote=o.vote, max_waiting=o.queue_size, wait_timeout_s=o.queue_timeout)
+    limits = Limits(
+        max_body_bytes=o.max_body,
+        max_question_chars=o.max_question,
+        max_rows=o.max_rows,
+        parallel=parallel,
+        vote=o.vote,
+        max_waiting=o.queue_size,
+        wait_timeout_s=o.queue_timeout,
+    )
     listener = bind(o.host, o.port) if o.http else None
     try:
         sequences = max(parallel, _vote_sequences(o))
         _log(f"loading {o.model or 'the default model'} ...")
-        with Agent(o.model, n_threads=o.threads, n_gpu_layers=o.gpu_layers, n_ctx=o.n_ctx, prompt_file=o.prompt_file,
-                   tune=o.tune, budget=o.budget, log=_log, speculate=o.speculate, parallel=sequences) as agent:
+        with Agent(
+            o.model,
+            n_threads=o.threads,
+            n_gpu_layers=o.gpu_layers,
+            n_ctx=o.n_ctx,
+            prompt_file=o.prompt_file,
+            tune=o.tune,
+            budget=o.budget,
+            log=_log,
+            speculate=o.speculate,
+            parallel=sequences,
+        ) as agent:
             _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
             try:
                 if listener is not None:
-                    serve_http(service, listener, o.host, token=o.token, log=_log, open_page=o.open_page,
-                               allow=o.allow, quiet=o.quiet)
+                    serve_http(
+                        service,
+                        listener,
+                        o.host,
+                        token=o.token,
+                        log=_log,
+                        open_page=o.open_page,
+                        allow=o.allow,
+                        quiet=o.quiet,
+                    )
                 else:
                     _log(f"MCP over stdio; databases: {', '.join(databases)}")
                     serve_stdio(service)

@@ -14,8 +14,12 @@ if TYPE_CHECKING:
 @click.command("tune")
 @click.argument("model", required=False, metavar="[PATH|NAME]")
 @click.option("--quick", is_flag=True, help="Only the short calibration `run` does on first use.")
-@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
-              help="Layers that would be offloaded to the GPU; -1 all (default: all when llama.cpp has a GPU backend).")
+@click.option(
+    "--gpu-layers",
+    type=click.IntRange(min=-1),
+    default=None,
+    help="Layers that would be offloaded to the GPU; -1 all (default: all when llama.cpp has a GPU backend).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
 def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: bool) -> None:
     """Measure prefill and decode speed under each candidate setting and keep the fastest that fits.
@@ -35,8 +39,10 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
     init_backend()
     gpu = gpu_backend_name()
     if gpu and gpu_layers != 0:
-        click.echo(f"calibration does not apply: layers are offloaded to the GPU ({gpu}), which keeps its own "
-                   "defaults. Use --gpu-layers 0 to calibrate for the CPU.")
+        click.echo(
+            f"calibration does not apply: layers are offloaded to the GPU ({gpu}), which keeps its own "
+            "defaults. Use --gpu-layers 0 to calibrate for the CPU."
+        )
         return
     calibration = calibrate(path, full=not quick, progress=lambda message: click.echo(message, err=True))
     saved = save_calibration(calibration)
@@ -47,12 +53,16 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
         return
     click.echo(calibration_table(calibration))
     chosen, best = calibration.chosen_measurement(), calibration.best()
-    click.echo(f"\nchosen: {calibration.chosen.label} ({chosen.episode_s:.0f} s per episode predicted; "
-               f"fastest measured: {best.episode_s:.0f} s)")
+    click.echo(
+        f"\nchosen: {calibration.chosen.label} ({chosen.episode_s:.0f} s per episode predicted; "
+        f"fastest measured: {best.episode_s:.0f} s)"
+    )
     click.echo(busy.line())
     if calibration.note:
         click.echo(f"note: {calibration.note}")
-    click.echo(f"calibrated in {calibration.seconds:.0f} s on {calibration.machine}, {calibration.build}; saved to {saved}")
+    click.echo(
+        f"calibrated in {calibration.seconds:.0f} s on {calibration.machine}, {calibration.build}; saved to {saved}"
+    )
 
 
 def calibration_table(calibration: Calibration) -> str:
@@ -61,9 +71,11 @@ def calibration_table(calibration: Calibration) -> str:
 
     measured = sorted(calibration.measurements, key=lambda m: m.episode_s)
     points = next((m.points for m in measured if m.points), [])  # candidates over budget: untimed
-    lines = [f"{'':2}{'settings':<52} {'episode s':>9} {'memory MiB':>10}  "
-             + "  ".join(f"{'@' + str(p):>13}" for p in points),
-             f"{'':2}{'':<52} {'':>9} {'':>10}  " + "  ".join(f"{'prefill/decode':>13}" for _ in points)]
+    lines = [
+        f"{'':2}{'settings':<52} {'episode s':>9} {'memory MiB':>10}  "
+        + "  ".join(f"{'@' + str(p):>13}" for p in points),
+        f"{'':2}{'':<52} {'':>9} {'':>10}  " + "  ".join(f"{'prefill/decode':>13}" for _ in points),
+    ]
     for m in measured:
         mark = "* " if m.settings == calibration.chosen else "  "
         speeds = "  ".join(f"{1 / p:6.0f}/{1 / d:6.1f}" for p, d in zip(m.prefill_s, m.decode_s))
@@ -72,8 +84,10 @@ def calibration_table(calibration: Calibration) -> str:
             over = "(over: not timed)" if not m.fits else "(not timed: the quick calibration's time was up)"
         episode = f"{m.episode_s:9.1f}" if m.points else f"{'-':>9}"
         lines.append(f"{mark}{m.settings.label:<52} {episode} {m.memory_bytes / 2**20:10.0f}  {speeds}{over}")
-    lines.append(f"(tok/s at each context length; memory: bound beyond the file at a {EPISODE_TOKENS}-token "
-                 f"context, budget {calibration.memory_allowance / 2**20:.0f} MiB)")
+    lines.append(
+        f"(tok/s at each context length; memory: bound beyond the file at a {EPISODE_TOKENS}-token "
+        f"context, budget {calibration.memory_allowance / 2**20:.0f} MiB)"
+    )
     lines.append(_speculation_line(calibration))
     lines.append(_parallel_line(calibration))
     lines.append(_vote_line(calibration))
@@ -93,10 +107,15 @@ def _parallel_line(calibration: Calibration) -> str:
     rates = calibration.parallel_rates  # width 1 is always among them (tuning/parallel.py: WIDTHS)
     measured = ""
     if rates:
-        measured = ("; decode tok/s at " + ", ".join(f"{int(width)}: {rate:.1f}" for width, rate in rates)
-                    + f"; default {chosen.parallel}, {calibration.parallel_speedup:.2f}x one")
-    return (f"(episodes at once within {calibration.parallel_allowance / 2**20:.0f} MiB: up to {chosen.parallel_limit}, "
-            f"{chosen.sequence_bytes / 2**20:.0f} MiB per sequence{measured}; the default of --parallel)")
+        measured = (
+            "; decode tok/s at "
+            + ", ".join(f"{int(width)}: {rate:.1f}" for width, rate in rates)
+            + f"; default {chosen.parallel}, {calibration.parallel_speedup:.2f}x one"
+        )
+    return (
+        f"(episodes at once within {calibration.parallel_allowance / 2**20:.0f} MiB: up to {chosen.parallel_limit}, "
+        f"{chosen.sequence_bytes / 2**20:.0f} MiB per sequence{measured}; the default of --parallel)"
+    )
 
 
 def _speculation_line(calibration: Calibration) -> str:
@@ -105,9 +124,14 @@ def _speculation_line(calibration: Calibration) -> str:
 
     chosen, measured = calibration.chosen, calibration.chosen_measurement()
     per_draft = speculation_bytes(1, measured.state_bytes, measured.n_vocab) / 2**20
-    mtp = (f"; with the MTP drafter's context ({calibration.mtp_bytes / 2**20:.0f} MiB): "
-           + (f"draft_max {chosen.draft_max_mtp}" if chosen.draft_max_mtp else "none, auto drafts by lookup alone")
-           if calibration.mtp_bytes else "")
-    return (f"(speculation within the budget, {per_draft:.1f} MiB per draft: "
-            + (f"draft_max {chosen.draft_max}" if chosen.draft_max else "no draft fits, --speculate stays off")
-            + f"{mtp})")
+    mtp = (
+        f"; with the MTP drafter's context ({calibration.mtp_bytes / 2**20:.0f} MiB): "
+        + (f"draft_max {chosen.draft_max_mtp}" if chosen.draft_max_mtp else "none, auto drafts by lookup alone")
+        if calibration.mtp_bytes
+        else ""
+    )
+    return (
+        f"(speculation within the budget, {per_draft:.1f} MiB per draft: "
+        + (f"draft_max {chosen.draft_max}" if chosen.draft_max else "no draft fits, --speculate stays off")
+        + f"{mtp})"
+    )

@@ -53,18 +53,24 @@ class Calibration:
 
     def cut(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
         """The transcripts' tokens, each cut to `max_tokens`."""
-        return [list(tokens[:self.max_tokens]) for tokens in sequences]
+        return [list(tokens[: self.max_tokens]) for tokens in sequences]
 
 
-def task_calibration(prompt: PromptTemplate | None = None, *, questions_per_database: int = QUESTIONS_PER_DATABASE,
-                     max_tokens: int | None = MAX_TOKENS) -> Calibration:
+def task_calibration(
+    prompt: PromptTemplate | None = None,
+    *,
+    questions_per_database: int = QUESTIONS_PER_DATABASE,
+    max_tokens: int | None = MAX_TOKENS,
+) -> Calibration:
     """The published episodes replayed, then bundled-question episodes through the real tools."""
     prompt = prompt or load_prompt()
     questions = spread(load_bundled(), questions_per_database)
     transcripts = published_transcripts(prompt) + gold_sql_transcripts(prompt, questions)
     cut = f", each transcript's first {max_tokens:,} tokens" if max_tokens else ""
-    name = (f"edge-sql task calibration ({prompt.version}): {len(load_episodes())} published SQaLe episodes, "
-            f"{len(questions)} bundled questions{cut}")
+    name = (
+        f"edge-sql task calibration ({prompt.version}): {len(load_episodes())} published SQaLe episodes, "
+        f"{len(questions)} bundled questions{cut}"
+    )
     return Calibration(name, transcripts, max_tokens)
 
 
@@ -84,14 +90,21 @@ def spread(questions: Sequence[Question], per_database: int) -> list[Question]:
 
 def _assistant_turn(prompt: PromptTemplate, think: str, answer: str) -> list[Piece]:
     chat = prompt.chat
-    return [(think.strip() + "\n", False), (chat.think_end + chat.after_think, True), (answer, False),
-            (chat.turn_end, True)]
+    return [
+        (think.strip() + "\n", False),
+        (chat.think_end + chat.after_think, True),
+        (answer, False),
+        (chat.turn_end, True),
+    ]
 
 
 def _user_turn(prompt: PromptTemplate, content: str) -> list[Piece]:
     chat = prompt.chat
-    return [(chat.turn_separator + chat.open_turn("user"), True), (content, False),
-            (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True)]
+    return [
+        (chat.turn_separator + chat.open_turn("user"), True),
+        (content, False),
+        (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True),
+    ]
 
 
 def _call_text(tool: str, args: dict[str, Any]) -> str:
@@ -99,8 +112,9 @@ def _call_text(tool: str, args: dict[str, Any]) -> str:
 
 
 def _results(prompt: PromptTemplate, calls: Sequence[tuple[str, str]]) -> str:
-    return prompt.result_separator.join(prompt.result_text(call, output, i=i, n=len(calls))
-                                        for i, (call, output) in enumerate(calls, start=1))
+    return prompt.result_separator.join(
+        prompt.result_text(call, output, i=i, n=len(calls)) for i, (call, output) in enumerate(calls, start=1)
+    )
 
 
 # -- the published episodes ----------------------------------------------------------------
@@ -129,8 +143,10 @@ def _published(prompt: PromptTemplate, ep: dict[str, Any]) -> list[Piece]:
             break
         budget = round_.get("budget") or ""
         left = _TURNS_LEFT.search(budget)
-        pieces += _user_turn(prompt, _results(prompt, calls) + prompt.result_separator
-                             + (prompt.budget_text(int(left[1])) if left else budget))
+        pieces += _user_turn(
+            prompt,
+            _results(prompt, calls) + prompt.result_separator + (prompt.budget_text(int(left[1])) if left else budget),
+        )
     return pieces
 
 
@@ -150,8 +166,11 @@ def gold_sql_transcripts(prompt: PromptTemplate, questions: Sequence[Question]) 
 
 def tables_named(sql: str, tables: Sequence[str]) -> list[str]:
     """The tables of `tables` that `sql` names, in the order it first names them."""
-    found = [(m.start(), t) for t in tables
-             if (m := re.search(r"(?<![\w])" + re.escape(t) + r"(?![\w])", sql, re.IGNORECASE))]
+    found = [
+        (m.start(), t)
+        for t in tables
+        if (m := re.search(r"(?<![\w])" + re.escape(t) + r"(?![\w])", sql, re.IGNORECASE))
+    ]
     return [t for _, t in sorted(found)]
 
 
@@ -172,7 +191,8 @@ def _gold_episode(prompt: PromptTemplate, toolbox: Toolbox, tables: Sequence[str
         texts = [_call_text(tool, args) for tool, args in calls]
         pieces += _assistant_turn(prompt, think, "\n".join(texts))
         results = [(text, toolbox.call(tool, args).output) for text, (tool, args) in zip(texts, calls)]
-        pieces += _user_turn(prompt, _results(prompt, results) + prompt.result_separator
-                             + prompt.budget_text(max_rounds - index - 1))
+        pieces += _user_turn(
+            prompt, _results(prompt, results) + prompt.result_separator + prompt.budget_text(max_rounds - index - 1)
+        )
     pieces += _assistant_turn(prompt, "The result answers the question.", _call_text("submit_sql", {"sql": q.gold_sql}))
     return pieces

@@ -152,16 +152,12 @@ def load_bundled() -> list[Question]:
     return load_bird(bundled_questions_file(), bundled_data_dir())
 
 
-def load_dataset(
-    dataset: str | Path, *, fmt: str = "bird", db_root: Path | str | None = None
-) -> list[Question]:
+def load_dataset(dataset: str | Path, *, fmt: str = "bird", db_root: Path | str | None = None) -> list[Question]:
     """One entry point for the CLI: ``"bundled"`` or a questions file in ``fmt`` (bird|spider)."""
     if str(dataset) == "bundled":
         return load_bundled()
     if db_root is None:
-        raise DatasetError(
-            "a questions file needs --db-root, the folder holding <db_id>/<db_id>.sqlite"
-        )
+        raise DatasetError("a questions file needs --db-root, the folder holding <db_id>/<db_id>.sqlite")
     loaders = {"bird": load_bird, "spider": load_spider}
     if fmt not in loaders:
         raise DatasetError(f"unknown dataset format '{fmt}' (choose from: {', '.join(loaders)})")

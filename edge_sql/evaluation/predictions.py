@@ -29,33 +29,26 @@ def load_predictions(path: Path | str, questions: Sequence[Question]) -> dict[st
     unknown = sorted(key for key in raw if key not in known)
     if unknown:
         shown = ", ".join(repr(key) for key in unknown[:5])
-        raise PredictionsError(
-            f"{path}: {len(unknown)} prediction id(s) match no question of the dataset: {shown}"
-        )
+        raise PredictionsError(f"{path}: {len(unknown)} prediction id(s) match no question of the dataset: {shown}")
     return {key: sql.strip() for key, sql in raw.items()}
 
 
 def _read_json_object(path: Path) -> dict[str, str]:
     data = read_json_file(path, "predictions file", PredictionsError)
     if not isinstance(data, dict):
-        raise PredictionsError(
-            f"predictions file {path} must hold a JSON object: question id -> SQL"
-        )
+        raise PredictionsError(f"predictions file {path} must hold a JSON object: question id -> SQL")
     for key, value in data.items():
         if not isinstance(value, str):
             raise PredictionsError(f"{path}: the prediction for '{key}' is not a string of SQL", path=path)
     return data
 
 
-def _from_bird_format(
-    raw: dict[str, str], questions: Sequence[Question], path: Path
-) -> dict[str, str]:
+def _from_bird_format(raw: dict[str, str], questions: Sequence[Question], path: Path) -> dict[str, str]:
     predictions: dict[str, str] = {}
     for key, value in raw.items():
         if not (key.isdigit() and int(key) < len(questions)):
             raise PredictionsError(
-                f"{path}: BIRD-format key '{key}' is not a question position "
-                f"(0..{len(questions) - 1})"
+                f"{path}: BIRD-format key '{key}' is not a question position (0..{len(questions) - 1})"
             )
         question = questions[int(key)]
         sql, _, db_id = value.partition(BIRD_SEPARATOR)

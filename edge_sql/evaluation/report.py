@@ -62,9 +62,7 @@ class EvalReport:
         """Accuracy per label: simple, moderate, challenging first, other labels after, sorted.
         Questions without a label (Spider) count only in `overall`."""
         labels = {r.difficulty for r in self.results if r.difficulty}
-        ordered = [d for d in DIFFICULTY_ORDER if d in labels] + sorted(
-            labels - set(DIFFICULTY_ORDER)
-        )
+        ordered = [d for d in DIFFICULTY_ORDER if d in labels] + sorted(labels - set(DIFFICULTY_ORDER))
         return {d: accuracy_of([r for r in self.results if r.difficulty == d]) for d in ordered}
 
     def to_json(self) -> dict[str, Any]:
@@ -100,7 +98,5 @@ class EvalReport:
         rows = [(d, a) for d, a in self.by_difficulty.items()] + [("overall", self.overall)]
         width = max(len("difficulty"), *(len(name) for name, _ in rows))
         lines = [f"{'difficulty':<{width}}  correct  total  accuracy"]
-        lines += [
-            f"{name:<{width}}  {a.correct:>7}  {a.total:>5}  {a.percent:>7.1f}%" for name, a in rows
-        ]
+        lines += [f"{name:<{width}}  {a.correct:>7}  {a.total:>5}  {a.percent:>7.1f}%" for name, a in rows]
         return "\n".join(lines)

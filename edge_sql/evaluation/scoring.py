@@ -120,16 +120,23 @@ def evaluate(
         if question.db_path not in open_dbs:
             open_dbs[question.db_path] = ReadOnlyDatabase(question.db_path, time_limit_s=timeout_s)
         score = score_on_database(open_dbs[question.db_path], pred_sql, question.gold_sql, timeout_s=timeout_s)
-        return QuestionResult(id=question.id, db_id=question.db_id, difficulty=question.difficulty,
-                              correct=score.correct, error=score.error, predicted_sql=pred_sql,
-                              gold_sql=question.gold_sql)
+        return QuestionResult(
+            id=question.id,
+            db_id=question.db_id,
+            difficulty=question.difficulty,
+            correct=score.correct,
+            error=score.error,
+            predicted_sql=pred_sql,
+            gold_sql=question.gold_sql,
+        )
 
     pool = ThreadPoolExecutor(parallel, thread_name_prefix="edge-sql-score") if parallel > 1 else None
     done = False
     try:
         scored = map(score, questions) if pool is None else pool.map(score, questions)
-        results = list(tqdm(scored, total=len(questions), desc="scoring", unit="q", file=sys.stderr,
-                            disable=not show_progress))
+        results = list(
+            tqdm(scored, total=len(questions), desc="scoring", unit="q", file=sys.stderr, disable=not show_progress)
+        )
         done = True
     finally:
         if pool is not None:

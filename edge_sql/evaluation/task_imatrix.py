@@ -34,13 +34,22 @@ class ImatrixReport:
 
     def summary(self) -> str:
         c = self.collected
-        return (f"wrote {self.output}: {self.entries} weights, {c.tokens:,} tokens in {c.sequences} sequences "
-                f"({self.dataset}) in {c.seconds:.1f} s")
+        return (
+            f"wrote {self.output}: {self.entries} weights, {c.tokens:,} tokens in {c.sequences} sequences "
+            f"({self.dataset}) in {c.seconds:.1f} s"
+        )
 
 
-def make_imatrix(model: Path, out: Path, *, calibration: str | Path = AUTO, chunk_size: int = DEFAULT_CHUNK,
-                 n_threads: int | None = None, force: bool = False,
-                 log: Callable[[str], None] = lambda _msg: None) -> ImatrixReport:
+def make_imatrix(
+    model: Path,
+    out: Path,
+    *,
+    calibration: str | Path = AUTO,
+    chunk_size: int = DEFAULT_CHUNK,
+    n_threads: int | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> ImatrixReport:
     """Collect the importance matrix of the GGUF `model` over `calibration` ("auto": the task
     calibration; otherwise a UTF-8 text file, tokenized as text) and write it to `out`."""
     from edge_sql.runtime import Session
@@ -61,8 +70,9 @@ def make_imatrix(model: Path, out: Path, *, calibration: str | Path = AUTO, chun
                 last[0] = done * 10 // total
                 log(f"  {done:,}/{total:,} tokens")
 
-        imatrix, collected = collect_imatrix(session, sequences, datasets=[dataset], chunk_size=chunk_size,
-                                             progress=progress)
+        imatrix, collected = collect_imatrix(
+            session, sequences, datasets=[dataset], chunk_size=chunk_size, progress=progress
+        )
     write_imatrix(imatrix, out)
     return ImatrixReport(out, dataset, len(imatrix.entries), collected)
 
@@ -76,7 +86,9 @@ def _calibration_tokens(session: Session, calibration: str | Path) -> tuple[str,
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise EdgeSqlError(f"cannot read the calibration text {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise EdgeSqlError(
+            f"cannot read the calibration text {path}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
     return path.name, [session.tokenize(text, special=False)]
 
 
@@ -86,8 +98,13 @@ def task_imatrix_path(model: Path, folder: Path | None = None) -> Path:
     return (Path(folder) if folder is not None else Path(model).parent) / (Path(model).stem + TASK_SUFFIX)
 
 
-def task_imatrix_for(model: Path, *, folder: Path | None = None, n_threads: int | None = None,
-                     log: Callable[[str], None] = lambda _msg: None) -> Path:
+def task_imatrix_for(
+    model: Path,
+    *,
+    folder: Path | None = None,
+    n_threads: int | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> Path:
     """The task imatrix of `model` (in `folder`, default beside it), made now unless a current
     one is there: newer than the model and made from the current calibration."""
     path = task_imatrix_path(model, folder)

@@ -18,6 +18,15 @@ from edge_sql.files.loader import LoadProgress, LoadSummary
 from edge_sql.files.sources import FORMATS, is_data_source
 
 __all__ = [
-    "FORMATS", "CacheEntry", "LoadProgress", "LoadSummary", "Loaded", "database_file", "entries", "files_root",
-    "is_data_source", "load", "prune",
+    "FORMATS",
+    "CacheEntry",
+    "LoadProgress",
+    "LoadSummary",
+    "Loaded",
+    "database_file",
+    "entries",
+    "files_root",
+    "is_data_source",
+    "load",
+    "prune",
 ]

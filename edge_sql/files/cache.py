@@ -32,6 +32,7 @@ INDEX_VERSION = 1
 LOADER_VERSION = "1"  # part of every content key: a change in how files load makes new databases
 _log = logging.getLogger("edge_sql.files")
 
+
 def files_root() -> Path:
     """`<store>/files`: the loaded databases and their index."""
     from edge_sql.store.home import store_root
@@ -48,8 +49,12 @@ class Loaded:
     summary: LoadSummary | None
 
 
-def database_file(paths: str | Path | Sequence[str | Path], *, log: Callable[[str], None] | None = None,
-                  progress: Callable[[LoadProgress], None] | None = None) -> Path:
+def database_file(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    log: Callable[[str], None] | None = None,
+    progress: Callable[[LoadProgress], None] | None = None,
+) -> Path:
     """The SQLite database holding the data files `paths` name (a file, a folder, or several),
     loaded first if the store has none for their current content. `log` gets the one-time notes
     (renamed columns, ragged rows, ...) and a line per load (default: the `edge_sql.files`
@@ -57,8 +62,12 @@ def database_file(paths: str | Path | Sequence[str | Path], *, log: Callable[[st
     return load(paths, log=log, progress=progress).path
 
 
-def load(paths: str | Path | Sequence[str | Path], *, log: Callable[[str], None] | None = None,
-         progress: Callable[[LoadProgress], None] | None = None) -> Loaded:
+def load(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    log: Callable[[str], None] | None = None,
+    progress: Callable[[LoadProgress], None] | None = None,
+) -> Loaded:
     """`database_file`, also saying whether it loaded and what."""
     say = log or _log.info
     given = [paths] if isinstance(paths, (str, Path)) else list(paths)
@@ -81,8 +90,11 @@ def load(paths: str | Path | Sequence[str | Path], *, log: Callable[[str], None]
             summary = loader.build(sources, target, progress=progress)
             if any(_changed(source) for source in sources):
                 target.unlink(missing_ok=True)
-                raise FileLoadError(f"{', '.join(str(p) for p in given)} changed while it was being loaded: "
-                                    "try again once it is written", path=Path(given[0]))
+                raise FileLoadError(
+                    f"{', '.join(str(p) for p in given)} changed while it was being loaded: "
+                    "try again once it is written",
+                    path=Path(given[0]),
+                )
             for note in summary.notes:
                 say(note)
             say(_summary_line(summary, target))
@@ -97,8 +109,10 @@ def load(paths: str | Path | Sequence[str | Path], *, log: Callable[[str], None]
 def _summary_line(summary: LoadSummary, target: Path) -> str:
     tables = ", ".join(f"{t.name} ({t.rows:,} rows, {len(t.columns)} columns)" for t in summary.tables)
     rate = summary.rows / summary.seconds if summary.seconds > 0 else 0
-    return (f"loaded {tables} in {summary.seconds:.1f} s ({rate:,.0f} rows/s, "
-            f"{summary.bytes_read / 1e6 / max(summary.seconds, 1e-9):,.1f} MB/s) into {target}")
+    return (
+        f"loaded {tables} in {summary.seconds:.1f} s ({rate:,.0f} rows/s, "
+        f"{summary.bytes_read / 1e6 / max(summary.seconds, 1e-9):,.1f} MB/s) into {target}"
+    )
 
 
 # ---- listing and pruning -------------------------------------------------------------------
@@ -128,9 +142,16 @@ def entries() -> list[CacheEntry]:
     root = files_root()
     out = []
     for entry in _read_index(root).values():
-        out.append(CacheEntry(sources=[s["path"] for s in entry["sources"]], database=root / entry["database"],
-                              tables=entry.get("tables", []), rows=entry.get("rows", 0),
-                              loaded_at=entry.get("loaded_at", ""), state=_state(entry)))
+        out.append(
+            CacheEntry(
+                sources=[s["path"] for s in entry["sources"]],
+                database=root / entry["database"],
+                tables=entry.get("tables", []),
+                rows=entry.get("rows", 0),
+                loaded_at=entry.get("loaded_at", ""),
+                state=_state(entry),
+            )
+        )
     return sorted(out, key=lambda e: e.loaded_at)
 
 
@@ -161,17 +182,23 @@ def _entry_key(given: Sequence[str | Path]) -> str:
     return "\n".join(sorted(os.path.realpath(Path(p).expanduser()) for p in given))
 
 
-def _entry(sources: list[Source], digests: list[str], target: Path, summary: LoadSummary | None,
-           previous: dict | None) -> dict[str, object]:
+def _entry(
+    sources: list[Source], digests: list[str], target: Path, summary: LoadSummary | None, previous: dict | None
+) -> dict[str, object]:
     entry: dict[str, object] = {
-        "sources": [{"path": str(s.real), "size": s.size, "mtime_ns": s.mtime_ns, "sha256": d}
-                    for s, d in zip(sources, digests)],
+        "sources": [
+            {"path": str(s.real), "size": s.size, "mtime_ns": s.mtime_ns, "sha256": d} for s, d in zip(sources, digests)
+        ],
         "database": target.name,
         "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     if summary is not None:
-        entry.update(tables=[t.name for t in summary.tables], rows=summary.rows, notes=summary.notes,
-                     seconds=round(summary.seconds, 3))
+        entry.update(
+            tables=[t.name for t in summary.tables],
+            rows=summary.rows,
+            notes=summary.notes,
+            seconds=round(summary.seconds, 3),
+        )
     elif previous is not None and previous.get("database") == target.name:
         entry.update({k: previous[k] for k in ("tables", "rows", "notes", "seconds", "loaded_at") if k in previous})
     return entry

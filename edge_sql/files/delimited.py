@@ -189,7 +189,7 @@ def _ragged_note(source: Source, shape: Shape, names: list[str]) -> str:
     if shape.short_rows:
         parts.append(f"{_rows_text(shape.short_rows)} fewer fields than the header (the missing ones are NULL)")
     if shape.long_rows:
-        extra = ", ".join(names[len(shape.header):])
+        extra = ", ".join(names[len(shape.header) :])
         parts.append(f"{_rows_text(shape.long_rows)} more (the extra fields are in {extra})")
     return f"{source.path.name}: " + "; ".join(parts)
 
@@ -217,8 +217,9 @@ class _rows:  # a context manager, named like open
             try:
                 batch = list(islice(rows, BATCH_ROWS))
             except csv.Error as exc:
-                raise FileLoadError(f"{self.source.path} line {self.reader.line_num}: {_csv_message(exc)}",
-                                    path=self.source.path) from None
+                raise FileLoadError(
+                    f"{self.source.path} line {self.reader.line_num}: {_csv_message(exc)}", path=self.source.path
+                ) from None
             if not batch:
                 return
             yield batch

@@ -87,11 +87,14 @@ def _batches(source: Source, raw: BinaryIO, encoding: str) -> Iterator[list[dict
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise FileLoadError(f"{source.path} line {number} is not valid JSON: {exc.msg}",
-                                    path=source.path) from None
+                raise FileLoadError(
+                    f"{source.path} line {number} is not valid JSON: {exc.msg}", path=source.path
+                ) from None
             if not isinstance(record, dict):
-                raise FileLoadError(f"{source.path} line {number} is not a JSON object (each line must be one "
-                                    "object: one row)", path=source.path)
+                raise FileLoadError(
+                    f"{source.path} line {number} is not a JSON object (each line must be one object: one row)",
+                    path=source.path,
+                )
             batch.append(record)
         if batch:
             yield batch

@@ -48,9 +48,11 @@ class LoadProgress:
     def line(self) -> str:
         rate = self.rows / self.elapsed_s if self.elapsed_s > 0 else 0.0
         mb = self.bytes_done / 1e6
-        return (f"{'scanning' if self.phase == 'scan' else 'loading'} {self.file}: {self.rows:,} rows, "
-                f"{mb:,.0f} of {self.bytes_total / 1e6:,.0f} MB ({rate:,.0f} rows/s, "
-                f"{mb / self.elapsed_s if self.elapsed_s > 0 else 0:,.1f} MB/s)")
+        return (
+            f"{'scanning' if self.phase == 'scan' else 'loading'} {self.file}: {self.rows:,} rows, "
+            f"{mb:,.0f} of {self.bytes_total / 1e6:,.0f} MB ({rate:,.0f} rows/s, "
+            f"{mb / self.elapsed_s if self.elapsed_s > 0 else 0:,.1f} MB/s)"
+        )
 
 
 @dataclass
@@ -81,8 +83,9 @@ class LoadSummary:
 class Sink:
     """Where a reader writes: `create` a table, `insert` batches of rows, `note` a choice made."""
 
-    def __init__(self, conn: sqlite3.Connection, summary: LoadSummary,
-                 progress: Callable[[LoadProgress], None] | None) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, summary: LoadSummary, progress: Callable[[LoadProgress], None] | None
+    ) -> None:
         import sqlite_utils
 
         self.conn = conn
@@ -93,14 +96,17 @@ class Sink:
         self._last_report = self._started
         self._sources: dict[str, str] = {}  # table name folded -> the file that made it
 
-    def create(self, source: Source, name: str, columns: list[str], types: list[str],
-               renames: Sequence[Rename] = ()) -> TableInfo:
+    def create(
+        self, source: Source, name: str, columns: list[str], types: list[str], renames: Sequence[Rename] = ()
+    ) -> TableInfo:
         """A new table `name` (types: "integer", "real", "text" or "blob"); FileLoadError when
         another file or sheet already made a table of that name."""
         other = self._sources.get(name.casefold())
         if other is not None:
-            raise FileLoadError(f"{other} and {source.path} would both be table {name!r}: rename one, or "
-                                "load them separately", path=source.path)
+            raise FileLoadError(
+                f"{other} and {source.path} would both be table {name!r}: rename one, or load them separately",
+                path=source.path,
+            )
         self._sources[name.casefold()] = str(source.path)
         self.db[name].create(dict(zip(columns, [_SQL_TYPES[t] for t in types])))  # type: ignore[union-attr]
         self.renamed(source, name, renames)
@@ -155,8 +161,9 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def build(sources: list[Source], target: Path, *,
-          progress: Callable[[LoadProgress], None] | None = None) -> LoadSummary:
+def build(
+    sources: list[Source], target: Path, *, progress: Callable[[LoadProgress], None] | None = None
+) -> LoadSummary:
     """Load `sources` into a new SQLite file at `target` (replaced atomically when done)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.parent / f"{TEMP_PREFIX}{os.getpid()}-{target.name}"
@@ -165,8 +172,13 @@ def build(sources: list[Source], target: Path, *,
     conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(temp, isolation_level=None, check_same_thread=False)
-        for pragma in ("journal_mode=OFF", "synchronous=OFF", f"cache_size=-{CACHE_MB * 1024}",
-                       "temp_store=FILE", "locking_mode=EXCLUSIVE"):
+        for pragma in (
+            "journal_mode=OFF",
+            "synchronous=OFF",
+            f"cache_size=-{CACHE_MB * 1024}",
+            "temp_store=FILE",
+            "locking_mode=EXCLUSIVE",
+        ):
             conn.execute(f"PRAGMA {pragma}")
         conn.execute("BEGIN")
         sink = Sink(conn, summary, progress)
@@ -193,7 +205,7 @@ def remove_stale_temps(folder: Path) -> list[Path]:
     """Temporary files of builds whose process is gone (killed before it could clean up)."""
     removed = []
     for path in folder.glob(f"{TEMP_PREFIX}*"):
-        pid = path.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        pid = path.name[len(TEMP_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and _alive(int(pid)):
             continue
         path.unlink(missing_ok=True)

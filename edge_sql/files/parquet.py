@@ -29,7 +29,9 @@ def read(source: Source, sink: Sink) -> None:
     try:
         parquet = pq.ParquetFile(str(source.real))
     except Exception as exc:
-        raise FileLoadError(f"cannot read the Parquet file {source.path}: {_first_line(exc)}", path=source.path) from None
+        raise FileLoadError(
+            f"cannot read the Parquet file {source.path}: {_first_line(exc)}", path=source.path
+        ) from None
     schema = parquet.schema_arrow
     plans = [_plan(pa, field.type) for field in schema]
     names, renames = column_names([field.name for field in schema])
@@ -49,7 +51,9 @@ def read(source: Source, sink: Sink) -> None:
                 sink.insert(table, zip(*columns))
                 sink.report(source, "load", table.rows, int(source.size * table.rows / total))
     except (OSError, ValueError) as exc:  # pyarrow.ArrowException subclasses these
-        raise FileLoadError(f"cannot read the Parquet file {source.path}: {_first_line(exc)}", path=source.path) from None
+        raise FileLoadError(
+            f"cannot read the Parquet file {source.path}: {_first_line(exc)}", path=source.path
+        ) from None
     sink.report(source, "load", table.rows, source.size, final=True)
 
 

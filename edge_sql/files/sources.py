@@ -62,8 +62,7 @@ def discover(paths: Sequence[str | Path]) -> list[Source]:
         else:
             _require_regular(path, info.st_mode)
             if path.suffix.lower() not in FORMATS:
-                raise FileLoadError(f"{path} is not a file edge-sql can load (supported: {SUFFIXES_TEXT})",
-                                    path=path)
+                raise FileLoadError(f"{path} is not a file edge-sql can load (supported: {SUFFIXES_TEXT})", path=path)
             sources.append(_source(path, info, in_folder=False))
     _check_unique(sources)
     return sources
@@ -80,14 +79,24 @@ def _folder(folder: Path) -> list[Source]:
         _require_regular(entry, info.st_mode)
         found.append(_source(entry, info, in_folder=True))
     if not found:
-        raise FileLoadError(f"{folder} is a folder with no file edge-sql can load (give a SQLite database "
-                            f"file, or a folder of {SUFFIXES_TEXT} files)", path=folder)
+        raise FileLoadError(
+            f"{folder} is a folder with no file edge-sql can load (give a SQLite database "
+            f"file, or a folder of {SUFFIXES_TEXT} files)",
+            path=folder,
+        )
     return found
 
 
 def _source(path: Path, info: os.stat_result, *, in_folder: bool) -> Source:
-    return Source(path=path, real=Path(os.path.realpath(path)), format=FORMATS[path.suffix.lower()],
-                  table=table_name(path.stem), size=info.st_size, mtime_ns=info.st_mtime_ns, in_folder=in_folder)
+    return Source(
+        path=path,
+        real=Path(os.path.realpath(path)),
+        format=FORMATS[path.suffix.lower()],
+        table=table_name(path.stem),
+        size=info.st_size,
+        mtime_ns=info.st_mtime_ns,
+        in_folder=in_folder,
+    )
 
 
 def _check_unique(sources: list[Source]) -> None:
@@ -101,8 +110,11 @@ def _check_unique(sources: list[Source]) -> None:
         if other is not None:
             if other.real == source.real:
                 raise FileLoadError(f"{source.path} is named twice", path=source.path)
-            raise FileLoadError(f"{other.path} and {source.path} would both be table {source.table!r}: "
-                                "rename one, or load them separately", path=source.path)
+            raise FileLoadError(
+                f"{other.path} and {source.path} would both be table {source.table!r}: "
+                "rename one, or load them separately",
+                path=source.path,
+            )
         by_name[source.table.casefold()] = source
 
 
@@ -118,6 +130,13 @@ def _stat(path: Path) -> os.stat_result:
 def _require_regular(path: Path, mode: int) -> None:
     if stat.S_ISREG(mode):
         return
-    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    kind = (
+        "a named pipe (FIFO)"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
     raise FileLoadError(f"{path} is {kind}: edge-sql loads regular files only", path=path)

@@ -22,16 +22,19 @@ def head(source: Source) -> bytes:
     if not data.strip():
         raise FileLoadError(f"{source.path} is empty", path=source.path)
     if data.startswith(_UTF16_BOMS):
-        raise FileLoadError(f"{source.path} is UTF-16 text: save it as UTF-8 (or Latin-1) and load it again",
-                            path=source.path)
+        raise FileLoadError(
+            f"{source.path} is UTF-16 text: save it as UTF-8 (or Latin-1) and load it again", path=source.path
+        )
     if b"\x00" in data:
-        raise FileLoadError(f"{source.path} is not a text file (it holds NUL bytes): is it really a "
-                            f"{source.path.suffix} file?", path=source.path)
+        raise FileLoadError(
+            f"{source.path} is not a text file (it holds NUL bytes): is it really a {source.path.suffix} file?",
+            path=source.path,
+        )
     return data
 
 
 def encoding(source: Source, first: bytes) -> str:
-    """"utf-8-sig" with a byte-order mark; "utf-8" when every byte decodes as UTF-8; else "latin-1"."""
+    """ "utf-8-sig" with a byte-order mark; "utf-8" when every byte decodes as UTF-8; else "latin-1"."""
     if first.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -62,5 +65,3 @@ def open_binary(source: Source) -> BinaryIO:
 def position(raw: BinaryIO) -> int:
     """How far into the file reading has got (for progress), without disturbing the reader."""
     return os.lseek(raw.fileno(), 0, os.SEEK_CUR)
-
-

@@ -44,10 +44,16 @@ def read(source: Source, sink: Sink) -> None:
         try:
             sheet = workbook.get_sheet_by_name(sheet_name)
         except Exception as exc:
-            raise FileLoadError(f"cannot read sheet {sheet_name!r} of {source.path}: {_first_line(exc)}",
-                                path=source.path) from None
-        name = table_name(source.table if source.in_folder and len(sheets) == 1
-                          else f"{source.table}_{sheet_name}" if source.in_folder else sheet_name)
+            raise FileLoadError(
+                f"cannot read sheet {sheet_name!r} of {source.path}: {_first_line(exc)}", path=source.path
+            ) from None
+        name = table_name(
+            source.table
+            if source.in_folder and len(sheets) == 1
+            else f"{source.table}_{sheet_name}"
+            if source.in_folder
+            else sheet_name
+        )
         if _load_sheet(source, sink, sheet, name):
             loaded += 1
         else:
@@ -62,21 +68,29 @@ def check_container(source: Source) -> None:
         magic = raw.read(8)
         if magic.startswith(OLE_MAGIC):
             if _holds(raw, ENCRYPTED_STREAM):
-                raise FileLoadError(f"{source.path} is password-protected (encrypted): save a copy without a "
-                                    "password and load that", path=source.path)
-            raise FileLoadError(f"{source.path} is an old binary Excel file (.xls), not .xlsx: save it as .xlsx",
-                                path=source.path)
+                raise FileLoadError(
+                    f"{source.path} is password-protected (encrypted): save a copy without a password and load that",
+                    path=source.path,
+                )
+            raise FileLoadError(
+                f"{source.path} is an old binary Excel file (.xls), not .xlsx: save it as .xlsx", path=source.path
+            )
     if not magic.startswith(ZIP_MAGIC):
-        raise FileLoadError(f"{source.path} is not an Excel workbook (an .xlsx file is a zip archive; this one "
-                            "is not)", path=source.path)
+        raise FileLoadError(
+            f"{source.path} is not an Excel workbook (an .xlsx file is a zip archive; this one is not)",
+            path=source.path,
+        )
     try:
         with zipfile.ZipFile(source.real) as archive:
             declared = sum(info.file_size for info in archive.infolist())
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise FileLoadError(f"{source.path} is a corrupt workbook ({exc})", path=source.path) from None
     if declared > MAX_UNCOMPRESSED_BYTES or (declared > MIN_RATIO_BYTES and declared > MAX_RATIO * source.size):
-        raise FileLoadError(f"{source.path} would unpack to {declared / 1e6:,.0f} MB from {source.size / 1e6:,.1f} "
-                            "MB (a zip bomb?): refused", path=source.path)
+        raise FileLoadError(
+            f"{source.path} would unpack to {declared / 1e6:,.0f} MB from {source.size / 1e6:,.1f} "
+            "MB (a zip bomb?): refused",
+            path=source.path,
+        )
 
 
 def _holds(raw: Any, needle: bytes) -> bool:
@@ -84,7 +98,7 @@ def _holds(raw: Any, needle: bytes) -> bool:
     while chunk := raw.read(1024 * 1024):
         if needle in tail + chunk:
             return True
-        tail = chunk[-len(needle):]
+        tail = chunk[-len(needle) :]
     return False
 
 
@@ -110,8 +124,13 @@ def _load_sheet(source: Source, sink: Sink, sheet: Any, name: str) -> bool:
     rows = _nonempty(sheet.iter_rows())
     next(rows)
     while batch := list(islice(rows, BATCH_ROWS)):
-        sink.insert(table, ([None if row[i] == "" or row[i] is None else convert(row[i])
-                             for i, convert in zip(keep, converters)] for row in batch))
+        sink.insert(
+            table,
+            (
+                [None if row[i] == "" or row[i] is None else convert(row[i]) for i, convert in zip(keep, converters)]
+                for row in batch
+            ),
+        )
         sink.report(source, "load", table.rows, 0)
     return True
 

@@ -85,7 +85,7 @@ class SessionOptions:
 
     @property
     def flash_attn_label(self) -> str:
-        """"on", "off" or "auto" (llama.cpp decides)."""
+        """ "on", "off" or "auto" (llama.cpp decides)."""
         return flash_attn_label(self.flash_attn)
 
 
@@ -94,14 +94,17 @@ def uses_mtp(speculate: SpeculateMode) -> bool:
     return speculate in MTP_MODES
 
 
-def check_episodes_at_once(speculate: SpeculateMode, n: int, *, asked: str = "",
-                           error: type[EdgeSqlError] = EdgeSqlError) -> None:
+def check_episodes_at_once(
+    speculate: SpeculateMode, n: int, *, asked: str = "", error: type[EdgeSqlError] = EdgeSqlError
+) -> None:
     """Refuse `n` > 1 episodes at once with a mode that drafts with the MTP head: its drafter is a
     context per episode, which the batched engine (runtime/batching/) does not have. `asked`
     says where `n` came from in the message; `error`, what to raise (a caller's own family)."""
     if n > 1 and uses_mtp(speculate):
-        raise error(f"--speculate {speculate} runs one episode per context (its MTP drafter's): several at "
-                    f"once ({n}{asked}) need --speculate lookup or off")
+        raise error(
+            f"--speculate {speculate} runs one episode per context (its MTP drafter's): several at "
+            f"once ({n}{asked}) need --speculate lookup or off"
+        )
 
 
 def episodes_at_once(parallel: int, vote: int | None) -> int:
@@ -111,19 +114,29 @@ def episodes_at_once(parallel: int, vote: int | None) -> int:
 
 
 def flash_attn_label(flash_attn: bool | str | None) -> str:
-    """"on", "off" or "auto" (None: llama.cpp decides); a label already made passes through."""
+    """ "on", "off" or "auto" (None: llama.cpp decides); a label already made passes through."""
     if isinstance(flash_attn, str):
         return flash_attn
     return "auto" if flash_attn is None else ("on" if flash_attn else "off")
 
 
-def settings_line(*, flash_attn: bool | str | None, n_ubatch: int, n_threads: int, repack: bool,
-                  gpu_layers: int | None = None, speculate: SpeculateMode = "off", draft_max: int = 0) -> str:
+def settings_line(
+    *,
+    flash_attn: bool | str | None,
+    n_ubatch: int,
+    n_threads: int,
+    repack: bool,
+    gpu_layers: int | None = None,
+    speculate: SpeculateMode = "off",
+    draft_max: int = 0,
+) -> str:
     """The speed-relevant llama.cpp settings in one short line, the one spelling of what calibration
     chose (`tuning.Settings.label`) and what a session runs with (`SessionInfo.settings`, which
     `--json` stats name): GPU layers and speculation where the caller knows them."""
-    line = (f"flash_attn={flash_attn_label(flash_attn)} n_ubatch={n_ubatch} n_threads={n_threads} "
-            f"repack={'on' if repack else 'off'}")
+    line = (
+        f"flash_attn={flash_attn_label(flash_attn)} n_ubatch={n_ubatch} n_threads={n_threads} "
+        f"repack={'on' if repack else 'off'}"
+    )
     if gpu_layers is not None:
         line += f" gpu_layers={gpu_layers}"
     return line + (f" speculate={speculate} draft_max={draft_max}" if draft_max else "")

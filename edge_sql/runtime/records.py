@@ -40,8 +40,8 @@ class SessionInfo:
     model_path: Path
     architecture: str
     model_bytes: int
-    backend: str          # "CPU" or the GPU backend's name ("CUDA", "Metal", ...)
-    gpu_layers: int       # layers offloaded to the GPU (0 on CPU)
+    backend: str  # "CPU" or the GPU backend's name ("CUDA", "Metal", ...)
+    gpu_layers: int  # layers offloaded to the GPU (0 on CPU)
     n_layers: int
     n_threads: int
     n_ctx: int
@@ -50,31 +50,39 @@ class SessionInfo:
     repack: bool
     n_vocab: int
     flash_attn: str = "auto"  # "on", "off" or "auto" (llama.cpp decides)
-    mtp_layers: int = 0       # multi-token-prediction layers loaded (Session(mtp=True): llama.cpp's load_mtp)
+    mtp_layers: int = 0  # multi-token-prediction layers loaded (Session(mtp=True): llama.cpp's load_mtp)
     speculate: SpeculateMode = "off"  # "off", "lookup", "auto", "mtp" (see runtime/speculation/speculative.py)
-    draft_max: int = 0        # most draft tokens in one verify batch (0: speculation off)
-    rollback: str = ""        # how rejected drafts leave memory: "kv" (attention only) or "kv+n_rs_seq"
+    draft_max: int = 0  # most draft tokens in one verify batch (0: speculation off)
+    rollback: str = ""  # how rejected drafts leave memory: "kv" (attention only) or "kv+n_rs_seq"
     # bytes llama.cpp allocated beyond the mapped file, by kind ("CPU KV", "CPU compute", ...)
     buffers: dict[str, int] = field(default_factory=dict)
     # repacked weights: the file's mapping was released after loading (runtime/llama/mapping.py), so
     # the repacked copies take the place of their mapped originals instead of adding to them
     mapping_released: bool = False
-    n_seq: int = 1            # sequences (episodes at once) in the context, each n_ctx tokens
+    n_seq: int = 1  # sequences (episodes at once) in the context, each n_ctx tokens
 
     @property
     def settings(self) -> str:
         """The speed-relevant llama.cpp settings in one short line (what `--json` stats name)."""
-        return settings_line(flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads,
-                             repack=self.repack, gpu_layers=self.gpu_layers, speculate=self.speculate,
-                             draft_max=self.draft_max)
+        return settings_line(
+            flash_attn=self.flash_attn,
+            n_ubatch=self.n_ubatch,
+            n_threads=self.n_threads,
+            repack=self.repack,
+            gpu_layers=self.gpu_layers,
+            speculate=self.speculate,
+            draft_max=self.draft_max,
+        )
 
     @property
     def buffer_bytes(self) -> int:
         """llama.cpp's own allocations that are not the memory-mapped model file (nor, once the
         mapping is released, the repacked copies that stand in for its pages)."""
-        return sum(size for kind, size in self.buffers.items()
-                   if buffer_role(kind) != "mapped"
-                   and not (self.mapping_released and buffer_role(kind) == "repacked"))
+        return sum(
+            size
+            for kind, size in self.buffers.items()
+            if buffer_role(kind) != "mapped" and not (self.mapping_released and buffer_role(kind) == "repacked")
+        )
 
     def describe(self) -> str:
         where = f"{self.backend}, {self.gpu_layers}/{self.n_layers} layers on GPU" if self.gpu_layers else "CPU"
@@ -92,9 +100,9 @@ class DraftCounts:
     (`Timings.drafts`), a drafter that learns from its outcomes keeps its own (`MTPDrafter`).
     """
 
-    drafted: int = 0   # draft tokens evaluated (each verify batch also holds one real token)
+    drafted: int = 0  # draft tokens evaluated (each verify batch also holds one real token)
     accepted: int = 0  # of which the model's own choice agreed: now part of the context
-    batches: int = 0   # verify batches
+    batches: int = 0  # verify batches
 
     @property
     def rolled_back(self) -> int:
@@ -117,8 +125,13 @@ class DraftCounts:
         self.batches += other.batches
 
     def to_json(self) -> dict[str, int | float]:
-        return {"drafted": self.drafted, "accepted": self.accepted, "rolled_back": self.rolled_back,
-                "batches": self.batches, "acceptance": round(self.acceptance, 4)}
+        return {
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "rolled_back": self.rolled_back,
+            "batches": self.batches,
+            "acceptance": round(self.acceptance, 4),
+        }
 
 
 @dataclass
@@ -126,14 +139,14 @@ class Timings:
     """Token counts and seconds; `Session.timings` sums them since the last reset."""
 
     prompt_tokens: int = 0
-    prompt_s: float = 0.0      # eval(): decoding prompt tokens (and a pending sampled token)
-    restored_tokens: int = 0   # prompt tokens restored from a saved prefix state, not evaluated
-    restore_s: float = 0.0     # of eval()'s time, restoring them
+    prompt_s: float = 0.0  # eval(): decoding prompt tokens (and a pending sampled token)
+    restored_tokens: int = 0  # prompt tokens restored from a saved prefix state, not evaluated
+    restore_s: float = 0.0  # of eval()'s time, restoring them
     generated_tokens: int = 0  # sampled + forced
-    forced_tokens: int = 0     # of which the grammar forced
-    generate_s: float = 0.0    # wall time inside generate()
-    decode_s: float = 0.0      # of which llama_decode
-    sample_s: float = 0.0      # of which sampling and grammar masks
+    forced_tokens: int = 0  # of which the grammar forced
+    generate_s: float = 0.0  # wall time inside generate()
+    decode_s: float = 0.0  # of which llama_decode
+    sample_s: float = 0.0  # of which sampling and grammar masks
     # speculative decoding, per draft source: drafted (evaluated), accepted, rolled back
     drafts: dict[str, DraftCounts] = field(default_factory=dict)
     # tokens evaluated per ("prefill" or "decode", thread count): the count follows the machine's

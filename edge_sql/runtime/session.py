@@ -56,12 +56,21 @@ class Session(Closing):
     a folder also keeps states on disk for later processes.
     """
 
-    def __init__(self, model: str | Path | OpenedModel, options: SessionOptions | None = None, *,
-                 prefix_cache: PrefixCache | None = None, **settings: Any) -> None:
+    def __init__(
+        self,
+        model: str | Path | OpenedModel,
+        options: SessionOptions | None = None,
+        *,
+        prefix_cache: PrefixCache | None = None,
+        **settings: Any,
+    ) -> None:
         """`model`: a GGUF path (loaded with `options` and `settings`), or a model and context
         opened elsewhere, which the session then owns (`on_context`)."""
-        opened = model if isinstance(model, OpenedModel) else open_model(
-            model, replace(options or SessionOptions(), **settings))
+        opened = (
+            model
+            if isinstance(model, OpenedModel)
+            else open_model(model, replace(options or SessionOptions(), **settings))
+        )
         self._loaded, self._context, self.info = opened
         self.options = self._context.options  # resolved
         self.vocab = Vocabulary(self._loaded)  # reads the loaded model: cannot fail
@@ -80,8 +89,9 @@ class Session(Closing):
             raise
 
     @classmethod
-    def on_context(cls, context: DecodeContext, info: SessionInfo, *,
-                   prefix_cache: PrefixCache | None = None) -> Session:
+    def on_context(
+        cls, context: DecodeContext, info: SessionInfo, *, prefix_cache: PrefixCache | None = None
+    ) -> Session:
         """A session on a context made elsewhere: one sequence of a batched context
         (runtime/batching/sequences.py). It holds a reference to the model, as every session does."""
         return cls(OpenedModel(share(context.loaded), context, info), prefix_cache=prefix_cache)
@@ -152,8 +162,9 @@ class Session(Closing):
         """Who drafts for `generate` (None: speculation is off for this session)."""
         return self._verifier.speculator if self._verifier is not None else None
 
-    def use_drafters(self, drafters: list[Drafter], *, auto: bool = False, max_k: int | None = None,
-                     adaptive: bool = True) -> None:
+    def use_drafters(
+        self, drafters: list[Drafter], *, auto: bool = False, max_k: int | None = None, adaptive: bool = True
+    ) -> None:
         """Draft with `drafters` (priority order) from now on, at most `max_k` tokens a batch
         (default and limit: the session's `draft_max`); the session must have been loaded with
         speculation on (its context is sized for verify batches then)."""
@@ -216,12 +227,17 @@ class Session(Closing):
         ran_with = self._context.ran_with.copy()
         prefix, self._pending_prefix = self._pending_prefix, None
         opening, self._pending_opening = self._pending_opening, None
-        if opening and not self._tokens and tokens[:len(opening)] == opening and prefix == opening[:len(prefix or [])]:
+        if (
+            opening
+            and not self._tokens
+            and tokens[: len(opening)] == opening
+            and prefix == opening[: len(prefix or [])]
+        ):
             self._open_with(opening, prefix)  # not engaged: it may wait for another session making the state
-            tokens = tokens[len(opening):]
-        elif prefix and not self._tokens and tokens[:len(prefix)] == prefix:
+            tokens = tokens[len(opening) :]
+        elif prefix and not self._tokens and tokens[: len(prefix)] == prefix:
             self._start_with(prefix)  # not engaged: it may wait for another session making the state
-            tokens = tokens[len(prefix):]
+            tokens = tokens[len(prefix) :]
         self._tokens.extend(tokens)
         with self._context.engaged():
             self._flush()
@@ -241,7 +257,7 @@ class Session(Closing):
         for the last one when that is the context's last token."""
         n_total = len(self._tokens) if upto is None else upto
         while self._n_evaluated < n_total:
-            chunk = self._tokens[self._n_evaluated:min(n_total, self._n_evaluated + self._context.n_batch)]
+            chunk = self._tokens[self._n_evaluated : min(n_total, self._n_evaluated + self._context.n_batch)]
             last_chunk = self._n_evaluated + len(chunk) == len(self._tokens)
             self._logits = None
             tick = time.perf_counter()
@@ -309,7 +325,7 @@ class Session(Closing):
                 self._prefix_cache.discard(key)
             if prefix:
                 self._start_with(prefix)
-            rest = opening[len(self._tokens):]
+            rest = opening[len(self._tokens) :]
             self._tokens.extend(rest)
             with self._context.engaged():
                 self._flush()
@@ -327,8 +343,9 @@ class Session(Closing):
                 if self.restore(snapshot):
                     self.timings.restore_s += time.perf_counter() - tick
                     return
-                self._prefix_cache.log(f"note: the saved prompt state {key[:12]} did not load; "
-                                       "evaluating the prompt instead")
+                self._prefix_cache.log(
+                    f"note: the saved prompt state {key[:12]} did not load; evaluating the prompt instead"
+                )
                 self._prefix_cache.discard(key)
             self._tokens.extend(prefix)
             with self._context.engaged():
@@ -370,9 +387,16 @@ class Session(Closing):
         with self._context.engaged():
             return self._generate(grammar, params, max_tokens, stop_tokens, should_stop, on_text, audit)
 
-    def _generate(self, grammar: str | None, params: SamplingParams, max_tokens: int, stop_tokens: Collection[int],
-                  should_stop: Callable[[], bool] | None, on_text: Callable[[str], None] | None,
-                  audit: bool) -> Completion:
+    def _generate(
+        self,
+        grammar: str | None,
+        params: SamplingParams,
+        max_tokens: int,
+        stop_tokens: Collection[int],
+        should_stop: Callable[[], bool] | None,
+        on_text: Callable[[str], None] | None,
+        audit: bool,
+    ) -> Completion:
         """The loop of `generate`: each step appends the tokens the grammar forces, or samples
         one token from the next logits and appends it, until a stop reason holds."""
         run = self._start_run(grammar, params, max_tokens, stop_tokens, on_text, audit)
@@ -383,8 +407,15 @@ class Session(Closing):
                 reason = self._sample_step(run)
         return self._finish_run(run, reason)
 
-    def _start_run(self, grammar: str | None, params: SamplingParams, max_tokens: int, stop_tokens: Collection[int],
-                   on_text: Callable[[str], None] | None, audit: bool) -> _Run:
+    def _start_run(
+        self,
+        grammar: str | None,
+        params: SamplingParams,
+        max_tokens: int,
+        stop_tokens: Collection[int],
+        on_text: Callable[[str], None] | None,
+        audit: bool,
+    ) -> _Run:
         if not self._tokens:
             raise ValueError("generate() needs a prompt: eval() some tokens first")
         if self._rng is None:
@@ -393,10 +424,19 @@ class Session(Closing):
         constraint = self._grammars.get(grammar) if grammar is not None else None
         if constraint is not None:
             constraint.start(list(stop_tokens))
-        return _Run(constraint=constraint, stop_set=frozenset(int(t) for t in stop_tokens), params=params,
-                    rng=self._rng, verifier=self._verifier if not audit else None, text=TextStream(self.vocab, on_text),
-                    start=len(self._tokens), max_tokens=max_tokens, audit=audit,
-                    ran_with=self._context.ran_with.copy(), started=time.perf_counter())
+        return _Run(
+            constraint=constraint,
+            stop_set=frozenset(int(t) for t in stop_tokens),
+            params=params,
+            rng=self._rng,
+            verifier=self._verifier if not audit else None,
+            text=TextStream(self.vocab, on_text),
+            start=len(self._tokens),
+            max_tokens=max_tokens,
+            audit=audit,
+            ran_with=self._context.ran_with.copy(),
+            started=time.perf_counter(),
+        )
 
     def _room(self, run: _Run) -> int:
         """Tokens this call may still append: within `max_tokens` and the context."""
@@ -420,7 +460,7 @@ class Session(Closing):
         if constraint is None or (run.stop_set and constraint.is_accepting):
             return False
         tick = time.perf_counter()
-        forced = constraint.forced_tokens()[:1 if run.audit else self._room(run)]
+        forced = constraint.forced_tokens()[: 1 if run.audit else self._room(run)]
         run.timings.sample_s += time.perf_counter() - tick
         if not forced:
             return False
@@ -492,16 +532,21 @@ class Session(Closing):
         timings = run.timings
         if run.verifier is not None and run.verifier.active:
             run.verifier.end(timings)
-        new_tokens = self._tokens[run.start:]
+        new_tokens = self._tokens[run.start :]
         timings.generate_s = time.perf_counter() - run.started
         timings.generated_tokens = len(new_tokens)
         timings.forced_tokens = run.n_forced
         timings.threads = self._context.ran_with - run.ran_with
         self.timings.add(timings)
         return Completion(
-            tokens=new_tokens, text=run.text.finish(), stop_reason=reason, n_forced=run.n_forced,
-            n_audited=run.n_audited, n_overruled=run.n_overruled,
-            ended_turn=bool(new_tokens) and new_tokens[-1] in run.stop_set, timings=timings,
+            tokens=new_tokens,
+            text=run.text.finish(),
+            stop_reason=reason,
+            n_forced=run.n_forced,
+            n_audited=run.n_audited,
+            n_overruled=run.n_overruled,
+            ended_turn=bool(new_tokens) and new_tokens[-1] in run.stop_set,
+            timings=timings,
         )
 
     def _next_logits(self, verifier: Verifier | None, room: int) -> np.ndarray:
@@ -513,7 +558,7 @@ class Session(Closing):
             if proposal is not None:
                 keep = min(len(self._tokens) - self._n_evaluated, self._context.n_batch - len(proposal.drafts))
                 self._flush(upto=len(self._tokens) - keep)
-                self._logits = verifier.decode(self._tokens[self._n_evaluated:], self._n_evaluated, proposal)
+                self._logits = verifier.decode(self._tokens[self._n_evaluated :], self._n_evaluated, proposal)
                 self._n_evaluated = len(self._tokens)
         self._flush()  # nothing is pending after a verify batch
         assert self._logits is not None  # flushed: the logits after the last token

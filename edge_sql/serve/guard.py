@@ -41,7 +41,7 @@ def host_name(value: str) -> str:
     """The name or address of a Host header or URL netloc, without port or brackets, lower case."""
     value = value.strip().lower()
     if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value[1:]
+        return value[1 : value.find("]")] if "]" in value else value[1:]
     if value.count(":") == 1:
         return value.split(":", 1)[0]
     return value  # a bare name, or an IPv6 address without brackets (not a valid Host, harmless)
@@ -87,8 +87,13 @@ class AllowList:
     extra: tuple[str, ...] = field(default=())  # the --allow-host names as given (for the log)
 
     @classmethod
-    def build(cls, bound: str, allow_hosts: tuple[str, ...] = (), cors_origins: tuple[str, ...] = (),
-              names: set[str] | None = None) -> AllowList:
+    def build(
+        cls,
+        bound: str,
+        allow_hosts: tuple[str, ...] = (),
+        cors_origins: tuple[str, ...] = (),
+        names: set[str] | None = None,
+    ) -> AllowList:
         """Loopback, the bound address (a wildcard: `names`, by default this machine's), the
         operator's `allow_hosts`; `cors_origins` normalized (ValueError for one that is not an origin)."""
         hosts = set(LOOPBACK_NAMES)
@@ -135,9 +140,11 @@ class AllowList:
         return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=[*hosts, *(f"{h}:*" for h in hosts)],
-            allowed_origins=[*(f"{scheme}://{h}" for scheme in ("http", "https") for h in hosts),
-                             *(f"{scheme}://{h}:*" for scheme in ("http", "https") for h in hosts),
-                             *self.cors_origins],
+            allowed_origins=[
+                *(f"{scheme}://{h}" for scheme in ("http", "https") for h in hosts),
+                *(f"{scheme}://{h}:*" for scheme in ("http", "https") for h in hosts),
+                *self.cors_origins,
+            ],
         )
 
 
@@ -181,33 +188,44 @@ class Guard:
     def check(self, scope: Scope, headers: Headers, host: str, origin: str | None) -> Response | None:
         """The refusal for a request that must not reach the app, or None."""
         if not self.allow.host_allowed(host):
-            return refusal(421, f"Host {host!r} is not served here (a DNS-rebinding page sends its own name); "
-                                "start serve with --allow-host NAME to allow it")
+            return refusal(
+                421,
+                f"Host {host!r} is not served here (a DNS-rebinding page sends its own name); "
+                "start serve with --allow-host NAME to allow it",
+            )
         if origin is not None and not self.allow.origin_allowed(origin, host):
-            return refusal(403, f"Origin {origin!r} may not call this server (cross-site request); "
-                                "start serve with --cors-origin URL to allow a web app")
+            return refusal(
+                403,
+                f"Origin {origin!r} may not call this server (cross-site request); "
+                "start serve with --cors-origin URL to allow a web app",
+            )
         method = scope.get("method", "GET")
         if method == "OPTIONS" and origin is not None and "access-control-request-method" in headers:
             cors = self.allow.cors_origin(origin)
             if cors is None:  # a same-origin page never sends a preflight
                 return refusal(403, f"Origin {origin!r} is not a --cors-origin of this server")
-            return Response(status_code=204, headers={**dict(_cors_headers(cors)),
-                                                      "Access-Control-Allow-Methods": CORS_METHODS,
-                                                      "Access-Control-Allow-Headers": CORS_HEADERS,
-                                                      "Access-Control-Max-Age": "600"})
+            return Response(
+                status_code=204,
+                headers={
+                    **dict(_cors_headers(cors)),
+                    "Access-Control-Allow-Methods": CORS_METHODS,
+                    "Access-Control-Allow-Headers": CORS_HEADERS,
+                    "Access-Control-Max-Age": "600",
+                },
+            )
         if method == "POST":
             kind = headers.get("content-type")
             media = (kind or "").split(";", 1)[0].strip().lower()
             if media != "application/json" and (kind is not None or origin is not None):
-                return refusal(415, f"a POST body must be JSON: send Content-Type: application/json "
-                                    f"(got {kind or 'none'})")
+                return refusal(
+                    415, f"a POST body must be JSON: send Content-Type: application/json (got {kind or 'none'})"
+                )
         return None
 
 
 def _cors_headers(origin: str) -> list[tuple[str, str]]:
     """What a --cors-origin gets on every answer (and no other origin ever does)."""
-    return [("Access-Control-Allow-Origin", origin), ("Access-Control-Expose-Headers", CORS_EXPOSE),
-            ("Vary", "Origin")]
+    return [("Access-Control-Allow-Origin", origin), ("Access-Control-Expose-Headers", CORS_EXPOSE), ("Vary", "Origin")]
 
 
 def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

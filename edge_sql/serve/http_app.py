@@ -83,13 +83,20 @@ def error_response(exc: EdgeSqlError | None) -> JSONResponse:
     return error(status, str(exc), headers)
 
 
-def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette | None = None,
-              mcp_lifespan: Any = None, allow: AllowList | None = None,
-              access_log: Callable[[str], None] | None = None) -> ASGIApp:
+def build_app(
+    service: Service,
+    *,
+    token: str | None = None,
+    mcp_app: Starlette | None = None,
+    mcp_lifespan: Any = None,
+    allow: AllowList | None = None,
+    access_log: Callable[[str], None] | None = None,
+) -> ASGIApp:
     """The ASGI app; `mcp_app` (the SDK's streamable HTTP app) adds its /mcp route and lifespan.
 
     `allow` is what the guard lets in (default: loopback only); `access_log` gets one line per request.
     """
+
     async def ask_endpoint(request: Request) -> Response:
         return await ask(service, request)
 
@@ -117,10 +124,11 @@ def build_app(service: Service, *, token: str | None = None, mcp_app: Starlette 
     routes.extend(openai_routes(service))
     if mcp_app is not None:
         routes.extend(mcp_app.routes)
-    app = Starlette(routes=routes, lifespan=mcp_lifespan,
-                    exception_handlers={HTTPException: _http_error})
-    guarded: ASGIApp = Guard(PageInFront(BearerToken(app, token) if token else app),
-                             allow if allow is not None else AllowList.build("127.0.0.1"))
+    app = Starlette(routes=routes, lifespan=mcp_lifespan, exception_handlers={HTTPException: _http_error})
+    guarded: ASGIApp = Guard(
+        PageInFront(BearerToken(app, token) if token else app),
+        allow if allow is not None else AllowList.build("127.0.0.1"),
+    )
     return AccessLog(guarded, access_log) if access_log is not None else guarded
 
 
@@ -142,14 +150,18 @@ class BearerToken:
         if scope["type"] in ("http", "websocket"):
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
-                response = error(401, "missing or wrong bearer token (send Authorization: Bearer TOKEN)",
-                                 headers={"WWW-Authenticate": 'Bearer realm="edge-sql"'})
+                response = error(
+                    401,
+                    "missing or wrong bearer token (send Authorization: Bearer TOKEN)",
+                    headers={"WWW-Authenticate": 'Bearer realm="edge-sql"'},
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
 # ---- POST /v1/query --------------------------------------------------------------------------
+
 
 async def query(service: Service, request: Request) -> Response:
     try:
@@ -159,12 +171,20 @@ async def query(service: Service, request: Request) -> Response:
         checks = await asyncio.to_thread(service.check_query, sql.database, sql.sql, result)
     except EdgeSqlError as exc:
         return error_response(exc)
-    return JSONResponse({"database": sql.database, "sql": sql.sql, "columns": result.columns,
-                         "rows": [[json_value(v) for v in row] for row in result.rows], "truncated": result.truncated,
-                         "checks": checks.to_json()})
+    return JSONResponse(
+        {
+            "database": sql.database,
+            "sql": sql.sql,
+            "columns": result.columns,
+            "rows": [[json_value(v) for v in row] for row in result.rows],
+            "truncated": result.truncated,
+            "checks": checks.to_json(),
+        }
+    )
 
 
 # ---- POST /v1/ask ----------------------------------------------------------------------------
+
 
 async def ask(service: Service, request: Request) -> Response:
     try:
@@ -233,7 +253,9 @@ async def job_events(job: Job) -> AsyncIterator[bytes]:
     async for item in job.updates():
         elapsed = {"elapsed_s": round(job.update_elapsed_s, 4)}
         if isinstance(item, Position):
-            yield sse("running", elapsed) if item.position == 0 else sse("queued", {"position": item.position, **elapsed})
+            yield (
+                sse("running", elapsed) if item.position == 0 else sse("queued", {"position": item.position, **elapsed})
+            )
         elif isinstance(item, Finished):
             if item.result is not None:
                 yield sse("answer", item.result.to_json(transcript=False))
@@ -271,8 +293,11 @@ class EventStream(Response):
         self.chunks = chunks if chunks is not None else job_events(job)
         self.status_code = 200
         self.background = None
-        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                            (b"x-accel-buffering", b"no")]
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watcher = asyncio.ensure_future(cancel_on_disconnect(receive, self.job))

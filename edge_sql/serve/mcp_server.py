@@ -57,10 +57,14 @@ class AskOutput(BaseModel):
     error: str | None
     rounds: list[RoundOutput]
     wall_s: float = Field(description="Seconds the episode took (without the wait in the queue)")
-    checks: dict[str, Any] | None = Field(default=None, description=(
-        "The answer checked: confidence (checked, unchecked, doubtful) with its reasons, each table, "
-        "column and compared value with the round and call that showed it, and whether the database holds "
-        "each value (the closest stored values when not)"))
+    checks: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The answer checked: confidence (checked, unchecked, doubtful) with its reasons, each table, "
+            "column and compared value with the round and call that showed it, and whether the database holds "
+            "each value (the closest stored values when not)"
+        ),
+    )
 
 
 class DatabaseOutput(BaseModel):
@@ -120,8 +124,13 @@ def build_mcp(service: Service) -> MCPServer:
     # request model instead, so both interfaces accept and refuse the same requests
     ask_tool.parameters = AskRequest.model_json_schema()
     ask_tool.fn_metadata.arg_model = _Arguments
-    return MCPServer("edge-sql", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-                     tools=[ask_tool, Tool.from_function(list_databases, annotations=read_only)])
+    return MCPServer(
+        "edge-sql",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+        tools=[ask_tool, Tool.from_function(list_databases, annotations=read_only)],
+    )
 
 
 def _progress_message(item: Position | EpisodeEvent) -> str | None:
@@ -143,22 +152,35 @@ def _tool_result(outcome: Finished, max_rows: int, max_output: int) -> CallToolR
     if outcome.result is None:
         raise ToolError(str(outcome.error))
     output = ask_output(outcome.result, max_rows, max_output)
-    return CallToolResult(content=[TextContent(type="text", text=summary_text(output))],
-                          structured_content=output.model_dump(mode="json"))
+    return CallToolResult(
+        content=[TextContent(type="text", text=summary_text(output))], structured_content=output.model_dump(mode="json")
+    )
 
 
 def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutput:
     """The bounded MCP view of an episode: first rows, total count, short call outputs."""
+
     def short(text: str) -> str:
         return text if len(text) <= max_output else text[:max_output] + "…"
 
     return AskOutput(
-        sql=result.sql, columns=list(result.columns),
+        sql=result.sql,
+        columns=list(result.columns),
         rows=[[json_value(v) for v in row] for row in result.rows[:max_rows]],
-        row_count=len(result.rows), more_rows=result.truncated, forced=result.forced, fallback=result.fallback,
-        stop=result.stop, error=result.error, wall_s=result.stats.measured.wall_s,
-        rounds=[RoundOutput(round=r.index, calls=[CallOutput(tool=c.tool, args=c.args, ok=c.ok, output=short(c.output))
-                                                  for c in r.calls]) for r in result.rounds],
+        row_count=len(result.rows),
+        more_rows=result.truncated,
+        forced=result.forced,
+        fallback=result.fallback,
+        stop=result.stop,
+        error=result.error,
+        wall_s=result.stats.measured.wall_s,
+        rounds=[
+            RoundOutput(
+                round=r.index,
+                calls=[CallOutput(tool=c.tool, args=c.args, ok=c.ok, output=short(c.output)) for c in r.calls],
+            )
+            for r in result.rounds
+        ],
         checks=result.checks.to_json() if result.checks is not None else None,
     )
 
@@ -171,10 +193,17 @@ def summary_text(output: AskOutput) -> str:
         count = f"{output.row_count}{'+' if output.more_rows else ''} row{'' if output.row_count == 1 else 's'}"
         shown = f", first {len(output.rows)} in the structured result" if output.rows else ""
         lines.append(f"{count}{shown}; columns: {', '.join(output.columns)}")
-    notes = [note for flag, note in ((output.forced, "forced final answer"),
-                                     (output.fallback, "fallback to the last query that ran")) if flag]
-    lines.append(f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}"
-                 + (f"; {'; '.join(notes)}" if notes else ""))
+    notes = [
+        note
+        for flag, note in (
+            (output.forced, "forced final answer"),
+            (output.fallback, "fallback to the last query that ran"),
+        )
+        if flag
+    ]
+    lines.append(
+        f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}" + (f"; {'; '.join(notes)}" if notes else "")
+    )
     if output.checks is not None:
         reasons = output.checks["reasons"] if output.checks["confidence"] != "checked" else []
         lines.append(f"checks: {output.checks['confidence']}" + "".join(f"; {r}" for r in reasons))

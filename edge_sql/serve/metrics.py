@@ -63,25 +63,48 @@ class ServeMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(_QueueCollector(databases, queue_state))
         labels = ["database"]
-        self.episodes = Counter("edge_sql_episodes", "Requests ended, by outcome", [*labels, "outcome"],
-                                registry=self.registry)
-        self.generated = Counter("edge_sql_generated_tokens", "Tokens the model generated", labels,
-                                 registry=self.registry)
+        self.episodes = Counter(
+            "edge_sql_episodes", "Requests ended, by outcome", [*labels, "outcome"], registry=self.registry
+        )
+        self.generated = Counter(
+            "edge_sql_generated_tokens", "Tokens the model generated", labels, registry=self.registry
+        )
         self.prompt = Counter("edge_sql_prompt_tokens", "Prompt tokens evaluated", labels, registry=self.registry)
-        self.restored = Counter("edge_sql_prefix_tokens_restored", "Prompt tokens restored from a saved prefix",
-                                labels, registry=self.registry)
-        self.episode_s = Histogram("edge_sql_episode_seconds", "Seconds an episode ran", labels,
-                                   buckets=EPISODE_BUCKETS, registry=self.registry)
-        self.wait_s = Histogram("edge_sql_queue_wait_seconds", "Seconds a request waited before its episode started",
-                                labels, buckets=WAIT_BUCKETS, registry=self.registry)
+        self.restored = Counter(
+            "edge_sql_prefix_tokens_restored",
+            "Prompt tokens restored from a saved prefix",
+            labels,
+            registry=self.registry,
+        )
+        self.episode_s = Histogram(
+            "edge_sql_episode_seconds",
+            "Seconds an episode ran",
+            labels,
+            buckets=EPISODE_BUCKETS,
+            registry=self.registry,
+        )
+        self.wait_s = Histogram(
+            "edge_sql_queue_wait_seconds",
+            "Seconds a request waited before its episode started",
+            labels,
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
         for name in databases:  # every series from the start, at 0
             for outcome in OUTCOMES:
                 self.episodes.labels(name, outcome)
             for family in (self.generated, self.prompt, self.restored, self.episode_s, self.wait_s):
                 family.labels(name)
 
-    def ended(self, database: str, outcome: str, stats: EpisodeStats | None = None, *, waited_s: float | None = None,
-              ran_s: float | None = None) -> None:
+    def ended(
+        self,
+        database: str,
+        outcome: str,
+        stats: EpisodeStats | None = None,
+        *,
+        waited_s: float | None = None,
+        ran_s: float | None = None,
+    ) -> None:
         """A request ended: its outcome, its episode's token counts, how long it waited and ran."""
         self.episodes.labels(database, outcome).inc()
         if stats is not None and stats.figures is not None:

@@ -36,8 +36,8 @@ from edge_sql.serve.request import AskRequest
 from edge_sql.serve.service import Service
 
 MODEL_PREFIX = "edge-sql/"
-TABLE_ROWS = 20   # rows of the answer shown in the reply's table
-CELL_CHARS = 60   # longer cells are cut in the table (the whole value is in /v1/ask's JSON)
+TABLE_ROWS = 20  # rows of the answer shown in the reply's table
+CELL_CHARS = 60  # longer cells are cut in the table (the whole value is in /v1/ask's JSON)
 
 
 class ChatMessage(BaseModel):
@@ -60,8 +60,7 @@ class ChatRequest(BaseModel):
 
 def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
-                        status_code=status)
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
 
 
 def error_body(exc: EdgeSqlError | None) -> tuple[int, dict[str, Any]]:
@@ -75,15 +74,20 @@ def openai_routes(service: Service) -> list[Route]:
     created = int(time.time())
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": MODEL_PREFIX + name, "object": "model", "created": created, "owned_by": "edge-sql"}
-            for name in service.databases]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": MODEL_PREFIX + name, "object": "model", "created": created, "owned_by": "edge-sql"}
+                    for name in service.databases
+                ],
+            }
+        )
 
     async def completions(request: Request) -> Response:
         return await chat_completions(service, request)
 
-    return [Route("/v1/models", models, methods=["GET"]),
-            Route("/v1/chat/completions", completions, methods=["POST"])]
+    return [Route("/v1/models", models, methods=["GET"]), Route("/v1/chat/completions", completions, methods=["POST"])]
 
 
 def ask_request(chat: ChatRequest) -> AskRequest:
@@ -92,8 +96,11 @@ def ask_request(chat: ChatRequest) -> AskRequest:
     for message in reversed(chat.messages):
         if message.role == "user":
             content = message.content
-            text = content if isinstance(content, str) else "\n".join(
-                str(part.get("text", "")) for part in content or [] if part.get("type") == "text")
+            text = (
+                content
+                if isinstance(content, str)
+                else "\n".join(str(part.get("text", "")) for part in content or [] if part.get("type") == "text")
+            )
             arguments = {"question": text, "database": database}
             return AskRequest.from_arguments(arguments if chat.seed is None else {**arguments, "seed": chat.seed})
     raise BadRequest("messages has no user message: the last one is the question")
@@ -132,12 +139,24 @@ class Reply:
 
     def completion(self, result: EpisodeResult) -> dict[str, Any]:
         message = {"role": "assistant", "content": answer_markdown(result), "reasoning_content": reasoning(result)}
-        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage(result)}
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": usage(result),
+        }
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-        data = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        data = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
     async def chunks(self, job: Job) -> AsyncIterator[bytes]:
@@ -176,8 +195,11 @@ def event_reasoning(event: EpisodeEvent) -> str:
 
 def round_reasoning(record: RoundRecord) -> str:
     think = record.think.strip()
-    return f"Round {record.index}\n" + (think + "\n" if think else "") + "".join(
-        f"- {call_line(call)}\n" for call in record.calls)
+    return (
+        f"Round {record.index}\n"
+        + (think + "\n" if think else "")
+        + "".join(f"- {call_line(call)}\n" for call in record.calls)
+    )
 
 
 def reasoning(result: EpisodeResult) -> str:
@@ -190,8 +212,12 @@ def usage(result: EpisodeResult) -> dict[str, Any]:
     cached = timings.restored_tokens
     prompt = timings.prompt_tokens + cached
     completion = timings.generated_tokens
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def answer_markdown(result: EpisodeResult) -> str:

@@ -78,9 +78,9 @@ class Job:
         self.submitted = time.monotonic()
         self.started: float | None = None  # when its episode started (it left the queue)
         self.state: JobState = "queued"  # queued -> running -> done; or queued -> withdrawn
-        self.stop = threading.Event()    # read by the episode, in the executor, at every token
+        self.stop = threading.Event()  # read by the episode, in the executor, at every token
         self.outcome: Finished | None = None
-        self.update_elapsed_s = 0.0      # when the update just yielded was posted, from submit
+        self.update_elapsed_s = 0.0  # when the update just yielded was posted, from submit
         self._queue = queue
         self._items: asyncio.Queue[tuple[float, Update]] = asyncio.Queue()
         self._wait_timer: asyncio.TimerHandle | None = None
@@ -134,9 +134,16 @@ class AskQueue:
     that started it (`submit`, or the end of the job before it).
     """
 
-    def __init__(self, ask: Ask, *, parallel: int = 1, max_waiting: int = 8, wait_timeout_s: float = 300.0,
-                 log: Callable[[str], None] = lambda _m: None,
-                 on_ended: Callable[[Job, Finished, float | None], None] | None = None) -> None:
+    def __init__(
+        self,
+        ask: Ask,
+        *,
+        parallel: int = 1,
+        max_waiting: int = 8,
+        wait_timeout_s: float = 300.0,
+        log: Callable[[str], None] = lambda _m: None,
+        on_ended: Callable[[Job, Finished, float | None], None] | None = None,
+    ) -> None:
         """`on_ended(job, outcome, episode_s)` is called on the loop as each job ends (episode_s:
         None when it never ran), for the metrics."""
         if max_waiting < 0:
@@ -150,11 +157,11 @@ class AskQueue:
         self._log = log
         self._on_ended = on_ended
         self._waiting: collections.deque[Job] = collections.deque()
-        self._running: list[Job] = []   # in the order they started; never more than `parallel`
+        self._running: list[Job] = []  # in the order they started; never more than `parallel`
         self._tasks: set[asyncio.Task[None]] = set()
         self._numbers = itertools.count(1)
         self._closed = False
-        self._mean_s = 10.0   # a running mean of episode wall times, for Retry-After
+        self._mean_s = 10.0  # a running mean of episode wall times, for Retry-After
         self.counts = QueueCounts()
         self._executor = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="edge-sql-episode")
 
@@ -167,8 +174,10 @@ class AskQueue:
             raise EdgeSqlError("the server is shutting down")
         if len(self._waiting) >= self.max_waiting and len(self._running) >= self.parallel:
             self.counts.rejected += 1
-            raise QueueFull(f"the queue is full ({len(self._waiting)} waiting, limit {self.max_waiting}); "
-                            "try again later", self.retry_after_s())
+            raise QueueFull(
+                f"the queue is full ({len(self._waiting)} waiting, limit {self.max_waiting}); try again later",
+                self.retry_after_s(),
+            )
         job = Job(next(self._numbers), request, path, self)
         self._waiting.append(job)
         job.post(Position(len(self._waiting)))
@@ -240,8 +249,10 @@ class AskQueue:
         self._executor.shutdown(wait=True)
 
     def _time_out(self, job: Job) -> None:
-        message = (f"the request waited {self.wait_timeout_s:g} s in the queue without starting "
-                   "(the model is busy with earlier requests); try again later")
+        message = (
+            f"the request waited {self.wait_timeout_s:g} s in the queue without starting "
+            "(the model is busy with earlier requests); try again later"
+        )
         self.withdraw(job, QueueTimeout(message, self.retry_after_s()))
 
     def _post_positions(self) -> None:

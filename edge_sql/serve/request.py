@@ -28,12 +28,22 @@ class AskRequest(BaseModel):
     database: str = Field(description="A name from list_databases (GET /v1/databases)")
     evidence: str | None = Field(None, description="An optional hint, e.g. what a term means")
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT, description="Makes the answer reproducible")
-    vote: Annotated[int, Field(ge=2, le=VOTE_MAX)] | Literal["auto"] | None = Field(None, description=(
-        "Answer by vote: K sampled episodes, the result most of them return (no progress events meanwhile); "
-        "\"auto\": the largest K this server answers within 2x one episode (1: no vote)"))
-    abstain_below: float | None = Field(None, gt=0, le=1, description=(
-        "With vote: answer 'not sure' (stop 'abstained', no rows) when fewer than this share of the K "
-        "episodes agree"))
+    vote: Annotated[int, Field(ge=2, le=VOTE_MAX)] | Literal["auto"] | None = Field(
+        None,
+        description=(
+            "Answer by vote: K sampled episodes, the result most of them return (no progress events meanwhile); "
+            '"auto": the largest K this server answers within 2x one episode (1: no vote)'
+        ),
+    )
+    abstain_below: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description=(
+            "With vote: answer 'not sure' (stop 'abstained', no rows) when fewer than this share of the K "
+            "episodes agree"
+        ),
+    )
 
     @model_validator(mode="after")
     def _abstain_needs_a_vote(self) -> AskRequest:
@@ -89,8 +99,10 @@ def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
         return f"the body must be a JSON object: {{{required}}}"
     if "extra_forbidden" in by_type:
         unknown = ", ".join(repr(e["loc"][0]) for e in by_type["extra_forbidden"])
-        return (f"unknown field(s) {unknown}; allowed: {', '.join(model.model_fields)} "
-                "(databases are named by the server: see GET /v1/databases)")
+        return (
+            f"unknown field(s) {unknown}; allowed: {', '.join(model.model_fields)} "
+            "(databases are named by the server: see GET /v1/databases)"
+        )
     if "missing" in by_type:
         return f"missing field {by_type['missing'][0]['loc'][0]!r}"
     error = errors[0]

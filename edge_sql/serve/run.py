@@ -64,9 +64,17 @@ def _bind_reason(exc: OSError, port: int) -> str:
     return exc.strerror or str(exc)
 
 
-def serve_http(service: Service, sock: socket.socket, host: str, *, token: str | None,
-               log: Callable[[str], None], open_page: bool = False, allow: AllowList | None = None,
-               quiet: bool = False) -> None:
+def serve_http(
+    service: Service,
+    sock: socket.socket,
+    host: str,
+    *,
+    token: str | None,
+    log: Callable[[str], None],
+    open_page: bool = False,
+    allow: AllowList | None = None,
+    quiet: bool = False,
+) -> None:
     """The HTTP API and MCP streamable HTTP on the socket from `bind`, until SIGINT/SIGTERM; with
     `open_page`, the web page opens in the default browser (the socket listens: its request waits).
 
@@ -80,19 +88,28 @@ def serve_http(service: Service, sock: socket.socket, host: str, *, token: str |
     allow = allow if allow is not None else AllowList.build(host)
     mcp = build_mcp(service)
     mcp_app = mcp.streamable_http_app(host=host, transport_security=allow.transport_security())
-    app = build_app(service, token=token, mcp_app=mcp_app, mcp_lifespan=lambda _app: mcp.session_manager.run(),
-                    allow=allow, access_log=None if quiet else log)
+    app = build_app(
+        service,
+        token=token,
+        mcp_app=mcp_app,
+        mcp_lifespan=lambda _app: mcp.session_manager.run(),
+        allow=allow,
+        access_log=None if quiet else log,
+    )
     bound_port = sock.getsockname()[1]
     url = f"http://{page_host(host)}:{bound_port}/"
-    log(f"listening on http://{url_host(host)}:{bound_port} (the web page: {url} ; "
-        "POST /v1/ask, GET /v1/databases, GET /health, GET /metrics, MCP at /mcp)")
-    log(f"answering Host names: {', '.join(sorted(allow.hosts))}"
-        + (f"; cross-origin web apps: {', '.join(allow.cors_origins)}" if allow.cors_origins else ""))
+    log(
+        f"listening on http://{url_host(host)}:{bound_port} (the web page: {url} ; "
+        "POST /v1/ask, GET /v1/databases, GET /health, GET /metrics, MCP at /mcp)"
+    )
+    log(
+        f"answering Host names: {', '.join(sorted(allow.hosts))}"
+        + (f"; cross-origin web apps: {', '.join(allow.cors_origins)}" if allow.cors_origins else "")
+    )
     if open_page:
         log(f"opening {url} in the browser")
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
-                            lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on")
     previous = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal: ours turns

@@ -35,12 +35,12 @@ class Limits:
     max_body_bytes: int = 64 * 1024
     max_question_chars: int = 2000
     max_evidence_chars: int = 4000
-    max_rows: int = 200            # rows of the answer returned over HTTP (Budget.max_result_rows)
-    mcp_rows: int = 20             # rows shown in an MCP tool result (with the total count)
-    mcp_output_chars: int = 200    # each call's output in an MCP tool result
-    parallel: int = 1              # requests answered at once (the Agent holds as many sessions)
+    max_rows: int = 200  # rows of the answer returned over HTTP (Budget.max_result_rows)
+    mcp_rows: int = 20  # rows shown in an MCP tool result (with the total count)
+    mcp_output_chars: int = 200  # each call's output in an MCP tool result
+    parallel: int = 1  # requests answered at once (the Agent holds as many sessions)
     vote: int | Literal["auto"] | None = None  # the vote of a request that names none (`serve --vote`)
-    max_waiting: int = 8           # requests waiting behind the running ones
+    max_waiting: int = 8  # requests waiting behind the running ones
     wait_timeout_s: float = 300.0  # longest wait in the queue before the request is dropped
 
 
@@ -75,8 +75,13 @@ class DatabaseEntry:
 class Service:
     """One agent, its queue and the databases it may open."""
 
-    def __init__(self, agent: Any, databases: dict[str, Path], limits: Limits = Limits(),
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        databases: dict[str, Path],
+        limits: Limits = Limits(),
+        log: Callable[[str], None] = lambda _m: None,
+    ) -> None:
         if not databases:
             raise EdgeSqlError("name at least one database with --db NAME=PATH")
         self.agent = agent
@@ -87,23 +92,41 @@ class Service:
             with ReadOnlyDatabase(path) as db:  # a bad file fails at start, not on the first request
                 self.databases[name] = DatabaseEntry(name, Path(path), db.table_names())
         self.variant = model_variant(agent.info.model_path)
-        self.queue = AskQueue(self._ask, parallel=limits.parallel, max_waiting=limits.max_waiting,
-                              wait_timeout_s=limits.wait_timeout_s, log=log, on_ended=self._ended)
+        self.queue = AskQueue(
+            self._ask,
+            parallel=limits.parallel,
+            max_waiting=limits.max_waiting,
+            wait_timeout_s=limits.wait_timeout_s,
+            log=log,
+            on_ended=self._ended,
+        )
         self.metrics = ServeMetrics(list(self.databases), self.queue.by_database)
 
     def _ended(self, job: Job, outcome: Finished, episode_s: float | None) -> None:
         result = outcome.result
         kind = outcome_of(result.stop if result else None, bool(result and result.sql), outcome.error)
         waited = job.started - job.submitted if job.started is not None else None
-        self.metrics.ended(job.request.database, kind, result.stats if result else None, waited_s=waited,
-                           ran_s=episode_s)
+        self.metrics.ended(
+            job.request.database, kind, result.stats if result else None, waited_s=waited, ran_s=episode_s
+        )
 
-    def _ask(self, request: AskRequest, db: ReadOnlyDatabase, on_event: Callable[[EpisodeEvent], None],
-             should_stop: Callable[[], bool]) -> EpisodeResult:
-        return self.agent.ask(request.question, db, evidence=request.evidence, seed=request.seed,
-                              on_event=on_event, should_stop=should_stop,
-                              vote=request.vote if request.vote is not None else self.limits.vote,
-                              abstain_below=request.abstain_below)
+    def _ask(
+        self,
+        request: AskRequest,
+        db: ReadOnlyDatabase,
+        on_event: Callable[[EpisodeEvent], None],
+        should_stop: Callable[[], bool],
+    ) -> EpisodeResult:
+        return self.agent.ask(
+            request.question,
+            db,
+            evidence=request.evidence,
+            seed=request.seed,
+            on_event=on_event,
+            should_stop=should_stop,
+            vote=request.vote if request.vote is not None else self.limits.vote,
+            abstain_below=request.abstain_below,
+        )
 
     def check(self, request: AskRequest) -> Path:
         """The database path for a valid request; UnknownDatabase or BadRequest otherwise."""
@@ -111,11 +134,13 @@ class Service:
         if not request.question.strip():
             raise BadRequest("question is empty")
         if len(request.question) > limits.max_question_chars:
-            raise BadRequest(f"question has {len(request.question)} characters; the limit is "
-                             f"{limits.max_question_chars}")
+            raise BadRequest(
+                f"question has {len(request.question)} characters; the limit is {limits.max_question_chars}"
+            )
         if request.evidence is not None and len(request.evidence) > limits.max_evidence_chars:
-            raise BadRequest(f"evidence has {len(request.evidence)} characters; the limit is "
-                             f"{limits.max_evidence_chars}")
+            raise BadRequest(
+                f"evidence has {len(request.evidence)} characters; the limit is {limits.max_evidence_chars}"
+            )
         return self.database_path(request.database)
 
     def database_path(self, name: str) -> Path:

@@ -85,13 +85,11 @@ def download_checkpoint(
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         raise HubError(
-            f"the hub at {where} answered HTTP {status} for {repo}; try again later "
-            "(files already downloaded are kept)"
+            f"the hub at {where} answered HTTP {status} for {repo}; try again later (files already downloaded are kept)"
         ) from exc
     except (httpx2.HTTPError, OSError) as exc:
         raise HubError(
-            f"downloading {repo} failed ({_reason(exc)}); run the same pull again to resume, "
-            f"or {LOCAL_ALTERNATIVE}"
+            f"downloading {repo} failed ({_reason(exc)}); run the same pull again to resume, or {LOCAL_ALTERNATIVE}"
         ) from exc
     folder_path = Path(folder)
     return Snapshot(folder=folder_path, repo=repo, commit=folder_path.name)

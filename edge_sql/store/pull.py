@@ -72,8 +72,7 @@ def pull_source(spec: str | None, *, name: str | None = None) -> tuple[PullSourc
         raise EdgeSqlError(f"no such checkpoint folder: {spec}")
     known = ", ".join(e.name for e in catalog.entries)
     raise EdgeSqlError(
-        f"unknown model {spec!r}; use one of {known}, a hub repository id owner/name, "
-        "or a local checkpoint folder"
+        f"unknown model {spec!r}; use one of {known}, a hub repository id owner/name, or a local checkpoint folder"
     )
 
 
@@ -110,19 +109,23 @@ def pull_model(
     """
     store = store or ModelStore()
     source, spec_variant = pull_source(spec, name=name)
-    if (
-        quant is not None
-        and spec_variant is not None
-        and normalize_variant(quant) != normalize_variant(spec_variant)
-    ):
+    if quant is not None and spec_variant is not None and normalize_variant(quant) != normalize_variant(spec_variant):
         raise EdgeSqlError(f"{spec} names variant {spec_variant} but --quant says {quant}; give only one")
-    variant = normalize_variant(
-        quant or spec_variant or source.default_variant or load_catalog().default_variant
-    )
+    variant = normalize_variant(quant or spec_variant or source.default_variant or load_catalog().default_variant)
 
     with model_lock(store.root, source.name, log):  # a second pull of this model waits here
-        return _pull_locked(store, source, variant, revision=revision, force=force,
-                            keep_bf16=keep_bf16, cache_dir=cache_dir, endpoint=endpoint, log=log, imatrix=imatrix)
+        return _pull_locked(
+            store,
+            source,
+            variant,
+            revision=revision,
+            force=force,
+            keep_bf16=keep_bf16,
+            cache_dir=cache_dir,
+            endpoint=endpoint,
+            log=log,
+            imatrix=imatrix,
+        )
 
 
 def _pull_locked(
@@ -176,7 +179,8 @@ def _pull_locked(
     target = store.model_path(source.name, variant, basename=source.basename)
     if is_converted(variant):
         made = made_and_recorded(
-            variant, target, lambda: _convert(checkout, target, CONVERTED_VARIANTS[variant], source.license, log))
+            variant, target, lambda: _convert(checkout, target, CONVERTED_VARIANTS[variant], source.license, log)
+        )
         return PullResult(made, False, recorded, checkout.snapshot)
 
     def quantize(src: Path) -> None:
@@ -192,8 +196,7 @@ def _pull_locked(
         made = made_and_recorded(variant, target, lambda: quantize(base.path))
     elif keep_bf16:
         base_path = store.model_path(source.name, BASE_VARIANT, basename=source.basename)
-        made_and_recorded(BASE_VARIANT, base_path,
-                          lambda: _convert(checkout, base_path, "bf16", source.license, log))
+        made_and_recorded(BASE_VARIANT, base_path, lambda: _convert(checkout, base_path, "bf16", source.license, log))
         made = made_and_recorded(variant, target, lambda: quantize(base_path))
     else:
         work_path = target.with_name(f".{target.stem}-work-{BASE_VARIANT}.gguf")
@@ -297,9 +300,7 @@ def _download_first_available(
     raise (unreachable or failures)[0]
 
 
-def _convert(
-    checkout: _Checkout, out: Path, outtype: str, license: str | None, log: Callable[[str], None]
-) -> None:
+def _convert(checkout: _Checkout, out: Path, outtype: str, license: str | None, log: Callable[[str], None]) -> None:
     from edge_sql.convert.hf_to_gguf import convert_checkpoint
 
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,4 +29,3 @@ class ModelSpec:
 
     def __str__(self) -> str:
         return f"{self.base}:{self.variant}" if self.variant else self.base
-

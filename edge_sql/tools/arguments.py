@@ -35,9 +35,7 @@ def checked_args(spec: ToolSpec, args: Any, *, strict: bool = False) -> dict[str
     unknown = [key for key in args if spec.arg(key) is None]
     if unknown:
         allowed = ", ".join(a.name for a in spec.args) or "none"
-        raise ToolCallError(
-            f"{spec.name} got an unexpected argument {unknown[0]!r} (its arguments: {allowed})"
-        )
+        raise ToolCallError(f"{spec.name} got an unexpected argument {unknown[0]!r} (its arguments: {allowed})")
     checked = {}
     for arg in spec.args:
         missing = arg.name not in args or (args[arg.name] is None and not strict)

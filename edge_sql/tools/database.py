@@ -80,7 +80,7 @@ def first_keyword(sql: str) -> str | None:
     """The statement's first keyword, upper-cased, after comments; None if there is none."""
     leading = _LEADING.match(sql)
     assert leading is not None  # the pattern matches the empty string too
-    rest = sql[leading.end():]
+    rest = sql[leading.end() :]
     if not rest:
         return None
     word = _KEYWORD.match(rest)
@@ -120,9 +120,7 @@ class ReadOnlyDatabase:
         self._runner: StatementRunner | None = None
         target = db_file.prepare(opened, wal_copy_limit_mb=wal_copy_limit_mb)
         self._real_path = target.real_path
-        self._runner = StatementRunner(
-            target.uri, memory_limit_bytes=int(memory_limit_mb * 1024 * 1024)
-        )
+        self._runner = StatementRunner(target.uri, memory_limit_bytes=int(memory_limit_mb * 1024 * 1024))
         self._finalizer = weakref.finalize(self, _cleanup, self._runner, target.copy_dir)
         self._foreign_keys: list[ForeignKey] | None = None
         try:
@@ -135,8 +133,10 @@ class ReadOnlyDatabase:
 
     def _read_schema(self) -> list[tuple[str, str, str]]:
         """(type, name, sql) of every user table and view, in creation order."""
-        sql = ("SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view') "
-               "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid")
+        sql = (
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
+        )
         try:
             rows = self._run(sql, (), None, None, self.time_limit_s).rows
         except QueryError as exc:
@@ -212,8 +212,7 @@ class ReadOnlyDatabase:
             f"statement can run (this one starts with {keyword})"
         )
 
-    def _run(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: Any,
-             limit: float) -> QueryResult:
+    def _run(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: Any, limit: float) -> QueryResult:
         with self._lock:
             runner = self._runner
             if runner is None:
@@ -234,8 +233,7 @@ class ReadOnlyDatabase:
                 ) from None
         if reply[0] == "ok":
             _, columns, rows, truncated = reply
-            return QueryResult(columns=list(columns), rows=[tuple(r) for r in rows],
-                               truncated=bool(truncated))
+            return QueryResult(columns=list(columns), rows=[tuple(r) for r in rows], truncated=bool(truncated))
         raise self._query_error(reply, limit)
 
     def _query_error(self, reply: tuple, limit: float) -> QueryError:
@@ -246,8 +244,7 @@ class ReadOnlyDatabase:
         if kind == "timeout":
             return QueryError(f"query exceeded the {format_seconds(limit)} time limit")
         if kind == "memory" or message == "out of memory":
-            return QueryError(
-                f"the query ran out of memory (the limit is {self.memory_limit_mb:g} MB)")
+            return QueryError(f"the query ran out of memory (the limit is {self.memory_limit_mb:g} MB)")
         if message == "interrupted":
             return QueryError("query was interrupted")
         if "one statement at a time" in message:
@@ -272,14 +269,15 @@ class ReadOnlyDatabase:
                 return QueryError(
                     f"the database {self.path} has a leftover rollback journal ({journal.name}): "
                     f"a program writing to it crashed before finishing. Open it once with a "
-                    f"program that can write to it (for example `sqlite3 {self.path} \"PRAGMA "
-                    f"integrity_check\"`), which undoes the unfinished change, then try again"
+                    f'program that can write to it (for example `sqlite3 {self.path} "PRAGMA '
+                    f'integrity_check"`), which undoes the unfinished change, then try again'
                 )
             return QueryError("not allowed: the database is read-only")
         if message.startswith("Incorrect number of bindings"):
             return QueryError(
                 "the SQL has a parameter placeholder (?, :name or $name) but no value is given "
-                "for it; write the values into the SQL")
+                "for it; write the values into the SQL"
+            )
         if "string or blob too big" in message:
             return QueryError(
                 f"a value in the query grew past the {MAX_VALUE_BYTES // (1024 * 1024)} MB "
@@ -320,8 +318,7 @@ class ReadOnlyDatabase:
         for stored in self.column_names(table):
             if fold_identifier(stored) == wanted:
                 return stored
-        raise QueryError(
-            f"no such column: {_shown(column)} (in table {self.resolve_table(table)})")
+        raise QueryError(f"no such column: {_shown(column)} (in table {self.resolve_table(table)})")
 
     def primary_key(self, table: str) -> list[str]:
         columns = self._pragma("table_info", self.resolve_table(table))
@@ -351,8 +348,7 @@ class ReadOnlyDatabase:
             target_cols: Sequence[str | None] = [t for _, _, t in parts]
             if any(c is None for c in target_cols) and target in self.table_names():
                 target_cols = self.primary_key(target)  # REFERENCES t without columns
-            keys.append(ForeignKey(table, tuple(s for _, s, _ in parts), target,
-                                   tuple(c or "?" for c in target_cols)))
+            keys.append(ForeignKey(table, tuple(s for _, s, _ in parts), target, tuple(c or "?" for c in target_cols)))
         return keys
 
     def _known_table_or_same(self, name: str) -> str:

@@ -68,8 +68,7 @@ def _resolved(path: Path) -> Path:
     text = str(path)
     if len(text) > MAX_PATH_CHARS:
         raise DatabaseError(
-            f"the database path is too long ({len(text)} characters; the limit is "
-            f"{MAX_PATH_CHARS}): {text[:60]}..."
+            f"the database path is too long ({len(text)} characters; the limit is {MAX_PATH_CHARS}): {text[:60]}..."
         )
     try:
         return Path(os.path.realpath(path))
@@ -148,8 +147,8 @@ def _copy_with_log(path: Path, real: Path, wal: Path, limit_mb: float) -> Path:
                     f"{path} is a WAL-mode database with changes not yet written into it "
                     f"({wal.name}); edge-sql reads such a database from a private copy, and it "
                     f"is {total / 1e6:.0f} MB, over the {limit_mb:g} MB copy limit. Close the "
-                    f"programs using it, or run `sqlite3 {path} \"PRAGMA "
-                    f"wal_checkpoint(TRUNCATE)\"`, then try again"
+                    f'programs using it, or run `sqlite3 {path} "PRAGMA '
+                    f'wal_checkpoint(TRUNCATE)"`, then try again'
                 )
             shutil.copyfile(real, copy_dir / "db.sqlite")
             shutil.copyfile(wal, copy_dir / "db.sqlite-wal")

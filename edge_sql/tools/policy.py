@@ -16,8 +16,7 @@ import sqlite3
 
 # The pragmas that only read the schema; their argument is a table or index name, never a value.
 READ_ONLY_PRAGMAS = frozenset(
-    {"table_info", "table_xinfo", "table_list", "foreign_key_list", "index_list", "index_info",
-     "index_xinfo"}
+    {"table_info", "table_xinfo", "table_list", "foreign_key_list", "index_list", "index_info", "index_xinfo"}
 )
 # Fields of the database file's header that a pragma reads when given no value (given one, it
 # would write them). Not here, even as queries: the connection's settings (query_only,
@@ -25,8 +24,16 @@ READ_ONLY_PRAGMAS = frozenset(
 # sandbox rather than the database (they differ from what `sqlite3` shows for the same file),
 # and the checks (integrity_check, quick_check, foreign_key_check), which read every page or row.
 HEADER_PRAGMAS = frozenset(
-    {"application_id", "auto_vacuum", "encoding", "freelist_count", "page_count", "page_size",
-     "schema_version", "user_version"}
+    {
+        "application_id",
+        "auto_vacuum",
+        "encoding",
+        "freelist_count",
+        "page_count",
+        "page_size",
+        "schema_version",
+        "user_version",
+    }
 )
 DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
 # Table-valued functions a SELECT may read: they expose only this database's schema or their
@@ -34,12 +41,31 @@ DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "w
 # eponymous virtual table); that is allowed in a statement that began as a read, and reading any
 # other `pragma_*` function or the tables in DENIED_TABLES is refused.
 READ_ONLY_TABLE_FUNCTIONS = frozenset(
-    {"pragma_table_info", "pragma_table_xinfo", "pragma_index_list", "pragma_index_info",
-     "pragma_foreign_key_list", "json_each", "json_tree"}
+    {
+        "pragma_table_info",
+        "pragma_table_xinfo",
+        "pragma_index_list",
+        "pragma_index_info",
+        "pragma_foreign_key_list",
+        "json_each",
+        "json_tree",
+    }
 )
 # Other eponymous virtual tables that may be compiled in: never readable.
-DENIED_TABLES = frozenset({"sqlite_dbpage", "dbstat", "sqlite_stmt", "bytecode", "tables_used",
-                           "fts3tokenize", "zipfile", "fsdir", "sqlite_dbdata", "sqlite_dbptr"})
+DENIED_TABLES = frozenset(
+    {
+        "sqlite_dbpage",
+        "dbstat",
+        "sqlite_stmt",
+        "bytecode",
+        "tables_used",
+        "fts3tokenize",
+        "zipfile",
+        "fsdir",
+        "sqlite_dbdata",
+        "sqlite_dbptr",
+    }
+)
 
 _SELECT = sqlite3.SQLITE_SELECT
 _READ = sqlite3.SQLITE_READ
@@ -85,8 +111,7 @@ _ACTION_NAMES = {
 
 
 _ROW_WRITES = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE})
-_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master",
-                            "sqlite_temp_schema"})
+_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 
 
 class ReadOnlyAuthorizer:
@@ -102,23 +127,29 @@ class ReadOnlyAuthorizer:
         self._first_action = None
 
     def __call__(
-        self, action: int, arg1: str | None, arg2: str | None, db_name: str | None,
+        self,
+        action: int,
+        arg1: str | None,
+        arg2: str | None,
+        db_name: str | None,
         source: str | None,
     ) -> int:
         if self._first_action is None:
             self._first_action = action
         if action == _READ:
             table = (arg1 or "").lower()
-            if table in DENIED_TABLES or (
-                table.startswith("pragma_") and table not in READ_ONLY_TABLE_FUNCTIONS
-            ):
+            if table in DENIED_TABLES or (table.startswith("pragma_") and table not in READ_ONLY_TABLE_FUNCTIONS):
                 return self._deny(f"reading {arg1}")
         if action in (_SELECT, _READ, _RECURSIVE):
             return sqlite3.SQLITE_OK
         # A table-valued function being set up inside a read (see READ_ONLY_TABLE_FUNCTIONS);
         # a real UPDATE statement's first action is the UPDATE itself.
-        if (action == sqlite3.SQLITE_UPDATE and (arg1 or "").lower() == "sqlite_master"
-                and self._first_action == _SELECT and db_name == "main"):
+        if (
+            action == sqlite3.SQLITE_UPDATE
+            and (arg1 or "").lower() == "sqlite_master"
+            and self._first_action == _SELECT
+            and db_name == "main"
+        ):
             return sqlite3.SQLITE_OK
         if action == _FUNCTION:
             if (arg2 or "").lower() in DENIED_FUNCTIONS:

@@ -64,14 +64,12 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "foreign_keys",
-        "List the table's foreign keys in both directions: the columns it references and "
-        "the tables that reference it.",
+        "List the table's foreign keys in both directions: the columns it references and the tables that reference it.",
         (_TABLE,),
     ),
     ToolSpec(
         "join_path",
-        "Find the shortest chain of foreign-key joins between two tables, with the JOIN "
-        "clauses to use.",
+        "Find the shortest chain of foreign-key joins between two tables, with the JOIN clauses to use.",
         (
             ToolArg("table_a", "string", "The table to start from."),
             ToolArg("table_b", "string", "The table to reach."),

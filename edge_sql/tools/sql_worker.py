@@ -126,8 +126,9 @@ class Worker:
         return ("ok",)
 
     def _connect(self, uri: str, memory_limit: int) -> sqlite3.Connection:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
-                               timeout=0, cached_statements=0)
+        conn = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=0, cached_statements=0
+        )
         conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
         if hasattr(conn, "enable_load_extension"):
             conn.enable_load_extension(False)
@@ -151,8 +152,9 @@ class Worker:
                     conn.set_authorizer(self.authorizer)
             self.busy_ms = busy_ms
 
-    def execute(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: int | None,
-                time_limit_s: float) -> tuple:
+    def execute(
+        self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: int | None, time_limit_s: float
+    ) -> tuple:
         if self.conn is None or self.guarded is None:
             return ("error", "closed", "the database is not open")
         self._set_busy_timeout(time_limit_s)
@@ -174,8 +176,15 @@ class Worker:
                 return ("error", "timeout", message)
             return ("error", "sql", message, self.authorizer.last_denial or "")
 
-    def _fetch(self, conn: sqlite3.Connection, sql: str, params: tuple, max_rows: int | None,
-               max_cell_chars: int | None, deadline: float) -> tuple:
+    def _fetch(
+        self,
+        conn: sqlite3.Connection,
+        sql: str,
+        params: tuple,
+        max_rows: int | None,
+        max_cell_chars: int | None,
+        deadline: float,
+    ) -> tuple:
         self.authorizer.start_statement()
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_EVERY_N_OPS)
         cursor = None

@@ -51,8 +51,11 @@ class StatementRunner:
     def _start(self) -> None:
         self._proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-S", str(WORKER_SCRIPT)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            bufsize=0, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            bufsize=0,
+            close_fds=True,
         )
         self._send(("open", self.uri, self.memory_limit_bytes))
         self._open_pending = True
@@ -138,7 +141,7 @@ class StatementRunner:
         fd = self._proc.stdin.fileno()
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
 
     def _receive(self, deadline: float) -> tuple:
         header = self._read_exact(4, deadline)

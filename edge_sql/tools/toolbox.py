@@ -43,8 +43,7 @@ def _fk_line(fk: ForeignKey) -> str:
 
 def _join_condition(fk: ForeignKey) -> str:
     return " AND ".join(
-        f"{_column(fk.from_table, s)} = {_column(fk.to_table, t)}"
-        for s, t in zip(fk.from_columns, fk.to_columns)
+        f"{_column(fk.from_table, s)} = {_column(fk.to_table, t)}" for s, t in zip(fk.from_columns, fk.to_columns)
     )
 
 
@@ -141,17 +140,16 @@ class Toolbox:
         except EdgeSqlError as exc:
             return _error(str(exc))
         more = result.truncated or len(result.rows) > self.preview_rows
-        text = format_result(result.columns, result.rows[: self.preview_rows], max_rows=self.preview_rows,
-                             more_rows=more)
+        text = format_result(
+            result.columns, result.rows[: self.preview_rows], max_rows=self.preview_rows, more_rows=more
+        )
         return ToolResult(True, text, result)
 
     # -- helpers -------------------------------------------------------------------------
 
     def _query_result(self, sql: str, max_rows: int, *, note_more: bool = True) -> ToolResult:
         result = self.db.execute(sql, max_rows=max_rows)
-        text = format_result(
-            result.columns, result.rows, max_rows=max_rows, more_rows=note_more and result.truncated
-        )
+        text = format_result(result.columns, result.rows, max_rows=max_rows, more_rows=note_more and result.truncated)
         return ToolResult(True, text, result)
 
     def _shortest_fk_path(self, start: str, goal: str) -> list[tuple[str, ForeignKey]] | None:

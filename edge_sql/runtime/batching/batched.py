@@ -53,9 +53,9 @@ from edge_sql.runtime.llama.batch import TokenBatch, output_flags
 from edge_sql.runtime.llama.context import LlamaContext, read_sequence_state, write_sequence_state
 
 DEFAULT_MAX_WAIT_S = 1.0
-DEFAULT_GRACE_S = 0.2     # a tool call against SQLite and the next prompt take milliseconds
-RIDE_ALONG_TOKENS = 8     # forced runs this short ride along a token a step ...
-RIDE_ALONG_WIDTH = 4      # ... in steps of at least this many members
+DEFAULT_GRACE_S = 0.2  # a tool call against SQLite and the next prompt take milliseconds
+RIDE_ALONG_TOKENS = 8  # forced runs this short ride along a token a step ...
+RIDE_ALONG_WIDTH = 4  # ... in steps of at least this many members
 
 
 def micro_batches(parts: Sequence[tuple[int, int]], n_ubatch: int) -> list[list[tuple[int, int]]]:
@@ -108,9 +108,9 @@ class StepCounts:
     steps: int = 0
     tokens: int = 0
     sequences: int = 0  # summed over steps: sequences / steps is the mean batch width
-    forced: int = 0     # steps run after max_wait_s without every engaged sequence
-    passes: int = 0     # micro-batches llama.cpp cut the steps into (`micro_batches`)
-    moves: int = 0      # sequence states (not empty) moved to give a step consecutive ids
+    forced: int = 0  # steps run after max_wait_s without every engaged sequence
+    passes: int = 0  # micro-batches llama.cpp cut the steps into (`micro_batches`)
+    moves: int = 0  # sequence states (not empty) moved to give a step consecutive ids
 
     @property
     def mean_width(self) -> float:
@@ -120,8 +120,9 @@ class StepCounts:
 class BatchedDecoder:
     """Batches the decodes of the members of `context` (made with `n_seq` sequences)."""
 
-    def __init__(self, context: LlamaContext, *, max_wait_s: float = DEFAULT_MAX_WAIT_S,
-                 grace_s: float = DEFAULT_GRACE_S) -> None:
+    def __init__(
+        self, context: LlamaContext, *, max_wait_s: float = DEFAULT_MAX_WAIT_S, grace_s: float = DEFAULT_GRACE_S
+    ) -> None:
         self.context = context
         self.max_wait_s = max_wait_s
         self.grace_s = grace_s
@@ -168,14 +169,17 @@ class BatchedDecoder:
         with self._llama:
             yield
 
-    def decode(self, member: SequenceContext, tokens: Sequence[int], start: int,
-               outputs: np.ndarray) -> dict[int, np.ndarray]:
+    def decode(
+        self, member: SequenceContext, tokens: Sequence[int], start: int, outputs: np.ndarray
+    ) -> dict[int, np.ndarray]:
         """Decode `tokens` of `member` at positions start..; returns a copy of the logits of each
         flagged token, by its index in `tokens`. Blocks until they are decoded."""
         request = _Request(member, np.asarray(tokens, dtype=np.int32), start, np.asarray(outputs, dtype=bool))
         if int(request.outputs.sum()) > self._outputs_per_sequence:  # llama.cpp would abort the process
-            raise ValueError(f"{int(request.outputs.sum())} logits rows asked in one decode; a sequence of this "
-                             f"context has room for {self._outputs_per_sequence}")
+            raise ValueError(
+                f"{int(request.outputs.sum())} logits rows asked in one decode; a sequence of this "
+                f"context has room for {self._outputs_per_sequence}"
+            )
         with self._cond:
             if member in self._pending:
                 raise RuntimeError(f"sequence {member.seq} already waits for a decode (one thread per sequence)")
@@ -188,8 +192,13 @@ class BatchedDecoder:
                     self._step(forced=False)
                     continue
                 timeout = self.max_wait_s if holdup is None else min(holdup, self.max_wait_s)
-                if (not self._cond.wait(timeout) and holdup is None and not self._stepping
-                        and self._pending and not request.finished):
+                if (
+                    not self._cond.wait(timeout)
+                    and holdup is None
+                    and not self._stepping
+                    and self._pending
+                    and not request.finished
+                ):
                     self.counts.forced += 1
                     self._step(forced=True)
         if request.error is not None:
@@ -213,8 +222,7 @@ class BatchedDecoder:
         left = self.context.n_batch
         requests = list(self._pending.values())
         sampled = sum(r.remaining == 1 for r in requests)
-        ride = (len(requests) >= RIDE_ALONG_WIDTH and 2 * sampled >= len(requests)
-                and self.context.n_rs_seq == 0)
+        ride = len(requests) >= RIDE_ALONG_WIDTH and 2 * sampled >= len(requests) and self.context.n_rs_seq == 0
         wants = {r: 1 if ride and r.remaining <= RIDE_ALONG_TOKENS else r.remaining for r in requests}
         requests.sort(key=lambda r: (wants[r], r.member.seq))
         parts = []
@@ -241,13 +249,16 @@ class BatchedDecoder:
                 n_ubatch = self.context.options.n_ubatch
                 assert n_ubatch is not None  # a context's options are resolved
                 passes = len(micro_batches([(r.member.seq, n) for r, _, n in parts], n_ubatch))
-                starts = self._batch.fill_parts([
-                    (r.member.seq, r.tokens[first:first + n], r.start + first, r.outputs[first:first + n])
-                    for r, first, n in parts])
+                starts = self._batch.fill_parts(
+                    [
+                        (r.member.seq, r.tokens[first : first + n], r.start + first, r.outputs[first : first + n])
+                        for r, first, n in parts
+                    ]
+                )
                 self._batch.decode(self.context.ptr, self.context.threads)
                 n_vocab = self.context.n_vocab
                 for (request, first, n), at, got in zip(parts, starts, rows):
-                    for j in np.flatnonzero(request.outputs[first:first + n]):
+                    for j in np.flatnonzero(request.outputs[first : first + n]):
                         row = llama_cpp.llama_get_logits_ith(self.context.ptr, at + int(j))
                         got[first + int(j)] = np.ctypeslib.as_array(row, shape=(n_vocab,)).copy()
         except BaseException as exc:  # every request of the step learns it, in its own thread
@@ -296,8 +307,10 @@ class BatchedDecoder:
         for s in (old, seq):
             llama_cpp.llama_memory_seq_rm(memory, s, -1, -1)
         for source, target in ((old, seq), (seq, old)):
-            if source in states and (not write_sequence_state(ptr, target, states[source])
-                                     or llama_cpp.llama_memory_seq_pos_max(memory, target) != last[source]):
+            if source in states and (
+                not write_sequence_state(ptr, target, states[source])
+                or llama_cpp.llama_memory_seq_pos_max(memory, target) != last[source]
+            ):
                 raise RuntimeError(f"moving sequence {source}'s state to {target}: llama.cpp refused it")
         member.seq = seq
         if idle is not None:

@@ -30,8 +30,13 @@ class SessionGroup(Closing):
     """`n` sessions that decode together; `info` describes the shared context (n_ctx per
     sequence, `n_seq` sequences) and `counts` what its decoder did."""
 
-    def __init__(self, sessions: list[Session], info: SessionInfo,
-                 decoder: BatchedDecoder | None = None, owner: Closing | None = None) -> None:
+    def __init__(
+        self,
+        sessions: list[Session],
+        info: SessionInfo,
+        decoder: BatchedDecoder | None = None,
+        owner: Closing | None = None,
+    ) -> None:
         self.sessions = sessions
         self.info = info
         self._decoder = decoder
@@ -61,8 +66,14 @@ class SessionGroup(Closing):
             owner.close()
 
 
-def open_sessions(model_path: str | Path, options: SessionOptions | None = None, n: int = 1, *,
-                  prefix_cache: PrefixCache | None = None, **settings: Any) -> SessionGroup:
+def open_sessions(
+    model_path: str | Path,
+    options: SessionOptions | None = None,
+    n: int = 1,
+    *,
+    prefix_cache: PrefixCache | None = None,
+    **settings: Any,
+) -> SessionGroup:
     """`n` sessions on `model_path`, each `options.n_ctx` tokens long, sharing `prefix_cache`
     (one shared-prefix state restored into every sequence). n = 1 is a plain `Session`.
     Speculation: "lookup" or "off" for n > 1 (an MTP drafter is a context per episode)."""

@@ -69,9 +69,9 @@ class TokenBatch:
         for seq, tokens, start, outputs in parts:
             k = len(tokens)
             starts.append(at)
-            self._token[at:at + k] = tokens
-            self._pos[at:at + k] = np.arange(start, start + k)
-            self._output[at:at + k] = outputs
+            self._token[at : at + k] = tokens
+            self._pos[at : at + k] = np.arange(start, start + k)
+            self._output[at : at + k] = outputs
             for i in range(at, at + k):
                 self.batch.seq_id[i][0] = seq
             at += k
@@ -92,7 +92,7 @@ class TokenBatch:
     @property
     def tokens(self) -> np.ndarray:
         """A view of the tokens the batch holds now."""
-        return self._token[:self.batch.n_tokens]
+        return self._token[: self.batch.n_tokens]
 
     def close(self) -> None:
         if self.batch is not None:

@@ -72,9 +72,18 @@ class DecodeContext(Protocol):
     def close(self) -> None: ...
 
 
-def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n_outputs: int = 1,
-                   n_rs_seq: int = 0, perf: bool = False, reads: LlamaContext | None = None,
-                   cb_eval: object | None = None, n_seq: int = 1) -> LlamaContext:
+def create_context(
+    loaded: LoadedModel,
+    options: SessionOptions,
+    *,
+    what: str,
+    n_outputs: int = 1,
+    n_rs_seq: int = 0,
+    perf: bool = False,
+    reads: LlamaContext | None = None,
+    cb_eval: object | None = None,
+    n_seq: int = 1,
+) -> LlamaContext:
     """A context on `loaded`'s weights with `options` (resolved: no `None` threads or ubatch).
 
     `n_outputs`: logits rows one batch may ask for (1: no n_batch x vocab buffer); `n_rs_seq`:
@@ -108,8 +117,9 @@ def create_context(loaded: LoadedModel, options: SessionOptions, *, what: str, n
         params.cb_eval = cb_eval
         params.cb_eval_user_data = None
     if options.flash_attn is not None:
-        params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if options.flash_attn
-                                  else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if options.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
     with capture_log() as lines:
         ptr = llama_cpp.llama_init_from_model(loaded.model, params)
     if not ptr:
@@ -140,8 +150,16 @@ class LlamaContext(Closing):
     sequence only); made by `create_context`, freed by `close()` (`owned=False`: a view of a
     context freed elsewhere, which `close()` only lets go of)."""
 
-    def __init__(self, ptr: llama_cpp.llama_context_p, loaded: LoadedModel, options: SessionOptions,
-                 buffers: dict[str, int], *, seq: int = 0, owned: bool = True) -> None:
+    def __init__(
+        self,
+        ptr: llama_cpp.llama_context_p,
+        loaded: LoadedModel,
+        options: SessionOptions,
+        buffers: dict[str, int],
+        *,
+        seq: int = 0,
+        owned: bool = True,
+    ) -> None:
         self._ptr: llama_cpp.llama_context_p | None = ptr  # None once freed
         self._owned = owned
         self.seq = seq
@@ -158,8 +176,9 @@ class LlamaContext(Closing):
         self._listeners: list[DecodeListener] = []
         # the thread count follows the machine's load on the CPU (runtime/llama/threads.py); with
         # layers on a GPU the step time says little about the CPU's threads: the count stays
-        self.threads = ThreadGovernor(options.n_threads or 1, self._set_threads,
-                                      adaptive=options.adapt_threads and not options.n_gpu_layers)
+        self.threads = ThreadGovernor(
+            options.n_threads or 1, self._set_threads, adaptive=options.adapt_threads and not options.n_gpu_layers
+        )
         self.ran_with: Counter[tuple[str, int]] = Counter()  # tokens by ("prefill"/"decode", threads)
 
     def _set_threads(self, n: int) -> None:
@@ -244,8 +263,10 @@ class LlamaContext(Closing):
     @property
     def span(self) -> tuple[int, int]:
         """First and last position memory holds ((-1, -1) when empty)."""
-        return (llama_cpp.llama_memory_seq_pos_min(self.memory, self.seq),
-                llama_cpp.llama_memory_seq_pos_max(self.memory, self.seq))
+        return (
+            llama_cpp.llama_memory_seq_pos_min(self.memory, self.seq),
+            llama_cpp.llama_memory_seq_pos_max(self.memory, self.seq),
+        )
 
     def state(self) -> bytes:
         """llama.cpp's sequence state (attention cells and recurrent state), in the form a

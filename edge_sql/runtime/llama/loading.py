@@ -41,8 +41,10 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
     check_episodes_at_once(options.speculate, n_seq)
     gguf = validate_gguf(model_path)
     if options.speculate == "mtp" and not gguf.mtp_layers:
-        raise EdgeSqlError(f"--speculate mtp: {gguf.path.name} has no MTP head (convert the checkpoint again "
-                           "without --no-mtp), use --speculate lookup")
+        raise EdgeSqlError(
+            f"--speculate mtp: {gguf.path.name} has no MTP head (convert the checkpoint again "
+            "without --no-mtp), use --speculate lookup"
+        )
     init_backend(verbose=options.verbose)
     gpu = gpu_backend_name()
     options = _resolved(options, gguf, gpu)
@@ -50,16 +52,25 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
     context = None
     try:
         context = create_context(
-            loaded, options, what=(f"a {options.n_ctx}-token context" + (f" x {n_seq} sequences" if n_seq > 1 else "")
-                                   + f" for {gguf.path} (out of memory?)"),
-            n_outputs=(options.draft_max + 1) * n_seq, n_rs_seq=options.draft_max, perf=True,  # verify batches
+            loaded,
+            options,
+            what=(
+                f"a {options.n_ctx}-token context"
+                + (f" x {n_seq} sequences" if n_seq > 1 else "")
+                + f" for {gguf.path} (out of memory?)"
+            ),
+            n_outputs=(options.draft_max + 1) * n_seq,
+            n_rs_seq=options.draft_max,
+            perf=True,  # verify batches
             n_seq=n_seq,
         )
         model = loaded.model
         recurrent = llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model)
         if options.draft_max and recurrent and context.n_rs_seq < options.draft_max:
-            raise EdgeSqlError(f"--speculate {options.speculate}: llama.cpp cannot roll back the recurrent state of "
-                               f"{gguf.architecture} models; use --speculate off")
+            raise EdgeSqlError(
+                f"--speculate {options.speculate}: llama.cpp cannot roll back the recurrent state of "
+                f"{gguf.architecture} models; use --speculate off"
+            )
     except BaseException:
         if context is not None:
             context.close()
@@ -69,15 +80,26 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
     assert gguf.architecture is not None
     assert options.n_gpu_layers is not None and options.n_threads is not None and options.n_ubatch is not None
     info = SessionInfo(
-        model_path=gguf.path, architecture=gguf.architecture, model_bytes=gguf.file_size,
-        backend=gpu if gpu and options.n_gpu_layers else "CPU", gpu_layers=options.n_gpu_layers,
-        n_layers=llama_cpp.llama_model_n_layer(model), n_threads=options.n_threads,
-        n_ctx=context.n_ctx, n_batch=options.n_batch, n_ubatch=options.n_ubatch, repack=options.repack,
-        n_vocab=context.n_vocab, flash_attn=options.flash_attn_label,
-        buffers={**buffer_sizes(loaded.load_log), **context.buffers}, mapping_released=loaded.mapping_released,
+        model_path=gguf.path,
+        architecture=gguf.architecture,
+        model_bytes=gguf.file_size,
+        backend=gpu if gpu and options.n_gpu_layers else "CPU",
+        gpu_layers=options.n_gpu_layers,
+        n_layers=llama_cpp.llama_model_n_layer(model),
+        n_threads=options.n_threads,
+        n_ctx=context.n_ctx,
+        n_batch=options.n_batch,
+        n_ubatch=options.n_ubatch,
+        repack=options.repack,
+        n_vocab=context.n_vocab,
+        flash_attn=options.flash_attn_label,
+        buffers={**buffer_sizes(loaded.load_log), **context.buffers},
+        mapping_released=loaded.mapping_released,
         mtp_layers=llama_cpp.llama_model_n_layer_nextn(model) if options.mtp else 0,
-        speculate=options.speculate, draft_max=options.draft_max,
-        rollback=("kv+n_rs_seq" if recurrent else "kv") if options.draft_max else "", n_seq=n_seq,
+        speculate=options.speculate,
+        draft_max=options.draft_max,
+        rollback=("kv+n_rs_seq" if recurrent else "kv") if options.draft_max else "",
+        n_seq=n_seq,
     )
     return OpenedModel(loaded, context, info)
 

@@ -38,12 +38,12 @@ class LoadedModel:
 
     key: tuple
     model: llama_cpp.llama_model_p
-    load_log: list[str]            # llama.cpp's log while loading (its buffer sizes)
-    mapping_released: bool         # repacked: the file's mapped pages were given back
+    load_log: list[str]  # llama.cpp's log while loading (its buffer sizes)
+    mapping_released: bool  # repacked: the file's mapped pages were given back
     keep_idle: bool
     refs: int = 0
     pieces: dict[int, bytes] = field(default_factory=dict)  # token bytes, filled on use
-    lltokenizer: Any = None        # llguidance's view of the vocabulary, built on first use
+    lltokenizer: Any = None  # llguidance's view of the vocabulary, built on first use
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -65,8 +65,15 @@ _loaded: dict[tuple, LoadedModel] = {}
 
 def _key(path: Path, params: llama_cpp.llama_model_params) -> tuple:
     stat = path.stat()
-    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino,
-            params.n_gpu_layers, bool(params.use_extra_bufts), bool(params.load_mtp))
+    return (
+        str(path.resolve()),
+        stat.st_size,
+        stat.st_mtime_ns,
+        stat.st_ino,
+        params.n_gpu_layers,
+        bool(params.use_extra_bufts),
+        bool(params.load_mtp),
+    )
 
 
 def _with_mtp(key: tuple) -> tuple:

@@ -32,7 +32,7 @@ def for_streams(state: bytes, n_stream: int) -> bytes:
     """A portable (one-stream) sequence state as a context of `n_stream` KV streams reads it."""
     if n_stream == 1 or len(state) < _HEADER + 4 or _U32.unpack_from(state, _HEADER)[0] != 1:
         return state
-    return state[:_HEADER] + _U32.pack(n_stream) + _U32.pack(0) * (n_stream - 1) + state[_HEADER + 4:]
+    return state[:_HEADER] + _U32.pack(n_stream) + _U32.pack(0) * (n_stream - 1) + state[_HEADER + 4 :]
 
 
 def portable(state: bytes) -> bytes | None:
@@ -60,7 +60,7 @@ def portable(state: bytes) -> bytes | None:
     end = _stream_end(state, offset, trailing)
     if end is None:
         return None
-    return _as_sequence_0(head + state[offset:end] + state[end + 4 * trailing:])
+    return _as_sequence_0(head + state[offset:end] + state[end + 4 * trailing :])
 
 
 def _as_sequence_0(state: bytes) -> bytes:
@@ -73,7 +73,7 @@ def _as_sequence_0(state: bytes) -> bytes:
         return state
     out = bytearray(state)
     for at in [4, *ids]:
-        out[at:at + 4] = bytes(4)
+        out[at : at + 4] = bytes(4)
     return bytes(out)
 
 
@@ -88,7 +88,7 @@ def _stream_end(state: bytes, offset: int, trailing: int, ids: list[int] | None 
             end = _parse_stream(state, offset, ext, found)
         except (struct.error, ValueError):
             continue
-        if end is None or state[end:end + 4 * trailing] != bytes(4 * trailing):
+        if end is None or state[end : end + 4 * trailing] != bytes(4 * trailing):
             continue
         rest = end + 4 * trailing
         if rest == len(state) or (rest + 4 <= len(state) and _U32.unpack_from(state, rest)[0] == 1):
@@ -102,7 +102,7 @@ def _parse_stream(state: bytes, offset: int, ext: int, ids: list[int]) -> int | 
     (cells,) = _U32.unpack_from(state, offset)
     offset += 4
     for _ in range(cells):  # pos, n_seq_id (1 for one sequence's state), [ext], seq_id
-        n_seq, = _U32.unpack_from(state, offset + 4)
+        (n_seq,) = _U32.unpack_from(state, offset + 4)
         if n_seq != 1:
             return None
         ids.append(offset + 8 + ext)

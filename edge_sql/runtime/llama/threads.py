@@ -45,22 +45,22 @@ def apply_wait_policy(environ: MutableMapping[str, str] | None = None) -> str:
     return f"GOMP_SPINCOUNT={SPIN_COUNT}"
 
 
-STEP_TOKENS = 32     # batches up to this size are decode steps (one token, a verify batch, a
-                     # batched step); larger ones are prefill, run at the current count unmeasured
-WINDOW = 4           # steps whose median is one measurement
-SLOWER = 1.5         # a measurement this much slower than the best at its count: try one fewer
-BETTER = 0.9         # a trial is kept when its median is below this share of the one before
-ABORT = 1.5          # an upward trial stops at its first step this much slower than the baseline
+STEP_TOKENS = 32  # batches up to this size are decode steps (one token, a verify batch, a
+# batched step); larger ones are prefill, run at the current count unmeasured
+WINDOW = 4  # steps whose median is one measurement
+SLOWER = 1.5  # a measurement this much slower than the best at its count: try one fewer
+BETTER = 0.9  # a trial is kept when its median is below this share of the one before
+ABORT = 1.5  # an upward trial stops at its first step this much slower than the baseline
 FIRST_PROBE_S = 2.0  # first upward trial this long after going down; doubles on each failure
 LAST_PROBE_S = 32.0
-HISTORY = 8          # measurements remembered per count (the best of them is the reference)
+HISTORY = 8  # measurements remembered per count (the best of them is the reference)
 
 
 @dataclass
 class _Trial:
-    count: int            # the thread count on trial
-    back_to: int          # the count to return to when it is not faster
-    baseline: float       # median step seconds at `back_to` just before
+    count: int  # the thread count on trial
+    back_to: int  # the count to return to when it is not faster
+    baseline: float  # median step seconds at `back_to` just before
     steps: list[float] = field(default_factory=list)
 
 
@@ -72,8 +72,14 @@ class ThreadGovernor:
     one busy program it settles at all but one core.
     """
 
-    def __init__(self, full: int, set_threads: Callable[[int], None], *, adaptive: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        full: int,
+        set_threads: Callable[[int], None],
+        *,
+        adaptive: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.full = max(1, full)
         self.adaptive = adaptive
         self.count = self.full
@@ -84,7 +90,7 @@ class ThreadGovernor:
         self._trial: _Trial | None = None
         self._probe_wait = FIRST_PROBE_S
         self._next_probe = 0.0
-        self.decode_tokens: Counter[int] = Counter()   # tokens decoded at each count
+        self.decode_tokens: Counter[int] = Counter()  # tokens decoded at each count
         self.prefill_tokens: Counter[int] = Counter()
 
     def record(self, seconds: float, n_tokens: int) -> None:

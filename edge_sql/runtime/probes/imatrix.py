@@ -133,7 +133,7 @@ def add_expert_rows(sums: np.ndarray, counts: np.ndarray, x: np.ndarray, ids: np
 
 @dataclass
 class _Stats:
-    sums: np.ndarray    # n_mat x n_cols, float64
+    sums: np.ndarray  # n_mat x n_cols, float64
     counts: np.ndarray  # n_mat
 
 
@@ -187,8 +187,9 @@ class ImatrixCollector:
         if squares is None:
             x = tensor_array(src1, self._scratch)
             # float32 sums of one batch's rows (SIMD, 1e-6 relative), added to float64 totals
-            squares = self._squares[t.src[1]] = np.stack([np.einsum("ij,ij->j", x[i3, i2], x[i3, i2])
-                                                          for i3 in range(x.shape[0]) for i2 in range(x.shape[1])])
+            squares = self._squares[t.src[1]] = np.stack(
+                [np.einsum("ij,ij->j", x[i3, i2], x[i3, i2]) for i3 in range(x.shape[0]) for i2 in range(x.shape[1])]
+            )
         ne2, ne3 = int(src0.ne[2]), int(src0.ne[3])
         in2, in3, rows = int(src1.ne[2]), int(src1.ne[3]), int(src1.ne[1])
         stats = self._stats(name, ne2 * ne3, squares.shape[-1])
@@ -235,7 +236,7 @@ def chunks_of(sequences: Iterable[Sequence[int]], chunk_size: int) -> list[list[
     """Each sequence cut into pieces of at most `chunk_size` tokens."""
     pieces = []
     for tokens in sequences:
-        pieces += [list(tokens[i:i + chunk_size]) for i in range(0, len(tokens), chunk_size)]
+        pieces += [list(tokens[i : i + chunk_size]) for i in range(0, len(tokens), chunk_size)]
     return [piece for piece in pieces if piece]
 
 
@@ -264,8 +265,13 @@ def collect_imatrix(
     batch = min(batch_size, n_ctx)
     options = replace(session.context.options, n_ctx=n_ctx, n_batch=batch, n_ubatch=batch)
     try:
-        context = create_context(session.context.loaded, options, n_outputs=batch, cb_eval=collector.callback,
-                                 what=f"a {n_ctx}-token context to collect the imatrix")
+        context = create_context(
+            session.context.loaded,
+            options,
+            n_outputs=batch,
+            cb_eval=collector.callback,
+            what=f"a {n_ctx}-token context to collect the imatrix",
+        )
     except ModelFileError as exc:
         raise ImatrixError(str(exc)) from None
     done = 0
@@ -273,17 +279,17 @@ def collect_imatrix(
         for piece in pieces:
             context.clear()
             for start in range(0, len(piece), batch):
-                token_batch.fill(piece[start:start + batch], start, outputs="all")
+                token_batch.fill(piece[start : start + batch], start, outputs="all")
                 token_batch.decode(context.ptr)
                 collector.end_graph()
                 collector.raise_pending()
                 done += min(batch, len(piece) - start)
                 if progress is not None:
                     progress(done, total)
-    imatrix = collector.imatrix(datasets=list(datasets), chunk_count=total // chunk_size, chunk_size=chunk_size,
-                                model_file_type=file_type)
-    return imatrix, CollectReport(len(sequences), total, len(pieces), time.perf_counter() - started,
-                                  collector.stopped)
+    imatrix = collector.imatrix(
+        datasets=list(datasets), chunk_count=total // chunk_size, chunk_size=chunk_size, model_file_type=file_type
+    )
+    return imatrix, CollectReport(len(sequences), total, len(pieces), time.perf_counter() - started, collector.stopped)
 
 
 def unquantized_file_type(model: Path) -> int | None:
@@ -291,6 +297,5 @@ def unquantized_file_type(model: Path) -> int | None:
     quantized: activations of rounded weights would steer the next rounding."""
     value = validate_gguf(model).metadata.get("general.file_type")
     if isinstance(value, int) and value not in {int(t) for t in UNQUANTIZED_FILE_TYPES}:
-        raise ImatrixError(f"{Path(model).name} is quantized; collect the imatrix on its BF16/F16/F32 file",
-                           path=model)
+        raise ImatrixError(f"{Path(model).name} is quantized; collect the imatrix on its BF16/F16/F32 file", path=model)
     return value if isinstance(value, int) else None

@@ -33,8 +33,9 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return (shifted - log_total.astype(np.float32)).astype(np.float32, copy=False)
 
 
-def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK,
-                   positions: Collection[int] | None = None) -> Iterator[np.ndarray]:
+def token_logprobs(
+    session: Session, tokens: Sequence[int], *, chunk: int = DEFAULT_CHUNK, positions: Collection[int] | None = None
+) -> Iterator[np.ndarray]:
     """Yield, chunk by chunk, float32 arrays of shape (n, n_vocab) with n <= `chunk`: row i holds
     log P(next token | the sequence up to and including token i), for every token in order, or
     only for `positions` when given (llama.cpp then computes no logits for the other tokens; a
@@ -61,11 +62,12 @@ def token_logprobs(session: Session, tokens: Sequence[int], *, chunk: int = DEFA
     n_ctx = -(-len(tokens) // _CTX_ROUND) * _CTX_ROUND
     # the session's threads on its loaded weights; flash attention as llama.cpp decides
     options = replace(session.context.options, n_ctx=n_ctx, n_batch=chunk, n_ubatch=chunk, flash_attn=None)
-    with create_context(session.context.loaded, options, n_outputs=chunk,
-                        what=f"a {n_ctx}-token context for teacher forcing") as ctx:
+    with create_context(
+        session.context.loaded, options, n_outputs=chunk, what=f"a {n_ctx}-token context for teacher forcing"
+    ) as ctx:
         for start in range(0, len(tokens), chunk):
-            piece = tokens[start:start + chunk]
-            flags = None if wanted is None else wanted[start:start + len(piece)]
+            piece = tokens[start : start + chunk]
+            flags = None if wanted is None else wanted[start : start + len(piece)]
             ctx.decode(piece, start, outputs="all" if flags is None else flags)
             n_out = len(piece) if flags is None else int(flags.sum())
             if n_out == 0:

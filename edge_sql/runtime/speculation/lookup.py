@@ -39,7 +39,7 @@ class LookupDrafter:
     def _sync(self, context: Sequence[int]) -> None:
         """Index the n-grams that gained a following token since the last call."""
         seen = len(self._seen)
-        if seen > len(context) or list(context[max(0, seen - _GUARD):seen]) != self._seen[-_GUARD:]:
+        if seen > len(context) or list(context[max(0, seen - _GUARD) : seen]) != self._seen[-_GUARD:]:
             self.reset()
             seen = 0
         tokens = self._seen
@@ -47,7 +47,7 @@ class LookupDrafter:
         for end in range(max(seen, 1), len(tokens)):  # n-grams ending at `end` are followed by tokens[end]
             for n, index in self._index.items():
                 if end >= n:
-                    index[tuple(tokens[end - n:end])] = end
+                    index[tuple(tokens[end - n : end])] = end
 
     def draft(self, context: Sequence[int], k: int) -> list[int]:
         """Up to `k` tokens that followed the latest earlier occurrence of the context's
@@ -59,7 +59,7 @@ class LookupDrafter:
         for n in range(min(self.max_n, len(tokens)), self.min_n - 1, -1):
             start = self._index[n].get(tuple(tokens[-n:]))
             if start is not None:
-                return tokens[start:start + k]
+                return tokens[start : start + k]
         return []
 
     def observe(self, accepted: int, proposed: int) -> None:

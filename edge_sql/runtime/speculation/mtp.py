@@ -51,9 +51,9 @@ class MTPWork:
     counted where verification counts every source's (`DraftCounts`)."""
 
     drafts: int = 0
-    draft_tokens: int = 0        # tokens proposed
-    draft_steps: int = 0         # one-token MTP decodes (a token each, one more when p_min stopped it)
-    mirrored_tokens: int = 0     # target tokens evaluated by the MTP context to follow it
+    draft_tokens: int = 0  # tokens proposed
+    draft_steps: int = 0  # one-token MTP decodes (a token each, one more when p_min stopped it)
+    mirrored_tokens: int = 0  # target tokens evaluated by the MTP context to follow it
 
 
 class MTPDrafter(Closing):
@@ -80,20 +80,25 @@ class MTPDrafter(Closing):
             raise ValueError(f"p_min must lie in 0..1, got {p_min}")
         self.p_min = p_min
         if not isinstance(target, LlamaContext):  # a sequence of a batched context (see DecodeContext)
-            raise EdgeSqlError("an MTP drafter needs a context of its own: a sequence of a batched context "
-                               "shares its batches' hidden states with the other sequences")
+            raise EdgeSqlError(
+                "an MTP drafter needs a context of its own: a sequence of a batched context "
+                "shares its batches' hidden states with the other sequences"
+            )
         if not target.options.mtp:  # resolved options: the head was loaded
             if validate_gguf(target.loaded.path).mtp_layers:
                 raise EdgeSqlError("the session did not load the MTP head: make it with Session(..., mtp=True)")
             raise EdgeSqlError(
-                f"{target.loaded.path.name} has no MTP head; convert the checkpoint without --no-mtp "
-                "to draft with it"
+                f"{target.loaded.path.name} has no MTP head; convert the checkpoint without --no-mtp to draft with it"
             )
         self._target = target
         # the target's options and context size: it mirrors the target's batches as they come,
         # one draft position at a time
-        self._context = create_context(target.loaded, replace(target.options, n_ctx=target.n_ctx),
-                                       what=f"the MTP context for {target.loaded.path}", reads=target)
+        self._context = create_context(
+            target.loaded,
+            replace(target.options, n_ctx=target.n_ctx),
+            what=f"the MTP context for {target.loaded.path}",
+            reads=target,
+        )
         self.buffers = self._context.buffers  # what the MTP context allocated ("CPU KV", "CPU compute", ...)
         self._ctx: llama_cpp.llama_context_p | None = self._context.ptr  # None once closed
         self._batch = llama_cpp.llama_batch_ext_init(self._ctx)

@@ -51,8 +51,8 @@ from edge_sql.runtime.speculation.mtp import MTPDrafter
 # Extra cost of one more token in a verify batch, in single-token decodes (CPU, small
 # batches): measured on this project's machines in benchmarks/results/speculative.md.
 DEFAULT_COST_PER_TOKEN = 0.1
-_EMA = 0.25           # weight of the newest batch in a source's running saving
-_MIN_BATCHES = 4      # batches before `auto` judges a source
+_EMA = 0.25  # weight of the newest batch in a source's running saving
+_MIN_BATCHES = 4  # batches before `auto` judges a source
 _COOLDOWN_STEPS = 64  # sampling steps a losing source stays off before it is tried again
 
 
@@ -78,9 +78,9 @@ class Drafter(Protocol):
 class _Source:
     drafter: Drafter
     k: int
-    saving: float = 0.0   # running mean saving per batch, in decodes
-    batches: int = 0      # batches since the source was last (re)enabled
-    off_until: int = 0    # step before which `auto` keeps the source off
+    saving: float = 0.0  # running mean saving per batch, in decodes
+    batches: int = 0  # batches since the source was last (re)enabled
+    off_until: int = 0  # step before which `auto` keeps the source off
 
 
 @dataclass
@@ -110,8 +110,9 @@ class Speculator:
         self._sources = {}
         for drafter in self.drafters:
             drafter.reset()
-            self._sources[drafter.name] = _Source(drafter, k=min(4, self._cap(drafter)) if self.adaptive
-                                                  else self._cap(drafter))
+            self._sources[drafter.name] = _Source(
+                drafter, k=min(4, self._cap(drafter)) if self.adaptive else self._cap(drafter)
+            )
 
     def _cap(self, drafter: Drafter) -> int:
         """The most tokens `drafter` may propose: the session's limit, or the drafter's own
@@ -130,7 +131,7 @@ class Speculator:
         for name, source in self._sources.items():
             if self.auto and not self.is_on(name):
                 continue
-            drafts = source.drafter.draft(context, min(source.k, room))[:min(source.k, room)]
+            drafts = source.drafter.draft(context, min(source.k, room))[: min(source.k, room)]
             if drafts:
                 return source.drafter.name, [int(t) for t in drafts]
         return None
@@ -181,8 +182,9 @@ class Verifier:
     drafter's context reads the target's: freed before it).
     """
 
-    def __init__(self, context: DecodeContext, speculator: Speculator, draft_max: int,
-                 owned: Sequence[MTPDrafter] = ()) -> None:
+    def __init__(
+        self, context: DecodeContext, speculator: Speculator, draft_max: int, owned: Sequence[MTPDrafter] = ()
+    ) -> None:
         self._context = context
         self.speculator = speculator
         self.draft_max = draft_max
@@ -198,8 +200,12 @@ class Verifier:
     @property
     def buffers(self) -> dict[str, int]:
         """What the drafters' own contexts allocated ("MTP CPU KV", ...), model files left out."""
-        return {MTP_PREFIX + kind: size for drafter in self._owned for kind, size in drafter.buffers.items()
-                if buffer_role(kind) != "mapped"}
+        return {
+            MTP_PREFIX + kind: size
+            for drafter in self._owned
+            for kind, size in drafter.buffers.items()
+            if buffer_role(kind) != "mapped"
+        }
 
     def time_single_decode(self, seconds: float) -> None:
         mean = self._single_decode_s
@@ -218,13 +224,14 @@ class Verifier:
         after the last pending token and after each draft; the logits after the pending tokens."""
         batch = pending + proposal.drafts
         outputs = np.zeros(len(batch), dtype=bool)
-        outputs[len(pending) - 1:] = True
+        outputs[len(pending) - 1 :] = True
         tick = time.perf_counter()
         self._context.decode(batch, start, outputs=outputs)
         seconds = time.perf_counter() - tick
         logits = [self._context.logits(i) for i in range(len(pending) - 1, len(batch))]  # batch indices
-        self._batch = _Batch(proposal.source, proposal.drafts, logits, base=start + len(pending),
-                             seconds=proposal.seconds + seconds)
+        self._batch = _Batch(
+            proposal.source, proposal.drafts, logits, base=start + len(pending), seconds=proposal.seconds + seconds
+        )
         return logits[0]
 
     def follow(self, token: int, timings: Timings) -> np.ndarray | None:

@@ -70,8 +70,13 @@ class PrefixCache:
     keeps a memory-only cache of its own.
     """
 
-    def __init__(self, folder: str | Path | None = None, *, max_bytes: int = DEFAULT_CACHE_BYTES,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        folder: str | Path | None = None,
+        *,
+        max_bytes: int = DEFAULT_CACHE_BYTES,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.folder = Path(folder) if folder is not None else None
         self.max_bytes = max_bytes
         self.log = log or (lambda _message: None)
@@ -202,7 +207,7 @@ def read_snapshot(path: Path, key: str) -> StateSnapshot:
     (header_len,) = struct.unpack_from("<I", data, len(MAGIC))
     start = len(MAGIC) + 4
     try:
-        header = json.loads(data[start:start + header_len])
+        header = json.loads(data[start : start + header_len])
         sizes = [int(n) for n in header["sizes"]]
     except (ValueError, KeyError, TypeError):
         raise ValueError("unreadable header") from None
@@ -213,7 +218,7 @@ def read_snapshot(path: Path, key: str) -> StateSnapshot:
         raise ValueError(f"truncated: {len(data)} bytes, expected {offset + sum(sizes)}")
     parts = []
     for size in sizes:
-        parts.append(data[offset:offset + size])
+        parts.append(data[offset : offset + size])
         offset += size
     digest = hashlib.sha256()
     for part in parts:

@@ -35,7 +35,7 @@ class _Reader:
         if n < 0 or self.at + n > len(self.data):
             raise ValueError("state ends early")
         self.at += n
-        return self.data[self.at - n:self.at]
+        return self.data[self.at - n : self.at]
 
     def u32(self) -> int:
         return struct.unpack("<I", self.take(4))[0]

@@ -43,9 +43,7 @@ class GrammarConstraint:
     """
 
     def __init__(self, tokenizer: llguidance.LLTokenizer, lark: str, n_vocab: int) -> None:
-        self._template = llguidance.LLMatcher(
-            tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), log_level=0
-        )
+        self._template = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), log_level=0)
         if self._template.is_error():
             raise GrammarError(f"invalid grammar: {self._template.get_error()}")
         self._matcher = self._template.deep_copy()

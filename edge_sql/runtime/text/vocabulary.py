@@ -82,12 +82,14 @@ class Vocabulary:
         """llguidance's view of this vocabulary (built on first use, shared by the sessions of
         one loaded model)."""
         ids = range(self.n_vocab)
-        return self._loaded.shared_lltokenizer(lambda: build_lltokenizer(
-            self._vocab,
-            pieces=[self.token_bytes(t) for t in ids],
-            special=[self.is_special_token(t) for t in ids],
-            eos_token=llama_cpp.llama_vocab_eos(self._vocab),
-        ))
+        return self._loaded.shared_lltokenizer(
+            lambda: build_lltokenizer(
+                self._vocab,
+                pieces=[self.token_bytes(t) for t in ids],
+                special=[self.is_special_token(t) for t in ids],
+                eos_token=llama_cpp.llama_vocab_eos(self._vocab),
+            )
+        )
 
 
 class TextStream:

@@ -33,8 +33,9 @@ class BusyPrograms:
         time.sleep(0.5 if self.n else 0)  # started and spinning before anything is timed
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         for proc in self._procs:
             proc.kill()
             proc.wait()
@@ -49,13 +50,18 @@ class BusyCheck:
     loaded_threads: dict[str, int]  # decode tokens per thread count under load
 
     def to_json(self) -> dict[str, object]:
-        return {"quiet_tok_s": round(self.quiet_tok_s, 2), "loaded_tok_s": round(self.loaded_tok_s, 2),
-                "loaded_threads": self.loaded_threads}
+        return {
+            "quiet_tok_s": round(self.quiet_tok_s, 2),
+            "loaded_tok_s": round(self.loaded_tok_s, 2),
+            "loaded_threads": self.loaded_threads,
+        }
 
     def line(self) -> str:
         counts = ", ".join(f"{tokens} at {count}" for count, tokens in self.loaded_threads.items())
-        return (f"decode with these settings: {self.quiet_tok_s:.1f} tok/s quiet, {self.loaded_tok_s:.1f} tok/s "
-                f"beside one other busy program (tokens by thread count: {counts})")
+        return (
+            f"decode with these settings: {self.quiet_tok_s:.1f} tok/s quiet, {self.loaded_tok_s:.1f} tok/s "
+            f"beside one other busy program (tokens by thread count: {counts})"
+        )
 
 
 def busy_check(model_path: Path, settings: Settings, *, tokens: int = BUSY_TOKENS) -> BusyCheck:
@@ -68,8 +74,10 @@ def busy_check(model_path: Path, settings: Settings, *, tokens: int = BUSY_TOKEN
             session.reset()
             session.eval(prompt)
             done = session.generate(params=SamplingParams(greedy=True), max_tokens=tokens)
-            return (done.timings.generated_tokens / done.timings.generate_s if done.timings.generate_s else 0.0,
-                    done.timings.threads_json().get("decode", {}))
+            return (
+                done.timings.generated_tokens / done.timings.generate_s if done.timings.generate_s else 0.0,
+                done.timings.threads_json().get("decode", {}),
+            )
 
         rate()  # warm-up: the first decodes pay for pages and caches
         quiet, _ = rate()

@@ -91,8 +91,15 @@ def calibrate(
     tick = time.perf_counter()
     baseline = process_rss_bytes() + model_load_bytes(model_path) if process_bytes is None else process_bytes
     load_s = time.perf_counter() - tick
-    plan = RunPlan(model_path, n_ctx, points, Inputs(np.random.default_rng(0), chunk, n_decode), baseline, budget,
-                   Reporter(progress, plain))
+    plan = RunPlan(
+        model_path,
+        n_ctx,
+        points,
+        Inputs(np.random.default_rng(0), chunk, n_decode),
+        baseline,
+        budget,
+        Reporter(progress, plain),
+    )
     profile = list(profile or episode_profile(min(EPISODE_TOKENS, n_ctx)))
 
     measured: dict[Settings, Measurement] = {}
@@ -112,8 +119,10 @@ def calibrate(
             budget.reserve_s = load_s + float(np.median(list(context_s.values())))
     over = len(settings) - len(timed)
     plan.n_timed = len(timed)
-    plan.report.detail(f"calibrating {model_path.name}: {len(timed)} candidates"
-                       + (f" ({over} more over the memory budget, not timed)" if over else ""))
+    plan.report.detail(
+        f"calibrating {model_path.name}: {len(timed)} candidates"
+        + (f" ({over} more over the memory budget, not timed)" if over else "")
+    )
     measured.update(time_sweep(plan, timed) if full else time_quick(plan, timed, bounds, context_s))
     pool_decode(measured)  # quick: decode timed once per decode key (prefill scaled); full: their median
     measurements = [measured.get(s) or bounds[s] for s in settings]  # quick: some left untimed
@@ -124,10 +133,19 @@ def calibrate(
     load = other_load(max(s.n_threads for s in settings))
     note = "; ".join(part for part in (note, busy_note(load, default_threads())) if part)
     return Calibration(
-        key=cache_key(model_path), model_path=str(model_path), mode="full" if full else "quick",
-        chosen=chosen, measurements=measurements, memory_allowance=memory_allowance,
-        seconds=round(budget.elapsed(), 2), note=note, other_load=load, mtp_bytes=mtp,
-        parallel_allowance=fit.allowance, parallel_speedup=fit.speedup, parallel_rates=[list(r) for r in fit.rates],
+        key=cache_key(model_path),
+        model_path=str(model_path),
+        mode="full" if full else "quick",
+        chosen=chosen,
+        measurements=measurements,
+        memory_allowance=memory_allowance,
+        seconds=round(budget.elapsed(), 2),
+        note=note,
+        other_load=load,
+        mtp_bytes=mtp,
+        parallel_allowance=fit.allowance,
+        parallel_speedup=fit.speedup,
+        parallel_rates=[list(r) for r in fit.rates],
     )
 
 
@@ -137,7 +155,9 @@ def _bounds(plan: RunPlan, settings: Sequence[Settings]) -> tuple[dict[Settings,
     bounds, seconds = {}, {}
     for candidate in settings:
         tick = time.perf_counter()
-        with Session(plan.model_path, candidate.session_options(n_ctx=plan.n_ctx, n_gpu_layers=0, adapt_threads=False)) as session:
+        with Session(
+            plan.model_path, candidate.session_options(n_ctx=plan.n_ctx, n_gpu_layers=0, adapt_threads=False)
+        ) as session:
             bounds[candidate] = memory_bound(session, candidate, plan.n_ctx, plan.baseline)
         seconds[candidate] = time.perf_counter() - tick
     return bounds, seconds
@@ -149,8 +169,11 @@ def _fit_speculation(plan: RunPlan, chosen: Measurement, memory_allowance: int) 
     `run` then reuses); that context's bytes."""
     plan.budget.reserve_s = 0.0  # what was kept for this step
     mtp = mtp_context_bytes(plan.model_path, chosen.settings, plan.n_ctx)
-    fitted = replace(chosen.settings, draft_max=fit_draft_max(chosen, memory_allowance),
-                     draft_max_mtp=fit_draft_max(chosen, memory_allowance - mtp))
+    fitted = replace(
+        chosen.settings,
+        draft_max=fit_draft_max(chosen, memory_allowance),
+        draft_max_mtp=fit_draft_max(chosen, memory_allowance - mtp),
+    )
     return fitted, mtp
 
 
@@ -164,8 +187,9 @@ def _fit_parallel(plan: RunPlan, chosen: Settings, measured: Measurement, allowa
     return ParallelFit(n_max, per_sequence, allowance, measure_rates(plan.model_path, chosen, n_max))
 
 
-def _choose(measurements: Sequence[Measurement], profile: Sequence[Segment],
-            memory_allowance: int) -> tuple[Settings, str]:
+def _choose(
+    measurements: Sequence[Measurement], profile: Sequence[Segment], memory_allowance: int
+) -> tuple[Settings, str]:
     """Predict each timed candidate's episode and choose the fastest that fits (the smallest
     bound, with a note, when none does)."""
     for m in measurements:
@@ -175,8 +199,9 @@ def _choose(measurements: Sequence[Measurement], profile: Sequence[Segment],
     if fitting:
         return min(fitting, key=lambda m: (m.episode_s, m.memory_bytes)).settings, ""
     chosen = min(measurements, key=lambda m: (m.memory_bytes, m.episode_s)).settings
-    return chosen, (f"no candidate fits {memory_allowance / 2**20:.0f} MiB beyond the file: chose the smallest "
-                    "memory bound")
+    return chosen, (
+        f"no candidate fits {memory_allowance / 2**20:.0f} MiB beyond the file: chose the smallest memory bound"
+    )
 
 
 def other_load(own_threads: int) -> float | None:
@@ -202,5 +227,7 @@ def busy_note(load: float | None, cpus: int) -> str:
     """
     if not is_busy(load, cpus):
         return ""
-    return (f"the machine was busy while measuring (other processes' load {load:.1f} on {cpus} CPUs): "
-            "the speeds are unreliable; run `edge-sql tune` again when it is quiet")
+    return (
+        f"the machine was busy while measuring (other processes' load {load:.1f} on {cpus} CPUs): "
+        "the speeds are unreliable; run `edge-sql tune` again when it is quiet"
+    )

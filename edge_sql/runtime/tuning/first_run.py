@@ -15,9 +15,15 @@ from edge_sql.runtime.tuning.result import Calibration
 from edge_sql.runtime.tuning.settings import Settings, candidates
 
 
-def tuned_settings(model_path: str | Path, *, progress: Progress = lambda _m: None,
-                   folder: Path | None = None, n_ctx: int = EPISODE_TOKENS,
-                   options: dict | None = None, n_threads: int | None = None) -> tuple[Settings, str]:
+def tuned_settings(
+    model_path: str | Path,
+    *,
+    progress: Progress = lambda _m: None,
+    folder: Path | None = None,
+    n_ctx: int = EPISODE_TOKENS,
+    options: dict | None = None,
+    n_threads: int | None = None,
+) -> tuple[Settings, str]:
     """The settings `run` uses: cached, else a quick calibration now (then cached), its
     progress in plain words.
 
@@ -35,19 +41,23 @@ def tuned_settings(model_path: str | Path, *, progress: Progress = lambda _m: No
     return (replace(found.chosen, n_threads=n_threads) if n_threads else found.chosen), how
 
 
-def _calibrate_now(model_path: Path, progress: Progress, folder: Path | None, n_ctx: int, options: dict,
-                   n_threads: int | None) -> Calibration:
+def _calibrate_now(
+    model_path: Path, progress: Progress, folder: Path | None, n_ctx: int, options: dict, n_threads: int | None
+) -> Calibration:
     """A quick calibration now, saved; its progress and result in plain words."""
     validate_gguf(model_path)  # a bad file is reported as such, not as a calibration that failed
     busy = calibration.is_busy(calibration.other_load(0), default_threads())
-    progress(f"first run of {model_path.name} on this machine: a quick calibration measures which llama.cpp "
-             f"settings run it fastest here, about {calibration.QUICK_SECONDS:.0f} s"
-             + (" (longer: other processes keep the CPUs busy)" if busy else "")
-             + ", once per file (`--no-tune` skips it; `edge-sql tune` runs the full sweep)")
+    progress(
+        f"first run of {model_path.name} on this machine: a quick calibration measures which llama.cpp "
+        f"settings run it fastest here, about {calibration.QUICK_SECONDS:.0f} s"
+        + (" (longer: other processes keep the CPUs busy)" if busy else "")
+        + ", once per file (`--no-tune` skips it; `edge-sql tune` runs the full sweep)"
+    )
     if n_threads and "settings" not in options:
         options["settings"] = candidates(n_threads)
-    found = calibration.calibrate(model_path, progress=progress, n_ctx=min(n_ctx, EPISODE_TOKENS), plain=True,
-                                  **options)
+    found = calibration.calibrate(
+        model_path, progress=progress, n_ctx=min(n_ctx, EPISODE_TOKENS), plain=True, **options
+    )
     save_calibration(found, folder)
     progress(f"calibrated in {found.seconds:.0f} s; later runs of this file reuse it")
     if found.note:

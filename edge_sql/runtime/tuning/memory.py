@@ -52,15 +52,18 @@ class ContextMemory:
     calibration that sorts them (by `records.buffer_role`, which alone knows the log's labels).
     """
 
-    allocated: int        # beyond the mapped file: what counts against the budget
+    allocated: int  # beyond the mapped file: what counts against the budget
     recurrent_state: int  # the main context's recurrent state of its one sequence (0: attention only)
-    mtp_context: int      # the MTP drafter's own context: its layer's KV, its compute buffer
+    mtp_context: int  # the MTP drafter's own context: its layer's KV, its compute buffer
 
     @classmethod
     def of(cls, info: SessionInfo) -> ContextMemory:
         roles = [(buffer_role(label), size) for label, size in info.buffers.items()]
-        return cls(allocated=info.buffer_bytes, recurrent_state=sum(s for role, s in roles if role == "recurrent"),
-                   mtp_context=sum(s for role, s in roles if role == "mtp"))
+        return cls(
+            allocated=info.buffer_bytes,
+            recurrent_state=sum(s for role, s in roles if role == "recurrent"),
+            mtp_context=sum(s for role, s in roles if role == "mtp"),
+        )
 
 
 def attention_work_bytes(n_ctx: int, settings: Settings, n_head: int) -> int:
@@ -94,8 +97,10 @@ def fit_draft_max(measurement: Measurement, memory_allowance: int, limit: int = 
     """The most drafts per verify batch that keep `measurement`'s bound within the budget
     (0 when not even one fits: speculation then stays off)."""
     room = memory_allowance - measurement.memory_bytes
-    return next((k for k in range(limit, 0, -1)
-                 if speculation_bytes(k, measurement.state_bytes, measurement.n_vocab) <= room), 0)
+    return next(
+        (k for k in range(limit, 0, -1) if speculation_bytes(k, measurement.state_bytes, measurement.n_vocab) <= room),
+        0,
+    )
 
 
 def has_mtp_head(model_path: Path) -> bool:

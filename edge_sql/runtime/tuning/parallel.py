@@ -39,10 +39,10 @@ from edge_sql.runtime.tuning.settings import Settings
 
 MAX_PARALLEL = 16
 WIDTHS = (1, 2, 4, 8, 16)  # sequences timed for the default N (and the most that fit)
-NEAR_BEST = 0.95        # the fewest sequences within this share of the best aggregate speed
+NEAR_BEST = 0.95  # the fewest sequences within this share of the best aggregate speed
 PARALLEL_CAP_BYTES = 4 * 1024**3
-SPEEDUP_STEPS = 8       # decode steps timed for the speed-up
-SPEEDUP_CTX = 512       # a short context for that measurement: only the step's cost matters
+SPEEDUP_STEPS = 8  # decode steps timed for the speed-up
+SPEEDUP_CTX = 512  # a short context for that measurement: only the step's cost matters
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,9 @@ def allocated_with(model_path: Path, settings: Settings, n_ctx: int, n: int) -> 
         return group.info.buffer_bytes  # llama.cpp's allocations beyond the mapped file
 
 
-def fit_parallel(model_path: Path, settings: Settings, n_ctx: int, one_bound: int, allowance: int,
-                 limit: int = MAX_PARALLEL) -> tuple[int, int]:
+def fit_parallel(
+    model_path: Path, settings: Settings, n_ctx: int, one_bound: int, allowance: int, limit: int = MAX_PARALLEL
+) -> tuple[int, int]:
     """The most sequences (1..limit) whose bound stays within `allowance`, and the mean bytes
     each sequence beyond the first added there. The one-to-two step predicts the count; that
     context is then created and checked (the compute buffer grows a little faster than the
@@ -162,4 +163,5 @@ def check_parallel(settings: Settings, n: int) -> None:
         raise EdgeSqlError(
             f"{n} episodes at once do not fit: at most {limit} fit the memory budget for this model "
             f"(each sequence adds {settings.sequence_bytes / 2**20:.0f} MiB of attention cells and recurrent "
-            "state); ask for fewer, or a shorter context (`edge-sql tune` shows the figures)")
+            "state); ask for fewer, or a shorter context (`edge-sql tune` shows the figures)"
+        )

@@ -82,12 +82,12 @@ class RunPlan:
     n_ctx: int
     points: Sequence[int]
     inputs: Inputs
-    baseline: int              # process memory besides llama.cpp's context buffers
+    baseline: int  # process memory besides llama.cpp's context buffers
     budget: Budget
     report: Reporter
-    n_timed: int = 0           # candidates to time, for the progress lines' counts
-    counted: int = 0           # of them, those a progress line has named
-    time_is_up: bool = False   # a step was left out for time: no candidate is timed after
+    n_timed: int = 0  # candidates to time, for the progress lines' counts
+    counted: int = 0  # of them, those a progress line has named
+    time_is_up: bool = False  # a step was left out for time: no candidate is timed after
 
     @property
     def name(self) -> str:
@@ -98,8 +98,10 @@ class RunPlan:
         self.counted += 1
         number = self.counted
         self.report.detail(f"calibrating {self.name}: {number}/{self.n_timed} {label}")
-        self.report.say(f"calibrating {self.name}: timing setting {number} of {self.n_timed} (how fast it reads "
-                        f"a prompt and writes tokens with it){self._time_spent()}")
+        self.report.say(
+            f"calibrating {self.name}: timing setting {number} of {self.n_timed} (how fast it reads "
+            f"a prompt and writes tokens with it){self._time_spent()}"
+        )
 
     def _time_spent(self) -> str:
         """`; 12 s so far, about 50 s in all`, or what it means when the plan is overrun."""

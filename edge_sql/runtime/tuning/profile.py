@@ -27,8 +27,9 @@ class Segment:
     decode: int
 
 
-def episode_profile(budget: int = EPISODE_TOKENS, rounds: int = 6, prompt: int = 700, decode_per_round: int = 640,
-                    final: int = 700) -> list[Segment]:
+def episode_profile(
+    budget: int = EPISODE_TOKENS, rounds: int = 6, prompt: int = 700, decode_per_round: int = 640, final: int = 700
+) -> list[Segment]:
     """A typical episode under the protocol: the prompt, then per round the model's turn (think
     and calls, ~640 tokens) and the results turn, growing to `budget`; then the final answer."""
     results = max(0, (budget - prompt - final) // rounds - decode_per_round)

@@ -23,10 +23,10 @@ class Measurement:
     points: list[int]
     prefill_s: list[float]
     decode_s: list[float]
-    memory_bytes: int          # bound on peak RSS beyond the model file, at n_ctx
-    episode_s: float = 0.0     # predicted time of `episode_profile()`
+    memory_bytes: int  # bound on peak RSS beyond the model file, at n_ctx
+    episode_s: float = 0.0  # predicted time of `episode_profile()`
     fits: bool = True
-    state_bytes: int = 0       # llama.cpp's recurrent state of one sequence (0: attention only)
+    state_bytes: int = 0  # llama.cpp's recurrent state of one sequence (0: attention only)
     n_vocab: int = 0
 
     def to_json(self) -> dict:
@@ -43,7 +43,7 @@ class Calibration:
 
     key: str
     model_path: str
-    mode: str                    # "quick" or "full"
+    mode: str  # "quick" or "full"
     chosen: Settings
     measurements: list[Measurement]
     memory_allowance: int

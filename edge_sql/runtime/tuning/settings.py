@@ -48,8 +48,9 @@ class Settings:
 
     @property
     def label(self) -> str:
-        return settings_line(flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads,
-                             repack=self.repack)
+        return settings_line(
+            flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads, repack=self.repack
+        )
 
     def session_options(self, speculate: SpeculateMode = "off", **options: Any) -> SessionOptions:
         """`Session` options, speculation within the memory budget: "mtp" and "auto" with the
@@ -57,9 +58,15 @@ class Settings:
         that context does not fit; off where no draft fits. `options`: the fields calibration
         does not choose (n_ctx, n_gpu_layers, ...)."""
         speculate, draft_max = self.speculation(speculate)
-        return SessionOptions(flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads,
-                              repack=self.repack, speculate=speculate, draft_max=draft_max or DEFAULT_DRAFT_MAX,
-                              **options)
+        return SessionOptions(
+            flash_attn=self.flash_attn,
+            n_ubatch=self.n_ubatch,
+            n_threads=self.n_threads,
+            repack=self.repack,
+            speculate=speculate,
+            draft_max=draft_max or DEFAULT_DRAFT_MAX,
+            **options,
+        )
 
     def speculation(self, speculate: SpeculateMode) -> tuple[SpeculateMode, int]:
         """The speculation mode and draft_max that `speculate` becomes within the budget."""

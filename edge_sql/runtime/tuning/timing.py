@@ -32,8 +32,9 @@ from edge_sql.runtime.tuning.settings import Settings
 STRETCH_BASE = 64  # real tokens behind a stretched state
 
 
-def _filled_states(base: Session, points: Sequence[int], rng: np.random.Generator,
-                   pool: np.ndarray) -> dict[int, StateSnapshot]:
+def _filled_states(
+    base: Session, points: Sequence[int], rng: np.random.Generator, pool: np.ndarray
+) -> dict[int, StateSnapshot]:
     """The context filled for real (random tokens) to each point, a snapshot at each."""
     base.reset()
     states, filled = {}, 0
@@ -44,8 +45,9 @@ def _filled_states(base: Session, points: Sequence[int], rng: np.random.Generato
     return states
 
 
-def _stretched_states(base: Session, points: Sequence[int], rng: np.random.Generator,
-                      pool: np.ndarray) -> dict[int, StateSnapshot] | None:
+def _stretched_states(
+    base: Session, points: Sequence[int], rng: np.random.Generator, pool: np.ndarray
+) -> dict[int, StateSnapshot] | None:
     """The quick mode's contexts: `STRETCH_BASE` real tokens, their state stretched to each
     point, so measuring at 8,192 tokens costs no 8,192-token prefill. None where llama.cpp's
     state is not in the format stretching knows, or it refuses it."""
@@ -65,8 +67,14 @@ def _contexts(plan: RunPlan, flash_attn: bool | None, *, stretch: bool) -> dict[
     Per flash-attention value: llama.cpp lays the V cache out transposed without flash
     attention, and refuses a state saved with the other layout."""
     inputs = plan.inputs
-    with Session(plan.model_path, n_ctx=plan.n_ctx, n_threads=default_threads(), n_gpu_layers=0, adapt_threads=False,
-                 flash_attn=flash_attn) as base:
+    with Session(
+        plan.model_path,
+        n_ctx=plan.n_ctx,
+        n_threads=default_threads(),
+        n_gpu_layers=0,
+        adapt_threads=False,
+        flash_attn=flash_attn,
+    ) as base:
         inputs.draw(base.n_vocab)
         assert inputs.pool is not None  # drawn
         states = _stretched_states(base, plan.points, inputs.rng, inputs.pool) if stretch else None
@@ -101,8 +109,9 @@ def _restore(session: Session, state: StateSnapshot) -> None:
         raise RuntimeError(f"calibration could not restore its {len(state.tokens)}-token state")
 
 
-def _time_at(session: Session, state: StateSnapshot, chunk: Sequence[int], *, prefill_runs: int,
-             decode: Sequence[int]) -> tuple[float, list[float]]:
+def _time_at(
+    session: Session, state: StateSnapshot, chunk: Sequence[int], *, prefill_runs: int, decode: Sequence[int]
+) -> tuple[float, list[float]]:
     """At one filled state: prefill seconds per token (the fastest of `prefill_runs` chunks:
     other processes only ever add time; inf for none) and the seconds of each `decode` step."""
     best = math.inf
@@ -140,17 +149,22 @@ def time_sweep(plan: RunPlan, timed: Sequence[Settings]) -> dict[Settings, Measu
         for candidate in group:
             plan.timing(candidate.label)
             with _warmed(plan, candidate, states[points[0]]) as session:
-                timings = [_time_at(session, states[p], inputs.chunk, prefill_runs=2, decode=inputs.decode[1:])
-                           for p in points]
-                measured[candidate] = replace(memory_bound(session, candidate, plan.n_ctx, plan.baseline),
-                                              points=points, prefill_s=[prefill for prefill, _ in timings],
-                                              decode_s=[float(np.median(ticks)) for _, ticks in timings])
+                timings = [
+                    _time_at(session, states[p], inputs.chunk, prefill_runs=2, decode=inputs.decode[1:]) for p in points
+                ]
+                measured[candidate] = replace(
+                    memory_bound(session, candidate, plan.n_ctx, plan.baseline),
+                    points=points,
+                    prefill_s=[prefill for prefill, _ in timings],
+                    decode_s=[float(np.median(ticks)) for _, ticks in timings],
+                )
         del states
     return measured
 
 
-def time_quick(plan: RunPlan, timed: Sequence[Settings], bounds: dict[Settings, Measurement],
-               context_s: dict[Settings, float]) -> dict[Settings, Measurement]:
+def time_quick(
+    plan: RunPlan, timed: Sequence[Settings], bounds: dict[Settings, Measurement], context_s: dict[Settings, float]
+) -> dict[Settings, Measurement]:
     """The first run's calibration, within `plan.budget`.
 
     Contexts are stretched (`_stretched_states`), not filled. A reference candidate per decode
@@ -172,36 +186,54 @@ def time_quick(plan: RunPlan, timed: Sequence[Settings], bounds: dict[Settings, 
         plan.report.detail(f"calibrating {plan.name}: a {points[-1]}-token context ({_fa_label(ref)}) ...")
         states[ref.flash_attn] = _contexts(plan, ref.flash_attn, stretch=True)
     timings = _time_references(plan, refs, len(core), states, context_s)
-    measured = {ref: replace(bounds[ref], points=points, prefill_s=prefill,
-                             decode_s=[float(np.median(ticks)) for ticks in decodes])
-                for ref, (prefill, decodes) in timings.items()}
+    measured = {
+        ref: replace(
+            bounds[ref], points=points, prefill_s=prefill, decode_s=[float(np.median(ticks)) for ticks in decodes]
+        )
+        for ref, (prefill, decodes) in timings.items()
+    }
 
     chunk = inputs.chunk_size
     for candidate in (s for s in timed if s not in measured and s not in refs):  # refs: timed or said
         key = decode_key(candidate)
-        same = next((m for s, m in measured.items() if decode_key(s) == key
-                     and min(s.n_ubatch, chunk) == min(candidate.n_ubatch, chunk)), None)
+        same = next(
+            (
+                m
+                for s, m in measured.items()
+                if decode_key(s) == key and min(s.n_ubatch, chunk) == min(candidate.n_ubatch, chunk)
+            ),
+            None,
+        )
         if same is not None:  # the same ubatches of the chunk: the same computation
             measured[candidate] = replace(bounds[candidate], points=points, prefill_s=list(same.prefill_s))
             continue
         reference = next((m for s, m in measured.items() if s in timings and decode_key(s) == key), None)
-        if (plan.time_is_up or reference is None
-                or not plan.budget.allows(context_s.get(candidate, 0.0) + reference.prefill_s[0] * chunk)):
+        if (
+            plan.time_is_up
+            or reference is None
+            or not plan.budget.allows(context_s.get(candidate, 0.0) + reference.prefill_s[0] * chunk)
+        ):
             plan.out_of_time(candidate.label)
             continue
         plan.timing(candidate.label)
         with _warmed(plan, candidate, states[candidate.flash_attn][points[0]]) as session:
-            cost, _ = _time_at(session, states[candidate.flash_attn][points[0]], inputs.chunk, prefill_runs=1,
-                               decode=())
+            cost, _ = _time_at(
+                session, states[candidate.flash_attn][points[0]], inputs.chunk, prefill_runs=1, decode=()
+            )
             scale = cost / reference.prefill_s[0]
-            measured[candidate] = replace(bounds[candidate], points=points,
-                                          prefill_s=[c * scale for c in reference.prefill_s])
+            measured[candidate] = replace(
+                bounds[candidate], points=points, prefill_s=[c * scale for c in reference.prefill_s]
+            )
     return measured
 
 
-def _time_references(plan: RunPlan, refs: Sequence[Settings], n_core: int,
-                     states: dict[bool | None, dict[int, StateSnapshot]],
-                     context_s: dict[Settings, float]) -> dict[Settings, tuple[list[float], list[list[float]]]]:
+def _time_references(
+    plan: RunPlan,
+    refs: Sequence[Settings],
+    n_core: int,
+    states: dict[bool | None, dict[int, StateSnapshot]],
+    context_s: dict[Settings, float],
+) -> dict[Settings, tuple[list[float], list[list[float]]]]:
     """Each timed reference's prefill cost and decode steps at every point.
 
     The first `n_core` references (one per flash-attention value: on against off, decided by
@@ -220,8 +252,9 @@ def _time_references(plan: RunPlan, refs: Sequence[Settings], n_core: int,
     def visit(session: Session, ref: Settings, first: bool) -> None:
         steps = inputs.decode[1:][:half] if first else inputs.decode[1:][half:]
         for point in points:
-            cost, steps_s = _time_at(session, states[ref.flash_attn][point], inputs.chunk, prefill_runs=int(first),
-                                     decode=steps)
+            cost, steps_s = _time_at(
+                session, states[ref.flash_attn][point], inputs.chunk, prefill_runs=int(first), decode=steps
+            )
             if first:
                 prefill.setdefault(ref, []).append(cost)
             ticks.setdefault((ref, point), []).extend(steps_s)
@@ -251,8 +284,9 @@ def _time_references(plan: RunPlan, refs: Sequence[Settings], n_core: int,
                     session = _warmed(plan, ref, states[ref.flash_attn][points[0]])
                 visit(session, ref, first=False)
         elif rest:
-            plan.report.detail(f"calibrating {plan.name}: the second round of decodes skipped (the time left "
-                               "does not hold it)")
+            plan.report.detail(
+                f"calibrating {plan.name}: the second round of decodes skipped (the time left does not hold it)"
+            )
     finally:
         if session is not None:
             session.close()

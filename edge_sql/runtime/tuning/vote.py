@@ -51,10 +51,16 @@ def auto_vote_line(rates: Sequence[Sequence[float]], limit: int, factor: float =
     """What `--vote auto` picks here and why, for `edge-sql tune` and `run`."""
     k = auto_vote(rates, limit, factor)
     if k < 2:
-        best = min(((c, j) for j in range(2, max(2, limit) + 1) if (c := vote_cost(rates, j)) is not None),
-                   default=None)
-        why = (f"a vote of {best[1]} is predicted at {best[0]:.2f}x one episode" if best else
-               "no decode rate of several sequences was measured")
+        best = min(
+            ((c, j) for j in range(2, max(2, limit) + 1) if (c := vote_cost(rates, j)) is not None), default=None
+        )
+        why = (
+            f"a vote of {best[1]} is predicted at {best[0]:.2f}x one episode"
+            if best
+            else "no decode rate of several sequences was measured"
+        )
         return f"--vote auto: no vote ({why}; the limit is {factor:.1f}x)"
-    return (f"--vote auto: {k} (a vote of {k} predicted at {vote_cost(rates, k):.2f}x one episode from the "
-            f"measured decode rates, within {factor:.1f}x; the early stop takes it lower when episodes agree)")
+    return (
+        f"--vote auto: {k} (a vote of {k} predicted at {vote_cost(rates, k):.2f}x one episode from the "
+        f"measured decode rates, within {factor:.1f}x; the early stop takes it lower when episodes agree)"
+    )
