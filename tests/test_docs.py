@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.agent.result import EpisodeResult
+from edge_sql.agent.stats import EpisodeStats
 from edge_sql.cli import main
 from edge_sql.commands.run import EXIT_NO_ANSWER
 
@@ -59,7 +60,9 @@ def test_the_transcripts_show_the_settings_the_stats_and_the_exit_status():
 def test_the_recorded_json_has_todays_fields(tiny_gguf_fast, chinook_db):
     recorded = _recorded_answer()
     fields = set(
-        EpisodeResult("q", None, None, [], [], False, False, False, None, [], {}, "", "error").to_json(transcript=False)
+        EpisodeResult("q", None, None, [], [], False, False, False, None, [], EpisodeStats(), "", "error").to_json(
+            transcript=False
+        )
     )
     assert set(recorded) == fields
     today = CliRunner().invoke(
