@@ -291,8 +291,9 @@ def test_options_are_resolved_once_and_given_as_a_record_or_as_keywords(smollm2_
 
     options = SessionOptions(n_ctx=256, n_threads=1)
     with Session(smollm2_gguf, options) as given, Session(smollm2_gguf, options, n_batch=32) as on_top:
+        # one thread has nothing to adapt: flash attention stays llama.cpp's choice
         assert given.options == SessionOptions(
-            n_ctx=256, n_threads=1, n_gpu_layers=given.info.gpu_layers, n_ubatch=256, draft_max=0
+            n_ctx=256, n_threads=1, n_gpu_layers=given.info.gpu_layers, n_ubatch=256, draft_max=0, adapt_threads=False
         )
         assert (on_top.options.n_batch, on_top.options.n_ubatch) == (32, 32)  # ubatch at most n_batch
         assert on_top.info.n_ubatch == 32 and on_top.info.n_ctx == given.info.n_ctx == 256

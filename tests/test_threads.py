@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import numpy as np
 
 from edge_sql.runtime.llama.threads import (
     FIRST_PROBE_S,
@@ -94,7 +96,7 @@ def test_the_thread_count_follows_the_load_on_a_fake_clock() -> None:
     while machine.governor.count == 2:
         machine.run(0.0001)
         first_busy_steps_at_2 += 1
-    assert first_busy_steps_at_2 <= WINDOW  # one slowed window, then one thread
+    assert first_busy_steps_at_2 < 2 * WINDOW  # the window under way when the load came, then one thread
     busy = machine.run(60.0)
     assert machine.governor.count == 1
     # upward probes back off to one every LAST_PROBE_S and stop at their first slow step
@@ -121,9 +123,45 @@ def test_prefill_batches_and_fixed_counts_are_counted_not_governed() -> None:
     assert FIRST_PROBE_S < LAST_PROBE_S
 
 
+def _flipped_logits(path: Path, flip: bool, **options: Any) -> tuple[list[np.ndarray], Any]:
+    """Greedy one-token steps after a 600-token prompt (past the 512 cells from which ggml's CPU
+    flash attention splits a step's KV cells across the threads), the count flipped between 2
+    and 1 before every step when `flip`; each step's logits, and the session's info."""
+    from edge_sql.runtime import Session
+
+    with Session(path, n_ctx=1024, n_threads=2, **options) as session:
+        context = session._context
+        prompt = session.tokenize("SELECT name FROM artists WHERE artist_id = 1; " * 60, special=False)[:600]
+        assert len(prompt) == 600
+        session.eval(prompt)
+        rows, token = [], int(np.argmax(context.logits()))
+        for position in range(600, 616):
+            if flip:
+                context.threads._apply(1 if context.threads.count == 2 else 2)
+            context.decode([token], position, outputs="last")
+            rows.append(context.logits().copy())
+            token = int(np.argmax(rows[-1]))
+        return rows, session.info
+
+
 def test_no_thread_count_changes_the_tokens(tiny_gguf_fast: Path) -> None:
-    """Greedy tokens with the count flipped between 2 and 1 at every step equal those of a fixed
-    count; the stats say how many tokens each count decoded."""
+    """With a session's own choices, every step's logits are the same bits whether the count is
+    fixed or flips between 2 and 1 at every step, 600 cells in; flash attention asked for by name
+    would change them (the reason an adapting session runs without it), so it keeps the count."""
+    fixed, info = _flipped_logits(tiny_gguf_fast, flip=False)
+    flipped, _ = _flipped_logits(tiny_gguf_fast, flip=True)
+    assert info.adapt_threads and info.flash_attn == "off"
+    assert all(np.array_equal(a, b) for a, b in zip(fixed, flipped, strict=True))
+
+    flash_fixed, flash_info = _flipped_logits(tiny_gguf_fast, flip=False, flash_attn=True)
+    flash_flipped, _ = _flipped_logits(tiny_gguf_fast, flip=True, flash_attn=True)
+    assert flash_info.flash_attn == "on" and not flash_info.adapt_threads
+    assert not all(np.array_equal(a, b) for a, b in zip(flash_fixed, flash_flipped, strict=True))
+
+
+def test_the_governor_counts_tokens_by_thread_count(tiny_gguf_fast: Path) -> None:
+    """Greedy tokens with the count flipped at every step equal those of a fixed count; the stats
+    say how many tokens each count decoded."""
     from edge_sql.runtime import SamplingParams, Session
 
     def greedy(flip: bool) -> tuple[list[int], dict[str, dict[str, int]]]:
@@ -148,6 +186,22 @@ def test_no_thread_count_changes_the_tokens(tiny_gguf_fast: Path) -> None:
     assert set(flipped_threads["decode"]) == {"1", "2"}
     assert sum(flipped_threads["decode"].values()) == sum(fixed_threads["decode"].values())
     assert "prefill" in fixed_threads or "decode" in fixed_threads
+
+
+def test_adapting_and_flash_attention_are_resolved_together() -> None:
+    """An adapting count runs without flash attention ("auto" would turn it on for the CPU);
+    flash attention asked for keeps the count fixed; a fixed count keeps what was asked."""
+    from edge_sql.runtime.llama.loading import _attention_for_threads
+    from edge_sql.runtime.tuning.settings import candidates, flash_options
+
+    assert _attention_for_threads(None, True) == (False, True)
+    assert _attention_for_threads(False, True) == (False, True)
+    assert _attention_for_threads(True, True) == (True, False)
+    assert _attention_for_threads(None, False) == (None, False)
+    assert _attention_for_threads(True, False) == (True, False)
+    assert flash_options(1) == (True, False) and flash_options(2) == (False,)
+    assert all(s.flash_attn is False for s in candidates(2) if s.n_threads > 1)
+    assert any(s.flash_attn for s in candidates(1) if s.n_threads == 1)
 
 
 def test_tune_times_its_choice_quiet_and_beside_a_busy_program(tiny_gguf_fast: Path) -> None:

@@ -60,6 +60,9 @@ class SessionInfo:
     # the repacked copies take the place of their mapped originals instead of adding to them
     mapping_released: bool = False
     n_seq: int = 1  # sequences (episodes at once) in the context, each n_ctx tokens
+    # the thread count follows the machine's load (runtime/llama/threads.py; CPU, more than one
+    # thread, flash attention off: see loading.py's `_attention_for_threads`)
+    adapt_threads: bool = False
 
     @property
     def settings(self) -> str:
@@ -88,7 +91,8 @@ class SessionInfo:
         where = f"{self.backend}, {self.gpu_layers}/{self.n_layers} layers on GPU" if self.gpu_layers else "CPU"
         return (
             f"{self.model_path.name} ({self.architecture}, {self.model_bytes / 1e9:.2f} GB) on {where}, "
-            f"{self.n_threads} thread{'' if self.n_threads == 1 else 's'}, context {self.n_ctx} tokens"
+            f"{self.n_threads} thread{'' if self.n_threads == 1 else 's'}"
+            f"{' (fewer while the machine is busy)' if self.adapt_threads else ''}, context {self.n_ctx} tokens"
         )
 
 

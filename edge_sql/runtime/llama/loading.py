@@ -100,13 +100,15 @@ def open_model(model_path: str | Path, options: SessionOptions, *, n_seq: int = 
         draft_max=options.draft_max,
         rollback=("kv+n_rs_seq" if recurrent else "kv") if options.draft_max else "",
         n_seq=n_seq,
+        adapt_threads=context.threads.adaptive,
     )
     return OpenedModel(loaded, context, info)
 
 
 def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> SessionOptions:
     """`options` with every choice made: GPU layers (all when a GPU backend exists and for -1), threads
-    (every usable CPU), ubatch (256, at most n_batch), and whether the MTP head loads."""
+    (every usable CPU) and whether their count adapts to the load (with flash attention to match),
+    ubatch (256, at most n_batch), and whether the MTP head loads."""
     n_layers = gguf.block_count or 0
     n_gpu_layers = options.n_gpu_layers
     if n_gpu_layers is None or n_gpu_layers < 0:  # -1: every layer, as llama.cpp's own tools take it
@@ -116,15 +118,38 @@ def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> Sessi
             "repacked weights crash with this llama.cpp build (AMX kernels); use repack=False or "
             "rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_AMX_INT8=OFF"
         )
+    n_gpu_layers = max(0, min(n_gpu_layers, n_layers + 1)) if gpu else 0
+    n_threads = options.n_threads or default_threads()
+    adapt = options.adapt_threads and not n_gpu_layers and n_threads > 1
+    flash_attn, adapt_threads = _attention_for_threads(options.flash_attn, adapt)
     return replace(
         options,
-        n_gpu_layers=max(0, min(n_gpu_layers, n_layers + 1)) if gpu else 0,
-        n_threads=options.n_threads or default_threads(),
+        n_gpu_layers=n_gpu_layers,
+        flash_attn=flash_attn,
+        adapt_threads=adapt_threads,
+        n_threads=n_threads,
         n_ubatch=min(options.n_ubatch or DEFAULT_UBATCH, options.n_batch),
         # the MTP head (an extra block only an MTP drafter's context runs; the main graph never
         # does) on request or to draft with: its weights stay in memory (36 MiB on the 2B Q4_K_M)
         mtp=(options.mtp or uses_mtp(options.speculate)) and gguf.mtp_layers > 0,
     )
+
+
+def _attention_for_threads(flash_attn: bool | None, adapt: bool) -> tuple[bool | None, bool]:
+    """Flash attention and thread adaptation, resolved together: (flash_attn, adapt_threads).
+
+    Why: ggml's CPU flash attention splits the KV cells of a one-token step across the threads
+    once a sequence holds 512 cells or more (ops.cpp, `use_split_kv_path`) and adds the parts
+    up, so its sums depend on the thread count; without flash attention every output row is one
+    thread's sum. A thread count that follows the machine's load (runtime/llama/threads.py) must
+    not change the tokens, so an adapting context runs without flash attention ("auto" would
+    turn it on for the CPU), and flash attention asked for by name keeps the count fixed.
+    """
+    if not adapt:
+        return flash_attn, False
+    if flash_attn:
+        return True, False
+    return False, True
 
 
 def _load(path: Path, options: SessionOptions) -> LoadedModel:

@@ -13,8 +13,10 @@ scheduler time slice for it: issue 37 measured decode 80x slower on a 2-core mac
   while that is faster (the busy core left to the other program), trying the full count again
   now and then. `llama_set_n_threads` changes the count between two decodes.
 
-Neither changes the tokens: each thread count computes the same sums (tests check it).
-Nothing here imports llama.cpp: this module must be readable before the library loads.
+Neither changes the tokens: without flash attention each thread count computes the same sums
+(an adapting session runs without it: runtime/llama/loading.py, `_attention_for_threads`;
+tests check the logits bit for bit). Nothing here imports llama.cpp: this module must be
+readable before the library loads.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ STEP_TOKENS = 32  # batches up to this size are decode steps (one token, a verif
 WINDOW = 4  # steps whose median is one measurement
 SLOWER = 1.5  # a measurement this much slower than the best at its count: try one fewer
 BETTER = 0.9  # a trial is kept when its median is below this share of the one before
-ABORT = 1.5  # an upward trial stops at its first step this much slower than the baseline
+ABORT = 1.5  # a trial stops at its first step this much slower than the baseline (a quiet
+# machine's first trial of 1 thread of 2 then costs one slow step, not a window of them)
 FIRST_PROBE_S = 2.0  # first upward trial this long after going down; doubles on each failure
 LAST_PROBE_S = 32.0
 HISTORY = 8  # measurements remembered per count (the best of them is the reference)
@@ -123,8 +126,7 @@ class ThreadGovernor:
 
     def _step_trial(self, trial: _Trial, seconds: float) -> None:
         trial.steps.append(seconds)
-        upward = trial.count > trial.back_to
-        if upward and seconds > ABORT * trial.baseline:
+        if seconds > ABORT * trial.baseline:  # clearly slower: no need to wait for the window
             self._end(trial, kept=False)
         elif len(trial.steps) == WINDOW:
             median = statistics.median(trial.steps)

@@ -12,7 +12,8 @@ from edge_sql.runtime.tuning.settings import Settings
 # 5: one calibration per file and machine (no thread count in the key: the caller's is a candidate)
 # 6: episodes at once (Settings.parallel, sequence_bytes) and their measured speed-up
 # 7: the default N is the fewest near the best measured speed (parallel_rates), up to 16 fit (parallel_max)
-CACHE_VERSION = 7
+# 8: flash attention off above one thread (the thread count adapts to the load; settings.flash_options)
+CACHE_VERSION = 8
 
 
 @dataclass

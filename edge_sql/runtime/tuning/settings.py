@@ -83,17 +83,26 @@ def default_settings() -> Settings:
 
 
 def candidates(n_threads: int | None = None) -> list[Settings]:
-    """The settings to try: flash attention on/off x ubatch 64/128/256/512 at the most threads,
-    the other thread counts (all CPUs, physical cores, and `n_threads` when a caller fixes one)
-    at ubatch 256, repack where safe. Quick and full differ in how they are measured, not in
-    what: on the 2B Q4_K_M only ubatch 64 keeps flash attention off (the fastest here) within
-    the budget."""
+    """The settings to try: ubatch 64/128/256/512 at the most threads, the other thread counts
+    (all CPUs, physical cores, and `n_threads` when a caller fixes one) at ubatch 256, repack
+    where safe. Flash attention is off wherever more than one thread runs: the thread count then
+    follows the machine's load, which flash attention's sums would feel (`flash_options`); on
+    one thread both are tried. Quick and full differ in how they are measured, not in what."""
     threads = sorted({default_threads(), physical_cores(), *([n_threads] if n_threads else [])}, reverse=True)
-    found = [Settings(fa, ub, threads[0]) for fa in (True, False) for ub in UBATCHES]
-    found += [Settings(fa, DEFAULT_UBATCH, n) for n in threads[1:] for fa in (True, False)]
+    found = [Settings(fa, ub, threads[0]) for fa in flash_options(threads[0]) for ub in UBATCHES]
+    found += [Settings(fa, DEFAULT_UBATCH, n) for n in threads[1:] for fa in flash_options(n)]
     if repack_is_safe():
-        found += [Settings(fa, DEFAULT_UBATCH, threads[0], repack=True) for fa in (True, False)]
+        found += [Settings(fa, DEFAULT_UBATCH, threads[0], repack=True) for fa in flash_options(threads[0])]
     return found
+
+
+def flash_options(n_threads: int) -> tuple[bool, ...]:
+    """The flash-attention values worth timing at `n_threads`. Why only off above one thread: an
+    adapting thread count (runtime/llama/threads.py) needs attention whose sums do not depend on
+    the count, which ggml's CPU flash attention is not from 512 cells on (a session resolves the
+    two together, runtime/llama/loading.py); a choice of "on" would give up adapting, and with it
+    the speed on a busy machine (9x slower beside one busy program, issue 37)."""
+    return (True, False) if n_threads == 1 else (False,)
 
 
 def runnable(settings: Iterable[Settings]) -> list[Settings]:
