@@ -6,7 +6,8 @@ For each model, each candidate (how llama.cpp's worker threads wait, and how man
 and each load (0, 1, 2 other processes spinning on a core each, started and stopped by this
 script), a fresh child process loads the model and measures:
 
-* decode: greedy single-token decodes through `Session` after a 64-token prompt (tok/s);
+* decode: greedy single-token decodes through `Session` after a prompt of `--depth` tokens
+  (64 by default; tok/s);
 * episode (with --episode): one bounded greedy agent episode on Chinook (`run_episode`: think
   64 tokens, 2 rounds, 2 calls a turn), generated tokens over generation time.
 
@@ -17,10 +18,14 @@ neither it nor OMP_WAIT_POLICY is set (its env.c: about 3 ms of spinning at ever
 before sleeping). Every row but "edge-sql" keeps its thread count fixed (`adapt_threads=False`);
 "edge-sql" clears both variables and leaves the rest to edge-sql itself: its own short spin
 (set when edge_sql is imported) and the thread count that follows the load
-(runtime/llama/threads.py), adaptation included in its figure.
+(runtime/llama/threads.py), adaptation included in its figure; it runs without flash attention
+(an adapting session does: from 512 cells on, flash attention's sums depend on the thread
+count), where the fixed rows keep llama.cpp's choice (on) unless their name says "flash off".
+The report says, per flash-attention value, whether every row decoded the same tokens.
 
-Each figure is one child's; rows are measured in turn (each load's candidates back to back),
-so ratios within a load compare like with like. The CPU and load average go in the report.
+Each figure is the median of `--repeat` children (1 by default); the candidates are measured in
+turn (each load's candidates back to back, then again), so ratios within a load compare like
+with like on a machine whose speed drifts. The CPU and load average go in the report.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -40,15 +46,18 @@ CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTION = "Which country's customers spent the most money in total?"
 SPIN_DEFAULT = "300000"  # libgomp's spin count when neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY is set
 
-# name -> (environment for the child, n_threads or None for every CPU, thread count adapts)
-CANDIDATES: dict[str, tuple[dict[str, str], int | None, bool]] = {
-    "libgomp default": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, None, False),
-    "1 thread": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, 1, False),
-    "OMP_WAIT_POLICY=PASSIVE": ({"OMP_WAIT_POLICY": "PASSIVE"}, None, False),
-    "GOMP_SPINCOUNT=100000": ({"GOMP_SPINCOUNT": "100000"}, None, False),
-    "GOMP_SPINCOUNT=10000": ({"GOMP_SPINCOUNT": "10000"}, None, False),
-    "GOMP_SPINCOUNT=1000": ({"GOMP_SPINCOUNT": "1000"}, None, False),
-    "edge-sql": ({}, None, True),
+# name -> (environment for the child, n_threads or None for every CPU, thread count adapts,
+# flash attention: None as llama.cpp decides (on for the CPU), or forced)
+CANDIDATES: dict[str, tuple[dict[str, str], int | None, bool, bool | None]] = {
+    "libgomp default": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, None, False, None),
+    "1 thread": ({"GOMP_SPINCOUNT": SPIN_DEFAULT}, 1, False, None),
+    "OMP_WAIT_POLICY=PASSIVE": ({"OMP_WAIT_POLICY": "PASSIVE"}, None, False, None),
+    "GOMP_SPINCOUNT=100000": ({"GOMP_SPINCOUNT": "100000"}, None, False, None),
+    "GOMP_SPINCOUNT=10000": ({"GOMP_SPINCOUNT": "10000"}, None, False, None),
+    "GOMP_SPINCOUNT=1000": ({"GOMP_SPINCOUNT": "1000"}, None, False, None),
+    "GOMP_SPINCOUNT=10000, flash off": ({"GOMP_SPINCOUNT": "10000"}, None, False, False),
+    "1 thread, flash off": ({"GOMP_SPINCOUNT": "10000"}, 1, False, False),
+    "edge-sql": ({}, None, True, None),
 }
 _CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # the parent's own values never leak into a child
 
@@ -58,9 +67,13 @@ def child(cfg: dict) -> dict:
     from edge_sql.runtime import SamplingParams, Session
 
     out: dict = {}
-    with Session(cfg["model"], n_ctx=4096, n_threads=cfg["threads"], adapt_threads=cfg["adapt"]) as session:
+    n_ctx = max(4096, cfg["depth"] + cfg["tokens"] + 64)
+    options = {"n_threads": cfg["threads"], "adapt_threads": cfg["adapt"], "flash_attn": cfg["flash"]}
+    with Session(cfg["model"], n_ctx=n_ctx, **options) as session:
         out["threads"] = session.info.n_threads
-        prompt = session.tokenize("<|im_start|>system\nYou are a careful data analyst. " * 8)[:64]
+        out["flash_attn"] = session.info.flash_attn
+        text = "<|im_start|>system\nYou are a careful data analyst. "
+        prompt = session.tokenize(text * (cfg["depth"] // 8 + 8))[: cfg["depth"]]
         session.eval(prompt)
         session.generate(params=SamplingParams(greedy=True), max_tokens=4)  # warm-up
         session.reset()
@@ -90,10 +103,12 @@ def child(cfg: dict) -> dict:
     return out
 
 
-def measure(model: Path, name: str, tokens: int, episode: bool, timeout: float) -> dict:
-    env_extra, threads, adapt = CANDIDATES[name]
+def measure(model: Path, name: str, args: argparse.Namespace) -> dict:
+    env_extra, threads, adapt, flash = CANDIDATES[name]
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED} | env_extra
-    cfg = {"model": str(model), "threads": threads, "adapt": adapt, "tokens": tokens, "episode": episode}
+    cfg = {"model": str(model), "threads": threads, "adapt": adapt, "flash": flash}
+    cfg |= {"tokens": args.tokens, "depth": args.depth, "episode": args.episode}
+    timeout = args.timeout
     cmd = [sys.executable, __file__, "--child", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -102,6 +117,22 @@ def measure(model: Path, name: str, tokens: int, episode: bool, timeout: float) 
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:200]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def combined(runs: list[dict]) -> dict:
+    """One candidate's repeats as one row: the run of median decode rate, with each rate the
+    median over the runs and every run's figures kept (`runs`); an error when any run failed."""
+    failed = [run for run in runs if "error" in run]
+    if failed:
+        return failed[0]
+    ordered = sorted(runs, key=lambda run: run["decode_tok_s"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    for kind in ("decode_tok_s", "episode_tok_s"):
+        if kind in row:
+            row[kind] = round(statistics.median(run[kind] for run in runs), 2)
+    row["runs"] = [{k: v for k, v in run.items() if k not in ("tokens", "episode_sql")} for run in runs]
+    row["tokens_same_in_every_run"] = len({json.dumps(run.get("tokens")) for run in runs}) == 1
+    return row
 
 
 def machine() -> str:
@@ -146,13 +177,26 @@ def report(results: dict, args: argparse.Namespace) -> str:
         ]
         if adapted:
             lines += ["edge-sql's decode tokens per thread count: " + "; ".join(adapted) + ".", ""]
-        decoded = {
-            json.dumps(row.get("tokens")) for rows in by_load.values() for row in rows.values() if "tokens" in row
-        }
-        lines += [
-            f"Greedy tokens the same in every row: {'yes' if len(decoded) == 1 else f'no ({len(decoded)} different)'}.",
-            "",
-        ]
+        for flash in sorted({row.get("flash_attn", "?") for rows in by_load.values() for row in rows.values()}):
+            decoded = {
+                json.dumps(row["tokens"])
+                for rows in by_load.values()
+                for row in rows.values()
+                if "tokens" in row and row.get("flash_attn", "?") == flash
+            }
+            unstable = [
+                name
+                for rows in by_load.values()
+                for name, row in rows.items()
+                if row.get("flash_attn", "?") == flash and not row.get("tokens_same_in_every_run", True)
+            ]
+            same = "yes" if len(decoded) == 1 and not unstable else f"no ({len(decoded)} different"
+            same += (
+                f"; differing between repeats: {', '.join(sorted(set(unstable)))})"
+                if unstable
+                else ")" * (same != "yes")
+            )
+            lines += [f"Greedy tokens the same in every row with flash attention {flash}: {same}.", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -162,7 +206,16 @@ def main() -> int:
     parser.add_argument("--busy", nargs="+", type=int, default=[0, 1, 2], help="competing processes (default 0 1 2)")
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--tokens", type=int, default=48, help="greedy tokens decoded (default 48)")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=64,
+        help="prompt tokens before the decode (default 64; from 512 on, flash attention's sums depend on the thread count)",
+    )
     parser.add_argument("--episode", action="store_true", help="also one bounded agent episode per child")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="children per candidate and load, in turn; the report gives medians"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds a child may take")
     parser.add_argument("--out", type=Path, help="write the Markdown report here (and FILE.json)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -178,12 +231,15 @@ def main() -> int:
     for model in args.models:
         by_load = results.setdefault(str(model), {})
         for n in args.busy:
+            runs: dict[str, list[dict]] = {name: [] for name in args.candidates}
             with BusyPrograms(n):
-                for name in args.candidates:
-                    row = measure(model, name, args.tokens, args.episode, args.timeout)
-                    by_load.setdefault(n, {})[name] = row
-                    shown = {k: v for k, v in row.items() if k not in ("tokens", "episode_sql")}
-                    print(f"{model.name} busy={n} {name}: {shown}", file=sys.stderr, flush=True)
+                for _ in range(args.repeat):  # the candidates in turn, so drifts of the machine hit them alike
+                    for name in args.candidates:
+                        row = measure(model, name, args)
+                        runs[name].append(row)
+                        shown = {k: v for k, v in row.items() if k not in ("tokens", "episode_sql")}
+                        print(f"{model.name} busy={n} {name}: {shown}", file=sys.stderr, flush=True)
+            by_load[n] = {name: combined(rows) for name, rows in runs.items()}
     text = report(results, args)
     print(text)
     if args.out:
