@@ -87,9 +87,9 @@ class FakeMachine:
 def test_the_thread_count_follows_the_load_on_a_fake_clock() -> None:
     machine = FakeMachine()
     quiet = machine.run(10.0)
-    # one probe of 1 thread at the start, then 2 threads: the quiet rate kept
+    # one probe of 1 thread at the start, one step long, then 2 threads: the quiet rate kept
     assert machine.applied[:2] == [1, 2] and machine.governor.count == 2
-    assert quiet[1] < 0.02 * 10.0
+    assert quiet[1] < 0.02 * 10.0 and machine.governor.decode_tokens[1] == 1
 
     machine.busy = True
     first_busy_steps_at_2 = 0
@@ -108,6 +108,15 @@ def test_the_thread_count_follows_the_load_on_a_fake_clock() -> None:
     machine.run(LAST_PROBE_S + 1.0)
     assert machine.governor.count == 2  # the other program stopped: back to both cores
     assert machine.governor.decode_tokens[1] > 0 and machine.governor.decode_tokens[2] > 0
+
+
+def test_a_quiet_machines_first_trial_costs_one_step_where_one_thread_is_not_much_slower() -> None:
+    """The 2B shape on a 2-core EPYC: 1 thread decodes at 1/1.4 the rate of 2 (on a Xeon 1/1.8);
+    the trial of 1 thread still ends at its first step, and nothing else runs at 1."""
+    machine = FakeMachine()
+    machine.QUIET = {2: 0.046, 1: 0.065}
+    machine.run(30.0)
+    assert machine.governor.decode_tokens[1] == 1 and machine.governor.count == 2
 
 
 def test_prefill_batches_and_fixed_counts_are_counted_not_governed() -> None:
@@ -191,14 +200,14 @@ def test_the_governor_counts_tokens_by_thread_count(tiny_gguf_fast: Path) -> Non
 def test_adapting_and_flash_attention_are_resolved_together() -> None:
     """An adapting count runs without flash attention ("auto" would turn it on for the CPU);
     flash attention asked for keeps the count fixed; a fixed count keeps what was asked."""
-    from edge_sql.runtime.llama.loading import _attention_for_threads
+    from edge_sql.runtime.llama.loading import attention_for_threads
     from edge_sql.runtime.tuning.settings import candidates, flash_options
 
-    assert _attention_for_threads(None, True) == (False, True)
-    assert _attention_for_threads(False, True) == (False, True)
-    assert _attention_for_threads(True, True) == (True, False)
-    assert _attention_for_threads(None, False) == (None, False)
-    assert _attention_for_threads(True, False) == (True, False)
+    assert attention_for_threads(None, True) == (False, True)
+    assert attention_for_threads(False, True) == (False, True)
+    assert attention_for_threads(True, True) == (True, False)
+    assert attention_for_threads(None, False) == (None, False)
+    assert attention_for_threads(True, False) == (True, False)
     assert flash_options(1) == (True, False) and flash_options(2) == (False,)
     assert all(s.flash_attn is False for s in candidates(2) if s.n_threads > 1)
     assert any(s.flash_attn for s in candidates(1) if s.n_threads == 1)

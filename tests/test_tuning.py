@@ -51,7 +51,9 @@ def test_the_attention_work_buffer_counts_only_without_flash_attention() -> None
     assert tuning.attention_work_bytes(12288, Settings(False, 128, 2), 8) == 24 * 1024 * 1024
     assert tuning.attention_work_bytes(12288, Settings(False, 256, 2), 8) == 48 * 1024 * 1024
     assert tuning.attention_work_bytes(12288, Settings(True, 256, 2), 8) == 0
-    assert tuning.attention_work_bytes(12288, Settings(None, 256, 2), 8) == 0  # auto: on for CPU
+    assert tuning.attention_work_bytes(12288, Settings(None, 256, 1), 8) == 0  # auto: on for CPU
+    # ... but off where the thread count adapts (runtime/llama/loading.py, attention_for_threads)
+    assert tuning.attention_work_bytes(12288, Settings(None, 256, 2), 8) == 48 * 1024 * 1024
 
 
 def test_the_memory_model_reads_llama_cpps_buffers_by_what_they_hold(tiny_gguf: Path) -> None:

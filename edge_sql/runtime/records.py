@@ -61,7 +61,7 @@ class SessionInfo:
     mapping_released: bool = False
     n_seq: int = 1  # sequences (episodes at once) in the context, each n_ctx tokens
     # the thread count follows the machine's load (runtime/llama/threads.py; CPU, more than one
-    # thread, flash attention off: see loading.py's `_attention_for_threads`)
+    # thread, flash attention off: see loading.py's `attention_for_threads`)
     adapt_threads: bool = False
 
     @property

@@ -177,7 +177,7 @@ class LlamaContext(Closing):
         # the thread count follows the machine's load on the CPU (runtime/llama/threads.py); with
         # layers on a GPU the step time says little about the CPU's threads, and with flash
         # attention on (or llama.cpp's "auto") the count changes the sums (loading.py,
-        # `_attention_for_threads`, resolves the two together): the count stays
+        # `attention_for_threads`, resolves the two together): the count stays
         adaptive = options.adapt_threads and options.flash_attn is False and not options.n_gpu_layers
         self.threads = ThreadGovernor(options.n_threads or 1, self._set_threads, adaptive=adaptive)
         self.ran_with: Counter[tuple[str, int]] = Counter()  # tokens by ("prefill"/"decode", threads)

@@ -121,7 +121,7 @@ def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> Sessi
     n_gpu_layers = max(0, min(n_gpu_layers, n_layers + 1)) if gpu else 0
     n_threads = options.n_threads or default_threads()
     adapt = options.adapt_threads and not n_gpu_layers and n_threads > 1
-    flash_attn, adapt_threads = _attention_for_threads(options.flash_attn, adapt)
+    flash_attn, adapt_threads = attention_for_threads(options.flash_attn, adapt)
     return replace(
         options,
         n_gpu_layers=n_gpu_layers,
@@ -135,7 +135,7 @@ def _resolved(options: SessionOptions, gguf: GGUFFile, gpu: str | None) -> Sessi
     )
 
 
-def _attention_for_threads(flash_attn: bool | None, adapt: bool) -> tuple[bool | None, bool]:
+def attention_for_threads(flash_attn: bool | None, adapt: bool) -> tuple[bool | None, bool]:
     """Flash attention and thread adaptation, resolved together: (flash_attn, adapt_threads).
 
     Why: ggml's CPU flash attention splits the KV cells of a one-token step across the threads

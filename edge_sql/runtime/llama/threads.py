@@ -14,7 +14,7 @@ scheduler time slice for it: issue 37 measured decode 80x slower on a 2-core mac
   now and then. `llama_set_n_threads` changes the count between two decodes.
 
 Neither changes the tokens: without flash attention each thread count computes the same sums
-(an adapting session runs without it: runtime/llama/loading.py, `_attention_for_threads`;
+(an adapting session runs without it: runtime/llama/loading.py, `attention_for_threads`;
 tests check the logits bit for bit). Nothing here imports llama.cpp: this module must be
 readable before the library loads.
 """
@@ -52,8 +52,10 @@ STEP_TOKENS = 32  # batches up to this size are decode steps (one token, a verif
 WINDOW = 4  # steps whose median is one measurement
 SLOWER = 1.5  # a measurement this much slower than the best at its count: try one fewer
 BETTER = 0.9  # a trial is kept when its median is below this share of the one before
-ABORT = 1.5  # a trial stops at its first step this much slower than the baseline (a quiet
-# machine's first trial of 1 thread of 2 then costs one slow step, not a window of them)
+ABORT = 1.5  # an upward trial stops at its first step this much slower than the baseline
+DOWN_ABORT = 1.2  # a downward one (kept only when faster) at its first step this much slower: a
+# quiet machine's first trial of 1 thread of 2 then costs one slow step (1.4x on a 2-core EPYC,
+# 1.8x on a Xeon, for the 2B shape), not a window of them
 FIRST_PROBE_S = 2.0  # first upward trial this long after going down; doubles on each failure
 LAST_PROBE_S = 32.0
 HISTORY = 8  # measurements remembered per count (the best of them is the reference)
@@ -126,7 +128,8 @@ class ThreadGovernor:
 
     def _step_trial(self, trial: _Trial, seconds: float) -> None:
         trial.steps.append(seconds)
-        if seconds > ABORT * trial.baseline:  # clearly slower: no need to wait for the window
+        upward = trial.count > trial.back_to
+        if seconds > (ABORT if upward else DOWN_ABORT) * trial.baseline:  # slower: no need to wait for the window
             self._end(trial, kept=False)
         elif len(trial.steps) == WINDOW:
             median = statistics.median(trial.steps)

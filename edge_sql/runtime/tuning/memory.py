@@ -25,6 +25,7 @@ import llama_cpp
 
 from edge_sql.convert.gguf_file import validate_gguf
 from edge_sql.runtime.llama.backend import init_backend
+from edge_sql.runtime.llama.loading import attention_for_threads
 from edge_sql.runtime.options import DEFAULT_DRAFT_MAX
 from edge_sql.runtime.records import SessionInfo, buffer_role
 from edge_sql.runtime.session import Session
@@ -74,9 +75,11 @@ def attention_work_bytes(n_ctx: int, settings: Settings, n_head: int) -> int:
     n_ctx x n_ubatch x n_head x 2 bytes (24 MiB on the 2B shape at n_ubatch 128). Measured
     (benchmarks/results/tune-Q4_K_M.md): without it the bound was 37 MiB under the sampled peak
     with flash attention off and within 4 MiB with it on. Flash attention (on, or auto on CPU)
-    works in tiles and needs no such copy.
+    works in tiles and needs no such copy; "auto" above one thread is off (the count adapts,
+    runtime/llama/loading.py's `attention_for_threads`).
     """
-    return 0 if settings.flash_attn is not False else n_ctx * settings.n_ubatch * n_head * 2
+    flash_attn, _ = attention_for_threads(settings.flash_attn, adapt=settings.n_threads > 1)
+    return 0 if flash_attn is not False else n_ctx * settings.n_ubatch * n_head * 2
 
 
 def memory_bound(session: Session, candidate: Settings, n_ctx: int, baseline: int) -> Measurement:
