@@ -19,7 +19,7 @@ before sleeping). Every row but "edge-sql" keeps its thread count fixed (`adapt_
 "edge-sql" clears both variables and leaves the rest to edge-sql itself: its own short spin
 (set when edge_sql is imported) and the thread count that follows the load
 (runtime/llama/threads.py), adaptation included in its figure; it runs without flash attention
-(an adapting session does: from 512 cells on, flash attention's sums depend on the thread
+(an adapting session does: from 257 tokens on, flash attention's sums depend on the thread
 count), where the fixed rows keep llama.cpp's choice (on) unless their name says "flash off".
 The report says, per flash-attention value, whether every row decoded the same tokens.
 
@@ -210,7 +210,7 @@ def main() -> int:
         "--depth",
         type=int,
         default=64,
-        help="prompt tokens before the decode (default 64; from 512 on, flash attention's sums depend on the thread count)",
+        help="prompt tokens before the decode (default 64; from 257 on, flash attention's sums depend on the thread count)",
     )
     parser.add_argument("--episode", action="store_true", help="also one bounded agent episode per child")
     parser.add_argument(

@@ -139,7 +139,8 @@ def attention_for_threads(flash_attn: bool | None, adapt: bool) -> tuple[bool | 
     """Flash attention and thread adaptation, resolved together: (flash_attn, adapt_threads).
 
     Why: ggml's CPU flash attention splits the KV cells of a one-token step across the threads
-    once a sequence holds 512 cells or more (ops.cpp, `use_split_kv_path`) and adds the parts
+    once a step reads 512 cells or more (ops.cpp, `use_split_kv_path`; llama.cpp rounds the cells a
+    step reads up to a multiple of 256, so from a sequence's 257th token on) and adds the parts
     up, so its sums depend on the thread count; without flash attention every output row is one
     thread's sum. A thread count that follows the machine's load (runtime/llama/threads.py) must
     not change the tokens, so an adapting context runs without flash attention ("auto" would

@@ -99,7 +99,7 @@ def candidates(n_threads: int | None = None) -> list[Settings]:
 def flash_options(n_threads: int) -> tuple[bool, ...]:
     """The flash-attention values worth timing at `n_threads`. Why only off above one thread: an
     adapting thread count (runtime/llama/threads.py) needs attention whose sums do not depend on
-    the count, which ggml's CPU flash attention is not from 512 cells on (a session resolves the
+    the count, which ggml's CPU flash attention is not from 257 tokens on (a session resolves the
     two together, runtime/llama/loading.py); a choice of "on" would give up adapting, and with it
     the speed on a busy machine (9x slower beside one busy program, issue 37)."""
     return (True, False) if n_threads == 1 else (False,)
