@@ -177,25 +177,14 @@ def report(results: dict, args: argparse.Namespace) -> str:
         ]
         if adapted:
             lines += ["edge-sql's decode tokens per thread count: " + "; ".join(adapted) + ".", ""]
-        for flash in sorted({row.get("flash_attn", "?") for rows in by_load.values() for row in rows.values()}):
-            decoded = {
-                json.dumps(row["tokens"])
-                for rows in by_load.values()
-                for row in rows.values()
-                if "tokens" in row and row.get("flash_attn", "?") == flash
-            }
-            unstable = [
-                name
-                for rows in by_load.values()
-                for name, row in rows.items()
-                if row.get("flash_attn", "?") == flash and not row.get("tokens_same_in_every_run", True)
-            ]
+        decoded_rows = [(name, row) for rows in by_load.values() for name, row in rows.items() if "tokens" in row]
+        for flash in sorted({row["flash_attn"] for _, row in decoded_rows}):
+            rows_here = [(name, row) for name, row in decoded_rows if row["flash_attn"] == flash]
+            decoded = {json.dumps(row["tokens"]) for _, row in rows_here}
+            unstable = sorted({name for name, row in rows_here if not row.get("tokens_same_in_every_run", True)})
             same = "yes" if len(decoded) == 1 and not unstable else f"no ({len(decoded)} different"
-            same += (
-                f"; differing between repeats: {', '.join(sorted(set(unstable)))})"
-                if unstable
-                else ")" * (same != "yes")
-            )
+            if same != "yes":
+                same += f"; differing between repeats: {', '.join(unstable)})" if unstable else ")"
             lines += [f"Greedy tokens the same in every row with flash attention {flash}: {same}.", ""]
     return "\n".join(lines) + "\n"
 
