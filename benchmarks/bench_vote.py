@@ -11,7 +11,9 @@ the batched engine:
 
 The limit a machine sets: K episodes of one episode's length decoding together at the width-K
 aggregate rate, i.e. one episode's time * K * rate(1) / rate(K), the rates timed here as
-calibration times them (`tuning.parallel.decode_rate`, the same settings). Episodes are bounded
+calibration times them (`tuning.parallel.decode_rate`, the same settings). One episode's time
+is the mean of the vote's own seeds run one at a time: sampled episodes of one question can
+differ severalfold in length. Episodes are bounded
 (--think-tokens, --max-rounds, --calls-per-turn) so that all do comparable work.
 
     python benchmarks/bench_vote.py MODEL.gguf [--k 2 4 8] [--think-tokens 64] [--max-rounds 2]
@@ -72,39 +74,42 @@ def vote_row(agent: Agent, question: str, k: int, seed: int, mode: str) -> dict:
 
 
 def shape_bench(args: argparse.Namespace, agent: Agent) -> dict:
-    """One episode, then each K in each mode, on one question; the rates; the limits."""
+    """One episode for each seed a vote uses, then each K in each mode, on one question; the
+    rates; the limits. A vote of K runs seeds seed..seed+K-1, whose sampled episodes differ in
+    length; its limit takes one episode as the mean of those K seeds' episodes run alone."""
     question = QUESTIONS[1]
     agent.ask(question, CHINOOK, seed=args.seed)  # warm: the prompt's state in memory, grammar built
-    tick = time.perf_counter()
-    one = agent.ask(question, CHINOOK, seed=args.seed)
-    one_s = time.perf_counter() - tick
+    singles = []
+    for seed in range(args.seed, args.seed + max(args.k)):
+        tick = time.perf_counter()
+        one = agent.ask(question, CHINOOK, seed=seed)
+        stats = one.stats.to_json()
+        single = {"seed": seed, "wall_s": round(time.perf_counter() - tick, 2)}
+        single |= {"generated": stats["generated_tokens"], "prompt_tokens": stats["prompt_tokens_evaluated"]}
+        singles.append(single)
+        print(json.dumps(single), flush=True)
     options = agent.sessions[0].options
     rates = {w: round(decode_rate(agent.model_path, options, w), 2) for w in sorted({1, *args.k})}
-    print(
-        json.dumps(
-            {
-                "one_episode_s": round(one_s, 2),
-                "generated": one.stats.to_json()["generated_tokens"],
-                "prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"],
-                "rates": rates,
-            }
-        ),
-        flush=True,
-    )
+    print(json.dumps({"rates": rates}), flush=True)
     rows = []
     for k in args.k:
+        one_s = sum(single["wall_s"] for single in singles[:k]) / k
         limit = one_s * k * rates[1] / rates[k]
         for mode in args.modes:
             row = vote_row(agent, question, k, args.seed, mode)
             row.update(
-                x_one=round(row["wall_s"] / one_s, 2), limit_s=round(limit, 2), x_limit=round(row["wall_s"] / limit, 2)
+                one_s=round(one_s, 2),
+                x_one=round(row["wall_s"] / one_s, 2),
+                limit_s=round(limit, 2),
+                x_limit=round(row["wall_s"] / limit, 2),
             )
             rows.append(row)
             print(json.dumps(row), flush=True)
     return {
-        "one_episode_s": round(one_s, 2),
-        "one_generated_tokens": one.stats.to_json()["generated_tokens"],
-        "one_prompt_tokens": one.stats.to_json()["prompt_tokens_evaluated"],
+        "one_episode_s": singles[0]["wall_s"],
+        "one_generated_tokens": singles[0]["generated"],
+        "one_prompt_tokens": singles[0]["prompt_tokens"],
+        "singles": singles,
         "rates": rates,
         "votes": rows,
     }

@@ -285,6 +285,8 @@ def test_final_answer_that_is_not_one_statement_is_refused():
         '{"tool": "submit_sql", "args": {"sql": "SELECT 1"}}',
         "```sql\n```",
         "nothing here; nor here",
+        "SELECT 1;\x00 SELECT 2",  # a random model wrote one (sqlite3.complete_statement raised ValueError)
+        "SELECT\x00 1",
     ):
         with pytest.raises(TurnParseError):
             parse_final_turn("</think>\n\n" + bad, think_end="</think>", after_think="\n\n")

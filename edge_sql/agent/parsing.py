@@ -126,8 +126,8 @@ def final_sql(text: str) -> str:
     run as written. A small model often wraps the query in prose ("You can use this query:
     ```sql ...```") or writes several statements: then the last fenced block is the answer,
     and within it (or without fences) the last statement that sqlglot parses as a query.
-    Raises TurnParseError when nothing is left, when it is a tool call, or when it holds
-    more than one statement and none of them parses.
+    Raises TurnParseError when nothing is left, when it is a tool call, when it holds a NUL
+    character, or when it holds more than one statement and none of them parses.
     """
     stripped = text.strip()
     blocks = _fenced_blocks(stripped)
@@ -136,6 +136,8 @@ def final_sql(text: str) -> str:
         raise TurnParseError("the final answer is empty")
     if sql.startswith("{") or _TOOL_CALL.search(sql):
         raise TurnParseError("the final answer is a tool call, not SQL")
+    if "\x00" in sql:  # SQLite cannot take it (Python's sqlite3 raises ValueError), as in a tool's arguments
+        raise TurnParseError("the final answer contains a NUL character")
     if ";" not in sql and _SQL_START.match(sql):
         return sql  # a plain answer runs as written: SQLite, not sqlglot, says what is wrong with it
     found = _last_query(sql)
