@@ -422,8 +422,11 @@ def test_logits_agree_across_the_settings_the_tuner_may_choose(
     model = request.getfixturevalue(model_fixture)
     tokens = np.random.default_rng(1).integers(0, 30000, 133).tolist()
     # one thread: llama.cpp splits a matmul's rows between threads, so the count does not
-    # change any sum (and spinning threads on a busy two-core machine make this test slow)
-    options = list(dict.fromkeys([Settings(None, 256, 1)] + [replace(s, n_threads=1) for s in candidates()]))
+    # change any sum (and spinning threads on a busy two-core machine make this test slow); at
+    # one thread the tuner tries flash attention on and off with every ubatch (flash_options)
+    one_thread = [Settings(fa, ub, 1) for fa in tuning_settings.flash_options(1) for ub in tuning_settings.UBATCHES]
+    options = [Settings(None, 256, 1), *one_thread, *(replace(s, n_threads=1) for s in candidates())]
+    options = list(dict.fromkeys(options))
     assert len(options) >= 9
     reference = None
     for settings in options:
