@@ -108,12 +108,11 @@ def measure(model: Path, name: str, args: argparse.Namespace) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED} | env_extra
     cfg = {"model": str(model), "threads": threads, "adapt": adapt, "flash": flash}
     cfg |= {"tokens": args.tokens, "depth": args.depth, "episode": args.episode}
-    timeout = args.timeout
     cmd = [sys.executable, __file__, "--child", json.dumps(cfg)]
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
+        return {"error": f"timed out after {args.timeout:.0f} s"}
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:200]}
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -27,9 +27,9 @@ def command(model: str | None, quick: bool, gpu_layers: int | None, as_json: boo
     Candidates: n_ubatch 64-512, all CPUs or physical cores only, and repacked weights where
     this llama.cpp build runs them safely; flash attention off, except on one thread where both
     are tried (above one thread the count follows the machine's load, and flash attention's
-    sums would change with it). The choice minimises the
-    time of a typical six-round episode growing to 12,288 tokens, among settings whose memory
-    at a full context stays within the model file + 400 MiB. The result is cached in the model
+    sums would change with it). The choice minimises the time of a typical six-round episode
+    growing to 12,288 tokens, among settings whose memory at a full context stays within the
+    model file + 400 MiB. The result is cached in the model
     store for this file on this machine; `edge-sql run` then loads the model with it and
     `edge-sql models` shows it. MODEL is a .gguf path or a store name (default: the default model).
     """

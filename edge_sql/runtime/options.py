@@ -39,8 +39,8 @@ class SessionOptions:
     instead of adding about 590 MB; on AMX builds repacked weights crash (`repack=True` is then
     refused, see `backend.repack_is_safe`). `n_ubatch=None` is 256 (`DEFAULT_UBATCH`);
     `flash_attn=None` lets llama.cpp decide (on for CPU) where the thread count is fixed and is
-    off where it adapts, True/False force it (`tuning` picks these per machine). `mtp=True` also loads the file's multi-token-prediction head, for an
-    `MTPDrafter`. `adapt_threads=True` lets each context run with fewer threads while the
+    off where it adapts, True/False force it (`tuning` picks these per machine). `mtp=True`
+    also loads the file's multi-token-prediction head, for an `MTPDrafter`. `adapt_threads=True` lets each context run with fewer threads while the
     machine is busy (runtime/llama/threads.py), on the CPU, above one thread and without flash
     attention (`flash_attn=True` keeps the count fixed: runtime/llama/loading.py,
     `attention_for_threads`); False keeps `n_threads` fixed (calibration's timings, the
