@@ -44,6 +44,7 @@ from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.speculation.lookup import LookupDrafter
 from edge_sql.runtime.speculation.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from fixture_budget import TRAINED_LIMITS
 from sqale_published import call_args, load_episodes  # this folder is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -744,15 +745,7 @@ def main() -> None:
                 n_ctx=4096,
                 threads=args.threads,
                 rounds=args.rounds,
-                budget=Budget(
-                    max_tokens=4096,
-                    max_think_tokens=24,
-                    max_final_think_tokens=12,
-                    max_sql_chars=96,
-                    max_name_chars=32,
-                    max_final_sql_tokens=40,
-                    max_calls_per_turn=2,
-                ),
+                budget=Budget(**TRAINED_LIMITS),
             )
         )
     replay = None

@@ -36,19 +36,11 @@ from edge_sql import Agent
 from edge_sql.agent import Budget
 from edge_sql.bench.machine import cpu_model
 from edge_sql.runtime.tuning.parallel import decode_rate
+from fixture_budget import TRAINED_LIMITS
 
 REPO = Path(__file__).resolve().parents[1]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
-# the trained fixture's budget in tests/test_parallel_api.py, where its episodes write SQL that runs
-FIXTURE_BUDGET = Budget(
-    max_tokens=4096,
-    max_think_tokens=24,
-    max_final_think_tokens=12,
-    max_sql_chars=96,
-    max_name_chars=32,
-    max_final_sql_tokens=40,
-    max_calls_per_turn=2,
-)
+FIXTURE_BUDGET = Budget(**TRAINED_LIMITS)  # where the trained fixture's episodes write SQL that runs
 FIXTURE_QUESTIONS = ["Which customer spent the most money?", *QUESTIONS]
 MODES = {
     "before": dict(share_opening=False, early_stop=False),

@@ -86,12 +86,15 @@ def _requantize(src: Path, out: Path, qtype: str) -> None:
 # What each artefact's bytes depend on (see tests/fixture_cache.py): the random checkpoint on its
 # builder; a GGUF also on the converter (not the quantizer) and the version it records; the
 # trained checkpoint also on the teacher episodes, written with the prompt template and the real
-# tools over the bundled databases.
+# tools over the bundled databases. Training ends when the model passes its check (probe episodes
+# through the runtime, tests/fixture_training.py); the runtime is not in the key: a change to it
+# keeps a model that passed.
 _CHECKPOINT_SOURCES = ("benchmarks/fixture_checkpoint.py", "benchmarks/checkpoint_tokenizer.py")
 _CONVERTER_SOURCES = ("convert/*.py",)
 _NOT_CONVERTER = frozenset({"convert/quantize.py"})
 _TEACHER_SOURCES = (
     "tests/fixture_training.py",
+    "benchmarks/fixture_budget.py",
     "edge_sql/agent/prompt.py",
     "edge_sql/agent/prompts/*.toml",
     "edge_sql/tools/*.py",
@@ -154,9 +157,14 @@ def _trained_checkpoint() -> tuple[Path, str]:
     checkpoint, checkpoint_key = _checkpoint(sharded=False)
 
     def build(folder: Path) -> None:
-        from fixture_training import train_checkpoint  # imports torch: only when building
+        from fixture_training import check_answers, train_checkpoint
 
-        train_checkpoint(checkpoint, folder / "checkpoint", list(DATABASES.values()))
+        train_checkpoint(
+            checkpoint,
+            folder / "checkpoint",
+            list(DATABASES.values()),
+            check=lambda trained: check_answers(trained, DATABASES["chinook"]),
+        )
 
     key = combine(checkpoint_key, sources_digest(_TEACHER_SOURCES))
     return cached("trained-checkpoint", key, build) / "checkpoint", key

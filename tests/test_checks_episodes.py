@@ -14,20 +14,12 @@ from pathlib import Path
 import pytest
 
 import edge_sql
-from edge_sql.agent import Budget
+from edge_sql.api import Ask
 from edge_sql.bench.confidence import confidence_figures, confidence_lines
 from edge_sql.evaluation.datasets import load_bundled
 from edge_sql.evaluation.scoring import score_prediction
+from fixture_training import ask_trained
 
-LIMITS = dict(
-    max_tokens=4096,
-    max_think_tokens=24,
-    max_final_think_tokens=12,
-    max_sql_chars=96,
-    max_name_chars=32,
-    max_final_sql_tokens=40,
-    max_calls_per_turn=2,
-)
 QUESTIONS = ["chinook-001", "chinook-002", "chinook-003", "chinook-006"]  # bundled, with their gold SQL
 
 
@@ -42,18 +34,9 @@ def episodes(tiny_trained_gguf, tmp_path_factory):
     before = digest(db)
     questions = {q.id: q for q in load_bundled()}
     asked = [questions[qid] for _seed in (1, 2) for qid in QUESTIONS]
-    with edge_sql.Agent(
-        tiny_trained_gguf,
-        n_ctx=4096,
-        n_threads=1,
-        budget=Budget(**LIMITS),
-        pull_if_missing=False,
-        tune=False,
-        prefix_cache=False,
-    ) as agent:
-        results = agent.ask_many(
-            [edge_sql.api.Ask(q.question, db, q.evidence, seed) for seed in (1, 2) for q in asked[: len(QUESTIONS)]]
-        )
+    results = ask_trained(
+        tiny_trained_gguf, [Ask(q.question, db, q.evidence, seed) for seed in (1, 2) for q in asked[: len(QUESTIONS)]]
+    )
     assert digest(db) == before
     return db, results, asked
 

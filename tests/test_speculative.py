@@ -25,6 +25,7 @@ from edge_sql.runtime.speculation.lookup import LookupDrafter
 from edge_sql.runtime.speculation.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from episode_checks import check_each_token_evaluated_once, check_turns_parse, sha256
+from fixture_budget import TRAINED_LIMITS
 
 MODELS = ["smollm2_gguf", "tiny_gguf"]
 ARGS = dict(n_ctx=1024, n_batch=64, n_threads=1)
@@ -371,15 +372,6 @@ SMOLLM2_BUDGET = dict(
     max_calls_per_turn=2,
     max_rounds=2,
 )
-TRAINED_BUDGET = dict(
-    max_tokens=4096,
-    max_think_tokens=24,
-    max_final_think_tokens=12,
-    max_sql_chars=96,
-    max_name_chars=32,
-    max_final_sql_tokens=40,
-    max_calls_per_turn=2,
-)
 EPISODE_CASES = {  # fixture: (n_ctx, budget, [(database, question, prompt template)], sampling)
     "smollm2_gguf": (
         2048,
@@ -409,7 +401,7 @@ EPISODE_CASES = {  # fixture: (n_ctx, budget, [(database, question, prompt templ
     ),
     "tiny_trained_gguf": (
         4096,
-        TRAINED_BUDGET,
+        TRAINED_LIMITS,
         [
             ("chinook", "How many rows does the Album table have?", None),
             ("northwind", "What is the largest UnitPrice in Products?", None),
@@ -574,7 +566,7 @@ def test_agent_speculates_when_asked(tiny_trained_gguf, chinook_db) -> None:
         tune=False,
         prefix_cache=False,
         speculate="auto",
-        budget=Budget(max_tokens=2048, **{k: v for k, v in TRAINED_BUDGET.items() if k != "max_tokens"}),
+        budget=Budget(max_tokens=2048, **{k: v for k, v in TRAINED_LIMITS.items() if k != "max_tokens"}),
     ) as agent:
         assert agent.info.speculate == "auto" and agent.session.speculator.auto
         result = agent.ask("Show the Name of every row of Artist.", chinook_db, greedy=True)
