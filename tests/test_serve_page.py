@@ -415,7 +415,54 @@ def test_a_write_is_refused_with_the_tools_message(server, page, chinook):
             error = element(page, "query-error")
             assert error.is_displayed() and error.text == tools.call("run_query", {"sql": sql}).output
             element(page, "cancel-edit").click()
+            # back to the agent's answer (with SQL or without), the edit's error gone with the edit
+            assert element(page, "sql-box").is_displayed() and not error.is_displayed()
     assert sqlite_rows(chinook, "SELECT COUNT(*) FROM Genre") == [[25]]
+
+
+# an answer as the page stores it when the model submitted no SQL (a random model's usual end)
+NO_SQL_ENTRY = {
+    "database": "chinook",
+    "question": "How many genres are there?",
+    "evidence": None,
+    "sql": "",
+    "columns": None,
+    "rows": None,
+    "truncated": None,
+    "ran": False,
+    "checks": None,
+    "stats": "2 rounds, 0 calls; 1.0 s; 40 tokens generated at 40.0 tok/s",
+    "note": "Error: the model submitted no SQL",
+    "time": "2026-12-06T08:00:00.000Z",
+}
+
+
+def test_cancel_goes_back_to_an_answer_with_no_sql(server, page):
+    """Cancel returns to what Edit left, even an answer with no SQL (CI's CPU once gave one and
+    Cancel hid the whole answer); only one's own SQL that never ran leaves nothing to show."""
+    open_page(page, server)
+    page.execute_script("localStorage.setItem('edge-sql-history', arguments[0])", json.dumps([NO_SQL_ENTRY]))
+    page.refresh()
+    open_page(page, server)
+    page.find_elements(By.CSS_SELECTOR, "#history-list li button")[0].click()
+    assert element(page, "sql-code").text == "(no SQL)"
+    assert element(page, "answer-note").text == NO_SQL_ENTRY["note"]
+    for sql in (None, "SELECT nope FROM Album"):
+        element(page, "edit-sql").click()
+        assert element(page, "sql-input").get_attribute("value") == ""
+        if sql:
+            element(page, "sql-input").send_keys(sql)
+            element(page, "run-sql").click()
+            wait_for(page, lambda d: element(d, "query-error").is_displayed(), 60, "the SQL did not fail")
+        element(page, "cancel-edit").click()
+        assert element(page, "answer").is_displayed() and element(page, "sql-box").is_displayed()
+        assert element(page, "sql-code").text == "(no SQL)" and not element(page, "query-error").is_displayed()
+    assert element(page, "answer-note").text == NO_SQL_ENTRY["note"]
+
+    element(page, "own-sql").click()
+    element(page, "cancel-edit").click()
+    assert not element(page, "answer").is_displayed()  # nothing of one's own ran: nothing to show
+    page.execute_script("localStorage.clear()")
 
 
 # text cells a spreadsheet would run as formulas (OWASP), a negative number, plain text

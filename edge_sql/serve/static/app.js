@@ -264,10 +264,14 @@ $("edit-sql").addEventListener("click", () => {
   $("sql-form").hidden = false;
   $("sql-input").focus();
 });
+// Cancel goes back to what Edit left: the answer (even one with no SQL, whose note says why)
+// or the last run; only one's own SQL that never ran leaves nothing to show. The edited SQL's
+// error goes with the edit.
 $("cancel-edit").addEventListener("click", () => {
   $("sql-form").hidden = true;
-  if (page.result?.sql) $("sql-box").hidden = false;
-  else $("answer").hidden = true;  // nothing ran yet: nothing to show
+  $("query-error").hidden = true;
+  if (page.result?.question != null || page.result?.ran) $("sql-box").hidden = false;
+  else $("answer").hidden = true;
 });
 
 $("sql-form").addEventListener("submit", async (event) => {
