@@ -20,8 +20,12 @@ two runs differing only in torch's vector width differed in 1.6M of 67M values a
 Of four training seeds on one Xeon, two gave a model whose sampled episodes wrote SQL that ran in
 20 of 20 probes and two in 9 of 20, and a Zen 4 EPYC trained a model that did in 1 of 20. So the
 training ends with a check, not a step count: the model, converted and run by the runtime like
-any GGUF, must answer most of a fixed set of probe questions with SQL that runs (`check_answers`);
-until it does, it trains another round at a lower rate.
+any GGUF, must answer nearly all of a fixed set of probe episodes with SQL that runs
+(`check_answers`); until it does, it trains another round at a lower rate (`train_until_checked`).
+The share moves up and down between rounds (one EPYC: 71%, 83%, 100%, 83% of 24 probes at 160,
+240, 320 and 400 steps; a 12-probe check at 75% passed a model whose votes of 3 then had one
+runnable answer each), so the bar is high, the probes many, and when no round reaches the bar the
+best round is kept if it reaches the floor.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -52,19 +56,21 @@ LEARNING_RATE = 3e-3
 EPISODES_PER_DATABASE = 96
 MAX_ROUNDS = 6  # the protocol's budget lines count down from here
 # Until the check passes: at most this many more rounds of this many steps, at this peak rate
-EXTRA_ROUNDS = 4
+EXTRA_ROUNDS = 6
 EXTRA_STEPS = 80
 EXTRA_LEARNING_RATE = 1.5e-3
 
-# The check: sampled episodes over Chinook, with these seeds, must mostly answer with SQL that runs
+# The check: sampled episodes over Chinook, with these seeds, must nearly all answer with SQL that
+# runs (CHECK_PASS); after the last round the best one is kept if it reaches CHECK_FLOOR
 CHECK_QUESTIONS = (
     "How many tracks are in the store's catalogue?",
     "How many customers live in Brazil?",
     "List the names of all media types.",
     "How many rows does the Album table have?",
 )
-CHECK_SEEDS = (1, 2, 3)
-CHECK_PASS = 0.75
+CHECK_SEEDS = (1, 2, 3, 4, 5, 6)
+CHECK_PASS = 0.9
+CHECK_FLOOR = 0.75
 
 Piece = tuple[str, bool]  # (text, trained on it)
 
@@ -207,7 +213,7 @@ def train_checkpoint(
     """Train the checkpoint in `source` on teacher episodes; write it to `out_dir` in the same layout.
 
     With `check` (a written checkpoint -> the share of probes it passes; `check_answers` for the
-    fixture), training goes on in rounds of `EXTRA_STEPS` until the share reaches `CHECK_PASS`.
+    fixture), training goes on in rounds until the share reaches `CHECK_PASS` (`train_until_checked`).
     """
     import torch
 
@@ -218,23 +224,49 @@ def train_checkpoint(
     try:
         trainer = _Trainer(source, databases, log)
         trainer.train(steps, LEARNING_RATE)
-        for extra in range(EXTRA_ROUNDS + 1):
-            trainer.write(source, out_dir)
-            if check is None:
-                break
-            share = check(out_dir)
-            log(f"check: {share:.0%} of the probes answered with SQL that runs")
-            if share >= CHECK_PASS:
-                break
-            if extra == EXTRA_ROUNDS:
-                raise RuntimeError(
-                    f"the trained fixture answers {share:.0%} of its probes with SQL that runs after "
-                    f"{EXTRA_ROUNDS} more rounds of training (needs {CHECK_PASS:.0%})"
-                )
-            trainer.train(EXTRA_STEPS, EXTRA_LEARNING_RATE)
+        trainer.write(source, out_dir)
+        if check is not None:
+            train_until_checked(trainer, lambda: trainer.write(source, out_dir), lambda: check(out_dir), log)
         return out_dir
     finally:
         torch.set_num_threads(threads)
+
+
+class Rounds(Protocol):
+    """What `train_until_checked` needs of a trainer."""
+
+    def train(self, steps: int, peak_rate: float) -> None: ...
+    def snapshot(self) -> object: ...
+    def restore(self, state: object) -> None: ...
+
+
+def train_until_checked(
+    trainer: Rounds, write: Callable[[], None], check: Callable[[], float], log: Callable[[str], None]
+) -> float:
+    """`check` the written weights (the share of probes passed); below `CHECK_PASS`, train
+    `EXTRA_STEPS` more, `write` and check again, at most `EXTRA_ROUNDS` times. Then the best round
+    is written back if it reaches `CHECK_FLOOR`; below it, RuntimeError. Returns the written
+    weights' share."""
+    best_share, best_state = -1.0, None
+    for extra in range(EXTRA_ROUNDS + 1):
+        share = check()
+        log(f"check: {share:.0%} of the probes answered with SQL that runs")
+        if share >= CHECK_PASS:
+            return share
+        if share > best_share:
+            best_share, best_state = share, trainer.snapshot()
+        if extra < EXTRA_ROUNDS:
+            trainer.train(EXTRA_STEPS, EXTRA_LEARNING_RATE)
+            write()
+    if best_share < CHECK_FLOOR:
+        raise RuntimeError(
+            f"the trained fixture answers at best {best_share:.0%} of its probes with SQL that runs after "
+            f"{EXTRA_ROUNDS} more rounds of training (needs {CHECK_FLOOR:.0%})"
+        )
+    trainer.restore(best_state)
+    write()
+    log(f"check: no round reached {CHECK_PASS:.0%}; kept the best, {best_share:.0%}")
+    return best_share
 
 
 class _Trainer:
@@ -279,6 +311,13 @@ class _Trainer:
             if step % 25 == 0 or step == steps - 1:
                 self.log(f"step {self.done + step}: loss {loss.item():.3f}")
         self.done += steps
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of the trained weights (the optimizer's state is not needed to write them)."""
+        return {name: value.detach().clone() for name, value in self.model.state_dict().items()}
+
+    def restore(self, state: object) -> None:
+        self.model.load_state_dict(state)
 
     def write(self, source: Path, out_dir: Path) -> None:
         """The trained weights in `source`'s layout (BF16, one shard) in `out_dir`."""
