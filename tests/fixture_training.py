@@ -22,7 +22,7 @@ Of four training seeds on one Xeon, two gave a model whose sampled episodes wrot
 training ends with a check, not a step count: the model, converted and run by the runtime like
 any GGUF, must answer nearly all of a fixed set of probe episodes with SQL that runs
 (`check_answers`); until it does, it trains another round at a lower rate (`train_until_checked`).
-The share moves up and down between rounds (one EPYC: 71%, 83%, 100%, 83% of 24 probes at 160,
+The share moves up and down between rounds (one EPYC: 71%, 83%, 100%, 67% of 24 probes at 160,
 240, 320 and 400 steps; a 12-probe check at 75% passed a model whose votes of 3 then had one
 runnable answer each), so the bar is high, the probes many, and when no round reaches the bar the
 best round is kept if it reaches the floor.
@@ -313,11 +313,11 @@ class _Trainer:
         self.done += steps
 
     def snapshot(self) -> dict[str, torch.Tensor]:
-        """A copy of the trained weights (the optimizer's state is not needed to write them)."""
-        return {name: value.detach().clone() for name, value in self.model.state_dict().items()}
+        """A copy of the weights `write` writes (the optimizer's state is not needed for that)."""
+        return {name: value.detach().clone() for name, value in self.model.model.language_model.state_dict().items()}
 
     def restore(self, state: object) -> None:
-        self.model.load_state_dict(state)
+        self.model.model.language_model.load_state_dict(state)
 
     def write(self, source: Path, out_dir: Path) -> None:
         """The trained weights in `source`'s layout (BF16, one shard) in `out_dir`."""

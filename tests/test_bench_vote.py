@@ -19,25 +19,11 @@ from edge_sql.bench.parallel import resolve_parallel
 from edge_sql.cli import main
 from edge_sql.errors import BenchSetupError, EdgeSqlError
 from edge_sql.runtime.tuning import default_settings
+from fixture_budget import TRAINED_LIMITS
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
-# the trained-fixture budget of tests/test_parallel_api.py's vote
-BUDGET = [
-    "--episode-tokens",
-    "4096",
-    "--think-tokens",
-    "24",
-    "--calls-per-turn",
-    "2",
-    "--budget",
-    "max_final_think_tokens=12",
-    "--budget",
-    "max_sql_chars=96",
-    "--budget",
-    "max_name_chars=32",
-    "--budget",
-    "max_final_sql_tokens=40",
-]
+# the trained fixture's limits (benchmarks/fixture_budget.py), as the CLI takes them
+BUDGET = [arg for field, value in TRAINED_LIMITS.items() for arg in ("--budget", f"{field}={value}")]
 SEED = 33
 QUESTIONS = [  # BIRD format, on the bundled Chinook
     {  # worded as the fixture's teacher episodes are: its episodes mostly agree
