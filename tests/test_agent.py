@@ -700,3 +700,33 @@ def test_a_model_not_trained_for_the_protocol_hears_once_which_bounds_suit_it(sm
     assert small_model_note("m.gguf", "llama", None, Budget(max_think_tokens=16)) is None
     assert small_model_note("m.gguf", "llama", None, Budget(max_calls_per_turn=2)) is None
     assert small_model_note("m.gguf", "llama", None, Budget()).startswith("note: m.gguf is a llama model, not ")
+
+
+def _settled_final_answer(text: str, db_path: Path):
+    """A final answer's text as the episode settles it: taken out (`final_sql`), run read-only on
+    the real database, and settled with no fallback (no query ran before it)."""
+    from edge_sql.agent.parsing import final_sql
+    from edge_sql.agent.result import settle_answer
+    from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+    answer = final_sql(text)
+    with ReadOnlyDatabase(db_path) as database:
+        ran = Toolbox(database).answer(answer, max_rows=10)
+    return answer, settle_answer(answer, ran, None, None, error=None)
+
+
+def test_a_final_answer_in_prose_is_said_to_be_not_sql(chinook_db):
+    """Not SQLite's `near "The": syntax error`: the answer was prose, and its start is shown."""
+    _, settled = _settled_final_answer("The Album table has 347 rows, as the query showed.", chinook_db)
+    assert settled.sql is None
+    assert settled.error == "the final answer was not SQL: 'The Album table has 347 rows, as the query showed.'"
+
+
+def test_a_final_answer_in_quotes_is_unwrapped_and_its_missing_table_named(chinook_db):
+    answer, settled = _settled_final_answer('"SELECT COUNT(*) FROM orders"', chinook_db)
+    assert answer == "SELECT COUNT(*) FROM orders"
+    assert settled.error == "the answer failed to run: no such table: orders"
+    answer, settled = _settled_final_answer("'SELECT COUNT(*) FROM Album;'", chinook_db)
+    assert answer == "SELECT COUNT(*) FROM Album" and settled.result is not None and settled.result.rows == [(347,)]
+    answer, _ = _settled_final_answer('"Album"', chinook_db)
+    assert answer == '"Album"'  # a quoted name alone is no query: it stays as written

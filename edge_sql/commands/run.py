@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from edge_sql.commands.files import DB_HELP, load_for_db
-from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option
+from edge_sql.commands.options import VOTE, episode_options
+from edge_sql.commands.settings import reads_settings
 from edge_sql.errors import EdgeSqlError
 from edge_sql.interrupts import Terminated
 
@@ -95,6 +96,7 @@ def _event_line(event: EpisodeEvent) -> str | None:
     return None
 
 
+@reads_settings
 @click.command()
 @click.option(
     "--db",
@@ -102,12 +104,6 @@ def _event_line(event: EpisodeEvent) -> str | None:
     required=True,
     type=click.Path(path_type=Path),
     help="What to ask about: " + DB_HELP + ". Opened read-only; never modified.",
-)
-@click.option(
-    "--model",
-    default=None,
-    metavar="PATH|NAME",
-    help="A .gguf file or a model-store name such as synsql:Q4_K_M (default: the default model, pulled on first use).",
 )
 @click.option("--question", default=None, help="Answer this one question and exit (otherwise: an interactive prompt).")
 @click.option(
@@ -117,8 +113,6 @@ def _event_line(event: EpisodeEvent) -> str | None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question instead of the live view.")
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
-@click.option("--seed", type=int, default=None, help="Seed for sampling, for reproducible answers.")
-@click.option("--greedy", is_flag=True, help="Always pick the most likely token (no sampling).")
 @click.option(
     "--vote",
     type=VOTE,
@@ -140,29 +134,7 @@ def _event_line(event: EpisodeEvent) -> str | None:
     "FRACTION of the K episodes return its result (e.g. 0.75: at least 3 of 4 must agree); every "
     "episode then runs to its end.",
 )
-@click.option(
-    "--gpu-layers",
-    type=click.IntRange(min=-1),
-    default=None,
-    help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).",
-)
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
-@context_option("Context size in tokens; an episode uses at most --episode-tokens of it.")
-@click.option(
-    "--prompt-file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="A prompt template replacing the default (sqale-v2): a TOML file, or a packaged "
-    "template's name (sqale-v1); see edge_sql/agent/prompts/.",
-)
-@budget_options
-@speculate_option
-@click.option(
-    "--no-tune",
-    is_flag=True,
-    help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this "
-    "machine (the first run of a model calibrates quickly; `edge-sql tune` runs the full sweep).",
-)
+@episode_options
 def command(
     db_path: Path,
     model: str | None,
@@ -182,7 +154,8 @@ def command(
     vote: int | Literal["auto"] | None = None,
     abstain_below: float | None = None,
 ) -> None:
-    """Answer questions about a SQLite database with the local model.
+    """Answer questions about a SQLite database, or a data file (CSV, TSV, JSON Lines, Excel,
+    Parquet) or a folder of them, with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
     runs, and get the final SQL with its result. An empty line, `exit` or Ctrl-D quits;
@@ -191,7 +164,8 @@ def command(
     one a line, without prompts, each answer printed after a `question:` line. On a
     terminal, stderr shows a status line while the model works (round, tokens generated,
     tok/s, elapsed time; --json too), erased when the answer prints. The database is
-    checked before the model loads.
+    checked before the model loads. Options you always give can live in edge-sql.toml
+    (see --profile; `edge-sql run --profile small` tries a small model offline).
 
     \b
     Exit status:
@@ -208,6 +182,7 @@ def command(
       edge-sql run --db chinook.sqlite --question "How many albums are there?" --json
       edge-sql run --db chinook.sqlite --question "Which genre sells most?" --vote 4 --seed 1
       edge-sql run --db sales.csv --question "Which region sold most in March?"
+      edge-sql run --profile small --db chinook.sqlite --question "How many albums are there?"
     """
     from edge_sql.agent.budget import Budget
 

@@ -10,7 +10,8 @@ import click
 from click.core import ParameterSource
 
 from edge_sql.commands.files import DB_HELP, load_for_db
-from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option
+from edge_sql.commands.options import VOTE, episode_options
+from edge_sql.commands.settings import reads_settings
 
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from edge_sql.agent.budget import Budget
@@ -44,6 +45,8 @@ class ServeOptions:
     open_page: bool = False
     parallel: int = 1
     vote: int | Literal["auto"] | None = None  # the vote of a request that names none; its K sequences are opened
+    seed: int | None = None  # the seed of a request that names none
+    greedy: bool = False  # requests that ask for no vote take the most likely token
     allow: AllowList | None = None  # the guard's Host names and origins (None: loopback and the bound address)
     quiet: bool = False  # no access-log line per request
 
@@ -67,6 +70,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
     return databases
 
 
+@reads_settings
 @click.command()
 @click.option(
     "--db",
@@ -119,33 +123,7 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
     "preflights are answered and it gets CORS headers (repeatable). Other origins get 403.",
 )
 @click.option("--quiet", is_flag=True, help="No access-log line per HTTP request on stderr.")
-@click.option(
-    "--model",
-    default=None,
-    metavar="PATH|NAME",
-    help="A .gguf file or a model-store name (default: the default model).",
-)
-@click.option(
-    "--gpu-layers",
-    type=click.IntRange(min=-1),
-    default=None,
-    help="Layers to offload to the GPU; -1 all (default: all when llama.cpp has a GPU backend, else none).",
-)
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available).")
-@context_option("Context size in tokens.")
-@click.option(
-    "--prompt-file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="A prompt template (TOML) replacing the packaged one.",
-)
-@budget_options
-@speculate_option
-@click.option(
-    "--no-tune",
-    is_flag=True,
-    help="Use safe llama.cpp defaults instead of the settings calibrated for this model on this machine.",
-)
+@episode_options
 @click.option(
     "--parallel",
     type=click.IntRange(min=1),
@@ -226,6 +204,8 @@ def command(
     max_rows: int,
     speculate: SpeculateMode = "off",
     vote: int | Literal["auto"] | None = None,
+    seed: int | None = None,
+    greedy: bool = False,
 ) -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
@@ -241,6 +221,8 @@ def command(
       curl -s localhost:8765/v1/ask -H 'Content-Type: application/json' \\
            -d '{"question": "How many albums?", "database": "chinook"}'
     """
+    if vote is not None and greedy:
+        raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
     databases = _databases(db_items)
     http = use_http or not use_mcp
     _check_token(token, http, host)
@@ -272,6 +254,8 @@ def command(
             open_page=open_page,
             parallel=parallel,
             vote=vote,
+            seed=seed,
+            greedy=greedy,
             allow=allow,
             quiet=quiet,
         )
@@ -337,6 +321,8 @@ def _serve(options: ServeOptions) -> None:
         max_rows=o.max_rows,
         parallel=parallel,
         vote=o.vote,
+        seed=o.seed,
+        greedy=o.greedy,
         max_waiting=o.queue_size,
         wait_timeout_s=o.queue_timeout,
     )

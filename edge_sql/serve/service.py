@@ -40,6 +40,8 @@ class Limits:
     mcp_output_chars: int = 200  # each call's output in an MCP tool result
     parallel: int = 1  # requests answered at once (the Agent holds as many sessions)
     vote: int | Literal["auto"] | None = None  # the vote of a request that names none (`serve --vote`)
+    seed: int | None = None  # the seed of a request that names none (`serve --seed`)
+    greedy: bool = False  # `serve --greedy`: a request without a vote takes the most likely token
     max_waiting: int = 8  # requests waiting behind the running ones
     wait_timeout_s: float = 300.0  # longest wait in the queue before the request is dropped
 
@@ -117,14 +119,16 @@ class Service:
         on_event: Callable[[EpisodeEvent], None],
         should_stop: Callable[[], bool],
     ) -> EpisodeResult:
+        vote = request.vote if request.vote is not None else self.limits.vote
         return self.agent.ask(
             request.question,
             db,
             evidence=request.evidence,
-            seed=request.seed,
+            seed=request.seed if request.seed is not None else self.limits.seed,
+            greedy=self.limits.greedy and vote is None,  # a vote samples its K episodes
             on_event=on_event,
             should_stop=should_stop,
-            vote=request.vote if request.vote is not None else self.limits.vote,
+            vote=vote,
             abstain_below=request.abstain_below,
         )
 

