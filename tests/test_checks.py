@@ -75,16 +75,49 @@ def test_names_follow_aliases_ctes_subqueries_using_and_quoting(northwind: ReadO
 
 def test_an_unknown_name_and_a_failing_query_are_doubtful(chinook: ReadOnlyDatabase) -> None:
     checks = check_sql(chinook, "SELECT Nope FROM Album")
-    assert codes(checks) == ["failed", "unknown_name"]
+    assert codes(checks) == ["unknown_name"]  # said once, not also as SQLite's "no such column: Nope"
     assert checks.confidence == "doubtful"
-    assert "no such column: Nope" in checks.findings[0].message
+    assert [f.message for f in checks.findings] == ["no such column nope"]
+    checks = check_sql(chinook, "SELECT count(*) FROM Album WHERE length(Title, 2) > 3")
+    assert codes(checks) == ["failed"] and "wrong number of arguments" in checks.findings[0].message
     checks = check_sql(chinook, "SELECT a.Nope FROM Album a")
     assert "unknown_name" in codes(checks)
 
 
 def test_sql_that_does_not_parse_is_unchecked_not_an_error(chinook: ReadOnlyDatabase) -> None:
-    checks = check_sql(chinook, "SELEC 1")
-    assert "unparsed" in codes(checks) and checks.confidence == "doubtful"  # and it failed to run
+    checks = check_sql(chinook, "SELEC * FROM Album")
+    assert codes(checks) == ["unparsed"] and checks.confidence == "doubtful"  # and it failed to run
+    assert checks.findings[0].message == 'it does not parse as SQL (near "SELEC": syntax error)'
+
+
+@pytest.mark.parametrize(
+    "sql, says",
+    [
+        ("SELEC * FROM Album", 'it does not parse as SQL (near "SELEC": syntax error)'),
+        ("DELETE FROM Album", "it is a DELETE statement, not a query: only SELECT, WITH and VALUES are checked"),
+        ("SELECT 1; SELECT 2", "it holds 2 statements; one is checked at a time"),
+        ("  ;", None),
+    ],
+)
+def test_edge_sql_check_refuses_sql_it_cannot_check(chinook_db: Path, sql: str, says: str | None) -> None:
+    """Exit 1 with a plain sentence (no parser internals) for SQL that cannot be checked at all;
+    a doubtful answer stays exit 0."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db), "--sql", sql],
+        capture_output=True,
+        text=True,
+    )
+    expected = f"this SQL cannot be checked: {says}" if says else "--sql is empty: give the SELECT statement to check"
+    assert (done.returncode, done.stderr, done.stdout) == (1, f"Error: {expected}\n", "")
+    doubtful = subprocess.run(
+        [sys.executable, "-m", "edge_sql", "check", "--db", str(chinook_db), "--sql", "SELECT Nope FROM Album"],
+        capture_output=True,
+        text=True,
+    )
+    assert doubtful.returncode == 0 and doubtful.stdout.count("no such column") == 1, doubtful.stdout
 
 
 # -- values --------------------------------------------------------------------------------

