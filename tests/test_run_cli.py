@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from edge_sql.cli import main
+from edge_sql.commands.progress import RATE_AFTER_TOKENS
 from edge_sql.commands.run import EXIT_NO_ANSWER
 
 SMALL = [
@@ -545,7 +546,7 @@ def _run_process(args: list[str], *, stderr_terminal: bool, timeout_s: float = 3
     return process.wait(timeout=60), out, bytes(err)
 
 
-STATUS = re.compile(rb"\r\x1b\[2K(round \d+): (\d+) tokens?, [\d.]+ tok/s, \d+ s")
+STATUS = re.compile(rb"\r\x1b\[2K(round \d+): (\d+) tokens?(, [\d.]+ tok/s)?, \d+ s")
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -568,7 +569,9 @@ def test_a_terminal_sees_a_live_status_line_that_is_gone_when_the_answer_prints(
     assert code in (0, EXIT_NO_ANSWER), (out, err)
     shown = STATUS.findall(err)
     assert shown, err
-    assert any(int(tokens) > 0 for _, tokens in shown)  # tokens counted while the model writes
+    assert any(int(tokens) > 0 for _, tokens, _ in shown)  # tokens counted while the model writes
+    # a rate once it means something: never over the first few tokens ("1 token, 1080.8 tok/s")
+    assert not any(rate for _, tokens, rate in shown if int(tokens) < RATE_AFTER_TOKENS), shown
     assert err.rstrip(b"\r\n").endswith(b"\r\x1b[2K")  # erased: the last thing on the line
     assert "\x1b" not in out and "tok/s," not in out
     if as_json:
@@ -629,16 +632,62 @@ def test_the_status_line_says_what_it_waits_for_before_the_first_round(monkeypat
     stream = Terminal()
     with StatusLine(stream, what="voting (4 episodes)") as status:
         assert re.fullmatch(r"voting \(4 episodes\), \d+ s", status.text())
-        status.update(round=2, tokens=1, tok_s=3.25)
-        assert re.fullmatch(r"round 2: 1 token, 3\.2 tok/s, \d+ s", status.text())
+        status.update(round=2, tokens=40, tok_s=3.25)
+        assert re.fullmatch(r"round 2: 40 tokens, 3\.2 tok/s, \d+ s", status.text())
         with status.above():
             stream.write("a line\n")
         status.update()  # redrawn below the line
     shown = stream.getvalue()
     assert re.fullmatch(
         r"\r\x1b\[2Kvoting \(4 episodes\), \d+ s"
-        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2Ka line\n"
-        r"\r\x1b\[2Kround 2: 1 token, 3\.2 tok/s, \d+ s\r\x1b\[2K",
+        r"\r\x1b\[2Kround 2: 40 tokens, 3\.2 tok/s, \d+ s\r\x1b\[2Ka line\n"
+        r"\r\x1b\[2Kround 2: 40 tokens, 3\.2 tok/s, \d+ s\r\x1b\[2K",
         shown,
     ), shown
     assert not StatusLine(io.StringIO()).enabled  # not a terminal: nothing is drawn
+    early = StatusLine(stream)
+    early.update(round=1, tokens=1, tok_s=1080.8)  # one token timed over one decode: no rate yet
+    assert re.fullmatch(r"round 1: 1 token, \d+ s", early.text())
+
+
+def test_keys_typed_during_a_run_are_not_echoed_into_the_status_line(tiny_gguf_fast, chinook_db):
+    """stdin and stderr one real pty, as at a terminal: text typed while the model works does not
+    appear on the screen (the line discipline would echo it into the status line), and the
+    terminal echoes again once the answer is printed."""
+    import pty
+    import select
+    import termios
+
+    master, slave = pty.openpty()
+    args = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--question", "How many albums?", *SMALL]
+    cli = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "TERM": "xterm"}
+    process = subprocess.Popen(cli, stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env)
+    screen, typed = bytearray(), False
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if select.select([master], [], [], 0.2)[0]:
+            screen += os.read(master, 65536)
+        if not typed and b"reading the question" in screen:  # the status line is up: keys are not echoed
+            os.write(master, b"typed meanwhile")
+            typed = True
+    out = process.stdout.read().decode()
+    assert process.wait(timeout=60) in (0, EXIT_NO_ANSWER), (out, bytes(screen))
+    while select.select([master], [], [], 0.2)[0]:
+        screen += os.read(master, 65536)
+    assert typed and b"typed meanwhile" not in screen, bytes(screen)
+    assert termios.tcgetattr(slave)[3] & termios.ECHO  # echo is back for whatever comes next
+    os.close(slave)
+    os.close(master)
+
+
+def test_help_says_that_db_takes_data_files_too():
+    """A new user reads `edge-sql --help` and `run --help` first: both say that --db takes a CSV
+    (or another data file) as well as a SQLite database, and how to try edge-sql offline."""
+    top = CliRunner().invoke(main, ["--help"])
+    run_help = CliRunner().invoke(main, ["run", "--help"])
+    assert top.exit_code == run_help.exit_code == 0
+    top_text, run_text = " ".join(top.output.split()), " ".join(run_help.output.split())
+    assert "or a data file (CSV, TSV, JSON Lines, Excel, Parquet)" in top_text
+    assert "edge-sql run --db sales.csv" in top_text and "--profile small" in top_text
+    assert run_text.split("Options:")[0].count("a data file (CSV, TSV, JSON Lines, Excel, Parquet)") == 1
