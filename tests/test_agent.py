@@ -690,7 +690,7 @@ def test_a_model_not_trained_for_the_protocol_hears_once_which_bounds_suit_it(sm
     assert notes[0].startswith(f"note: {smollm2_gguf.name} is a llama model (")
     assert (
         "--max-rounds 3 --calls-per-turn 2 --think-tokens 16 --budget max_final_sql_tokens=40 "
-        "--budget max_name_chars=24 --budget max_sql_chars=80 --ctx 2048"
+        "--budget max_name_chars=24 --budget max_sql_chars=80 --ctx 2048, which `--profile small` holds"
     ) in notes[0]
     assert "Budget(max_rounds=3, max_calls_per_turn=2, max_think_tokens=16" in notes[0]
     lines.clear()

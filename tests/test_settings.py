@@ -141,3 +141,13 @@ def test_serve_greedy_answers_the_same_way_twice(tiny_gguf_fast, chinook_db, tmp
 def test_serve_refuses_greedy_with_a_vote(tmp_path):
     done = _edge_sql(["serve", "--db", "x=x.db", "--greedy", "--vote", "2"], tmp_path)
     assert done.returncode == 2 and "--greedy would make them all the same" in done.stderr, done.stderr
+
+
+def test_a_vote_typed_on_the_command_line_wins_over_a_profiles_greedy(tmp_path):
+    """The small profile is greedy; `--vote 2` typed with it samples (no usage error), while
+    --greedy and --vote typed together stay refused."""
+    (tmp_path / "edge-sql.toml").write_text('db = "nowhere.db"\n')
+    voted = _edge_sql(["run", "--profile", "small", "--vote", "2", "--question", "q"], tmp_path)
+    assert voted.returncode == 1 and "nowhere.db" in voted.stderr, voted.stderr  # past the options: the database
+    both = _edge_sql(["run", "--greedy", "--vote", "2", "--question", "q"], tmp_path)
+    assert both.returncode == 2 and "--greedy would make them all the same" in both.stderr

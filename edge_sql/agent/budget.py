@@ -107,7 +107,8 @@ def small_model_note(file_name: str, architecture: str, model_name: str | None, 
     return (
         f"note: {file_name} is a {named}, not the Qwen3.5 model whose training these defaults follow: they "
         "bound thinking and calls per turn only by the 12,288-token episode, which a small model can fill "
-        f"for many minutes. For a small model: {options} --ctx 2048 (Python: Budget({fields_}))"
+        f"for many minutes. For a small model: {options} --ctx 2048, which `--profile small` holds "
+        f"(Python: Budget({fields_}))"
     )
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option
+from edge_sql.commands.options import VOTE, budget_options, context_option, speculate_option, threads_option
 from edge_sql.commands.ray_options import ray_options
 
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
@@ -85,7 +85,7 @@ class ParallelCount(click.ParamType):
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed of every episode.")
 @click.option("--greedy", is_flag=True, help="Greedy decoding instead of the trained sampling settings.")
-@click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all available).")
+@threads_option
 @context_option("Context size of each episode.")
 @click.option(
     "--fidelity-tokens",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SPECULATE_MODES
 
@@ -150,6 +151,20 @@ VOTE = VoteType()
 threads_option = click.option(
     "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all available)."
 )
+
+
+def greedy_with(vote: object, greedy: bool) -> bool:
+    """`--greedy` beside `--vote`: a vote samples its K episodes, so the two given together are a
+    usage error; a greedy from the settings (a file, a profile, the environment) gives way to a
+    vote typed on the command line."""
+    if vote is None or not greedy:
+        return greedy
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("vote") is ParameterSource.COMMANDLINE and (
+        ctx.get_parameter_source("greedy") is not ParameterSource.COMMANDLINE
+    ):
+        return False
+    raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
 
 
 def episode_options(command: Callable) -> Callable:

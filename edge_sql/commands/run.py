@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from edge_sql.commands.files import DB_HELP, load_for_db
-from edge_sql.commands.options import VOTE, episode_options
+from edge_sql.commands.options import VOTE, episode_options, greedy_with
 from edge_sql.commands.settings import reads_settings
 from edge_sql.errors import EdgeSqlError
 from edge_sql.interrupts import Terminated
@@ -186,8 +186,7 @@ def command(
     """
     from edge_sql.agent.budget import Budget
 
-    if vote is not None and greedy:
-        raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
+    greedy = greedy_with(vote, greedy)
     if abstain_below is not None and vote is None:
         raise click.UsageError("--abstain-below needs --vote K: it is the share of the K episodes that agree")
     try:

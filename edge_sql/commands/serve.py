@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from edge_sql.commands.files import DB_HELP, load_for_db
-from edge_sql.commands.options import VOTE, episode_options
+from edge_sql.commands.options import VOTE, episode_options, greedy_with
 from edge_sql.commands.settings import reads_settings
 
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
@@ -221,8 +221,7 @@ def command(
       curl -s localhost:8765/v1/ask -H 'Content-Type: application/json' \\
            -d '{"question": "How many albums?", "database": "chinook"}'
     """
-    if vote is not None and greedy:
-        raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
+    greedy = greedy_with(vote, greedy)
     databases = _databases(db_items)
     http = use_http or not use_mcp
     _check_token(token, http, host)
