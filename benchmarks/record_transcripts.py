@@ -33,7 +33,7 @@ README_START = "<!-- recorded by benchmarks/record_transcripts.py: one question 
 README_END = "<!-- end of the recorded transcript -->"
 PROMPT = "edge-sql> "
 CTRL_C = "\x03"
-# the demo's options: README's offline command (the earlier prompt, whose example calls SmolLM2
+# the demo's options: the `small` profile's, spelled out (the earlier prompt, whose example calls SmolLM2
 # copies; reproducible; no calibration; one thread; the bounds a small model needs)
 DEMO = [
     "--prompt-file",
@@ -165,7 +165,7 @@ edge-sql is built for cannot be downloaded on the machine that recorded it), lin
 working folder beside copies of the bundled databases. Timings are those of a 2-core machine
 shared with other work.
 
-The options beyond `--db`, `--model` and `--question` are README's offline command's, which
+The options beyond `--db`, `--model` and `--question` are the `small` profile's (README's offline command), which
 keep the demo short and reproducible: `--prompt-file sqale-v1` is the earlier prompt, whose
 example calls SmolLM2 copies into queries that run; `--greedy` always takes the most likely
 token; `--think-tokens 16` bounds each `<think>` block (the forced final answer's too);
