@@ -81,6 +81,7 @@ def test_bad_settings_are_one_line_naming_the_file(tmp_path):
         ("thread = 2\n", "unknown setting 'thread'"),
         ('threads = "two"\n', "threads = 'two'"),
         ("threads = \n", "not valid TOML"),
+        ('profile = "small"\n', "'profile' holds tables, [profile.NAME]; choose one with --profile NAME"),
     ]:
         settings.write_text(text)
         done = _edge_sql(["run", "--db", "x.db"], tmp_path)

@@ -26,7 +26,6 @@ HOME_FILE = "config.toml"  # in the model store's folder ($EDGE_SQL_HOME)
 PACKAGED_PROFILES = Path(__file__).resolve().parents[1] / "data" / "profiles.toml"
 PROFILE_TABLE = "profile"
 SETTINGS_COMMANDS = ("run", "serve")  # the commands that read the settings (modules in edge_sql.commands)
-_SOURCES = "edge_sql.settings.sources"  # ctx.meta key: option key -> where its file value came from
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,7 @@ def load_settings(profile: str | None) -> dict[str, Setting]:
     files = [(path, _read(path)) for path in settings_files() if path.is_file()]
     settings: dict[str, Setting] = {}
     for path, data in files:
+        _profiles(str(path), data)  # checked even when no profile is asked for
         for key, value in data.items():
             if key != PROFILE_TABLE:
                 settings[_key(key)] = Setting(value, str(path))
@@ -80,7 +80,7 @@ def load_settings(profile: str | None) -> dict[str, Setting]:
         return settings
     found = False
     for where, data in [("packaged", _read(PACKAGED_PROFILES)), *((str(path), data) for path, data in files)]:
-        table = data.get(PROFILE_TABLE, {}).get(profile)
+        table = _profiles(where, data).get(profile)
         if table is None:
             continue
         if not isinstance(table, dict):
@@ -95,11 +95,21 @@ def load_settings(profile: str | None) -> dict[str, Setting]:
 
 def known_profiles() -> list[str]:
     """Every profile name the packaged file and the settings files define."""
-    names = set(_read(PACKAGED_PROFILES).get(PROFILE_TABLE, {}))
+    names = set(_profiles("packaged", _read(PACKAGED_PROFILES)))
     for path in settings_files():
         if path.is_file():
-            names |= set(_read(path).get(PROFILE_TABLE, {}))
+            names |= set(_profiles(str(path), _read(path)))
     return sorted(names)
+
+
+def _profiles(where: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A file's `[profile.NAME]` tables by name (`profile = "x"` is not one: SettingsError)."""
+    profiles = data.get(PROFILE_TABLE, {})
+    if not isinstance(profiles, dict):
+        raise SettingsError(
+            f"{where}: '{PROFILE_TABLE}' holds tables, [{PROFILE_TABLE}.NAME]; choose one with --profile NAME"
+        )
+    return profiles
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:
@@ -156,7 +166,6 @@ def _apply(ctx: click.Context, param: click.Parameter, profile: str | None) -> N
     """`--profile`'s callback (eager: it runs before the other options read their defaults)."""
     settings = load_settings(profile)
     ctx.default_map = {**(ctx.default_map or {}), **command_defaults(ctx, settings)}
-    ctx.meta[_SOURCES] = {key: s.source for key, s in settings.items()}
 
 
 def reads_settings(command: click.Command) -> click.Command:
