@@ -35,9 +35,9 @@ FILE_NAME = "knowledge.sqlite"
 BUSY_TIMEOUT_S = 30.0
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS schemas (identity TEXT PRIMARY KEY, tables TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, identity TEXT NOT NULL, path TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY AUTOINCREMENT, identity TEXT NOT NULL, path TEXT NOT NULL, "
     "text TEXT NOT NULL, question TEXT, tables TEXT NOT NULL, created TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS verified (id INTEGER PRIMARY KEY, identity TEXT NOT NULL, path TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS verified (id INTEGER PRIMARY KEY AUTOINCREMENT, identity TEXT NOT NULL, path TEXT NOT NULL, "
     "question TEXT NOT NULL, normalised TEXT NOT NULL, evidence TEXT, sql TEXT NOT NULL, tables TEXT NOT NULL, "
     "verified_at TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS verified_by_question ON verified (normalised)",
