@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from edge_sql.errors import KnowledgeError
-from edge_sql.knowledge import Knowledge, schema_identity
+from edge_sql.knowledge import FollowUp, Knowledge, schema_identity
 from edge_sql.knowledge.answers import answer_at_once, brief
 from edge_sql.knowledge.evidence import ITEM_TOKEN_BOUND
 from edge_sql.knowledge.identity import normalise_question
@@ -236,3 +236,18 @@ def test_export_and_import_move_notes_and_answers_and_a_bad_file_changes_nothing
             "verified_at": exported["verified"][0]["verified_at"],
         }
     ]
+
+
+def test_a_follow_ups_verified_answer_is_reused_only_after_the_same_question(kb, chinook_db):
+    before = FollowUp("What is the revenue per customer?", "SELECT CustomerId, SUM(Total) FROM Invoice GROUP BY 1")
+    other = FollowUp("How many tracks per genre?", "SELECT GenreId, COUNT(*) FROM Track GROUP BY 1")
+    by_year = "SELECT CustomerId, strftime('%Y', InvoiceDate), SUM(Total) FROM Invoice GROUP BY 1, 2"
+    with ReadOnlyDatabase(chinook_db) as db:
+        stored = kb.verify(db, "And by year?", by_year, follows=before.question)
+        after_it = answer_at_once(kb, db, "and by year", follow_up=FollowUp("what is the REVENUE per customer", "x"))
+        alone = answer_at_once(kb, db, "and by year")
+        after_other = answer_at_once(kb, db, "and by year", follow_up=other)
+        examples = kb.similar(db, "revenue by year")
+    assert after_it is not None and after_it.given is not None and after_it.given.verified == stored
+    assert stored.follows == before.question
+    assert alone is None and after_other is None and examples == []

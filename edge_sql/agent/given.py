@@ -43,7 +43,8 @@ class Note:
 
 @dataclass(frozen=True)
 class VerifiedAnswer:
-    """A question whose SQL a person confirmed (`verified_at`: when, ISO 8601 UTC)."""
+    """A question whose SQL a person confirmed (`verified_at`: when, ISO 8601 UTC); `follows`: the
+    question it was asked after, for the answer to a follow-up."""
 
     id: int
     question: str
@@ -51,6 +52,7 @@ class VerifiedAnswer:
     sql: str
     verified_at: str
     stale: str | None = None
+    follows: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,7 @@ class VerifiedAnswer:
             "sql": self.sql,
             "verified_at": self.verified_at,
             "stale": self.stale,
+            "follows": self.follows,
         }
 
 

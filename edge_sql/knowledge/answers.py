@@ -25,6 +25,7 @@ def answer_at_once(
     question: str,
     evidence: str | None = None,
     *,
+    follow_up: FollowUp | None = None,
     max_rows: int = 1000,
     prompt_version: str = "",
 ) -> EpisodeResult | None:
@@ -32,7 +33,7 @@ def answer_at_once(
     afresh and checked (`stop == "verified"`); None when there is none, or its SQL no longer runs
     (then a fresh episode answers)."""
     seen = Seen(db)
-    verified = kb.same_question(db, question, seen=seen)
+    verified = kb.same_question(db, question, follows=follow_up.question if follow_up else None, seen=seen)
     if verified is None:
         return None
     try:
@@ -54,7 +55,7 @@ def answer_at_once(
         transcript="",
         stop="verified",
         prompt_version=prompt_version,
-        given=Given(verified=verified, schema_change=kb.schema_change(db, seen=seen)),
+        given=Given(follow_up=follow_up, verified=verified, schema_change=kb.schema_change(db, seen=seen)),
     )
     result.checks = check_episode(db, result)
     return result
@@ -106,14 +107,17 @@ def consult(
     max_rows: int,
     prompt_version: str,
 ) -> EpisodeResult | Composed:
-    """`Agent.ask`'s one step before an episode: the answer at once when `question` (not a
-    follow-up, not `fresh`) was verified before on `db`; else the evidence to ask with. With
+    """`Agent.ask`'s one step before an episode: the answer at once when `question` (not `fresh`)
+    was verified before on `db` (on its own, or after the same previous question); else the
+    evidence to ask with. With
     `use_knowledge` off the knowledge is not opened, and only a follow-up pair is added."""
     if not use_knowledge:
         return compose(evidence, follow_up=follow_up, count_tokens=count_tokens)
     kb = open_knowledge()
-    if not fresh and follow_up is None:
-        at_once = answer_at_once(kb, db, question, evidence, max_rows=max_rows, prompt_version=prompt_version)
+    if not fresh:
+        at_once = answer_at_once(
+            kb, db, question, evidence, follow_up=follow_up, max_rows=max_rows, prompt_version=prompt_version
+        )
         if at_once is not None:
             return at_once
     return brief(kb, db, question, evidence, follow_up=follow_up)

@@ -39,7 +39,7 @@ _SCHEMA = (
     "text TEXT NOT NULL, question TEXT, tables TEXT NOT NULL, created TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS verified (id INTEGER PRIMARY KEY AUTOINCREMENT, identity TEXT NOT NULL, path TEXT NOT NULL, "
     "question TEXT NOT NULL, normalised TEXT NOT NULL, evidence TEXT, sql TEXT NOT NULL, tables TEXT NOT NULL, "
-    "verified_at TEXT NOT NULL)",
+    "verified_at TEXT NOT NULL, follows TEXT)",
     "CREATE INDEX IF NOT EXISTS verified_by_question ON verified (normalised)",
 )
 
@@ -181,37 +181,45 @@ class Knowledge:
 
     # ---- verified answers ---------------------------------------------------------------
 
-    def verify(self, db: ReadOnlyDatabase, question: str, sql: str, *, evidence: str | None = None) -> VerifiedAnswer:
+    def verify(
+        self, db: ReadOnlyDatabase, question: str, sql: str, *, evidence: str | None = None, follows: str | None = None
+    ) -> VerifiedAnswer:
         """Store `sql` as the confirmed answer to `question` on `db` (replacing an earlier one for
-        the same question). Refused: an empty question, SQL that writes or does not run, a hint
-        over the bound."""
+        the same question). `follows`: the question it followed, for a follow-up's answer (reused
+        at once only after that question again, and never an example: alone its words mislead).
+        Refused: an empty question, SQL that writes or does not run, a hint over the bound."""
         if not question or not normalise_question(question):
             raise KnowledgeError("empty question: a verified answer needs the question it answers")
         sql = (sql or "").strip()
         check_read_only(db, sql)
         seen = Seen(db)
         stamp = now()
-        answer = VerifiedAnswer(0, question.strip(), evidence.strip() if evidence else None, sql, stamp)
+        answer = VerifiedAnswer(
+            0, question.strip(), evidence.strip() if evidence else None, sql, stamp, follows=follows
+        )
         check_item("the verified answer", example_hint(answer), self.count_tokens)
         schema = retrieval.schema_words(db)
         with self.writing() as conn:
             self._remember(conn, seen)
             answer_id = self.store_answer(conn, seen, answer, schema)
-        return VerifiedAnswer(answer_id, answer.question, answer.evidence, sql, stamp)
+        return VerifiedAnswer(answer_id, answer.question, answer.evidence, sql, stamp, follows=follows)
 
     def store_answer(self, conn: sqlite3.Connection, seen: Seen, answer: VerifiedAnswer, schema: frozenset[str]) -> int:
         """Insert and index one verified answer (in the caller's transaction), replacing an earlier
         answer of this database to the same question."""
         normalised = normalise_question(answer.question)
-        for (old,) in conn.execute(
-            "SELECT id FROM verified WHERE normalised = ? AND (identity = ? OR path = ?)",
+        follows = normalise_question(answer.follows) if answer.follows else None
+        for old, old_follows in conn.execute(
+            "SELECT id, follows FROM verified WHERE normalised = ? AND (identity = ? OR path = ?)",
             (normalised, seen.identity, seen.path),
         ).fetchall():
+            if (normalise_question(old_follows) if old_follows else None) != follows:
+                continue  # the same words after another question: another answer
             conn.execute("DELETE FROM verified WHERE id = ?", (old,))
             retrieval.unindex_answer(conn, old)
         cursor = conn.execute(
-            "INSERT INTO verified (identity, path, question, normalised, evidence, sql, tables, verified_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO verified (identity, path, question, normalised, evidence, sql, tables, verified_at, follows) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 seen.identity,
                 seen.path,
@@ -221,10 +229,12 @@ class Knowledge:
                 answer.sql,
                 json.dumps(tables_named(answer.sql, seen.tables)),
                 answer.verified_at,
+                answer.follows,
             ),
         )
         assert cursor.lastrowid is not None
-        retrieval.index_answer(conn, cursor.lastrowid, answer.question, schema)
+        if follows is None:  # a follow-up's question alone is no example for another question
+            retrieval.index_answer(conn, cursor.lastrowid, answer.question, schema)
         return cursor.lastrowid
 
     def verified(self, db: ReadOnlyDatabase) -> list[VerifiedAnswer]:
@@ -233,10 +243,10 @@ class Knowledge:
 
     def _verified(self, seen: Seen, where: str, params: tuple[Any, ...]) -> list[VerifiedAnswer]:
         rows = self._rows(
-            f"SELECT id, question, evidence, sql, verified_at, tables FROM verified WHERE ({where}) ORDER BY id",
+            f"SELECT id, question, evidence, sql, verified_at, tables, follows FROM verified WHERE ({where}) ORDER BY id",
             (seen.identity, seen.path, *params),
         )
-        return [VerifiedAnswer(i, q, e, s, at, seen.stale(json.loads(t))) for i, q, e, s, at, t in rows]
+        return [VerifiedAnswer(i, q, e, s, at, seen.stale(json.loads(t)), f) for i, q, e, s, at, t, f in rows]
 
     def forget(self, db: ReadOnlyDatabase, answer_id: int) -> None:
         """Delete one verified answer of `db`; KnowledgeError when it has none with that id."""
@@ -250,11 +260,17 @@ class Knowledge:
         if not deleted:
             raise KnowledgeError(f"no verified answer {answer_id} for {Path(seen.path).name}")
 
-    def same_question(self, db: ReadOnlyDatabase, question: str, *, seen: Seen | None = None) -> VerifiedAnswer | None:
-        """The newest verified answer of `db` to this very question (normalised), unless stale."""
+    def same_question(
+        self, db: ReadOnlyDatabase, question: str, *, follows: str | None = None, seen: Seen | None = None
+    ) -> VerifiedAnswer | None:
+        """The newest verified answer of `db` to this very question (normalised), unless stale: one
+        verified on its own, or (asked as a follow-up of `follows`) one that followed that question."""
         seen = seen or Seen(db)
+        after = normalise_question(follows) if follows else None
         found = self._verified(seen, "(identity = ? OR path = ?) AND normalised = ?", (normalise_question(question),))
-        fitting = [a for a in found if a.stale is None]
+        fitting = [
+            a for a in found if a.stale is None and (a.follows is None or normalise_question(a.follows) == after)
+        ]
         return fitting[-1] if fitting else None
 
     def similar(

@@ -34,6 +34,7 @@ def export_json(kb: Knowledge, db: ReadOnlyDatabase) -> dict[str, Any]:
         "notes": [{"text": n.text, "question": n.question, "created": n.created} for n in kb.notes(db)],
         "verified": [
             {"question": a.question, "evidence": a.evidence, "sql": a.sql, "verified_at": a.verified_at}
+            | ({"follows": a.follows} if a.follows else {})
             for a in kb.verified(db)
         ],
     }
@@ -108,6 +109,7 @@ def _validated(
             _text(item, "evidence", where, optional=True),
             sql,
             _text(item, "verified_at", where, optional=True) or now(),
+            follows=_text(item, "follows", where, optional=True),
         )
         check_item(f"knowledge file: {where}", example_hint(answer), kb.count_tokens)
         answers.append(answer)
