@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from edge_sql.agent.checked import check_episode
+from edge_sql.agent.display import plural
 from edge_sql.agent.given import FollowUp, Given
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.stats import EpisodeStats
+from edge_sql.checks import check_sql
 from edge_sql.errors import QueryError
 from edge_sql.knowledge.evidence import Composed, TokenCounter, compose
 from edge_sql.knowledge.store import Knowledge, Seen
@@ -55,9 +56,15 @@ def answer_at_once(
         transcript="",
         stop="verified",
         prompt_version=prompt_version,
-        given=Given(follow_up=follow_up, verified=verified, schema_change=kb.schema_change(db, seen=seen)),
+        given=Given(
+            follow_up=follow_up if verified.follows else None,  # a standalone answer followed nothing
+            verified=verified,
+            schema_change=kb.schema_change(db, seen=seen),
+        ),
     )
-    result.checks = check_episode(db, result)
+    # its names and values checked on the database as it is now; no episode to trace them to
+    result.checks = check_sql(db, verified.sql, result=rows)
+    result.checks.add("note", "verified", f"a person verified this SQL on {verified.verified_at[:10]}")
     return result
 
 
@@ -86,12 +93,27 @@ def brief(
     )
 
 
-def verified_line(result: EpisodeResult) -> str | None:
-    """`a verified answer from 2026-12-06`: what a view prints above an answer given at once."""
+def given_lines(result: EpisodeResult) -> list[str]:
+    """What a view prints under an answer about what it was given: `a verified answer from
+    2026-12-06, run afresh`, or `given: 2 notes, 1 verified example, the previous answer`, and the
+    schema change when there was one."""
     given = result.given
-    if result.stop != "verified" or given is None or given.verified is None:
-        return None
-    return f"a verified answer from {given.verified.verified_at[:10]}"
+    if given is None:
+        return []
+    lines = []
+    if result.stop == "verified" and given.verified is not None:
+        lines.append(f"a verified answer from {given.verified.verified_at[:10]}, its SQL run afresh")
+    else:
+        parts = [
+            plural(len(given.notes), "note") if given.notes else "",
+            plural(len(given.examples), "verified example") if given.examples else "",
+            "the previous answer" if given.follow_up is not None else "",
+        ]
+        if any(parts):
+            lines.append("given: " + ", ".join(p for p in parts if p))
+    if given.schema_change:
+        lines.append(f"note: {given.schema_change}")
+    return lines
 
 
 def consult(

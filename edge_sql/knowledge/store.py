@@ -33,6 +33,7 @@ from edge_sql.tools.database import READ_STATEMENTS, first_keyword
 
 FILE_NAME = "knowledge.sqlite"
 BUSY_TIMEOUT_S = 30.0
+SCHEMA_VERSION = 2  # PRAGMA user_version: 2 added `verified.follows`
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS schemas (identity TEXT PRIMARY KEY, tables TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY AUTOINCREMENT, identity TEXT NOT NULL, path TEXT NOT NULL, "
@@ -82,9 +83,19 @@ class Knowledge:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         with self.writing() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise KnowledgeError(
+                    f"{path} was written by a newer edge-sql (knowledge format {version}; this one reads "
+                    f"{SCHEMA_VERSION}): upgrade edge-sql, or set EDGE_SQL_HOME to another store"
+                )
             for statement in _SCHEMA:
                 conn.execute(statement)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(verified)")}
+            if "follows" not in columns:  # a file of the first format: answers had no `follows`
+                conn.execute("ALTER TABLE verified ADD COLUMN follows TEXT")
             retrieval.create_index(conn)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @classmethod
     def open(cls, home: Path | None = None, *, count_tokens: TokenCounter | None = None) -> Knowledge:
