@@ -7,13 +7,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 
 @pytest.fixture
-def notes(tmp_path_factory, chinook_db):
-    home = tmp_path_factory.mktemp("home")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture
+def notes(home):
 
     def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -80,3 +85,42 @@ def test_bad_input_is_one_line_and_changes_nothing(notes, chinook_db, tmp_path_f
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(says.format(**fill))
     assert json.loads(notes("list", "--db", str(chinook_db), "--json").stdout) == {"notes": [], "verified": []}
+
+
+def test_run_answers_a_verified_question_without_loading_a_model(notes, home, chinook_db, tmp_path_factory):
+    db = str(chinook_db)
+    notes("verify", "--db", db, "How many albums?", "SELECT COUNT(*) FROM Album")
+    home = notes("list", "--db", db, "--json")  # the same store the run below uses
+    assert json.loads(home.stdout)["verified"][0]["sql"] == "SELECT COUNT(*) FROM Album"
+    missing = str(tmp_path_factory.mktemp("none") / "no-model.gguf")  # loading any model would fail
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from edge_sql.cli import main; main()",
+                "run",
+                "--db",
+                db,
+                "--model",
+                missing,
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "EDGE_SQL_HOME": str(home)},
+            timeout=120,
+        )
+
+    at_once = run("--question", "how many ALBUMS", "--json")
+    assert at_once.returncode == 0, at_once.stderr
+    data = json.loads(at_once.stdout)
+    assert (data["stop"], data["rows"], data["given"]["verified"]["sql"]) == (
+        "verified",
+        [[347]],
+        "SELECT COUNT(*) FROM Album",
+    )
+    assert "loading" not in at_once.stderr
+    fresh = run("--question", "how many ALBUMS", "--fresh")
+    assert fresh.returncode == 1 and f"no such model file: {missing}" in fresh.stderr

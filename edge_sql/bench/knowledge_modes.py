@@ -70,7 +70,7 @@ def gold_knowledge(db: ReadOnlyDatabase, questions: list[Question], count_tokens
     """A knowledge database in memory whose verified answers are `questions`' gold SQL (the
     dataset vouches for them: they are stored without running, as a person's `verify` would)."""
     kb = Knowledge(Path(":memory:"), count_tokens=count_tokens)
-    seen, schema = Seen(db), schema_words(db)
+    seen, schema = Seen.of(db), schema_words(db)
     with kb.writing() as conn:
         for q in questions:
             kb.store_answer(conn, seen, VerifiedAnswer(0, q.question, q.evidence, q.gold_sql, ""), schema)

@@ -57,6 +57,7 @@ class RunOptions:
     speculate: SpeculateMode = "off"
     vote: int | Literal["auto"] | None = None  # "auto": resolved by `_run` before the model loads
     abstain_below: float | None = None  # with a vote: "not sure" below this share of agreeing episodes
+    fresh: bool = False  # ask the model even when the question has a verified answer
 
 
 @contextmanager
@@ -111,6 +112,12 @@ def _event_line(event: EpisodeEvent) -> str | None:
     "--evidence",
     default=None,
     help="A hint that goes with the question, as BIRD questions carry one (interactive: with every question).",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Ask the model even when the question was verified before (by default a verified question "
+    "is answered at once from its stored SQL, run afresh, without loading the model).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question instead of the live view.")
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
@@ -178,6 +185,7 @@ def command(
     speculate: SpeculateMode = "off",
     vote: int | Literal["auto"] | None = None,
     abstain_below: float | None = None,
+    fresh: bool = False,
 ) -> None:
     """Answer questions about a SQLite database with the local model.
 
@@ -232,6 +240,7 @@ def command(
                 speculate=speculate,
                 vote=vote,
                 abstain_below=abstain_below,
+                fresh=fresh,
             )
         )
     except Terminated:
@@ -253,18 +262,41 @@ def _run(options: RunOptions) -> int:
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(options.prompt_file)  # so is a bad prompt file
+        if options.question is not None and not options.fresh:
+            code = _answer_verified(db, options)
+            if code is not None:
+                return code  # a verified question: answered without loading the model
         if options.vote == "auto":
             options = replace(options, vote=_auto_vote(options))
         agent = _load_agent(options)
         try:
             if options.question is not None:
-                return _answer(agent, db, options.question, options)
+                return _answer(agent, db, options.question, options, fresh=options.fresh)
             _interactive(agent, db, options)
             return 0
         finally:
             agent.close()
     finally:
         db.close()
+
+
+def _answer_verified(db: ReadOnlyDatabase, options: RunOptions) -> int | None:
+    """`--question` answered at once from its verified answer (docs/knowledge.md), printed as any
+    answer; None when it has none (the model answers)."""
+    from edge_sql.agent.display import answer_text
+    from edge_sql.knowledge import Knowledge
+    from edge_sql.knowledge.answers import answer_at_once, given_lines
+
+    assert options.question is not None
+    with Knowledge.open() as kb:
+        result = answer_at_once(kb, db, options.question, options.evidence, max_rows=options.budget.max_result_rows)
+    if result is None:
+        return None
+    if options.as_json:
+        click.echo(json.dumps(result.to_json(transcript=options.trace), ensure_ascii=False))
+    else:
+        click.echo("\n".join([answer_text(result), *given_lines(result)]))
+    return 0
 
 
 def _auto_vote(options: RunOptions) -> int | None:

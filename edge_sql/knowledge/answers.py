@@ -33,7 +33,7 @@ def answer_at_once(
     """The answer to `question` from the verified answer to the same question on `db`, its SQL run
     afresh and checked (`stop == "verified"`); None when there is none, or its SQL no longer runs
     (then a fresh episode answers)."""
-    seen = Seen(db)
+    seen = Seen.of(db)
     verified = kb.same_question(db, question, follows=follow_up.question if follow_up else None, seen=seen)
     if verified is None:
         return None
@@ -82,7 +82,7 @@ def brief(
     follow-up pair in any case."""
     if not use_knowledge:
         return compose(evidence, follow_up=follow_up, count_tokens=kb.count_tokens)
-    seen = Seen(db)
+    seen = Seen.of(db)
     return compose(
         evidence,
         notes=kb.applicable_notes(db, question, seen=seen),

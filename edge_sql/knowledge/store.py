@@ -13,6 +13,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,14 +51,17 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+@dataclass(frozen=True)
 class Seen:
     """A database as the knowledge sees it: identity, file, tables (read once per use)."""
 
-    def __init__(self, db: ReadOnlyDatabase) -> None:
-        self.db = db
-        self.identity = schema_identity(db)
-        self.path = database_path(db)
-        self.tables = db.table_names() + db.view_names()
+    identity: str
+    path: str
+    tables: list[str]
+
+    @classmethod
+    def of(cls, db: ReadOnlyDatabase) -> Seen:
+        return cls(schema_identity(db), database_path(db), db.table_names() + db.view_names())
 
     def stale(self, named: list[str]) -> str | None:
         """Why something that names the tables `named` no longer fits (None: it fits)."""
@@ -148,7 +152,7 @@ class Knowledge:
         if question is not None and tie is None:
             raise KnowledgeError("empty question for a tied note: give the words it applies to, or none")
         check_item("the note", text, self.count_tokens)
-        seen = Seen(db)
+        seen = Seen.of(db)
         created = now()
         with self.writing() as conn:
             self._remember(conn, seen)
@@ -161,7 +165,7 @@ class Knowledge:
 
     def notes(self, db: ReadOnlyDatabase) -> list[Note]:
         """Every note of `db` (its schema identity or its file), oldest first, stale ones flagged."""
-        return self._notes(Seen(db))
+        return self._notes(Seen.of(db))
 
     def _notes(self, seen: Seen) -> list[Note]:
         rows = self._rows(
@@ -176,13 +180,13 @@ class Knowledge:
         have = {_stem(w) for w in words(question)}
         return [
             n
-            for n in self._notes(seen or Seen(db))
+            for n in self._notes(seen or Seen.of(db))
             if n.stale is None and (n.question is None or _content_words(n.question) <= have)
         ]
 
     def remove_note(self, db: ReadOnlyDatabase, note_id: int) -> None:
         """Delete one note of `db`; KnowledgeError when it has none with that id."""
-        seen = Seen(db)
+        seen = Seen.of(db)
         with self.writing() as conn:
             deleted = conn.execute(
                 "DELETE FROM notes WHERE id = ? AND (identity = ? OR path = ?)", (note_id, seen.identity, seen.path)
@@ -203,7 +207,7 @@ class Knowledge:
             raise KnowledgeError("empty question: a verified answer needs the question it answers")
         sql = (sql or "").strip()
         check_read_only(db, sql)
-        seen = Seen(db)
+        seen = Seen.of(db)
         stamp = now()
         answer = VerifiedAnswer(
             0, question.strip(), evidence.strip() if evidence else None, sql, stamp, follows=follows
@@ -250,7 +254,7 @@ class Knowledge:
 
     def verified(self, db: ReadOnlyDatabase) -> list[VerifiedAnswer]:
         """Every verified answer of `db`, oldest first, stale ones flagged."""
-        return self._verified(Seen(db), "identity = ? OR path = ?", ())
+        return self._verified(Seen.of(db), "identity = ? OR path = ?", ())
 
     def _verified(self, seen: Seen, where: str, params: tuple[Any, ...]) -> list[VerifiedAnswer]:
         rows = self._rows(
@@ -261,7 +265,7 @@ class Knowledge:
 
     def forget(self, db: ReadOnlyDatabase, answer_id: int) -> None:
         """Delete one verified answer of `db`; KnowledgeError when it has none with that id."""
-        seen = Seen(db)
+        seen = Seen.of(db)
         with self.writing() as conn:
             deleted = conn.execute(
                 "DELETE FROM verified WHERE id = ? AND (identity = ? OR path = ?)",
@@ -276,7 +280,7 @@ class Knowledge:
     ) -> VerifiedAnswer | None:
         """The newest verified answer of `db` to this very question (normalised), unless stale: one
         verified on its own, or (asked as a follow-up of `follows`) one that followed that question."""
-        seen = seen or Seen(db)
+        seen = seen or Seen.of(db)
         after = normalise_question(follows) if follows else None
         found = self._verified(seen, "(identity = ? OR path = ?) AND normalised = ?", (normalise_question(question),))
         fitting = [
@@ -288,13 +292,17 @@ class Knowledge:
         self, db: ReadOnlyDatabase, question: str, *, k: int = EXAMPLES_PER_QUESTION, seen: Seen | None = None
     ) -> list[VerifiedAnswer]:
         """The `k` verified answers of `db` most like `question` (BM25), closest first, none stale."""
-        seen = seen or Seen(db)
+        seen = seen or Seen.of(db)
         schema = retrieval.schema_words(db) if retrieval.MASKED_BY_DEFAULT else frozenset()
         with self._lock:
             matches = retrieval.similar(
                 self._conn, question, identity=seen.identity, path=seen.path, k=k + 4, schema=schema
             )
-        by_id = {a.id: a for a in self._verified(seen, "identity = ? OR path = ?", ()) if a.stale is None}
+        if not matches:
+            return []
+        marks = ", ".join("?" * len(matches))
+        found = self._verified(seen, f"(identity = ? OR path = ?) AND id IN ({marks})", tuple(m.id for m in matches))
+        by_id = {a.id: a for a in found if a.stale is None}
         return [by_id[m.id] for m in matches if m.id in by_id][:k]
 
     # ---- moving it between machines (transfer.py) ----------------------------------------
@@ -316,7 +324,7 @@ class Knowledge:
     def schema_change(self, db: ReadOnlyDatabase, *, seen: Seen | None = None) -> str | None:
         """One line when notes or verified answers of this file were written for another schema:
         which tables were dropped and added since (None: no change)."""
-        seen = seen or Seen(db)
+        seen = seen or Seen.of(db)
         old = self._rows(
             "SELECT DISTINCT s.tables FROM schemas s WHERE s.identity != ? AND s.identity IN "
             "(SELECT identity FROM notes WHERE path = ? UNION SELECT identity FROM verified WHERE path = ?)",

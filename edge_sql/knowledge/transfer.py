@@ -25,7 +25,7 @@ VERSION = 1
 
 def export_json(kb: Knowledge, db: ReadOnlyDatabase) -> dict[str, Any]:
     """`db`'s notes and verified answers as one JSON-ready dict."""
-    seen = Seen(db)
+    seen = Seen.of(db)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -45,7 +45,7 @@ def import_json(kb: Knowledge, db: ReadOnlyDatabase, data: Any) -> tuple[int, in
     with the same text is not doubled; an answer replaces one to the same question). Returns
     (notes, answers) imported. KnowledgeError, with nothing stored, for a bad file."""
     notes, answers = _validated(kb, db, data)
-    seen = Seen(db)
+    seen = Seen.of(db)
     schema = retrieval.schema_words(db)
     have = {(n.text, n.question) for n in kb.notes(db)}
     added = 0
