@@ -90,8 +90,8 @@ def test_bad_input_is_one_line_and_changes_nothing(notes, chinook_db, tmp_path_f
 def test_run_answers_a_verified_question_without_loading_a_model(notes, home, chinook_db, tmp_path_factory):
     db = str(chinook_db)
     notes("verify", "--db", db, "How many albums?", "SELECT COUNT(*) FROM Album")
-    home = notes("list", "--db", db, "--json")  # the same store the run below uses
-    assert json.loads(home.stdout)["verified"][0]["sql"] == "SELECT COUNT(*) FROM Album"
+    listed = notes("list", "--db", db, "--json")  # the same store the run below uses
+    assert json.loads(listed.stdout)["verified"][0]["sql"] == "SELECT COUNT(*) FROM Album"
     missing = str(tmp_path_factory.mktemp("none") / "no-model.gguf")  # loading any model would fail
 
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
