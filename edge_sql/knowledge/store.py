@@ -34,7 +34,7 @@ from edge_sql.tools.database import READ_STATEMENTS, first_keyword
 
 FILE_NAME = "knowledge.sqlite"
 BUSY_TIMEOUT_S = 30.0
-SCHEMA_VERSION = 2  # PRAGMA user_version: 2 added `verified.follows`
+SCHEMA_VERSION = 1  # PRAGMA user_version: the format of this file
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS schemas (identity TEXT PRIMARY KEY, tables TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY AUTOINCREMENT, identity TEXT NOT NULL, path TEXT NOT NULL, "
@@ -95,9 +95,6 @@ class Knowledge:
                 )
             for statement in _SCHEMA:
                 conn.execute(statement)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(verified)")}
-            if "follows" not in columns:  # a file of the first format: answers had no `follows`
-                conn.execute("ALTER TABLE verified ADD COLUMN follows TEXT")
             retrieval.create_index(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -249,7 +246,9 @@ class Knowledge:
         )
         assert cursor.lastrowid is not None
         if follows is None:  # a follow-up's question alone is no example for another question
-            retrieval.index_answer(conn, cursor.lastrowid, answer.question, schema)
+            retrieval.index_answer(
+                conn, cursor.lastrowid, answer.question, schema, identity=seen.identity, path=seen.path
+            )
         return cursor.lastrowid
 
     def verified(self, db: ReadOnlyDatabase) -> list[VerifiedAnswer]:
