@@ -81,9 +81,21 @@ class Knowledge:
     def __init__(self, path: Path, *, count_tokens: TokenCounter | None = None) -> None:
         self.path = path
         self.count_tokens: TokenCounter = count_tokens or utf8_bytes
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            self._prepare()
+        except (sqlite3.Error, OSError) as exc:
+            if getattr(self, "_conn", None) is not None:
+                self._conn.close()
+            raise KnowledgeError(
+                f"cannot open the knowledge database {path}: {exc} (ask with knowledge off, or set EDGE_SQL_HOME)"
+            ) from None
+
+    def _prepare(self) -> None:
+        """WAL, synchronous commits, and the tables (created, or checked to be this format)."""
+        path = self.path
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         with self.writing() as conn:
