@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "tune": "tune",
     "files": "files",
     "config": "config",
+    "notes": "notes",
 }
 
 
