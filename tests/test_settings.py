@@ -118,7 +118,7 @@ def _keys(command: click.Command) -> set[str]:
 
 
 def test_serve_has_every_option_of_run_that_shapes_an_episode():
-    per_question = {"db", "question", "evidence", "json", "trace", "abstain-below"}  # a request carries these
+    per_question = {"db", "question", "evidence", "json", "trace", "abstain-below", "fresh"}  # a request carries these
     assert _keys(run.command) - per_question <= _keys(serve.command)
     assert {"greedy", "seed", "profile"} <= _keys(serve.command)
 
