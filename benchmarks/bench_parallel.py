@@ -40,7 +40,7 @@ GREEDY = SamplingParams(greedy=True)
 
 def _forced_sampler():
     """`sample` replaced by the published token of the calling thread's own queue."""
-    import edge_sql.runtime.session as session_module
+    import edge_sql.runtime.generation as session_module
 
     local = threading.local()
 

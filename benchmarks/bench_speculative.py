@@ -443,7 +443,7 @@ def replay_measured(
     verify batches, the rollbacks, the speculator and the timings are the real ones, and a
     draft is accepted exactly when greedy verification of the published text would keep it.
     Modes alternate per episode; `repeats` passes. Returns per-mode generate/decode seconds."""
-    import edge_sql.runtime.session as session_module
+    import edge_sql.runtime.generation as session_module
 
     queue: list[int] = []
 

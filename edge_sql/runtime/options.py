@@ -9,7 +9,7 @@ heavy (no llama.cpp), so the CLI can offer the modes without loading it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypedDict, get_args
 
 from edge_sql.errors import EdgeSqlError
 
@@ -89,6 +89,24 @@ class SessionOptions:
     def flash_attn_label(self) -> str:
         """ "on", "off" or "auto" (llama.cpp decides)."""
         return flash_attn_label(self.flash_attn)
+
+
+class SessionSettings(TypedDict, total=False):
+    """`SessionOptions`'s fields as keywords (`Session(path, n_ctx=2048, n_threads=1)`), typed:
+    a misspelt or mistyped keyword is mypy's finding, not a TypeError at load time."""
+
+    n_ctx: int
+    n_threads: int | None
+    n_gpu_layers: int | None
+    n_batch: int
+    n_ubatch: int | None
+    repack: bool
+    flash_attn: bool | None
+    mtp: bool
+    speculate: SpeculateMode
+    draft_max: int
+    verbose: bool
+    adapt_threads: bool
 
 
 def uses_mtp(speculate: SpeculateMode) -> bool:
