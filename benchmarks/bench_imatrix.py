@@ -10,7 +10,7 @@ Usage:
 For one model it makes three importance matrices' worth of variants of Q4_K_M, IQ4_XS and Q3_K_M:
 without an imatrix, with a generic-text imatrix and with the task imatrix (`edge-sql imatrix
 --calibration auto`), and teacher-forces every variant and the reference on held-out agent
-transcripts: episodes written from gold SQL through the real tools (calibration.py's writer) on
+transcripts: episodes written from gold SQL through the real tools (evaluation/imatrix_text.py's writer) on
 databases the calibration never saw: the Spider sample's `school` and `library` (real rows) and
 BIRD mini-dev databases rebuilt from `dev_tables.json` (schema only: the BIRD authors
 distribute the data, so their tables are empty and queries return headers). KL(P_ref || P_var)
@@ -45,7 +45,7 @@ from edge_sql.bench.fidelity import kl_rows
 from edge_sql.convert.imatrix_file import write_imatrix
 from edge_sql.convert.quantize import quantize_gguf
 from edge_sql.evaluation import load_bird, load_spider
-from edge_sql.evaluation.calibration import gold_sql_transcripts, task_calibration
+from edge_sql.evaluation.imatrix_text import gold_sql_transcripts, task_calibration
 from edge_sql.runtime import Session
 from edge_sql.runtime.probes.imatrix import collect_imatrix
 from edge_sql.runtime.probes.teacher_forcing import token_logprobs

@@ -28,8 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from edge_sql.bench.config import BenchConfig
+from edge_sql.bench.local_runner import _run_episodes
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog
-from edge_sql.bench.runner import BenchConfig, _run_episodes, spread_by_difficulty
+from edge_sql.bench.runner import spread_by_difficulty
 from edge_sql.bench.variants import REFERENCE, Variant
 from edge_sql.evaluation.datasets import load_dataset
 

@@ -12,9 +12,9 @@ from edge_sql.bench.confidence import confidence_figures
 from edge_sql.bench.nodes import SPEED_FIELDS, mixed_hardware, node_machines, per_node_figures
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.variants import Variant
-from edge_sql.bench.voting import is_vote, split_mode, vote_figures
+from edge_sql.bench.vote_mode import is_vote, split_mode, vote_figures
 from edge_sql.evaluation.datasets import Question
-from edge_sql.evaluation.report import EvalReport, QuestionResult
+from edge_sql.evaluation.outcomes import EvalReport, QuestionResult
 
 TOKEN_IDS_FIELD = "tokens"
 

@@ -9,7 +9,7 @@ The Agent is the driver of the episodes (`Agent.each`): with `task.parallel` = N
 N sessions of one model and answers N questions at once (what lets the engine batch their
 decode steps); each episode runs alone on its session as it would serially, so its record is
 the serial one but for the timings. A vote mode's item is `ask(vote=K)`'s vote (the opening
-evaluated once, voting.py) and one record. What stays here is the bench's own: the records, the
+evaluated once, vote_mode.py) and one record. What stays here is the bench's own: the records, the
 schema-given prompt of a mode, the positions the model wrote (for fidelity) and the scoring.
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from edge_sql.bench.machine import machine_description, node_name
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.tasks import EpisodeTask
-from edge_sql.bench.voting import split_mode
+from edge_sql.bench.vote_mode import split_mode
 from edge_sql.errors import EdgeSqlError
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ class EpisodeRunner:
             "calls": sum(len(r.calls) for r in outcome.rounds),
         }
         vote = outcome.stats.vote
-        if vote is not None:  # voting.py: the whole vote's wall time, each episode's seed, stop and time
+        if vote is not None:  # vote_mode.py: the whole vote's wall time, each episode's seed, stop and time
             for index, episode in enumerate(vote.episodes):
                 mine = seen.get("episodes", {}).get(task.seed + index, {})
                 episode.seed, episode.stop, episode.wall_s = task.seed + index, mine.get("stop"), mine.get("wall_s")

@@ -33,7 +33,7 @@ from edge_sql.cluster.ray_support import AUTO, connect, error_text, largest_node
 from edge_sql.evaluation.datasets import Question
 
 if TYPE_CHECKING:
-    from edge_sql.bench.runner import BenchConfig
+    from edge_sql.bench.config import BenchConfig
 
 MAX_RESTARTS = 3  # restarts of one actor (each reloads the variant) before it is given up
 DEFAULT_THREADS = 4  # llama.cpp threads (Ray CPUs) per actor when --threads is not given
@@ -146,7 +146,7 @@ def run_episodes_on_ray(
     """Run every variant's pending episodes on the Ray cluster of `config.ray`; returns how many ran.
     `overheads` (if given) receives each call's scheduling overhead in seconds: the driver's round
     trip minus the actor's own time, for every call but an actor's first (which also loads)."""
-    from edge_sql.bench.runner import episode_task, pending_items
+    from edge_sql.bench.pending_work import episode_task, pending_items
 
     ray = connect(config.ray or AUTO, log=log)
     threads = min(config.n_threads or DEFAULT_THREADS, largest_node_cpus())

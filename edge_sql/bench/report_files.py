@@ -9,9 +9,9 @@ from typing import Any
 
 from edge_sql.bench.confidence import confidence_lines
 from edge_sql.bench.nodes import markdown_lines as node_lines
-from edge_sql.bench.voting import bench_modes
-from edge_sql.bench.voting import markdown_lines as vote_lines
-from edge_sql.evaluation.report import DIFFICULTY_ORDER
+from edge_sql.bench.vote_mode import bench_modes
+from edge_sql.bench.vote_mode import markdown_lines as vote_lines
+from edge_sql.evaluation.outcomes import DIFFICULTY_ORDER
 
 JSON_NAME = "bench.json"
 MARKDOWN_NAME = "bench.md"
