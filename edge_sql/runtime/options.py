@@ -91,22 +91,28 @@ class SessionOptions:
         return flash_attn_label(self.flash_attn)
 
 
-class SessionSettings(TypedDict, total=False):
-    """`SessionOptions`'s fields as keywords (`Session(path, n_ctx=2048, n_threads=1)`), typed:
-    a misspelt or mistyped keyword is mypy's finding, not a TypeError at load time."""
+class CallerSettings(TypedDict, total=False):
+    """The `SessionOptions` fields a machine's calibration does not choose (the caller's: the
+    context, the GPU offload, ...), as keywords: `Settings.session_options(n_ctx=2048)`."""
 
     n_ctx: int
-    n_threads: int | None
     n_gpu_layers: int | None
     n_batch: int
+    mtp: bool
+    verbose: bool
+    adapt_threads: bool
+
+
+class SessionSettings(CallerSettings, total=False):
+    """All of `SessionOptions`' fields as keywords (`Session(path, n_ctx=2048, n_threads=1)`),
+    typed: a misspelt or mistyped keyword is mypy's finding, not a TypeError at load time."""
+
+    n_threads: int | None
     n_ubatch: int | None
     repack: bool
     flash_attn: bool | None
-    mtp: bool
     speculate: SpeculateMode
     draft_max: int
-    verbose: bool
-    adapt_threads: bool
 
 
 def uses_mtp(speculate: SpeculateMode) -> bool:

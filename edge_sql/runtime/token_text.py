@@ -8,9 +8,12 @@ other modules with evaluation, generation and lifetime.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edge_sql.runtime.text.vocabulary import Vocabulary
+
+if TYPE_CHECKING:
+    import llguidance
 
 
 class TokenText:
@@ -37,7 +40,7 @@ class TokenText:
     def grammar_token(self, text: str) -> str:
         return self.vocab.grammar_token(text)
 
-    def lltokenizer(self) -> Any:
+    def lltokenizer(self) -> llguidance.LLTokenizer:
         """llguidance's view of this vocabulary (built on first use: seconds for 248k tokens;
         shared by the sessions of one loaded model, see runtime/llama/shared_models.py)."""
         return self.vocab.lltokenizer()
