@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from edge_sql.bench.machine import machine_description, node_name
+from edge_sql.bench.records import EpisodeRecord, LoadRecord
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.tasks import EpisodeTask
 from edge_sql.bench.vote_mode import split_mode
@@ -99,7 +100,7 @@ class EpisodeRunner:
         started = time.perf_counter()
         self.agent.warm_up()  # the grammar engine's vocabulary view: same for every variant
         info = self.agent.info
-        self.load_record: dict[str, Any] = {
+        self.load_record: LoadRecord = {
             "kind": "load",
             "variant": task.variant,
             "load_s": self.agent.load_s,
@@ -111,15 +112,16 @@ class EpisodeRunner:
             "time": time.time(),
             "node": self.node,
             "machine": machine_description(),
-            **({"parallel": task.parallel} if task.parallel > 1 else {}),
         }
+        if task.parallel > 1:
+            self.load_record["parallel"] = task.parallel
 
     @property
     def sessions(self) -> list[Any]:
         """The variant's sessions, as its episodes see them (`session_view`)."""
         return self.agent.sessions
 
-    def run_many(self, items: Sequence[tuple[str, str]]) -> Iterator[dict[str, Any]]:
+    def run_many(self, items: Sequence[tuple[str, str]]) -> Iterator[EpisodeRecord]:
         """The records of `items` (mode, question id), as they finish, `task.parallel` at a time
         (`Agent.each`). A vote mode's item (`withheld+vote4`) is a vote of K episodes (seeds
         seed..seed+K-1) whose episodes borrow the sessions like any other, and one record.
@@ -136,7 +138,7 @@ class EpisodeRunner:
                     raise outcome  # a bug: stop the others
                 yield self._record(*items[index], outcome, seen.pop(index, {}))
 
-    def run(self, mode: str, question_id: str) -> dict[str, Any]:
+    def run(self, mode: str, question_id: str) -> EpisodeRecord:
         """One item's record (`run_many` of one)."""
         return next(iter(self.run_many([(mode, question_id)])))
 
@@ -179,7 +181,7 @@ class EpisodeRunner:
 
     def _record(
         self, mode: str, question_id: str, outcome: EpisodeResult | Exception, seen: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> EpisodeRecord:
         """The "episode" record of one item: its answer scored (an item that cannot run scores 0)."""
         from edge_sql.evaluation.scoring import score_prediction
 
@@ -191,14 +193,17 @@ class EpisodeRunner:
             "difficulty": question.difficulty,
         }
         if isinstance(outcome, Exception):  # e.g. a schema too long for the context: the question scores 0
-            return {
-                **fields,
-                "sql": None,
-                "correct": False,
-                "error": f"episode failed: {outcome}",
-                "episode_error": str(outcome),
-                "node": self.node,
-            }
+            return cast(
+                "EpisodeRecord",
+                {
+                    **fields,
+                    "sql": None,
+                    "correct": False,
+                    "error": f"episode failed: {outcome}",
+                    "episode_error": str(outcome),
+                    "node": self.node,
+                },
+            )
         score = score_prediction(outcome.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
         record = {
             **fields,
@@ -220,8 +225,9 @@ class EpisodeRunner:
             data = vote.to_json()
             if task.vote_auto:
                 data["auto"] = True  # K was `--vote auto`'s pick on this machine
-            return {**record, "wall_s": vote.wall_s, "vote": data, "node": self.node}
-        return {**record, **outcome.stats.measured.record_fields(), "node": self.node, **seen.get("tokens", {})}
+            return cast("EpisodeRecord", {**record, "wall_s": vote.wall_s, "vote": data, "node": self.node})
+        measured = outcome.stats.measured.record_fields()  # counts and seconds: EpisodeFigures' own names
+        return cast("EpisodeRecord", {**record, **measured, "node": self.node, **seen.get("tokens", {})})
 
     def close(self) -> None:
         self.agent.close()

@@ -15,6 +15,7 @@ from typing import Protocol
 from edge_sql.bench.child import ChildOutcome, run_worker
 from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.pending_work import episode_parallel, episode_task, fidelity_task, pending_fidelity, pending_items
+from edge_sql.bench.records import TaskKind, crash_record, process_record
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.bench.vote_mode import bench_modes, split_mode
@@ -80,19 +81,11 @@ class LocalRunner:
 
 
 def _record_process(
-    results: ResultsLog, variant: Variant, task: str, outcome: ChildOutcome, log: Callable[[str], None]
+    results: ResultsLog, variant: Variant, task: TaskKind, outcome: ChildOutcome, log: Callable[[str], None]
 ) -> None:
-    results.append(
-        {
-            "kind": "process",
-            "task": task,
-            "variant": variant.name,
-            "returncode": outcome.returncode,
-            "maxrss_upper_bound_bytes": outcome.maxrss_upper_bound_bytes,
-        }
-    )
+    results.append(process_record(task, variant.name, outcome.returncode, outcome.maxrss_upper_bound_bytes))
     if not outcome.ok:
-        results.append({"kind": "crash", "task": task, "variant": variant.name, "returncode": outcome.returncode})
+        results.append(crash_record(task, variant.name, outcome.returncode))
         log(f"{variant.name}: the {task} worker exited with status {outcome.returncode}; continuing")
 
 

@@ -16,7 +16,6 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from edge_sql.bench.aggregate import summarize
 from edge_sql.bench.agreement import ResultCache
@@ -24,6 +23,7 @@ from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.local_runner import LocalRunner, WorkRunner
 from edge_sql.bench.machine import machine_description
 from edge_sql.bench.plots import write_plots
+from edge_sql.bench.records import BenchSummary
 from edge_sql.bench.report_files import write_json, write_markdown
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog, WorkKey
 from edge_sql.bench.variants import REFERENCE, BenchSetupError, Variant, prepare_variants
@@ -40,7 +40,7 @@ class BenchOutcome:
     """Where the reports went and how much work this run did."""
 
     out_dir: Path
-    summary: dict[str, Any]
+    summary: BenchSummary
     files: list[Path]
     episodes_run: int
     fidelity_run: int
@@ -166,7 +166,7 @@ def run_bench(
     episodes_run = runner.episodes(config, variants, questions, results, log)
     fidelity_run = runner.fidelity(config, variants, planned, results, log)
 
-    summary = summarize(
+    figures = summarize(
         variants,
         results.records(),
         planned=planned,
@@ -175,20 +175,20 @@ def run_bench(
         reference_name=REFERENCE,
         cache=ResultCache(),
     )
-    summary = {
-        "settings": {
-            **asdict(config),
-            "out_dir": str(out_dir),
-            "base": str(base),
-            "reference": REFERENCE,
-            "variants": [v.name for v in variants],
-            "questions": len(questions),
-            "question_ids": [q.id for q in questions],
-        },
-        "machine": machine_description(),
-        **summary,
+    settings = {
+        **asdict(config),
+        "out_dir": str(out_dir),
+        "base": str(base),
+        "reference": REFERENCE,
+        "variants": [v.name for v in variants],
+        "questions": len(questions),
+        "question_ids": [q.id for q in questions],
     }
-    summary["settings"] = json.loads(json.dumps(summary["settings"], default=str))
+    summary: BenchSummary = {
+        "settings": json.loads(json.dumps(settings, default=str)),
+        "machine": machine_description(),
+        **figures,
+    }
     files = [write_json(summary, out_dir), write_markdown(summary, out_dir), *write_plots(summary, out_dir, log)]
     return BenchOutcome(out_dir, summary, files, episodes_run, fidelity_run)
 

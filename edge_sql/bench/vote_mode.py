@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from edge_sql.bench.records import BenchSummary
+
 VOTE_MARK = "+vote"
 
 
@@ -84,7 +86,7 @@ def vote_figures(
     return out
 
 
-def markdown_lines(summary: dict[str, Any]) -> list[str]:
+def markdown_lines(summary: BenchSummary) -> list[str]:
     """The report's vote table (nothing without a vote)."""
     rows = [(row["name"], figures) for row in summary["variants"] for figures in row.get("votes") or []]
     if not rows:

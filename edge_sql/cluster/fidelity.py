@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_sql.bench.records import crash_record
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
@@ -111,9 +112,7 @@ def run_fidelity_on_ray(
                 records = ray.get(ref)
             except (ray.exceptions.RayTaskError, ray.exceptions.WorkerCrashedError, ray.exceptions.RayError) as exc:
                 message = error_text(exc)
-                results.append(
-                    {"kind": "crash", "task": "fidelity", "variant": variant.name, "returncode": None, "error": message}
-                )
+                results.append(crash_record("fidelity", variant.name, None, error=message))
                 log(
                     f"{variant.name}: a Ray fidelity task failed ({message}); {len(chunk)} transcripts left for --resume"
                 )
