@@ -33,13 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_machine import machine_line  # this folder is on sys.path when run as a script
 
 HERE = Path(__file__).resolve().parent
 CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
@@ -134,20 +135,11 @@ def combined(runs: list[dict]) -> dict:
     return row
 
 
-def machine() -> str:
-    from edge_sql.bench.machine import cpu_model
-
-    return (
-        f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
-    )
-
-
 def report(results: dict, args: argparse.Namespace) -> str:
     lines = [
         f"# Decode on a busy machine ({time.strftime('%Y-%m-%d')})",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine_line()}.",
         "",
         "Command: `python benchmarks/bench_busy.py " + shlex.join(sys.argv[1:]) + "`",
         "",

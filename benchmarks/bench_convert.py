@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "benchmarks" / "work"
 DEFAULT_TYPES = "Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,IQ4_XS,Q3_K_M,Q4_K_M-sensitive-q8,Q3_K_M-sensitive-q8"
@@ -91,12 +93,6 @@ def _digest(layout, name: str) -> str:
             h.update(chunk)
             left -= len(chunk)
     return h.hexdigest()
-
-
-def machine() -> str:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()[:10]
-    free = subprocess.run(["free", "-g"], capture_output=True, text=True).stdout
-    return "$ lscpu | head\n" + "\n".join(lscpu) + "\n$ free -g\n" + free
 
 
 def versions() -> str:
@@ -216,7 +212,7 @@ def main() -> int:
         "|---|--:|--:|--:|",
     ]
     lines += [f"| {q.label} | {q.seconds:.1f} s | {gb(q.peak_rss)} | {gb(q.size)} |" for q in quants]
-    lines += ["", "## Machine", "", "```", machine().rstrip(), "```", ""]
+    lines += ["", "## Machine", "", "```", machine_detail().rstrip(), "```", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import platform
 import pydoc
 import resource
 import sqlite3
@@ -42,6 +41,7 @@ import numpy as np
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.agent.transcript import Transcript
 from edge_sql.bench.fidelity import kl_rows
+from edge_sql.bench.machine import cpu_model
 from edge_sql.convert.imatrix_file import write_imatrix
 from edge_sql.convert.quantize import quantize_gguf
 from edge_sql.evaluation import load_bird, load_spider
@@ -58,13 +58,6 @@ MATRICES = ("none", "generic", "task")
 BIRD_DATABASES = ("debit_card_specializing", "student_club", "superhero")
 BIRD_PER_DATABASE = 2
 SPIDER_QUESTIONS = (0, 1, 5, 6)  # two of each database
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 # -- the models --------------------------------------------------------------------------------
@@ -427,7 +420,7 @@ def main() -> None:
             args.work,
             args.held_out,
         )
-    figures["cpu"] = f"{cpu_name()}, {args.threads} threads"
+    figures["cpu"] = f"{cpu_model()}, {args.threads} threads"
     figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     text = json.dumps(figures, indent=2)
     print(text)

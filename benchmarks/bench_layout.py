@@ -18,12 +18,11 @@ Two figures, as issue 8 asks:
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench_machine import machine_line  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -89,14 +88,6 @@ def decode_speed(model: Path, *, repeats: int, budget: Budget, threads: int) -> 
     return {layout: {**s, "tok_s": s["generated"] / s["generate_s"]} for layout, s in sums.items()}
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trained", type=Path, help="the trained fixture GGUF")
@@ -124,7 +115,7 @@ def main() -> None:
     lines = [
         "# Call layout: strict (sqale-v1) against JSON whitespace (sqale-v2)",
         "",
-        f"Machine: {cpu_name()}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores; "
+        f"Machine: {machine_line()}; "
         f"{args.threads} threads. Command: `python benchmarks/bench_layout.py ...` (see the module docstring).",
         "",
         "## How often the layout overruled the model's own top token",

@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -95,19 +97,6 @@ def measure(model: Path, threads: int, prompt_tokens: int, steps: int, rounds: i
         }
 
 
-def _machine() -> str:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    keep = ("Architecture", "CPU(s):", "Model name", "Thread", "Core", "Socket", "L3", "Flags")
-    lines = [
-        ln
-        if not ln.startswith("Flags")
-        else "Flags: ... " + " ".join(f for f in ln.split() if f.startswith(("avx512", "amx", "avx2")))
-        for ln in lscpu
-        if ln.startswith(keep)
-    ]
-    return "\n".join(lines)
-
-
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -142,7 +131,7 @@ def report(results: list[dict], command: str) -> str:
             f"drafter attached, {r['rss_drafting_mib']:.0f} MiB after {r['samples']} draft steps and "
             f"{2 * r['samples']} decodes ({r['n_past']} tokens in context)."
         )
-    lines += ["", "## Machine", "", "```", _machine(), "```", ""]
+    lines += ["", "## Machine", "", "```", machine_detail(), "```", ""]
     return "\n".join(lines)
 
 

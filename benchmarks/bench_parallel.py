@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_speculative import _machine, _model_segments, published_pieces  # this folder is on sys.path
+from bench_machine import machine_line
+from bench_speculative import _model_segments, published_pieces  # this folder is on sys.path
 from edge_sql.runtime import PrefixCache, SamplingParams
 from edge_sql.runtime.batching.sequences import open_sessions
 from edge_sql.runtime.tuning.parallel import decode_together
@@ -159,7 +160,7 @@ def report(
     lines = [
         f"# Several episodes at once: {model.name}",
         "",
-        f"Machine: {_machine()}. Command: `{command}`. Settings: {base['settings']}.",
+        f"Machine: {machine_line()}. Command: `{command}`. Settings: {base['settings']}.",
         "",
         "## Raw step: N sequences at a 1,024-token context, one token each per step",
         "",

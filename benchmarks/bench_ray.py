@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
 from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.local_runner import _run_episodes
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog
@@ -130,7 +130,6 @@ def run(
 def table(
     rows: list[dict], ray_init_s: float, model: Path, questions: int, rounds: int, one_thread_only: bool = False
 ) -> str:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()[:20]
     lines = [
         "# Bench episodes: local runner vs Ray runner",
         "",
@@ -161,10 +160,10 @@ def table(
         "",
         f"`ray.init(num_cpus=2)` took {ray_init_s:.1f} s (once per run, not in the rows).",
         "",
-        "Machine (`lscpu | head -20`):",
+        "Machine:",
         "",
         "```",
-        *lscpu,
+        machine_detail(),
         "```",
         "",
     ]

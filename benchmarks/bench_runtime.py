@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -37,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, EpisodeResult, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -181,30 +180,6 @@ def run_child(kind: str, model: Path, cfg: dict, timeout: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def machine() -> str:
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.rstrip()
-        except Exception as exc:  # a description, never fatal
-            return f"({cmd}: {exc})"
-
-    import llama_cpp
-
-    return "\n".join(
-        [
-            "$ lscpu | head -20",
-            sh("lscpu | head -20"),
-            "",
-            "$ free -g",
-            sh("free -g"),
-            "",
-            f"python {platform.python_version()}, llama-cpp-python {llama_cpp.__version__}",
-            "llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-            "load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        ]
-    )
-
-
 def speed_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
     speed = run_child(
         "speed",
@@ -297,7 +272,7 @@ def report(models: list[Path], args: argparse.Namespace) -> str:
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
         "```",
-        machine(),
+        machine_detail(),
         "```",
         "",
     ]

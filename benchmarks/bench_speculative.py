@@ -28,9 +28,7 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,6 +37,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from bench_machine import machine_line  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.speculation.lookup import LookupDrafter
@@ -516,18 +515,6 @@ def replay_measured(
 # ---- report ----------------------------------------------------------------------------------
 
 
-def _machine() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
-        amx = "with AMX" if "amx" in lscpu.lower() else "no AMX"
-    except (OSError, StopIteration):
-        name, amx = platform.processor() or "unknown CPU", ""
-    import os
-
-    return f"{name}, {os.cpu_count()} cores, {amx}; load average {os.getloadavg()[0]:.1f} at the end"
-
-
 def _tally_table(tally: Tally) -> list[str]:
     lines = [
         "| segment | generated tokens | verify batches | drafted | accepted | acceptance | tokens from drafts |",
@@ -542,7 +529,7 @@ def report(args, costs: list[dict], runs: list[dict], replay: dict | None, measu
     lines = [
         "# Speculative decoding: verify cost, rollback, lookup acceptance",
         "",
-        f"Machine: {_machine()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.",
+        f"Machine: {machine_line()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.",
         "",
         f"Command: `python benchmarks/bench_speculative.py {' '.join(sys.argv[1:])}`",
         "",

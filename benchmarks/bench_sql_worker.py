@@ -12,10 +12,7 @@ opening a database (starting a worker) and a time-out (killing and restarting on
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB
 from edge_sql.tools.db_file import prepare
@@ -99,27 +97,13 @@ def lifecycle(samples: int) -> dict[str, list[float]]:
     return out
 
 
-def machine() -> str:
-    lines = [f"python {platform.python_version()}, {platform.platform()}"]
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    except OSError:
-        lscpu = []
-    lines += [line for line in lscpu if line.startswith(("Model name", "CPU(s):"))]
-    amx = [flag for line in lscpu if line.startswith("Flags") for flag in line.split() if flag.startswith("amx")]
-    if amx:
-        lines.append("CPU flags include " + " ".join(amx))
-    lines.append(f"load average at start: {os.getloadavg()}")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400, help="rounds over the 5 statements")
     parser.add_argument("--lifecycle", type=int, default=10, help="opens and time-outs timed")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    header = machine()
+    header = machine_detail()
     times = run(args.rounds)
     life = lifecycle(args.lifecycle)
     rows = [

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["How many albums does each artist have?", "Which customers live in France?"]
 
@@ -189,8 +191,7 @@ def main() -> int:
         f"Machine: {args.machine}. Load average when it started: {os.getloadavg()[0]:.1f}.",
         "",
         "```",
-        subprocess.run(["lscpu"], capture_output=True, text=True).stdout.split("Flags")[0].strip(),
-        f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}",
+        machine_detail(),
         "```",
         "",
     ]

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+
 SETTINGS = [
     "--variants",
     "BF16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_K_M-sensitive-q8",
@@ -53,19 +55,6 @@ SETTINGS = [
 ]
 
 
-def machine_text() -> str:
-    parts = []
-    for command in (["lscpu"], ["free", "-g"]):
-        try:
-            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        except (OSError, subprocess.CalledProcessError) as exc:
-            out = f"({' '.join(command)} failed: {exc})\n"
-        if command == ["lscpu"]:
-            out = "\n".join(out.splitlines()[:20]) + "\n"
-        parts.append(f"$ {' '.join(command)}{' | head -20' if command == ['lscpu'] else ''}\n{out}")
-    return "\n".join(parts)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", type=Path, help="the 2B-shape BF16 GGUF")
@@ -80,7 +69,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     command = ["edge-sql", "bench", "--base", str(args.base), *SETTINGS, "--out", str(args.work)]
     (args.out / "command.txt").write_text(shlex.join(command) + "\n", encoding="utf-8")
-    (args.out / "machine.txt").write_text(machine_text(), encoding="utf-8")
+    (args.out / "machine.txt").write_text(machine_detail(), encoding="utf-8")
     executable = Path(sys.executable).with_name("edge-sql")
     status = subprocess.call([str(executable) if executable.exists() else "edge-sql", *command[1:]])
     for name in ("bench.json", "bench.md", "accuracy_vs_size.png", "decode_speed_vs_size.png"):
