@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_machine import machine_line  # this folder is on sys.path when run as a script
+from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
 
 HERE = Path(__file__).resolve().parent
 CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
@@ -223,8 +223,8 @@ def main() -> int:
     text = report(results, args)
     print(text)
     if args.out:
-        args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+        write_results(args.out, text)
+        write_results(args.out.with_suffix(".json"), json.dumps(results, indent=1) + "\n")
     return 0
 
 

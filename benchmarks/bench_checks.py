@@ -38,6 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_machine import write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent.result import CallRecord, RoundRecord
 from edge_sql.bench.machine import cpu_model
 from edge_sql.checks import Checks, attach_provenance, check_sql
@@ -444,7 +445,7 @@ def main() -> None:
         db.close()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_results(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "benchmarks" / "work"
@@ -214,7 +214,7 @@ def main() -> int:
     lines += [f"| {q.label} | {q.seconds:.1f} s | {gb(q.peak_rss)} | {gb(q.size)} |" for q in quants]
     lines += ["", "## Machine", "", "```", machine_detail().rstrip(), "```", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines), encoding="utf-8")
+    write_results(args.out, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_machine import write_results  # this folder is on sys.path when run as a script
+
 REPO = Path(__file__).resolve().parents[1]
 REGIONS = ["North", "South", "East", "West", "Central"]
 
@@ -348,7 +350,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_machine import write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.agent.transcript import Transcript
 from edge_sql.bench.fidelity import kl_rows
@@ -425,7 +426,7 @@ def main() -> None:
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:
-        args.json.write_text(text + "\n", encoding="utf-8")
+        write_results(args.json, text + "\n")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench_machine import machine_line  # this folder is on sys.path when run as a script
+from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -164,7 +164,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""What every benchmark script says about the machine it ran on, and how it writes its results.
+"""What every benchmark script says about the machine it ran on, and how it writes its results file.
 
 Why one module: a figure means nothing without its CPU (AMX or not, how many cores, how busy),
 and the scripts each had their own `machine()` that said different things. The line and the
@@ -59,16 +59,6 @@ def machine_detail(lscpu_lines: int = 20) -> str:
             f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         ]
     )
-
-
-def command_line() -> str:
-    """How this script was run, for the results file (what a reader types to run it again)."""
-    script = Path(sys.argv[0])
-    try:
-        script = script.resolve().relative_to(Path.cwd())
-    except ValueError:
-        pass
-    return " ".join(["python", str(script), *sys.argv[1:]])
 
 
 def write_results(path: Path, text: str) -> Path:

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -171,7 +171,7 @@ def main() -> int:
     text = report(results, shlex.join(["python", "benchmarks/bench_mtp.py", *sys.argv[1:]]))
     print(text)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        write_results(args.out, text)
     return 0
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_machine import machine_line
+from bench_machine import machine_line, write_results
 from bench_speculative import _model_segments, published_pieces  # this folder is on sys.path
 from edge_sql.runtime import PrefixCache, SamplingParams
 from edge_sql.runtime.batching.sequences import open_sessions
@@ -249,7 +249,7 @@ def main() -> None:
     text = report(args.model, ns, steps, runs, vote, command, rs_steps)
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_results(args.out, text)
         (args.out.with_suffix(".json")).write_text(
             json.dumps({"steps": steps, "rs_steps": rs_steps, "runs": runs, "vote": vote}, indent=1)
         )

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.local_runner import _run_episodes
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog
@@ -182,7 +182,7 @@ def main() -> int:
         rows, ray_init_s = run(args.model.resolve(), args.questions, args.rounds, Path(work), args.one_thread_only)
     text = table(rows, ray_init_s, args.model, args.questions, args.rounds, args.one_thread_only)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    write_results(args.out, text)
     print(text)
     return 0
 

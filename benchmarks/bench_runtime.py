@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, EpisodeResult, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -328,7 +328,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_results(args.out, text + "\n")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_machine import write_results  # this folder is on sys.path when run as a script
 from edge_sql.bench.machine import cpu_model
 from serve_process import start_serve
 
@@ -566,8 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     text = report(args, figures, problems)
     print(text)
     if args.out is not None:
-        args.out.write_text(text, encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+        write_results(args.out, text)
+        write_results(args.out.with_suffix(".json"), json.dumps(figures, indent=1) + "\n")
     return 1 if problems else 0
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from bench_machine import machine_line  # this folder is on sys.path when run as a script
+from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.speculation.lookup import LookupDrafter
@@ -764,7 +764,7 @@ def main() -> None:
     text = report(args, costs, runs, replay, measured)
     print(text)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        write_results(args.out, text)
 
 
 if __name__ == "__main__":

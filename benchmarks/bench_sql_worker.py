@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB
 from edge_sql.tools.db_file import prepare
@@ -143,7 +143,7 @@ def main() -> None:
     )
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["How many albums does each artist have?", "Which customers live in France?"]
@@ -197,8 +197,7 @@ def main() -> int:
     ]
 
     def write() -> None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines), encoding="utf-8")
+        write_results(args.out, "\n".join(lines))
 
     steps = set(args.steps.split(","))
     quick = _child("calibrate", args.model, {"full": False})
@@ -297,7 +296,7 @@ def main() -> int:
         else:
             points = [int(p) for p in args.sweep_points.split(",")]
             sweep = _child("calibrate", args.model, {"full": True, "points": points, "chunk": args.sweep_chunk})
-            args.out.with_suffix(".sweep.json").write_text(json.dumps(sweep["calibration"], indent=1), encoding="utf-8")
+            write_results(args.out.with_suffix(".sweep.json"), json.dumps(sweep["calibration"], indent=1))
         sc = Calibration.from_json(sweep["calibration"])
         profile = episode_profile()
         by = {m.settings: m for m in sc.measurements}

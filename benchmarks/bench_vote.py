@@ -31,6 +31,7 @@ import json
 import time
 from pathlib import Path
 
+from bench_machine import write_results  # this folder is on sys.path when run as a script
 from bench_parallel_agent import QUESTIONS  # this folder is on sys.path when run as a script
 from edge_sql import Agent
 from edge_sql.agent import Budget
@@ -191,7 +192,7 @@ def main() -> None:
         head["settings"] = agent.info.settings
         result = fixture_bench(args, agent) if args.fixture else shape_bench(args, agent)
     if args.out:
-        args.out.write_text(json.dumps({**head, **result}, indent=1))
+        write_results(args.out, json.dumps({**head, **result}, indent=1))
 
 
 if __name__ == "__main__":
