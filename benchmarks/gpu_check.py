@@ -14,7 +14,7 @@ which it skipped):
    teacher-forced on both placements up to there, and the CPU's preference for its own token
    over the GPU's (log-probability margin) must be within the largest CPU-GPU difference of
    log-probabilities measured over that prefix (the rounding of the two backends explains it);
-3. the model: the random-weight checkpoint of the real 2B shape (benchmarks/make_2b_checkpoint.py)
+3. the model: the random-weight checkpoint of the real 2B shape (benchmarks/model/make_2b_checkpoint.py)
    converted by `edge-sql convert` and quantized by `edge-sql quantize` (Q8_0, Q4_K_M);
    `--shape fixture` uses the fixture instead (the CPU test of this script);
 4. speed per variant (BF16, Q8_0, Q4_K_M), all layers offloaded against none: load time, prefill
@@ -251,7 +251,7 @@ def child_parallel(cfg: dict) -> dict:
     time, on the GPU (every layer offloaded when there is one)."""
     import threading
 
-    from bench_parallel_agent import QUESTIONS
+    from chinook_questions import QUESTIONS
     from edge_sql import Agent
     from edge_sql.agent import Budget
 

@@ -4,7 +4,7 @@ multi-round transcript, and peak memory at a 12,288-token context.
 Each measurement runs in its own child process, so a peak RSS belongs to one configuration
 and a crash in llama.cpp (e.g. its AMX kernels) is reported instead of ending the run.
 
-    .venv/bin/python benchmarks/bench_runtime.py MODEL.gguf [MODEL.gguf ...] \\
+    .venv/bin/python benchmarks/runtime/bench_runtime.py MODEL.gguf [MODEL.gguf ...] \\
         --out benchmarks/results/runtime.md
 
 Figures:
@@ -32,9 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, EpisodeResult, run_episode
 from edge_sql.runtime import SamplingParams, Session

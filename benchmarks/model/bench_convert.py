@@ -1,7 +1,7 @@
 """Benchmark conversion and quantization on a random-weight checkpoint of the real 2B shape.
 
 Usage:
-    python benchmarks/bench_convert.py [--checkpoint DIR] [--llama-cpp-converter convert_hf_to_gguf.py]
+    python benchmarks/model/bench_convert.py [--checkpoint DIR] [--llama-cpp-converter convert_hf_to_gguf.py]
         [--types Q8_0,...] [--threads 2] [--out benchmarks/results/convert.md]
 
 Measures, each step in its own child process (wall time, and peak RSS from the child's own
@@ -30,9 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / "benchmarks" / "work"
 DEFAULT_TYPES = "Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,IQ4_XS,Q3_K_M,Q4_K_M-sensitive-q8,Q3_K_M-sensitive-q8"
 KEEP = {"Q4_K_M"}
@@ -192,7 +193,7 @@ def main() -> int:
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `{shlex.join([Path(python).name, *sys.argv])}`.",
         f"Checkpoint: `{args.checkpoint.relative_to(REPO) if args.checkpoint.is_relative_to(REPO) else args.checkpoint}` "
-        "made by `benchmarks/make_2b_checkpoint.py` (BF16 safetensors, sharded, with MTP and a small vision tower).",
+        "made by `benchmarks/model/make_2b_checkpoint.py` (BF16 safetensors, sharded, with MTP and a small vision tower).",
         f"Versions: {versions()}. Each step runs as its own child process; peak RSS is that child's ru_maxrss.",
         "The machine is shared with other work: absolute times drift; compare figures from the same run.",
         "",

@@ -18,7 +18,7 @@ Figures, all measured in one run on one machine (ratios are what to compare):
    ones are those equal to the published continuation (what greedy verification keeps).
    From that and the cost curve: the projected decode speed-up.
 
-    python benchmarks/bench_speculative.py --smollm2 --trained <tiny-trained-bf16.gguf> \
+    python benchmarks/runtime/bench_speculative.py --smollm2 --trained <tiny-trained-bf16.gguf> \
         --qwen-vocab <tiny-bf16.gguf> --out benchmarks/results/speculative.md
 """
 
@@ -37,6 +37,7 @@ from pathlib import Path
 
 import llama_cpp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
@@ -46,7 +47,7 @@ from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from fixture_budget import TRAINED_LIMITS
 from sqale_published import call_args, load_episodes  # this folder is on sys.path when run as a script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "edge_sql" / "data"
 QUESTIONS = [
     ("chinook", "How many rows does the Album table have?"),
@@ -531,7 +532,7 @@ def report(args, costs: list[dict], runs: list[dict], replay: dict | None, measu
         "",
         f"Machine: {machine_line()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.",
         "",
-        f"Command: `python benchmarks/bench_speculative.py {' '.join(sys.argv[1:])}`",
+        f"Command: `python benchmarks/runtime/bench_speculative.py {' '.join(sys.argv[1:])}`",
         "",
     ]
     for cost in costs:

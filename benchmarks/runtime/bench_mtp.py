@@ -1,6 +1,6 @@
 """MTP head cost: one MTP draft step against one target decode, and the memory the drafter adds.
 
-    .venv/bin/python benchmarks/bench_mtp.py MODEL.gguf [MODEL.gguf ...] --threads 2 \\
+    .venv/bin/python benchmarks/runtime/bench_mtp.py MODEL.gguf [MODEL.gguf ...] --threads 2 \\
         --out benchmarks/results/mtp.md
 
 Each model (a GGUF converted with its MTP head) runs in its own child process: load it with a
@@ -30,9 +30,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 N_CTX = 12288
@@ -168,7 +169,7 @@ def main() -> int:
         if done.returncode != 0:
             raise SystemExit(f"{model}: the measuring child failed:\n{done.stderr[-2000:]}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    text = report(results, shlex.join(["python", "benchmarks/bench_mtp.py", *sys.argv[1:]]))
+    text = report(results, shlex.join(["python", "benchmarks/runtime/bench_mtp.py", *sys.argv[1:]]))
     print(text)
     if args.out:
         write_results(args.out, text)

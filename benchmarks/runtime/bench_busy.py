@@ -1,6 +1,6 @@
 """Decode speed on a busy machine: llama.cpp's threads against other programs holding cores.
 
-    python benchmarks/bench_busy.py MODEL.gguf [MODEL.gguf ...] [--busy 0 1 2] [--out FILE.md]
+    python benchmarks/runtime/bench_busy.py MODEL.gguf [MODEL.gguf ...] [--busy 0 1 2] [--out FILE.md]
 
 For each model, each candidate (how llama.cpp's worker threads wait, and how many there are)
 and each load (0, 1, 2 other processes spinning on a core each, started and stopped by this
@@ -40,10 +40,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
 
 HERE = Path(__file__).resolve().parent
-CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+CHINOOK = HERE.parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTION = "Which country's customers spent the most money in total?"
 SPIN_DEFAULT = "300000"  # libgomp's spin count when neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY is set
 
@@ -141,7 +142,7 @@ def report(results: dict, args: argparse.Namespace) -> str:
         "",
         f"Machine: {machine_line()}.",
         "",
-        "Command: `python benchmarks/bench_busy.py " + shlex.join(sys.argv[1:]) + "`",
+        "Command: `python benchmarks/runtime/bench_busy.py " + shlex.join(sys.argv[1:]) + "`",
         "",
     ]
     for model, by_load in results.items():

@@ -13,7 +13,7 @@ Also: the raw step, N sequences at a 1,024-token context decoding one token each
 table), and the time to an answer by `--vote 4` against one episode (four replays of one
 episode at once against it alone).
 
-    python benchmarks/bench_parallel.py MODEL.gguf --ns 1,2,4,8 --episodes 8 --out benchmarks/results/parallel.md
+    python benchmarks/runtime/bench_parallel.py MODEL.gguf --ns 1,2,4,8 --episodes 8 --out benchmarks/results/parallel.md
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_machine import machine_line, write_results
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_speculative import _model_segments, published_pieces  # this folder is on sys.path
+
+from bench_machine import machine_line, write_results
 from edge_sql.runtime import PrefixCache, SamplingParams
 from edge_sql.runtime.batching.sequences import open_sessions
 from edge_sql.runtime.tuning.parallel import decode_together
@@ -245,7 +247,7 @@ def main() -> None:
         "one": _child([*common, "--child", "replay", "--n", "1", "--episodes", "1"]),
         "four": _child([*common, "--child", "replay", "--n", "4", "--episodes", "4", "--same"]),
     }
-    command = "python benchmarks/bench_parallel.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/runtime/bench_parallel.py " + " ".join(sys.argv[1:])
     text = report(args.model, ns, steps, runs, vote, command, rs_steps)
     print(text)
     if args.out:

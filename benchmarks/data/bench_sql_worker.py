@@ -6,7 +6,7 @@ handler, row and cell caps), and through `ReadOnlyDatabase.execute`, which sends
 worker's pipes. The difference is the overhead a tool call pays for hard limits. Also timed:
 opening a database (starting a worker) and a time-out (killing and restarting one).
 
-    .venv/bin/python benchmarks/bench_sql_worker.py --out benchmarks/results/sql_worker.md
+    .venv/bin/python benchmarks/data/bench_sql_worker.py --out benchmarks/results/sql_worker.md
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB
@@ -120,7 +121,7 @@ def main() -> None:
         [
             "# SQL worker overhead per tool call",
             "",
-            f"Command: `python benchmarks/bench_sql_worker.py --rounds {args.rounds} "
+            f"Command: `python benchmarks/data/bench_sql_worker.py --rounds {args.rounds} "
             f"--lifecycle {args.lifecycle}" + (f" --out {args.out}`" if args.out else "`"),
             f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
             "",

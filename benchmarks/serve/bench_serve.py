@@ -15,7 +15,7 @@ is the path around it.
   the event's delivery time (plus the request's own transit, the same for every event of a
   request: the `queued` event, produced at once, shows it).
 
-    .venv/bin/python benchmarks/bench_serve.py MODEL.gguf --out benchmarks/results/serve.md
+    .venv/bin/python benchmarks/serve/bench_serve.py MODEL.gguf --out benchmarks/results/serve.md
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from typing import Any
 
 import anyio
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_line  # this folder is on sys.path when run as a script
 from edge_sql.agent.budget import Budget, parse_budget_items
 from edge_sql.api import Agent
