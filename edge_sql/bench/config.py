@@ -34,7 +34,7 @@ class BenchConfig:
     seed: int = 0
     n_threads: int | None = None
     n_ctx: int = DEFAULT_CONTEXT_TOKENS
-    budget: dict[str, Any] = field(default_factory=dict)  # agent Budget fields to override
+    budget: dict[str, int] = field(default_factory=dict)  # agent Budget fields to override
     greedy: bool = False
     prompt_file: Path | None = None
     fidelity_tokens: int = 4096  # at most this many tokens of each transcript are teacher-forced

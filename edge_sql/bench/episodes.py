@@ -233,7 +233,7 @@ class EpisodeRunner:
         self.agent.close()
 
 
-def _confidence_fields(result: Any) -> dict[str, Any]:
+def _confidence_fields(result: EpisodeResult) -> dict[str, Any]:
     """The answer checks' level and reasons (edge_sql/checks), for accuracy by confidence."""
     checks = result.checks
     return {
