@@ -304,7 +304,7 @@ class Agent:
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
-        the chosen episode's, with `stats.vote` (see `agent.vote.choose`; also `seeds`,
+        the chosen episode's, with `stats.vote` (see `agent.majority_vote.choose`; also `seeds`,
         `wall_s` for the whole vote and `prompt_tokens_evaluated` by all its episodes). The
         episodes share their opening: one evaluates it, the others restore its state. As soon
         as the episodes still running cannot change the winning result set, they are stopped
