@@ -9,12 +9,12 @@ which it skipped):
 1. the machine: nvidia-smi's GPU, driver and memory, llama.cpp's system info, the GPU backend
    edge-sql detects (`runtime.llama.backend.gpu_backend_name`);
 2. the fixture (benchmarks/fixture_checkpoint.py, converted to BF16 by `edge-sql convert`): one
-   greedy agent episode on Chinook with every layer offloaded and one on the CPU. Equal token
+   greedy agent episode on Chinook (`Agent.each`) with every layer offloaded and one on the CPU. Equal token
    for token, or else the first token where they part must be a near-tie: both transcripts are
    teacher-forced on both placements up to there, and the CPU's preference for its own token
    over the GPU's (log-probability margin) must be within the largest CPU-GPU difference of
    log-probabilities measured over that prefix (the rounding of the two backends explains it);
-3. the model: the random-weight checkpoint of the real 2B shape (benchmarks/make_2b_checkpoint.py)
+3. the model: the random-weight checkpoint of the real 2B shape (benchmarks/model/make_2b_checkpoint.py)
    converted by `edge-sql convert` and quantized by `edge-sql quantize` (Q8_0, Q4_K_M);
    `--shape fixture` uses the fixture instead (the CPU test of this script);
 4. speed per variant (BF16, Q8_0, Q4_K_M), all layers offloaded against none: load time, prefill
@@ -157,23 +157,40 @@ def child_speed(cfg: dict) -> dict:
 
 
 def _episode_tokens(model: str, n_gpu_layers: int | None, budget: dict) -> dict:
-    from edge_sql.agent import Budget, run_episode
-    from edge_sql.runtime import SamplingParams
-    from edge_sql.tools import ReadOnlyDatabase, Toolbox
+    """One greedy episode on one placement, run by the Agent as every episode is; its session's
+    tokens are read in `watch`, before the session is given back."""
+    from edge_sql import Agent
+    from edge_sql.agent import Budget
+    from edge_sql.api import Ask
 
-    with _session(model, n_gpu_layers, 4096) as session, ReadOnlyDatabase(CHINOOK) as db:
-        result = run_episode(
-            session, Toolbox(db), EPISODE_QUESTION, params=SamplingParams(greedy=True), budget=Budget(**budget)
+    seen: dict = {}
+
+    def watch(_index, _ask, session, _result) -> None:
+        seen.update(
+            tokens=list(session.tokens), backend=session.info.backend, generated=session.timings.generated_tokens
         )
-        return {
-            "tokens": list(session.tokens),
-            "backend": session.info.backend,
-            "sql": result.sql,
-            "stop": result.stop,
-            "rounds": len(result.rounds),
-            "calls": sum(len(r.calls) for r in result.rounds),
-            "generated": session.timings.generated_tokens,
-        }
+
+    with Agent(
+        model,
+        n_ctx=4096,
+        n_gpu_layers=n_gpu_layers,
+        budget=Budget(**budget),
+        tune=False,
+        prefix_cache=False,
+        pull_if_missing=False,
+    ) as agent:
+        [(_, result)] = list(agent.each([Ask(EPISODE_QUESTION, CHINOOK)], greedy=True, watch=watch))
+    if isinstance(result, Exception):
+        raise result
+    return {
+        "tokens": seen["tokens"],
+        "backend": seen["backend"],
+        "sql": result.sql,
+        "stop": result.stop,
+        "rounds": len(result.rounds),
+        "calls": sum(len(r.calls) for r in result.rounds),
+        "generated": seen["generated"],
+    }
 
 
 def _logprobs(model: str, n_gpu_layers: int | None, tokens: list[int]):
@@ -251,7 +268,7 @@ def child_parallel(cfg: dict) -> dict:
     time, on the GPU (every layer offloaded when there is one)."""
     import threading
 
-    from bench_parallel_agent import QUESTIONS
+    from chinook_questions import QUESTIONS
     from edge_sql import Agent
     from edge_sql.agent import Budget
 

@@ -23,7 +23,7 @@ _LAZY = {
     "Agent": "edge_sql.api",
     "Budget": "edge_sql.agent.budget",
     "EpisodeResult": "edge_sql.agent.result",
-    "Checks": "edge_sql.checks.report",
+    "Checks": "edge_sql.checks.findings",
     "check_sql": "edge_sql.checks.checker",
 }
 

@@ -30,10 +30,10 @@ from edge_sql.agent.checked import abstain, check_episode, join_vote
 from edge_sql.agent.episode import run_episode
 from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.given import FollowUp
+from edge_sql.agent.majority_vote import Tally, choose
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.stats import EpisodeStats
-from edge_sql.agent.vote import Tally, choose
 from edge_sql.errors import ClosedError, EdgeSqlError
 from edge_sql.knowledge import Knowledge
 from edge_sql.knowledge.answers import consult
@@ -111,12 +111,12 @@ def _settings(
 
 
 def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
-    """What `vote="auto"` means for this file on this machine: the K of `runtime.tuning.vote`
+    """What `vote="auto"` means for this file on this machine: the K of `runtime.tuning.auto_vote`
     (1: no vote) from the calibrated decode rates, within `parallel` sequences when given (else
     the most that fit), and the line that says why. Settings that were not calibrated here
     ("off", "gpu") measured no rates: no vote."""
+    from edge_sql.runtime.tuning.auto_vote import auto_vote, auto_vote_line
     from edge_sql.runtime.tuning.cache import cached_calibration
-    from edge_sql.runtime.tuning.vote import auto_vote, auto_vote_line
 
     calibration = cached_calibration(model_path) if how in ("cached", "calibrated") else None
     rates = calibration.parallel_rates if calibration is not None else []
@@ -198,7 +198,7 @@ class Agent:
     session for its whole episode and blocks while all N are busy, so up to N calls run at once
     (with the default `parallel=1` they run one after another, as before); each gets its own
     result. `ask_many` answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes
-    and answers with the result set most of them return (`agent/vote.py`).
+    and answers with the result set most of them return (`agent/majority_vote.py`).
     """
 
     def __init__(
@@ -334,7 +334,7 @@ class Agent:
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
-        the chosen episode's, with `stats.vote` (see `agent.vote.choose`; also `seeds`,
+        the chosen episode's, with `stats.vote` (see `agent.majority_vote.choose`; also `seeds`,
         `wall_s` for the whole vote and `prompt_tokens_evaluated` by all its episodes). The
         episodes share their opening: one evaluates it, the others restore its state. As soon
         as the episodes still running cannot change the winning result set, they are stopped
@@ -345,7 +345,7 @@ class Agent:
         every episode of a vote.
 
         `vote="auto"`: the largest vote this machine answers within `VOTE_FACTOR` times one
-        episode, predicted from the calibrated decode rates (`runtime/tuning/vote.py`), within
+        episode, predicted from the calibrated decode rates (`runtime/tuning/auto_vote.py`), within
         the Agent's `parallel` sequences: `agent.auto_vote` (1: a single episode, no vote) and
         `agent.auto_vote_line` say which and why.
 

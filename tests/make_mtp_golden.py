@@ -6,7 +6,7 @@ Usage (from the repository root; llama.cpp's converter ships in the llama-cpp-py
     python tests/make_mtp_golden.py --llama-cpp-converter VENDOR/llama.cpp/convert_hf_to_gguf.py
 
 It converts the fixture checkpoint (benchmarks/fixture_checkpoint.py, built into the fixture cache) to
-BF16 with llama.cpp's converter and its own gguf-py, run as benchmarks/bench_convert.py runs
+BF16 with llama.cpp's converter and its own gguf-py, run as benchmarks/model/bench_convert.py runs
 it, and records every tensor (name, shape, GGML type, SHA-256 of its bytes) and the metadata
 keys the MTP head touches. tests/test_convert_mtp.py compares edge-sql's converter with it, so
 CI needs no llama.cpp sources. Run it again only when the fixture checkpoint changes (that test

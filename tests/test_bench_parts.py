@@ -12,10 +12,12 @@ import pytest
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.child import own_peak_rss_bytes, run_worker
+from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.fidelity import compare_on_tokens, generated_targets, kl_rows
+from edge_sql.bench.local_runner import LocalRunner
 from edge_sql.bench.modes import SCHEMA_HEADER, parse_modes, prompt_for_mode
 from edge_sql.bench.results import ResultsLog, WorkKey
-from edge_sql.bench.runner import BenchConfig, LocalRunner, run_bench, spread_by_difficulty
+from edge_sql.bench.runner import run_bench, spread_by_difficulty
 from edge_sql.bench.variants import BenchSetupError, default_variant_names, parse_variant_names, prepare_variants
 from edge_sql.errors import EdgeSqlError
 from edge_sql.evaluation import load_bundled
@@ -216,7 +218,8 @@ def test_worker_failure_is_an_exit_status_and_peak_rss_is_own(tmp_path: Path) ->
 def test_store_model_supplies_base_and_variants(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path
 ) -> None:
-    from edge_sql.bench.runner import BenchConfig, resolve_base
+    from edge_sql.bench.config import BenchConfig
+    from edge_sql.bench.runner import resolve_base
     from edge_sql.store import ModelStore
 
     monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "store"))

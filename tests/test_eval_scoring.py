@@ -11,7 +11,7 @@ import pytest
 
 from edge_sql.errors import DatabaseError
 from edge_sql.evaluation.datasets import Question
-from edge_sql.evaluation.report import EvalReport
+from edge_sql.evaluation.outcomes import EvalReport
 from edge_sql.evaluation.scoring import NO_PREDICTION, Score, evaluate, score_prediction
 
 

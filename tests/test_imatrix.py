@@ -352,7 +352,7 @@ def test_pull_quantizes_k_quants_with_the_imatrix_it_is_handed_and_records_it(
 def test_pull_uses_the_task_imatrix_by_default_for_k_quants(tiny_checkpoint: Path, tmp_path: Path) -> None:
     """`pull --quant Q4_K_M` collects the task imatrix on the BF16 file (kept beside it) and
     records it; `--no-imatrix` quantizes without one."""
-    from edge_sql.evaluation.calibration import task_calibration
+    from edge_sql.evaluation.imatrix_text import task_calibration
     from edge_sql.store import ModelStore
 
     runner = CliRunner(env={"EDGE_SQL_HOME": str(tmp_path / "home")})
@@ -407,7 +407,7 @@ def test_the_bench_takes_a_store_file_only_when_its_imatrix_matches_the_name(
 def test_the_task_calibration_is_agent_transcripts_with_real_tool_outputs() -> None:
     from edge_sql.agent.prompt import load_prompt
     from edge_sql.evaluation import load_bundled
-    from edge_sql.evaluation.calibration import QUESTIONS_PER_DATABASE, task_calibration
+    from edge_sql.evaluation.imatrix_text import QUESTIONS_PER_DATABASE, task_calibration
     from edge_sql.evaluation.sqale_published import load_episodes
     from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
@@ -466,7 +466,7 @@ def test_a_current_task_imatrix_beside_the_model_is_reused(collected, tiny_gguf_
     when it is newer than the model and was made from today's calibration."""
     from dataclasses import replace
 
-    from edge_sql.evaluation.calibration import task_calibration
+    from edge_sql.evaluation.imatrix_text import task_calibration
     from edge_sql.evaluation.task_imatrix import task_imatrix_for, task_imatrix_path
 
     imatrix, _ = collected

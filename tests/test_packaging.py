@@ -166,7 +166,7 @@ def test_benchmark_scripts_import_nothing_from_tests() -> None:
     import ast
 
     test_modules = {path.stem for path in (REPO / "tests").glob("*.py")}
-    for path in sorted((REPO / "benchmarks").glob("*.py")):
+    for path in sorted((REPO / "benchmarks").rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         assert '"tests"' not in text and "'tests'" not in text, f"{path.name} puts tests/ on sys.path"
         for node in ast.walk(ast.parse(text)):

@@ -1,5 +1,5 @@
 """`Agent(parallel=N)`: a pool of sessions, `ask_many`, asks from several threads at once, and
-answers by vote (`agent/vote.py`).
+answers by vote (`agent/majority_vote.py`).
 
 Episodes run at once must be the episodes run alone: each is compared with the same question
 asked of a plain `parallel=1` Agent (transcript, SQL and rounds; the tolerance of the batched
@@ -22,9 +22,9 @@ import pytest
 import edge_sql
 from edge_sql.agent import Budget
 from edge_sql.agent.events import Answered, RoundStarted
+from edge_sql.agent.majority_vote import STOPPED, Tally, agreement_line, choose, decided, failed_queries
 from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord
 from edge_sql.agent.stats import EpisodeFigures, EpisodeStats
-from edge_sql.agent.vote import STOPPED, Tally, agreement_line, choose, decided, failed_queries
 from edge_sql.api import Ask
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools import ReadOnlyDatabase

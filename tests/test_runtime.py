@@ -286,6 +286,27 @@ def test_llama_model_is_public_until_close(smollm2_gguf: Path) -> None:
         loaded.llama_model  # noqa: B018 - the access is what raises
 
 
+def test_the_typed_keywords_are_exactly_the_options_fields() -> None:
+    """`Session(**settings)`'s TypedDict names every SessionOptions field and nothing else, and
+    calibration's callers may pass exactly the fields it does not choose."""
+    import dataclasses
+    import typing
+
+    from edge_sql.runtime.options import CallerSettings, SessionOptions, SessionSettings
+
+    fields = {f.name: f.type for f in dataclasses.fields(SessionOptions)}
+    assert set(SessionSettings.__annotations__) == set(fields)
+    assert set(typing.get_type_hints(SessionSettings)) == set(fields)
+    assert set(CallerSettings.__annotations__) == {
+        "n_ctx",
+        "n_gpu_layers",
+        "n_batch",
+        "mtp",
+        "verbose",
+        "adapt_threads",
+    }
+
+
 def test_options_are_resolved_once_and_given_as_a_record_or_as_keywords(smollm2_gguf: Path) -> None:
     from edge_sql.runtime import SessionOptions
 

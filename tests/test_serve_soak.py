@@ -1,4 +1,4 @@
-"""A short run of benchmarks/bench_serve_soak.py: six clients asking each way at once (JSON, SSE,
+"""A short run of benchmarks/serve/bench_serve_soak.py: six clients asking each way at once (JSON, SSE,
 MCP, an OpenAI stream, a cancel, a mid-stream disconnect) beside /v1/query and hostile requests,
 against a real server with the fixture model. Nothing lost or answered twice, nothing hostile
 let in, the queue idle at the end, the database unchanged."""

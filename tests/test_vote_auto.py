@@ -1,5 +1,5 @@
 """`--vote auto`: the largest vote predicted within 2x one episode from the calibrated decode rates
-(runtime/tuning/vote.py), in the API, `run` and `edge-sql tune`."""
+(runtime/tuning/auto_vote.py), in the API, `run` and `edge-sql tune`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import edge_sql
 from edge_sql.runtime.tuning import Settings, calibrate, save_calibration
-from edge_sql.runtime.tuning.vote import VOTE_FACTOR, auto_vote, auto_vote_line, rate_at, vote_cost
+from edge_sql.runtime.tuning.auto_vote import VOTE_FACTOR, auto_vote, auto_vote_line, rate_at, vote_cost
 
 # decode tok/s at 1, 2, 4, 8 sequences as a 2-core AVX-512 Xeon measured them (parallel.md's shape)
 XEON = [[1, 9.4], [2, 13.0], [4, 19.0], [8, 22.0]]

@@ -25,7 +25,7 @@ def json_value(value: Any) -> Any:
 def result_set(rows: Sequence[Sequence[Any]]) -> set[tuple[Any, ...]]:
     """The rows as BIRD compares them: a set of tuples (row order and duplicates ignored, column
     order kept, values equal as Python compares them). The one comparison of result sets: the
-    evaluation's scoring (evaluation/scoring.py) and the vote (vote.py) both use it."""
+    evaluation's scoring (evaluation/scoring.py) and the vote (majority_vote.py) both use it."""
     return {tuple(row) for row in rows}
 
 

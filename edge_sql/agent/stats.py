@@ -129,7 +129,7 @@ class VoteEpisode:
 
 @dataclass
 class VoteStats:
-    """How a vote went (`agent.vote.choose`): `k` episodes, the `chosen` one's index, `agreed`
+    """How a vote went (`agent.majority_vote.choose`): `k` episodes, the `chosen` one's index, `agreed`
     (episodes in its group), `voters`, `agreement` (agreed / voters; 0.0 with no voter) and
     `finished` (episodes that ran to their end). `Agent.ask` adds the `seeds`, the whole vote's
     `wall_s` and the prompt tokens all its episodes evaluated; the bench adds the seeds."""

@@ -10,11 +10,12 @@ import numpy as np
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.confidence import confidence_figures
 from edge_sql.bench.nodes import SPEED_FIELDS, mixed_hardware, node_machines, per_node_figures
+from edge_sql.bench.records import BenchFigures
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.variants import Variant
-from edge_sql.bench.voting import is_vote, split_mode, vote_figures
+from edge_sql.bench.vote_mode import is_vote, split_mode, vote_figures
 from edge_sql.evaluation.datasets import Question
-from edge_sql.evaluation.report import EvalReport, QuestionResult
+from edge_sql.evaluation.outcomes import EvalReport, QuestionResult
 
 TOKEN_IDS_FIELD = "tokens"
 
@@ -138,7 +139,7 @@ def summarize(
     modes: Sequence[str],
     reference_name: str,
     cache: ResultCache,
-) -> dict[str, Any]:
+) -> BenchFigures:
     """Every variant's figures, plus the raw records they come from (token ids left out)."""
     records = list(records)
     episodes = [r for r in records if r["kind"] == "episode" and WorkKey.of(r) in planned]

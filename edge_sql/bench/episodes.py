@@ -9,7 +9,7 @@ The Agent is the driver of the episodes (`Agent.each`): with `task.parallel` = N
 N sessions of one model and answers N questions at once (what lets the engine batch their
 decode steps); each episode runs alone on its session as it would serially, so its record is
 the serial one but for the timings. A vote mode's item is `ask(vote=K)`'s vote (the opening
-evaluated once, voting.py) and one record. What stays here is the bench's own: the records, the
+evaluated once, vote_mode.py) and one record. What stays here is the bench's own: the records, the
 schema-given prompt of a mode, the positions the model wrote (for fidelity) and the scoring.
 """
 
@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from edge_sql.bench.machine import machine_description, node_name
+from edge_sql.bench.records import EpisodeRecord, LoadRecord
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.tasks import EpisodeTask
-from edge_sql.bench.voting import split_mode
+from edge_sql.bench.vote_mode import split_mode
 from edge_sql.errors import EdgeSqlError
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class EpisodeRunner:
         started = time.perf_counter()
         self.agent.warm_up()  # the grammar engine's vocabulary view: same for every variant
         info = self.agent.info
-        self.load_record: dict[str, Any] = {
+        self.load_record: LoadRecord = {
             "kind": "load",
             "variant": task.variant,
             "load_s": self.agent.load_s,
@@ -113,15 +114,16 @@ class EpisodeRunner:
             "time": time.time(),
             "node": self.node,
             "machine": machine_description(),
-            **({"parallel": task.parallel} if task.parallel > 1 else {}),
         }
+        if task.parallel > 1:
+            self.load_record["parallel"] = task.parallel
 
     @property
     def sessions(self) -> list[Any]:
         """The variant's sessions, as its episodes see them (`session_view`)."""
         return self.agent.sessions
 
-    def run_many(self, items: Sequence[tuple[str, str]]) -> Iterator[dict[str, Any]]:
+    def run_many(self, items: Sequence[tuple[str, str]]) -> Iterator[EpisodeRecord]:
         """The records of `items` (mode, question id), as they finish, `task.parallel` at a time
         (`Agent.each`). A vote mode's item (`withheld+vote4`) is a vote of K episodes (seeds
         seed..seed+K-1) whose episodes borrow the sessions like any other, and one record.
@@ -138,7 +140,7 @@ class EpisodeRunner:
                     raise outcome  # a bug: stop the others
                 yield self._record(*items[index], outcome, seen.pop(index, {}))
 
-    def run(self, mode: str, question_id: str) -> dict[str, Any]:
+    def run(self, mode: str, question_id: str) -> EpisodeRecord:
         """One item's record (`run_many` of one)."""
         return next(iter(self.run_many([(mode, question_id)])))
 
@@ -191,7 +193,7 @@ class EpisodeRunner:
 
     def _record(
         self, mode: str, question_id: str, outcome: EpisodeResult | Exception, seen: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> EpisodeRecord:
         """The "episode" record of one item: its answer scored (an item that cannot run scores 0)."""
         from edge_sql.evaluation.scoring import score_prediction
 
@@ -203,14 +205,17 @@ class EpisodeRunner:
             "difficulty": question.difficulty,
         }
         if isinstance(outcome, Exception):  # e.g. a schema too long for the context: the question scores 0
-            return {
-                **fields,
-                "sql": None,
-                "correct": False,
-                "error": f"episode failed: {outcome}",
-                "episode_error": str(outcome),
-                "node": self.node,
-            }
+            return cast(
+                "EpisodeRecord",
+                {
+                    **fields,
+                    "sql": None,
+                    "correct": False,
+                    "error": f"episode failed: {outcome}",
+                    "episode_error": str(outcome),
+                    "node": self.node,
+                },
+            )
         score = score_prediction(outcome.sql, question.gold_sql, question.db_path, timeout_s=task.score_timeout_s)
         record = {
             **fields,
@@ -225,15 +230,16 @@ class EpisodeRunner:
             "calls": sum(len(r.calls) for r in outcome.rounds),
         }
         vote = outcome.stats.vote
-        if vote is not None:  # voting.py: the whole vote's wall time, each episode's seed, stop and time
+        if vote is not None:  # vote_mode.py: the whole vote's wall time, each episode's seed, stop and time
             for index, episode in enumerate(vote.episodes):
                 mine = seen.get("episodes", {}).get(task.seed + index, {})
                 episode.seed, episode.stop, episode.wall_s = task.seed + index, mine.get("stop"), mine.get("wall_s")
             data = vote.to_json()
             if task.vote_auto:
                 data["auto"] = True  # K was `--vote auto`'s pick on this machine
-            return {**record, "wall_s": vote.wall_s, "vote": data, "node": self.node}
-        return {**record, **outcome.stats.measured.record_fields(), "node": self.node, **seen.get("tokens", {})}
+            return cast("EpisodeRecord", {**record, "wall_s": vote.wall_s, "vote": data, "node": self.node})
+        measured = outcome.stats.measured.record_fields()  # counts and seconds: EpisodeFigures' own names
+        return cast("EpisodeRecord", {**record, **measured, "node": self.node, **seen.get("tokens", {})})
 
     def close(self) -> None:
         if self._knowledge is not None:
@@ -241,7 +247,7 @@ class EpisodeRunner:
         self.agent.close()
 
 
-def _confidence_fields(result: Any) -> dict[str, Any]:
+def _confidence_fields(result: EpisodeResult) -> dict[str, Any]:
     """The answer checks' level and reasons (edge_sql/checks), for accuracy by confidence."""
     checks = result.checks
     return {

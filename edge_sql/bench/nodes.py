@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from edge_sql.bench.records import BenchSummary
+
 SPEED_FIELDS = ("prompt_tok_s", "decode_tok_s", "wall_s_median", "wall_s_p95")
 
 
@@ -74,7 +76,7 @@ def mixed_hardware(per_node: dict[str, Any], machines: dict[str, dict[str, Any]]
     return len({hardware_key(machines[node]) for node in used}) > 1
 
 
-def markdown_lines(summary: dict[str, Any]) -> list[str]:
+def markdown_lines(summary: BenchSummary) -> list[str]:
     """The per-node table: node, CPU, and each variant's episodes and speed there."""
     machines = summary.get("nodes", {})
     lines = [

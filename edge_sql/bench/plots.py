@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edge_sql.bench.records import BenchSummary
+
 ACCURACY_PNG = "accuracy_vs_size.png"
 SPEED_PNG = "decode_speed_vs_size.png"
 FIDELITY_PNG = "fidelity_vs_size.png"
@@ -54,7 +56,7 @@ def _finish(plt: Any, fig: Any, ax: Any, title: str, title_note: str, path: Path
     return path
 
 
-def write_plots(summary: dict[str, Any], out_dir: Path, log: Callable[[str], None] = lambda _msg: None) -> list[Path]:
+def write_plots(summary: BenchSummary, out_dir: Path, log: Callable[[str], None] = lambda _msg: None) -> list[Path]:
     """Write the three PNGs into `out_dir` and return their paths; without matplotlib (an optional
     extra) write none and say so in one line through `log`, since the JSON and Markdown reports
     hold every figure."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +58,8 @@ class ResultsLog:
         """The keys of the finished work items of `kind`."""
         return {WorkKey.of(r) for r in self.records(kind)}
 
-    def append(self, record: dict[str, Any]) -> None:
-        """Write one record as one line and push it to disk."""
+    def append(self, record: Mapping[str, object]) -> None:
+        """Write one record (records.py says each kind's shape) as one line and push it to disk."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         with self.path.open("a", encoding="utf-8") as handle:

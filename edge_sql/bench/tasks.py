@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the tasks travel to child processes: they import nothing heavy
     from edge_sql.runtime import SpeculateMode
@@ -23,7 +23,7 @@ class EpisodeTask:
     seed: int
     n_threads: int | None
     n_ctx: int
-    budget: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, int] = field(default_factory=dict)
     greedy: bool = False
     prompt_file: str | None = None
     record_tokens: bool = False  # keep the transcript's token ids (the reference's, for fidelity)

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from edge_sql.agent.prompt import load_prompt
-from edge_sql.bench.runner import CACHE_DIR_NAME, BenchConfig, BenchOutcome, WorkRunner, run_bench
+from edge_sql.bench.config import BenchConfig
+from edge_sql.bench.local_runner import WorkRunner
+from edge_sql.bench.runner import CACHE_DIR_NAME, BenchOutcome, run_bench
 from edge_sql.bench.variants import BenchSetupError
 
 COMPARISON_JSON = "templates.json"

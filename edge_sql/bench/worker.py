@@ -11,7 +11,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tqdm import tqdm
 
 from edge_sql.bench.child import own_peak_rss_bytes
 from edge_sql.bench.machine import node_name
+from edge_sql.bench.records import fidelity_record, peak_record
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.tasks import EpisodeTask, FidelityTask
 
@@ -56,14 +56,8 @@ def run_fidelity(task: FidelityTask) -> None:
         started = time.perf_counter()
         tokens, positions = transcripts[(mode, question_id)]
         stats = compare_on_tokens(reference, variant, tokens, chunk=task.chunk, positions=positions)
-        log.append(
-            {
-                "kind": "fidelity",
-                **WorkKey(task.variant, mode, question_id, task.seed).as_fields(),
-                **asdict(stats),
-                "seconds": time.perf_counter() - started,
-            }
-        )
+        key = WorkKey(task.variant, mode, question_id, task.seed)
+        log.append(fidelity_record(key, stats, time.perf_counter() - started))
     variant.close()
     reference.close()
 
@@ -85,13 +79,7 @@ def main(argv: list[str]) -> int:
             run(task_type(**task))
     finally:
         ResultsLog(Path(task["results_path"])).append(
-            {
-                "kind": "peak",
-                "task": kind,
-                "variant": task["variant"],
-                "peak_rss_bytes": own_peak_rss_bytes(),
-                "node": node_name(),
-            }
+            peak_record(kind, task["variant"], own_peak_rss_bytes(), node_name())
         )
     return 0
 

@@ -6,8 +6,8 @@ database; `attach_provenance` adds where an episode showed each name and value.
 """
 
 from edge_sql.checks.checker import check_sql
+from edge_sql.checks.findings import CONFIDENCE_LEVELS, Checks, Finding, NameUse, Sighting, ValueCheck
 from edge_sql.checks.provenance import attach_provenance
-from edge_sql.checks.report import CONFIDENCE_LEVELS, Checks, Finding, NameUse, Sighting, ValueCheck
 
 __all__ = [
     "CONFIDENCE_LEVELS",

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_sql.checks.findings import Checks, NameUse
 from edge_sql.checks.names import NOT_SQL, Comparison, SchemaLookup, read_names
-from edge_sql.checks.report import Checks, NameUse
 from edge_sql.checks.values import ValueChecker
 from edge_sql.errors import QueryError
 from edge_sql.tools import QueryResult, ReadOnlyDatabase

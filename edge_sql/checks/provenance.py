@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from edge_sql.checks.report import Checks, NameUse, Sighting, ValueCheck
+from edge_sql.checks.findings import Checks, NameUse, Sighting, ValueCheck
 
 MAX_SIGHTINGS = 5
 _SHOWING_COLUMNS = ("describe_table", "sample_rows", "distinct_values", "foreign_keys", "join_path")

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edge_sql.checks.findings import ValueCheck
 from edge_sql.checks.names import Comparison
-from edge_sql.checks.report import ValueCheck
 from edge_sql.errors import QueryError
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.identifiers import fold_identifier, quote_identifier

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_sql.bench.records import crash_record
 from edge_sql.bench.results import ResultsLog
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
@@ -33,7 +34,8 @@ from edge_sql.cluster.ray_support import AUTO, connect, error_text, largest_node
 from edge_sql.evaluation.datasets import Question
 
 if TYPE_CHECKING:
-    from edge_sql.bench.runner import BenchConfig
+    from edge_sql.bench.config import BenchConfig
+    from edge_sql.bench.records import PeakRecord
 
 MAX_RESTARTS = 3  # restarts of one actor (each reloads the variant) before it is given up
 DEFAULT_THREADS = 4  # llama.cpp threads (Ray CPUs) per actor when --threads is not given
@@ -104,18 +106,13 @@ def episode_actor_class() -> Any:
             load, self.load_sent = (None if self.load_sent else self.runner.load_record), True
             return {"episode": record, "load": load, "actor_s": time.perf_counter() - started}
 
-        def finish(self) -> dict[str, Any]:
+        def finish(self) -> PeakRecord:
             """The "peak" record of this actor's process, then the model is released."""
             from edge_sql.bench.child import own_peak_rss_bytes
+            from edge_sql.bench.records import peak_record
 
             self.runner.close()
-            return {
-                "kind": "peak",
-                "task": "episodes",
-                "variant": self.runner.task.variant,
-                "peak_rss_bytes": own_peak_rss_bytes(),
-                "node": self.runner.node,
-            }
+            return peak_record("episodes", self.runner.task.variant, own_peak_rss_bytes(), self.runner.node)
 
     return EpisodeActor
 
@@ -146,7 +143,7 @@ def run_episodes_on_ray(
     """Run every variant's pending episodes on the Ray cluster of `config.ray`; returns how many ran.
     `overheads` (if given) receives each call's scheduling overhead in seconds: the driver's round
     trip minus the actor's own time, for every call but an actor's first (which also loads)."""
-    from edge_sql.bench.runner import episode_task, pending_items
+    from edge_sql.bench.pending_work import episode_task, pending_items
 
     ray = connect(config.ray or AUTO, log=log)
     threads = min(config.n_threads or DEFAULT_THREADS, largest_node_cpus())
@@ -245,16 +242,7 @@ def _give_up(
     variant's remaining episodes stay pending too."""
     pool.actors.remove(actor)
     message = error_text(exc)
-    results.append(
-        {
-            "kind": "crash",
-            "task": "episodes",
-            "variant": pool.variant.name,
-            "returncode": None,
-            "error": message,
-            **({"mode": item[0], "question_id": item[1]} if item else {}),
-        }
-    )
+    results.append(crash_record("episodes", pool.variant.name, None, error=message, item=item))
     log(f"{pool.variant.name}: a Ray worker failed ({message}); continuing")
     ray.kill(actor)
     if not pool.actors and pool.queue:

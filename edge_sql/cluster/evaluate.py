@@ -14,7 +14,7 @@ from typing import Any
 from edge_sql.cluster.files import SourceFile, start_file_server
 from edge_sql.cluster.ray_support import connect
 from edge_sql.evaluation.datasets import Question, base_id, require_databases
-from edge_sql.evaluation.report import EvalReport, QuestionResult
+from edge_sql.evaluation.outcomes import EvalReport, QuestionResult
 
 Item = tuple[str | None, str]  # (predicted SQL, gold SQL)
 

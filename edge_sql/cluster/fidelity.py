@@ -15,13 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_sql.bench.records import crash_record
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
 from edge_sql.cluster.ray_support import AUTO, connect, error_text, largest_node_cpus
 
 if TYPE_CHECKING:
-    from edge_sql.bench.runner import BenchConfig
+    from edge_sql.bench.config import BenchConfig
 
 CHUNK = 16  # transcripts per task: each task loads two models, so not one per transcript
 MAX_RETRIES = 3
@@ -69,7 +70,7 @@ def run_fidelity_on_ray(
     log: Callable[[str], None] = lambda _msg: None,
 ) -> int:
     """Every variant's pending fidelity comparisons on the Ray cluster; returns how many ran."""
-    from edge_sql.bench.runner import fidelity_task, pending_fidelity
+    from edge_sql.bench.pending_work import fidelity_task, pending_fidelity
 
     ray = connect(config.ray or AUTO, log=log)
     threads = min(config.n_threads or 4, largest_node_cpus())
@@ -111,9 +112,7 @@ def run_fidelity_on_ray(
                 records = ray.get(ref)
             except (ray.exceptions.RayTaskError, ray.exceptions.WorkerCrashedError, ray.exceptions.RayError) as exc:
                 message = error_text(exc)
-                results.append(
-                    {"kind": "crash", "task": "fidelity", "variant": variant.name, "returncode": None, "error": message}
-                )
+                results.append(crash_record("fidelity", variant.name, None, error=message))
                 log(
                     f"{variant.name}: a Ray fidelity task failed ({message}); {len(chunk)} transcripts left for --resume"
                 )

@@ -13,8 +13,8 @@ from edge_sql.cluster.bench import run_episodes_on_ray
 from edge_sql.cluster.fidelity import run_fidelity_on_ray
 
 if TYPE_CHECKING:
+    from edge_sql.bench.config import BenchConfig
     from edge_sql.bench.results import ResultsLog, WorkKey
-    from edge_sql.bench.runner import BenchConfig
     from edge_sql.bench.variants import Variant
     from edge_sql.evaluation.datasets import Question
 

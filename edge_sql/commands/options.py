@@ -129,7 +129,7 @@ def speculate_option(command: Callable) -> Callable:
 
 class VoteType(click.ParamType):
     """`--vote K` (at least 2) or `--vote auto` (the largest vote this machine answers within
-    2x one episode, from the calibrated decode rates: runtime/tuning/vote.py)."""
+    2x one episode, from the calibrated decode rates: runtime/tuning/auto_vote.py)."""
 
     name = "K|auto"
 

@@ -403,7 +403,7 @@ def _answer(
 def _vote_text(vote: VoteStats) -> str:
     """Each episode's answer and group, then the agreement: `3 of 4 episodes agreed`."""
     from edge_sql.agent.display import CALL_LINE_WIDTH, shorten
-    from edge_sql.agent.vote import agreement_line
+    from edge_sql.agent.majority_vote import agreement_line
 
     assert vote.seeds is not None and vote.wall_s is not None  # Agent.ask's vote sets them
     lines = []

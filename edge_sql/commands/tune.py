@@ -97,8 +97,8 @@ def calibration_table(calibration: Calibration) -> str:
 
 
 def _vote_line(calibration: Calibration) -> str:
-    """What `--vote auto` picks from the measured rates, and why (runtime/tuning/vote.py)."""
-    from edge_sql.runtime.tuning.vote import auto_vote_line
+    """What `--vote auto` picks from the measured rates, and why (runtime/tuning/auto_vote.py)."""
+    from edge_sql.runtime.tuning.auto_vote import auto_vote_line
 
     return f"({auto_vote_line(calibration.parallel_rates, calibration.chosen.parallel_limit or 1)})"
 

@@ -10,8 +10,8 @@ from edge_sql.evaluation.datasets import (
     load_spider,
     require_databases,
 )
+from edge_sql.evaluation.outcomes import Accuracy, EvalReport, QuestionResult, ReportError
 from edge_sql.evaluation.predictions import PredictionsError, load_predictions
-from edge_sql.evaluation.report import Accuracy, EvalReport, QuestionResult, ReportError
 from edge_sql.evaluation.scoring import Score, evaluate, score_on_database, score_prediction
 
 __all__ = [

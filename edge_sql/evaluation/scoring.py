@@ -37,7 +37,7 @@ from tqdm import tqdm
 from edge_sql.agent.result import result_set
 from edge_sql.errors import QueryError
 from edge_sql.evaluation.datasets import Question, base_id, require_databases
-from edge_sql.evaluation.report import EvalReport, QuestionResult
+from edge_sql.evaluation.outcomes import EvalReport, QuestionResult
 from edge_sql.tools.database import ReadOnlyDatabase
 
 DEFAULT_TIMEOUT_S = 30.0

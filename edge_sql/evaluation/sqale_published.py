@@ -1,8 +1,8 @@
 """The three published SQaLe episodes (`edge_sql/data/sqale_published/`): read, with their calls'
 arguments as the tools take them.
 
-Shared by the task calibration of `edge-sql imatrix` (`calibration.py`: the episodes replayed as
-text), `benchmarks/bench_speculative.py` (lookup acceptance on the published text), the
+Shared by the task calibration of `edge-sql imatrix` (`imatrix_text.py`: the episodes replayed as
+text), `benchmarks/runtime/bench_speculative.py` (lookup acceptance on the published text), the
 protocol tests and the checks benchmark (`benchmarks/sqale_replay.py` rebuilds the episodes'
 databases on top of it).
 """

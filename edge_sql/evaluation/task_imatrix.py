@@ -15,7 +15,7 @@ from pathlib import Path
 from edge_sql.agent.transcript import Transcript
 from edge_sql.convert.imatrix_file import read_imatrix, write_imatrix
 from edge_sql.errors import EdgeSqlError, ImatrixError
-from edge_sql.evaluation.calibration import task_calibration
+from edge_sql.evaluation.imatrix_text import task_calibration
 from edge_sql.runtime import Session
 from edge_sql.runtime.probes.imatrix import DEFAULT_CHUNK, CollectReport, collect_imatrix, unquantized_file_type
 

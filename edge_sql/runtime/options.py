@@ -9,7 +9,7 @@ heavy (no llama.cpp), so the CLI can offer the modes without loading it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypedDict, get_args
 
 from edge_sql.errors import EdgeSqlError
 
@@ -89,6 +89,30 @@ class SessionOptions:
     def flash_attn_label(self) -> str:
         """ "on", "off" or "auto" (llama.cpp decides)."""
         return flash_attn_label(self.flash_attn)
+
+
+class CallerSettings(TypedDict, total=False):
+    """The `SessionOptions` fields a machine's calibration does not choose (the caller's: the
+    context, the GPU offload, ...), as keywords: `Settings.session_options(n_ctx=2048)`."""
+
+    n_ctx: int
+    n_gpu_layers: int | None
+    n_batch: int
+    mtp: bool
+    verbose: bool
+    adapt_threads: bool
+
+
+class SessionSettings(CallerSettings, total=False):
+    """All of `SessionOptions`' fields as keywords (`Session(path, n_ctx=2048, n_threads=1)`),
+    typed: a misspelt or mistyped keyword is mypy's finding, not a TypeError at load time."""
+
+    n_threads: int | None
+    n_ubatch: int | None
+    repack: bool
+    flash_attn: bool | None
+    speculate: SpeculateMode
+    draft_max: int
 
 
 def uses_mtp(speculate: SpeculateMode) -> bool:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from edge_sql.errors import EdgeSqlError
 from edge_sql.store.catalog import CatalogEntry, load_catalog
@@ -17,6 +18,17 @@ from edge_sql.store.variants import BASE_VARIANT, CONVERTED_VARIANTS, is_convert
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 ImatrixMaker = Callable[[Path], Path]  # a BF16 GGUF -> the importance matrix file to quantize it with
+
+
+class PullOptions(TypedDict, total=False):
+    """The `pull_model` keywords a caller that pulls on demand may pass through
+    (`resolve.ensure_model`): typed, so a misspelt one is mypy's finding."""
+
+    revision: str | None
+    keep_bf16: bool
+    cache_dir: Path | None
+    endpoint: str | None
+    imatrix: ImatrixMaker | None
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from edge_sql.errors import ModelFileError, ModelNotPulledError
 from edge_sql.store.catalog import load_catalog
 from edge_sql.store.index import ModelStore
-from edge_sql.store.pull import pull_model
+from edge_sql.store.pull import PullOptions, pull_model
 from edge_sql.store.spec import ModelSpec
 from edge_sql.store.variants import normalize_variant
 
@@ -98,7 +98,7 @@ def ensure_model(
     pull_if_missing: bool = True,
     store: ModelStore | None = None,
     log: Callable[[str], None] = lambda _msg: None,
-    **pull_options: Any,
+    **pull_options: Unpack[PullOptions],
 ) -> Path:
     """Like `resolve_model`, but pulls the model (download, convert, quantize) when it is missing.
 

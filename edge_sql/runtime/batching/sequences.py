@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from edge_sql.runtime.batching.batched import BatchedDecoder, SequenceContext, StepCounts
 from edge_sql.runtime.llama.backend import Closing
 from edge_sql.runtime.llama.context import LlamaContext
 from edge_sql.runtime.llama.loading import open_model
 from edge_sql.runtime.llama.shared_models import LoadedModel, release
-from edge_sql.runtime.options import SessionOptions
+from edge_sql.runtime.options import SessionOptions, SessionSettings
 from edge_sql.runtime.records import SessionInfo
 from edge_sql.runtime.session import Session
 from edge_sql.runtime.state.prefix_state import PrefixCache
@@ -72,7 +72,7 @@ def open_sessions(
     n: int = 1,
     *,
     prefix_cache: PrefixCache | None = None,
-    **settings: Any,
+    **settings: Unpack[SessionSettings],
 ) -> SessionGroup:
     """`n` sessions on `model_path`, each `options.n_ctx` tokens long, sharing `prefix_cache`
     (one shared-prefix state restored into every sequence). n = 1 is a plain `Session`.

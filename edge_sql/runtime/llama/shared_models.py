@@ -23,13 +23,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import llama_cpp
 
 from edge_sql.convert.llama_log import capture_llama_log as capture_log
 from edge_sql.errors import ModelFileError
 from edge_sql.runtime.llama.mapping import release_file_pages
+
+if TYPE_CHECKING:
+    import llguidance
 
 
 @dataclass
@@ -43,7 +46,7 @@ class LoadedModel:
     keep_idle: bool
     refs: int = 0
     pieces: dict[int, bytes] = field(default_factory=dict)  # token bytes, filled on use
-    lltokenizer: Any = None  # llguidance's view of the vocabulary, built on first use
+    lltokenizer: llguidance.LLTokenizer | None = None  # llguidance's view of the vocabulary, built on first use
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -51,7 +54,7 @@ class LoadedModel:
         """The model file (resolved)."""
         return Path(self.key[0])
 
-    def shared_lltokenizer(self, build: Callable[[], Any]) -> Any:
+    def shared_lltokenizer(self, build: Callable[[], llguidance.LLTokenizer]) -> llguidance.LLTokenizer:
         """The vocabulary view, built once (by the first session that needs it)."""
         with self.lock:
             if self.lltokenizer is None:

@@ -11,9 +11,9 @@ import codecs
 import ctypes
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import llama_cpp
+import llguidance
 
 from edge_sql.runtime.llama.shared_models import LoadedModel
 from edge_sql.runtime.text.constrained import build_lltokenizer
@@ -78,7 +78,7 @@ class Vocabulary:
             return f"<[{ids[0]}]>"
         return json.dumps(text, ensure_ascii=False)
 
-    def lltokenizer(self) -> Any:
+    def lltokenizer(self) -> llguidance.LLTokenizer:
         """llguidance's view of this vocabulary (built on first use, shared by the sessions of
         one loaded model)."""
         ids = range(self.n_vocab)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Unpack
 
 from edge_sql.runtime.llama.backend import default_threads, repack_is_safe
 from edge_sql.runtime.options import (
     DEFAULT_DRAFT_MAX,
     DEFAULT_UBATCH,
+    CallerSettings,
     SessionOptions,
     SpeculateMode,
     settings_line,
@@ -52,7 +53,7 @@ class Settings:
             flash_attn=self.flash_attn, n_ubatch=self.n_ubatch, n_threads=self.n_threads, repack=self.repack
         )
 
-    def session_options(self, speculate: SpeculateMode = "off", **options: Any) -> SessionOptions:
+    def session_options(self, speculate: SpeculateMode = "off", **options: Unpack[CallerSettings]) -> SessionOptions:
         """`Session` options, speculation within the memory budget: "mtp" and "auto" with the
         drafts that fit beside the MTP drafter's context; "auto" drafts by lookup alone where
         that context does not fit; off where no draft fits. `options`: the fields calibration

@@ -16,7 +16,7 @@
 4. Provenance of the published episodes: the share of their final SQL's names and literals that
    the published calls showed (the page publishes only some outputs: a lower bound).
 
-    .venv/bin/python benchmarks/bench_checks.py --out benchmarks/results/checks.md
+    .venv/bin/python benchmarks/episodes/bench_checks.py --out benchmarks/results/checks.md
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent.result import CallRecord, RoundRecord
 from edge_sql.bench.machine import cpu_model
 from edge_sql.checks import Checks, attach_provenance, check_sql
@@ -324,10 +326,10 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-checks-"))
     work.mkdir(parents=True, exist_ok=True)
     lines = [
-        "# Answer checks (`benchmarks/bench_checks.py`)",
+        "# Answer checks (`benchmarks/episodes/bench_checks.py`)",
         "",
         f"CPU: {cpu_model()} ({os.cpu_count()} cores visible), Python {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}. Command: `python benchmarks/bench_checks.py --big-rows {args.big_rows} "
+        f"SQLite {sqlite3.sqlite_version}. Command: `python benchmarks/episodes/bench_checks.py --big-rows {args.big_rows} "
         f"--repeats {args.repeats}`.",
         "",
     ]
@@ -444,7 +446,7 @@ def main() -> None:
         db.close()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_results(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ aggregate decode tok/s at 1, 2, 4, 8, 16 sequences; widths in between are interp
 linearly). Episodes of the same question do comparable work, and decoding is most of an
 episode's time on a CPU (the opening is evaluated once for all K), so a vote of K takes about
 K * rate(1) / rate(K) times one episode: the machine's limit without an early stop. The early
-stop (agent/vote.py) only takes it below that. Where that limit is within `VOTE_FACTOR` for no
+stop (agent/majority_vote.py) only takes it below that. Where that limit is within `VOTE_FACTOR` for no
 K >= 2 (or nothing was measured: `--no-tune`, one sequence fits), `auto` is no vote at all.
 
 Why 2.0: on the 2-core AVX-512 Xeon this was measured on, 4 sequences decode about twice the

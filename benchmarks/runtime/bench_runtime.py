@@ -4,7 +4,7 @@ multi-round transcript, and peak memory at a 12,288-token context.
 Each measurement runs in its own child process, so a peak RSS belongs to one configuration
 and a crash in llama.cpp (e.g. its AMX kernels) is reported instead of ending the run.
 
-    .venv/bin/python benchmarks/bench_runtime.py MODEL.gguf [MODEL.gguf ...] \\
+    .venv/bin/python benchmarks/runtime/bench_runtime.py MODEL.gguf [MODEL.gguf ...] \\
         --out benchmarks/results/runtime.md
 
 Figures:
@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, EpisodeResult, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -181,30 +181,6 @@ def run_child(kind: str, model: Path, cfg: dict, timeout: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def machine() -> str:
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.rstrip()
-        except Exception as exc:  # a description, never fatal
-            return f"({cmd}: {exc})"
-
-    import llama_cpp
-
-    return "\n".join(
-        [
-            "$ lscpu | head -20",
-            sh("lscpu | head -20"),
-            "",
-            "$ free -g",
-            sh("free -g"),
-            "",
-            f"python {platform.python_version()}, llama-cpp-python {llama_cpp.__version__}",
-            "llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-            "load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        ]
-    )
-
-
 def speed_section(model: Path, session: dict, args: argparse.Namespace) -> list[str]:
     speed = run_child(
         "speed",
@@ -297,7 +273,7 @@ def report(models: list[Path], args: argparse.Namespace) -> str:
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
         "```",
-        machine(),
+        machine_detail(),
         "```",
         "",
     ]
@@ -353,7 +329,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_results(args.out, text + "\n")
 
 
 if __name__ == "__main__":

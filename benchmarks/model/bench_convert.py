@@ -1,7 +1,7 @@
 """Benchmark conversion and quantization on a random-weight checkpoint of the real 2B shape.
 
 Usage:
-    python benchmarks/bench_convert.py [--checkpoint DIR] [--llama-cpp-converter convert_hf_to_gguf.py]
+    python benchmarks/model/bench_convert.py [--checkpoint DIR] [--llama-cpp-converter convert_hf_to_gguf.py]
         [--types Q8_0,...] [--threads 2] [--out benchmarks/results/convert.md]
 
 Measures, each step in its own child process (wall time, and peak RSS from the child's own
@@ -30,7 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+
+REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / "benchmarks" / "work"
 DEFAULT_TYPES = "Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,IQ4_XS,Q3_K_M,Q4_K_M-sensitive-q8,Q3_K_M-sensitive-q8"
 KEEP = {"Q4_K_M"}
@@ -91,12 +94,6 @@ def _digest(layout, name: str) -> str:
             h.update(chunk)
             left -= len(chunk)
     return h.hexdigest()
-
-
-def machine() -> str:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()[:10]
-    free = subprocess.run(["free", "-g"], capture_output=True, text=True).stdout
-    return "$ lscpu | head\n" + "\n".join(lscpu) + "\n$ free -g\n" + free
 
 
 def versions() -> str:
@@ -196,7 +193,7 @@ def main() -> int:
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `{shlex.join([Path(python).name, *sys.argv])}`.",
         f"Checkpoint: `{args.checkpoint.relative_to(REPO) if args.checkpoint.is_relative_to(REPO) else args.checkpoint}` "
-        "made by `benchmarks/make_2b_checkpoint.py` (BF16 safetensors, sharded, with MTP and a small vision tower).",
+        "made by `benchmarks/model/make_2b_checkpoint.py` (BF16 safetensors, sharded, with MTP and a small vision tower).",
         f"Versions: {versions()}. Each step runs as its own child process; peak RSS is that child's ru_maxrss.",
         "The machine is shared with other work: absolute times drift; compare figures from the same run.",
         "",
@@ -216,9 +213,9 @@ def main() -> int:
         "|---|--:|--:|--:|",
     ]
     lines += [f"| {q.label} | {q.seconds:.1f} s | {gb(q.peak_rss)} | {gb(q.size)} |" for q in quants]
-    lines += ["", "## Machine", "", "```", machine().rstrip(), "```", ""]
+    lines += ["", "## Machine", "", "```", machine_detail().rstrip(), "```", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines), encoding="utf-8")
+    write_results(args.out, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -18,7 +18,7 @@ Figures, all measured in one run on one machine (ratios are what to compare):
    ones are those equal to the published continuation (what greedy verification keeps).
    From that and the cost curve: the projected decode speed-up.
 
-    python benchmarks/bench_speculative.py --smollm2 --trained <tiny-trained-bf16.gguf> \
+    python benchmarks/runtime/bench_speculative.py --smollm2 --trained <tiny-trained-bf16.gguf> \
         --qwen-vocab <tiny-bf16.gguf> --out benchmarks/results/speculative.md
 """
 
@@ -28,9 +28,7 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,6 +37,8 @@ from pathlib import Path
 
 import llama_cpp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent import Budget, load_prompt, run_episode
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.speculation.lookup import LookupDrafter
@@ -47,7 +47,7 @@ from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from fixture_budget import TRAINED_LIMITS
 from sqale_published import call_args, load_episodes  # this folder is on sys.path when run as a script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "edge_sql" / "data"
 QUESTIONS = [
     ("chinook", "How many rows does the Album table have?"),
@@ -443,7 +443,7 @@ def replay_measured(
     verify batches, the rollbacks, the speculator and the timings are the real ones, and a
     draft is accepted exactly when greedy verification of the published text would keep it.
     Modes alternate per episode; `repeats` passes. Returns per-mode generate/decode seconds."""
-    import edge_sql.runtime.session as session_module
+    import edge_sql.runtime.generation as session_module
 
     queue: list[int] = []
 
@@ -516,18 +516,6 @@ def replay_measured(
 # ---- report ----------------------------------------------------------------------------------
 
 
-def _machine() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
-        amx = "with AMX" if "amx" in lscpu.lower() else "no AMX"
-    except (OSError, StopIteration):
-        name, amx = platform.processor() or "unknown CPU", ""
-    import os
-
-    return f"{name}, {os.cpu_count()} cores, {amx}; load average {os.getloadavg()[0]:.1f} at the end"
-
-
 def _tally_table(tally: Tally) -> list[str]:
     lines = [
         "| segment | generated tokens | verify batches | drafted | accepted | acceptance | tokens from drafts |",
@@ -542,9 +530,9 @@ def report(args, costs: list[dict], runs: list[dict], replay: dict | None, measu
     lines = [
         "# Speculative decoding: verify cost, rollback, lookup acceptance",
         "",
-        f"Machine: {_machine()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.",
+        f"Machine: {machine_line()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.",
         "",
-        f"Command: `python benchmarks/bench_speculative.py {' '.join(sys.argv[1:])}`",
+        f"Command: `python benchmarks/runtime/bench_speculative.py {' '.join(sys.argv[1:])}`",
         "",
     ]
     for cost in costs:
@@ -777,7 +765,7 @@ def main() -> None:
     text = report(args, costs, runs, replay, measured)
     print(text)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        write_results(args.out, text)
 
 
 if __name__ == "__main__":

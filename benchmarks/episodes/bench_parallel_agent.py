@@ -8,8 +8,8 @@ are grouped as 'tokens' (one token per sequence) and 'mixed' (some sequence deco
 forced grammar tokens, a tool result, the prompt), so a step that costs more than its width
 explains shows.
 
-    python benchmarks/bench_parallel_agent.py MODEL.gguf --parallel 16 --questions 16
-    python benchmarks/bench_parallel_agent.py MODEL.gguf --parallel 1 --questions 16   # one at a time
+    python benchmarks/episodes/bench_parallel_agent.py MODEL.gguf --parallel 16 --questions 16
+    python benchmarks/episodes/bench_parallel_agent.py MODEL.gguf --parallel 1 --questions 16   # one at a time
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -24,18 +25,11 @@ import edge_sql.runtime.batching.batched as batched
 from edge_sql import Agent
 from edge_sql.agent.budget import Budget
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from chinook_questions import QUESTIONS  # benchmarks/ is on sys.path
+
+REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
-QUESTIONS = [
-    "How many albums are there?",
-    "Which genre has the most tracks?",
-    "List the customers from Brazil.",
-    "What is the total of all invoices?",
-    "Which artist has the most albums?",
-    "How many employees are there?",
-    "What is the longest track?",
-    "Which country has the most customers?",
-]
 
 
 def logged_steps() -> list[tuple[int, int, int, int, int, float]]:

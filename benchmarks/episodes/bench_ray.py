@@ -1,6 +1,6 @@
 """Episode throughput of the local bench runner against the Ray runner with 1 and 2 workers.
 
-Usage: python benchmarks/bench_ray.py MODEL.gguf [--questions 8] [--rounds 2] [--one-thread-only]
+Usage: python benchmarks/episodes/bench_ray.py MODEL.gguf [--questions 8] [--rounds 2] [--one-thread-only]
                                    [--out benchmarks/results/ray.md]
 
 One variant (the given file, run as the bench's reference) answers the same bundled questions
@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from edge_sql.bench.config import BenchConfig
+from edge_sql.bench.local_runner import _run_episodes
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog
-from edge_sql.bench.runner import BenchConfig, _run_episodes, spread_by_difficulty
+from edge_sql.bench.runner import spread_by_difficulty
 from edge_sql.bench.variants import REFERENCE, Variant
 from edge_sql.evaluation.datasets import load_dataset
 
@@ -128,11 +132,10 @@ def run(
 def table(
     rows: list[dict], ray_init_s: float, model: Path, questions: int, rounds: int, one_thread_only: bool = False
 ) -> str:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()[:20]
     lines = [
         "# Bench episodes: local runner vs Ray runner",
         "",
-        f"`python benchmarks/bench_ray.py {model.name} --questions {questions} --rounds {rounds}"
+        f"`python benchmarks/episodes/bench_ray.py {model.name} --questions {questions} --rounds {rounds}"
         f"{' --one-thread-only' if one_thread_only else ''}`: "
         f"{questions} bundled questions, "
         "schema withheld, seed 0, one tool round, 8 think tokens, 4k context; one variant "
@@ -159,10 +162,10 @@ def table(
         "",
         f"`ray.init(num_cpus=2)` took {ray_init_s:.1f} s (once per run, not in the rows).",
         "",
-        "Machine (`lscpu | head -20`):",
+        "Machine:",
         "",
         "```",
-        *lscpu,
+        machine_detail(),
         "```",
         "",
     ]
@@ -181,7 +184,7 @@ def main() -> int:
         rows, ray_init_s = run(args.model.resolve(), args.questions, args.rounds, Path(work), args.one_thread_only)
     text = table(rows, ray_init_s, args.model, args.questions, args.rounds, args.one_thread_only)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    write_results(args.out, text)
     print(text)
     return 0
 

@@ -1,6 +1,6 @@
 """MTP head cost: one MTP draft step against one target decode, and the memory the drafter adds.
 
-    .venv/bin/python benchmarks/bench_mtp.py MODEL.gguf [MODEL.gguf ...] --threads 2 \\
+    .venv/bin/python benchmarks/runtime/bench_mtp.py MODEL.gguf [MODEL.gguf ...] --threads 2 \\
         --out benchmarks/results/mtp.md
 
 Each model (a GGUF converted with its MTP head) runs in its own child process: load it with a
@@ -30,7 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 N_CTX = 12288
@@ -95,19 +98,6 @@ def measure(model: Path, threads: int, prompt_tokens: int, steps: int, rounds: i
         }
 
 
-def _machine() -> str:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    keep = ("Architecture", "CPU(s):", "Model name", "Thread", "Core", "Socket", "L3", "Flags")
-    lines = [
-        ln
-        if not ln.startswith("Flags")
-        else "Flags: ... " + " ".join(f for f in ln.split() if f.startswith(("avx512", "amx", "avx2")))
-        for ln in lscpu
-        if ln.startswith(keep)
-    ]
-    return "\n".join(lines)
-
-
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -142,7 +132,7 @@ def report(results: list[dict], command: str) -> str:
             f"drafter attached, {r['rss_drafting_mib']:.0f} MiB after {r['samples']} draft steps and "
             f"{2 * r['samples']} decodes ({r['n_past']} tokens in context)."
         )
-    lines += ["", "## Machine", "", "```", _machine(), "```", ""]
+    lines += ["", "## Machine", "", "```", machine_detail(), "```", ""]
     return "\n".join(lines)
 
 
@@ -179,10 +169,10 @@ def main() -> int:
         if done.returncode != 0:
             raise SystemExit(f"{model}: the measuring child failed:\n{done.stderr[-2000:]}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    text = report(results, shlex.join(["python", "benchmarks/bench_mtp.py", *sys.argv[1:]]))
+    text = report(results, shlex.join(["python", "benchmarks/runtime/bench_mtp.py", *sys.argv[1:]]))
     print(text)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        write_results(args.out, text)
     return 0
 
 

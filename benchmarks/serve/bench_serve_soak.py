@@ -17,7 +17,7 @@ in, which must be 0; the queue back to idle at the end; the server's RSS at star
 p50/p95 latency of `/v1/query` under load; and the database's SHA-256 before and after.
 tests/test_serve_soak.py runs a short version; the committed figures come from:
 
-    .venv/bin/python benchmarks/bench_serve_soak.py MODEL.gguf --out benchmarks/results/serve-soak.md
+    .venv/bin/python benchmarks/serve/bench_serve_soak.py MODEL.gguf --out benchmarks/results/serve-soak.md
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ from typing import Any
 
 import anyio
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import write_results  # this folder is on sys.path when run as a script
 from edge_sql.bench.machine import cpu_model
 from serve_process import start_serve
 
@@ -566,8 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     text = report(args, figures, problems)
     print(text)
     if args.out is not None:
-        args.out.write_text(text, encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+        write_results(args.out, text)
+        write_results(args.out.with_suffix(".json"), json.dumps(figures, indent=1) + "\n")
     return 1 if problems else 0
 
 

@@ -1,16 +1,16 @@
 """Does the task imatrix help? Mean KL and top-1 agreement to the reference on held-out transcripts.
 
 Usage:
-    python benchmarks/bench_imatrix.py --model smollm2 [--threads 2] [--out benchmarks/results/imatrix.md]
-    python benchmarks/bench_imatrix.py --model PATH/TO/BF16.gguf --label NAME
-    python benchmarks/bench_imatrix.py --collect-only PATH/TO/BF16.gguf [--max-tokens N]   (time and memory)
-    python benchmarks/bench_imatrix.py --sizes --model smollm2   (the auto set against the 49k-token one)
-    python benchmarks/bench_imatrix.py --render A.json B.json > benchmarks/results/imatrix.md
+    python benchmarks/model/bench_imatrix.py --model smollm2 [--threads 2] [--out benchmarks/results/imatrix.md]
+    python benchmarks/model/bench_imatrix.py --model PATH/TO/BF16.gguf --label NAME
+    python benchmarks/model/bench_imatrix.py --collect-only PATH/TO/BF16.gguf [--max-tokens N]   (time and memory)
+    python benchmarks/model/bench_imatrix.py --sizes --model smollm2   (the auto set against the 49k-token one)
+    python benchmarks/model/bench_imatrix.py --render A.json B.json > benchmarks/results/imatrix.md
 
 For one model it makes three importance matrices' worth of variants of Q4_K_M, IQ4_XS and Q3_K_M:
 without an imatrix, with a generic-text imatrix and with the task imatrix (`edge-sql imatrix
 --calibration auto`), and teacher-forces every variant and the reference on held-out agent
-transcripts: episodes written from gold SQL through the real tools (calibration.py's writer) on
+transcripts: episodes written from gold SQL through the real tools (evaluation/imatrix_text.py's writer) on
 databases the calibration never saw: the Spider sample's `school` and `library` (real rows) and
 BIRD mini-dev databases rebuilt from `dev_tables.json` (schema only: the BIRD authors
 distribute the data, so their tables are empty and queries return headers). KL(P_ref || P_var)
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import platform
 import pydoc
 import resource
 import sqlite3
@@ -39,18 +38,21 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import write_results  # this folder is on sys.path when run as a script
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.agent.transcript import Transcript
 from edge_sql.bench.fidelity import kl_rows
+from edge_sql.bench.machine import cpu_model
 from edge_sql.convert.imatrix_file import write_imatrix
 from edge_sql.convert.quantize import quantize_gguf
 from edge_sql.evaluation import load_bird, load_spider
-from edge_sql.evaluation.calibration import gold_sql_transcripts, task_calibration
+from edge_sql.evaluation.imatrix_text import gold_sql_transcripts, task_calibration
 from edge_sql.runtime import Session
 from edge_sql.runtime.probes.imatrix import collect_imatrix
 from edge_sql.runtime.probes.teacher_forcing import token_logprobs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPIDER = REPO / "tests/data/spider_sample"  # data files (real SQLite), read as data, not test code
 BIRD = REPO.parent.parent / "shared" / "data" / "bird_minidev"  # /work/shared/data beside the worktrees
 TYPES = ("Q4_K_M", "IQ4_XS", "Q3_K_M")
@@ -58,13 +60,6 @@ MATRICES = ("none", "generic", "task")
 BIRD_DATABASES = ("debit_card_specializing", "student_club", "superhero")
 BIRD_PER_DATABASE = 2
 SPIDER_QUESTIONS = (0, 1, 5, 6)  # two of each database
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 # -- the models --------------------------------------------------------------------------------
@@ -427,12 +422,12 @@ def main() -> None:
             args.work,
             args.held_out,
         )
-    figures["cpu"] = f"{cpu_name()}, {args.threads} threads"
+    figures["cpu"] = f"{cpu_model()}, {args.threads} threads"
     figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:
-        args.json.write_text(text + "\n", encoding="utf-8")
+        write_results(args.json, text + "\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Run `edge-sql bench` on the random-weight model of the real 2B shape, with the committed settings.
 
-Usage: python benchmarks/bench_variants.py BF16.gguf [--out benchmarks/results/variants] [--work DIR]
+Usage: python benchmarks/model/bench_variants.py BF16.gguf [--out benchmarks/results/variants] [--work DIR]
 
 The settings are small so that six variants x two modes fit in about half an hour on a
 2-core machine: two bundled questions per mode, one tool round, short think and SQL bounds,
@@ -17,6 +17,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_detail  # this folder is on sys.path when run as a script
 
 SETTINGS = [
     "--variants",
@@ -53,19 +56,6 @@ SETTINGS = [
 ]
 
 
-def machine_text() -> str:
-    parts = []
-    for command in (["lscpu"], ["free", "-g"]):
-        try:
-            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        except (OSError, subprocess.CalledProcessError) as exc:
-            out = f"({' '.join(command)} failed: {exc})\n"
-        if command == ["lscpu"]:
-            out = "\n".join(out.splitlines()[:20]) + "\n"
-        parts.append(f"$ {' '.join(command)}{' | head -20' if command == ['lscpu'] else ''}\n{out}")
-    return "\n".join(parts)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", type=Path, help="the 2B-shape BF16 GGUF")
@@ -80,7 +70,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     command = ["edge-sql", "bench", "--base", str(args.base), *SETTINGS, "--out", str(args.work)]
     (args.out / "command.txt").write_text(shlex.join(command) + "\n", encoding="utf-8")
-    (args.out / "machine.txt").write_text(machine_text(), encoding="utf-8")
+    (args.out / "machine.txt").write_text(machine_detail(), encoding="utf-8")
     executable = Path(sys.executable).with_name("edge-sql")
     status = subprocess.call([str(executable) if executable.exists() else "edge-sql", *command[1:]])
     for name in ("bench.json", "bench.md", "accuracy_vs_size.png", "decode_speed_vs_size.png"):

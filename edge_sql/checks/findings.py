@@ -115,7 +115,7 @@ class Checks:
     `confidence` is the worst level among `findings` ("checked" when none lowers it);
     `provenance` says whether names and values were looked up in an episode's transcript;
     `agreement` is the vote's share (None without a vote). `wall_s`, what the checks took, is
-    left out of `to_json`, so that equal answers print equal (benchmarks/bench_checks.py times it)."""
+    left out of `to_json`, so that equal answers print equal (benchmarks/episodes/bench_checks.py times it)."""
 
     sql: str
     names: list[NameUse]

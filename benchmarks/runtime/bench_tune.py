@@ -1,6 +1,6 @@
 """Benchmark of issue 11: calibration on the 2B shape, and the shared prompt prefix evaluated once.
 
-Usage: python benchmarks/bench_tune.py MODEL.gguf [--out benchmarks/results/tune.md] [--sweep-points 512,4096]
+Usage: python benchmarks/runtime/bench_tune.py MODEL.gguf [--out benchmarks/results/tune.md] [--sweep-points 512,4096]
        [--steps ttft,full,sweep] [--speculate-rows fitted,8] [--machine "..."]
 
 Steps (each in a fresh process, so peak RSS is that step's own):
@@ -29,7 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+
+REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = ["How many albums does each artist have?", "Which customers live in France?"]
 
 
@@ -183,21 +186,19 @@ def main() -> int:
     lines = [
         f"# Tuning benchmark: {Path(args.model).name}",
         "",
-        f"Command: `python benchmarks/bench_tune.py {' '.join(sys.argv[1:])}`",
+        f"Command: `python benchmarks/runtime/bench_tune.py {' '.join(sys.argv[1:])}`",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
         f"Machine: {args.machine}. Load average when it started: {os.getloadavg()[0]:.1f}.",
         "",
         "```",
-        subprocess.run(["lscpu"], capture_output=True, text=True).stdout.split("Flags")[0].strip(),
-        f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}",
+        machine_detail(),
         "```",
         "",
     ]
 
     def write() -> None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines), encoding="utf-8")
+        write_results(args.out, "\n".join(lines))
 
     steps = set(args.steps.split(","))
     quick = _child("calibrate", args.model, {"full": False})
@@ -296,7 +297,7 @@ def main() -> int:
         else:
             points = [int(p) for p in args.sweep_points.split(",")]
             sweep = _child("calibrate", args.model, {"full": True, "points": points, "chunk": args.sweep_chunk})
-            args.out.with_suffix(".sweep.json").write_text(json.dumps(sweep["calibration"], indent=1), encoding="utf-8")
+            write_results(args.out.with_suffix(".sweep.json"), json.dumps(sweep["calibration"], indent=1))
         sc = Calibration.from_json(sweep["calibration"])
         profile = episode_profile()
         by = {m.settings: m for m in sc.measurements}

@@ -1,6 +1,6 @@
 """Make a random-weight Qwen3.5 checkpoint of the real 2B shape, for conversion and speed benchmarks.
 
-Usage: python benchmarks/make_2b_checkpoint.py [OUT_DIR] [--force]   (default: benchmarks/work/qwen3.5-2b-random)
+Usage: python benchmarks/model/make_2b_checkpoint.py [OUT_DIR] [--force]   (default: benchmarks/work/qwen3.5-2b-random)
 
 The shape is the one in shared/reference/measured-here.md (hidden 2048, 24 layers with full
 attention every 4th, FFN 6144, 8/2 heads of 256, Gated DeltaNet 16/16 heads of 128, vocab
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from checkpoint_tokenizer import build_tokenizer  # this folder is on sys.path when run as a script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 DEFAULT_OUT = REPO / "benchmarks" / "work" / "qwen3.5-2b-random"
 SHARD_BYTES = 2 * 1024**3

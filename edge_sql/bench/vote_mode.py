@@ -1,7 +1,7 @@
 """Answers by vote as a bench mode (`edge-sql bench --vote K`): names, records, figures.
 
 A vote of K on mode `withheld` is the mode `withheld+voteK`: K sampled episodes of the question
-(seeds seed..seed+K-1) whose answers `agent.vote.choose` votes on. It is its own mode so that a
+(seeds seed..seed+K-1) whose answers `agent.majority_vote.choose` votes on. It is its own mode so that a
 vote's record has its own key (resume skips finished votes; another K is another mode) and the
 per-mode accuracy tables show it beside the single episode. Its record is one "episode" record
 per (mode, question): the chosen SQL scored, the wall time of the whole vote and `vote` (what
@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+
+from edge_sql.bench.records import BenchSummary
 
 VOTE_MARK = "+vote"
 
@@ -84,7 +86,7 @@ def vote_figures(
     return out
 
 
-def markdown_lines(summary: dict[str, Any]) -> list[str]:
+def markdown_lines(summary: BenchSummary) -> list[str]:
     """The report's vote table (nothing without a vote)."""
     rows = [(row["name"], figures) for row in summary["variants"] for figures in row.get("votes") or []]
     if not rows:
@@ -99,7 +101,7 @@ def markdown_lines(summary: dict[str, Any]) -> list[str]:
     lines = [
         "",
         "Answers by vote: K sampled episodes per question (seeds seed..seed+K-1), the answer the result "
-        "set most of them return (`agent.vote.choose`), against the single episode on the same questions:",
+        "set most of them return (`agent.majority_vote.choose`), against the single episode on the same questions:",
         "",
         "| variant | mode | K | EX single episode | EX vote | mean agreement | unanimous | wall median s: one / vote |",
         "|---|---|--:|--:|--:|--:|--:|--:|",

@@ -13,8 +13,8 @@ prefix of the CSV and its time is extrapolated to the full size, stated as such;
 baselines read the file with pyarrow (neither sqlite-utils' CLI nor `csv` reads Parquet):
 sqlite-utils' `insert_all` on its rows as dicts, and `executemany` on its rows as tuples.
 
-    python benchmarks/bench_files.py                      # 1 GB CSV, 10M-row Parquet (minutes)
-    python benchmarks/bench_files.py --csv-mb 200 --parquet-rows 2000000 --out results.md
+    python benchmarks/data/bench_files.py                      # 1 GB CSV, 10M-row Parquet (minutes)
+    python benchmarks/data/bench_files.py --csv-mb 200 --parquet-rows 2000000 --out results.md
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import write_results  # this folder is on sys.path when run as a script
+
+REPO = Path(__file__).resolve().parents[2]
 REGIONS = ["North", "South", "East", "West", "Central"]
 
 CSV_EXECUTEMANY = textwrap.dedent("""
@@ -348,7 +351,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Decode speed on a busy machine: llama.cpp's threads against other programs holding cores.
 
-    python benchmarks/bench_busy.py MODEL.gguf [MODEL.gguf ...] [--busy 0 1 2] [--out FILE.md]
+    python benchmarks/runtime/bench_busy.py MODEL.gguf [MODEL.gguf ...] [--busy 0 1 2] [--out FILE.md]
 
 For each model, each candidate (how llama.cpp's worker threads wait, and how many there are)
 and each load (0, 1, 2 other processes spinning on a core each, started and stopped by this
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -41,8 +40,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
+
 HERE = Path(__file__).resolve().parent
-CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+CHINOOK = HERE.parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTION = "Which country's customers spent the most money in total?"
 SPIN_DEFAULT = "300000"  # libgomp's spin count when neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY is set
 
@@ -134,22 +136,13 @@ def combined(runs: list[dict]) -> dict:
     return row
 
 
-def machine() -> str:
-    from edge_sql.bench.machine import cpu_model
-
-    return (
-        f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
-    )
-
-
 def report(results: dict, args: argparse.Namespace) -> str:
     lines = [
         f"# Decode on a busy machine ({time.strftime('%Y-%m-%d')})",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine_line()}.",
         "",
-        "Command: `python benchmarks/bench_busy.py " + shlex.join(sys.argv[1:]) + "`",
+        "Command: `python benchmarks/runtime/bench_busy.py " + shlex.join(sys.argv[1:]) + "`",
         "",
     ]
     for model, by_load in results.items():
@@ -231,8 +224,8 @@ def main() -> int:
     text = report(results, args)
     print(text)
     if args.out:
-        args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+        write_results(args.out, text)
+        write_results(args.out.with_suffix(".json"), json.dumps(results, indent=1) + "\n")
     return 0
 
 

@@ -9,15 +9,16 @@ from typing import Any
 
 from edge_sql.bench.confidence import confidence_lines
 from edge_sql.bench.nodes import markdown_lines as node_lines
-from edge_sql.bench.voting import bench_modes
-from edge_sql.bench.voting import markdown_lines as vote_lines
-from edge_sql.evaluation.report import DIFFICULTY_ORDER
+from edge_sql.bench.records import BenchSummary
+from edge_sql.bench.vote_mode import bench_modes
+from edge_sql.bench.vote_mode import markdown_lines as vote_lines
+from edge_sql.evaluation.outcomes import DIFFICULTY_ORDER
 
 JSON_NAME = "bench.json"
 MARKDOWN_NAME = "bench.md"
 
 
-def write_json(summary: dict[str, Any], out_dir: Path) -> Path:
+def write_json(summary: BenchSummary, out_dir: Path) -> Path:
     path = out_dir / JSON_NAME
     path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
@@ -46,7 +47,7 @@ def _difficulties(rows: Sequence[dict[str, Any]], modes: Sequence[str]) -> list[
     return [d for d in DIFFICULTY_ORDER if d in labels] + sorted(labels - set(DIFFICULTY_ORDER))
 
 
-def markdown(summary: dict[str, Any]) -> str:
+def markdown(summary: BenchSummary) -> str:
     """The main table (one row per variant) and execution accuracy per difficulty."""
     rows = summary["variants"]
     modes = bench_modes(summary["settings"]["modes"], summary["settings"].get("vote"))
@@ -143,7 +144,7 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(summary: dict[str, Any], out_dir: Path) -> Path:
+def write_markdown(summary: BenchSummary, out_dir: Path) -> Path:
     path = out_dir / MARKDOWN_NAME
     path.write_text(markdown(summary), encoding="utf-8")
     return path

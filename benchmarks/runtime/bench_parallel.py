@@ -13,7 +13,7 @@ Also: the raw step, N sequences at a 1,024-token context decoding one token each
 table), and the time to an answer by `--vote 4` against one episode (four replays of one
 episode at once against it alone).
 
-    python benchmarks/bench_parallel.py MODEL.gguf --ns 1,2,4,8 --episodes 8 --out benchmarks/results/parallel.md
+    python benchmarks/runtime/bench_parallel.py MODEL.gguf --ns 1,2,4,8 --episodes 8 --out benchmarks/results/parallel.md
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_speculative import _machine, _model_segments, published_pieces  # this folder is on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_speculative import _model_segments, published_pieces  # this folder is on sys.path
+
+from bench_machine import machine_line, write_results
 from edge_sql.runtime import PrefixCache, SamplingParams
 from edge_sql.runtime.batching.sequences import open_sessions
 from edge_sql.runtime.tuning.parallel import decode_together
@@ -40,7 +43,7 @@ GREEDY = SamplingParams(greedy=True)
 
 def _forced_sampler():
     """`sample` replaced by the published token of the calling thread's own queue."""
-    import edge_sql.runtime.session as session_module
+    import edge_sql.runtime.generation as session_module
 
     local = threading.local()
 
@@ -159,7 +162,7 @@ def report(
     lines = [
         f"# Several episodes at once: {model.name}",
         "",
-        f"Machine: {_machine()}. Command: `{command}`. Settings: {base['settings']}.",
+        f"Machine: {machine_line()}. Command: `{command}`. Settings: {base['settings']}.",
         "",
         "## Raw step: N sequences at a 1,024-token context, one token each per step",
         "",
@@ -244,11 +247,11 @@ def main() -> None:
         "one": _child([*common, "--child", "replay", "--n", "1", "--episodes", "1"]),
         "four": _child([*common, "--child", "replay", "--n", "4", "--episodes", "4", "--same"]),
     }
-    command = "python benchmarks/bench_parallel.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/runtime/bench_parallel.py " + " ".join(sys.argv[1:])
     text = report(args.model, ns, steps, runs, vote, command, rs_steps)
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_results(args.out, text)
         (args.out.with_suffix(".json")).write_text(
             json.dumps({"steps": steps, "rs_steps": rs_steps, "runs": runs, "vote": vote}, indent=1)
         )

@@ -6,23 +6,22 @@ handler, row and cell caps), and through `ReadOnlyDatabase.execute`, which sends
 worker's pipes. The difference is the overhead a tool call pays for hard limits. Also timed:
 opening a database (starting a worker) and a time-out (killing and restarting one).
 
-    .venv/bin/python benchmarks/bench_sql_worker.py --out benchmarks/results/sql_worker.md
+    .venv/bin/python benchmarks/data/bench_sql_worker.py --out benchmarks/results/sql_worker.md
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB
 from edge_sql.tools.db_file import prepare
@@ -99,27 +98,13 @@ def lifecycle(samples: int) -> dict[str, list[float]]:
     return out
 
 
-def machine() -> str:
-    lines = [f"python {platform.python_version()}, {platform.platform()}"]
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    except OSError:
-        lscpu = []
-    lines += [line for line in lscpu if line.startswith(("Model name", "CPU(s):"))]
-    amx = [flag for line in lscpu if line.startswith("Flags") for flag in line.split() if flag.startswith("amx")]
-    if amx:
-        lines.append("CPU flags include " + " ".join(amx))
-    lines.append(f"load average at start: {os.getloadavg()}")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400, help="rounds over the 5 statements")
     parser.add_argument("--lifecycle", type=int, default=10, help="opens and time-outs timed")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    header = machine()
+    header = machine_detail()
     times = run(args.rounds)
     life = lifecycle(args.lifecycle)
     rows = [
@@ -136,7 +121,7 @@ def main() -> None:
         [
             "# SQL worker overhead per tool call",
             "",
-            f"Command: `python benchmarks/bench_sql_worker.py --rounds {args.rounds} "
+            f"Command: `python benchmarks/data/bench_sql_worker.py --rounds {args.rounds} "
             f"--lifecycle {args.lifecycle}" + (f" --out {args.out}`" if args.out else "`"),
             f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
             "",
@@ -159,7 +144,7 @@ def main() -> None:
     )
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ is the path around it.
   the event's delivery time (plus the request's own transit, the same for every event of a
   request: the `queued` event, produced at once, shows it).
 
-    .venv/bin/python benchmarks/bench_serve.py MODEL.gguf --out benchmarks/results/serve.md
+    .venv/bin/python benchmarks/serve/bench_serve.py MODEL.gguf --out benchmarks/results/serve.md
 """
 
 from __future__ import annotations
@@ -23,22 +23,24 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from edge_sql.agent.budget import Budget, budget_with
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from bench_machine import machine_line  # this folder is on sys.path when run as a script
+from edge_sql.agent.budget import Budget, parse_budget_items
 from edge_sql.api import Agent
 from serve_process import start_serve
 
@@ -166,20 +168,6 @@ def ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.1f} (mean {statistics.mean(values) * 1000:.1f})"
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    amx = "AMX" if "amx" in Path("/proc/cpuinfo").read_text() else "no AMX"
-    import os
-
-    return f"{cpu} ({amx}), {os.cpu_count()} cores visible, Python {platform.python_version()}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
@@ -203,14 +191,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     db = work / "chinook.sqlite"
     shutil.copyfile(CHINOOK, db)
-    budget = budget_with(
+    budget = replace(
         Budget(
             max_rounds=args.max_rounds,
             max_think_tokens=args.think_tokens,
             max_final_think_tokens=args.think_tokens,
             max_result_rows=1000,
         ),
-        args.budget_items,
+        **parse_budget_items(args.budget_items),
     )
     server, port = start_server(args, db, work / "server.log")
     rows: dict[str, list[dict[str, Any]]] = {"direct": [], "json": [], "sse": [], "mcp": []}
@@ -253,7 +241,7 @@ def main() -> int:
         [
             f"## {args.label or args.model.name}",
             "",
-            f"Machine: {machine()}; shared machine (other engineers' jobs were running: compare the",
+            f"Machine: {machine_line()}; shared machine (other engineers' jobs were running: compare the",
             "differences measured in one run, not absolute times). Server and client on the same host, loopback.",
             f"Budget: --max-rounds {args.max_rounds} --think-tokens {args.think_tokens}"
             f"{''.join(' --budget ' + item for item in args.budget_items)}, --threads {args.threads}, "
