@@ -30,7 +30,7 @@ from edge_sql.agent.display import call_line, stats_line
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought
 from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
-from edge_sql.serve.http_app import EventStream, http_status, outcome_or_cancel, read_body
+from edge_sql.serve.http_plumbing import EventStream, http_status, outcome_or_cancel, read_body
 from edge_sql.serve.queue import Finished, Job
 from edge_sql.serve.request import AskRequest
 from edge_sql.serve.service import Service
