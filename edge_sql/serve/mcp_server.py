@@ -1,7 +1,8 @@
 """The MCP interface: tools `ask` and `list_databases` on the official Python SDK.
 
 `ask` queues one episode on the shared agent, reports the queue position and every round and
-call as MCP progress, and returns a bounded summary as structured content plus a short text.
+call as MCP progress, and returns a bounded summary as structured content plus a short text;
+both say how sure the answer is and how it came about (serve/doubt.py).
 A client's cancellation cancels the tool's task; the job is then withdrawn from the queue or
 its episode stopped at the next token.
 """
@@ -22,6 +23,7 @@ from edge_sql.agent.display import plural
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Tokens
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
+from edge_sql.serve.doubt import Doubt, doubt_line, doubt_of
 from edge_sql.serve.queue import Finished, Position
 from edge_sql.serve.request import AskRequest
 from edge_sql.serve.service import Service
@@ -64,6 +66,9 @@ class AskOutput(BaseModel):
             "column and compared value with the round and call that showed it, and whether the database holds "
             "each value (the closest stored values when not)"
         ),
+    )
+    doubt: Doubt = Field(
+        description="How sure the answer is and how it came about: confidence, reasons, forced, fallback, vote"
     )
 
 
@@ -182,29 +187,19 @@ def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutp
             for r in result.rounds
         ],
         checks=result.checks.to_json() if result.checks is not None else None,
+        doubt=doubt_of(result),
     )
 
 
 def summary_text(output: AskOutput) -> str:
-    """A few lines a chat client can show: the SQL, the row count, how the answer was made."""
+    """A few lines a chat client can show: the SQL, the row count, the rounds, how sure it is and
+    how it came about."""
     calls = sum(len(r.calls) for r in output.rounds)
     lines = [f"SQL: {output.sql}" if output.sql else f"No answer ({output.stop}): {output.error}"]
     if output.sql:
         count = f"{output.row_count}{'+' if output.more_rows else ''} row{'' if output.row_count == 1 else 's'}"
         shown = f", first {len(output.rows)} in the structured result" if output.rows else ""
         lines.append(f"{count}{shown}; columns: {', '.join(output.columns)}")
-    notes = [
-        note
-        for flag, note in (
-            (output.forced, "forced final answer"),
-            (output.fallback, "fallback to the last query that ran"),
-        )
-        if flag
-    ]
-    lines.append(
-        f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}" + (f"; {'; '.join(notes)}" if notes else "")
-    )
-    if output.checks is not None:
-        reasons = output.checks["reasons"] if output.checks["confidence"] != "checked" else []
-        lines.append(f"checks: {output.checks['confidence']}" + "".join(f"; {r}" for r in reasons))
+    lines.append(f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}")
+    lines.append(doubt_line(output.doubt))
     return "\n".join(lines)

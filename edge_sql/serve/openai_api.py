@@ -3,8 +3,10 @@ LibreChat, the `llm` CLI, Continue, agents built on the `openai` client).
 
     GET  /v1/models            one model per served database: `edge-sql/NAME`
     POST /v1/chat/completions  the last user message is the question for the model's database;
-                               the reply is Markdown (the SQL fenced, the first rows as a table,
-                               the row count, the stats line), the agent's rounds go in
+                               the reply is Markdown (the answer's confidence and how it came
+                               about, the SQL fenced, the first rows as a table, the row count,
+                               the stats line), the same as structured data in the completion's
+                               `edge_sql` field (`sql`, `stop`, `doubt`), the agent's rounds in
                                `reasoning_content` (what reasoning-aware clients fold away);
                                `stream: true` sends them as chat-completion chunks as they happen
 
@@ -30,6 +32,7 @@ from edge_sql.agent.display import call_line, stats_line
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought
 from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
+from edge_sql.serve.doubt import doubt_line, doubt_of
 from edge_sql.serve.http_plumbing import EventStream, http_status, outcome_or_cancel, read_body
 from edge_sql.serve.queue import Finished, Job
 from edge_sql.serve.request import AskRequest
@@ -146,6 +149,7 @@ class Reply:
             "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": usage(result),
+            "edge_sql": edge_sql_field(result),
         }
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
@@ -166,7 +170,7 @@ class Reply:
             if isinstance(item, Finished):
                 if item.result is not None:
                     yield self.chunk({"content": answer_markdown(item.result)})
-                    yield self.chunk({}, "stop", usage=usage(item.result))
+                    yield self.chunk({}, "stop", usage=usage(item.result), edge_sql=edge_sql_field(item.result))
                 else:
                     _, error = error_body(item.error)
                     yield f"data: {json.dumps(error, ensure_ascii=False)}\n\n".encode()
@@ -207,6 +211,12 @@ def reasoning(result: EpisodeResult) -> str:
     return "".join(round_reasoning(r) for r in result.rounds) + forced
 
 
+def edge_sql_field(result: EpisodeResult) -> dict[str, Any]:
+    """The reply's own field (the completion's, or the last chunk's): the answer's SQL and its
+    doubt (serve/doubt.py), for clients that read more than the text."""
+    return {"sql": result.sql, "stop": result.stop, "doubt": doubt_of(result).model_dump(mode="json")}
+
+
 def usage(result: EpisodeResult) -> dict[str, Any]:
     timings = result.stats.measured.timings
     cached = timings.restored_tokens
@@ -221,15 +231,17 @@ def usage(result: EpisodeResult) -> dict[str, Any]:
 
 
 def answer_markdown(result: EpisodeResult) -> str:
-    """The SQL fenced, the first rows as a table, the row count, the stats line."""
+    """The confidence line, the SQL fenced, the first rows as a table, the row count, the stats
+    line; without an answer, why, the model's SQL that did not run, and then the confidence."""
+    confidence = "> " + doubt_line(doubt_of(result))
     if result.sql is None:
         lines = [f"No answer: {result.error or result.stop}"]
         if result.answer:
             lines += ["", "The model's last SQL (it did not run):", "", fence(result.answer)]
-        return "\n".join([*lines, "", stats_line(result, "no result")])
+        return "\n".join([*lines, "", confidence, "", stats_line(result, "no result")])
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'' if len(result.rows) == 1 else 's'}"
     shown = f", first {TABLE_ROWS} shown" if len(result.rows) > TABLE_ROWS else ""
-    parts = [fence(result.sql)]
+    parts = [confidence, fence(result.sql)]
     if result.columns:
         parts.append(markdown_table(result.columns, result.rows[:TABLE_ROWS]))
     parts += [f"{count}{shown}", stats_line(result, count)]
