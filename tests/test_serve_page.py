@@ -21,7 +21,7 @@ from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from edge_sql.serve.web import CONTENT_SECURITY_POLICY
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -546,10 +546,16 @@ def test_stop_cancels_the_running_episode(guarded, page):
     field = element(page, "question")
     field.clear()
     field.send_keys("List every track with its album and artist", Keys.ENTER)
-    wait_for(page, lambda d: d.find_elements(By.CSS_SELECTOR, "#rounds .round"), 60, "no round started")
+    live = "#rounds details.thinking[data-live]"  # the model is writing round 1's thinking
+    wait_for(page, lambda d: d.find_elements(By.CSS_SELECTOR, live), 60, "no thinking streamed")
     assert element(page, "stop").is_displayed()
     element(page, "stop").click()
     wait_for(page, lambda d: element(d, "status").text.startswith("Stopped"), 30, "the page did not stop")
+    # the round that was writing says it stopped, not "Thinking…" for ever
+    assert not page.find_elements(By.CSS_SELECTOR, live)
+    summaries = [s.get_attribute("textContent") for s in page.find_elements(By.CSS_SELECTOR, "#rounds summary")]
+    assert summaries and summaries[-1] == "Thinking (stopped)", summaries
+    assert "…" not in element(page, "rounds").get_attribute("textContent").replace("tok/s", "")
     deadline = time.monotonic() + 60
     while True:
         queue = guarded.request("GET", "/health", headers=headers)[2]["queue"]
@@ -561,6 +567,32 @@ def test_stop_cancels_the_running_episode(guarded, page):
     assert queue["cancelled"] == before["cancelled"] + 1 and queue["completed"] == before["completed"]
     guarded.wait_for_log(r"ask #\d+ \(chinook\): cancelled")
     assert not element(page, "answer").is_displayed() and element(page, "ask").is_enabled()
+
+
+def test_a_database_by_its_path_shows_its_own_tables_and_example(tiny_gguf_fast, chinook, page, tmp_path):
+    """`--db shop.db` (no NAME=) serves it as "shop"; the page counts its one table in the singular
+    and the example in the question box names that table, not Chinook's."""
+    shop = tmp_path / "shop.db"
+    with sqlite3.connect(shop) as conn:
+        conn.execute("CREATE TABLE order_items (id INTEGER PRIMARY KEY, product TEXT, quantity INTEGER)")
+    conn.close()
+    before = _digest(shop)
+    command = [*serve_command(tiny_gguf_fast, {"chinook": chinook}, *QUICK, "--port", "0"), "--db", str(shop)]
+    process = ServerProcess(command, tmp_path / "server.log")
+    try:
+        status, _, listed = process.request("GET", "/v1/databases")
+        assert status == 200 and [d["name"] for d in listed["databases"]] == ["chinook", "shop"]
+        open_page(page, process, "?db=shop")
+        assert element(page, "tables").text == "1 table: order_items"
+        assert element(page, "question").get_attribute("placeholder") == "How many order items are there?"
+        chinook_tables = next(d["tables"] for d in listed["databases"] if d["name"] == "chinook")
+        Select(element(page, "database")).select_by_value("chinook")
+        assert element(page, "tables").text == f"{len(chinook_tables)} tables: {', '.join(chinook_tables)}"
+        assert chinook_tables[0] == "Album"
+        assert element(page, "question").get_attribute("placeholder") == "How many albums are there?"
+    finally:
+        assert process.stop() == 0, process.log()
+    assert _digest(shop) == before and sorted(p.name for p in tmp_path.iterdir()) == ["server.log", "shop.db"]
 
 
 def test_open_starts_the_browser_on_the_page(tiny_gguf_fast, chinook, tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """What both interfaces share: the named databases, the limits, one `Agent` behind one queue
 (answering `Limits.parallel` requests at once).
 
-The operator names every database at start (`--db NAME=PATH`); clients refer to them by name
-only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
+The operator names every database at start (`--db NAME=PATH`, or `--db PATH`: named by its
+file's stem); clients refer to them by name only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
 evidence lengths) are checked here, so that HTTP and MCP give the same answers to the same
 mistakes.
 """
@@ -45,14 +45,36 @@ class Limits:
 
 
 def parse_db_option(item: str) -> tuple[str, Path]:
-    """`NAME=PATH` -> (NAME, PATH); ValueError with the reason otherwise."""
+    """`NAME=PATH` -> (NAME, PATH); a bare PATH (as `run --db` takes) is named by its file's stem
+    (`shop.db` -> shop, `export/` -> export). ValueError with the reason otherwise."""
     name, sep, path = item.partition("=")
+    if not sep or "/" in name or "\\" in name:  # no NAME= (a path may hold '=' in a folder's name)
+        return name_from_path(Path(item).expanduser()), Path(item).expanduser()
     name = name.strip()
-    if not sep or not name or not path:
-        raise ValueError(f"{item!r} is not NAME=PATH")
+    if not name or not path:
+        raise ValueError(f"{item!r} is not [NAME=]PATH")
     if not all(c.isalnum() or c in "-_." for c in name):
         raise ValueError(f"database name {name!r}: use letters, digits, '-', '_' and '.' only")
     return name, Path(path).expanduser()
+
+
+def name_from_path(path: Path) -> str:
+    """A database's name from its file or folder: the stem, with what a name may not hold as '_'."""
+    stem = path.stem or path.resolve().name
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem) or "db"
+
+
+def parse_db_options(items: tuple[str, ...] | list[str]) -> dict[str, Path]:
+    """Every `--db [NAME=]PATH` of `serve`, by name; ValueError for a malformed one or a name twice."""
+    databases: dict[str, Path] = {}
+    for item in items:
+        name, path = parse_db_option(item)
+        if name in databases:
+            raise ValueError(
+                f"database name {name!r} given twice ({databases[name]} and {path}): name them with NAME=PATH"
+            )
+        databases[name] = path
+    return databases
 
 
 def is_local_host(host: str) -> bool:

@@ -4,7 +4,7 @@ import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
 import { chartableSeries, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
 import { showChecks } from "./checks.js";
-import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem } from "./rounds.js";
+import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem, stopRounds } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
 import { download, renderTable, toCsv } from "./table.js";
@@ -76,7 +76,17 @@ async function start() {
 
 function showTables() {
   const entry = page.databases.find(({ name }) => name === $("database").value);
-  $("tables").textContent = entry ? `${entry.tables.length} tables: ${entry.tables.join(", ")}` : "";
+  $("tables").textContent = entry ? `${plural(entry.tables.length, "table")}: ${entry.tables.join(", ")}` : "";
+  $("question").placeholder = exampleQuestion(entry ? entry.tables : []);
+}
+
+// The example in the question box, from the chosen database's own first table ("Album": "How
+// many albums are there?"), so it never names a table the database lacks.
+function exampleQuestion(tables) {
+  if (!tables.length) return "Ask a question about this database";
+  const words = tables[0].replace(/([a-z0-9])([A-Z])/g, "$1 $2").replace(/[_\s]+/g, " ").trim().toLowerCase();
+  const many = /s$/.test(words) ? words : /[^aeiou]y$/.test(words) ? `${words.slice(0, -1)}ies` : `${words}s`;
+  return `How many ${many} are there?`;
 }
 
 function updateShareLink() {
@@ -121,6 +131,7 @@ async function ask() {
   $("answer").hidden = true;
   setStatus("Sending the question…");
   let ended = false;
+  let answered = false;
   try {
     const response = await postJson("/v1/ask", request, { accept: "text/event-stream", signal: controller.signal });
     for await (const { name, data } of readEvents(response)) {
@@ -139,7 +150,7 @@ async function ask() {
         $("forced").textContent = forcedText(data.round, data.reason);
         $("forced").hidden = false;
       } else if (name === "answer") {
-        ended = true;
+        ended = answered = true;
         showAnswer(request, data);
       } else if (name === "error") {
         ended = true;
@@ -151,6 +162,7 @@ async function ask() {
     if (error.name === "AbortError") setStatus("Stopped: the server has cancelled this question.");
     else failed(error, ask);
   } finally {
+    if (!answered) stopRounds($("rounds"));  // stopped, failed or cut off: no round is still "Thinking…"
     setAsking(null);
   }
 }
