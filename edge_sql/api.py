@@ -29,11 +29,14 @@ from edge_sql.agent.budget import Budget, small_model_note
 from edge_sql.agent.checked import abstain, check_episode, join_vote
 from edge_sql.agent.episode import run_episode
 from edge_sql.agent.events import EpisodeEvent
+from edge_sql.agent.given import FollowUp
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.stats import EpisodeStats
 from edge_sql.agent.vote import Tally, choose
 from edge_sql.errors import ClosedError, EdgeSqlError
+from edge_sql.knowledge import Knowledge
+from edge_sql.knowledge.answers import consult
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
@@ -249,6 +252,8 @@ class Agent:
         self._free: list[Session] = list(self._views)  # the pool `ask` borrows from
         self._pool = threading.Condition()
         self._closed = False
+        self._knowledge: Knowledge | None = None  # opened by the first question that consults it
+        self._knowledge_lock = threading.Lock()
 
     @property
     def sessions(self) -> list[Session]:
@@ -272,6 +277,21 @@ class Agent:
             raise ClosedError("this Agent is closed")
         return self._group.info
 
+    @property
+    def knowledge(self) -> Knowledge:
+        """The notes and verified answers `ask` consults (the store's knowledge database), its
+        bounds measured with this model's tokenizer; opened on first use."""
+        with self._knowledge_lock:
+            if self._knowledge is None:
+                self._knowledge = Knowledge.open(count_tokens=self.count_tokens)
+            return self._knowledge
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is in the model's own vocabulary."""
+        if self._group is None:
+            raise ClosedError("this Agent is closed")
+        return len(self._views[0].tokenize(text, special=False))
+
     def warm_up(self) -> None:
         """Build what the first question would otherwise wait for: the grammar engine's view of the
         vocabulary (seconds for 248k tokens, holding the GIL and not cancellable). Servers call it
@@ -294,8 +314,18 @@ class Agent:
         vote: int | Literal["auto"] | None = None,
         early_stop: bool = True,
         abstain_below: float | None = None,
+        follow_up: FollowUp | None = None,
+        fresh: bool = False,
+        knowledge: bool = True,
     ) -> EpisodeResult:
         """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
+
+        With `knowledge` (docs/knowledge.md): a question verified before on this database (same
+        words, case, spacing and punctuation aside) is answered at once by running its stored SQL
+        afresh (`stop == "verified"`; `fresh=True` asks the model instead); otherwise the notes
+        that apply and the most similar verified answers join the evidence. `follow_up` (the
+        previous question and its SQL) goes into the evidence too. `result.given` says what was
+        given; `result.evidence` stays the caller's.
 
         `seed` makes sampling reproducible; `greedy` always takes the most likely token.
         `on_event` sees each round and call as it happens; `should_stop` returning True ends
@@ -331,6 +361,53 @@ class Agent:
                 "abstain_below needs a vote (vote=K) and a fraction in (0, 1], "
                 f"got vote={vote}, abstain_below={abstain_below}"
             )
+        if not question or not question.strip():
+            raise EdgeSqlError("empty question")
+        with _opened(db) as database:
+            consulted = consult(
+                lambda: self.knowledge,
+                database,
+                question,
+                evidence,
+                follow_up=follow_up,
+                fresh=fresh,
+                use_knowledge=knowledge,
+                count_tokens=self.count_tokens,
+                max_rows=self.budget.max_result_rows,
+                prompt_version=self.prompt.version,
+            )
+            if isinstance(consulted, EpisodeResult):
+                return consulted
+            result = self._ask(
+                question,
+                database,
+                evidence=consulted.evidence,
+                seed=seed,
+                greedy=greedy,
+                on_event=on_event,
+                should_stop=should_stop,
+                vote=vote,
+                early_stop=early_stop,
+                abstain_below=abstain_below,
+            )
+        result.evidence, result.given = evidence, consulted.given
+        return result
+
+    def _ask(
+        self,
+        question: str,
+        db: ReadOnlyDatabase,
+        *,
+        evidence: str | None,
+        seed: int | None,
+        greedy: bool,
+        on_event: Callable[[EpisodeEvent], None] | None,
+        should_stop: Callable[[], bool] | None,
+        vote: int | Literal["auto"] | None,
+        early_stop: bool,
+        abstain_below: float | None,
+    ) -> EpisodeResult:
+        """`ask` once the evidence is composed: one episode, or a vote."""
         k = self.vote_k(vote)
         if k is not None:
             result = self._vote(
@@ -344,8 +421,6 @@ class Agent:
                 early_stop=early_stop and abstain_below is None,
             )
             return abstain(result, abstain_below) if abstain_below is not None else result
-        if not question or not question.strip():
-            raise EdgeSqlError("empty question")
         return self._episode(
             question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event, should_stop=should_stop
         )
@@ -440,6 +515,9 @@ class Agent:
                 self._pool.wait()
             self._group.close()
             self._group, self._free = None, []
+        with self._knowledge_lock:
+            if self._knowledge is not None:
+                self._knowledge.close()
 
     def __enter__(self) -> Agent:
         return self

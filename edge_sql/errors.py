@@ -114,6 +114,11 @@ class ImatrixError(_PathError):
     """An importance matrix that cannot be read, collected, or used with a model (`path`: the file)."""
 
 
+class KnowledgeError(EdgeSqlError):
+    """A note, verified answer or knowledge file that is refused (empty, over its bound in tokens,
+    SQL that writes or does not run, a file that is not a knowledge export), or no such note."""
+
+
 # ---- serving: what `edge-sql serve` tells its operator and its clients --------------------
 
 

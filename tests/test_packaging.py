@@ -67,6 +67,7 @@ LAYERS = (
     ("edge_sql.checks",),
     ("edge_sql.runtime",),
     ("edge_sql.agent",),
+    ("edge_sql.knowledge",),
     ("edge_sql.api",),
     ("edge_sql",),  # the package itself: the public API, exported lazily from the modules below
     ("edge_sql.evaluation",),

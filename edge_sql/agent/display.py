@@ -120,7 +120,9 @@ def answer_text(result: EpisodeResult) -> str:
     if result.checks is not None:
         lines.append(result.checks.summary())
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'s' if len(result.rows) != 1 else ''}"
-    lines.append(stats_line(result, count))
+    lines.append(
+        stats_line(result, count) if result.stop != "verified" else f"({count}; no episode: a verified answer)"
+    )
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edge_sql.agent.given import Given
 from edge_sql.agent.stats import EpisodeStats
 from edge_sql.tools import QueryResult, ToolResult
 
@@ -63,6 +64,8 @@ class EpisodeResult:
     "submitted", "final_answer", "cancelled" or "error" ("abstained" when a vote agreed too little:
     `answer` is then the voted SQL, `sql` None). `checks` says where each name and value of the
     answer came from, what the database holds of them, and the confidence (edge_sql/checks).
+    `given` says which notes, verified answers and follow-up went into the evidence (None: the
+    knowledge was not consulted); "verified" as `stop`: answered at once from a verified answer.
     """
 
     question: str
@@ -82,6 +85,7 @@ class EpisodeResult:
     force_reason: str | None = None
     prompt_version: str = ""
     checks: Checks | None = None
+    given: Given | None = None
 
     @property
     def ok(self) -> bool:
@@ -107,6 +111,7 @@ class EpisodeResult:
             "stats": self.stats.to_json(),
             "prompt_version": self.prompt_version,
             "checks": self.checks.to_json() if self.checks is not None else None,
+            "given": self.given.to_json() if self.given is not None else None,
         }
         if transcript:
             data["transcript"] = self.transcript

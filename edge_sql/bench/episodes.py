@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from edge_sql.agent.prompt import PromptTemplate
     from edge_sql.agent.result import EpisodeResult
     from edge_sql.api import Ask
+    from edge_sql.bench.knowledge_modes import BenchKnowledge
     from edge_sql.runtime import Session
 
 
@@ -96,6 +97,7 @@ class EpisodeRunner:
             session_view=lambda session: cast("Session", session_view(session)),
         )
         self._prompts: dict[tuple[str, str], PromptTemplate] = {}  # (mode, db path): the mode's prompt
+        self._knowledge: BenchKnowledge | None = None  # the knowledge modes' evidence, made on first use
         started = time.perf_counter()
         self.agent.warm_up()  # the grammar engine's vocabulary view: same for every variant
         info = self.agent.info
@@ -149,11 +151,21 @@ class EpisodeRunner:
         return Ask(
             question.question,
             question.db_path,
-            question.evidence,
+            self._evidence(base, question_id),
             self.task.seed,
             vote=k,
             prompt=self._prompt(base, question.db_path),
         )
+
+    def _evidence(self, mode: str, question_id: str) -> str | None:
+        """The question's evidence; in a knowledge mode, with notes or examples added."""
+        from edge_sql.bench.knowledge_modes import KNOWLEDGE_MODES, BenchKnowledge
+
+        if mode not in KNOWLEDGE_MODES:
+            return self.questions[question_id].evidence
+        if self._knowledge is None:
+            self._knowledge = BenchKnowledge(self.questions, self.agent.count_tokens)
+        return self._knowledge.evidence(mode, question_id)
 
     def _prompt(self, mode: str, db_path: str | Path) -> PromptTemplate:
         """`mode`'s prompt for questions on `db_path` (`given` carries the schema), made once."""
@@ -224,6 +236,8 @@ class EpisodeRunner:
         return {**record, **outcome.stats.measured.record_fields(), "node": self.node, **seen.get("tokens", {})}
 
     def close(self) -> None:
+        if self._knowledge is not None:
+            self._knowledge.close()
         self.agent.close()
 
 

@@ -1,4 +1,6 @@
-"""The two evaluation modes: the schema withheld (the trained protocol) or given in the user turn.
+"""The evaluation modes: the schema withheld (the trained protocol) or given in the user turn;
+and withheld with what the knowledge adds to the evidence (`withheld+notes`, `withheld+examples`:
+bench/knowledge_modes.py).
 
 `given` reproduces the model card's "full" figure: the database's `CREATE TABLE` statements
 go into the user turn, before the question, and the episode is otherwise the same. It is
@@ -15,7 +17,7 @@ from edge_sql.tools.database import ReadOnlyDatabase
 
 WITHHELD = "withheld"
 GIVEN = "given"
-MODES = (WITHHELD, GIVEN)
+MODES = (WITHHELD, GIVEN, "withheld+notes", "withheld+examples")
 SCHEMA_HEADER = "Database schema:"
 
 
@@ -26,7 +28,7 @@ def schema_text(db: ReadOnlyDatabase) -> str:
 
 def prompt_for_mode(prompt: PromptTemplate, mode: str, db: ReadOnlyDatabase) -> PromptTemplate:
     """`prompt` itself for `withheld`; for `given`, a copy whose user turn starts with the schema."""
-    if mode == WITHHELD:
+    if mode.startswith(WITHHELD):  # the knowledge modes change the evidence, not the prompt
         return prompt
     if mode != GIVEN:
         raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")

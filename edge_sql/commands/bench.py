@@ -81,7 +81,10 @@ class ParallelCount(click.ParamType):
     default="withheld,given",
     show_default=True,
     help="'withheld': the schema is not in the prompt (the trained protocol); 'given': the "
-    "CREATE TABLE statements are in the user turn (the model card's 'full' figure).",
+    "CREATE TABLE statements are in the user turn (the model card's 'full' figure); "
+    "'withheld+notes': withheld, with the notes your knowledge store holds for each database in the "
+    "evidence; 'withheld+examples': withheld, with the three most similar other questions of the same "
+    "database and their gold SQL as verified examples (leave one out; docs/knowledge.md).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed of every episode.")
 @click.option("--greedy", is_flag=True, help="Greedy decoding instead of the trained sampling settings.")

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Literal
 
 import click
@@ -25,18 +24,16 @@ if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
 
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.events import EpisodeEvent
+    from edge_sql.agent.result import EpisodeResult
     from edge_sql.agent.stats import VoteStats
     from edge_sql.api import Agent
+    from edge_sql.knowledge import FollowUp
     from edge_sql.runtime import SpeculateMode
     from edge_sql.tools import ReadOnlyDatabase
 
-PROMPT = "edge-sql> "
-QUIT_WORDS = {"exit", "quit", r"\q"}
 EXIT_NO_ANSWER = 3
 EXIT_NOT_SURE = 4  # --abstain-below: the vote agreed too little
 EXIT_INTERRUPTED = 130
-HISTORY_FILE = "run-history"  # in the model store: the interactive prompt's questions
-HISTORY_LENGTH = 1000
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,7 @@ class RunOptions:
     speculate: SpeculateMode = "off"
     vote: int | Literal["auto"] | None = None  # "auto": resolved by `_run` before the model loads
     abstain_below: float | None = None  # with a vote: "not sure" below this share of agreeing episodes
+    fresh: bool = False  # ask the model even when the question has a verified answer
 
 
 @contextmanager
@@ -114,6 +112,12 @@ def _event_line(event: EpisodeEvent) -> str | None:
     "--evidence",
     default=None,
     help="A hint that goes with the question, as BIRD questions carry one (interactive: with every question).",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Ask the model even when the question was verified before (by default a verified question "
+    "is answered at once from its stored SQL, run afresh, without loading the model).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question instead of the live view.")
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
@@ -181,6 +185,7 @@ def command(
     speculate: SpeculateMode = "off",
     vote: int | Literal["auto"] | None = None,
     abstain_below: float | None = None,
+    fresh: bool = False,
 ) -> None:
     """Answer questions about a SQLite database with the local model.
 
@@ -235,6 +240,7 @@ def command(
                 speculate=speculate,
                 vote=vote,
                 abstain_below=abstain_below,
+                fresh=fresh,
             )
         )
     except Terminated:
@@ -256,18 +262,41 @@ def _run(options: RunOptions) -> int:
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
         load_prompt(options.prompt_file)  # so is a bad prompt file
+        if options.question is not None and not options.fresh:
+            code = _answer_verified(db, options)
+            if code is not None:
+                return code  # a verified question: answered without loading the model
         if options.vote == "auto":
             options = replace(options, vote=_auto_vote(options))
         agent = _load_agent(options)
         try:
             if options.question is not None:
-                return _answer(agent, db, options.question, options)
+                return _answer(agent, db, options.question, options, fresh=options.fresh)
             _interactive(agent, db, options)
             return 0
         finally:
             agent.close()
     finally:
         db.close()
+
+
+def _answer_verified(db: ReadOnlyDatabase, options: RunOptions) -> int | None:
+    """`--question` answered at once from its verified answer (docs/knowledge.md), printed as any
+    answer; None when it has none (the model answers)."""
+    from edge_sql.agent.display import answer_text
+    from edge_sql.knowledge import Knowledge
+    from edge_sql.knowledge.answers import answer_at_once, given_lines
+
+    assert options.question is not None
+    with Knowledge.open() as kb:
+        result = answer_at_once(kb, db, options.question, options.evidence, max_rows=options.budget.max_result_rows)
+    if result is None:
+        return None
+    if options.as_json:
+        click.echo(json.dumps(result.to_json(transcript=options.trace), ensure_ascii=False))
+    else:
+        click.echo("\n".join([answer_text(result), *given_lines(result)]))
+    return 0
 
 
 def _auto_vote(options: RunOptions) -> int | None:
@@ -309,16 +338,38 @@ def _load_agent(options: RunOptions) -> Agent:
     return agent
 
 
+def _interactive(agent: Agent, db: ReadOnlyDatabase, options: RunOptions) -> None:
+    """The prompt (commands/repl.py), each question answered by `_answer`."""
+    from edge_sql.commands.repl import interactive
+
+    def answer(question: str, follow_up: FollowUp | None, fresh: bool) -> EpisodeResult | None:
+        answered: list[EpisodeResult] = []
+        _answer(agent, db, question, options, interactive=True, follow_up=follow_up, fresh=fresh, seen=answered.append)
+        return answered[0] if answered else None
+
+    interactive(agent, db, answer, as_json=options.as_json)
+
+
 def _answer(
-    agent: Agent, db: ReadOnlyDatabase, question: str, options: RunOptions, *, interactive: bool = False
+    agent: Agent,
+    db: ReadOnlyDatabase,
+    question: str,
+    options: RunOptions,
+    *,
+    interactive: bool = False,
+    follow_up: FollowUp | None = None,
+    fresh: bool = False,
+    seen: Callable[[EpisodeResult], None] | None = None,
 ) -> int:
     """One question; returns the exit status (0 answered, EXIT_NO_ANSWER, EXIT_NOT_SURE, EXIT_INTERRUPTED).
+    `follow_up` and `fresh` go to `Agent.ask`; `seen` gets the result (the prompt keeps the last).
 
     The live view prints each round and call on stdout; on a terminal, stderr also shows a
     status line (round, tokens, tok/s, elapsed), with `--json` too, erased before the answer."""
     from edge_sql.agent.display import answer_text
     from edge_sql.agent.events import Tokens
     from edge_sql.commands.progress import StatusLine
+    from edge_sql.knowledge.answers import given_lines
 
     evidence, as_json, trace, vote = options.evidence, options.as_json, options.trace, options.vote
     stop = threading.Event()
@@ -349,7 +400,11 @@ def _answer(
             on_event=None if as_json and not status.enabled else show,
             should_stop=stop.is_set,
             abstain_below=options.abstain_below if vote is not None else None,
+            follow_up=follow_up,
+            fresh=fresh,
         )
+    if seen is not None:
+        seen(result)
     cancelled = result.stop == "cancelled"
     if as_json:
         click.echo(json.dumps(result.to_json(transcript=trace), ensure_ascii=False))
@@ -360,6 +415,8 @@ def _answer(
         if result.stats.vote is not None and not cancelled:
             click.echo(_vote_text(result.stats.vote))
         click.echo(answer_text(result))
+        for line in given_lines(result):
+            click.echo(line)
         if trace:
             click.echo("\n--- transcript ---\n" + result.transcript)
     if cancelled:
@@ -391,80 +448,3 @@ def _vote_text(vote: VoteStats) -> str:
         f"{agreement_line(vote)}; the answer is episode {vote.chosen + 1}'s ({vote.wall_s:.1f} s for all {vote.k})"
     )
     return "\n".join(lines)
-
-
-def _interactive(agent: Agent, db: ReadOnlyDatabase, options: RunOptions) -> None:
-    """Read questions until an empty line, `exit` or end of input. At a terminal: a prompt with
-    line editing and the questions of earlier sessions; otherwise one question a line, no prompt."""
-    terminal = sys.stdin.isatty()
-    if terminal and not options.as_json:
-        from edge_sql.agent.display import plural
-
-        click.echo(
-            f"Ask about {db.path.name} ({plural(len(db.table_names()), 'table')}). "
-            "An empty line or `exit` quits; Ctrl-C stops a question.",
-            err=True,
-        )
-    with _line_history(terminal):
-        while True:
-            try:
-                line = _read_question(terminal)
-            except EOFError:
-                if terminal:
-                    click.echo("", err=True)
-                return
-            except Terminated:
-                raise  # SIGTERM/SIGHUP end the session, not just the line
-            except KeyboardInterrupt:
-                click.echo("\n(Ctrl-D, an empty line or `exit` quits)", err=True)
-                continue
-            text = line.strip()
-            if not text or text.lower() in QUIT_WORDS:
-                return
-            if not terminal and not options.as_json:
-                click.echo(f"question: {text}")  # read from a file or a pipe: say which answer follows
-            try:
-                _answer(agent, db, text, options, interactive=True)
-            except EdgeSqlError as exc:  # e.g. a question too long for the episode: ask another
-                click.echo(f"Error: {exc}", err=True)
-
-
-def _read_question(terminal: bool) -> str:
-    """One line of input; the prompt goes where it cannot mix with answers (none off a terminal)."""
-    if not terminal:
-        return input()
-    if sys.stdout.isatty():
-        return input(PROMPT)  # through readline: line editing and history
-    click.echo(PROMPT, nl=False, err=True)  # stdout is for the answers (`--json | jq`)
-    return input()
-
-
-@contextmanager
-def _line_history(terminal: bool) -> Iterator[None]:
-    """At a terminal, load the standard library's readline (arrow keys, history) with the questions
-    of earlier sessions, and keep this session's in the model store. A store that cannot be written
-    costs only the history."""
-    readline: ModuleType | None
-    try:
-        import readline
-    except ImportError:  # Python built without it (Windows): plain input
-        readline = None
-    if not terminal or readline is None:
-        yield
-        return
-    from edge_sql.store.home import store_root
-
-    path = store_root() / HISTORY_FILE
-    readline.set_history_length(HISTORY_LENGTH)
-    try:
-        readline.read_history_file(path)
-    except OSError:
-        pass  # no history yet
-    try:
-        yield
-    finally:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            readline.write_history_file(path)
-        except OSError:
-            pass

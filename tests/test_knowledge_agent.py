@@ -1,0 +1,134 @@
+"""The knowledge through `Agent.ask` on the fixture model: the exact text the model sees, the
+repeated question answered at once, and bounds measured with the real Qwen3.5 tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+
+import edge_sql
+from edge_sql.agent import Budget
+from edge_sql.errors import KnowledgeError
+from edge_sql.knowledge import FollowUp
+from edge_sql.knowledge.evidence import ITEM_TOKEN_BOUND
+from edge_sql.tools import ReadOnlyDatabase
+
+SMALL = Budget(
+    max_tokens=2048,
+    max_rounds=1,
+    max_think_tokens=4,
+    max_final_think_tokens=4,
+    max_sql_chars=24,
+    max_name_chars=16,
+    min_string_chars=8,
+    min_think_tokens=2,
+    max_final_sql_tokens=16,
+    max_calls_per_turn=1,
+)
+
+
+@pytest.fixture(scope="module")
+def agent(tiny_gguf_fast, tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGE_SQL_HOME", str(home))
+        with edge_sql.Agent(
+            tiny_gguf_fast, n_ctx=2048, n_threads=1, budget=SMALL, pull_if_missing=False, tune=False, prefix_cache=False
+        ) as agent:
+            assert agent.knowledge.path == home / "knowledge.sqlite"
+            yield agent
+
+
+# The user turn, byte for byte: the question, then BIRD's inline evidence (", evidence: ",
+# the published form) holding the user's evidence, the follow-up pair, the notes that apply and
+# the similar verified answers, joined with "; " (ours: see docs/knowledge.md).
+PINNED = (
+    "<|im_start|>user\n"
+    "What is the revenue of each customer by year?, evidence: year refers to strftime('%Y', InvoiceDate); "
+    "this question follows the question 'What is the revenue of each customer?', answered by: "
+    "SELECT CustomerId, SUM(Total) FROM Invoice GROUP BY CustomerId; "
+    "amounts are in US dollars; "
+    "revenue means SUM(Invoice.Total); "
+    "a similar question 'What is the total revenue per year?' was answered by: SELECT strftime('%Y', InvoiceDate), SUM(Total) FROM Invoice GROUP BY 1"
+    "<|im_end|>\n<|im_start|>assistant\n<think>\n"
+)
+
+
+def _user_turn(transcript: str) -> str:
+    """The transcript's user turn, up to the assistant's opening."""
+    start = transcript.index("<|im_start|>user\n")
+    end = transcript.index("<think>\n", start) + len("<think>\n")
+    return transcript[start:end]
+
+
+def test_the_model_sees_notes_examples_and_the_follow_up_in_the_trained_evidence_form(agent, chinook_db):
+    with ReadOnlyDatabase(chinook_db) as db:
+        kb = agent.knowledge
+        notes = [
+            kb.add_note(db, "amounts are in US dollars"),
+            kb.add_note(db, "revenue means SUM(Invoice.Total)", question="revenue"),
+        ]
+        kb.add_note(db, "a track's length is in milliseconds", question="track length")  # not this question's
+        example = kb.verify(
+            db,
+            "What is the total revenue per year?",
+            "SELECT strftime('%Y', InvoiceDate), SUM(Total)\n  FROM Invoice GROUP BY 1",
+        )
+        follow_up = FollowUp(
+            "What is the revenue of each customer?", "SELECT CustomerId, SUM(Total) FROM Invoice GROUP BY CustomerId"
+        )
+        result = agent.ask(
+            "What is the revenue of each customer by year?",
+            db,
+            evidence="year refers to strftime('%Y', InvoiceDate)",
+            follow_up=follow_up,
+            greedy=True,
+        )
+        plain = agent.ask("What is the revenue of each customer by year?", db, knowledge=False, greedy=True)
+    assert _user_turn(result.transcript) == PINNED
+    assert result.evidence == "year refers to strftime('%Y', InvoiceDate)"  # the caller's, as given
+    assert result.given is not None
+    assert (result.given.notes, result.given.examples, result.given.follow_up) == (notes, [example], follow_up)
+    assert result.to_json()["given"] == {
+        "notes": [
+            {"id": notes[0].id, "text": "amounts are in US dollars"},
+            {"id": notes[1].id, "text": "revenue means SUM(Invoice.Total)"},
+        ],
+        "examples": [
+            {
+                "id": example.id,
+                "question": "What is the total revenue per year?",
+                "sql": "SELECT strftime('%Y', InvoiceDate), SUM(Total)\n  FROM Invoice GROUP BY 1",
+            }
+        ],
+        "follow_up": {"question": follow_up.question, "sql": follow_up.sql},
+        "verified": None,
+        "schema_change": None,
+    }
+    assert "<|im_start|>user\nWhat is the revenue of each customer by year?<|im_end|>" in plain.transcript
+    assert plain.given is not None and plain.given.notes == []
+
+
+def test_a_verified_question_is_answered_at_once_and_fresh_asks_the_model(agent, northwind_db):
+    with ReadOnlyDatabase(northwind_db) as db:
+        stored = agent.knowledge.verify(db, "How many orders are there?", "SELECT COUNT(*) FROM Orders")
+        again = agent.ask("how many Orders are there", db)
+        fresh = agent.ask("How many orders are there?", db, fresh=True, greedy=True)
+    assert (again.stop, again.sql, again.rows, again.transcript) == ("verified", stored.sql, [[830]], "")
+    assert again.stats.to_json() == {} and again.rounds == []  # no episode ran
+    assert again.given is not None and again.given.verified == stored
+    assert fresh.stop != "verified" and fresh.transcript
+    assert fresh.given is not None and fresh.given.verified is None
+    # the verified answer is still a similar example for the fresh episode
+    assert fresh.given.examples == [stored]
+
+
+def test_bounds_are_measured_with_the_models_tokenizer(agent, chinook_db):
+    fits = "the sales " * 100  # 1000 bytes, but far fewer tokens than the bound
+    over = " ".join(f"w{i}q" for i in range(ITEM_TOKEN_BOUND))  # more than one token each
+    assert agent.count_tokens(fits.strip()) <= ITEM_TOKEN_BOUND < len(fits.encode())
+    with ReadOnlyDatabase(chinook_db) as db:
+        agent.knowledge.add_note(db, fits, question="sales")
+        with pytest.raises(KnowledgeError, match=r"the note is \d+ tokens long as a hint, over the bound of 256"):
+            agent.knowledge.add_note(db, over)
+        with pytest.raises(KnowledgeError, match="too long to follow"):
+            agent.ask("and by year?", db, follow_up=FollowUp("q", "SELECT " + over))

@@ -1,0 +1,132 @@
+"""The prompt's commands in a real pseudo-terminal (benchmarks/terminal.py): `:help` lists them
+instead of asking the model, `:fix` and `:right` keep verified answers that are then reused at
+once, `:note`/`:notes`, follow-up questions, and refusals that return to the prompt."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from terminal import Terminal
+
+PROMPT = "edge-sql> "
+SMALL = [
+    "--no-tune",
+    "--threads",
+    "1",
+    "--ctx",
+    "2048",
+    "--think-tokens",
+    "8",
+    "--calls-per-turn",
+    "2",
+    "--max-rounds",
+    "2",
+    "--budget",
+    "max_sql_chars=24",
+    "--budget",
+    "max_name_chars=16",
+    "--budget",
+    "max_final_sql_tokens=24",
+    "--budget",
+    "min_string_chars=8",
+    "--seed",
+    "3",
+]
+
+
+@pytest.fixture
+def repl(tiny_gguf_fast: Path, chinook_db: Path, tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("home")
+    env = {**os.environ, "EDGE_SQL_HOME": str(home), "TERM": "xterm", "PYTHONUNBUFFERED": "1"}
+    args = [sys.executable, "-c", "from edge_sql.cli import main; main()", "run", "--db", str(chinook_db)]
+    terminal = Terminal([*args, "--model", str(tiny_gguf_fast), *SMALL], env)
+    terminal.wait_for(PROMPT)
+    yield terminal, home
+    terminal.kill()
+
+
+def _after(lines: list[str], line: str) -> list[str]:
+    """The screen's lines after the last one equal to `line`, up to the next prompt."""
+    index = len(lines) - 1 - lines[::-1].index(line)
+    shown = lines[index + 1 :]
+    return shown[: shown.index(PROMPT)] if PROMPT in shown else shown
+
+
+def test_help_lists_the_commands_and_is_never_a_question(repl):
+    terminal, _ = repl
+    banner = " ".join(terminal.screen())
+    assert (
+        "Questions go to the model; lines starting with `:` are this prompt's commands (`:help` lists them)" in banner
+    )
+    for count, word in enumerate((":help", "help", "?"), start=2):
+        terminal.send(word + "\r")
+        shown = _after(terminal.wait_for(PROMPT, count=count), PROMPT + word)
+        assert shown[0] == "Commands (anything else is a question for the model):", shown
+        assert [line.split()[0] for line in shown[1:]] == [
+            ":help",
+            ":right",
+            ":fix",
+            ":note",
+            ":notes",
+            ":new",
+            ":fresh",
+            "exit",
+        ]
+    terminal.send(":bogus\r")
+    assert _after(terminal.wait_for(PROMPT, count=5), PROMPT + ":bogus") == [
+        "Error: unknown command :bogus (`:help` lists the commands)"
+    ]
+    assert not any(line.startswith("round ") for line in terminal.screen())  # the model was never asked
+    terminal.send("exit\r")
+    assert terminal.wait_exit() == 0
+
+
+def test_fix_right_notes_and_follow_ups(repl):
+    terminal, home = repl
+    terminal.send(":right\r")
+    assert _after(terminal.wait_for(PROMPT, count=2), PROMPT + ":right") == [
+        "Error: no answer yet for :right to act on: ask a question first"
+    ]
+    terminal.send("How many albums?\r")
+    assert _after(terminal.wait_for(PROMPT, count=3), PROMPT + "How many albums?")[0] == "round 1"
+    terminal.send(":fix DELETE FROM Album\r")  # refused: it writes
+    refused = _after(terminal.wait_for(PROMPT, count=4), PROMPT + ":fix DELETE FROM Album")
+    assert refused == [
+        "Error: refused: a verified answer must be one read-only SELECT, WITH or VALUES statement "
+        "(this one starts with DELETE)"
+    ]
+    terminal.send(":fix SELECT COUNT(*) FROM Album\r")
+    fixed = _after(terminal.wait_for(PROMPT, count=5), PROMPT + ":fix SELECT COUNT(*) FROM Album")
+    assert fixed[0] == "kept as verified (v1): the same question is answered at once from now on"
+    assert "     347" in fixed and fixed[-1].startswith("a verified answer from 20")
+    terminal.send("how many ALBUMS\r")  # the same question: at once, no episode
+    again = _after(terminal.wait_for(PROMPT, count=6), PROMPT + "how many ALBUMS")
+    assert again[0] == "SQL: SELECT COUNT(*) FROM Album" and "round 1" not in again
+    assert again[-2:] == ["(1 row; no episode: a verified answer)", again[-1]]
+    terminal.send(":right\r")  # kept again, as asked this time: it replaces v1
+    assert _after(terminal.wait_for(PROMPT, count=7), PROMPT + ":right") == [
+        "kept as verified (v2): the same question is answered at once from now on"
+    ]
+    terminal.send(":note albums are records of an artist\r")
+    assert _after(terminal.wait_for(PROMPT, count=8), PROMPT + ":note albums are records of an artist") == [
+        "noted (note 1): the model reads it with every question about chinook.sqlite"
+    ]
+    terminal.send("And how many artists?\r")  # follows the last answer
+    follow = _after(terminal.wait_for(PROMPT, count=9), PROMPT + "And how many artists?")
+    assert follow[0] == "round 1" and follow[-1] == "given: 1 note, 1 verified example, the previous answer", follow
+    terminal.send(":new\r")
+    terminal.wait_for(PROMPT, count=10)
+    terminal.send(":notes\r")
+    listed = _after(terminal.wait_for(PROMPT, count=11), PROMPT + ":notes")
+    assert listed == ["   1  albums are records of an artist", "  v2  how many ALBUMS -> SELECT COUNT(*) FROM Album"]
+    terminal.send("exit\r")
+    assert terminal.wait_exit() == 0
+    with sqlite3.connect(home / "knowledge.sqlite") as conn:
+        assert conn.execute("SELECT question, sql, follows FROM verified").fetchall() == [
+            ("how many ALBUMS", "SELECT COUNT(*) FROM Album", None)
+        ]
