@@ -1,6 +1,8 @@
 """The HTTP interface: a small Starlette app, plus the MCP streamable HTTP endpoint at /mcp.
 
-    POST /v1/ask        {question, database, evidence?, seed?} -> the JSON of `edge-sql run --json`;
+    POST /v1/ask        {question, database, evidence?, seed?, vote?, abstain_below?, follow_up?, fresh?}
+                        -> the JSON of `edge-sql run --json` (with `given`: the notes, verified answers
+                        and follow-up the model was given);
                         with `Accept: text/event-stream`: events queued, running, round, tokens, call,
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
@@ -10,6 +12,7 @@
     GET  /              the web page (web.py), served without the token; its API calls carry it
     GET  /metrics       Prometheus text format (metrics.py)
     GET  /v1/models, POST /v1/chat/completions: OpenAI-compatible (openai_api.py)
+    /v1/notes, /v1/verify: notes and verified answers per database (knowledge_routes.py)
 
 Every request first passes the guard (guard.py: Host 421, Origin 403, a POST body not JSON 415)
 and, with `access_log`, is logged as one line when its response ends.
@@ -49,6 +52,7 @@ from edge_sql.serve.http_plumbing import (
     outcome_or_cancel,
     read_body,
 )
+from edge_sql.serve.knowledge_routes import knowledge_routes
 from edge_sql.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edge_sql.serve.openai_api import openai_routes
 from edge_sql.serve.queue import Finished, Job, Position
@@ -93,6 +97,7 @@ def build_app(
         Route("/v1/query", query_endpoint, methods=["POST"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]
+    routes.extend(knowledge_routes(service))
     routes.extend(openai_routes(service))
     if mcp_app is not None:
         routes.extend(mcp_app.routes)

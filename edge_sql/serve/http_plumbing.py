@@ -18,6 +18,7 @@ from edge_sql.errors import (
     BadRequest,
     Cancelled,
     EdgeSqlError,
+    KnowledgeError,
     QueryError,
     RequestTooLarge,
     RetryLater,
@@ -35,6 +36,7 @@ HTTP_STATUS: dict[type[EdgeSqlError], int] = {
     QueryError: 400,  # /v1/query: the SQL failed or was refused
     RequestTooLarge: 413,
     BadRequest: 422,
+    KnowledgeError: 422,  # a note or verified answer refused (empty, over its bound, SQL that writes), no such note
     UnknownDatabase: 404,
     RetryLater: 503,
     Cancelled: 499,  # nobody reads it: the client is gone

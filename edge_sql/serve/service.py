@@ -20,9 +20,10 @@ from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.checks import Checks, check_sql
 from edge_sql.errors import BadRequest, EdgeSqlError, QueueFull, UnknownDatabase
+from edge_sql.knowledge import FollowUp, Note, VerifiedAnswer
 from edge_sql.serve.metrics import ServeMetrics, outcome_of
 from edge_sql.serve.queue import AskQueue, Finished, Job
-from edge_sql.serve.request import AskRequest
+from edge_sql.serve.request import AskRequest, NoteRequest, VerifyRequest
 from edge_sql.tools import QueryResult, ReadOnlyDatabase
 
 LOCAL_HOSTS = {"localhost"}
@@ -148,6 +149,8 @@ class Service:
             should_stop=should_stop,
             vote=request.vote if request.vote is not None else self.limits.vote,
             abstain_below=request.abstain_below,
+            follow_up=FollowUp(request.follow_up.question, request.follow_up.sql) if request.follow_up else None,
+            fresh=request.fresh,
         )
 
     def check(self, request: AskRequest) -> Path:
@@ -162,6 +165,14 @@ class Service:
         if request.evidence is not None and len(request.evidence) > limits.max_evidence_chars:
             raise BadRequest(
                 f"evidence has {len(request.evidence)} characters; the limit is {limits.max_evidence_chars}"
+            )
+        follow_up = request.follow_up
+        if follow_up is not None and not (follow_up.question.strip() and follow_up.sql.strip()):
+            raise BadRequest("follow_up needs the previous question and its SQL, both non-empty")
+        if follow_up is not None and len(follow_up.question) + len(follow_up.sql) > limits.max_evidence_chars:
+            raise BadRequest(
+                f"follow_up has {len(follow_up.question) + len(follow_up.sql)} characters; "
+                f"the limit is {limits.max_evidence_chars}"
             )
         return self.database_path(request.database)
 
@@ -201,6 +212,42 @@ class Service:
         """The answer checks (edge_sql/checks) of a client's own SQL that ran as `result`."""
         with ReadOnlyDatabase(self.database_path(database)) as db:
             return check_sql(db, sql, result=result)
+
+    # ---- what a person teaches about a database (edge_sql/knowledge, via the agent's store) ------
+
+    def add_note(self, request: NoteRequest) -> Note:
+        """Store a note for the named database (KnowledgeError: empty, over its bound)."""
+        with ReadOnlyDatabase(self.database_path(request.database)) as db:
+            note = self.agent.knowledge.add_note(db, request.text, question=request.question)
+        self.log(f"note {note.id} added ({request.database})")
+        return note
+
+    def knowledge_of(self, database: str) -> dict[str, Any]:
+        """The named database's notes and verified answers (stale ones flagged), and a schema change."""
+        with ReadOnlyDatabase(self.database_path(database)) as db:
+            kb = self.agent.knowledge
+            return {
+                "database": database,
+                "notes": [n.to_json() for n in kb.notes(db)],
+                "verified": [a.to_json() for a in kb.verified(db)],
+                "schema_change": kb.schema_change(db),
+            }
+
+    def remove_note(self, database: str, note_id: int) -> None:
+        """Delete one note of the named database (KnowledgeError when it has none with that id)."""
+        with ReadOnlyDatabase(self.database_path(database)) as db:
+            self.agent.knowledge.remove_note(db, note_id)
+        self.log(f"note {note_id} removed ({database})")
+
+    def verify(self, request: VerifyRequest) -> VerifiedAnswer:
+        """Store what a person confirmed: this SQL answers this question (KnowledgeError: SQL that
+        writes or does not run, an empty question)."""
+        with ReadOnlyDatabase(self.database_path(request.database)) as db:
+            answer = self.agent.knowledge.verify(
+                db, request.question, request.sql, evidence=request.evidence, follows=request.follows
+            )
+        self.log(f"verified answer {answer.id} stored ({request.database})")
+        return answer
 
     def list_databases(self) -> list[dict[str, Any]]:
         """Names and tables, never paths: clients do not need to know where files live."""
