@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import edge_sql
@@ -170,15 +172,24 @@ def _module_names() -> dict[str, Path]:
     return names
 
 
-def _imported_modules(path: Path, module: str, modules: dict[str, Path]) -> set[str]:
-    """The edge-sql modules `path` (the module `module`) imports, function-level imports and
-    relative imports included; `from pkg import submodule` counts as an import of the submodule
-    only (the package is already importing, so that makes no circle)."""
-    import ast
+def _run_time_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of `tree` but those under `if TYPE_CHECKING:` (imports for the type checker
+    only, which never run)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in (child, *_run_time_nodes(child)))
+            continue
+        yield node
+        yield from _run_time_nodes(node)
 
+
+def _imported_modules(path: Path, module: str, modules: dict[str, Path]) -> set[str]:
+    """The edge-sql modules `path` (the module `module`) imports at run time, function-level
+    imports and relative imports included; `from pkg import submodule` counts as an import of
+    the submodule only (the package is already importing, so that makes no circle)."""
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -236,10 +247,12 @@ def test_no_import_circle_inside_any_package() -> None:
 
 def test_the_circle_check_finds_the_circle_serve_had(tmp_path: Path) -> None:
     """http_app imported openai_api at the top and openai_api imported http_app inside a
-    function; the check sees that circle, and a longer one, and not `from pkg import submodule`."""
+    function; the check sees that circle, and a longer one, and not `from pkg import submodule`
+    nor an import under `if TYPE_CHECKING:`."""
     files = {
         "http_app": "from edge_sql.serve.openai_api import routes\n",
         "openai_api": "def routes():\n    from edge_sql.serve.http_app import stream\n",
+        "queue": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from edge_sql.serve.openai_api import Reply\n",
         "__init__": "from edge_sql.serve import http_app\n",
     }
     for name, text in files.items():
@@ -248,6 +261,7 @@ def test_the_circle_check_finds_the_circle_serve_had(tmp_path: Path) -> None:
     modules |= {f"edge_sql.serve.{name}": tmp_path / f"{name}.py" for name in files if name != "__init__"}
     graph = {module: _imported_modules(path, module, modules) for module, path in modules.items()}
     assert graph["edge_sql.serve"] == {"edge_sql.serve.http_app"}
+    assert graph["edge_sql.serve.queue"] == set()  # an import for the type checker only never runs
     assert _circles(graph) == [["edge_sql.serve.http_app", "edge_sql.serve.openai_api"]]
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _circles({"a": {"b"}, "b": set()}) == []
