@@ -14,7 +14,10 @@ import os
 import sqlite3
 from pathlib import Path
 
+import anyio
+import openai
 import pytest
+from mcp import Client
 
 from serve_helpers import SMALL, ServerProcess, serve_command
 
@@ -145,3 +148,71 @@ def test_a_follow_up_travels_to_the_model(server):
     ]:
         status, _, refused = server.request("POST", "/v1/ask", bad)
         assert status == 422 and message in refused["error"], refused
+
+
+def test_mcp_tools_teach_verify_and_follow(server):
+    """The same through MCP (streamable HTTP at /mcp, the SDK's client): add, list and remove a
+    note, verify an answer (a write refused), a verified question answered at once, a follow-up."""
+    orders = {"question": "How many orders?", "sql": "SELECT COUNT(*) FROM orders"}
+
+    async def main() -> None:
+        async with Client(f"http://127.0.0.1:{server.port}/mcp") as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools) == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify"}
+            assert {"follow_up", "fresh"} <= set(tools["ask"].input_schema["properties"])
+            assert tools["verify"].annotations.read_only_hint is False
+            added = await client.call_tool("add_note", {"database": "shop", "text": "quantity counts items"})
+            assert not added.is_error, added.content
+            note_id = added.structured_content["note"]["id"]
+            listed = await client.call_tool("list_notes", {"database": "shop"})
+            assert note_id in [n["id"] for n in listed.structured_content["notes"]]
+            empty = await client.call_tool("add_note", {"database": "shop", "text": "  "})
+            assert empty.is_error and "empty note" in empty.content[0].text
+            writes = await client.call_tool("verify", {"database": "shop", **orders, "sql": "DROP TABLE orders"})
+            assert writes.is_error and "read-only" in writes.content[0].text
+            stored = await client.call_tool("verify", {"database": "shop", **orders})
+            assert not stored.is_error, stored.content
+            verified = stored.structured_content["verified"]
+            at_once = await client.call_tool("ask", {"question": "how many orders", "database": "shop"})
+            out = at_once.structured_content
+            assert out["stop"] == "verified" and out["sql"] == orders["sql"] and out["rows"] == [[3]]
+            assert out["given"]["verified"]["id"] == verified["id"]
+            day = verified["verified_at"][:10]
+            assert f"a verified answer from {day}, its SQL run afresh" in at_once.content[0].text.splitlines()
+            follow = await client.call_tool(
+                "ask", {"question": "and by year?", "database": "shop", "follow_up": orders, "seed": 2}
+            )
+            assert not follow.is_error, follow.content
+            assert follow.structured_content["given"]["follow_up"] == orders
+            assert any("the previous answer" in line for line in follow.structured_content["given_text"])
+            removed = await client.call_tool("remove_note", {"database": "shop", "note_id": note_id})
+            assert removed.structured_content == {"removed": note_id}
+            listed = await client.call_tool("list_notes", {"database": "shop"})
+            assert note_id not in [n["id"] for n in listed.structured_content["notes"]]
+
+    anyio.run(main)
+
+
+def test_the_openai_conversation_follows_its_last_answer(server):
+    """A two-turn chat through the `openai` client: the first reply (a verified question, answered
+    at once) says so; the second question goes with the first question and that reply's SQL."""
+    first_question = "What is the total quantity ordered?"
+    sql = "SELECT SUM(quantity) FROM orders"
+    status, _, stored = server.request(
+        "POST", "/v1/verify", {"database": "shop", "question": first_question, "sql": sql}
+    )
+    assert status == 201, stored
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x", max_retries=0, timeout=300)
+    messages = [{"role": "user", "content": first_question}]
+    first = client.chat.completions.create(model="edge-sql/shop", messages=messages)
+    reply = first.choices[0].message.content
+    day = stored["verified"]["verified_at"][:10]
+    assert reply.startswith(f"> a verified answer from {day}, its SQL run afresh\n> Confidence: ")
+    assert first.model_extra["edge_sql"]["stop"] == "verified" and first.model_extra["edge_sql"]["sql"] == sql
+    messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "and per product?"}]
+    second = client.chat.completions.create(model="edge-sql/shop", messages=messages, seed=4)
+    given = second.model_extra["edge_sql"]["given"]
+    assert given["follow_up"] == {"question": first_question, "sql": sql}
+    lines = second.choices[0].message.content.splitlines()
+    said = [line for line in lines if line.startswith("> given: ")]  # with the notes and examples, if any
+    assert len(said) == 1 and said[0].endswith("the previous answer"), lines

@@ -56,9 +56,18 @@ def test_mcp_cancellation_stops_the_episode(tiny_gguf_fast, chinook_db, tmp_path
 
 async def _tools_are_listed(client: Client) -> None:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"ask", "list_databases"}
+    assert set(tools) == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify"}
     schema = tools["ask"].input_schema
-    assert set(schema["properties"]) == {"question", "database", "evidence", "seed", "vote", "abstain_below"}
+    assert set(schema["properties"]) == {
+        "question",
+        "database",
+        "evidence",
+        "seed",
+        "vote",
+        "abstain_below",
+        "follow_up",
+        "fresh",
+    }
     assert set(schema["required"]) == {"question", "database"}
     output = set(tools["ask"].output_schema["properties"])
     assert {"sql", "rows", "row_count", "forced", "fallback", "rounds", "checks", "doubt"} <= output
