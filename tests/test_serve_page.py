@@ -595,6 +595,77 @@ def test_a_database_by_its_path_shows_its_own_tables_and_example(tiny_gguf_fast,
     assert _digest(shop) == before and sorted(p.name for p in tmp_path.iterdir()) == ["server.log", "shop.db"]
 
 
+def test_mark_right_fix_and_follow_up_from_under_an_answer(tiny_gguf_fast, page, tmp_path, monkeypatch):
+    """The buttons under an answer (issue 51), with a server keeping its knowledge in a store of
+    its own: a fix that writes is refused and stores nothing, a fix that runs is marked right, the
+    same question is then answered at once as a verified answer and marked right again, and a
+    follow-up carries the previous question and its SQL."""
+    shop = tmp_path / "data" / "shop.db"
+    shop.parent.mkdir()
+    with sqlite3.connect(shop) as conn:
+        conn.execute("CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, price_cents INTEGER)")
+        conn.executemany("INSERT INTO products (name, price_cents) VALUES (?, ?)", [("tea", 450), ("mug", 1200)])
+    conn.close()
+    before = _digest(shop)
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    command = [*serve_command(tiny_gguf_fast, {}, *QUICK, "--port", "0"), "--db", str(shop)]
+    process = ServerProcess(command, tmp_path / "server.log")
+
+    def verified() -> list[dict]:
+        status, _, body = process.request("GET", "/v1/notes?database=shop")
+        assert status == 200, body
+        return body["verified"]
+
+    def teach_status() -> str:
+        wait_for(page, lambda d: element(d, "teach-status").text, 30, "nothing said about marking it right")
+        return element(page, "teach-status").text
+
+    try:
+        open_page(page, process, "?db=shop")
+        ask(page, "How many products?")
+        assert element(page, "teach").is_displayed() and element(page, "fix-sql").is_displayed()
+        assert element(page, "mark-right").is_displayed() == element(page, "result").is_displayed()  # ran or not
+        # a fix that writes is refused by the tools: nothing stored
+        element(page, "fix-sql").click()
+        assert element(page, "run-and-mark").is_displayed()
+        box = element(page, "sql-input")
+        box.clear()
+        box.send_keys("DELETE FROM products")
+        element(page, "run-and-mark").click()
+        wait_for(page, lambda d: element(d, "status").text == "The edited SQL did not run.", 30)
+        assert element(page, "query-error").is_displayed() and verified() == []
+        box.clear()
+        box.send_keys("SELECT COUNT(*) FROM products")
+        element(page, "run-and-mark").click()
+        assert teach_status().startswith("Marked right (verified answer ")
+        stored = verified()
+        assert [(a["question"], a["sql"]) for a in stored] == [("How many products?", "SELECT COUNT(*) FROM products")]
+        # the same question (other case and punctuation): answered at once, shown as a verified answer
+        completed = process.health()["queue"]["completed"]
+        ask(page, "how many PRODUCTS")
+        day = stored[0]["verified_at"][:10]
+        given = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#given-list li")]
+        assert given == [f"A verified answer from {day}: its SQL was run afresh, no model asked."]
+        assert element(page, "stats").text == "No episode: a verified answer, its SQL run afresh."
+        assert table_rows(page) == [["2"]] and not element(page, "work").is_displayed()
+        assert process.health()["queue"]["completed"] == completed + 1
+        element(page, "mark-right").click()
+        assert teach_status().startswith("Marked right (verified answer ")
+        assert len(verified()) == 1  # the same question's answer replaced, not doubled
+        # a follow-up: the previous question and its SQL go with the next question
+        element(page, "follow-up").click()
+        assert element(page, "following").is_displayed()
+        assert element(page, "following-text").text == 'Following the answer to "how many PRODUCTS".'
+        assert element(page, "question").get_attribute("value") == ""
+        ask(page, "and their names?")
+        assert not element(page, "following").is_displayed()
+        given = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#given-list li")]
+        assert 'The previous answer: "how many PRODUCTS"' in given, given
+    finally:
+        assert process.stop() == 0, process.log()
+    assert _digest(shop) == before and [p.name for p in shop.parent.iterdir()] == ["shop.db"]
+
+
 def test_open_starts_the_browser_on_the_page(tiny_gguf_fast, chinook, tmp_path, monkeypatch):
     opener = tmp_path / "opener.sh"  # stands in for the user's browser: $BROWSER is what webbrowser runs
     opener.write_text('#!/bin/sh\nprintf %s "$1" > "$(dirname "$0")/opened.txt"\n')
