@@ -251,3 +251,11 @@ def test_a_follow_ups_verified_answer_is_reused_only_after_the_same_question(kb,
     assert after_it is not None and after_it.given is not None and after_it.given.verified == stored
     assert stored.follows == before.question
     assert alone is None and after_other is None and examples == []
+
+
+def test_a_knowledge_file_that_is_not_one_is_one_clear_line(tmp_path):
+    (tmp_path / "knowledge.sqlite").write_bytes(b"not a database at all, " * 100)
+    with pytest.raises(
+        KnowledgeError, match=r"cannot open the knowledge database .*knowledge.sqlite: file is not a database"
+    ):
+        Knowledge.open(tmp_path)

@@ -130,3 +130,31 @@ def test_fix_right_notes_and_follow_ups(repl):
         assert conn.execute("SELECT question, sql, follows FROM verified").fetchall() == [
             ("how many ALBUMS", "SELECT COUNT(*) FROM Album", None)
         ]
+
+
+def _answered(question: str, sql: str | None, follow_up=None):
+    from edge_sql.agent.result import EpisodeResult
+    from edge_sql.agent.stats import EpisodeStats
+    from edge_sql.knowledge import Given
+
+    result = EpisodeResult(question, None, sql, [], [], False, False, False, sql, [], EpisodeStats(), "", "submitted")
+    result.given = Given(follow_up=follow_up)
+    return result
+
+
+def test_a_follow_up_of_a_follow_up_carries_only_the_last_pair():
+    from edge_sql.commands.repl import Conversation
+    from edge_sql.knowledge import FollowUp
+
+    conversation = Conversation()
+    assert conversation.follow_up() is None
+    conversation.answered(_answered("Revenue per customer?", "SELECT 1"))
+    first = conversation.follow_up()
+    assert first == FollowUp("Revenue per customer?", "SELECT 1")
+    conversation.answered(_answered("And by year?", "SELECT 2", follow_up=first))
+    assert conversation.follow_up() == FollowUp("And by year?", "SELECT 2")  # not the first pair too
+    conversation.answered(_answered("And by month?", None))  # no SQL: nothing to follow
+    assert conversation.follow_up() is None
+    conversation.answered(_answered("Top customer?", "SELECT 3"))
+    conversation.follows = False  # :new
+    assert conversation.follow_up() is None

@@ -32,7 +32,7 @@ from edge_sql.tools import ReadOnlyDatabase
 
 FILE_NAME = "knowledge.sqlite"
 BUSY_TIMEOUT_S = 30.0
-SCHEMA_VERSION = 2  # PRAGMA user_version: 2 added `verified.follows`
+SCHEMA_VERSION = 1  # PRAGMA user_version: the format of this file
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS schemas (identity TEXT PRIMARY KEY, tables TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY AUTOINCREMENT, identity TEXT NOT NULL, path TEXT NOT NULL, "
@@ -54,9 +54,21 @@ class Knowledge:
     def __init__(self, path: Path, *, count_tokens: TokenCounter | None = None) -> None:
         self.path = path
         self.count_tokens: TokenCounter = count_tokens or utf8_bytes
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            self._prepare()
+        except (sqlite3.Error, OSError) as exc:
+            if getattr(self, "_conn", None) is not None:
+                self._conn.close()
+            raise KnowledgeError(
+                f"cannot open the knowledge database {path}: {exc} (ask with knowledge off, or set EDGE_SQL_HOME)"
+            ) from None
+
+    def _prepare(self) -> None:
+        """WAL, synchronous commits, and the tables (created, or checked to be this format)."""
+        path = self.path
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         with self.writing() as conn:
@@ -68,9 +80,6 @@ class Knowledge:
                 )
             for statement in _SCHEMA:
                 conn.execute(statement)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(verified)")}
-            if "follows" not in columns:  # a file of the first format: answers had no `follows`
-                conn.execute("ALTER TABLE verified ADD COLUMN follows TEXT")
             retrieval.create_index(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -222,7 +231,9 @@ class Knowledge:
         )
         assert cursor.lastrowid is not None
         if follows is None:  # a follow-up's question alone is no example for another question
-            retrieval.index_answer(conn, cursor.lastrowid, answer.question, schema)
+            retrieval.index_answer(
+                conn, cursor.lastrowid, answer.question, schema, identity=seen.identity, path=seen.path
+            )
         return cursor.lastrowid
 
     def verified(self, db: ReadOnlyDatabase) -> list[VerifiedAnswer]:
