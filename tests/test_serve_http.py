@@ -36,6 +36,7 @@ RESULT_KEYS = {
     "stats",
     "prompt_version",
     "checks",
+    "given",
 }
 
 

@@ -596,8 +596,10 @@ def test_a_database_by_its_path_shows_its_own_tables_and_example(tiny_gguf_fast,
 
 
 def test_mark_right_fix_and_follow_up_from_under_an_answer(tiny_gguf_fast, page, tmp_path, monkeypatch):
-    """The buttons under an answer (issue 51), with a server keeping its knowledge in a store of
-    its own: a fix that writes is refused and stores nothing, a fix that runs is marked right, the
+    """The notes panel and the buttons under an answer (issue 51), with a server keeping its
+    knowledge in a store of its own: notes added (one tied to a word), a blank one refused, one
+    removed, the other given with the question; a fix that writes is refused and stores nothing,
+    a fix that runs is marked right, the
     same question is then answered at once as a verified answer and marked right again, and a
     follow-up carries the previous question and its SQL."""
     shop = tmp_path / "data" / "shop.db"
@@ -622,7 +624,35 @@ def test_mark_right_fix_and_follow_up_from_under_an_answer(tiny_gguf_fast, page,
 
     try:
         open_page(page, process, "?db=shop")
+        # the notes panel: add a note, a tied one, refuse a blank one, remove the tied one
+        wait_for(page, lambda d: element(d, "notes-panel").is_displayed(), 30, "no notes panel")
+        element(page, "notes-panel").find_element(By.TAG_NAME, "summary").click()
+        assert element(page, "notes-count").text == "(0)"
+
+        def add_note(text: str, words: str = "") -> str:
+            element(page, "note-words").send_keys(words)
+            element(page, "note-text").send_keys(text, Keys.ENTER)
+            wait_for(page, lambda d: element(d, "notes-status").text.startswith(("Added: ", "Not added: ")), 30)
+            status = element(page, "notes-status").text
+            page.execute_script("document.getElementById('notes-status').textContent = ''")
+            return status
+
+        assert add_note("prices are in cents") == "Added: prices are in cents"
+        assert add_note("a mug is a cup", "mug") == "Added: a mug is a cup"
+        assert add_note("   ").startswith("Not added: empty note")
+        wait_for(page, lambda d: element(d, "notes-count").text == "(2)", 30)
+        notes = page.find_elements(By.CSS_SELECTOR, "#notes-list li")
+        assert [n.text for n in notes] == [
+            "prices are in cents Remove",
+            "a mug is a cup (only with questions about: mug) Remove",
+        ]
+        notes[1].find_element(By.TAG_NAME, "button").click()
+        wait_for(page, lambda d: element(d, "notes-count").text == "(1)", 30)
+        status, _, listed = process.request("GET", "/v1/notes?database=shop")
+        assert status == 200 and [n["text"] for n in listed["notes"]] == ["prices are in cents"]
         ask(page, "How many products?")
+        given = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#given-list li")]
+        assert given == ["Note: prices are in cents"]  # the note that always applies went with the question
         assert element(page, "teach").is_displayed() and element(page, "fix-sql").is_displayed()
         assert element(page, "mark-right").is_displayed() == element(page, "result").is_displayed()  # ran or not
         # a fix that writes is refused by the tools: nothing stored

@@ -5,6 +5,7 @@ import { chartableSeries, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
 import { showChecks } from "./checks.js";
 import { markRight, showGiven } from "./knowledge.js";
+import { setUpNotes } from "./notes.js";
 import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem, stopRounds } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
@@ -80,7 +81,11 @@ function showTables() {
   const entry = page.databases.find(({ name }) => name === $("database").value);
   $("tables").textContent = entry ? `${plural(entry.tables.length, "table")}: ${entry.tables.join(", ")}` : "";
   $("question").placeholder = exampleQuestion(entry ? entry.tables : []);
+  refreshNotes();
 }
+
+const refreshNotes = setUpNotes(() => $("database").value, failed);  // notes.js
+
 
 // The example in the question box, from the chosen database's own first table ("Album": "How
 // many albums are there?"), so it never names a table the database lacks.

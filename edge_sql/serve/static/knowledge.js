@@ -1,11 +1,11 @@
-// What a person teaches the server about a database, from under an answer: "Right" stores the
-// answer's SQL as verified (POST /v1/verify), "Fix SQL and mark right" stores the SQL the person
-// ran instead, and the answer says what the model was given (notes, verified examples, the
-// previous answer) or that it is a verified answer. Text nodes only.
+// What a person teaches the server from under an answer: "Right" (the answer's SQL stored as
+// verified, POST /v1/verify) and "Fix SQL and mark right" (the SQL the person ran instead); the
+// answer says what the model was given (notes, verified examples, the previous answer) or that
+// it is a verified answer. Text nodes only: nothing from the server becomes markup.
 
 import { postJson } from "./api.js";
 
-function item(text) {
+export function item(text) {
   const node = document.createElement("li");
   node.textContent = text;
   return node;
