@@ -43,13 +43,15 @@ export function setUpNotes(database, failed) {
     const name = database();
     try {
       await showNotes(name, $("notes-list"), $("notes-count"), async (note) => {
+        let said;
         try {
           await removeNote(name, note);
-          $("notes-status").textContent = `Removed: ${note.text}`;
+          said = `Removed: ${note.text}`;
         } catch (error) {
-          $("notes-status").textContent = `Not removed: ${error.message}`;
+          said = `Not removed: ${error.message}`;
         }
-        refresh();
+        await refresh();  // the list first, then what happened: no list redrawn after the line
+        $("notes-status").textContent = said;
       });
       $("notes-panel").hidden = false;
     } catch (error) {
@@ -60,15 +62,17 @@ export function setUpNotes(database, failed) {
 
   $("note-form").addEventListener("submit", async (event) => {
     event.preventDefault();
+    let said;
     try {
       const note = await addNote(database(), $("note-text").value, $("note-words").value.trim());
-      $("notes-status").textContent = `Added: ${note.text}`;
+      said = `Added: ${note.text}`;
       $("note-text").value = "";
       $("note-words").value = "";
     } catch (error) {
-      $("notes-status").textContent = `Not added: ${error.message}`;
+      said = `Not added: ${error.message}`;
     }
-    refresh();
+    await refresh();
+    $("notes-status").textContent = said;
   });
   return refresh;
 }
