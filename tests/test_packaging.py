@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import edge_sql
@@ -159,6 +161,110 @@ def test_runtime_modules_import_in_the_documented_order() -> None:
                         f"{path.relative_to(folder)} (row {row[mine] + 1}) imports {theirs} (row {row[theirs] + 1})"
                     )
     assert not wrong, wrong
+
+
+def _module_names() -> dict[str, Path]:
+    """Every edge-sql module by dotted name (a package by its own name, from its __init__.py)."""
+    names = {}
+    for path in (REPO / "edge_sql").rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def _run_time_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of `tree` but those under `if TYPE_CHECKING:` (imports for the type checker
+    only, which never run)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in (child, *_run_time_nodes(child)))
+            continue
+        yield node
+        yield from _run_time_nodes(node)
+
+
+def _imported_modules(path: Path, module: str, modules: dict[str, Path]) -> set[str]:
+    """The edge-sql modules `path` (the module `module`) imports at run time, function-level
+    imports and relative imports included; `from pkg import submodule` counts as an import of
+    the submodule only (the package is already importing, so that makes no circle)."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            source = ".".join([*base, *([node.module] if node.module else [])])
+            submodules = {f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in modules}
+            found |= submodules
+            if len(submodules) < len(node.names):
+                found.add(source)
+    return {name for name in found if name in modules and name != module}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan): each holds an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_import_circle_inside_any_package() -> None:
+    """Inside each package (serve, agent, ...) no modules import each other in a circle, not even
+    through an import inside a function: a circle means the shared part wants a module of its own."""
+    modules = _module_names()
+    graph = {
+        module: {name for name in _imported_modules(path, module, modules) if _package_of(name) == _package_of(module)}
+        for module, path in modules.items()
+    }
+    assert not _circles(graph), _circles(graph)
+
+
+def test_the_circle_check_finds_the_circle_serve_had(tmp_path: Path) -> None:
+    """http_app imported openai_api at the top and openai_api imported http_app inside a
+    function; the check sees that circle, and a longer one, and not `from pkg import submodule`
+    nor an import under `if TYPE_CHECKING:`."""
+    files = {
+        "http_app": "from edge_sql.serve.openai_api import routes\n",
+        "openai_api": "def routes():\n    from edge_sql.serve.http_app import stream\n",
+        "queue": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from edge_sql.serve.openai_api import Reply\n",
+        "__init__": "from edge_sql.serve import http_app\n",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    modules = {"edge_sql.serve": tmp_path / "__init__.py"}
+    modules |= {f"edge_sql.serve.{name}": tmp_path / f"{name}.py" for name in files if name != "__init__"}
+    graph = {module: _imported_modules(path, module, modules) for module, path in modules.items()}
+    assert graph["edge_sql.serve"] == {"edge_sql.serve.http_app"}
+    assert graph["edge_sql.serve.queue"] == set()  # an import for the type checker only never runs
+    assert _circles(graph) == [["edge_sql.serve.http_app", "edge_sql.serve.openai_api"]]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_benchmark_scripts_import_nothing_from_tests() -> None:

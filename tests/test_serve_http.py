@@ -36,6 +36,7 @@ RESULT_KEYS = {
     "stats",
     "prompt_version",
     "checks",
+    "given",
 }
 
 
@@ -161,6 +162,25 @@ def test_ask_streams_rounds_calls_and_the_answer(server, dbs):
     assert status == 200 and without_stats(plain) == without_stats(answer)
 
 
+def test_a_doubtful_answer_says_so_in_the_json(server, dbs):
+    """/v1/ask's JSON (that of `run --json`) says how sure an answer is, why, and how it came
+    about: a vote of two episodes of the fixture model, whose answers fail their checks."""
+    body = {"question": "How many albums?", "database": "chinook", "seed": 3, "vote": 2}
+    status, _, answer = server.request("POST", "/v1/ask", body)
+    assert status == 200, answer
+    checks, vote = answer["checks"], answer["stats"]["vote"]
+    assert checks["confidence"] == "doubtful"
+    assert checks["reasons"] == [f["message"] for f in checks["findings"] if f["level"] == "doubtful"]
+    assert ("the answer was forced (the tool rounds ran out)" in checks["reasons"]) == answer["forced"]
+    assert answer["forced"] == (answer["force_reason"] in ("max_rounds", "failed_queries", "context"))
+    if answer["sql"] is None:  # the model's answer did not run, and the reasons say why
+        assert (
+            f"the SQL failed to run: {answer['error'].removeprefix('the answer failed to run: ')}" in checks["reasons"]
+        )
+    assert vote["k"] == 2 and checks["agreement"] == round(vote["agreed"] / 2, 4)
+    assert f"{vote['agreed']} of 2 episodes agree on this result" in checks["reasons"]
+
+
 @pytest.mark.parametrize(
     ("raw", "status", "message"),
     [
@@ -244,7 +264,7 @@ def test_mcp_over_streamable_http(server):
     async def main() -> None:
         async with Client(f"http://127.0.0.1:{server.port}/mcp") as client:
             tools = {tool.name for tool in (await client.list_tools()).tools}
-            assert tools == {"ask", "list_databases"}
+            assert tools == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify"}
             listed = await client.call_tool("list_databases", {})
             names = [entry["name"] for entry in listed.structured_content["databases"]]
             assert names == ["chinook", "northwind"]

@@ -34,6 +34,7 @@ def test_mcp_client_over_stdio(tiny_gguf_fast, chinook_db, tmp_path):
                 await _tools_are_listed(client)
                 await _list_databases(client, chinook_db)
                 await _ask_reports_progress(client, chinook_db)
+                await _a_doubtful_answer_says_so(client)
                 await _unknown_database_is_a_tool_error(client)
                 await _bad_arguments_are_tool_errors(client)
 
@@ -55,11 +56,21 @@ def test_mcp_cancellation_stops_the_episode(tiny_gguf_fast, chinook_db, tmp_path
 
 async def _tools_are_listed(client: Client) -> None:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"ask", "list_databases"}
+    assert set(tools) == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify"}
     schema = tools["ask"].input_schema
-    assert set(schema["properties"]) == {"question", "database", "evidence", "seed", "vote", "abstain_below"}
+    assert set(schema["properties"]) == {
+        "question",
+        "database",
+        "evidence",
+        "seed",
+        "vote",
+        "abstain_below",
+        "follow_up",
+        "fresh",
+    }
     assert set(schema["required"]) == {"question", "database"}
-    assert {"sql", "rows", "row_count", "forced", "fallback", "rounds"} <= set(tools["ask"].output_schema["properties"])
+    output = set(tools["ask"].output_schema["properties"])
+    assert {"sql", "rows", "row_count", "forced", "fallback", "rounds", "checks", "doubt"} <= output
     assert tools["ask"].annotations.read_only_hint is True
 
 
@@ -110,6 +121,25 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
         assert out["error"] and result.content[0].text.startswith(f"No answer ({out['stop']})")
     rounds = len(out["rounds"])
     assert f"{rounds} round{'' if rounds == 1 else 's'}, " in result.content[0].text
+
+
+async def _a_doubtful_answer_says_so(client: Client) -> None:
+    """A vote of two episodes of the fixture model, whose answers fail their checks: the result's
+    `doubt` and its text say how sure it is, why, and how the vote went."""
+    arguments = {"question": "How many albums?", "database": "chinook", "seed": 3, "vote": 2}
+    result = await client.call_tool("ask", arguments)
+    assert not result.is_error, result.content
+    out = result.structured_content
+    doubt = out["doubt"]
+    assert doubt["confidence"] == out["checks"]["confidence"] == "doubtful"
+    assert doubt["reasons"] == out["checks"]["reasons"]
+    vote = doubt["vote"]
+    assert vote["k"] == 2 and 0 <= vote["agreed"] <= 2 and vote["agreement"] == vote["agreed"] / 2
+    assert f"{vote['agreed']} of 2 episodes agree on this result" in doubt["reasons"]  # half or less: doubtful
+    agreement = f"vote: {vote['agreed']} of 2 episodes agree on this result"
+    assert doubt["how"][-1] == agreement and (doubt["forced"], doubt["fallback"]) == (out["forced"], out["fallback"])
+    last = result.content[0].text.splitlines()[-1]
+    assert last == "Confidence: doubtful: " + "; ".join(doubt["reasons"]) + f" ({'; '.join(doubt['how'])})"
 
 
 async def _unknown_database_is_a_tool_error(client: Client) -> None:

@@ -87,7 +87,8 @@ def test_chat_completion_and_its_stream_are_the_same_episode(server, client, chi
     assert whole.usage.completion_tokens == answer["stats"]["generated_tokens"]
     assert re.findall(r"^Round (\d+)$", reasoning, re.MULTILINE) == [str(r["index"]) for r in answer["rounds"]]
     if answer["sql"] is not None:
-        assert content.startswith(f"```sql\n{answer['sql'].strip()}\n```")
+        assert content.startswith("> Confidence: ")
+        assert content.split("\n\n")[1] == f"```sql\n{answer['sql'].strip()}\n```"
         assert f"\n\n{len(answer['rows'])} row" in content
         first = rows_of(answer["sql"], chinook)[:1]
         if answer["columns"] and first:
@@ -129,6 +130,40 @@ def test_chat_completion_and_its_stream_are_the_same_episode(server, client, chi
     assert after['edge_sql_episodes_total{database="music",outcome="answered"}'] == 0
     server.wait_for_log(r"POST /v1/chat/completions 200 \d+\.\d ms")
     server.wait_for_log(r"GET /metrics 200 \d+\.\d ms")
+
+
+def test_a_doubtful_answer_says_so_in_the_text_and_a_field(server, client):
+    """A wrong answer must not look authoritative in a chat window: the fixture model's answers
+    fail their checks, and the reply's text and its `edge_sql` field say how sure it is, why, and
+    how it came about, as /v1/ask's JSON of the same episode has them; the stream's last chunk too."""
+    messages = [{"role": "user", "content": "How many albums?"}]
+    whole = client.chat.completions.create(model="edge-sql/chinook", messages=messages, seed=3)
+    status, _, answer = server.request(
+        "POST", "/v1/ask", {"question": "How many albums?", "database": "chinook", "seed": 3}
+    )
+    assert status == 200
+    field = whole.model_extra["edge_sql"]
+    assert (field["sql"], field["stop"]) == (answer["sql"], answer["stop"])
+    doubt = field["doubt"]
+    assert doubt["confidence"] == answer["checks"]["confidence"] == "doubtful"
+    assert doubt["reasons"] == answer["checks"]["reasons"] and doubt["reasons"]
+    assert (doubt["forced"], doubt["force_reason"], doubt["fallback"]) == (
+        answer["forced"],
+        answer["force_reason"],
+        answer["fallback"],
+    )
+    assert doubt["vote"] is None
+    forced = {
+        "max_rounds": "forced final answer: tool rounds used up",
+        "failed_queries": "forced final answer: too many failed queries",
+        "context": "forced final answer: context budget reached",
+    }
+    assert doubt["how"] == ([forced[answer["force_reason"]]] if answer["forced"] else [])
+    line = "> Confidence: doubtful: " + "; ".join(doubt["reasons"]) + (f" ({doubt['how'][0]})" if doubt["how"] else "")
+    assert line in whole.choices[0].message.content.split("\n")
+    chunks = list(client.chat.completions.create(model="edge-sql/chinook", messages=messages, seed=3, stream=True))
+    assert chunks[-1].model_extra["edge_sql"] == field
+    assert line in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).split("\n")
 
 
 def test_errors_have_openai_shape(server, client):

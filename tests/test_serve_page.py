@@ -21,7 +21,7 @@ from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from edge_sql.serve.web import CONTENT_SECURITY_POLICY
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
@@ -546,10 +546,16 @@ def test_stop_cancels_the_running_episode(guarded, page):
     field = element(page, "question")
     field.clear()
     field.send_keys("List every track with its album and artist", Keys.ENTER)
-    wait_for(page, lambda d: d.find_elements(By.CSS_SELECTOR, "#rounds .round"), 60, "no round started")
+    live = "#rounds details.thinking[data-live]"  # the model is writing round 1's thinking
+    wait_for(page, lambda d: d.find_elements(By.CSS_SELECTOR, live), 60, "no thinking streamed")
     assert element(page, "stop").is_displayed()
     element(page, "stop").click()
     wait_for(page, lambda d: element(d, "status").text.startswith("Stopped"), 30, "the page did not stop")
+    # the round that was writing says it stopped, not "Thinking…" for ever
+    assert not page.find_elements(By.CSS_SELECTOR, live)
+    summaries = [s.get_attribute("textContent") for s in page.find_elements(By.CSS_SELECTOR, "#rounds summary")]
+    assert summaries and summaries[-1] == "Thinking (stopped)", summaries
+    assert "…" not in element(page, "rounds").get_attribute("textContent").replace("tok/s", "")
     deadline = time.monotonic() + 60
     while True:
         queue = guarded.request("GET", "/health", headers=headers)[2]["queue"]
@@ -561,6 +567,134 @@ def test_stop_cancels_the_running_episode(guarded, page):
     assert queue["cancelled"] == before["cancelled"] + 1 and queue["completed"] == before["completed"]
     guarded.wait_for_log(r"ask #\d+ \(chinook\): cancelled")
     assert not element(page, "answer").is_displayed() and element(page, "ask").is_enabled()
+
+
+def test_a_database_by_its_path_shows_its_own_tables_and_example(tiny_gguf_fast, chinook, page, tmp_path):
+    """`--db shop.db` (no NAME=) serves it as "shop"; the page counts its one table in the singular
+    and the example in the question box names that table, not Chinook's."""
+    shop = tmp_path / "shop.db"
+    with sqlite3.connect(shop) as conn:
+        conn.execute("CREATE TABLE order_items (id INTEGER PRIMARY KEY, product TEXT, quantity INTEGER)")
+    conn.close()
+    before = _digest(shop)
+    command = [*serve_command(tiny_gguf_fast, {"chinook": chinook}, *QUICK, "--port", "0"), "--db", str(shop)]
+    process = ServerProcess(command, tmp_path / "server.log")
+    try:
+        status, _, listed = process.request("GET", "/v1/databases")
+        assert status == 200 and [d["name"] for d in listed["databases"]] == ["chinook", "shop"]
+        open_page(page, process, "?db=shop")
+        assert element(page, "tables").text == "1 table: order_items"
+        assert element(page, "question").get_attribute("placeholder") == "How many order items are there?"
+        chinook_tables = next(d["tables"] for d in listed["databases"] if d["name"] == "chinook")
+        Select(element(page, "database")).select_by_value("chinook")
+        assert element(page, "tables").text == f"{len(chinook_tables)} tables: {', '.join(chinook_tables)}"
+        assert chinook_tables[0] == "Album"
+        assert element(page, "question").get_attribute("placeholder") == "How many albums are there?"
+    finally:
+        assert process.stop() == 0, process.log()
+    assert _digest(shop) == before and sorted(p.name for p in tmp_path.iterdir()) == ["server.log", "shop.db"]
+
+
+def test_mark_right_fix_and_follow_up_from_under_an_answer(tiny_gguf_fast, page, tmp_path, monkeypatch):
+    """The notes panel and the buttons under an answer (issue 51), with a server keeping its
+    knowledge in a store of its own: notes added (one tied to a word), a blank one refused, one
+    removed, the other given with the question; a fix that writes is refused and stores nothing,
+    a fix that runs is marked right, the
+    same question is then answered at once as a verified answer and marked right again, and a
+    follow-up carries the previous question and its SQL."""
+    shop = tmp_path / "data" / "shop.db"
+    shop.parent.mkdir()
+    with sqlite3.connect(shop) as conn:
+        conn.execute("CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, price_cents INTEGER)")
+        conn.executemany("INSERT INTO products (name, price_cents) VALUES (?, ?)", [("tea", 450), ("mug", 1200)])
+    conn.close()
+    before = _digest(shop)
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    command = [*serve_command(tiny_gguf_fast, {}, *QUICK, "--port", "0"), "--db", str(shop)]
+    process = ServerProcess(command, tmp_path / "server.log")
+
+    def verified() -> list[dict]:
+        status, _, body = process.request("GET", "/v1/notes?database=shop")
+        assert status == 200, body
+        return body["verified"]
+
+    def teach_status() -> str:
+        wait_for(page, lambda d: element(d, "teach-status").text, 30, "nothing said about marking it right")
+        return element(page, "teach-status").text
+
+    try:
+        open_page(page, process, "?db=shop")
+        # the notes panel: add a note, a tied one, refuse a blank one, remove the tied one
+        wait_for(page, lambda d: element(d, "notes-panel").is_displayed(), 30, "no notes panel")
+        element(page, "notes-panel").find_element(By.TAG_NAME, "summary").click()
+        assert element(page, "notes-count").text == "(0)"
+
+        def add_note(text: str, words: str = "") -> str:
+            element(page, "note-words").send_keys(words)
+            element(page, "note-text").send_keys(text, Keys.ENTER)
+            wait_for(page, lambda d: element(d, "notes-status").text.startswith(("Added: ", "Not added: ")), 30)
+            status = element(page, "notes-status").text
+            page.execute_script("document.getElementById('notes-status').textContent = ''")
+            return status
+
+        assert add_note("prices are in cents") == "Added: prices are in cents"
+        assert add_note("a mug is a cup", "mug") == "Added: a mug is a cup"
+        assert add_note("   ").startswith("Not added: empty note")
+        assert element(page, "notes-count").text == "(2)"  # each line comes once the list is redrawn
+        notes = page.find_elements(By.CSS_SELECTOR, "#notes-list li")
+        assert [n.text for n in notes] == [
+            "prices are in cents Remove",
+            "a mug is a cup (only with questions about: mug) Remove",
+        ]
+        notes[1].find_element(By.TAG_NAME, "button").click()
+        wait_for(page, lambda d: element(d, "notes-status").text == "Removed: a mug is a cup", 30)
+        assert element(page, "notes-count").text == "(1)"
+        status, _, listed = process.request("GET", "/v1/notes?database=shop")
+        assert status == 200 and [n["text"] for n in listed["notes"]] == ["prices are in cents"]
+        ask(page, "How many products?")
+        given = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#given-list li")]
+        assert given == ["Note: prices are in cents"]  # the note that always applies went with the question
+        assert element(page, "teach").is_displayed() and element(page, "fix-sql").is_displayed()
+        assert element(page, "mark-right").is_displayed() == element(page, "result").is_displayed()  # ran or not
+        # a fix that writes is refused by the tools: nothing stored
+        element(page, "fix-sql").click()
+        assert element(page, "run-and-mark").is_displayed()
+        box = element(page, "sql-input")
+        box.clear()
+        box.send_keys("DELETE FROM products")
+        element(page, "run-and-mark").click()
+        wait_for(page, lambda d: element(d, "status").text == "The edited SQL did not run.", 30)
+        assert element(page, "query-error").is_displayed() and verified() == []
+        box.clear()
+        box.send_keys("SELECT COUNT(*) FROM products")
+        element(page, "run-and-mark").click()
+        assert teach_status().startswith("Marked right (verified answer ")
+        stored = verified()
+        assert [(a["question"], a["sql"]) for a in stored] == [("How many products?", "SELECT COUNT(*) FROM products")]
+        # the same question (other case and punctuation): answered at once, shown as a verified answer
+        completed = process.health()["queue"]["completed"]
+        ask(page, "how many PRODUCTS")
+        day = stored[0]["verified_at"][:10]
+        given = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#given-list li")]
+        assert given == [f"A verified answer from {day}: its SQL was run afresh, no model asked."]
+        assert element(page, "stats").text == "No episode: a verified answer, its SQL run afresh."
+        assert table_rows(page) == [["2"]] and not element(page, "work").is_displayed()
+        assert process.health()["queue"]["completed"] == completed + 1
+        element(page, "mark-right").click()
+        assert teach_status().startswith("Marked right (verified answer ")
+        assert len(verified()) == 1  # the same question's answer replaced, not doubled
+        # a follow-up: the previous question and its SQL go with the next question
+        element(page, "follow-up").click()
+        assert element(page, "following").is_displayed()
+        assert element(page, "following-text").text == 'Following the answer to "how many PRODUCTS".'
+        assert element(page, "question").get_attribute("value") == ""
+        ask(page, "and their names?")
+        assert not element(page, "following").is_displayed()
+        given = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#given-list li")]
+        assert 'The previous answer: "how many PRODUCTS"' in given, given
+    finally:
+        assert process.stop() == 0, process.log()
+    assert _digest(shop) == before and [p.name for p in shop.parent.iterdir()] == ["shop.db"]
 
 
 def test_open_starts_the_browser_on_the_page(tiny_gguf_fast, chinook, tmp_path, monkeypatch):

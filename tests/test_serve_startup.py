@@ -73,9 +73,9 @@ def test_bad_listen_and_token_use(tiny_gguf_fast, args, exit_code, message):
 @pytest.mark.parametrize(
     ("db", "exit_code", "message"),
     [
-        ("chinook", 2, "'chinook' is not NAME=PATH"),
-        ("=x.sqlite", 2, "'=x.sqlite' is not NAME=PATH"),
-        ("chinook=", 2, "'chinook=' is not NAME=PATH"),
+        ("chinook", 1, "database file not found: chinook"),  # a bare path, named by its stem
+        ("=x.sqlite", 2, "'=x.sqlite' is not [NAME=]PATH"),
+        ("chinook=", 2, "'chinook=' is not [NAME=]PATH"),
         ("a b=x.sqlite", 2, "database name 'a b': use letters, digits"),
         ("chinook={missing}", 1, "missing.sqlite"),
         ("chinook={folder}", 1, "a-folder"),
@@ -87,9 +87,14 @@ def test_bad_database_options(tiny_gguf_fast, tmp_path, db, exit_code, message):
     _refused_before_the_load(_serve(tiny_gguf_fast, "--db", db, "--port", "0"), exit_code, message)
 
 
-def test_a_database_named_twice(tiny_gguf_fast):
+def test_a_database_named_twice(tiny_gguf_fast, tmp_path):
     run = _serve(tiny_gguf_fast, "--db", f"chinook={CHINOOK}", "--db", f"chinook={CHINOOK}", "--port", "0")
     _refused_before_the_load(run, 2, "database name 'chinook' given twice")
+    other = tmp_path / "chinook.sqlite"  # two files of one stem, given without names
+    run = _serve(tiny_gguf_fast, "--db", str(CHINOOK), "--db", str(other), "--port", "0")
+    _refused_before_the_load(
+        run, 2, f"database name 'chinook' given twice ({CHINOOK} and {other}): name them with NAME=PATH"
+    )
 
 
 def test_the_token_from_the_environment_does_not_stop_mcp(tiny_gguf_fast, tmp_path):

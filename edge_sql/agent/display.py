@@ -78,6 +78,24 @@ def table_text(
     return "\n".join(out)
 
 
+FORCE_REASONS = {
+    "max_rounds": "tool rounds used up",
+    "failed_queries": "too many failed queries",
+    "context": "context budget reached",
+}
+
+
+def answer_notes(result: EpisodeResult) -> list[str]:
+    """How the answer came about when the model did not simply submit it: forced, or a fallback
+    (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
+    notes = []
+    if result.forced:
+        notes.append(f"forced final answer: {FORCE_REASONS.get(result.force_reason or '', result.force_reason)}")
+    if result.fallback:
+        notes.append("fallback: the model's answer did not run; this is the last query that ran")
+    return notes
+
+
 def answer_text(result: EpisodeResult) -> str:
     """The final SQL, how it was reached, and its rows as a table."""
     if result.stop == "cancelled":
@@ -87,16 +105,7 @@ def answer_text(result: EpisodeResult) -> str:
         if result.checks is not None:
             lines.append(result.checks.summary())
         return "\n".join([*lines, stats_line(result, "not sure")])
-    notes = []
-    if result.forced:
-        reason = {
-            "max_rounds": "tool rounds used up",
-            "failed_queries": "too many failed queries",
-            "context": "context budget reached",
-        }.get(result.force_reason or "", result.force_reason)
-        notes.append(f"forced final answer: {reason}")
-    if result.fallback:
-        notes.append("fallback: the model's answer did not run; this is the last query that ran")
+    notes = answer_notes(result)
     lines = [f"({'; '.join(notes)})"] if notes else []
     if result.sql is None:
         if result.answer:

@@ -56,18 +56,12 @@ def _log(message: str) -> None:
 
 
 def _databases(items: tuple[str, ...]) -> dict[str, Path]:
-    from edge_sql.serve.service import parse_db_option
+    from edge_sql.serve.service import parse_db_options
 
-    databases: dict[str, Path] = {}
-    for item in items:
-        try:
-            name, path = parse_db_option(item)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--db") from None
-        if name in databases:
-            raise click.BadParameter(f"database name {name!r} given twice", param_hint="--db")
-        databases[name] = path
-    return databases
+    try:
+        return parse_db_options(items)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--db") from None
 
 
 @reads_settings
@@ -77,9 +71,10 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
     "db_items",
     multiple=True,
     required=True,
-    metavar="NAME=PATH",
-    help="A database clients may ask about, by NAME (repeatable): " + DB_HELP + ". Opened read-only; "
-    "clients never see or pass paths.",
+    metavar="[NAME=]PATH",
+    help="A database clients may ask about, by NAME (repeatable; without NAME=, the file's stem): "
+    + DB_HELP
+    + ". Opened read-only; clients never see or pass paths.",
 )
 @click.option("--mcp", "use_mcp", is_flag=True, help="Serve MCP over stdin/stdout (what desktop MCP clients launch).")
 @click.option(
@@ -216,7 +211,7 @@ def command(
     Examples:
       edge-sql serve --mcp --db chinook=chinook.sqlite
       edge-sql serve --db chinook=chinook.sqlite --port 8765
-      edge-sql serve --db chinook=chinook.sqlite --open        # the web page, in your browser
+      edge-sql serve --db chinook.sqlite --open                # the web page (database "chinook")
       edge-sql serve --db sales=sales.csv --db orders=export/  # data files, loaded into SQLite once
       curl -s localhost:8765/v1/ask -H 'Content-Type: application/json' \\
            -d '{"question": "How many albums?", "database": "chinook"}'

@@ -13,8 +13,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,9 @@ from edge_sql.knowledge.evidence import (
     example_hint,
     utf8_bytes,
 )
-from edge_sql.knowledge.identity import database_path, normalise_question, schema_identity, tables_named, words
+from edge_sql.knowledge.identity import normalise_question, tables_named, words
+from edge_sql.knowledge.seen import Seen, check_read_only, now
 from edge_sql.tools import ReadOnlyDatabase
-from edge_sql.tools.database import READ_STATEMENTS, first_keyword
 
 FILE_NAME = "knowledge.sqlite"
 BUSY_TIMEOUT_S = 30.0
@@ -44,31 +42,6 @@ _SCHEMA = (
     "verified_at TEXT NOT NULL, follows TEXT)",
     "CREATE INDEX IF NOT EXISTS verified_by_question ON verified (normalised)",
 )
-
-
-def now() -> str:
-    """The time a note or answer is stamped with: ISO 8601, UTC, to the second."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class Seen:
-    """A database as the knowledge sees it: identity, file, tables (read once per use)."""
-
-    identity: str
-    path: str
-    tables: list[str]
-
-    @classmethod
-    def of(cls, db: ReadOnlyDatabase) -> Seen:
-        return cls(schema_identity(db), database_path(db), db.table_names() + db.view_names())
-
-    def stale(self, named: list[str]) -> str | None:
-        """Why something that names the tables `named` no longer fits (None: it fits)."""
-        gone = [t for t in named if t not in self.tables]
-        if not gone:
-            return None
-        return f"names {'tables' if len(gone) > 1 else 'the table'} {', '.join(gone)}, which the database no longer has"
 
 
 class Knowledge:
@@ -359,23 +332,6 @@ class Knowledge:
             + (f" ({change})" if change else " (columns or views)")
             + "; notes that name a dropped table are flagged and no longer given"
         )
-
-
-def check_read_only(db: ReadOnlyDatabase, sql: str) -> None:
-    """Refuse (KnowledgeError) SQL that is empty, that writes, or that does not run on `db`."""
-    from edge_sql.errors import QueryError
-
-    if not sql:
-        raise KnowledgeError("empty SQL: a verified answer needs the query that answers it")
-    keyword = first_keyword(sql)
-    if keyword not in READ_STATEMENTS:
-        raise KnowledgeError(
-            f"refused: a verified answer must be one read-only SELECT, WITH or VALUES statement (this one starts with {keyword})"
-        )
-    try:
-        db.execute(sql, max_rows=1)
-    except QueryError as exc:
-        raise KnowledgeError(f"refused: the SQL does not run on this database: {exc}") from None
 
 
 def _content_words(text: str) -> set[str]:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_sql.agent.given import VerifiedAnswer
 from edge_sql.errors import KnowledgeError
 from edge_sql.knowledge import retrieval
 from edge_sql.knowledge.evidence import check_item, example_hint
 from edge_sql.knowledge.identity import normalise_question, tables_named
-from edge_sql.knowledge.store import Knowledge, Seen, check_read_only, now
+from edge_sql.knowledge.seen import Seen, check_read_only, now
 from edge_sql.tools import ReadOnlyDatabase
+
+if TYPE_CHECKING:  # the store hands itself in (Knowledge.export_json, .import_json)
+    from edge_sql.knowledge.store import Knowledge
 
 FORMAT = "edge-sql-knowledge"
 VERSION = 1

@@ -1,6 +1,8 @@
 """The HTTP interface: a small Starlette app, plus the MCP streamable HTTP endpoint at /mcp.
 
-    POST /v1/ask        {question, database, evidence?, seed?} -> the JSON of `edge-sql run --json`;
+    POST /v1/ask        {question, database, evidence?, seed?, vote?, abstain_below?, follow_up?, fresh?}
+                        -> the JSON of `edge-sql run --json` (with `given`: the notes, verified answers
+                        and follow-up the model was given);
                         with `Accept: text/event-stream`: events queued, running, round, tokens, call,
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
@@ -10,6 +12,7 @@
     GET  /              the web page (web.py), served without the token; its API calls carry it
     GET  /metrics       Prometheus text format (metrics.py)
     GET  /v1/models, POST /v1/chat/completions: OpenAI-compatible (openai_api.py)
+    /v1/notes, /v1/verify: notes and verified answers per database (knowledge_routes.py)
 
 Every request first passes the guard (guard.py: Host 421, Origin 403, a POST body not JSON 415)
 and, with `access_log`, is logged as one line when its response ends.
@@ -26,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -38,49 +41,24 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought, Tokens
 from edge_sql.agent.result import json_value
-from edge_sql.errors import (
-    BadRequest,
-    Cancelled,
-    EdgeSqlError,
-    QueryError,
-    RequestTooLarge,
-    RetryLater,
-    UnknownDatabase,
-)
+from edge_sql.errors import EdgeSqlError
 from edge_sql.serve.access_log import AccessLog
 from edge_sql.serve.guard import AllowList, Guard
+from edge_sql.serve.http_plumbing import (
+    EventStream,
+    error,
+    error_response,
+    http_status,
+    outcome_or_cancel,
+    read_body,
+)
+from edge_sql.serve.knowledge_routes import knowledge_routes
 from edge_sql.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from edge_sql.serve.openai_api import openai_routes
 from edge_sql.serve.queue import Finished, Job, Position
 from edge_sql.serve.request import AskRequest, QueryRequest
 from edge_sql.serve.service import Service
 from edge_sql.serve.web import PageInFront
-
-
-def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-# The one table from serve's errors to HTTP statuses (a subclass takes its nearest entry; 500 else).
-HTTP_STATUS: dict[type[EdgeSqlError], int] = {
-    QueryError: 400,  # /v1/query: the SQL failed or was refused
-    RequestTooLarge: 413,
-    BadRequest: 422,
-    UnknownDatabase: 404,
-    RetryLater: 503,
-    Cancelled: 499,  # nobody reads it: the client is gone
-}
-
-
-def http_status(exc: EdgeSqlError | None) -> tuple[int, dict[str, str] | None]:
-    """The status and extra headers for an error (503 comes with Retry-After)."""
-    status = next((HTTP_STATUS[kind] for kind in type(exc).__mro__ if kind in HTTP_STATUS), 500)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RetryLater) else None
-    return status, headers
-
-
-def error_response(exc: EdgeSqlError | None) -> JSONResponse:
-    status, headers = http_status(exc)
-    return error(status, str(exc), headers)
 
 
 def build_app(
@@ -119,8 +97,7 @@ def build_app(
         Route("/v1/query", query_endpoint, methods=["POST"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]
-    from edge_sql.serve.openai_api import openai_routes  # it builds on this module's streams and errors
-
+    routes.extend(knowledge_routes(service))
     routes.extend(openai_routes(service))
     if mcp_app is not None:
         routes.extend(mcp_app.routes)
@@ -193,46 +170,11 @@ async def ask(service: Service, request: Request) -> Response:
     except EdgeSqlError as exc:
         return error_response(exc)
     if "text/event-stream" in request.headers.get("accept", ""):
-        return EventStream(job)
+        return EventStream(job, job_events(job))
     outcome = await outcome_or_cancel(request, job)
     if outcome.result is not None:
         return JSONResponse(outcome.result.to_json(transcript=False))
     return error_response(outcome.error)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing more than `limit` bytes whether or not Content-Length says so."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestTooLarge(f"the request body has {declared} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestTooLarge(f"the request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def outcome_or_cancel(request: Request, job: Job) -> Finished:
-    """The job's outcome; the job is cancelled when the client goes away first (or this waiting
-    is cancelled), so nobody's episode runs on for a reader who left."""
-    watcher = asyncio.ensure_future(cancel_on_disconnect(request.receive, job))
-    try:
-        return await job.wait()
-    finally:
-        watcher.cancel()
-        if not job.finished:
-            job.cancel()
-
-
-async def cancel_on_disconnect(receive: Receive, job: Job) -> None:
-    """Wait for the client to go away (the body is already read), then cancel the job."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            job.cancel()
-            return
 
 
 # ---- Server-sent events ----------------------------------------------------------------------
@@ -282,33 +224,3 @@ def event_data(event: EpisodeEvent) -> tuple[str, dict[str, Any]] | None:
         case Forced(round=index, reason=reason):
             return "forced", {"round": index, "reason": reason}
     return None
-
-
-class EventStream(Response):
-    """A text/event-stream response that cancels the job as soon as the client disconnects;
-    its events are `chunks` (by default `job_events`: the /v1/ask stream)."""
-
-    def __init__(self, job: Job, chunks: AsyncIterator[bytes] | None = None) -> None:
-        self.job = job
-        self.chunks = chunks if chunks is not None else job_events(job)
-        self.status_code = 200
-        self.background = None
-        self.raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.ensure_future(cancel_on_disconnect(receive, self.job))
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:  # the client is gone; the watcher has cancelled the job
-            pass
-        finally:
-            watcher.cancel()
-            if not self.job.finished:
-                self.job.cancel()

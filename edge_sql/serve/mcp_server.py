@@ -1,15 +1,18 @@
 """The MCP interface: tools `ask` and `list_databases` on the official Python SDK.
 
 `ask` queues one episode on the shared agent, reports the queue position and every round and
-call as MCP progress, and returns a bounded summary as structured content plus a short text.
+call as MCP progress, and returns a bounded summary as structured content plus a short text;
+both say how sure the answer is and how it came about (serve/doubt.py).
 A client's cancellation cancels the tool's task; the job is then withdrawn from the queue or
 its episode stopped at the next token.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
@@ -22,14 +25,19 @@ from edge_sql.agent.display import plural
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Tokens
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
+from edge_sql.knowledge.answers import given_lines
+from edge_sql.serve.doubt import Doubt, doubt_line, doubt_of
 from edge_sql.serve.queue import Finished, Position
-from edge_sql.serve.request import AskRequest
+from edge_sql.serve.request import AskRequest, NoteRequest, VerifyRequest
 from edge_sql.serve.service import Service
 
+T = TypeVar("T")
 INSTRUCTIONS = (
     "Ask questions in plain language about the SQLite databases this server was started with. "
     "Call list_databases for their names and tables, then ask(question, database). Each answer "
-    "is one SQL query with its result; the databases are opened read-only."
+    "is one SQL query with its result; the databases are opened read-only. A question can follow "
+    "the last answer (follow_up: its question and SQL). When the user says an answer is right (or "
+    "fixes its SQL), call verify; add_note keeps a fact about a database for later questions."
 )
 
 
@@ -65,6 +73,17 @@ class AskOutput(BaseModel):
             "each value (the closest stored values when not)"
         ),
     )
+    doubt: Doubt = Field(
+        description="How sure the answer is and how it came about: confidence, reasons, forced, fallback, vote"
+    )
+    given: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "What the model was given besides the question: notes, similar verified answers (examples), the "
+            "follow-up pair; or the verified answer it was answered from at once (stop 'verified')"
+        ),
+    )
+    given_text: list[str] = Field(default_factory=list, description="The same in words")
 
 
 class DatabaseOutput(BaseModel):
@@ -118,7 +137,35 @@ def build_mcp(service: Service) -> MCPServer:
         """The databases this server can answer questions about, with their tables."""
         return DatabasesOutput(databases=[DatabaseOutput(**entry) for entry in service.list_databases()])
 
+    async def add_note(database: str, text: str, question: str | None = None) -> dict[str, Any]:
+        """Teach the model a fact about a database, given with every question from now on (e.g.
+        'amounts are in cents'); with `question`, only with questions that have those words.
+        Stored in edge-sql's own knowledge database, never in the user's database."""
+        note = await _knowledge(service.add_note, NoteRequest(database=database, text=text, question=question))
+        return {"note": note.to_json()}
+
+    async def list_notes(database: str) -> dict[str, Any]:
+        """A database's notes and verified answers (stale ones flagged: a table they name is gone)."""
+        return dict(await _knowledge(service.knowledge_of, database))
+
+    async def remove_note(database: str, note_id: int) -> dict[str, Any]:
+        """Delete one note of a database (its id from list_notes)."""
+        await _knowledge(service.remove_note, database, note_id)
+        return {"removed": note_id}
+
+    async def verify(
+        database: str, question: str, sql: str, evidence: str | None = None, follows: str | None = None
+    ) -> dict[str, Any]:
+        """Mark an answer right, as a person confirmed it: `sql` (the answer's SQL, or its fix)
+        answers `question`. The same question is then answered at once from it, and similar ones
+        are given it as an example. Only call this for what the user confirmed. `follows`: the
+        question this one followed, for the answer to a follow-up."""
+        confirmed = VerifyRequest(database=database, question=question, sql=sql, evidence=evidence, follows=follows)
+        return {"verified": (await _knowledge(service.verify, confirmed)).to_json()}
+
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    # they write edge-sql's own knowledge database (never the user's): not read-only, not destructive
+    teaching = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
     ask_tool = Tool.from_function(ask, annotations=read_only)
     # the SDK derives a tool's schema and validation from its signature; `ask` takes HTTP's
     # request model instead, so both interfaces accept and refuse the same requests
@@ -129,8 +176,20 @@ def build_mcp(service: Service) -> MCPServer:
         version=__version__,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
-        tools=[ask_tool, Tool.from_function(list_databases, annotations=read_only)],
+        tools=[
+            ask_tool,
+            Tool.from_function(list_databases, annotations=read_only),
+            *(Tool.from_function(fn, annotations=teaching) for fn in (add_note, list_notes, remove_note, verify)),
+        ],
     )
+
+
+async def _knowledge(call: Callable[..., T], *args: Any) -> T:
+    """A knowledge call of the service (SQLite, off the event loop); its refusal is a tool error."""
+    try:
+        return await anyio.to_thread.run_sync(call, *args)
+    except EdgeSqlError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _progress_message(item: Position | EpisodeEvent) -> str | None:
@@ -182,29 +241,21 @@ def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutp
             for r in result.rounds
         ],
         checks=result.checks.to_json() if result.checks is not None else None,
+        doubt=doubt_of(result),
+        given=result.given.to_json() if result.given is not None else None,
+        given_text=given_lines(result),
     )
 
 
 def summary_text(output: AskOutput) -> str:
-    """A few lines a chat client can show: the SQL, the row count, how the answer was made."""
+    """A few lines a chat client can show: the SQL, the row count, the rounds, how sure it is and
+    how it came about."""
     calls = sum(len(r.calls) for r in output.rounds)
     lines = [f"SQL: {output.sql}" if output.sql else f"No answer ({output.stop}): {output.error}"]
     if output.sql:
         count = f"{output.row_count}{'+' if output.more_rows else ''} row{'' if output.row_count == 1 else 's'}"
         shown = f", first {len(output.rows)} in the structured result" if output.rows else ""
         lines.append(f"{count}{shown}; columns: {', '.join(output.columns)}")
-    notes = [
-        note
-        for flag, note in (
-            (output.forced, "forced final answer"),
-            (output.fallback, "fallback to the last query that ran"),
-        )
-        if flag
-    ]
-    lines.append(
-        f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}" + (f"; {'; '.join(notes)}" if notes else "")
-    )
-    if output.checks is not None:
-        reasons = output.checks["reasons"] if output.checks["confidence"] != "checked" else []
-        lines.append(f"checks: {output.checks['confidence']}" + "".join(f"; {r}" for r in reasons))
+    lines.append(f"{plural(len(output.rounds), 'round')}, {plural(calls, 'call')}")
+    lines += [*output.given_text, doubt_line(output.doubt)]
     return "\n".join(lines)

@@ -3,19 +3,23 @@ LibreChat, the `llm` CLI, Continue, agents built on the `openai` client).
 
     GET  /v1/models            one model per served database: `edge-sql/NAME`
     POST /v1/chat/completions  the last user message is the question for the model's database;
-                               the reply is Markdown (the SQL fenced, the first rows as a table,
-                               the row count, the stats line), the agent's rounds go in
+                               the reply is Markdown (the answer's confidence and how it came
+                               about, the SQL fenced, the first rows as a table, the row count,
+                               the stats line), the same as structured data in the completion's
+                               `edge_sql` field (`sql`, `stop`, `doubt`), the agent's rounds in
                                `reasoning_content` (what reasoning-aware clients fold away);
                                `stream: true` sends them as chat-completion chunks as they happen
 
-The episode is the same one `/v1/ask` runs (same queue, limits, seed); earlier turns of the
-conversation are not used. Errors have OpenAI's shape, `{"error": {"message", "type", "param",
+The episode is the same one `/v1/ask` runs (same queue, limits, seed); of the conversation's
+earlier turns, the last reply that answered with SQL and the question before it go with the new
+question as its follow-up (what the model was given is in `edge_sql.given` and the reply's text). Errors have OpenAI's shape, `{"error": {"message", "type", "param",
 "code"}}`. A client that closes the connection (or the stream) cancels the episode.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -30,12 +34,15 @@ from edge_sql.agent.display import call_line, stats_line
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought
 from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
-from edge_sql.serve.http_app import EventStream, http_status, outcome_or_cancel, read_body
+from edge_sql.knowledge.answers import given_lines
+from edge_sql.serve.doubt import doubt_line, doubt_of
+from edge_sql.serve.http_plumbing import EventStream, http_status, outcome_or_cancel, read_body
 from edge_sql.serve.queue import Finished, Job
 from edge_sql.serve.request import AskRequest
 from edge_sql.serve.service import Service
 
 MODEL_PREFIX = "edge-sql/"
+SQL_FENCE = re.compile(r"^(`{3,})sql\n(.*?)\n\1$", re.DOTALL | re.MULTILINE)  # as `fence` writes it
 TABLE_ROWS = 20  # rows of the answer shown in the reply's table
 CELL_CHARS = 60  # longer cells are cut in the table (the whole value is in /v1/ask's JSON)
 
@@ -91,19 +98,41 @@ def openai_routes(service: Service) -> list[Route]:
 
 
 def ask_request(chat: ChatRequest) -> AskRequest:
-    """The question (the last user message's text) for the database the model names."""
+    """The question (the last user message's text) for the database the model names; when an
+    earlier reply of this server answered with SQL, that reply's question and SQL are the
+    follow-up (the conversation's earlier turns, as a follow-up question carries them)."""
     database = chat.model.removeprefix(MODEL_PREFIX)
-    for message in reversed(chat.messages):
-        if message.role == "user":
-            content = message.content
-            text = (
-                content
-                if isinstance(content, str)
-                else "\n".join(str(part.get("text", "")) for part in content or [] if part.get("type") == "text")
-            )
-            arguments = {"question": text, "database": database}
-            return AskRequest.from_arguments(arguments if chat.seed is None else {**arguments, "seed": chat.seed})
-    raise BadRequest("messages has no user message: the last one is the question")
+    users = [i for i, message in enumerate(chat.messages) if message.role == "user"]
+    if not users:
+        raise BadRequest("messages has no user message: the last one is the question")
+    arguments: dict[str, Any] = {"question": message_text(chat.messages[users[-1]]), "database": database}
+    if chat.seed is not None:
+        arguments["seed"] = chat.seed
+    follow_up = previous_answer(chat.messages[: users[-1]])
+    if follow_up is not None:
+        arguments["follow_up"] = follow_up
+    return AskRequest.from_arguments(arguments)
+
+
+def message_text(message: ChatMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(part.get("text", "")) for part in content or [] if part.get("type") == "text")
+
+
+def previous_answer(earlier: list[ChatMessage]) -> dict[str, str] | None:
+    """The last answer of the conversation so far: the assistant reply's SQL (the first fenced
+    `sql` block of a reply that has an answer) and the user question before it; None without one."""
+    replies = [i for i, message in enumerate(earlier) if message.role == "assistant"]
+    if not replies:
+        return None
+    reply = message_text(earlier[replies[-1]])
+    fenced = SQL_FENCE.search(reply)
+    asked = [message_text(m) for m in earlier[: replies[-1]] if m.role == "user"]
+    if fenced is None or reply.startswith("No answer") or not asked:
+        return None
+    return {"question": asked[-1], "sql": fenced.group(2).strip()}
 
 
 async def chat_completions(service: Service, request: Request) -> Response:
@@ -146,6 +175,7 @@ class Reply:
             "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": usage(result),
+            "edge_sql": edge_sql_field(result),
         }
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
@@ -166,7 +196,7 @@ class Reply:
             if isinstance(item, Finished):
                 if item.result is not None:
                     yield self.chunk({"content": answer_markdown(item.result)})
-                    yield self.chunk({}, "stop", usage=usage(item.result))
+                    yield self.chunk({}, "stop", usage=usage(item.result), edge_sql=edge_sql_field(item.result))
                 else:
                     _, error = error_body(item.error)
                     yield f"data: {json.dumps(error, ensure_ascii=False)}\n\n".encode()
@@ -207,6 +237,17 @@ def reasoning(result: EpisodeResult) -> str:
     return "".join(round_reasoning(r) for r in result.rounds) + forced
 
 
+def edge_sql_field(result: EpisodeResult) -> dict[str, Any]:
+    """The reply's own field (the completion's, or the last chunk's): the answer's SQL and its
+    doubt (serve/doubt.py), for clients that read more than the text."""
+    return {
+        "sql": result.sql,
+        "stop": result.stop,
+        "doubt": doubt_of(result).model_dump(mode="json"),
+        "given": result.given.to_json() if result.given is not None else None,
+    }
+
+
 def usage(result: EpisodeResult) -> dict[str, Any]:
     timings = result.stats.measured.timings
     cached = timings.restored_tokens
@@ -221,15 +262,17 @@ def usage(result: EpisodeResult) -> dict[str, Any]:
 
 
 def answer_markdown(result: EpisodeResult) -> str:
-    """The SQL fenced, the first rows as a table, the row count, the stats line."""
+    """The confidence line, the SQL fenced, the first rows as a table, the row count, the stats
+    line; without an answer, why, the model's SQL that did not run, and then the confidence."""
+    confidence = "\n".join(f"> {line}" for line in [*given_lines(result), doubt_line(doubt_of(result))])
     if result.sql is None:
         lines = [f"No answer: {result.error or result.stop}"]
         if result.answer:
             lines += ["", "The model's last SQL (it did not run):", "", fence(result.answer)]
-        return "\n".join([*lines, "", stats_line(result, "no result")])
+        return "\n".join([*lines, "", confidence, "", stats_line(result, "no result")])
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'' if len(result.rows) == 1 else 's'}"
     shown = f", first {TABLE_ROWS} shown" if len(result.rows) > TABLE_ROWS else ""
-    parts = [fence(result.sql)]
+    parts = [confidence, fence(result.sql)]
     if result.columns:
         parts.append(markdown_table(result.columns, result.rows[:TABLE_ROWS]))
     parts += [f"{count}{shown}", stats_line(result, count)]

@@ -19,6 +19,15 @@ VOTE_MAX = 16  # episodes of one vote (`Settings.parallel_max`: the most that ru
 M = TypeVar("M", bound=BaseModel)
 
 
+class FollowUpRequest(BaseModel):
+    """The answer a question follows: the previous question and its SQL."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    question: str = Field(description="The previous question")
+    sql: str = Field(description="Its answer's SQL")
+
+
 class AskRequest(BaseModel):
     """A question about a database the operator named (by name, never by path)."""
 
@@ -45,6 +54,17 @@ class AskRequest(BaseModel):
         ),
     )
 
+    follow_up: FollowUpRequest | None = Field(
+        None,
+        description=(
+            "The answer this question follows (e.g. 'and by year?'): the previous question and its SQL go to "
+            "the model as evidence, and it decides what to keep"
+        ),
+    )
+    fresh: bool = Field(
+        False, description="Ask the model even when this very question has a verified answer on this database"
+    )
+
     @model_validator(mode="after")
     def _abstain_needs_a_vote(self) -> AskRequest:
         if self.abstain_below is not None and self.vote is None:
@@ -63,6 +83,40 @@ class AskRequest(BaseModel):
             return cls.model_validate(arguments)
         except ValidationError as exc:
             raise BadRequest(_first_mistake(exc, cls)) from None
+
+
+class NoteRequest(BaseModel):
+    """A note about a database for the model (`POST /v1/notes`, MCP `add_note`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    database: str = Field(description="A name from list_databases (GET /v1/databases)")
+    text: str = Field(description="What the model should know, e.g. 'amounts are in cents'")
+    question: str | None = Field(
+        None, description="Words the note is tied to: given only to questions that have them (none: always given)"
+    )
+
+    @classmethod
+    def from_json(cls, body: bytes) -> NoteRequest:
+        return _parsed(cls, body)
+
+
+class VerifyRequest(BaseModel):
+    """A person confirms an answer: this SQL answers this question (`POST /v1/verify`, MCP `verify`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    database: str = Field(description="A name from list_databases (GET /v1/databases)")
+    question: str = Field(description="The question the SQL answers")
+    sql: str = Field(description="The answer's SQL, or its fix: one read-only statement that runs")
+    evidence: str | None = Field(None, description="The hint the question was asked with, if any")
+    follows: str | None = Field(
+        None, description="The question this one followed (for the answer to a follow-up question)"
+    )
+
+    @classmethod
+    def from_json(cls, body: bytes) -> VerifyRequest:
+        return _parsed(cls, body)
 
 
 class QueryRequest(BaseModel):
@@ -104,7 +158,7 @@ def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
             "(databases are named by the server: see GET /v1/databases)"
         )
     if "missing" in by_type:
-        return f"missing field {by_type['missing'][0]['loc'][0]!r}"
+        return f"missing field {'.'.join(str(part) for part in by_type['missing'][0]['loc'])!r}"
     error = errors[0]
     if error["type"] == "value_error" and not error["loc"]:  # a rule across fields (abstain_below needs vote)
         return str(error["msg"]).removeprefix("Value error, ")

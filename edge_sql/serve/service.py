@@ -1,8 +1,8 @@
 """What both interfaces share: the named databases, the limits, one `Agent` behind one queue
 (answering `Limits.parallel` requests at once).
 
-The operator names every database at start (`--db NAME=PATH`); clients refer to them by name
-only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
+The operator names every database at start (`--db NAME=PATH`, or `--db PATH`: named by its
+file's stem); clients refer to them by name only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
 evidence lengths) are checked here, so that HTTP and MCP give the same answers to the same
 mistakes.
 """
@@ -20,9 +20,10 @@ from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.checks import Checks, check_sql
 from edge_sql.errors import BadRequest, EdgeSqlError, QueueFull, UnknownDatabase
+from edge_sql.knowledge import FollowUp, Note, VerifiedAnswer
 from edge_sql.serve.metrics import ServeMetrics, outcome_of
 from edge_sql.serve.queue import AskQueue, Finished, Job
-from edge_sql.serve.request import AskRequest
+from edge_sql.serve.request import AskRequest, NoteRequest, VerifyRequest
 from edge_sql.tools import QueryResult, ReadOnlyDatabase
 
 LOCAL_HOSTS = {"localhost"}
@@ -47,14 +48,36 @@ class Limits:
 
 
 def parse_db_option(item: str) -> tuple[str, Path]:
-    """`NAME=PATH` -> (NAME, PATH); ValueError with the reason otherwise."""
+    """`NAME=PATH` -> (NAME, PATH); a bare PATH (as `run --db` takes) is named by its file's stem
+    (`shop.db` -> shop, `export/` -> export). ValueError with the reason otherwise."""
     name, sep, path = item.partition("=")
+    if not sep or "/" in name or "\\" in name:  # no NAME= (a path may hold '=' in a folder's name)
+        return name_from_path(Path(item).expanduser()), Path(item).expanduser()
     name = name.strip()
-    if not sep or not name or not path:
-        raise ValueError(f"{item!r} is not NAME=PATH")
+    if not name or not path:
+        raise ValueError(f"{item!r} is not [NAME=]PATH")
     if not all(c.isalnum() or c in "-_." for c in name):
         raise ValueError(f"database name {name!r}: use letters, digits, '-', '_' and '.' only")
     return name, Path(path).expanduser()
+
+
+def name_from_path(path: Path) -> str:
+    """A database's name from its file or folder: the stem, with what a name may not hold as '_'."""
+    stem = path.stem or path.resolve().name
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem) or "db"
+
+
+def parse_db_options(items: tuple[str, ...] | list[str]) -> dict[str, Path]:
+    """Every `--db [NAME=]PATH` of `serve`, by name; ValueError for a malformed one or a name twice."""
+    databases: dict[str, Path] = {}
+    for item in items:
+        name, path = parse_db_option(item)
+        if name in databases:
+            raise ValueError(
+                f"database name {name!r} given twice ({databases[name]} and {path}): name them with NAME=PATH"
+            )
+        databases[name] = path
+    return databases
 
 
 def is_local_host(host: str) -> bool:
@@ -130,6 +153,8 @@ class Service:
             should_stop=should_stop,
             vote=vote,
             abstain_below=request.abstain_below,
+            follow_up=FollowUp(request.follow_up.question, request.follow_up.sql) if request.follow_up else None,
+            fresh=request.fresh,
         )
 
     def check(self, request: AskRequest) -> Path:
@@ -144,6 +169,14 @@ class Service:
         if request.evidence is not None and len(request.evidence) > limits.max_evidence_chars:
             raise BadRequest(
                 f"evidence has {len(request.evidence)} characters; the limit is {limits.max_evidence_chars}"
+            )
+        follow_up = request.follow_up
+        if follow_up is not None and not (follow_up.question.strip() and follow_up.sql.strip()):
+            raise BadRequest("follow_up needs the previous question and its SQL, both non-empty")
+        if follow_up is not None and len(follow_up.question) + len(follow_up.sql) > limits.max_evidence_chars:
+            raise BadRequest(
+                f"follow_up has {len(follow_up.question) + len(follow_up.sql)} characters; "
+                f"the limit is {limits.max_evidence_chars}"
             )
         return self.database_path(request.database)
 
@@ -183,6 +216,42 @@ class Service:
         """The answer checks (edge_sql/checks) of a client's own SQL that ran as `result`."""
         with ReadOnlyDatabase(self.database_path(database)) as db:
             return check_sql(db, sql, result=result)
+
+    # ---- what a person teaches about a database (edge_sql/knowledge, via the agent's store) ------
+
+    def add_note(self, request: NoteRequest) -> Note:
+        """Store a note for the named database (KnowledgeError: empty, over its bound)."""
+        with ReadOnlyDatabase(self.database_path(request.database)) as db:
+            note = self.agent.knowledge.add_note(db, request.text, question=request.question)
+        self.log(f"note {note.id} added ({request.database})")
+        return note
+
+    def knowledge_of(self, database: str) -> dict[str, Any]:
+        """The named database's notes and verified answers (stale ones flagged), and a schema change."""
+        with ReadOnlyDatabase(self.database_path(database)) as db:
+            kb = self.agent.knowledge
+            return {
+                "database": database,
+                "notes": [n.to_json() for n in kb.notes(db)],
+                "verified": [a.to_json() for a in kb.verified(db)],
+                "schema_change": kb.schema_change(db),
+            }
+
+    def remove_note(self, database: str, note_id: int) -> None:
+        """Delete one note of the named database (KnowledgeError when it has none with that id)."""
+        with ReadOnlyDatabase(self.database_path(database)) as db:
+            self.agent.knowledge.remove_note(db, note_id)
+        self.log(f"note {note_id} removed ({database})")
+
+    def verify(self, request: VerifyRequest) -> VerifiedAnswer:
+        """Store what a person confirmed: this SQL answers this question (KnowledgeError: SQL that
+        writes or does not run, an empty question)."""
+        with ReadOnlyDatabase(self.database_path(request.database)) as db:
+            answer = self.agent.knowledge.verify(
+                db, request.question, request.sql, evidence=request.evidence, follows=request.follows
+            )
+        self.log(f"verified answer {answer.id} stored ({request.database})")
+        return answer
 
     def list_databases(self) -> list[dict[str, Any]]:
         """Names and tables, never paths: clients do not need to know where files live."""

@@ -4,7 +4,9 @@ import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
 import { chartableSeries, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
 import { showChecks } from "./checks.js";
-import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem } from "./rounds.js";
+import { markRight, showGiven } from "./knowledge.js";
+import { setUpNotes } from "./notes.js";
+import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem, stopRounds } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
 import { download, renderTable, toCsv } from "./table.js";
@@ -14,7 +16,8 @@ const plural = (n, word) => `${n} ${n === 1 ? word : `${word}s`}`;  // 1 round, 
 const page = {
   databases: [],
   asking: null,        // the AbortController of the running question
-  result: null,        // {database, question, sql, columns, rows, truncated} on show
+  result: null,        // {database, question, sql, columns, rows, truncated, given, followUp} on show
+  followUp: null,      // {question, sql}: the answer the next question follows ("Ask a follow-up")
   chartKind: "bar",
   onToken: null,       // what to retry once a token is given
 };
@@ -76,7 +79,21 @@ async function start() {
 
 function showTables() {
   const entry = page.databases.find(({ name }) => name === $("database").value);
-  $("tables").textContent = entry ? `${entry.tables.length} tables: ${entry.tables.join(", ")}` : "";
+  $("tables").textContent = entry ? `${plural(entry.tables.length, "table")}: ${entry.tables.join(", ")}` : "";
+  $("question").placeholder = exampleQuestion(entry ? entry.tables : []);
+  refreshNotes();
+}
+
+const refreshNotes = setUpNotes(() => $("database").value, failed);  // notes.js
+
+
+// The example in the question box, from the chosen database's own first table ("Album": "How
+// many albums are there?"), so it never names a table the database lacks.
+function exampleQuestion(tables) {
+  if (!tables.length) return "Ask a question about this database";
+  const words = tables[0].replace(/([a-z0-9])([A-Z])/g, "$1 $2").replace(/[_\s]+/g, " ").trim().toLowerCase();
+  const many = /s$/.test(words) ? words : /[^aeiou]y$/.test(words) ? `${words.slice(0, -1)}ies` : `${words}s`;
+  return `How many ${many} are there?`;
 }
 
 function updateShareLink() {
@@ -113,6 +130,8 @@ function setAsking(controller) {
 async function ask() {
   const request = { question: $("question").value, database: $("database").value,
     evidence: $("evidence").value.trim() || null };
+  if (page.followUp) request.follow_up = page.followUp;
+  setFollowUp(null);  // a follow-up of a follow-up carries only the last answer: ask for it again
   const controller = new AbortController();
   setAsking(controller);
   $("rounds").replaceChildren();
@@ -121,6 +140,7 @@ async function ask() {
   $("answer").hidden = true;
   setStatus("Sending the question…");
   let ended = false;
+  let answered = false;
   try {
     const response = await postJson("/v1/ask", request, { accept: "text/event-stream", signal: controller.signal });
     for await (const { name, data } of readEvents(response)) {
@@ -139,7 +159,7 @@ async function ask() {
         $("forced").textContent = forcedText(data.round, data.reason);
         $("forced").hidden = false;
       } else if (name === "answer") {
-        ended = true;
+        ended = answered = true;
         showAnswer(request, data);
       } else if (name === "error") {
         ended = true;
@@ -151,6 +171,7 @@ async function ask() {
     if (error.name === "AbortError") setStatus("Stopped: the server has cancelled this question.");
     else failed(error, ask);
   } finally {
+    if (!answered) stopRounds($("rounds"));  // stopped, failed or cut off: no round is still "Thinking…"
     setAsking(null);
   }
 }
@@ -165,13 +186,15 @@ function showAnswer(request, answer) {
   else if (answer.fallback) note.textContent = "The model's own answer did not run: this is the last query that ran without error.";
   else note.textContent = "";
   const stats = answer.stats || {};
-  $("stats").textContent = `${plural(stats.rounds ?? 0, "round")}, ${plural(stats.calls ?? 0, "call")}; ` +
+  $("stats").textContent = answer.stop === "verified" ? "No episode: a verified answer, its SQL run afresh." :
+    `${plural(stats.rounds ?? 0, "round")}, ${plural(stats.calls ?? 0, "call")}; ` +
     `${(stats.wall_s ?? 0).toFixed(1)} s; ` +
     `${plural(stats.generated_tokens ?? 0, "token")} generated at ${(stats.decode_tok_s ?? 0).toFixed(1)} tok/s`;
+  $("work").hidden = answer.stop === "verified";
   const sql = answer.sql ?? answer.answer ?? "";
   const shown = { database: request.database, question: request.question, evidence: request.evidence, sql,
     columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null,
-    checks: answer.checks };
+    checks: answer.checks, given: answer.given, stop: answer.stop, followUp: answer.given?.follow_up || null };
   showResult(shown);
   setStatus(answer.stop === "cancelled" ? "Stopped." : "Answered.");
   saveEntry({ ...shown, stats: $("stats").textContent, note: note.textContent, time: new Date().toISOString() });
@@ -185,6 +208,10 @@ function showResult(result) {
   $("answer").hidden = false;
   $("sql-code").replaceChildren(highlightSql(result.sql || "(no SQL)"));
   showChecks($("sql-code"), $("checks-line"), result.checks);
+  showGiven($("given-box"), $("given-list"), result.given, result.stop);
+  $("teach").hidden = result.question == null;  // an asked question's answer (not one's own SQL)
+  $("mark-right").hidden = $("follow-up").hidden = !result.ran;  // a failed answer can only be fixed
+  $("teach-status").textContent = "";
   $("sql-box").hidden = false;
   $("sql-form").hidden = true;
   $("query-error").hidden = true;
@@ -252,18 +279,58 @@ $("own-sql").addEventListener("click", () => {
   $("result").hidden = true;
   $("query-error").hidden = true;
   $("sql-box").hidden = true;
+  $("given-box").hidden = true;
+  $("run-and-mark").hidden = true;
   $("sql-input").value = "";
   $("sql-form").hidden = false;
   $("sql-input").focus();
   setStatus("Write a read-only query and press Run.");
 });
 
-$("edit-sql").addEventListener("click", () => {
+function openEditor(fixing) {
   $("sql-input").value = page.result.sql;
+  $("run-and-mark").hidden = !fixing;  // "Fix SQL and mark right": the fix is stored once it runs
   $("sql-box").hidden = true;
   $("sql-form").hidden = false;
   $("sql-input").focus();
+}
+
+$("edit-sql").addEventListener("click", () => openEditor(false));
+$("fix-sql").addEventListener("click", () => openEditor(true));
+
+// ---- teaching: mark an answer right, fix it, follow it up ----------------------------------
+
+async function storeRight(sql) {
+  try {
+    const verified = await markRight(page.result, sql);
+    $("teach-status").textContent = `Marked right (verified answer ${verified.id}): asked again, this question is ` +
+      "answered at once from this SQL, and similar ones get it as an example.";
+    setStatus("Marked right.");
+  } catch (error) {
+    if (error instanceof TokenRequired) failed(error, () => storeRight(sql));
+    else {
+      $("teach-status").textContent = `Not stored: ${error.message}`;
+      setStatus("The answer was not marked right.", true);
+    }
+  }
+}
+
+$("mark-right").addEventListener("click", () => storeRight(page.result.sql));
+
+function setFollowUp(followUp) {
+  page.followUp = followUp;
+  $("following").hidden = !followUp;
+  $("following-text").textContent = followUp ? `Following the answer to "${followUp.question}".` : "";
+}
+
+$("follow-up").addEventListener("click", () => {
+  setFollowUp({ question: page.result.question, sql: page.result.sql });
+  $("question").value = "";
+  updateShareLink();
+  $("question").focus();
+  setStatus("Ask a question that follows this answer (its question and SQL go with it).");
 });
+$("stop-following").addEventListener("click", () => { setFollowUp(null); $("question").focus(); });
 // Cancel goes back to what Edit left: the answer (even one with no SQL, whose note says why)
 // or the last run; only one's own SQL that never ran leaves nothing to show. The edited SQL's
 // error goes with the edit.
@@ -274,8 +341,14 @@ $("cancel-edit").addEventListener("click", () => {
   else $("answer").hidden = true;
 });
 
-$("sql-form").addEventListener("submit", async (event) => {
+$("sql-form").addEventListener("submit", (event) => {
   event.preventDefault();
+  runEdited(false);
+});
+$("run-and-mark").addEventListener("click", () => runEdited(true));
+
+/** Run the edited SQL; with `mark`, store it as the question's verified answer once it ran. */
+async function runEdited(mark) {
   const sql = $("sql-input").value;
   const database = page.result.database;
   $("run-sql").disabled = true;
@@ -284,13 +357,14 @@ $("sql-form").addEventListener("submit", async (event) => {
   try {
     const reply = await (await postJson("/v1/query", { database, sql })).json();
     showResult({ ...page.result, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true,
-      checks: reply.checks });
+      checks: reply.checks, given: null, stop: null });  // run by hand: nothing was given to a model
     $("answer-note").textContent = "";
     $("stats").textContent = "Run by hand (not by the agent).";
     setStatus("The edited SQL ran.");
+    if (mark) await storeRight(sql);
   } catch (error) {
     if (error instanceof TokenRequired) {
-      failed(error, () => $("sql-form").requestSubmit());
+      failed(error, () => runEdited(mark));
     } else {
       $("query-error").textContent = `Error: ${error.message}`;
       $("query-error").hidden = false;
@@ -299,7 +373,7 @@ $("sql-form").addEventListener("submit", async (event) => {
   } finally {
     $("run-sql").disabled = false;
   }
-});
+}
 
 // ---- history ------------------------------------------------------------------------------
 

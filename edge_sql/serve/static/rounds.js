@@ -97,6 +97,16 @@ export function addThink(list, index, think) {
   details.querySelector(".think").textContent = think || "";
 }
 
+/** A question that ended without an answer (Stop, an error, a broken stream): the round that
+ * was writing says it stopped, instead of "Thinking…" for ever. */
+export function stopRounds(list) {
+  for (const details of list.querySelectorAll("details.thinking[data-live]")) {
+    delete details.dataset.live;
+    details.querySelector("summary").textContent = "Thinking (stopped)";
+  }
+  for (const pending of list.querySelectorAll(".pending")) pending.textContent = "stopped";
+}
+
 /** The rounds of a finished episode, with their thinking, replacing what was streamed. */
 export function renderRounds(list, rounds) {
   list.replaceChildren();

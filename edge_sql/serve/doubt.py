@@ -1,0 +1,66 @@
+"""How sure an answer is and how it came about, said the same way wherever `serve` sends it.
+
+A wrong answer in a chat window looks as authoritative as a right one, so the OpenAI-compatible
+reply and MCP's result carry the answer's confidence (edge_sql/checks), its reasons, and whether
+the answer was forced, a fallback or voted (with the vote's agreement): as one line of text and
+as the structured `Doubt` below. /v1/ask's JSON (that of `run --json`) holds the same parts in
+`checks`, `forced`, `force_reason`, `fallback` and `stats.vote`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from edge_sql.agent.display import answer_notes, plural
+from edge_sql.agent.result import EpisodeResult
+
+
+class VoteAgreement(BaseModel):
+    k: int = Field(description="Episodes the vote ran")
+    agreed: int = Field(description="Episodes that returned the chosen answer's result")
+    agreement: float = Field(description="agreed / k")
+
+
+class Doubt(BaseModel):
+    confidence: str | None = Field(
+        description="checked, unchecked or doubtful (edge_sql's answer checks); null when there was no SQL to check"
+    )
+    reasons: list[str] = Field(description="Why: the findings that set the confidence")
+    forced: bool = Field(description="The answer came from the forced final turn (tool rounds used up)")
+    force_reason: str | None = Field(description="max_rounds, failed_queries or context, when forced")
+    fallback: bool = Field(description="The model's own answer did not run; the SQL is its last query that ran")
+    vote: VoteAgreement | None = Field(description="How far a vote's episodes agreed (null without a vote)")
+    how: list[str] = Field(description="How the answer came about, in words (empty: the model submitted it)")
+
+
+def doubt_of(result: EpisodeResult) -> Doubt:
+    checks, vote = result.checks, result.stats.vote
+    agreement = None
+    if vote is not None:
+        agreement = VoteAgreement(k=vote.k, agreed=vote.agreed, agreement=round(vote.agreed / vote.k, 4))
+    return Doubt(
+        confidence=checks.confidence if checks is not None else None,
+        reasons=checks.reasons if checks is not None else [],
+        forced=result.forced,
+        force_reason=result.force_reason,
+        fallback=result.fallback,
+        vote=agreement,
+        how=[*answer_notes(result), *([vote_words(agreement)] if agreement is not None else [])],
+    )
+
+
+def vote_words(vote: VoteAgreement) -> str:
+    return f"vote: {vote.agreed} of {plural(vote.k, 'episode')} agree on this result"
+
+
+def doubt_line(doubt: Doubt) -> str:
+    """`Confidence: doubtful: REASON; REASON (forced final answer: tool rounds used up)`."""
+    if doubt.confidence is None:
+        head = "Confidence: none (no SQL to check)"
+    elif doubt.confidence == "checked":
+        head = "Confidence: checked"
+    else:
+        head = f"Confidence: {doubt.confidence}" + "".join(
+            f"{': ' if i == 0 else '; '}{reason}" for i, reason in enumerate(doubt.reasons)
+        )
+    return head + (f" ({'; '.join(doubt.how)})" if doubt.how else "")
