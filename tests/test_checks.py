@@ -217,6 +217,10 @@ def test_result_checks(chinook: ReadOnlyDatabase) -> None:
     assert codes(check_sql(chinook, "SELECT COUNT(*) FROMcab")) == ["no_table"]  # FROMcab: a column alias
     forced = check_sql(chinook, "SELECT count(*) FROM Track", forced=True, fallback=True)
     assert codes(forced) == ["forced", "fallback"] and forced.confidence == "doubtful"
+    assert forced.findings[0].message == "the answer was forced (tool rounds used up)"  # no reason given: rounds
+    for reason, words in [("context", "context budget reached"), ("failed_queries", "too many failed queries")]:
+        because = check_sql(chinook, "SELECT count(*) FROM Track", forced=True, force_reason=reason)
+        assert because.findings[0].message == f"the answer was forced ({words})"  # the episode's own reason
     assert check_sql(chinook, "SELECT count(*) FROM Track").to_json()["confidence"] == "checked"
 
 

@@ -171,7 +171,10 @@ def test_a_doubtful_answer_says_so_in_the_json(server, dbs):
     checks, vote = answer["checks"], answer["stats"]["vote"]
     assert checks["confidence"] == "doubtful"
     assert checks["reasons"] == [f["message"] for f in checks["findings"] if f["level"] == "doubtful"]
-    assert ("the answer was forced (the tool rounds ran out)" in checks["reasons"]) == answer["forced"]
+    forced_because = {"max_rounds": "tool rounds used up", "failed_queries": "too many failed queries"}
+    forced_because["context"] = "context budget reached"
+    said = f"the answer was forced ({forced_because.get(answer['force_reason'] or '', '')})"
+    assert (said in checks["reasons"]) == answer["forced"]  # the reason the episode gave, not always rounds
     assert answer["forced"] == (answer["force_reason"] in ("max_rounds", "failed_queries", "context"))
     if answer["sql"] is None:  # the model's answer did not run, and the reasons say why
         assert (

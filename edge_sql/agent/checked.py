@@ -21,7 +21,9 @@ def check_episode(db: ReadOnlyDatabase, result: EpisodeResult) -> Checks | None:
         if result.sql is not None
         else None
     )
-    checks = check_sql(db, sql, result=rows, forced=result.forced, fallback=result.fallback)
+    checks = check_sql(
+        db, sql, result=rows, forced=result.forced, force_reason=result.force_reason, fallback=result.fallback
+    )
     attach_provenance(checks, result.rounds, result.question, result.evidence)
     return checks
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from edge_sql.agent.result import CallRecord, EpisodeResult
+from edge_sql.checks.findings import FORCE_REASONS
 from edge_sql.tools import format_value
 
 CALL_LINE_WIDTH = 110
@@ -76,13 +77,6 @@ def table_text(
     elif len(rows) > max_rows:
         out.append(f"... {len(rows) - max_rows} more rows")
     return "\n".join(out)
-
-
-FORCE_REASONS = {
-    "max_rounds": "tool rounds used up",
-    "failed_queries": "too many failed queries",
-    "context": "context budget reached",
-}
 
 
 def answer_notes(result: EpisodeResult) -> list[str]:

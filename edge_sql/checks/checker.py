@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edge_sql.checks.findings import Checks, NameUse
+from edge_sql.checks.findings import FORCE_REASONS, Checks, NameUse
 from edge_sql.checks.names import NOT_SQL, Comparison, SchemaLookup, read_names
 from edge_sql.checks.values import ValueChecker
 from edge_sql.errors import QueryError
@@ -29,13 +29,14 @@ def check_sql(
     *,
     result: QueryResult | None = None,
     forced: bool = False,
+    force_reason: str | None = None,
     fallback: bool = False,
     max_rows: int = DEFAULT_MAX_ROWS,
 ) -> Checks:
     """Check `sql` against `db` (an open ReadOnlyDatabase, or a path opened read-only for the
     call): names, compared values, and its result (`result` when the caller already ran it, else
-    it runs here, read-only, with at most `max_rows` rows). `forced` and `fallback` say how an
-    episode came to the answer. Returns `Checks`; a query that fails is a finding, not an error
+    it runs here, read-only, with at most `max_rows` rows). `forced` (and why: `force_reason`, an
+    `EpisodeResult.force_reason`) and `fallback` say how an episode came to the answer. Returns `Checks`; a query that fails is a finding, not an error
     (a database that cannot be opened raises DatabaseError).
 
         >>> check_sql("chinook.sqlite", "SELECT * FROM Genre WHERE Name = 'rock'").summary()
@@ -43,11 +44,20 @@ def check_sql(
     """
     if not isinstance(db, ReadOnlyDatabase):
         with ReadOnlyDatabase(db) as opened:
-            return check_sql(opened, sql, result=result, forced=forced, fallback=fallback, max_rows=max_rows)
+            return check_sql(
+                opened,
+                sql,
+                result=result,
+                forced=forced,
+                force_reason=force_reason,
+                fallback=fallback,
+                max_rows=max_rows,
+            )
     started = time.perf_counter()
     checks = Checks(sql=sql, names=[], values=[], findings=[])
     if forced:
-        checks.add("doubtful", "forced", "the answer was forced (the tool rounds ran out)")
+        why = FORCE_REASONS.get(force_reason or "max_rounds", force_reason)
+        checks.add("doubtful", "forced", f"the answer was forced ({why})")
     if fallback:
         checks.add("doubtful", "fallback", "the model's answer failed; this is the last query that ran")
     failure = None

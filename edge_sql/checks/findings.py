@@ -13,6 +13,13 @@ Level = Literal["doubtful", "unchecked", "note"]
 Confidence = Literal["checked", "unchecked", "doubtful"]
 # Ordered worst first: an answer's confidence is the worst level among its findings.
 CONFIDENCE_LEVELS: tuple[Confidence, ...] = ("doubtful", "unchecked", "checked")
+# Why an episode's final answer was forced (`EpisodeResult.force_reason`), in words: one table for
+# the checks' finding and every surface's "forced final answer" note, so they never disagree.
+FORCE_REASONS = {
+    "max_rounds": "tool rounds used up",
+    "failed_queries": "too many failed queries",
+    "context": "context budget reached",
+}
 
 
 @dataclass(frozen=True)
