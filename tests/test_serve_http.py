@@ -177,9 +177,11 @@ def test_a_doubtful_answer_says_so_in_the_json(server, dbs):
     assert (said in checks["reasons"]) == answer["forced"]  # the reason the episode gave, not always rounds
     assert answer["forced"] == (answer["force_reason"] in ("max_rounds", "failed_queries", "context"))
     if answer["sql"] is None:  # the model's answer did not run, and the reasons say why
-        assert (
-            f"the SQL failed to run: {answer['error'].removeprefix('the answer failed to run: ')}" in checks["reasons"]
-        )
+        failure = answer["error"].removeprefix("the answer failed to run: ")
+        if failure.startswith("the final answer was not SQL"):  # prose: the checks say it does not parse
+            assert any(reason.startswith("it does not parse as SQL (") for reason in checks["reasons"])
+        else:
+            assert f"the SQL failed to run: {failure}" in checks["reasons"]
     assert vote["k"] == 2 and checks["agreement"] == round(vote["agreed"] / 2, 4)
     assert f"{vote['agreed']} of 2 episodes agree on this result" in checks["reasons"]
 
