@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "serve": "serve",
     "tune": "tune",
     "files": "files",
+    "tables": "tables",
 }
 
 

@@ -40,6 +40,8 @@ class Ranking:
     values: bool = True
     neighbours: bool = True
     mask: bool = True
+    stem: bool = True  # porter stemming in the index ("orders" meets "order")
+    fold: bool = True  # look-alike tables folded into one line
 
 
 ALL_PARTS = Ranking()

@@ -32,12 +32,15 @@ from edge_sql.tools.schema_ranking import (
     rank_tables,
 )
 
-# The shares of the 12,288-token episode, in characters of tool text (benchmarks/bench_schema_recall.py
-# measured the Qwen3.5 tokenizer at 3.1-3.6 characters per token on table lists): a list of up to
-# 4,000 characters (under 1,300 tokens, about a tenth of the episode) is shown whole, as trained;
-# a longer one is ranked into the same 4,000. describe_table's share is the same size.
-LIST_SHARE_CHARS = 4000
-DESCRIBE_SHARE_CHARS = 4000
+# The shares of the 12,288-token episode, in characters of tool text (measured with the Qwen3.5
+# tokenizer: numbered names such as `sales_orders_12` read at 2.3 characters per token, the worst
+# seen; BIRD's names at 3-4). A list of up to 3,200 characters (under 1,450 tokens: about 12% of
+# the episode) is shown whole, as trained; a longer one is ranked into the same 3,200
+# (benchmarks/results/schemas/ has recall at other shares). describe_table's share is 6,000
+# characters (under 2,000 tokens): BIRD's widest table, european_football_2's Match (115
+# columns, 4,129 characters, 1,264 tokens), is shown as trained.
+LIST_SHARE_CHARS = 3200
+DESCRIBE_SHARE_CHARS = 6000
 MIN_ALIKE = 3  # fewer look-alikes than this are listed one by one
 
 
@@ -105,7 +108,7 @@ class SchemaView:
         if index is None:
             return self._plain_cut(lines)
         ranked = rank_tables(index, self.question, self.ranking)
-        return _ranked_listing(ranked, len(lines))
+        return _ranked_listing(ranked, len(lines), fold=self.ranking.fold)
 
     def _plain_cut(self, lines: list[str]) -> TableListing:
         """The list in schema order up to the share, with the note: the ranking is unavailable."""
@@ -119,7 +122,7 @@ class SchemaView:
         be built or read: the caller lists tables in schema order."""
         if self._index is None and self._index_problem is None:
             try:
-                self._index = index_for(self.db)
+                self._index = index_for(self.db, stem=self.ranking.stem)
             except SchemaIndexError as exc:
                 self._index_problem = str(exc)
                 print(f"edge-sql: {exc}; listing tables in schema order", file=sys.stderr)
@@ -190,7 +193,7 @@ def _note(hidden: int, total: int, *, ranked: bool) -> str:
     )
 
 
-def _ranked_listing(ranked: list[RankedTable], total: int) -> TableListing:
+def _ranked_listing(ranked: list[RankedTable], total: int, *, fold: bool) -> TableListing:
     """Ranked lines up to the share, look-alikes folded into their best-ranked member's line."""
     groups: dict[tuple[str, str], list[RankedTable]] = {}
     for table in ranked:
@@ -202,10 +205,10 @@ def _ranked_listing(ranked: list[RankedTable], total: int) -> TableListing:
     used = covered = 0
     done: set[tuple[str, str]] = set()
     for table in ranked:
-        key = alike_key(table.name, table.signature)
+        key = alike_key(table.name, table.signature) if fold else (table.name, "")
         if key in done:
             continue
-        members = groups[key] if len(groups[key]) >= MIN_ALIKE else [table]
+        members = groups[key] if fold and len(groups[key]) >= MIN_ALIKE else [table]
         line = _line(table)
         if len(members) > 1:
             others = sorted((m.name for m in members if m is not table), key=_natural)
