@@ -104,7 +104,10 @@ def distractors(databases: dict[str, list[Table]], count: int, seed: int = 55) -
         keep = [c for c in source.columns if rng.random() < 0.7] or list(source.columns[:1])
         used = {c.lower() for c, _ in keep}
         extra = [(c, "TEXT") for c in rng.sample(GENERIC_COLUMNS, rng.randint(0, 3)) if c.lower() not in used]
-        add(Table(f"{source.name}_{rng.choice(SUFFIXES)}", tuple(keep + extra)))
+        name = f"{source.name}_{rng.choice(SUFFIXES)}"
+        if name.lower() in taken:  # real names x suffixes run out before 5,000 tables
+            name = f"{name}_{rng.randint(2, 99)}"
+        add(Table(name, tuple(keep + extra)))
     while len(made) < count:
         domain, entity = rng.choice(DOMAINS), rng.choice(ENTITIES)
         columns = tuple((c, "TEXT") for c in rng.sample(GENERIC_COLUMNS, rng.randint(5, 20)))

@@ -24,13 +24,15 @@ from edge_sql.store.home import store_root
 from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
 
-INDEX_VERSION = 1  # bump when what is stored changes: old files are then never read
+INDEX_VERSION = 2  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
 VALUE_ROWS = 3  # rows read per table for its stored values ("a few")
 MAX_VALUE_CHARS = 40  # longer text is prose, not a name a question would use
 PROGRESS_FROM_TABLES = 500  # a build this big says what it is doing on stderr
 PROGRESS_EVERY = 1000
+GENERIC_KEYS = frozenset({"id", "rowid", "key", "code", "name", "uuid", "pk"})
 READ_TIME_LIMIT_S = 10.0  # the schema query's limit: a schema that cannot be read in time is not ranked
+_MIXED = re.compile(r"[A-Za-z0-9]+")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
 
 
@@ -58,8 +60,11 @@ class SchemaFacts:
 
 def identifier_words(name: str) -> list[str]:
     """`SalesOrderID_2` -> ["sales", "order", "id", "2"]: names split the way people write words,
-    so a question's "sales order" meets `SalesOrders` and `sales_orders`."""
-    return [w.lower() for w in _WORD.findall(name)]
+    so a question's "sales order" meets `SalesOrders` and `sales_orders`; a token that mixes
+    letters and digits is kept whole too (`A3`, `1k`: evidence names such columns)."""
+    words = [w.lower() for w in _WORD.findall(name)]
+    mixed = [t.lower() for t in _MIXED.findall(name) if not t.isdigit() and not t.isalpha()]
+    return words + [t for t in mixed if t not in words]
 
 
 def schema_key(db: ReadOnlyDatabase, *, stem: bool = True) -> str:
@@ -81,7 +86,7 @@ def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True) -> SchemaFacts
     entries = [(kind, name) for kind, name, _ in db.schema_entries()]
     try:
         rows = db.execute(
-            "SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+            "SELECT m.name, p.name, p.pk FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
             "WHERE m.type IN ('table', 'view') ORDER BY m.rowid, p.cid",
             max_rows=None,
             time_limit_s=READ_TIME_LIMIT_S,
@@ -95,8 +100,11 @@ def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True) -> SchemaFacts
     except EdgeSqlError as exc:
         raise SchemaIndexError(f"the schema could not be read for ranking ({exc})") from None
     columns: dict[str, list[str]] = {}
-    for table, column in rows:
+    keys: dict[str, list[str]] = {}
+    for table, column, pk in rows:
         columns.setdefault(table, []).append(column)
+        if pk:
+            keys.setdefault(table, []).append(column)
     progress = _Progress(db, len(entries)) if with_values and len(entries) >= PROGRESS_FROM_TABLES else None
     tables = []
     for i, (kind, name) in enumerate(entries):
@@ -104,9 +112,24 @@ def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True) -> SchemaFacts
         tables.append(TableFacts(name, kind, tuple(columns.get(name, ())), values))
         if progress is not None:
             progress.step(i + 1)
-    known = {fold for fold in (n.lower() for _, n in entries)}
-    links = tuple((a, b) for a, b in link_rows if a != b and str(b).lower() in known)
-    return SchemaFacts(tuple(tables), links)
+    known = {n.lower() for _, n in entries}
+    declared = [(a, b) for a, b in link_rows if a != b and str(b).lower() in known]
+    return SchemaFacts(tuple(tables), tuple(declared + _named_links(columns, keys)))
+
+
+def _named_links(columns: dict[str, list[str]], keys: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """Links no foreign key declares: a column named as another table's one-column primary key
+    (`transactions.GasStationID` -> `gasstations(GasStationID)`), the usual naming where
+    foreign keys were never declared. Generic key names (`id`, `code`) link nothing."""
+    by_key: dict[str, list[str]] = {}
+    for table, key in keys.items():
+        if len(key) == 1 and key[0].lower() not in GENERIC_KEYS:
+            by_key.setdefault(key[0].lower(), []).append(table)
+    found = []
+    for table, names in columns.items():
+        for name in names:
+            found += [(table, other) for other in by_key.get(name.lower(), []) if other != table]
+    return found
 
 
 def _stored_values(db: ReadOnlyDatabase, table: str) -> tuple[str, ...]:

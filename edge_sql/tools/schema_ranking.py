@@ -25,7 +25,8 @@ STOP_WORDS = frozenset(
     whom whose why will with within without would you your""".split()
 )
 WEIGHTS = (4.0, 1.0, 0.5)  # bm25 weights of the name, columns and stored values
-NEIGHBOUR_SEEDS = 5  # the best hits whose foreign-key neighbours are raised
+NEIGHBOUR_SEEDS = 10  # the best hits whose foreign-key neighbours are raised
+NEIGHBOUR_HOPS = 2  # a join through a bridge table (client -> disp -> account) is two links away
 NEIGHBOUR_SHARE = 0.6  # a neighbour ranks as if it scored this share of its seed
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
@@ -60,10 +61,12 @@ class RankedTable:
 
 def query_terms(text: str, *, mask: bool = True) -> list[str]:
     """The question's words as search terms: identifiers split, lower-cased, each once; question
-    words masked (`mask`); numbers kept (a `2019` in a table name is worth matching)."""
+    words masked (`mask`), and short numbers with them (a `24` of a date matches every `_24`
+    shard); a year such as `2019` is kept (a table named for it is worth matching)."""
     terms: list[str] = []
     for word in identifier_words(text):
-        if (mask and word in STOP_WORDS) or word in terms or (len(word) < 2 and not word.isdigit()):
+        noise = word in STOP_WORDS or (word.isdigit() and len(word) < 4)
+        if (mask and noise) or word in terms or (len(word) < 2 and not word.isdigit()):
             continue
         terms.append(word)
     return terms[:MAX_TERMS]
@@ -81,7 +84,7 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
     rows = conn.execute("SELECT id, name, kind, signature FROM tables ORDER BY id").fetchall()
     scores = _word_scores(conn, query_terms(text, mask=ranking.mask), ranking)
     via = dict.fromkeys(scores, "words")
-    if ranking.neighbours and scores:
+    for _ in range(NEIGHBOUR_HOPS if ranking.neighbours else 0):
         seeds = sorted(scores, key=lambda i: (-scores[i], i))[:NEIGHBOUR_SEEDS]
         for seed in seeds:
             for (other,) in conn.execute(
