@@ -20,7 +20,8 @@ from edge_sql.cli import main as cli
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from edge_sql.tools.formatting import one_line_ddl
 from edge_sql.tools.schema_index import index_path
-from edge_sql.tools.schema_view import DESCRIBE_SHARE_CHARS, LIST_SHARE_CHARS, list_tables_for
+from edge_sql.tools.schema_ranking import Ranking
+from edge_sql.tools.schema_view import DESCRIBE_SHARE_CHARS, LIST_SHARE_CHARS, SchemaView, list_tables_for
 from episode_checks import check_turns_parse, sha256
 from scripted_session import ScriptedSession
 
@@ -249,3 +250,16 @@ def test_a_big_schema_through_a_real_episode(tiny_gguf_fast: Path, tmp_path: Pat
         assert output.startswith("CREATE TABLE t_x9 (id INTEGER PRIMARY KEY, salary REAL,")
         assert "\n-- " in output and "of 2,000 columns not shown" in output
     assert result.stop == "submitted"
+
+
+def test_look_alikes_fold_into_one_line_when_asked(tmp_path: Path) -> None:
+    db_path = make_db(tmp_path / "shards.db", 3000, extra=[HIDDEN], alike=True)
+    with ReadOnlyDatabase(db_path) as db:
+        view = SchemaView(db, "salary of employees", ranking=Ranking(fold=True))
+        listing = view.listing()
+        view.close()
+    lines = listing.text.splitlines()
+    assert lines[0] == "t_x9"
+    assert lines[1] == "sales_orders_0 (+599 alike, same columns: sales_orders_5 ... sales_orders_2995)"
+    assert len(lines) == 7 and lines[-1].startswith("(0 of 3,001 tables not listed;")
+    assert sorted(listing.folded["sales_orders_0"], key=lambda n: int(n.rsplit("_", 1)[1]))[0] == "sales_orders_5"
