@@ -114,11 +114,14 @@ def main() -> None:
             paths[db_id] = write_database(tables, work / f"{db_id}-{size}.sqlite")
         per_size: dict = {"tables": len(merged_schema(databases, next(iter(databases)), extra))}
         cache: dict[Path, sqlite3.Connection] = {}
-        hits = 0
-        for q, gold in zip(questions, golds, strict=True):
-            hits += gold <= {n.lower() for n in baseline_shown(paths[q["db_id"]], q["question"], cache)}
-        per_size["baseline (plain FTS5, names+columns, question, top 150)"] = _share(hits, len(questions))
-        print(f"{size} tables: baseline {per_size['baseline (plain FTS5, names+columns, question, top 150)']}%")
+        for label, with_evidence in (("question", False), ("question+evidence", True)):
+            hits = 0
+            for q, gold in zip(questions, golds, strict=True):
+                text = q["question"] + (" " + (q.get("evidence") or "") if with_evidence else "")
+                hits += gold <= {n.lower() for n in baseline_shown(paths[q["db_id"]], text, cache)}
+            key = f"baseline (plain FTS5, names+columns, {label}, top 150)"
+            per_size[key] = _share(hits, len(questions))
+            print(f"{size} tables: {key}: {per_size[key]}%")
         opened = {db_id: ReadOnlyDatabase(p) for db_id, p in paths.items()}
         for label, ranking, with_evidence in STEPS:
             hits, tokens, times = 0, [], []
