@@ -263,3 +263,24 @@ def test_look_alikes_fold_into_one_line_when_asked(tmp_path: Path) -> None:
     assert lines[1] == "sales_orders_0 (+599 alike, same columns: sales_orders_5 ... sales_orders_2995)"
     assert len(lines) == 7 and lines[-1].startswith("(0 of 3,001 tables not listed;")
     assert sorted(listing.folded["sales_orders_0"], key=lambda n: int(n.rsplit("_", 1)[1]))[0] == "sales_orders_5"
+
+
+def test_a_schema_that_cannot_be_read_in_time_gets_the_plain_list(tmp_path: Path, capfd, monkeypatch) -> None:
+    from edge_sql.tools import schema_index
+
+    monkeypatch.setattr(schema_index, "READ_TIME_LIMIT_S", 0.5)
+    db_path = make_db(tmp_path / "big.db", 1500, extra=[HIDDEN])
+    with ReadOnlyDatabase(db_path) as db:
+        writer = sqlite3.connect(db_path, isolation_level=None)
+        writer.execute("BEGIN EXCLUSIVE")  # another program writing: every read waits
+        try:
+            capfd.readouterr()
+            listing = list_tables_for(db, "salary of employees")
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+    errors = capfd.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and "could not be read for ranking" in errors[0]
+    assert not listing.ranked and listing.text.splitlines()[0] == "sales_orders_0"
+    assert "tables not listed; listed: in schema order (no ranking)" in listing.text.splitlines()[-1]
+    assert not index_path(db).exists()
