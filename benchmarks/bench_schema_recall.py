@@ -50,7 +50,7 @@ STEPS: list[tuple[str, Ranking, bool]] = [
     ("default + look-alikes folded (off by default)", Ranking(True, True, True, True, True, True), True),
     ("default, question only (no evidence)", Ranking(True, True, True, True, True, False), False),
 ]
-SHARES = (2000, 3200, 4500)
+SHARES = (1200, 1700, 2400)  # estimated tokens (schema_view.estimated_tokens)
 
 
 def gold_tables(sql: str) -> set[str]:
@@ -145,7 +145,7 @@ def main() -> None:
             print(f"{size} tables: {label}: {per_size[label]}")
         per_size["share"] = {}
         for share in SHARES:
-            schema_view.LIST_SHARE_CHARS = share
+            schema_view.LIST_SHARE_TOKENS = share
             hits, tokens = 0, []
             for q, gold in zip(questions, golds, strict=True):
                 view = SchemaView(opened[q["db_id"]], q["question"] + "\n" + (q.get("evidence") or ""))
@@ -154,8 +154,8 @@ def main() -> None:
                 hits += gold <= shown
                 tokens.append(count_tokens(shown_text))
             per_size["share"][share] = {"recall_%": _share(hits, len(questions)), "tokens_max": max(tokens)}
-            print(f"{size} tables: share {share} chars: {per_size['share'][share]}")
-        schema_view.LIST_SHARE_CHARS = 3200
+            print(f"{size} tables: share {share} estimated tokens: {per_size['share'][share]}")
+        schema_view.LIST_SHARE_TOKENS = 1700
         for db in opened.values():
             db.close()
         figures["sizes"][size] = per_size

@@ -21,7 +21,13 @@ from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from edge_sql.tools.formatting import one_line_ddl
 from edge_sql.tools.schema_index import index_path
 from edge_sql.tools.schema_ranking import Ranking
-from edge_sql.tools.schema_view import DESCRIBE_SHARE_CHARS, LIST_SHARE_CHARS, SchemaView, list_tables_for
+from edge_sql.tools.schema_view import (
+    DESCRIBE_SHARE_TOKENS,
+    LIST_SHARE_TOKENS,
+    SchemaView,
+    estimated_tokens,
+    list_tables_for,
+)
 from episode_checks import check_turns_parse, sha256
 from scripted_session import ScriptedSession
 
@@ -95,7 +101,7 @@ def test_a_telling_table_with_an_unhelpful_name_is_listed_first(tmp_path: Path, 
     assert lines[0] == "t_x9"
     assert listing.ranked and listing.total == 3001
     assert "tables not listed" in lines[-1] and "describe_table accepts any table name" in lines[-1]
-    assert len(listing.text) <= LIST_SHARE_CHARS and qwen_tokens(listing.text) < TOKEN_LIMIT
+    assert estimated_tokens(listing.text) <= LIST_SHARE_TOKENS and qwen_tokens(listing.text) < TOKEN_LIMIT
     assert "indexing the 3,001 tables of big.db" in capfd.readouterr().err  # progress for a big build
     # a stored value finds it too: no word of this question is in its name or columns
     assert list_tables_for(db_path, "Who works at the Zanzibar branch?").shown[0] == "t_x9"
@@ -123,7 +129,7 @@ def test_wide_table_shows_related_columns_and_how_to_see_the_rest(tmp_path: Path
         assert head.startswith("CREATE TABLE patients (patient_id INTEGER PRIMARY KEY, systolic_blood_pressure REAL,")
         shown = head.count(", ") + 1
         assert note.startswith(f"-- {2000 - shown:,} of 2,000 columns not shown")
-        assert len(text) <= DESCRIBE_SHARE_CHARS and qwen_tokens(text) < DESCRIBE_TOKEN_LIMIT
+        assert estimated_tokens(text) <= DESCRIBE_SHARE_TOKENS and qwen_tokens(text) < DESCRIBE_TOKEN_LIMIT
         listed = note.split("run_query: ")[-1]
         assert listed == "SELECT name, type FROM pragma_table_info('patients')"
         result = toolbox.call("run_query", {"sql": listed})  # the way the note gives runs

@@ -31,15 +31,17 @@ from edge_sql.tools.schema_ranking import (
     rank_tables,
 )
 
-# The shares of the 12,288-token episode, in characters of tool text (measured with the Qwen3.5
-# tokenizer: numbered names such as `sales_orders_12` read at 2.3 characters per token, the worst
-# seen; BIRD's names at 3-4). A list of up to 3,200 characters (under 1,450 tokens: about 12% of
-# the episode) is shown whole, as trained; a longer one is ranked into the same 3,200
-# (benchmarks/results/schemas/ has recall at other shares). describe_table's share is 5,000
-# characters (under 2,000 tokens, 2.7 characters a token for numbered columns): BIRD's widest table, european_football_2's Match (115
-# columns, 4,129 characters, 1,264 tokens), is shown as trained.
-LIST_SHARE_CHARS = 3200
-DESCRIBE_SHARE_CHARS = 5000
+# The shares of the 12,288-token episode, in tokens as `estimated_tokens` counts them: an upper
+# bound of the Qwen3.5 tokenizer's count (every digit is a token there, so `frpm_2019_52` is 11
+# tokens for 12 characters; measured 1.15 to 1.45 times the real count on table lists and
+# column lists). A list estimated at up to 1,700 tokens (under 1,500 real ones: about 12% of the
+# episode) is shown whole, as trained; a longer one is ranked into the same share
+# (benchmarks/results/schemas/ has recall at other shares). describe_table's share is 2,200
+# (under 2,000 real tokens): BIRD's widest table, european_football_2's Match (115 columns,
+# 1,264 tokens, estimated 1,853), is shown as trained.
+LIST_SHARE_TOKENS = 1700
+DESCRIBE_SHARE_TOKENS = 2200
+_LETTERS = re.compile(r"[^\W\d_]+")
 MIN_ALIKE = 3  # fewer look-alikes than this are listed one by one
 
 
@@ -74,6 +76,13 @@ class TableListing:
         return set(self.shown) | {n for names in self.folded.values() for n in names}
 
 
+def estimated_tokens(text: str) -> int:
+    """At least the Qwen3.5 tokenizer's count, without the tokenizer: a token per digit and per
+    punctuation mark, and one per four letters of each run of letters."""
+    digits_and_marks = sum(1 for ch in text if ch.isdigit() or not (ch.isalnum() or ch == " "))
+    return digits_and_marks + sum(-(-len(run) // 4) for run in _LETTERS.findall(text))
+
+
 def trained_lines(db: ReadOnlyDatabase) -> list[str]:
     """The list as the model was trained on it: tables, then views marked `(view)`."""
     return db.table_names() + [f"{name} (view)" for name in db.view_names()]
@@ -101,7 +110,7 @@ class SchemaView:
     def _make_listing(self) -> TableListing:
         lines = trained_lines(self.db)
         whole = "\n".join(lines)
-        if len(whole) <= LIST_SHARE_CHARS:
+        if estimated_tokens(whole) <= LIST_SHARE_TOKENS:
             return TableListing(whole, len(lines), ranked=False, shown=lines)
         index = self._open_index()
         if index is None:
@@ -112,7 +121,7 @@ class SchemaView:
     def _plain_cut(self, lines: list[str]) -> TableListing:
         """The list in schema order up to the share, with the note: the ranking is unavailable."""
         total = len(lines)
-        shown = _fill(lines, LIST_SHARE_CHARS - len(_note(total, total, ranked=False)) - 1)
+        shown = _fill(lines, LIST_SHARE_TOKENS - estimated_tokens(_note(total, total, ranked=False)) - 1)
         text = "\n".join([*shown, _note(total - len(shown), total, ranked=False)])
         return TableListing(text, len(lines), ranked=False, shown=shown, problem=self._index_problem)
 
@@ -130,7 +139,7 @@ class SchemaView:
     def describe(self, table: str, ddl: str) -> str:
         """`ddl` (the trained one-line CREATE) when it fits its share; else the columns most
         related to the question first, up to the share, and a line on how to see the rest."""
-        if len(ddl) <= DESCRIBE_SHARE_CHARS:
+        if estimated_tokens(ddl) <= DESCRIBE_SHARE_TOKENS:
             return ddl
         stored = self.db.resolve_table(table)
         info = self.db.table_info(stored)  # (cid, name, type, notnull, default, pk)
@@ -146,7 +155,7 @@ class SchemaView:
         )
         head = f"CREATE TABLE {shown_name} ("
         parts = [_column_definition(info[i]) for i in order]
-        room = DESCRIBE_SHARE_CHARS - len(head) - len(note) - 4
+        room = DESCRIBE_SHARE_TOKENS - estimated_tokens(head + note) - 4
         kept = _fill(parts, room, separator=", ")
         return head + ", ".join(kept) + ")\n" + note.format(left=len(names) - len(kept))
 
@@ -172,11 +181,11 @@ def _column_definition(row: tuple) -> str:
 
 
 def _fill(parts: list[str], room: int, *, separator: str = "\n") -> list[str]:
-    """The leading parts whose joined length stays within `room` characters."""
+    """The leading parts whose joined text stays within `room` estimated tokens."""
     kept: list[str] = []
     used = 0
     for part in parts:
-        cost = len(part) + (len(separator) if kept else 0)
+        cost = estimated_tokens(part) + (estimated_tokens(separator) if kept else 0)
         if used + cost > room:
             break
         kept.append(part)
@@ -197,7 +206,7 @@ def _ranked_listing(ranked: list[RankedTable], total: int, *, fold: bool) -> Tab
     groups: dict[tuple[str, str], list[RankedTable]] = {}
     for table in ranked:
         groups.setdefault(alike_key(table.name, table.signature), []).append(table)
-    room = LIST_SHARE_CHARS - len(_note(total, total, ranked=True)) - 1
+    room = LIST_SHARE_TOKENS - estimated_tokens(_note(total, total, ranked=True)) - 1
     lines: list[str] = []
     shown: list[str] = []
     folded: dict[str, list[str]] = {}
@@ -212,7 +221,7 @@ def _ranked_listing(ranked: list[RankedTable], total: int, *, fold: bool) -> Tab
         if len(members) > 1:
             others = sorted((m.name for m in members if m is not table), key=_natural)
             line += f" (+{len(others)} alike, same columns: {others[0]} ... {others[-1]})"
-        cost = len(line) + (1 if lines else 0)
+        cost = estimated_tokens(line) + (1 if lines else 0)
         if used + cost > room:
             break
         done.add(key)
