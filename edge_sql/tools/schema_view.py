@@ -83,6 +83,15 @@ def estimated_tokens(text: str) -> int:
     return digits_and_marks + sum(-(-len(run) // 4) for run in _LETTERS.findall(text))
 
 
+def _within(text: str, share: int) -> bool:
+    """`estimated_tokens(text) <= share`, without counting a text far over it (5,000 names)."""
+    if len(text) <= share:  # every character is at most one estimated token
+        return True
+    if len(text) - text.count(" ") > 4 * share:  # and every four are at least one
+        return False
+    return estimated_tokens(text) <= share
+
+
 def trained_lines(db: ReadOnlyDatabase) -> list[str]:
     """The list as the model was trained on it: tables, then views marked `(view)`."""
     return db.table_names() + [f"{name} (view)" for name in db.view_names()]
@@ -110,7 +119,7 @@ class SchemaView:
     def _make_listing(self) -> TableListing:
         lines = trained_lines(self.db)
         whole = "\n".join(lines)
-        if estimated_tokens(whole) <= LIST_SHARE_TOKENS:
+        if _within(whole, LIST_SHARE_TOKENS):
             return TableListing(whole, len(lines), ranked=False, shown=lines)
         index = self._open_index()
         if index is None:
@@ -139,7 +148,7 @@ class SchemaView:
     def describe(self, table: str, ddl: str) -> str:
         """`ddl` (the trained one-line CREATE) when it fits its share; else the columns most
         related to the question first, up to the share, and a line on how to see the rest."""
-        if estimated_tokens(ddl) <= DESCRIBE_SHARE_TOKENS:
+        if _within(ddl, DESCRIBE_SHARE_TOKENS):
             return ddl
         stored = self.db.resolve_table(table)
         info = self.db.table_info(stored)  # (cid, name, type, notnull, default, pk)
