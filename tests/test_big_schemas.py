@@ -36,7 +36,7 @@ from bird_schemas import load_bird, write_database
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 TOKEN_LIMIT = 1500  # what list_tables may show of a big schema, in tokens (issue 55)
-DESCRIBE_TOKEN_LIMIT = 2000  # describe_table of a too-wide table (BIRD's widest, Match, is 1,264)
+DESCRIBE_TOKEN_LIMIT = 2500  # describe_table of a too-wide table (BIRD's widest, Match, is 1,264)
 
 
 def make_db(path: Path, tables: int, *, extra: list[str] = (), alike: bool = False, rows: bool = False) -> Path:
@@ -290,3 +290,14 @@ def test_a_schema_that_cannot_be_read_in_time_gets_the_plain_list(tmp_path: Path
     assert not listing.ranked and listing.text.splitlines()[0] == "sales_orders_0"
     assert "tables not listed; listed: in schema order (no ranking)" in listing.text.splitlines()[-1]
     assert not index_path(db).exists()
+
+
+def test_the_token_estimate_is_never_under_the_real_count(qwen_tokens) -> None:
+    texts = [
+        "\n".join(f"frpm_{2019 + i % 4}_{i}" for i in range(200)),
+        "\n".join(f"SalesOrderHeader{i}" for i in range(200)),
+        "CREATE TABLE t (" + ", ".join(f"measure_{i} REAL" for i in range(300)) + ")",
+        "Überweisungen_Größe, café_crème (x) -- 12.5%",
+    ]
+    for text in texts:
+        assert estimated_tokens(text) >= qwen_tokens(text)

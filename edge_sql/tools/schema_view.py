@@ -31,16 +31,16 @@ from edge_sql.tools.schema_ranking import (
     rank_tables,
 )
 
-# The shares of the 12,288-token episode, in tokens as `estimated_tokens` counts them: an upper
-# bound of the Qwen3.5 tokenizer's count (every digit is a token there, so `frpm_2019_52` is 11
-# tokens for 12 characters; measured 1.15 to 1.45 times the real count on table lists and
-# column lists). A list estimated at up to 1,700 tokens (under 1,500 real ones: about 12% of the
-# episode) is shown whole, as trained; a longer one is ranked into the same share
-# (benchmarks/results/schemas/ has recall at other shares). describe_table's share is 2,200
-# (under 2,000 real tokens): BIRD's widest table, european_football_2's Match (115 columns,
-# 1,264 tokens, estimated 1,853), is shown as trained.
-LIST_SHARE_TOKENS = 1700
-DESCRIBE_SHARE_TOKENS = 2200
+# The shares of the 12,288-token episode, in tokens as `estimated_tokens` counts them: never
+# under the Qwen3.5 tokenizer's count (every digit is a token there, so `frpm_2019_52` is 11
+# tokens for 12 characters; measured 1.0 to 1.5 times the real count on table and column lists,
+# 1.43 on average). A list estimated at up to 1,500 tokens (so under 1,500 real ones, about 1,050
+# typically: 9-12% of the episode) is shown whole, as trained; a longer one is ranked into the same
+# share (benchmarks/results/schemas/ has recall at other shares). describe_table's share is 2,500:
+# BIRD's widest table, european_football_2's Match (115 columns, 1,264 real tokens, estimated
+# 2,130), is shown as trained.
+LIST_SHARE_TOKENS = 1500
+DESCRIBE_SHARE_TOKENS = 2500
 _LETTERS = re.compile(r"[^\W\d_]+")
 MIN_ALIKE = 3  # fewer look-alikes than this are listed one by one
 
@@ -78,9 +78,9 @@ class TableListing:
 
 def estimated_tokens(text: str) -> int:
     """At least the Qwen3.5 tokenizer's count, without the tokenizer: a token per digit and per
-    punctuation mark, and one per four letters of each run of letters."""
+    punctuation mark, and one per three letters of each run of letters."""
     digits_and_marks = sum(1 for ch in text if ch.isdigit() or not (ch.isalnum() or ch == " "))
-    return digits_and_marks + sum(-(-len(run) // 4) for run in _LETTERS.findall(text))
+    return digits_and_marks + sum(-(-len(run) // 3) for run in _LETTERS.findall(text))
 
 
 def _within(text: str, share: int) -> bool:
