@@ -2,7 +2,8 @@
 
 The public API: `Agent` (load a model once, ask many questions), the `EpisodeResult` it
 returns, the `Budget` that bounds an episode, `check_sql` (the checks of any SQL against a
-database, no model needed) with the `Checks` it returns, and `EdgeSqlError`, the base of every
+database, no model needed) with the `Checks` it returns, `list_tables_for` (what `list_tables`
+shows the model for a question: ranked when the schema is too big), and `EdgeSqlError`, the base of every
 error a user can cause (`edge_sql.errors`). All but the error are imported on first use, so the CLI
 starts without loading llama.cpp.
 """
@@ -17,7 +18,7 @@ from edge_sql.runtime.llama.threads import apply_wait_policy
 WAIT_POLICY = apply_wait_policy()
 
 __version__ = "0.1.0"
-__all__ = ["Agent", "Budget", "Checks", "EdgeSqlError", "EpisodeResult", "check_sql"]
+__all__ = ["Agent", "Budget", "Checks", "EdgeSqlError", "EpisodeResult", "check_sql", "list_tables_for"]
 
 _LAZY = {
     "Agent": "edge_sql.api",
@@ -25,6 +26,7 @@ _LAZY = {
     "EpisodeResult": "edge_sql.agent.result",
     "Checks": "edge_sql.checks.findings",
     "check_sql": "edge_sql.checks.checker",
+    "list_tables_for": "edge_sql.tools.schema_view",
 }
 
 

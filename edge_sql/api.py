@@ -445,7 +445,7 @@ class Agent:
             with self._borrowed() as session:
                 result = run_episode(
                     session,
-                    Toolbox(database),
+                    Toolbox(database, question=f"{question}\n{evidence or ''}"),
                     question,
                     evidence=evidence,
                     params=params,

@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "files": "files",
     "config": "config",
     "notes": "notes",
+    "tables": "tables",
 }
 
 

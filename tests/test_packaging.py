@@ -47,7 +47,15 @@ def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
     import subprocess
     import sys
 
-    assert sorted(edge_sql.__all__) == ["Agent", "Budget", "Checks", "EdgeSqlError", "EpisodeResult", "check_sql"]
+    assert sorted(edge_sql.__all__) == [
+        "Agent",
+        "Budget",
+        "Checks",
+        "EdgeSqlError",
+        "EpisodeResult",
+        "check_sql",
+        "list_tables_for",
+    ]
     code = (
         "import sys, edge_sql; import edge_sql.cli; loaded = 'llama_cpp' in sys.modules; "
         "from edge_sql import Agent, Budget, EdgeSqlError, EpisodeResult; "

@@ -291,6 +291,10 @@ class ReadOnlyDatabase:
         """User tables (not views, not sqlite_ internals), in creation order."""
         return [name for kind, name, _ in self._schema if kind == "table"]
 
+    def schema_entries(self) -> list[tuple[str, str, str]]:
+        """(type, name, sql) of every user table and view, in creation order (read at opening)."""
+        return list(self._schema)
+
     def view_names(self) -> list[str]:
         return [name for kind, name, _ in self._schema if kind == "view"]
 
@@ -311,6 +315,10 @@ class ReadOnlyDatabase:
     def column_names(self, table: str) -> list[str]:
         stored = self.resolve_table(table)
         return [row[1] for row in self._pragma("table_info", stored)]
+
+    def table_info(self, table: str) -> list[tuple]:
+        """`PRAGMA table_info` rows of a table or view: (cid, name, type, notnull, default, pk)."""
+        return self._pragma("table_info", self.resolve_table(table))
 
     def resolve_column(self, table: str, column: str) -> str:
         """The stored name of a column (case-insensitive). Raises `QueryError`."""

@@ -13,6 +13,7 @@ from edge_sql.tools.arguments import ToolCallError, checked_args
 from edge_sql.tools.database import ForeignKey, QueryResult, ReadOnlyDatabase
 from edge_sql.tools.formatting import format_result, one_line_ddl
 from edge_sql.tools.identifiers import display_identifier, quote_identifier
+from edge_sql.tools.schema_view import SchemaView
 from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME
 
 PREVIEW_ROWS = 5
@@ -48,11 +49,14 @@ def _join_condition(fk: ForeignKey) -> str:
 
 
 class Toolbox:
-    """Runs tool calls by name. `preview_rows` caps the rows `run_query` shows (5 in training)."""
+    """Runs tool calls by name. `preview_rows` caps the rows `run_query` shows (5 in training).
+    `question` (with its evidence) ranks tables and columns when the schema is too big to show
+    whole (schema_view.py); a schema that fits is shown as trained whatever it is."""
 
-    def __init__(self, db: ReadOnlyDatabase, *, preview_rows: int = PREVIEW_ROWS) -> None:
+    def __init__(self, db: ReadOnlyDatabase, *, preview_rows: int = PREVIEW_ROWS, question: str = "") -> None:
         self.db = db
         self.preview_rows = preview_rows
+        self.schema = SchemaView(db, question)
         self._tools: dict[str, Callable[..., ToolResult]] = {
             "list_tables": self.list_tables,
             "describe_table": self.describe_table,
@@ -82,13 +86,21 @@ class Toolbox:
     # -- the tools -----------------------------------------------------------------------
 
     def list_tables(self) -> ToolResult:
-        lines = self.db.table_names()
-        lines += [f"{name} (view)" for name in self.db.view_names()]
-        return ToolResult(True, "\n".join(lines))
+        """One name per line, as trained; ranked with a note when they do not all fit."""
+        return ToolResult(True, self.schema.listing().text)
 
     def describe_table(self, table_name: str) -> ToolResult:
-        """The CREATE statement on one line, as the published outputs show it."""
-        return ToolResult(True, one_line_ddl(self.db.create_statement(table_name)))
+        """The CREATE statement on one line, as the published outputs show it (the most related
+        columns and a note for a table too wide for its share). A name that does not exist in a
+        schema too big to list gets the closest existing tables."""
+        try:
+            ddl = one_line_ddl(self.db.create_statement(table_name))
+        except EdgeSqlError as exc:
+            closest = self.schema.suggestions(table_name) if str(exc).startswith("no such table") else []
+            if not closest:
+                raise
+            return _error(f"{exc}; the closest existing tables: {', '.join(closest)}")
+        return ToolResult(True, self.schema.describe(table_name, ddl))
 
     def foreign_keys(self, table_name: str) -> ToolResult:
         table = self.db.resolve_table(table_name)

@@ -1,0 +1,207 @@
+"""Recall of gold tables in what `list_tables` shows, on big merged schemas; index build time and
+size; ranking time per question. Prints its figures (and writes them as JSON with --out).
+
+Each BIRD mini-dev question's database is merged with the other ten and generated look-alike
+distractors (benchmarks/bird_schemas.py) into 1,000 and 5,000 tables; a question counts when
+every table of its gold SQL (parsed with sqlglot) is named in the shown text. The baseline is
+plain FTS5 BM25 over table and column names with the question's words, top 150 names; then
+each addition is switched on in turn through the real `SchemaView` (what the model is shown).
+Shown text is counted with the real Qwen3.5 tokenizer (benchmarks/checkpoint_tokenizer.py).
+
+    python benchmarks/bench_schema_recall.py --out benchmarks/results/schemas/recall.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import sqlglot
+from sqlglot import exp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bird_schemas import GENERIC_COLUMNS, distractors, load_bird, merged_schema, write_database
+from checkpoint_tokenizer import build_tokenizer
+from edge_sql.tools import (
+    ReadOnlyDatabase,
+    schema_view,
+)
+from edge_sql.tools.schema_index import index_for, index_path
+from edge_sql.tools.schema_ranking import Ranking, rank_tables
+from edge_sql.tools.schema_view import SchemaView
+
+SIZES = (1000, 5000)
+BASELINE_TOP = 150
+# Each step switches one more part on (cumulative): what each addition bought.
+STEPS: list[tuple[str, Ranking, bool]] = [
+    ("names only, question+evidence, share", Ranking(False, False, False, False, False, False), True),
+    ("+ column names", Ranking(True, False, False, False, False, False), True),
+    ("+ stemming", Ranking(True, False, False, False, True, False), True),
+    ("+ question words and short numbers masked", Ranking(True, False, False, True, True, False), True),
+    ("+ foreign-key and key-name neighbours, 2 hops", Ranking(True, False, True, True, True, False), True),
+    ("+ stored values (the default; none here: no rows)", Ranking(True, True, True, True, True, False), True),
+    ("default + look-alikes folded (off by default)", Ranking(True, True, True, True, True, True), True),
+    ("default, question only (no evidence)", Ranking(True, True, True, True, True, False), False),
+]
+SHARES = (1000, 1500, 2000)  # estimated tokens (schema_view.estimated_tokens)
+
+
+def gold_tables(sql: str) -> set[str]:
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
+
+
+def baseline_shown(db_path: Path, question: str, conn_cache: dict[Path, sqlite3.Connection]) -> list[str]:
+    """Plain FTS5 BM25 over each table's name and column names; the question's words OR'ed; top 150."""
+    conn = conn_cache.get(db_path)
+    if conn is None:
+        conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(name, cols)")
+        src = sqlite3.connect(db_path)
+        names = [r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
+        for name in names:
+            cols = " ".join(r[1] for r in src.execute("SELECT * FROM pragma_table_info(?)", (name,)))
+            conn.execute("INSERT INTO t VALUES (?, ?)", (name, cols))
+        src.close()
+        conn_cache[db_path] = conn
+    words = {w for w in "".join(ch if ch.isalnum() else " " for ch in question.lower()).split()}
+    if not words:
+        return []
+    query = " OR ".join(f'"{w}"' for w in sorted(words))
+    rows = conn.execute("SELECT name FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT ?", (query, BASELINE_TOP))
+    return [r[0] for r in rows]
+
+
+def listed(view: SchemaView) -> tuple[set[str], str]:
+    listing = view.listing()
+    return {n.lower() for n in listing.shown}, listing.text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all 500)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="schema sizes in tables")
+    parser.add_argument("--no-build", action="store_true", help="skip the 5,000 x 20 build measurement")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="schema-recall-"))
+    os.environ["EDGE_SQL_HOME"] = str(work / "home")
+    tok_dir = work / "tokenizer"
+    build_tokenizer(tok_dir)
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    count_tokens = lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
+    databases, questions = load_bird()
+    if args.limit:
+        questions = questions[: args.limit]
+    golds = [gold_tables(q["SQL"]) for q in questions]
+    real_count = sum(len(t) for t in databases.values())
+    figures: dict = {"questions": len(questions), "cpu": _cpu(), "sizes": {}}
+    for size in args.sizes:
+        extra = distractors(databases, size - real_count)
+        paths = {}
+        for db_id in databases:
+            tables = merged_schema(databases, db_id, extra)
+            paths[db_id] = write_database(tables, work / f"{db_id}-{size}.sqlite")
+        per_size: dict = {"tables": len(merged_schema(databases, next(iter(databases)), extra))}
+        cache: dict[Path, sqlite3.Connection] = {}
+        for label, with_evidence in (("question", False), ("question+evidence", True)):
+            hits = 0
+            for q, gold in zip(questions, golds, strict=True):
+                text = q["question"] + (" " + (q.get("evidence") or "") if with_evidence else "")
+                hits += gold <= {n.lower() for n in baseline_shown(paths[q["db_id"]], text, cache)}
+            key = f"baseline (plain FTS5, names+columns, {label}, top 150)"
+            per_size[key] = _share(hits, len(questions))
+            print(f"{size} tables: {key}: {per_size[key]}%")
+        opened = {db_id: ReadOnlyDatabase(p) for db_id, p in paths.items()}
+        for label, ranking, with_evidence in STEPS:
+            hits, tokens, times = 0, [], []
+            for q, gold in zip(questions, golds, strict=True):
+                text = q["question"] + ("\n" + (q.get("evidence") or "") if with_evidence else "")
+                view = SchemaView(opened[q["db_id"]], text, ranking=ranking)
+                view._open_index()  # built once per schema; not part of the per-question time
+                started = time.perf_counter()
+                shown, shown_text = listed(view)
+                times.append(time.perf_counter() - started)
+                view.close()
+                hits += gold <= shown
+                tokens.append(count_tokens(shown_text))
+            per_size[label] = {
+                "recall_%": _share(hits, len(questions)),
+                "tokens_mean": round(statistics.mean(tokens)),
+                "tokens_max": max(tokens),
+                "rank_ms_mean": round(1000 * statistics.mean(times), 1),
+                "rank_ms_p95": round(1000 * sorted(times)[int(0.95 * len(times))], 1),
+            }
+            print(f"{size} tables: {label}: {per_size[label]}")
+        per_size["share"] = {}
+        for share in SHARES:
+            schema_view.LIST_SHARE_TOKENS = share
+            hits, tokens = 0, []
+            for q, gold in zip(questions, golds, strict=True):
+                view = SchemaView(opened[q["db_id"]], q["question"] + "\n" + (q.get("evidence") or ""))
+                shown, shown_text = listed(view)
+                view.close()
+                hits += gold <= shown
+                tokens.append(count_tokens(shown_text))
+            per_size["share"][share] = {"recall_%": _share(hits, len(questions)), "tokens_max": max(tokens)}
+            print(f"{size} tables: share {share} estimated tokens: {per_size['share'][share]}")
+        schema_view.LIST_SHARE_TOKENS = 1500
+        for db in opened.values():
+            db.close()
+        figures["sizes"][size] = per_size
+    if not args.no_build:
+        figures["build"] = _build_figures(work)
+        print(f"index build at 5,000 tables x 20 columns: {figures['build']}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def _build_figures(work: Path) -> dict:
+    """5,000 tables x 20 columns, three rows each with short text values: build time and size."""
+    path = work / "wide-5000x20.sqlite"
+    conn = sqlite3.connect(path)
+    with conn:
+        for i in range(5000):
+            cols = [f"{GENERIC_COLUMNS[(i + j) % len(GENERIC_COLUMNS)]}_{j}" for j in range(20)]
+            conn.execute(f"CREATE TABLE t{i}_{cols[0]} ({', '.join(c + ' TEXT' for c in cols)})")
+            row = ", ".join(f"'v{i}_{j}'" for j in range(20))
+            conn.executemany(f"INSERT INTO t{i}_{cols[0]} VALUES ({row})", [()] * 3)
+    conn.close()
+    with ReadOnlyDatabase(path) as db:
+        started = time.perf_counter()
+        index_for(db).close()
+        seconds = time.perf_counter() - started
+        size = index_path(db).stat().st_size
+        index = index_for(db)
+        started = time.perf_counter()
+        for i in range(100):
+            rank_tables(index, f"what is the total amount per region for status {i}")
+        per_question = (time.perf_counter() - started) / 100
+        index.close()
+    return {"seconds": round(seconds, 2), "mib": round(size / 2**20, 2), "rank_ms": round(1000 * per_question, 1)}
+
+
+def _share(hits: int, total: int) -> float:
+    return round(100 * hits / total, 1)
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()} x {os.cpu_count()}"
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Tables and columns ranked by how related they are to a question: BM25 over the schema index
+(schema_index.py), with the question's own words masked, and the foreign-key neighbours of the
+best hits raised next to them (a question names the table it asks about, rarely the one it
+joins through)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edge_sql.tools.schema_index import identifier_words
+
+# Words of how questions are asked, not of what they ask about: as query terms they only add
+# noise (every `name` column matches "name the ..."; "many" matches nothing but costs time).
+STOP_WORDS = frozenset(
+    """a about above after all also among an and any are as at average be been before being
+    below between both but by can could did do does each either equal etc for from given greater
+    had has have having her his how i if in include including into is it its least less list
+    many more most much my name names no not number of on one or other our over per please
+    refer refers referring same show should so than that the their them then there these they
+    this those through to total under up was we were what when where whether which while who
+    whom whose why will with within without would you your""".split()
+)
+WEIGHTS = (4.0, 1.0, 0.5)  # bm25 weights of the name, columns and stored values
+NEIGHBOUR_SEEDS = 10  # the best hits whose foreign-key neighbours are raised
+NEIGHBOUR_HOPS = 2  # a join through a bridge table (client -> disp -> account) is two links away
+NEIGHBOUR_SHARE = 0.6  # a neighbour ranks as if it scored this share of its seed
+MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
+SUGGESTIONS = 5
+_NUMBER = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What the ranking uses (the benchmark turns each part off to show what it buys)."""
+
+    columns: bool = True
+    values: bool = True
+    neighbours: bool = True
+    mask: bool = True
+    stem: bool = True  # porter stemming in the index ("orders" meets "order")
+    fold: bool = True  # look-alikes folded into one line (+0.8 and +1.6 points of recall: bench_schema_recall.py)
+
+
+ALL_PARTS = Ranking()
+
+
+@dataclass(frozen=True)
+class RankedTable:
+    """One table in ranked order: `score` 0 for a table the question says nothing about."""
+
+    name: str
+    kind: str
+    score: float
+    signature: str
+    via: str  # "words" (matched), "link" (foreign-key neighbour of a best hit) or "" (neither)
+
+
+def query_terms(text: str, *, mask: bool = True) -> list[str]:
+    """The question's words as search terms: identifiers split, lower-cased, each once; question
+    words masked (`mask`), and short numbers with them (a `24` of a date matches every `_24`
+    shard); a year such as `2019` is kept (a table named for it is worth matching)."""
+    terms: list[str] = []
+    for word in identifier_words(text):
+        noise = word in STOP_WORDS or (word.isdigit() and len(word) < 4)
+        if (mask and noise) or word in terms or (len(word) < 2 and not word.isdigit()):
+            continue
+        terms.append(word)
+    return terms[:MAX_TERMS]
+
+
+def fts_query(terms: Sequence[str], columns: Sequence[str]) -> str:
+    """An FTS5 query matching any term in the given columns (terms quoted: no operators)."""
+    alternatives = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return "{" + " ".join(columns) + "} : (" + alternatives + ")"
+
+
+def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PARTS) -> list[RankedTable]:
+    """Every table and view of the index, most related to `text` first; ties and unmatched
+    tables in schema order."""
+    rows = conn.execute("SELECT id, name, kind, signature FROM tables ORDER BY id").fetchall()
+    scores = _word_scores(conn, query_terms(text, mask=ranking.mask), ranking)
+    via = dict.fromkeys(scores, "words")
+    for _ in range(NEIGHBOUR_HOPS if ranking.neighbours else 0):
+        seeds = sorted(scores, key=lambda i: (-scores[i], i))[:NEIGHBOUR_SEEDS]
+        for seed in seeds:
+            for (other,) in conn.execute(
+                "SELECT b FROM links WHERE a = ? UNION SELECT a FROM links WHERE b = ?", (seed, seed)
+            ):
+                raised = NEIGHBOUR_SHARE * scores[seed]
+                if raised > scores.get(other, 0.0):
+                    scores[other], via[other] = raised, "link"
+    ranked = sorted(rows, key=lambda r: (-scores.get(r[0], 0.0), r[0]))
+    return [RankedTable(name, kind, scores.get(i, 0.0), sig, via.get(i, "")) for i, name, kind, sig in ranked]
+
+
+def _word_scores(conn: sqlite3.Connection, terms: list[str], ranking: Ranking) -> dict[int, float]:
+    if not terms:
+        return {}
+    columns = ["name"] + (["columns"] if ranking.columns else []) + (["vals"] if ranking.values else [])
+    query = fts_query(terms, columns)
+    sql = "SELECT rowid, bm25(words, ?, ?, ?) FROM words WHERE words MATCH ?"
+    return {rowid: -score for rowid, score in conn.execute(sql, (*WEIGHTS, query))}
+
+
+def closest_tables(conn: sqlite3.Connection, guessed: str, limit: int = SUGGESTIONS) -> list[str]:
+    """Existing tables closest to a name that does not exist: spelt alike first, then those whose
+    name (or columns) share words with it; at most `limit`."""
+    names = [name for (name,) in conn.execute("SELECT name FROM tables ORDER BY id")]
+    folded = {name.lower(): name for name in names}
+    found = [folded[n] for n in difflib.get_close_matches(guessed.lower(), list(folded), n=limit, cutoff=0.6)]
+    terms = query_terms(guessed, mask=False)
+    if terms and len(found) < limit:
+        sql = (
+            "SELECT t.name FROM words JOIN tables AS t ON t.id = words.rowid WHERE words MATCH ? "
+            "ORDER BY bm25(words, ?, ?, ?), t.id LIMIT ?"
+        )
+        for (name,) in conn.execute(sql, (fts_query(terms, ["name", "columns"]), *WEIGHTS, limit)):
+            if name not in found:
+                found.append(name)
+    return found[:limit]
+
+
+def rank_columns(columns: Sequence[str], text: str) -> list[int]:
+    """Positions of `columns`, most related to `text` first (same words and BM25 as the tables,
+    over a table of its own in memory); the rest keep their order."""
+    terms = query_terms(text)
+    matched: list[int] = []
+    if terms:
+        with sqlite3.connect(":memory:") as conn:
+            conn.execute("CREATE VIRTUAL TABLE words USING fts5(name, tokenize='porter unicode61')")
+            conn.executemany(
+                "INSERT INTO words(rowid, name) VALUES (?, ?)",
+                [(i + 1, " ".join(identifier_words(c))) for i, c in enumerate(columns)],
+            )
+            sql = "SELECT rowid FROM words WHERE words MATCH ? ORDER BY bm25(words), rowid"
+            matched = [rowid - 1 for (rowid,) in conn.execute(sql, (fts_query(terms, ["name"]),))]
+        conn.close()
+    seen = set(matched)
+    return matched + [i for i in range(len(columns)) if i not in seen]
+
+
+def alike_key(name: str, signature: str) -> tuple[str, str]:
+    """Tables that differ only in their numbers and have the same columns (shards, years,
+    copies) share this key: they are folded into one line."""
+    return _NUMBER.sub("#", name.lower()), signature

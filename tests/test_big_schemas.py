@@ -1,0 +1,303 @@
+"""Databases with thousands of tables or columns: list_tables and describe_table rank by the
+question and say what they left out; schemas that fit are shown exactly as trained.
+
+Real SQLite files, the real index in the test's store, the real tokenizer (the fixture
+checkpoint's), and real episodes with the fixture model (scripted turns, real tools)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edge_sql.agent import Budget, run_episode
+from edge_sql.agent.prompt import load_prompt
+from edge_sql.cli import main as cli
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from edge_sql.tools.formatting import one_line_ddl
+from edge_sql.tools.schema_index import index_path
+from edge_sql.tools.schema_ranking import Ranking
+from edge_sql.tools.schema_view import (
+    DESCRIBE_SHARE_TOKENS,
+    LIST_SHARE_TOKENS,
+    SchemaView,
+    estimated_tokens,
+    list_tables_for,
+)
+from episode_checks import check_turns_parse, sha256
+from scripted_session import ScriptedSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bird_schemas import load_bird, write_database
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
+TOKEN_LIMIT = 1500  # what list_tables may show of a big schema, in tokens (issue 55)
+DESCRIBE_TOKEN_LIMIT = 2500  # describe_table of a too-wide table (BIRD's widest, Match, is 1,264)
+
+
+def make_db(path: Path, tables: int, *, extra: list[str] = (), alike: bool = False, rows: bool = False) -> Path:
+    """`tables` tables named `sales_orders_12` and so on (with the same five columns when
+    `alike`, else columns of their own), plus the `extra` CREATE statements."""
+    conn = sqlite3.connect(path)
+    with conn:
+        for i in range(tables):
+            domain = ("sales", "crm", "erp", "hr", "ops")[i % 5]
+            own = "" if alike else f"_{i}"
+            cols = ", ".join(f"{word}{own} TEXT" for word in ("code", "status", "amount", "placed", "region"))
+            conn.execute(f"CREATE TABLE {domain}_orders_{i} (id INTEGER PRIMARY KEY, {cols})")
+        for statement in extra:
+            conn.execute(statement)
+        if rows:
+            conn.execute("INSERT INTO t_x9 VALUES (1, 'Ada Lovelace', 100.0, '2020-01-01', 'Zanzibar branch')")
+    conn.close()
+    return path
+
+
+HIDDEN = "CREATE TABLE t_x9 (id INTEGER PRIMARY KEY, employee_name TEXT, salary REAL, hire_date TEXT, office TEXT)"
+
+
+@pytest.fixture(scope="module")
+def qwen_tokens(tiny_checkpoint: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def trained_list(db: ReadOnlyDatabase) -> str:
+    """list_tables as it was before ranking existed: every name, one a line."""
+    return "\n".join(db.table_names() + [f"{v} (view)" for v in db.view_names()])
+
+
+def test_bundled_and_bird_databases_are_shown_as_trained(tmp_path: Path) -> None:
+    databases, _ = load_bird()
+    paths = [DATA_DIR / "chinook" / "chinook.sqlite", DATA_DIR / "northwind" / "northwind.sqlite"]
+    paths += [write_database(tables, tmp_path / f"{name}.sqlite") for name, tables in databases.items()]
+    assert len(paths) == 13
+    for path in paths:
+        with ReadOnlyDatabase(path) as db:
+            toolbox = Toolbox(db, question="How many rows are in the biggest table of each kind?")
+            assert toolbox.call("list_tables", {}).output == trained_list(db)
+            for table in db.table_names() + db.view_names():
+                described = toolbox.call("describe_table", {"table_name": table}).output
+                assert described == one_line_ddl(db.create_statement(table))
+    assert not (index_path_root()).exists()  # nothing was indexed for schemas that fit
+
+
+def index_path_root() -> Path:
+    from edge_sql.store.home import store_root
+
+    return store_root() / "schema-index"
+
+
+def test_a_telling_table_with_an_unhelpful_name_is_listed_first(tmp_path: Path, qwen_tokens, capfd) -> None:
+    db_path = make_db(tmp_path / "big.db", 3000, extra=[HIDDEN], rows=True)
+    listing = list_tables_for(db_path, "What is the average salary of employees hired in 2020?")
+    lines = listing.text.splitlines()
+    assert lines[0] == "t_x9"
+    assert listing.ranked and listing.total == 3001
+    assert "tables not listed" in lines[-1] and "describe_table accepts any table name" in lines[-1]
+    assert estimated_tokens(listing.text) <= LIST_SHARE_TOKENS and qwen_tokens(listing.text) < TOKEN_LIMIT
+    assert "indexing the 3,001 tables of big.db" in capfd.readouterr().err  # progress for a big build
+    # a stored value finds it too: no word of this question is in its name or columns
+    assert list_tables_for(db_path, "Who works at the Zanzibar branch?").shown[0] == "t_x9"
+
+
+def test_hidden_count_is_exact(tmp_path: Path) -> None:
+    db_path = make_db(tmp_path / "big.db", 2000, extra=[HIDDEN])
+    listing = list_tables_for(db_path, "salary of each employee")
+    covered = len(listing.shown) + sum(len(v) for v in listing.folded.values())
+    assert listing.text.splitlines()[-1].startswith(f"({2001 - covered:,} of 2,001 tables not listed;")
+    assert 0 < covered < 2001
+
+
+def test_wide_table_shows_related_columns_and_how_to_see_the_rest(tmp_path: Path, qwen_tokens) -> None:
+    cols = ", ".join(f"measure_{i} REAL" for i in range(1998))
+    path = tmp_path / "wide.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(f"CREATE TABLE patients (patient_id INTEGER PRIMARY KEY, {cols}, systolic_blood_pressure REAL)")
+    conn.close()
+    with ReadOnlyDatabase(path) as db:
+        toolbox = Toolbox(db, question="Which patients have a blood pressure over 140?")
+        text = toolbox.call("describe_table", {"table_name": "patients"}).output
+        head, note = text.split("\n")
+        assert head.startswith("CREATE TABLE patients (patient_id INTEGER PRIMARY KEY, systolic_blood_pressure REAL,")
+        shown = head.count(", ") + 1
+        assert note.startswith(f"-- {2000 - shown:,} of 2,000 columns not shown")
+        assert estimated_tokens(text) <= DESCRIBE_SHARE_TOKENS and qwen_tokens(text) < DESCRIBE_TOKEN_LIMIT
+        listed = note.split("run_query: ")[-1]
+        assert listed == "SELECT name, type FROM pragma_table_info('patients')"
+        result = toolbox.call("run_query", {"sql": listed})  # the way the note gives runs
+        assert result.ok and result.query is not None and result.query.rows[0] == ("patient_id", "INTEGER")
+
+
+def test_unknown_table_gets_the_closest_names_in_a_big_schema(tmp_path: Path) -> None:
+    db_path = make_db(tmp_path / "big.db", 3000, extra=[HIDDEN])
+    with ReadOnlyDatabase(db_path) as db:
+        toolbox = Toolbox(db, question="salaries")
+        typo = toolbox.call("describe_table", {"table_name": "sales_order_15"}).output
+        assert typo.startswith("Error: no such table: sales_order_15; the closest existing tables: sales_orders_15, ")
+        assert len(typo.split(": ")[-1].split(", ")) == 5
+        guessed = toolbox.call("describe_table", {"table_name": "employees"}).output
+        assert guessed == "Error: no such table: employees; the closest existing tables: t_x9"
+    with ReadOnlyDatabase(DATA_DIR / "chinook" / "chinook.sqlite") as db:  # fits: the trained error
+        assert Toolbox(db).call("describe_table", {"table_name": "Albums"}).output == "Error: no such table: Albums"
+
+
+def test_a_changed_schema_gets_a_new_index(tmp_path: Path) -> None:
+    db_path = make_db(tmp_path / "big.db", 1500)
+    question = "Which patients visited in March?"
+    with ReadOnlyDatabase(db_path) as db:
+        first = index_path(db)
+        assert "patient_visits" not in list_tables_for(db, question).text
+    assert first.exists()
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("CREATE TABLE patient_visits (visit_id INTEGER PRIMARY KEY, patient TEXT, visited_on TEXT)")
+    conn.close()
+    with ReadOnlyDatabase(db_path) as db:
+        second = index_path(db)
+        assert second != first
+        assert list_tables_for(db, question).shown[0] == "patient_visits"
+    assert second.exists() and first.exists()  # the old one stays for the old schema (another copy)
+
+
+def test_a_corrupt_index_falls_back_to_the_plain_list(tmp_path: Path, capfd) -> None:
+    db_path = make_db(tmp_path / "big.db", 1500, extra=[HIDDEN])
+    with ReadOnlyDatabase(db_path) as db:
+        path = index_path(db)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"this is not an index" * 100)
+        capfd.readouterr()
+        listing = list_tables_for(db, "salary of employees")
+    errors = capfd.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and "cannot be read" in errors[0] and errors[0].endswith("listing tables in schema order")
+    lines = listing.text.splitlines()
+    assert lines[:-1] == [
+        f"{d}_orders_{i}" for i, d in zip(range(len(lines) - 1), ["sales", "crm", "erp", "hr", "ops"] * 400)
+    ]
+    assert lines[-1].startswith(f"({1501 - (len(lines) - 1):,} of 1,501 tables not listed; listed: in schema order")
+
+
+def test_a_locked_index_falls_back_to_the_plain_list(tmp_path: Path, capfd) -> None:
+    db_path = make_db(tmp_path / "big.db", 1500, extra=[HIDDEN])
+    with ReadOnlyDatabase(db_path) as db:
+        assert list_tables_for(db, "salary").shown[0] == "t_x9"  # builds the index
+        holder = sqlite3.connect(index_path(db), isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            capfd.readouterr()
+            listing = list_tables_for(db, "salary")
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+    errors = capfd.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and "locked" in errors[0]
+    assert not listing.ranked and listing.text.splitlines()[0] == "sales_orders_0"
+
+
+def test_tables_command_prints_what_the_model_sees(tmp_path: Path) -> None:
+    db_path = make_db(tmp_path / "big.db", 1200, extra=[HIDDEN])
+    question = "average salary per office"
+    expected = list_tables_for(db_path, question)
+    runner = CliRunner()
+    plain = runner.invoke(cli, ["tables", "--db", str(db_path), "--question", question])
+    assert plain.exit_code == 0 and plain.stdout == expected.text + "\n"
+    as_json = runner.invoke(cli, ["tables", "--db", str(db_path), "--question", question, "--json"])
+    figures = json.loads(as_json.stdout)
+    assert figures["text"] == expected.text and figures["total_tables"] == 1201
+    top = figures["ranking"][0]
+    assert top["name"] == "t_x9" and top["shown"] and top["score"] > 0 and top["via"] == "words"
+    assert [t["score"] for t in figures["ranking"]] == sorted((t["score"] for t in figures["ranking"]), reverse=True)
+    missing = runner.invoke(cli, ["tables", "--db", str(tmp_path / "nope.db"), "--question", "x"])
+    assert missing.exit_code == 1 and missing.output.count("\n") == 1
+
+
+def call(tool: str, **args: object) -> str:
+    return json.dumps({"tool": tool, "args": args})
+
+
+@pytest.mark.parametrize("shape", ["3000 tables", "2000 columns"])
+def test_a_big_schema_through_a_real_episode(tiny_gguf_fast: Path, tmp_path: Path, shape: str) -> None:
+    if shape == "3000 tables":
+        db_path = make_db(tmp_path / "big.db", 3000, extra=[HIDDEN], rows=True)
+        first = call("list_tables")
+        answer = "SELECT AVG(salary) FROM t_x9"
+    else:
+        db_path = tmp_path / "wide.db"
+        conn = sqlite3.connect(db_path)
+        with conn:
+            cols = ", ".join(f"measure_{i} REAL" for i in range(1998))
+            conn.execute(f"CREATE TABLE t_x9 (id INTEGER PRIMARY KEY, {cols}, salary REAL)")
+        conn.close()
+        first = call("describe_table", table_name="t_x9")
+        answer = "SELECT AVG(salary) FROM t_x9"
+    question = "What is the average salary?"
+    script = [f"Look first.</think>\n\n{first}", "", f"Now answer.</think>\n\n{call('submit_sql', sql=answer)}"]
+    before = sha256(db_path)
+    budget = Budget()
+    with ScriptedSession(tiny_gguf_fast, script=script, n_ctx=budget.max_tokens) as session:
+        with ReadOnlyDatabase(db_path) as database:
+            result = run_episode(session, Toolbox(database, question=question), question, budget=budget)
+        assert not session.script
+    assert sha256(db_path) == before
+    check_turns_parse(result)
+    output = result.rounds[0].calls[0].output
+    assert load_prompt().results_cut_note not in result.transcript  # the tool text fitted
+    assert output in result.transcript
+    if shape == "3000 tables":
+        assert output.splitlines()[0] == "t_x9" and "tables not listed" in output.splitlines()[-1]
+    else:
+        assert output.startswith("CREATE TABLE t_x9 (id INTEGER PRIMARY KEY, salary REAL,")
+        assert "\n-- " in output and "of 2,000 columns not shown" in output
+    assert result.stop == "submitted"
+
+
+def test_look_alikes_fold_into_one_line_when_asked(tmp_path: Path) -> None:
+    db_path = make_db(tmp_path / "shards.db", 3000, extra=[HIDDEN], alike=True)
+    with ReadOnlyDatabase(db_path) as db:
+        view = SchemaView(db, "salary of employees", ranking=Ranking(fold=True))
+        listing = view.listing()
+        view.close()
+    lines = listing.text.splitlines()
+    assert lines[0] == "t_x9"
+    assert lines[1] == "sales_orders_0 (+599 alike, same columns: sales_orders_5 ... sales_orders_2995)"
+    assert len(lines) == 7 and lines[-1].startswith("(0 of 3,001 tables not listed;")
+    assert sorted(listing.folded["sales_orders_0"], key=lambda n: int(n.rsplit("_", 1)[1]))[0] == "sales_orders_5"
+
+
+def test_a_schema_that_cannot_be_read_in_time_gets_the_plain_list(tmp_path: Path, capfd, monkeypatch) -> None:
+    from edge_sql.tools import schema_index
+
+    monkeypatch.setattr(schema_index, "READ_TIME_LIMIT_S", 0.5)
+    db_path = make_db(tmp_path / "big.db", 1500, extra=[HIDDEN])
+    with ReadOnlyDatabase(db_path) as db:
+        writer = sqlite3.connect(db_path, isolation_level=None)
+        writer.execute("BEGIN EXCLUSIVE")  # another program writing: every read waits
+        try:
+            capfd.readouterr()
+            listing = list_tables_for(db, "salary of employees")
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+    errors = capfd.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and "could not be read for ranking" in errors[0]
+    assert not listing.ranked and listing.text.splitlines()[0] == "sales_orders_0"
+    assert "tables not listed; listed: in schema order (no ranking)" in listing.text.splitlines()[-1]
+    assert not index_path(db).exists()
+
+
+def test_the_token_estimate_is_never_under_the_real_count(qwen_tokens) -> None:
+    texts = [
+        "\n".join(f"frpm_{2019 + i % 4}_{i}" for i in range(200)),
+        "\n".join(f"SalesOrderHeader{i}" for i in range(200)),
+        "CREATE TABLE t (" + ", ".join(f"measure_{i} REAL" for i in range(300)) + ")",
+        "Überweisungen_Größe, café_crème (x) -- 12.5%",
+    ]
+    for text in texts:
+        assert estimated_tokens(text) >= qwen_tokens(text)
