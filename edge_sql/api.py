@@ -30,7 +30,7 @@ from edge_sql.agent.checked import abstain, check_episode, join_vote
 from edge_sql.agent.episode import run_episode
 from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.given import FollowUp
-from edge_sql.agent.majority_vote import Tally, choose
+from edge_sql.agent.majority_vote import Tally, choose, vote_refusal
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.stats import EpisodeStats
@@ -39,7 +39,7 @@ from edge_sql.knowledge import Knowledge
 from edge_sql.knowledge.answers import consult
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
-from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, episodes_at_once
 from edge_sql.runtime.tuning import Settings, check_parallel
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
@@ -126,21 +126,62 @@ def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | No
     return auto_vote(rates, limit), auto_vote_line(rates, limit)
 
 
-def auto_vote_k(
+@dataclass(frozen=True)
+class SessionPlan:
+    """What an Agent opens, decided before anything loads (`plan_sessions`): the model file, the
+    settings it loads with (the caller's thread count on top) and how they were chosen
+    (`tuning`), what `vote="auto"` means here (`auto_vote`: 1 is no vote; `auto_vote_line` says
+    why) and how many sessions (sequences of one context) to open."""
+
+    model_path: Path
+    settings: Settings
+    tuning: str
+    auto_vote: int
+    auto_vote_line: str
+    sessions: int
+
+    def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
+        """The episodes `vote` answers with (None: one episode, no vote); "auto" is `auto_vote`,
+        no vote when that is 1."""
+        if vote == "auto":
+            return self.auto_vote if self.auto_vote >= 2 else None
+        return vote
+
+
+def plan_sessions(
     model: str | Path | None,
     *,
+    parallel: int = 1,
+    vote: int | Literal["auto"] | None = None,
     tune: bool = True,
     n_gpu_layers: int | None = None,
     n_ctx: int = DEFAULT_CONTEXT_TOKENS,
     n_threads: int | None = None,
+    speculate: SpeculateMode = "off",
     pull_if_missing: bool = True,
     log: Callable[[str], None] = lambda _m: None,
-) -> tuple[int, str]:
-    """`vote_plan` before any Agent is made (how many sequences `run --vote auto` opens): the
-    model resolved and its settings loaded (calibrated now if not cached, as an Agent would)."""
+) -> SessionPlan:
+    """The one plan of an Agent's sessions from what the user asked for: `parallel` episodes at
+    once and requests' votes of `vote` (K: its K episodes run together, so K sessions; "auto":
+    the K this machine's calibration gives within the memory budget). With no vote, "auto" is
+    resolved within the `parallel` sessions. More sessions than calibration found room for are
+    refused (EdgeSqlError); a vote of fewer than 2 episodes too (ValueError)."""
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
+    problem = vote_refusal(vote)
+    if problem is not None:
+        raise ValueError(problem)
     path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-    settings, how = load_settings(path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads)
-    return vote_plan(path, settings, how)
+    settings, how = load_settings(
+        path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads, speculate=speculate
+    )
+    if n_threads is not None:  # the caller's thread count wins over the calibrated one
+        settings = dataclasses.replace(settings, n_threads=n_threads)
+    k = vote_plan(path, settings, how)[0] if vote == "auto" else vote
+    sessions = episodes_at_once(parallel, k)
+    check_parallel(settings, sessions)  # more sequences than calibration found room for: refused
+    auto, line = vote_plan(path, settings, how, sessions)
+    return SessionPlan(path, settings, how, auto, line, sessions)
 
 
 def prefix_state_dir() -> Path:
@@ -193,6 +234,8 @@ class Agent:
     tokens per second in all, each episode a little slower). With calibrated settings, more
     sequences than fit the memory budget are refused (EdgeSqlError; `edge-sql tune` shows how
     many fit). `agent.sessions` lists them; `agent.session` is the one session of `parallel=1`.
+    `vote=K` (or "auto") opens the sessions a vote of K needs beside `parallel`'s, for callers
+    whose requests vote (run, serve); `agent.plan` (`SessionPlan`) says what was opened and why.
 
     Thread safety: `ask` may be called from any number of threads. Each call borrows a free
     session for its whole episode and blocks while all N are busy, so up to N calls run at once
@@ -216,32 +259,31 @@ class Agent:
         prefix_cache: bool = True,
         speculate: SpeculateMode = "off",
         parallel: int = 1,
+        vote: int | Literal["auto"] | None = None,
         session_view: Callable[[Session], Session] | None = None,
     ) -> None:
-        if parallel < 1:
-            raise ValueError(f"parallel must be at least 1, got {parallel}")
         self.prompt: PromptTemplate = load_prompt(prompt_file)
         self.budget = budget or Budget()
-        self.parallel = parallel
-        self.model_path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-        settings, self.tuning = load_settings(
-            self.model_path,
+        self.plan = plan_sessions(
+            model,
+            parallel=parallel,
+            vote=vote,
             tune=tune,
             n_gpu_layers=n_gpu_layers,
-            log=log,
             n_ctx=n_ctx,
             n_threads=n_threads,
             speculate=speculate,
+            pull_if_missing=pull_if_missing,
+            log=log,
         )
-        if n_threads is not None:  # the caller's thread count wins over the calibrated one
-            settings = dataclasses.replace(settings, n_threads=n_threads)
-        check_parallel(settings, parallel)  # more sequences than calibration found room for: refused
-        self.auto_vote, self.auto_vote_line = vote_plan(self.model_path, settings, self.tuning, parallel)
+        self.parallel, self.model_path, self.tuning = self.plan.sessions, self.plan.model_path, self.plan.tuning
+        self.auto_vote, self.auto_vote_line = self.plan.auto_vote, self.plan.auto_vote_line
+        settings = self.plan.settings
         started = time.perf_counter()
         self._group: SessionGroup | None = open_sessions(
             self.model_path,
             settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers),
-            parallel,
+            self.parallel,
             prefix_cache=PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
         self.load_s = time.perf_counter() - started  # opening the sessions (the model, the context)
@@ -637,13 +679,9 @@ class Agent:
     # ---- the vote ------------------------------------------------------------------------
 
     def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
-        """The episodes `vote` answers with (None: one episode, no vote). "auto" is resolved here
-        alone, for `ask`, `each`, serve and the bench: `auto_vote` (the K `vote_plan` gives from
-        this machine's calibrated decode rates, within the Agent's `parallel` sequences), no vote
-        when that is 1."""
-        if vote == "auto":
-            return self.auto_vote if self.auto_vote >= 2 else None
-        return vote
+        """The episodes `vote` answers with (None: one episode, no vote): the plan's
+        (`SessionPlan.vote_k`), for `ask`, `each`, serve and the bench."""
+        return self.plan.vote_k(vote)
 
     def _vote(
         self,
@@ -660,13 +698,9 @@ class Agent:
         prompt: PromptTemplate | None = None,
         watch: Watch | None = None,
     ) -> EpisodeResult:
-        if k < 2:
-            raise ValueError(f"a vote needs at least 2 episodes, got vote={k}")
-        if greedy:
-            raise ValueError(
-                "a vote needs sampled episodes: greedy ones would all write the same answer "
-                "(drop greedy, or set a seed for reproducible votes)"
-            )
+        problem = vote_refusal(k, greedy)
+        if problem is not None:
+            raise ValueError(problem)
         if not question or not question.strip():
             raise EdgeSqlError("empty question")
         first = seed if seed is not None else random.randrange(2**31)

@@ -40,6 +40,25 @@ def failed_queries(result: EpisodeResult) -> int:
 STOPPED = "stopped: the vote was decided without it"
 
 
+GREEDY_VOTE_FLAGS = "--vote samples K episodes and --greedy would make them all the same: use one"
+GREEDY_VOTE = (
+    "a vote needs sampled episodes: greedy ones would all write the same answer "
+    "(drop greedy, or set a seed for reproducible votes)"
+)
+
+
+def vote_refusal(vote: int | str | None, greedy: bool = False, *, flags: bool = False) -> str | None:
+    """Why a vote of `vote` episodes (`"auto"`, or None: no vote) cannot run, or None when it can:
+    the one place the rules live ("a vote needs K >= 2 episodes", "a vote of greedy episodes is
+    refused: they would all write the same answer"); each surface raises its own error with the
+    message (`flags`: worded with the command line's options)."""
+    if isinstance(vote, int) and vote < 2:
+        return f"a vote needs at least 2 episodes, got {vote}"
+    if vote is not None and greedy:
+        return GREEDY_VOTE_FLAGS if flags else GREEDY_VOTE
+    return None
+
+
 def decided(sizes: Sequence[int], remaining: int) -> bool:
     """Whether `remaining` more episodes cannot change the winning result set of a vote whose
     groups have `sizes` so far: the largest leads the next one (or a group not seen yet) by more

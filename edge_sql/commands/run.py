@@ -56,7 +56,7 @@ class RunOptions:
     budget: Budget
     tune: bool = True
     speculate: SpeculateMode = "off"
-    vote: int | Literal["auto"] | None = None  # "auto": resolved by `_run` before the model loads
+    vote: int | Literal["auto"] | None = None  # "auto": resolved by the Agent's plan when the model loads
     abstain_below: float | None = None  # with a vote: "not sure" below this share of agreeing episodes
     fresh: bool = False  # ask the model even when the question has a verified answer
 
@@ -240,9 +240,10 @@ def _run(options: RunOptions) -> int:
             code = _answer_verified(db, options)
             if code is not None:
                 return code  # a verified question: answered without loading the model
-        if options.vote == "auto":
-            options = replace(options, vote=_auto_vote(options))
         agent = _load_agent(options)
+        if options.vote == "auto":  # the plan's K (None: one episode), said on stderr with why
+            click.echo(agent.plan.auto_vote_line, err=True)
+            options = replace(options, vote=agent.vote_k("auto"))
         try:
             if options.question is not None:
                 return _answer(agent, db, options.question, options, fresh=options.fresh)
@@ -273,26 +274,9 @@ def _answer_verified(db: ReadOnlyDatabase, options: RunOptions) -> int | None:
     return 0
 
 
-def _auto_vote(options: RunOptions) -> int | None:
-    """The K of `--vote auto` here (None: one episode), said on stderr with why."""
-    from edge_sql.api import auto_vote_k
-
-    k, line = auto_vote_k(
-        options.model,
-        tune=options.tune,
-        n_gpu_layers=options.gpu_layers,
-        n_ctx=options.n_ctx,
-        n_threads=options.threads,
-        log=lambda message: click.echo(message, err=True),
-    )
-    click.echo(line, err=True)
-    return k if k >= 2 else None
-
-
 def _load_agent(options: RunOptions) -> Agent:
-    """The Agent; a vote of K runs its K episodes at once (K sequences), otherwise one."""
+    """The Agent; a vote of K runs its K episodes at once (K sequences, its plan's), otherwise one."""
     from edge_sql.api import Agent
-    from edge_sql.runtime.options import episodes_at_once
 
     click.echo(f"loading {options.model or 'the default model'} ...", err=True)
     agent = Agent(
@@ -305,7 +289,7 @@ def _load_agent(options: RunOptions) -> Agent:
         log=lambda message: click.echo(message, err=True),
         tune=options.tune,
         speculate=options.speculate,
-        parallel=episodes_at_once(1, options.vote if isinstance(options.vote, int) else None),
+        vote=options.vote,
     )
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
