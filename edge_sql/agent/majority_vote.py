@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Hashable, Sequence
 
 from edge_sql.agent.budget import Budget
@@ -105,11 +106,18 @@ def choose(
     *,
     max_rows: int = Budget().max_result_rows,
     keys: dict[str, Hashable | str] | None = None,
+    seeds: Sequence[int] | None = None,
+    ran: Sequence[EpisodeResult | None] | None = None,
+    started: float | None = None,
 ) -> EpisodeResult:
     """The voted answer among `results` (K episodes of one question, in their order; None for one
     stopped once the vote was decided): a copy of the chosen episode's result whose
     `stats.vote` (`VoteStats`) says how the vote went, with each episode's `VoteEpisode`.
-    `keys` holds result sets already computed (a `Tally`'s)."""
+    `keys` holds result sets already computed (a `Tally`'s). With `seeds` (the episodes'),
+    `ran` (each episode's result as it ended, a stopped one's too; None: never started) and
+    `started` (when the vote began, `time.perf_counter()`), the stats are complete when built:
+    the seeds, the whole vote's wall time, the prompt tokens all episodes evaluated, and each
+    episode's seed, stop and wall time."""
     if not results or all(r is None for r in results):
         raise ValueError("a vote needs at least one episode")
     keys = {} if keys is None else dict(keys)  # one run per distinct SQL
@@ -150,9 +158,24 @@ def choose(
         finished=finished,
         episodes=episodes,
     )
+    if seeds is not None:
+        _add_runs(vote, list(seeds), list(ran) if ran is not None else list(results), started)
     winner = results[chosen]
     assert winner is not None
     return dataclasses.replace(winner, stats=dataclasses.replace(winner.stats, vote=vote))
+
+
+def _add_runs(vote: VoteStats, seeds: list[int], ran: list[EpisodeResult | None], started: float | None) -> None:
+    """The vote's seeds, wall time and evaluated prompt tokens, and each episode's seed, stop and
+    wall time (what `choose` was given of how the episodes ran)."""
+    for seed, episode, result in zip(seeds, vote.episodes, ran):
+        episode.seed = seed
+        if result is not None:
+            episode.stop, episode.wall_s = result.stop, result.stats.measured.wall_s
+    vote.seeds = seeds
+    vote.prompt_tokens_evaluated = sum(r.stats.measured.timings.prompt_tokens for r in ran if r is not None)
+    if started is not None:
+        vote.wall_s = round(time.perf_counter() - started, 4)
 
 
 def agreement_line(vote: VoteStats) -> str:

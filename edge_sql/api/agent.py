@@ -78,7 +78,6 @@ class Agent:
         speculate: SpeculateMode = "off",
         parallel: int = 1,
         vote: int | Literal["auto"] | None = None,
-        session_view: Callable[[Session], Session] | None = None,
     ) -> None:
         self.prompt: PromptTemplate = load_prompt(prompt_file)
         self.budget = budget or Budget()
@@ -100,7 +99,6 @@ class Agent:
             self.plan,
             self.plan.settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers),
             PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
-            view=session_view,
         )
         self.load_s = self._pool.load_s  # opening the sessions (the model, the context)
         note = small_model_note(self.model_path.name, self.info.architecture, gguf_name(self.model_path), self.budget)
@@ -110,8 +108,7 @@ class Agent:
 
     @property
     def sessions(self) -> list[Session]:
-        """The agent's sessions, one per parallel sequence (empty once closed), as its episodes see
-        them: `session_view(session)` when given (the bench notes which tokens the model wrote)."""
+        """The agent's sessions, one per parallel sequence (empty once closed)."""
         return list(self._pool.views) if self._pool is not None else []
 
     @property
@@ -301,8 +298,8 @@ class Agent:
                     should_stop=should_stop,
                     on_event=on_event,
                     share_opening=share_opening,
+                    tuning=self.tuning,
                 )
-                result.stats.llama_settings, result.stats.tuning = session.info.settings, self.tuning
                 if watch is not None:
                     watch(Ask(question, database, evidence, seed, prompt=prompt), session, result)
             result.checks = check_episode(database, result)  # the session is free again meanwhile

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from edge_sql.api.plan import SessionPlan
@@ -17,7 +17,7 @@ from edge_sql.runtime.options import SessionOptions
 
 
 class SessionPool:
-    """The sessions of one group (`open_sessions`), as the episodes see them (`views`), lent by
+    """The sessions of one group (`open_sessions`, `views`: its sessions in order), lent by
     `borrowed`; `close` frees the group once every session is back."""
 
     def __init__(self, group: SessionGroup, views: list[Session], load_s: float = 0.0) -> None:
@@ -33,15 +33,13 @@ class SessionPool:
         plan: SessionPlan,
         options: SessionOptions,
         prefix_cache: PrefixCache,
-        *,
-        view: Callable[[Session], Session] | None = None,
     ) -> SessionPool:
-        """The plan's sessions opened on one context (`open_sessions`), each seen through `view`
-        when given; `load_s` is how long opening took (the model, the context)."""
+        """The plan's sessions opened on one context (`open_sessions`); `load_s` is how long
+        opening took (the model, the context)."""
         started = time.perf_counter()
         group = open_sessions(plan.model_path, options, plan.sessions, prefix_cache=prefix_cache)
         load_s = time.perf_counter() - started
-        return cls(group, [view(s) if view else s for s in group.sessions], load_s)
+        return cls(group, list(group.sessions), load_s)
 
     @contextmanager
     def borrowed(self) -> Iterator[Session]:

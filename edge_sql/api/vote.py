@@ -89,12 +89,8 @@ def run_vote(
         results = outcomes
         if done.is_set():  # those stopped by the decision do not vote
             results = [r if r is not None and r.stop != "cancelled" else None for r in results]
-        result = choose(results, database, max_rows=max_rows, keys=tally.keys)
-    vote = result.stats.vote
-    assert vote is not None  # choose() set it
-    vote.seeds, vote.wall_s = seeds, round(time.perf_counter() - started, 4)
-    vote.prompt_tokens_evaluated = sum(
-        r.stats.measured.timings.prompt_tokens for r in outcomes if isinstance(r, EpisodeResult)
-    )
+        result = choose(
+            results, database, max_rows=max_rows, keys=tally.keys, seeds=seeds, ran=outcomes, started=started
+        )
     join_vote(result)  # the agreement joins the answer's checks
     return result

@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.events import EpisodeEvent
     from edge_sql.agent.result import EpisodeResult
-    from edge_sql.agent.stats import VoteStats
     from edge_sql.api import Agent
     from edge_sql.knowledge import FollowUp
     from edge_sql.runtime import SpeculateMode
@@ -324,7 +323,7 @@ def _answer(
 
     The live view prints each round and call on stdout; on a terminal, stderr also shows a
     status line (round, tokens, tok/s, elapsed), with `--json` too, erased before the answer."""
-    from edge_sql.agent.display import answer_text
+    from edge_sql.agent.display import answer_text, vote_text
     from edge_sql.agent.events import Tokens
     from edge_sql.commands.progress import StatusLine
     from edge_sql.knowledge.answers import given_lines
@@ -371,7 +370,7 @@ def _answer(
         click.echo(("\r" if sys.stdout.isatty() else "") + "stopped; ask another question")
     else:
         if result.stats.vote is not None and not cancelled:
-            click.echo(_vote_text(result.stats.vote))
+            click.echo(vote_text(result.stats.vote))
         click.echo(answer_text(result))
         for line in given_lines(result):
             click.echo(line)
@@ -382,27 +381,3 @@ def _answer(
     if result.stop == "abstained":
         return EXIT_NOT_SURE
     return EXIT_NO_ANSWER if result.sql is None else 0
-
-
-def _vote_text(vote: VoteStats) -> str:
-    """Each episode's answer and group, then the agreement: `3 of 4 episodes agreed`."""
-    from edge_sql.agent.display import CALL_LINE_WIDTH, shorten
-    from edge_sql.agent.majority_vote import agreement_line
-
-    assert vote.seeds is not None and vote.wall_s is not None  # Agent.ask's vote sets them
-    lines = []
-    for i, episode in enumerate(vote.episodes):
-        mark = "*" if i == vote.chosen else " "
-        failed = episode.failed_queries
-        shown = f"no vote: {episode.reason}" if episode.group is None else f"group {episode.group + 1}: {episode.sql}"
-        lines.append(
-            f"{mark} "
-            + shorten(
-                f"episode {i + 1} (seed {vote.seeds[i]}, {failed} failed quer{'y' if failed == 1 else 'ies'}): {shown}",
-                CALL_LINE_WIDTH - 2,
-            )
-        )
-    lines.append(
-        f"{agreement_line(vote)}; the answer is episode {vote.chosen + 1}'s ({vote.wall_s:.1f} s for all {vote.k})"
-    )
-    return "\n".join(lines)
