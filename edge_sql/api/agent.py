@@ -26,7 +26,7 @@ from edge_sql.errors import ClosedError, EdgeSqlError
 from edge_sql.knowledge import Knowledge
 from edge_sql.knowledge.answers import consult
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
-from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 
@@ -54,6 +54,8 @@ class Agent:
     many fit). `agent.sessions` lists them; `agent.session` is the one session of `parallel=1`.
     `vote=K` (or "auto") opens the sessions a vote of K needs beside `parallel`'s, for callers
     whose requests vote (run, serve); `agent.plan` (`SessionPlan`) says what was opened and why.
+    `session_settings` (a benchmark's: flash attention, thread adaptation, ...) win over the
+    settings the sessions would open with.
 
     Thread safety: `ask` may be called from any number of threads. Each call borrows a free
     session for its whole episode and blocks while all N are busy, so up to N calls run at once
@@ -78,6 +80,7 @@ class Agent:
         speculate: SpeculateMode = "off",
         parallel: int = 1,
         vote: int | Literal["auto"] | None = None,
+        session_settings: SessionSettings | None = None,
     ) -> None:
         self.prompt: PromptTemplate = load_prompt(prompt_file)
         self.budget = budget or Budget()
@@ -92,12 +95,12 @@ class Agent:
             speculate=speculate,
             pull_if_missing=pull_if_missing,
             log=log,
+            session_settings=session_settings,
         )
         self.parallel, self.model_path, self.tuning = self.plan.sessions, self.plan.model_path, self.plan.tuning
         self.auto_vote, self.auto_vote_line = self.plan.auto_vote, self.plan.auto_vote_line
         self._pool: SessionPool | None = SessionPool.open(  # what `ask` borrows from; None once closed
             self.plan,
-            self.plan.settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers),
             PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
         )
         self.load_s = self._pool.load_s  # opening the sessions (the model, the context)

@@ -14,7 +14,13 @@ from typing import Literal
 
 from edge_sql.agent.majority_vote import vote_refusal
 from edge_sql.errors import EdgeSqlError
-from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SpeculateMode, episodes_at_once
+from edge_sql.runtime.options import (
+    DEFAULT_CONTEXT_TOKENS,
+    SessionOptions,
+    SessionSettings,
+    SpeculateMode,
+    episodes_at_once,
+)
 from edge_sql.runtime.tuning import Settings, check_parallel
 
 _log = logging.getLogger("edge_sql.api")  # the API's logger: an application listens to one name
@@ -105,7 +111,7 @@ class SessionPlan:
     """What an Agent opens, decided before anything loads (`plan_sessions`): the model file, the
     settings it loads with (the caller's thread count on top) and how they were chosen
     (`tuning`), what `vote="auto"` means here (`auto_vote`: 1 is no vote; `auto_vote_line` says
-    why) and how many sessions (sequences of one context) to open."""
+    why), how many sessions (sequences of one context) to open and the options each opens with."""
 
     model_path: Path
     settings: Settings
@@ -113,6 +119,7 @@ class SessionPlan:
     auto_vote: int
     auto_vote_line: str
     sessions: int
+    options: SessionOptions
 
     def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
         """The episodes `vote` answers with (None: one episode, no vote); "auto" is `auto_vote`,
@@ -134,12 +141,14 @@ def plan_sessions(
     speculate: SpeculateMode = "off",
     pull_if_missing: bool = True,
     log: Callable[[str], None] = lambda _m: None,
+    session_settings: SessionSettings | None = None,
 ) -> SessionPlan:
     """The one plan of an Agent's sessions from what the user asked for: `parallel` episodes at
     once and requests' votes of `vote` (K: its K episodes run together, so K sessions; "auto":
     the K this machine's calibration gives within the memory budget). With no vote, "auto" is
     resolved within the `parallel` sessions. More sessions than calibration found room for are
-    refused (EdgeSqlError); a vote of fewer than 2 episodes too (ValueError)."""
+    refused (EdgeSqlError); a vote of fewer than 2 episodes too (ValueError). `session_settings`
+    (a measurement's: flash attention, thread adaptation, drafts, ...) win over the settings'."""
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, got {parallel}")
     problem = vote_refusal(vote)
@@ -155,7 +164,10 @@ def plan_sessions(
     sessions = episodes_at_once(parallel, k)
     check_parallel(settings, sessions)  # more sequences than calibration found room for: refused
     auto, line = vote_plan(path, settings, how, sessions)
-    return SessionPlan(path, settings, how, auto, line, sessions)
+    options = settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
+    if session_settings:
+        options = dataclasses.replace(options, **session_settings)
+    return SessionPlan(path, settings, how, auto, line, sessions, options)
 
 
 def prefix_state_dir() -> Path:

@@ -13,7 +13,6 @@ from edge_sql.api.plan import SessionPlan
 from edge_sql.errors import ClosedError
 from edge_sql.runtime import PrefixCache, Session
 from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
-from edge_sql.runtime.options import SessionOptions
 
 
 class SessionPool:
@@ -31,13 +30,12 @@ class SessionPool:
     def open(
         cls,
         plan: SessionPlan,
-        options: SessionOptions,
         prefix_cache: PrefixCache,
     ) -> SessionPool:
-        """The plan's sessions opened on one context (`open_sessions`); `load_s` is how long
-        opening took (the model, the context)."""
+        """The plan's sessions opened on one context (`open_sessions`) with its options; `load_s`
+        is how long opening took (the model, the context)."""
         started = time.perf_counter()
-        group = open_sessions(plan.model_path, options, plan.sessions, prefix_cache=prefix_cache)
+        group = open_sessions(plan.model_path, plan.options, plan.sessions, prefix_cache=prefix_cache)
         load_s = time.perf_counter() - started
         return cls(group, list(group.sessions), load_s)
 
