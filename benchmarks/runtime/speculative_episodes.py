@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_sql.agent import Budget, load_prompt, run_episode
-from edge_sql.runtime import SamplingParams, Session
+from edge_sql.agent import Budget, load_prompt
+from edge_sql.api import Agent
+from edge_sql.runtime import Session
+from edge_sql.runtime.options import SessionSettings, SpeculateMode
 from edge_sql.runtime.speculation.lookup import LookupDrafter
-from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "edge_sql" / "data"
@@ -96,28 +97,43 @@ def token_kinds(
     return kinds
 
 
+def _session(agent: Agent) -> Session:
+    session = agent.session
+    assert session is not None  # one session, open
+    return session
+
+
 def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int, rounds: int) -> dict:
-    """Greedy episodes alternately without and with lookup: timings and per-kind acceptance."""
+    """Greedy episodes (through an Agent per mode) alternately without and with lookup: timings
+    and per-kind acceptance."""
     timing = {
         mode: {"generate_s": 0.0, "decode_s": 0.0, "tokens": 0, "wall_s": 0.0} for mode in ("off", "lookup", "auto")
     }
     tally = Tally()
     identical = True
-    with (
-        Session(model, n_ctx=n_ctx, n_threads=threads) as plain,
-        Session(model, n_ctx=n_ctx, n_threads=threads, speculate="lookup") as spec,
-        Session(model, n_ctx=n_ctx, n_threads=threads, speculate="auto") as auto,
-    ):
+
+    def load(mode: SpeculateMode) -> Agent:  # the mode exactly as asked, on untuned settings
+        settings: SessionSettings = {"n_threads": threads, "speculate": mode}
+        return Agent(
+            model,
+            n_ctx=n_ctx,
+            tune=False,
+            prefix_cache=False,
+            pull_if_missing=False,
+            budget=budget,
+            session_settings=settings,
+        )
+
+    with load("off") as plain, load("lookup") as spec, load("auto") as auto:
+        sessions = {mode: _session(agent) for mode, agent in (("off", plain), ("lookup", spec), ("auto", auto))}
         recorder = RecordingLookup()
-        spec.use_drafters([recorder])
+        sessions["lookup"].use_drafters([recorder])
         for _ in range(rounds):
             for db, question in QUESTIONS:
                 results = {}
-                for mode, session in (("off", plain), ("lookup", spec), ("auto", auto)):
-                    with ReadOnlyDatabase(DATA / db / f"{db}.sqlite") as database:
-                        result = run_episode(
-                            session, Toolbox(database), question, budget=budget, params=SamplingParams(greedy=True)
-                        )
+                for mode, agent in (("off", plain), ("lookup", spec), ("auto", auto)):
+                    session = sessions[mode]
+                    result = agent.ask(question, DATA / db / f"{db}.sqlite", greedy=True, knowledge=False)
                     spans = [(start, end) for start, end in result.generated_spans]  # the model's own tokens
                     results[mode] = (result, list(session.tokens), spans)
                     timing[mode]["generate_s"] += session.timings.generate_s
@@ -126,7 +142,7 @@ def episodes(model: Path, *, name: str, n_ctx: int, budget: Budget, threads: int
                     timing[mode]["wall_s"] += result.stats.to_json()["wall_s"]
                 result, tokens, spans = results["lookup"]
                 identical &= tokens == results["off"][1] == results["auto"][1]
-                kinds = token_kinds(spec, tokens, spans, result.forced)
+                kinds = token_kinds(sessions["lookup"], tokens, spans, result.forced)
                 for kind in kinds:
                     if kind is not None:
                         tally.add(kind, generated=1)
