@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edge_sql.bench.episodes import EpisodeRunner, SpanRecorder
+from edge_sql.bench.episodes import EpisodeRunner
 from edge_sql.bench.tasks import EpisodeTask
 from edge_sql.cli import main
 from edge_sql.evaluation.datasets import load_bundled
@@ -141,22 +141,25 @@ def test_database_files_are_byte_identical_afterwards(benches: dict) -> None:
     assert _database_digests() == benches["digests"]
 
 
-class _MeetOnce(SpanRecorder):
-    """A session whose first `generate` waits for the other session's first one (a two-party
-    barrier: it breaks unless both episodes are under way at the same time)."""
-
-    def __init__(self, session, barrier: threading.Barrier) -> None:
-        super().__init__(session)
-        self.barrier, self.met = barrier, False
+def _meet_once(monkeypatch: pytest.MonkeyPatch, sessions: list, barrier: threading.Barrier) -> None:
+    """Each of `sessions`' first `generate` waits for the other's first one (a two-party barrier:
+    it breaks unless both episodes are under way at the same time); the real `generate` runs."""
+    met: set[int] = set()
+    kind = type(sessions[0])
+    real = kind.generate
 
     def generate(self, *args, **kwargs):
-        if not self.met:
-            self.met = True
-            self.barrier.wait()
-        return super().generate(*args, **kwargs)
+        if any(self is s for s in sessions) and id(self) not in met:
+            met.add(id(self))
+            barrier.wait()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(kind, "generate", generate)
 
 
-def test_run_many_runs_the_sessions_at_once(tiny_gguf_fast: Path, tmp_path: Path) -> None:
+def test_run_many_runs_the_sessions_at_once(
+    tiny_gguf_fast: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     questions = load_bundled()[:3]
     task = EpisodeTask(
         variant="BF16",
@@ -182,7 +185,8 @@ def test_run_many_runs_the_sessions_at_once(tiny_gguf_fast: Path, tmp_path: Path
         record_tokens=True,
     )
     barrier = threading.Barrier(2, timeout=60)
-    runner = EpisodeRunner(task, session_view=lambda session: _MeetOnce(session, barrier))
+    runner = EpisodeRunner(task)
+    _meet_once(monkeypatch, runner.sessions, barrier)
     try:
         assert len(runner.sessions) == 2 and runner.load_record["parallel"] == 2
         records = list(runner.run_many(task.items))

@@ -209,7 +209,7 @@ def test_a_turn_that_reaches_the_end_of_the_context_says_what_to_change(tiny_ggu
         filler = session.tokenize("the albums of every artist " * 200, special=False)
         session.eval(filler[: session.n_ctx - 3])  # three tokens of room for a final turn
         with pytest.raises(_BrokenTurn) as ended:
-            episode._generate(episode._grammar_final(64), stop_tokens=(episode.end_id,))
+            episode._generate(episode.room.grammar_final(64), stop_tokens=(episode.end_id,))
     assert str(ended.value) == (
         "the turn reached the end of the 512-token context; bound thinking (--think-tokens, "
         "Budget.max_think_tokens) or use a larger context (--ctx, n_ctx)"

@@ -62,7 +62,7 @@ def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
         "print(loaded, Agent.__module__, Budget.__module__, EpisodeResult.__module__, EdgeSqlError.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "edge_sql.api", "edge_sql.agent.budget", "edge_sql.agent.result", "edge_sql.errors"]
+    assert out == ["False", "edge_sql.api.agent", "edge_sql.agent.budget", "edge_sql.agent.result", "edge_sql.errors"]
 
 
 LEAF_MODULES = ("edge_sql.errors", "edge_sql.interrupts")

@@ -164,7 +164,8 @@ def test_the_driver_resolves_auto_once_for_ask_and_each(tiny_gguf: Path, chinook
 
 def test_serve_takes_auto_from_a_request_and_opens_its_sequences(tiny_gguf: Path, voting) -> None:
     from edge_sql.agent.budget import Budget
-    from edge_sql.commands.serve import ServeOptions, _vote_sequences
+    from edge_sql.api import plan_sessions
+    from edge_sql.commands.serve import ServeOptions
     from edge_sql.errors import BadRequest
     from edge_sql.serve.request import AskRequest
 
@@ -194,8 +195,12 @@ def test_serve_takes_auto_from_a_request_and_opens_its_sequences(tiny_gguf: Path
         max_rows=10,
         vote="auto",
     )
-    assert _vote_sequences(options) == _planned(tiny_gguf)
-    assert _vote_sequences(replace(options, vote=5)) == 5 and _vote_sequences(replace(options, vote=None)) == 1
+
+    def sequences(o: ServeOptions) -> int:  # what `serve` opens: the Agent's plan of --parallel and --vote
+        return plan_sessions(o.model, parallel=o.parallel, vote=o.vote, n_ctx=o.n_ctx, pull_if_missing=False).sessions
+
+    assert sequences(options) == max(_planned(tiny_gguf), 1)
+    assert sequences(replace(options, vote=2)) == 2 and sequences(replace(options, vote=None)) == 1
 
 
 def test_serve_answers_an_auto_vote_at_the_planned_k(tiny_gguf: Path, chinook_db: Path, voting) -> None:

@@ -8,7 +8,7 @@ script), a fresh child process loads the model and measures:
 
 * decode: greedy single-token decodes through `Session` after a prompt of `--depth` tokens
   (64 by default; tok/s);
-* episode (with --episode): one bounded greedy agent episode on Chinook (`run_episode`: think
+* episode (with --episode): one bounded greedy agent episode on Chinook (`Agent.ask`: think
   64 tokens, 2 rounds, 2 calls a turn), generated tokens over generation time.
 
 Candidates are set the way a user would: environment variables read by libgomp when llama.cpp
@@ -65,13 +65,27 @@ _CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # the parent's own values neve
 
 
 def child(cfg: dict) -> dict:
-    """One measurement in this (fresh) process: load, decode, and optionally an episode."""
-    from edge_sql.runtime import SamplingParams, Session
+    """One measurement in this (fresh) process: load (an Agent, with the candidate's session
+    options), decode on its session, and optionally an episode through the Agent."""
+    from edge_sql.agent import Budget
+    from edge_sql.api import Agent
+    from edge_sql.runtime import SamplingParams
 
     out: dict = {}
     n_ctx = max(4096, cfg["depth"] + cfg["tokens"] + 64)
     options = {"n_threads": cfg["threads"], "adapt_threads": cfg["adapt"], "flash_attn": cfg["flash"]}
-    with Session(cfg["model"], n_ctx=n_ctx, **options) as session:
+    budget = Budget(max_think_tokens=64, max_rounds=2, max_calls_per_turn=2)
+    with Agent(
+        cfg["model"],
+        n_ctx=n_ctx,
+        tune=False,
+        prefix_cache=False,
+        pull_if_missing=False,
+        budget=budget,
+        session_settings=options,
+    ) as agent:
+        session = agent.session
+        assert session is not None
         out["threads"] = session.info.n_threads
         out["flash_attn"] = session.info.flash_attn
         text = "<|im_start|>system\nYou are a careful data analyst. "
@@ -86,18 +100,7 @@ def child(cfg: dict) -> dict:
         out["tokens"] = completion.tokens
         out["decode_threads"] = completion.timings.threads_json().get("decode", {})
         if cfg["episode"]:
-            from edge_sql.agent import Budget, run_episode
-            from edge_sql.tools import ReadOnlyDatabase, Toolbox
-
-            session.reset()
-            with ReadOnlyDatabase(CHINOOK) as db:
-                result = run_episode(
-                    session,
-                    Toolbox(db),
-                    QUESTION,
-                    params=SamplingParams(greedy=True),
-                    budget=Budget(max_think_tokens=64, max_rounds=2, max_calls_per_turn=2),
-                )
+            result = agent.ask(QUESTION, CHINOOK, greedy=True, knowledge=False)  # resets the session first
             out["episode_tok_s"] = round(session.timings.generated_tokens / session.timings.generate_s, 2)
             out["episode_tokens"] = session.timings.generated_tokens
             out["episode_sql"] = result.sql

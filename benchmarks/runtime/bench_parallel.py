@@ -1,7 +1,7 @@
 """Several episodes at once (issue 25): aggregate throughput and peak memory for N sequences.
 
 The three published SQaLe episodes are replayed as the speculation bench replays them
-(bench_speculative.replay_measured): prompt and tool-result pieces evaluated as prompt, each
+(speculative_published.replay_measured): prompt and tool-result pieces evaluated as prompt, each
 model-written piece through `Session.generate` with a sampler that returns the published token,
 so every decode step, prompt chunk and prefix restore is the real one, whatever the weights.
 `--episodes` replays (the three, cycled) are spread over N sessions of one context
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_speculative import _model_segments, published_pieces  # this folder is on sys.path
+from speculative_published import _model_segments, published_pieces  # this folder is on sys.path
 
 from bench_machine import machine_line, write_results
 from edge_sql.runtime import PrefixCache, SamplingParams

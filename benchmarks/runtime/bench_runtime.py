@@ -11,10 +11,10 @@ Figures:
 * speed: prefill tok/s over a 512-token prompt; then decoding with the same sampler and
   seeds from a 64-token prompt, interleaving two kinds of run: unconstrained, and under a
   grammar that only masks (every token sampled under the llguidance mask: the grammar's own
-  cost); then the agent itself (`edge_sql.agent.run_episode` over the bundled Chinook
+  cost); then the agent itself (`edge_sql.Agent.ask` over the bundled Chinook
   database, its own prompt, tool-call grammars and tools: forced tokens skip sampling and
   are decoded in one batch). Tokens/s of each counts every generated token.
-* transcript: one agent episode (`run_episode`, up to the protocol's six rounds) on
+* transcript: one agent episode (`Agent.ask`, up to the protocol's six rounds) on
   Chinook; prefill work = tokens llama.cpp decoded (its own perf counters) / tokens in the
   final transcript. 1.00 means each token once.
 * memory: peak RSS of a child that loads the model with a 12,288-token context and fills it
@@ -37,9 +37,9 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
-from edge_sql.agent import Budget, EpisodeResult, run_episode
+from edge_sql.agent import Budget, EpisodeResult
+from edge_sql.api import Agent
 from edge_sql.runtime import SamplingParams, Session
-from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 PROMPT_WORDS = (
     "You are a careful data analyst. Explore the SQLite database with the tools, then submit "
@@ -50,10 +50,29 @@ QUESTION = "Which country's customers spent the most money in total?"
 EPISODE_CTX = 12288  # the protocol's episode budget
 
 
-def _episode(session: Session, seed: int, budget: Budget | None = None) -> EpisodeResult:
-    """One real agent episode on Chinook: the product's prompt, grammars and tools."""
-    with ReadOnlyDatabase(CHINOOK) as db:
-        return run_episode(session, Toolbox(db), QUESTION, params=SamplingParams(seed=seed), budget=budget or Budget())
+def _agent(model: str, cfg: dict) -> Agent:
+    """The model loaded as `edge-sql run` loads it, on the measurement's session options: one
+    session of the protocol's episode budget, its episodes bounded by `cfg["think_tokens"]`."""
+    return Agent(
+        model,
+        n_ctx=EPISODE_CTX,
+        tune=False,
+        prefix_cache=False,
+        pull_if_missing=False,
+        budget=Budget(max_think_tokens=cfg["think_tokens"]),
+        session_settings=cfg["session"],
+    )
+
+
+def _episode(agent: Agent, seed: int) -> EpisodeResult:
+    """One real agent episode on Chinook through the Agent: the product's prompt, grammars and tools."""
+    return agent.ask(QUESTION, CHINOOK, seed=seed, knowledge=False)
+
+
+def _session(agent: Agent) -> Session:
+    session = agent.session
+    assert session is not None  # one session, open
+    return session
 
 
 def _prompt_tokens(session: Session, n: int) -> list[int]:
@@ -78,7 +97,8 @@ start: /[^<{}]*/
 
 
 def child_speed(model: str, cfg: dict) -> dict:
-    with Session(model, n_ctx=EPISODE_CTX, **cfg["session"]) as session:
+    with _agent(model, cfg) as agent:
+        session = _session(agent)
         prompt = _prompt_tokens(session, 512)
         start = time.perf_counter()
         session.eval(prompt)
@@ -99,7 +119,7 @@ def child_speed(model: str, cfg: dict) -> dict:
                 dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s)
             )
         for seed in range(2 * cfg["repeats"]):  # the agent as `edge-sql run` drives the runtime
-            _episode(session, seed, Budget(max_think_tokens=cfg["think_tokens"]))
+            _episode(agent, seed)
             t = session.timings
             runs["agent"].append(
                 dict(tokens=t.generated_tokens, forced=t.forced_tokens, wall=t.generate_s, sample=t.sample_s)
@@ -119,8 +139,9 @@ def child_speed(model: str, cfg: dict) -> dict:
 
 
 def child_transcript(model: str, cfg: dict) -> dict:
-    with Session(model, n_ctx=EPISODE_CTX, **cfg["session"]) as session:
-        result = _episode(session, 0, Budget(max_think_tokens=cfg["think_tokens"]))
+    with _agent(model, cfg) as agent:
+        session = _session(agent)
+        result = _episode(agent, 0)
         batched, single = session.llama_perf_counts()
         rounds = [
             dict(round=r.index, calls=len(r.calls), tools=", ".join(c.tool for c in r.calls)) for r in result.rounds
@@ -197,7 +218,7 @@ def speed_section(model: Path, session: dict, args: argparse.Namespace) -> list[
         f"decode runs from a 64-token prompt: {args.repeats * 2} runs of {args.decode_tokens} tokens per row, "
         "interleaved, same seeds, temperature 0.6, top-k 20, top-p 0.95. *masked*: a grammar that only masks "
         "(every token sampled under the llguidance mask, nothing forced): the grammar's own cost. *agent episodes*: "
-        f"{args.repeats * 2} episodes of `edge_sql.agent.run_episode` on Chinook (its prompt, tool-call grammars and "
+        f"{args.repeats * 2} episodes of `edge_sql.Agent.ask` on Chinook (its prompt, tool-call grammars and "
         "tools; forced tokens skip sampling and are decoded in one batch), all generated tokens counted.",
         "",
         "| run | tokens | forced | tok/s | vs unconstrained | sampling + mask ms per sampled token |",
@@ -220,7 +241,7 @@ def transcript_section(model: Path, session: dict, args: argparse.Namespace) -> 
     if "error" in tr:
         return lines + [f"transcript run failed: {tr['error']}", ""]
     return lines + [
-        f"One `run_episode` on Chinook ({QUESTION!r}), seed 0: it ended with `{tr['stop']}`"
+        f"One `Agent.ask` on Chinook ({QUESTION!r}), seed 0: it ended with `{tr['stop']}`"
         f"{' after the forced final turn' if tr['forced'] else ''}.",
         "",
         "| round | calls | tools |",

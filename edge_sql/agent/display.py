@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from edge_sql.agent.result import CallRecord, EpisodeResult
+from edge_sql.agent.stats import VoteStats
 from edge_sql.checks.findings import FORCE_REASONS
 from edge_sql.tools import format_value
 
@@ -135,3 +136,26 @@ def stats_line(result: EpisodeResult, head: str) -> str:
         )
         + ")"
     )
+
+
+def vote_text(vote: VoteStats) -> str:
+    """Each episode's answer and group, then the agreement: `3 of 4 episodes agreed`."""
+    from edge_sql.agent.majority_vote import agreement_line
+
+    assert vote.seeds is not None and vote.wall_s is not None  # an Agent's vote sets them
+    lines = []
+    for i, episode in enumerate(vote.episodes):
+        mark = "*" if i == vote.chosen else " "
+        failed = episode.failed_queries
+        shown = f"no vote: {episode.reason}" if episode.group is None else f"group {episode.group + 1}: {episode.sql}"
+        lines.append(
+            f"{mark} "
+            + shorten(
+                f"episode {i + 1} (seed {vote.seeds[i]}, {failed} failed quer{'y' if failed == 1 else 'ies'}): {shown}",
+                CALL_LINE_WIDTH - 2,
+            )
+        )
+    lines.append(
+        f"{agreement_line(vote)}; the answer is episode {vote.chosen + 1}'s ({vote.wall_s:.1f} s for all {vote.k})"
+    )
+    return "\n".join(lines)

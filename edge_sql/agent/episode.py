@@ -10,6 +10,7 @@ token budget). The round's results go back together as the next user turn, each 
 results turn ends with the forced-final message instead of the budget line, and the model
 answers with SQL as text. `submit_sql` ends the episode at once. When the answer is empty,
 broken or fails to run, the last query that ran without error is the fallback.
+The turns' text and the room each segment needs are `episode_room.py`'s.
 """
 
 from __future__ import annotations
@@ -18,24 +19,13 @@ import time
 from collections.abc import Callable
 
 from edge_sql.agent.budget import Budget, RoundCounter
+from edge_sql.agent.episode_room import SEGMENT_SLACK, EpisodeRoom
 from edge_sql.agent.events import Answered, CallRan, EpisodeEvent, EventHandler, Forced, RoundStarted, Thought, Tokens
-from edge_sql.agent.grammar import (
-    MAX_BYTES_PER_CHAR,
-    GrammarText,
-    StringBounds,
-    final_grammar,
-    first_call_grammar,
-    next_call_grammar,
-)
+from edge_sql.agent.grammar import GrammarText
 from edge_sql.agent.parsing import TurnParseError, parse_call, parse_final_turn, split_calls, split_think
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord, settle_answer
-from edge_sql.agent.room import (
-    SegmentBounds,
-    final_reserve_think_tokens,
-    final_think_tokens,
-    plan_call_segment,
-)
+from edge_sql.agent.room import final_think_tokens, plan_call_segment
 from edge_sql.agent.stats import EpisodeFigures, EpisodeStats, GrammarAudit
 from edge_sql.agent.transcript import Piece, Transcript
 from edge_sql.errors import EdgeSqlError
@@ -45,9 +35,6 @@ from edge_sql.tools import Toolbox, ToolResult
 # "tokens" events come at most this often: a 135M model writes 100 tokens a second, and each
 # event crosses threads (serve: an SSE event or an MCP notification)
 PROGRESS_INTERVAL_S = 0.5
-
-
-SEGMENT_SLACK = 2  # tokens kept beyond a grammar's worst case (the end-of-turn token)
 
 
 class _Cancelled(Exception):
@@ -71,6 +58,7 @@ def run_episode(
     on_event: EventHandler | None = None,
     audit: bool = False,
     share_opening: bool = False,
+    tuning: str | None = None,
 ) -> EpisodeResult:
     """Answer `question` over `toolbox`'s database. Resets `session` first (a new episode).
 
@@ -79,11 +67,14 @@ def run_episode(
     `share_opening=True` (the episodes of a vote, starting together on sessions of one cache):
     the opening (system prompt and question) is evaluated by one of them and restored by the
     others (`Session.shared_prefix`); nothing else changes.
+    `tuning` (how the session's settings were chosen: the Agent's): the stats then also carry it and
+    the session's settings (`stats.llama_settings`).
     Raises EdgeSqlError for an empty question or a context too small for the prompt.
     """
     episode = _Episode(session, toolbox, prompt or load_prompt(), budget, params, should_stop, on_event)
     episode.audit = audit
     episode.share_opening = share_opening
+    episode.tuning = tuning
     return episode.run(question, evidence)
 
 
@@ -107,9 +98,15 @@ class _Episode:
         if len(end_ids) != 1:
             raise EdgeSqlError(f"chat.turn_end {self.chat.turn_end!r} is not a single token of this model")
         self.end_id = end_ids[0]
-        self.think_end_token = session.grammar_token(self.chat.think_end)
-        self.layout = prompt.call_layout
         self.transcript = Transcript(session)
+        self.room = EpisodeRoom(
+            prompt,
+            budget,
+            self.transcript,
+            limit=self.limit,
+            n_ctx=session.n_ctx,
+            think_end_token=session.grammar_token(self.chat.think_end),
+        )
         self.counter = RoundCounter(budget)
         self.rounds: list[RoundRecord] = []
         self._raw_calls: list[str] = []  # this round's calls as the model wrote them
@@ -117,6 +114,7 @@ class _Episode:
         self.tools_s = 0.0
         self.audit = False
         self.share_opening = False
+        self.tuning: str | None = None
         self.audited = self.overruled = 0
         self._progress_at = float("-inf")  # when the last "tokens" event went out
         self._unsent: list[str] = []  # text written since then, in this round
@@ -148,19 +146,18 @@ class _Episode:
             stop, error = "cancelled", "stopped by the user"
         except _BrokenTurn as exc:
             stop, error = "error", f"a turn did not follow the protocol: {exc}"
-        result = self._result(question, evidence, answer, stop, force_reason, error)
-        result.stats = EpisodeStats(figures=self._figures(started))
+        result = self._result(question, evidence, answer, stop, force_reason, error, started)
         self._emit(Answered(self.counter.rounds, result.sql))
         return result
 
     def _open(self, question: str, evidence: str | None) -> None:
         shared, own = self.prompt.opening(question, evidence, max_rounds=self.budget.max_rounds)
         pieces: list[Piece] = shared + own
-        needed = len(self.transcript.tokenize(pieces)) + self._final_reserve(None)
-        if plan_call_segment(self.limit - needed, self.budget, self._first_segment_need, think=True) is None:
+        needed = len(self.transcript.tokenize(pieces)) + self.room.final_reserve(None)
+        if plan_call_segment(self.limit - needed, self.budget, self.room.first_segment_need, think=True) is None:
             raise EdgeSqlError(
                 f"the prompt and question need about {needed} tokens and leave no room for a tool "
-                f"turn in {self._bound_and_remedy()}"
+                f"turn in {self.room.bound_and_remedy()}"
             )
         opening = self.transcript.tokenize(pieces) if self.share_opening else None
         self.session.shared_prefix(self.transcript.tokenize(shared), opening=opening)  # same for every question
@@ -173,9 +170,11 @@ class _Episode:
         self._raw_calls = []
         self._unsent = []
         self._emit(RoundStarted(record.index))
-        bounds = plan_call_segment(self._available(), self.budget, self._first_segment_need, think=True)
+        bounds = plan_call_segment(
+            self.room.available(self.counter.last_good_sql), self.budget, self.room.first_segment_need, think=True
+        )
         assert bounds is not None, "a tool turn is opened only when it fits"
-        completion = self._generate(self._grammar_first(bounds), stop_tokens=())
+        completion = self._generate(self.room.grammar_first(bounds), stop_tokens=())
         try:
             record.think, call_text = split_think(completion.text, self.chat.think_end, self.chat.after_think)
         except TurnParseError as exc:
@@ -184,11 +183,13 @@ class _Episode:
         submitted = self._run_call(record, call_text)
         cap = self.budget.max_calls_per_turn
         while submitted is None:
-            bounds = plan_call_segment(self._available(), self.budget, self._next_segment_need, think=False)
+            bounds = plan_call_segment(
+                self.room.available(self.counter.last_good_sql), self.budget, self.room.next_segment_need, think=False
+            )
             if (cap is not None and len(record.calls) >= cap) or bounds is None:
                 self.transcript.append_tokens([self.end_id])  # no room for another call: close the turn
                 break
-            completion = self._generate(self._grammar_next(bounds), stop_tokens=(self.end_id,))
+            completion = self._generate(self.room.grammar_next(bounds), stop_tokens=(self.end_id,))
             if completion.ended_turn and not completion.text.strip():
                 break  # the model ended its turn
             if completion.ended_turn or "\n" not in completion.text:
@@ -229,14 +230,15 @@ class _Episode:
         reason = self.counter.force_reason
         if reason is None:
             budget_line = self.prompt.budget_text(self.counter.turns_left)
-            pieces = self._user_turn(self._results_body(None) + self.prompt.result_separator + budget_line)
+            pieces = self.room.user_turn(self._results_body(None) + self.prompt.result_separator + budget_line)
             need = len(self.transcript) + len(self.transcript.tokenize(pieces))
-            room = self.limit - need - self._final_reserve(self.counter.last_good_sql)
-            if plan_call_segment(room, self.budget, self._first_segment_need, think=True) is not None:
+            room = self.limit - need - self.room.final_reserve(self.counter.last_good_sql)
+            if plan_call_segment(room, self.budget, self.room.first_segment_need, think=True) is not None:
                 self.transcript.append(pieces)
                 return None
             reason = "context"
-        self.transcript.append(self._forced_turn())
+        longest = max(len(call.output) for call in self.rounds[-1].calls)
+        self.transcript.append(self.room.forced_turn(self._results_body, longest, self.counter.last_good_sql))
         return reason
 
     def _results_body(self, cap: int | None) -> str:
@@ -256,91 +258,13 @@ class _Episode:
         available = self.limit - len(self.transcript) - SEGMENT_SLACK
         think = final_think_tokens(available, self.budget, sql_tokens)
         self._unsent = []
-        completion = self._generate(self._grammar_final(think), stop_tokens=(self.end_id,))
+        completion = self._generate(self.room.grammar_final(think), stop_tokens=(self.end_id,))
         try:
             return parse_final_turn(
                 completion.text, think_end=self.chat.think_end, after_think=self.chat.after_think
             ).sql, None
         except TurnParseError as exc:
             return None, f"the final answer was not usable: {exc}"
-
-    def _grammar_final(self, think_tokens: int) -> GrammarText:
-        return final_grammar(
-            think_end_token=self.think_end_token,
-            think_end_text=self.chat.think_end,
-            after_think=self.chat.after_think,
-            max_think_tokens=think_tokens,
-            max_sql_tokens=self.budget.max_final_sql_tokens,
-        )
-
-    # ---- turns and room ------------------------------------------------------------------
-
-    def _user_turn(self, content: str) -> list[Piece]:
-        chat = self.chat
-        return [
-            (chat.turn_separator + chat.open_turn("user"), True),
-            (content, False),
-            (chat.turn_end + chat.turn_separator + chat.open_turn("assistant") + chat.assistant_prefix, True),
-        ]
-
-    def _forced_turn(self) -> list[Piece]:
-        """The round's results and the forced-final message; long results cut to fit the room."""
-        forced = self.prompt.forced_text(self.counter.last_good_sql)
-
-        def pieces(body: str) -> list[Piece]:
-            return self._user_turn(body + self.prompt.result_separator + forced)
-
-        room = self.limit - len(self.transcript) - self._final_answer_reserve()
-
-        def fits(cap: int | None) -> bool:
-            return len(self.transcript.tokenize(pieces(self._results_body(cap)))) <= room
-
-        if fits(None):
-            return pieces(self._results_body(None))
-        if not fits(0):  # not even the calls fit: only the note (what _final_reserve kept room for)
-            return pieces(self.prompt.results_cut_note)
-        low, high = 0, max(len(call.output) for call in self.rounds[-1].calls)  # the longest cap that fits
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if fits(mid) else (low, mid - 1)
-        return pieces(self._results_body(low))
-
-    def _final_answer_reserve(self) -> int:
-        """Tokens always kept for the final answer: some thinking and the SQL bound."""
-        return self._grammar_final(final_reserve_think_tokens(self.budget)).max_tokens + SEGMENT_SLACK
-
-    def _final_reserve(self, last_good_sql: str | None) -> int:
-        """Tokens to keep for the forced turn (results cut to nothing) and the final answer."""
-        forced = self.prompt.results_cut_note + self.prompt.result_separator + self.prompt.forced_text(last_good_sql)
-        return len(self.transcript.tokenize(self._user_turn(forced))) + self._final_answer_reserve()
-
-    def _string_bounds(self, bounds: SegmentBounds) -> StringBounds:
-        return StringBounds(bounds.sql_chars, bounds.name_chars)
-
-    def _grammar_first(self, bounds: SegmentBounds) -> GrammarText:
-        return first_call_grammar(
-            think_end_token=self.think_end_token,
-            think_end_text=self.chat.think_end,
-            after_think=self.chat.after_think,
-            max_think_tokens=max(1, bounds.think_tokens),
-            bounds=self._string_bounds(bounds),
-            layout=self.layout,
-        )
-
-    def _grammar_next(self, bounds: SegmentBounds) -> GrammarText:
-        return next_call_grammar(bounds=self._string_bounds(bounds), layout=self.layout)
-
-    def _first_segment_need(self, bounds: SegmentBounds) -> int:
-        # the segment itself; a longer quoted last query in the forced message; the
-        # end-of-turn token
-        return self._grammar_first(bounds).max_tokens + MAX_BYTES_PER_CHAR * bounds.sql_chars + 2 + 1
-
-    def _next_segment_need(self, bounds: SegmentBounds) -> int:
-        # the separator and call, a longer quoted last query, the end-of-turn token
-        return self._grammar_next(bounds).max_tokens + MAX_BYTES_PER_CHAR * bounds.sql_chars + 2 + 1
-
-    def _available(self) -> int:
-        return self.limit - len(self.transcript) - self._final_reserve(self.counter.last_good_sql)
 
     # ---- generation and tools --------------------------------------------------------------
 
@@ -391,21 +315,6 @@ class _Episode:
 
         return on_text
 
-    def _bound_and_remedy(self) -> str:
-        """Which bound the episode's room comes from and the option that raises it."""
-        episode, context = self.budget.max_tokens, self.session.n_ctx
-        if episode < context:
-            return (
-                f"the {episode}-token episode budget; raise --episode-tokens (Budget.max_tokens), up to "
-                f"the context's {context}"
-            )
-        if context < episode:
-            return f"the {context}-token context; use a larger context (--ctx, n_ctx), up to the episode's {episode}"
-        return (
-            f"the {context}-token context and episode budget; raise both --ctx and --episode-tokens "
-            "(n_ctx, Budget.max_tokens)"
-        )
-
     def _emit(self, event: EpisodeEvent) -> None:
         if self.on_event is not None:
             self.on_event(event)
@@ -420,7 +329,10 @@ class _Episode:
         stop: str,
         force_reason: str | None,
         error: str | None,
+        started: float,
     ) -> EpisodeResult:
+        """The episode's result, its answer (or the fallback) run on the database, its stats
+        complete (the figures measured up to now, the session's settings and tuning)."""
         cancelled = stop == "cancelled"
         answer_run = None
         if answer:
@@ -442,12 +354,17 @@ class _Episode:
             fallback=settled.fallback,
             answer=answer,
             rounds=self.rounds,
-            stats=EpisodeStats(),
+            stats=EpisodeStats(
+                figures=self._figures(started),
+                llama_settings=self.session.info.settings if self.tuning is not None else None,
+                tuning=self.tuning,
+            ),
             transcript=self.transcript.text,
             stop=stop,
             error=error if cancelled else settled.error,
             force_reason=force_reason,
             prompt_version=self.prompt.version,
+            generated_spans=self.transcript.generated_spans,
         )
 
     def _run_answer(self, sql: str) -> ToolResult:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Hashable, Sequence
 
 from edge_sql.agent.budget import Budget
@@ -38,6 +39,25 @@ def failed_queries(result: EpisodeResult) -> int:
 
 
 STOPPED = "stopped: the vote was decided without it"
+
+
+GREEDY_VOTE_FLAGS = "--vote samples K episodes and --greedy would make them all the same: use one"
+GREEDY_VOTE = (
+    "a vote needs sampled episodes: greedy ones would all write the same answer "
+    "(drop greedy, or set a seed for reproducible votes)"
+)
+
+
+def vote_refusal(vote: int | str | None, greedy: bool = False, *, flags: bool = False) -> str | None:
+    """Why a vote of `vote` episodes (`"auto"`, or None: no vote) cannot run, or None when it can:
+    the one place the rules live ("a vote needs K >= 2 episodes", "a vote of greedy episodes is
+    refused: they would all write the same answer"); each surface raises its own error with the
+    message (`flags`: worded with the command line's options)."""
+    if isinstance(vote, int) and vote < 2:
+        return f"a vote needs at least 2 episodes, got {vote}"
+    if vote is not None and greedy:
+        return GREEDY_VOTE_FLAGS if flags else GREEDY_VOTE
+    return None
 
 
 def decided(sizes: Sequence[int], remaining: int) -> bool:
@@ -86,11 +106,18 @@ def choose(
     *,
     max_rows: int = Budget().max_result_rows,
     keys: dict[str, Hashable | str] | None = None,
+    seeds: Sequence[int] | None = None,
+    ran: Sequence[EpisodeResult | None] | None = None,
+    started: float | None = None,
 ) -> EpisodeResult:
     """The voted answer among `results` (K episodes of one question, in their order; None for one
     stopped once the vote was decided): a copy of the chosen episode's result whose
     `stats.vote` (`VoteStats`) says how the vote went, with each episode's `VoteEpisode`.
-    `keys` holds result sets already computed (a `Tally`'s)."""
+    `keys` holds result sets already computed (a `Tally`'s). With `seeds` (the episodes'),
+    `ran` (each episode's result as it ended, a stopped one's too; None: never started) and
+    `started` (when the vote began, `time.perf_counter()`), the stats are complete when built:
+    the seeds, the whole vote's wall time, the prompt tokens all episodes evaluated, and each
+    episode's seed, stop and wall time."""
     if not results or all(r is None for r in results):
         raise ValueError("a vote needs at least one episode")
     keys = {} if keys is None else dict(keys)  # one run per distinct SQL
@@ -131,9 +158,24 @@ def choose(
         finished=finished,
         episodes=episodes,
     )
+    if seeds is not None:
+        _add_runs(vote, list(seeds), list(ran) if ran is not None else list(results), started)
     winner = results[chosen]
     assert winner is not None
     return dataclasses.replace(winner, stats=dataclasses.replace(winner.stats, vote=vote))
+
+
+def _add_runs(vote: VoteStats, seeds: list[int], ran: list[EpisodeResult | None], started: float | None) -> None:
+    """The vote's seeds, wall time and evaluated prompt tokens, and each episode's seed, stop and
+    wall time (what `choose` was given of how the episodes ran)."""
+    for seed, episode, result in zip(seeds, vote.episodes, ran):
+        episode.seed = seed
+        if result is not None:
+            episode.stop, episode.wall_s = result.stop, result.stats.measured.wall_s
+    vote.seeds = seeds
+    vote.prompt_tokens_evaluated = sum(r.stats.measured.timings.prompt_tokens for r in ran if r is not None)
+    if started is not None:
+        vote.wall_s = round(time.perf_counter() - started, 4)
 
 
 def agreement_line(vote: VoteStats) -> str:

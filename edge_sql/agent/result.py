@@ -67,6 +67,8 @@ class EpisodeResult:
     answer came from, what the database holds of them, and the confidence (edge_sql/checks).
     `given` says which notes, verified answers and follow-up went into the evidence (None: the
     knowledge was not consulted); "verified" as `stop`: answered at once from a verified answer.
+    `generated_spans`: the context positions the model itself wrote ([start, end) of each
+    completion; the bench's fidelity compares there); not in the JSON.
     """
 
     question: str
@@ -87,6 +89,7 @@ class EpisodeResult:
     prompt_version: str = ""
     checks: Checks | None = None
     given: Given | None = None
+    generated_spans: list[list[int]] = field(default_factory=list)  # [start, end) of the model's own tokens
 
     @property
     def ok(self) -> bool:

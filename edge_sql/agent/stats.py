@@ -107,8 +107,8 @@ class EpisodeFigures:
 @dataclass
 class VoteEpisode:
     """One episode of a vote: its SQL, its group (numbered in order of first appearance; None: it
-    did not vote, `reason` says why) and its failed `run_query` calls. The bench adds its seed,
-    how it stopped and its wall time."""
+    did not vote, `reason` says why) and its failed `run_query` calls; with the Agent's votes also
+    its seed, how it stopped and its wall time (in the JSON with `runs`: the bench's records)."""
 
     sql: str | None
     group: int | None
@@ -118,11 +118,11 @@ class VoteEpisode:
     stop: str | None = None
     wall_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, runs: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {"sql": self.sql, "group": self.group, "failed_queries": self.failed_queries}
         if self.reason is not None:
             data["reason"] = self.reason
-        if self.seed is not None:
+        if runs and self.seed is not None:
             data.update(seed=self.seed, stop=self.stop, wall_s=self.wall_s)
         return data
 
@@ -131,8 +131,9 @@ class VoteEpisode:
 class VoteStats:
     """How a vote went (`agent.majority_vote.choose`): `k` episodes, the `chosen` one's index, `agreed`
     (episodes in its group), `voters`, `agreement` (agreed / voters; 0.0 with no voter) and
-    `finished` (episodes that ran to their end). `Agent.ask` adds the `seeds`, the whole vote's
-    `wall_s` and the prompt tokens all its episodes evaluated; the bench adds the seeds."""
+    `finished` (episodes that ran to their end); an Agent's vote also the `seeds`, the whole vote's
+    `wall_s` and the prompt tokens all its episodes evaluated (`choose` given how they ran).
+    `to_json(runs=True)` (the bench's records) adds each episode's seed, stop and wall time."""
 
     k: int
     chosen: int
@@ -145,7 +146,7 @@ class VoteStats:
     wall_s: float | None = None
     prompt_tokens_evaluated: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, runs: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {
             "k": self.k,
             "chosen": self.chosen,
@@ -153,7 +154,7 @@ class VoteStats:
             "voters": self.voters,
             "agreement": self.agreement,
             "finished": self.finished,
-            "episodes": [e.to_json() for e in self.episodes],
+            "episodes": [e.to_json(runs=runs) for e in self.episodes],
         }
         if self.seeds is not None:
             data["seeds"] = list(self.seeds)
@@ -167,8 +168,8 @@ class VoteStats:
 @dataclass
 class EpisodeStats:
     """The statistics of an answer. `figures` is None for a question that never ran (an error
-    result: its JSON `stats` is `{}`); `llama_settings` and `tuning` come from `Agent.ask`, `vote`
-    from a vote."""
+    result: its JSON `stats` is `{}`); `llama_settings` and `tuning` with the Agent's episodes
+    (`run_episode(tuning=...)`), `vote` from a vote (`majority_vote.choose`): complete when built."""
 
     figures: EpisodeFigures | None = None
     llama_settings: str | None = None

@@ -23,6 +23,7 @@ class Transcript:
         self.session = session
         self.text = ""
         self.tokens: list[int] = []
+        self.generated_spans: list[list[int]] = []  # [start, end) context positions the model wrote
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -53,3 +54,5 @@ class Transcript:
         """Record what `generate` appended to the context (already in the session)."""
         self.text += self.session.detokenize(completion.tokens)
         self.tokens += completion.tokens
+        if completion.tokens:
+            self.generated_spans.append([completion.start, completion.end])

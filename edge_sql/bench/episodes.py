@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -37,30 +37,6 @@ if TYPE_CHECKING:
     from edge_sql.runtime import Session
 
 
-class SpanRecorder:
-    """A session seen through a wrapper that notes which context positions the model itself
-    wrote ([start, end) of each `generate`, for fidelity); everything else is the session's.
-    A wrapper, not a subclass, so it fits whatever sessions `open_sessions` returns."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.generated_spans: list[list[int]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.session, name)
-
-    def reset(self) -> None:
-        self.session.reset()
-        self.generated_spans = []
-
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        start = self.session.n_past
-        completion = self.session.generate(*args, **kwargs)
-        if self.session.n_past > start:
-            self.generated_spans.append([start, self.session.n_past])
-        return completion
-
-
 class EpisodeRunner:
     """A loaded variant (an Agent) and everything its episodes share (questions, prompt, budget,
     sampling)."""
@@ -71,11 +47,9 @@ class EpisodeRunner:
         *,
         model_path: str | None = None,
         node: str | None = None,
-        session_view: Callable[[Any], Any] = SpanRecorder,
     ) -> None:
         """Load `task`'s variant from `model_path` (default: the task's path; a Ray node may hold
-        its own copy elsewhere). `node` labels the records (default: this machine's name).
-        `session_view` wraps each session (a `SpanRecorder`: what fidelity needs)."""
+        its own copy elsewhere). `node` labels the records (default: this machine's name)."""
         from edge_sql.agent.budget import Budget
         from edge_sql.api import Agent
         from edge_sql.evaluation.datasets import load_dataset
@@ -95,7 +69,6 @@ class EpisodeRunner:
             prefix_cache=False,
             speculate=task.speculate,
             parallel=task.parallel,
-            session_view=lambda session: cast("Session", session_view(session)),
         )
         self._prompts: dict[tuple[str, str], PromptTemplate] = {}  # (mode, db path): the mode's prompt
         self._knowledge: BenchKnowledge | None = None  # the knowledge modes' evidence, made on first use
@@ -119,8 +92,8 @@ class EpisodeRunner:
             self.load_record["parallel"] = task.parallel
 
     @property
-    def sessions(self) -> list[Any]:
-        """The variant's sessions, as its episodes see them (`session_view`)."""
+    def sessions(self) -> list[Session]:
+        """The variant's sessions (one per episode at once)."""
         return self.agent.sessions
 
     def run_many(self, items: Sequence[tuple[str, str]]) -> Iterator[EpisodeRecord]:
@@ -131,7 +104,7 @@ class EpisodeRunner:
         asks = [self._ask(mode, question_id) for mode, question_id in items]
         seen: dict[int, dict[str, Any]] = {}  # per item: what its session(s) said (see `_watch`)
 
-        def watch(index: int, ask: Ask, session: Any, result: EpisodeResult) -> None:
+        def watch(index: int, ask: Ask, session: Session, result: EpisodeResult) -> None:
             self._watch(seen.setdefault(index, {}), ask, session, result)
 
         with closing(self.agent.each(asks, greedy=self.task.greedy, watch=watch, early_stop=False)) as finished:
@@ -180,15 +153,14 @@ class EpisodeRunner:
                 self._prompts[key] = prompt_for_mode(self.agent.prompt, mode, db)
         return self._prompts[key]
 
-    def _watch(self, seen: dict[str, Any], ask: Ask, session: Any, result: EpisodeResult) -> None:
+    def _watch(self, seen: dict[str, Any], ask: Ask, session: Session, result: EpisodeResult) -> None:
         """What an item's record takes from the session its episode ran on, before it is given
-        back: its tokens, for fidelity (the counts and timings are in the result's stats); each
-        vote episode's stop and wall time, by its seed."""
-        seen.setdefault("episodes", {})[ask.seed] = {"stop": result.stop, "wall_s": result.stats.measured.wall_s}
+        back: its tokens and the positions the model wrote (`result.generated_spans`), for
+        fidelity; the counts, timings and a vote's episodes are in the result's stats."""
         if self.task.record_tokens:
             seen["tokens"] = {
                 "tokens": session.tokens,
-                "generated_spans": session.generated_spans,
+                "generated_spans": result.generated_spans,
             }  # [start, end) of the model's own tokens
 
     def _record(
@@ -231,10 +203,7 @@ class EpisodeRunner:
         }
         vote = outcome.stats.vote
         if vote is not None:  # vote_mode.py: the whole vote's wall time, each episode's seed, stop and time
-            for index, episode in enumerate(vote.episodes):
-                mine = seen.get("episodes", {}).get(task.seed + index, {})
-                episode.seed, episode.stop, episode.wall_s = task.seed + index, mine.get("stop"), mine.get("wall_s")
-            data = vote.to_json()
+            data = vote.to_json(runs=True)
             if task.vote_auto:
                 data["auto"] = True  # K was `--vote auto`'s pick on this machine
             return cast("EpisodeRecord", {**record, "wall_s": vote.wall_s, "vote": data, "node": self.node})

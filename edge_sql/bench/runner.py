@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from edge_sql.agent.majority_vote import vote_refusal
 from edge_sql.bench.aggregate import summarize
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.config import BenchConfig
@@ -134,10 +135,9 @@ def run_bench(
         )
     if config.parallel is not None and config.parallel < 1:
         raise BenchSetupError(f"parallel must be at least 1, got {config.parallel}")
-    if isinstance(config.vote, int) and config.vote < 2:
-        raise BenchSetupError(f"a vote needs at least 2 episodes, got {config.vote}")
-    if config.vote and config.greedy:
-        raise BenchSetupError("--vote samples K episodes and --greedy would make them all the same: use one")
+    problem = vote_refusal(config.vote, config.greedy, flags=True)
+    if problem is not None:
+        raise BenchSetupError(problem)
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = ResultsLog(out_dir / RESULTS_FILE_NAME)
@@ -194,22 +194,23 @@ def run_bench(
 
 
 def resolve_auto_vote(config: BenchConfig, variants: Sequence[Variant], log: Callable[[str], None]) -> BenchConfig:
-    """`config` with `vote="auto"` resolved: the smallest of the variants' `auto_vote_k` (each from
+    """`config` with `vote="auto"` resolved: the smallest of the variants' planned K (`plan_sessions`, each from
     its own calibration, as `run --vote auto` does; one K so that every variant's vote mode is the
     same and compares), None when that is 1 (no vote)."""
-    from edge_sql.api import auto_vote_k
+    from edge_sql.api import plan_sessions
 
     picks = []
     for variant in variants:
-        k, line = auto_vote_k(
+        plan = plan_sessions(
             variant.path,
+            vote="auto",
             tune=config.tune,
             n_ctx=config.n_ctx,
             n_threads=config.n_threads,
             pull_if_missing=False,
             log=log,
         )
-        log(f"{variant.name}: {line}")
-        picks.append(k)
+        log(f"{variant.name}: {plan.auto_vote_line}")
+        picks.append(plan.auto_vote)
     k = min(picks, default=1)
     return replace(config, vote=k if k >= 2 else None, vote_auto=True)

@@ -201,11 +201,13 @@ def command(
 
     Example: edge-sql bench --model synsql --dataset mini_dev_sqlite.json --db-root dev_databases
     """
+    from edge_sql.agent.majority_vote import vote_refusal
     from edge_sql.bench import BenchConfig, parse_variant_names, run_bench
     from edge_sql.bench.modes import parse_modes
 
-    if vote is not None and greedy:
-        raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
+    problem = vote_refusal(vote, greedy, flags=True)
+    if problem is not None:
+        raise click.UsageError(problem)
     config = BenchConfig(
         out_dir=out_dir,
         base=base,

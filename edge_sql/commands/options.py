@@ -6,7 +6,7 @@ import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 from click.core import ParameterSource
@@ -139,8 +139,11 @@ class VoteType(click.ParamType):
                 k = int(value)
             except ValueError:
                 self.fail(f"{value!r} is neither a number of episodes nor 'auto'", param, ctx)
-            if k < 2:
-                self.fail(f"a vote needs at least 2 episodes, got {k}", param, ctx)
+            from edge_sql.agent.majority_vote import vote_refusal  # the one rule; imported when a vote is given
+
+            problem = vote_refusal(k)
+            if problem is not None:
+                self.fail(problem, param, ctx)
             return k
         return "auto"
 
@@ -153,18 +156,23 @@ threads_option = click.option(
 )
 
 
-def greedy_with(vote: object, greedy: bool) -> bool:
+def greedy_with(vote: int | Literal["auto"] | None, greedy: bool) -> bool:
     """`--greedy` beside `--vote`: a vote samples its K episodes, so the two given together are a
     usage error; a greedy from the settings (a file, a profile, the environment) gives way to a
     vote typed on the command line."""
     if vote is None or not greedy:
+        return greedy
+    from edge_sql.agent.majority_vote import vote_refusal
+
+    problem = vote_refusal(vote, greedy, flags=True)
+    if problem is None:
         return greedy
     ctx = click.get_current_context()
     if ctx.get_parameter_source("vote") is ParameterSource.COMMANDLINE and (
         ctx.get_parameter_source("greedy") is not ParameterSource.COMMANDLINE
     ):
         return False
-    raise click.UsageError("--vote samples K episodes and --greedy would make them all the same: use one")
+    raise click.UsageError(problem)
 
 
 def episode_options(command: Callable) -> Callable:

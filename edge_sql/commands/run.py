@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.events import EpisodeEvent
     from edge_sql.agent.result import EpisodeResult
-    from edge_sql.agent.stats import VoteStats
     from edge_sql.api import Agent
     from edge_sql.knowledge import FollowUp
     from edge_sql.runtime import SpeculateMode
@@ -56,7 +55,7 @@ class RunOptions:
     budget: Budget
     tune: bool = True
     speculate: SpeculateMode = "off"
-    vote: int | Literal["auto"] | None = None  # "auto": resolved by `_run` before the model loads
+    vote: int | Literal["auto"] | None = None  # "auto": resolved by the Agent's plan when the model loads
     abstain_below: float | None = None  # with a vote: "not sure" below this share of agreeing episodes
     fresh: bool = False  # ask the model even when the question has a verified answer
 
@@ -240,9 +239,10 @@ def _run(options: RunOptions) -> int:
             code = _answer_verified(db, options)
             if code is not None:
                 return code  # a verified question: answered without loading the model
-        if options.vote == "auto":
-            options = replace(options, vote=_auto_vote(options))
         agent = _load_agent(options)
+        if options.vote == "auto":  # the plan's K (None: one episode), said on stderr with why
+            click.echo(agent.plan.auto_vote_line, err=True)
+            options = replace(options, vote=agent.vote_k("auto"))
         try:
             if options.question is not None:
                 return _answer(agent, db, options.question, options, fresh=options.fresh)
@@ -273,26 +273,9 @@ def _answer_verified(db: ReadOnlyDatabase, options: RunOptions) -> int | None:
     return 0
 
 
-def _auto_vote(options: RunOptions) -> int | None:
-    """The K of `--vote auto` here (None: one episode), said on stderr with why."""
-    from edge_sql.api import auto_vote_k
-
-    k, line = auto_vote_k(
-        options.model,
-        tune=options.tune,
-        n_gpu_layers=options.gpu_layers,
-        n_ctx=options.n_ctx,
-        n_threads=options.threads,
-        log=lambda message: click.echo(message, err=True),
-    )
-    click.echo(line, err=True)
-    return k if k >= 2 else None
-
-
 def _load_agent(options: RunOptions) -> Agent:
-    """The Agent; a vote of K runs its K episodes at once (K sequences), otherwise one."""
+    """The Agent; a vote of K runs its K episodes at once (K sequences, its plan's), otherwise one."""
     from edge_sql.api import Agent
-    from edge_sql.runtime.options import episodes_at_once
 
     click.echo(f"loading {options.model or 'the default model'} ...", err=True)
     agent = Agent(
@@ -305,7 +288,7 @@ def _load_agent(options: RunOptions) -> Agent:
         log=lambda message: click.echo(message, err=True),
         tune=options.tune,
         speculate=options.speculate,
-        parallel=episodes_at_once(1, options.vote if isinstance(options.vote, int) else None),
+        vote=options.vote,
     )
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
@@ -340,7 +323,7 @@ def _answer(
 
     The live view prints each round and call on stdout; on a terminal, stderr also shows a
     status line (round, tokens, tok/s, elapsed), with `--json` too, erased before the answer."""
-    from edge_sql.agent.display import answer_text
+    from edge_sql.agent.display import answer_text, vote_text
     from edge_sql.agent.events import Tokens
     from edge_sql.commands.progress import StatusLine
     from edge_sql.knowledge.answers import given_lines
@@ -387,7 +370,7 @@ def _answer(
         click.echo(("\r" if sys.stdout.isatty() else "") + "stopped; ask another question")
     else:
         if result.stats.vote is not None and not cancelled:
-            click.echo(_vote_text(result.stats.vote))
+            click.echo(vote_text(result.stats.vote))
         click.echo(answer_text(result))
         for line in given_lines(result):
             click.echo(line)
@@ -398,27 +381,3 @@ def _answer(
     if result.stop == "abstained":
         return EXIT_NOT_SURE
     return EXIT_NO_ANSWER if result.sql is None else 0
-
-
-def _vote_text(vote: VoteStats) -> str:
-    """Each episode's answer and group, then the agreement: `3 of 4 episodes agreed`."""
-    from edge_sql.agent.display import CALL_LINE_WIDTH, shorten
-    from edge_sql.agent.majority_vote import agreement_line
-
-    assert vote.seeds is not None and vote.wall_s is not None  # Agent.ask's vote sets them
-    lines = []
-    for i, episode in enumerate(vote.episodes):
-        mark = "*" if i == vote.chosen else " "
-        failed = episode.failed_queries
-        shown = f"no vote: {episode.reason}" if episode.group is None else f"group {episode.group + 1}: {episode.sql}"
-        lines.append(
-            f"{mark} "
-            + shorten(
-                f"episode {i + 1} (seed {vote.seeds[i]}, {failed} failed quer{'y' if failed == 1 else 'ies'}): {shown}",
-                CALL_LINE_WIDTH - 2,
-            )
-        )
-    lines.append(
-        f"{agreement_line(vote)}; the answer is episode {vote.chosen + 1}'s ({vote.wall_s:.1f} s for all {vote.k})"
-    )
-    return "\n".join(lines)

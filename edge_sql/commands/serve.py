@@ -322,7 +322,6 @@ def _serve(options: ServeOptions) -> None:
     )
     listener = bind(o.host, o.port) if o.http else None
     try:
-        sequences = max(parallel, _vote_sequences(o))
         _log(f"loading {o.model or 'the default model'} ...")
         with Agent(
             o.model,
@@ -334,8 +333,11 @@ def _serve(options: ServeOptions) -> None:
             budget=o.budget,
             log=_log,
             speculate=o.speculate,
-            parallel=sequences,
+            parallel=parallel,
+            vote=o.vote,
         ) as agent:
+            if o.vote == "auto":  # the plan's K, whose sequences were opened beside --parallel's
+                _log(agent.plan.auto_vote_line)
             _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
@@ -360,15 +362,3 @@ def _serve(options: ServeOptions) -> None:
         if listener is not None:
             listener.close()
     _log("stopped")
-
-
-def _vote_sequences(o: ServeOptions) -> int:
-    """The sequences `--vote` needs (its K; 'auto' resolved here as `run --vote auto` does, and
-    said on stderr, so the Agent opens them and its own "auto" comes to the same K)."""
-    if o.vote != "auto":
-        return o.vote or 1
-    from edge_sql.api import auto_vote_k
-
-    k, line = auto_vote_k(o.model, tune=o.tune, n_gpu_layers=o.gpu_layers, n_ctx=o.n_ctx, n_threads=o.threads, log=_log)
-    _log(line)
-    return k

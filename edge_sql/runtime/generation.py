@@ -220,6 +220,7 @@ class GeneratingContext(ContextState):
             n_overruled=run.n_overruled,
             ended_turn=bool(new_tokens) and new_tokens[-1] in run.stop_set,
             timings=timings,
+            start=run.start,
         )
 
     def _next_logits(self, verifier: Verifier | None, room: int) -> np.ndarray:

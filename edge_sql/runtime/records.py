@@ -198,8 +198,9 @@ class Timings:
 class Completion:
     """What one `generate` call added to the context.
 
-    `tokens` are all tokens appended (including a final stop token); `text` is their text
-    without that stop token. `ended_turn` says whether a stop token closed the turn.
+    `tokens` are all tokens appended (including a final stop token), from context position
+    `start` to `end`; `text` is their text without that stop token. `ended_turn` says whether a
+    stop token closed the turn.
     """
 
     tokens: list[int]
@@ -212,3 +213,9 @@ class Completion:
     # overruled the model's own top token (its raw argmax was not allowed)
     n_audited: int = 0
     n_overruled: int = 0
+    start: int = 0  # the context position of its first token: [start, end) are the model's own
+
+    @property
+    def end(self) -> int:
+        """The context position after its last token."""
+        return self.start + len(self.tokens)

@@ -1,0 +1,447 @@
+"""`Agent`: a model loaded once that answers many questions, each an episode on a session
+borrowed from its pool (`session_pool.py`); `each` drives them (`driver.py`), a vote is
+`vote.py`'s, the knowledge is consulted first (`knowledge_hook.py`) and the sessions are the
+plan's (`plan.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from pathlib import Path
+from typing import Literal
+
+from edge_sql.agent.budget import Budget, small_model_note
+from edge_sql.agent.checked import abstain, check_episode
+from edge_sql.agent.episode import run_episode
+from edge_sql.agent.events import EpisodeEvent
+from edge_sql.agent.given import FollowUp
+from edge_sql.agent.prompt import PromptTemplate, load_prompt
+from edge_sql.agent.result import EpisodeResult
+from edge_sql.api.asks import Ask, Watch, ask_item, error_result, opened
+from edge_sql.api.driver import EachWatch, drive
+from edge_sql.api.knowledge_hook import KnowledgeHook
+from edge_sql.api.plan import gguf_name, plan_sessions, prefix_state_dir
+from edge_sql.api.session_pool import SessionPool
+from edge_sql.api.vote import run_vote
+from edge_sql.errors import ClosedError, EdgeSqlError
+from edge_sql.knowledge import Knowledge
+from edge_sql.knowledge.answers import consult
+from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
+from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
+from edge_sql.tools import ReadOnlyDatabase, Toolbox
+
+
+class Agent:
+    """A loaded model that answers questions about SQLite databases.
+
+    `model` is a GGUF path, a model-store name (`synsql`, `synsql:Q4_K_M`) or None for the
+    default model, which is pulled (downloaded and converted) the first time if it is not in
+    the store. The model is loaded once; every `ask` is a new episode on the same context.
+
+    `tune` loads the model with the settings calibrated for this file on this machine (a quick
+    calibration the first time, cached in the store, its progress sent to `log` and to the
+    `edge_sql.api` logger at INFO; `tuning` says "cached", "calibrated",
+    "off" or "gpu"); `tune=False` uses safe defaults. `prefix_cache` also keeps the state after
+    the shared system prompt on disk, so a later process skips evaluating it (in memory it is
+    always kept between questions). `speculate` ("off", "lookup", "auto"; "mtp" once model files
+    carry an MTP head) decodes drafted tokens in batches and keeps only those the model itself
+    would write: the same answers for fewer decodes (`runtime/speculation/speculative.py`).
+
+    `parallel=N` opens N sessions, each its own sequence of one llama.cpp context of `n_ctx`
+    tokens per sequence (`runtime.batching.sequences.open_sessions`): up to N episodes run at once and
+    their decode steps share llama.cpp batches, which is where the throughput comes from (more
+    tokens per second in all, each episode a little slower). With calibrated settings, more
+    sequences than fit the memory budget are refused (EdgeSqlError; `edge-sql tune` shows how
+    many fit). `agent.sessions` lists them; `agent.session` is the one session of `parallel=1`.
+    `vote=K` (or "auto") opens the sessions a vote of K needs beside `parallel`'s, for callers
+    whose requests vote (run, serve); `agent.plan` (`SessionPlan`) says what was opened and why.
+    `session_settings` (a benchmark's: flash attention, thread adaptation, ...) win over the
+    settings the sessions would open with.
+
+    Thread safety: `ask` may be called from any number of threads. Each call borrows a free
+    session for its whole episode and blocks while all N are busy, so up to N calls run at once
+    (with the default `parallel=1` they run one after another, as before); each gets its own
+    result. `ask_many` answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes
+    and answers with the result set most of them return (`agent/majority_vote.py`).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        n_threads: int | None = None,
+        n_gpu_layers: int | None = None,
+        n_ctx: int = DEFAULT_CONTEXT_TOKENS,
+        prompt_file: str | Path | None = None,
+        budget: Budget | None = None,
+        pull_if_missing: bool = True,
+        log: Callable[[str], None] = lambda _m: None,
+        tune: bool = True,
+        prefix_cache: bool = True,
+        speculate: SpeculateMode = "off",
+        parallel: int = 1,
+        vote: int | Literal["auto"] | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.prompt: PromptTemplate = load_prompt(prompt_file)
+        self.budget = budget or Budget()
+        self.plan = plan_sessions(
+            model,
+            parallel=parallel,
+            vote=vote,
+            tune=tune,
+            n_gpu_layers=n_gpu_layers,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            speculate=speculate,
+            pull_if_missing=pull_if_missing,
+            log=log,
+            session_settings=session_settings,
+        )
+        self.parallel, self.model_path, self.tuning = self.plan.sessions, self.plan.model_path, self.plan.tuning
+        self.auto_vote, self.auto_vote_line = self.plan.auto_vote, self.plan.auto_vote_line
+        self._pool: SessionPool | None = SessionPool.open(  # what `ask` borrows from; None once closed
+            self.plan,
+            PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
+        )
+        self.load_s = self._pool.load_s  # opening the sessions (the model, the context)
+        note = small_model_note(self.model_path.name, self.info.architecture, gguf_name(self.model_path), self.budget)
+        if note is not None:
+            log(note)  # once per load: a model not trained for the protocol, with its open bounds
+        self._knowledge = KnowledgeHook(self.count_tokens)  # opened by the first question that consults it
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The agent's sessions, one per parallel sequence (empty once closed)."""
+        return list(self._pool.views) if self._pool is not None else []
+
+    @property
+    def session(self) -> Session | None:
+        """The one session of a `parallel=1` Agent (None once closed); with more, see `sessions`."""
+        if self.parallel != 1:
+            raise EdgeSqlError(
+                f"this Agent has {self.parallel} sessions (parallel={self.parallel}): use agent.sessions"
+            )
+        return self._pool.views[0] if self._pool is not None else None
+
+    @property
+    def info(self) -> SessionInfo:
+        """How the model was loaded (file, backend, GPU layers, threads, context)."""
+        return self._open_pool().group.info
+
+    @property
+    def knowledge(self) -> Knowledge:
+        """The notes and verified answers `ask` consults (the store's knowledge database), its
+        bounds measured with this model's tokenizer; opened on first use."""
+        return self._knowledge.knowledge()
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is in the model's own vocabulary."""
+        return len(self._open_pool().views[0].tokenize(text, special=False))
+
+    def warm_up(self) -> None:
+        """Build what the first question would otherwise wait for: the grammar engine's view of the
+        vocabulary (seconds for 248k tokens, holding the GIL and not cancellable). Servers call it
+        at start so no client's first request pays for it."""
+        for session in self._open_pool().views:  # one view per loaded model: the first builds it
+            session.lltokenizer()
+
+    def ask(
+        self,
+        question: str,
+        db: str | Path | ReadOnlyDatabase,
+        *,
+        evidence: str | None = None,
+        seed: int | None = None,
+        greedy: bool = False,
+        on_event: Callable[[EpisodeEvent], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        vote: int | Literal["auto"] | None = None,
+        early_stop: bool = True,
+        abstain_below: float | None = None,
+        follow_up: FollowUp | None = None,
+        fresh: bool = False,
+        knowledge: bool = True,
+    ) -> EpisodeResult:
+        """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
+
+        With `knowledge` (docs/knowledge.md): a question verified before on this database (same
+        words, case, spacing and punctuation aside) is answered at once by running its stored SQL
+        afresh (`stop == "verified"`; `fresh=True` asks the model instead); otherwise the notes
+        that apply and the most similar verified answers join the evidence. `follow_up` (the
+        previous question and its SQL) goes into the evidence too. `result.given` says what was
+        given; `result.evidence` stays the caller's.
+
+        `seed` makes sampling reproducible; `greedy` always takes the most likely token.
+        `on_event` sees each round and call as it happens; `should_stop` returning True ends
+        the episode early (`result.stop == "cancelled"`). Raises EdgeSqlError for a bad
+        database or an empty question.
+
+        `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
+        ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
+        the chosen episode's, with `stats.vote` (see `agent.majority_vote.choose`; also `seeds`,
+        `wall_s` for the whole vote and `prompt_tokens_evaluated` by all its episodes). The
+        episodes share their opening: one evaluates it, the others restore its state. As soon
+        as the episodes still running cannot change the winning result set, they are stopped
+        (`early_stop=False`: every episode runs to its end);
+        `stats.vote.finished` counts those that did. `on_event` is not called for a vote (K
+        episodes' events would interleave). A vote of greedy episodes is refused (ValueError):
+        they would all write the same answer. `should_stop` (Ctrl-C, a client's cancel) stops
+        every episode of a vote.
+
+        `vote="auto"`: the largest vote this machine answers within `VOTE_FACTOR` times one
+        episode, predicted from the calibrated decode rates (`runtime/tuning/auto_vote.py`), within
+        the Agent's `parallel` sequences: `agent.auto_vote` (1: a single episode, no vote) and
+        `agent.auto_vote_line` say which and why.
+
+        Every answer carries `checks` (edge_sql/checks): where each name and value came from,
+        whether the database holds each compared value, and a confidence; with a vote, the share
+        of the K episodes that agree joins it. `abstain_below=F` (with a vote, 0 < F <= 1) answers
+        "not sure" when fewer than F of the K agree: `stop == "abstained"`, no rows, the voted SQL
+        in `answer` and the reason in `error`; every episode then runs to its end (a vote stopped
+        early would count the stopped ones as disagreeing).
+        """
+        if abstain_below is not None and (vote is None or not 0 < abstain_below <= 1):
+            raise ValueError(
+                "abstain_below needs a vote (vote=K) and a fraction in (0, 1], "
+                f"got vote={vote}, abstain_below={abstain_below}"
+            )
+        if not question or not question.strip():
+            raise EdgeSqlError("empty question")
+        self._open_pool()  # a closed Agent answers nothing, not even from the knowledge it closed
+        with opened(db) as database:
+            consulted = consult(
+                self._knowledge.knowledge,
+                database,
+                question,
+                evidence,
+                follow_up=follow_up,
+                fresh=fresh,
+                use_knowledge=knowledge,
+                count_tokens=self.count_tokens,
+                max_rows=self.budget.max_result_rows,
+                prompt_version=self.prompt.version,
+            )
+            if isinstance(consulted, EpisodeResult):
+                return consulted
+            result = self._ask(
+                question,
+                database,
+                evidence=consulted.evidence,
+                seed=seed,
+                greedy=greedy,
+                on_event=on_event,
+                should_stop=should_stop,
+                vote=vote,
+                early_stop=early_stop,
+                abstain_below=abstain_below,
+            )
+        result.evidence, result.given = evidence, consulted.given
+        return result
+
+    def _ask(
+        self,
+        question: str,
+        db: ReadOnlyDatabase,
+        *,
+        evidence: str | None,
+        seed: int | None,
+        greedy: bool,
+        on_event: Callable[[EpisodeEvent], None] | None,
+        should_stop: Callable[[], bool] | None,
+        vote: int | Literal["auto"] | None,
+        early_stop: bool,
+        abstain_below: float | None,
+    ) -> EpisodeResult:
+        """`ask` once the evidence is composed: one episode, or a vote."""
+        k = self.vote_k(vote)
+        if k is not None:
+            result = run_vote(
+                self._each,
+                question,
+                db,
+                k,
+                evidence=evidence,
+                seed=seed,
+                greedy=greedy,
+                should_stop=should_stop,
+                max_rows=self.budget.max_result_rows,
+                early_stop=early_stop and abstain_below is None,
+            )
+            return abstain(result, abstain_below) if abstain_below is not None else result
+        return self._episode(
+            question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event, should_stop=should_stop
+        )
+
+    def _episode(
+        self,
+        question: str,
+        db: str | Path | ReadOnlyDatabase,
+        *,
+        evidence: str | None,
+        seed: int | None,
+        greedy: bool,
+        on_event: Callable[[EpisodeEvent], None] | None,
+        should_stop: Callable[[], bool] | None,
+        share_opening: bool = False,
+        prompt: PromptTemplate | None = None,
+        watch: Watch | None = None,
+    ) -> EpisodeResult:
+        """One episode on a borrowed session (`share_opening`: see `run_episode`; `watch`: see `each`)."""
+        params = SamplingParams(seed=seed, greedy=greedy)
+        with opened(db) as database:
+            with self._open_pool().borrowed() as session:
+                result = run_episode(
+                    session,
+                    Toolbox(database, question=f"{question}\n{evidence or ''}"),
+                    question,
+                    evidence=evidence,
+                    params=params,
+                    prompt=prompt or self.prompt,
+                    budget=self.budget,
+                    should_stop=should_stop,
+                    on_event=on_event,
+                    share_opening=share_opening,
+                    tuning=self.tuning,
+                )
+                if watch is not None:
+                    watch(Ask(question, database, evidence, seed, prompt=prompt), session, result)
+            result.checks = check_episode(database, result)  # the session is free again meanwhile
+            return result
+
+    def ask_many(
+        self,
+        questions: Sequence[str | Ask | tuple],
+        db: str | Path | ReadOnlyDatabase | None = None,
+        *,
+        evidence: str | None = None,
+        seed: int | None = None,
+        greedy: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        on_result: Callable[[int, EpisodeResult], None] | None = None,
+    ) -> list[EpisodeResult]:
+        """Answer several questions, `parallel` at a time; the results come in input order.
+
+        A question is a str (about `db`, with `evidence` and `seed`) or an `Ask` (or a tuple of
+        its fields: `(question, db, evidence, seed)`) whose fields that are not None win. Each
+        database file is opened once and shared by its questions. `on_result(i, result)` is
+        called as each episode finishes (in the calling thread); `should_stop` ends them all.
+        Runs through `each`, which yields the results as they finish.
+
+        A question that fails with an EdgeSqlError (a missing database, an empty question, one
+        too long for the context) gets a result with `stop == "error"` and the message in
+        `error`, so one bad question costs no other its answer. Any other exception is raised
+        once every running question has finished; so is a KeyboardInterrupt (Ctrl-C) while
+        waiting, after the running episodes have been stopped.
+        """
+        items = [ask_item(q, db, evidence, seed) for q in questions]
+        outcomes: list[EpisodeResult | Exception | None] = [None] * len(items)
+        for i, outcome in self._each(items, greedy=greedy, should_stop=should_stop):
+            outcomes[i] = outcome
+            if on_result is not None and isinstance(outcome, EpisodeResult):
+                on_result(i, outcome)
+        for failed in outcomes:
+            if isinstance(failed, BaseException) and not isinstance(failed, EdgeSqlError):
+                raise failed
+        return [
+            error_result(item, outcome, self.prompt.version) if isinstance(outcome, BaseException) else outcome
+            for item, outcome in zip(items, outcomes)
+            if outcome is not None
+        ]
+
+    def close(self) -> None:
+        """Free the context (idempotent). Waits for running `ask` calls to finish; calls waiting
+        for a free session get EdgeSqlError. The loaded model stays in the process until another
+        model is loaded, so a new Agent on the same file starts at once;
+        `edge_sql.runtime.release_idle()` frees it now."""
+        pool = self._pool
+        if pool is not None:
+            pool.close()
+            self._pool = None
+        self._knowledge.close()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open_pool(self) -> SessionPool:
+        """The session pool (ClosedError once the Agent is closed)."""
+        if self._pool is None:
+            raise ClosedError("this Agent is closed")
+        return self._pool
+
+    def each(
+        self,
+        items: Sequence[Ask],
+        *,
+        greedy: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        early_stop: bool = True,
+        watch: EachWatch | None = None,
+    ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
+        """Answer `items` (each with its own database, evidence, seed; see `Ask`), `parallel` at a
+        time, yielding `(index, result)` as each finishes, or `(index, exception)` for one that
+        could not be asked (a bad database, a question too long for the context). An item with
+        `vote=K` is answered as `ask(..., vote=K, early_stop=early_stop)`; its episodes borrow
+        sessions like any other. `watch(index, ask, session, result)` sees each episode (each of a
+        vote's, with its own seed) on its session before the session is given back.
+        `should_stop` ends them all; closing the iterator early (Ctrl-C, an error) stops the
+        running episodes, starts no more and waits for them. This is the one driver of episodes:
+        `ask_many`, `ask(vote=K)` and the bench (`bench/episodes.py`) run through it."""
+        return self._each(list(items), greedy=greedy, should_stop=should_stop, early_stop=early_stop, watch=watch)
+
+    def _each(
+        self,
+        items: list[Ask],
+        *,
+        greedy: bool,
+        should_stop: Callable[[], bool] | None,
+        early_stop: bool = True,
+        watch: EachWatch | None = None,
+        skip: Callable[[], bool] | None = None,
+        share_opening: bool = False,
+    ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
+        """`each`, with what a vote adds: an item not started yet when `skip()` is True is not
+        asked (nothing is yielded for it); `share_opening` (see `run_episode`)."""
+
+        def answer(
+            item: Ask, database: ReadOnlyDatabase, stopped: Callable[[], bool], seen: Watch | None
+        ) -> EpisodeResult:
+            k = self.vote_k(item.vote)
+            if k is not None:
+                return run_vote(
+                    self._each,
+                    item.question,
+                    database,
+                    k,
+                    evidence=item.evidence,
+                    seed=item.seed,
+                    greedy=greedy,
+                    should_stop=stopped,
+                    max_rows=self.budget.max_result_rows,
+                    early_stop=early_stop,
+                    prompt=item.prompt,
+                    watch=seen,
+                )
+            return self._episode(
+                item.question,
+                database,
+                evidence=item.evidence,
+                seed=item.seed,
+                greedy=greedy,
+                on_event=None,
+                should_stop=stopped,
+                share_opening=share_opening,
+                prompt=item.prompt,
+                watch=seen,
+            )
+
+        return drive(items, answer, workers=self.parallel, should_stop=should_stop, watch=watch, skip=skip)
+
+    # ---- the vote ------------------------------------------------------------------------
+
+    def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
+        """The episodes `vote` answers with (None: one episode, no vote): the plan's
+        (`SessionPlan.vote_k`), for `ask`, `each`, serve and the bench."""
+        return self.plan.vote_k(vote)

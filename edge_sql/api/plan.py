@@ -1,0 +1,187 @@
+"""Planning an Agent's sessions before anything loads: the model file, the llama.cpp settings
+(calibrated per machine), what `vote="auto"` means here and how many sessions to open. One typed
+plan (`SessionPlan`) from what the user asked for, so run, serve and the bench never resolve
+these themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from edge_sql.agent.majority_vote import vote_refusal
+from edge_sql.errors import EdgeSqlError
+from edge_sql.runtime.options import (
+    DEFAULT_CONTEXT_TOKENS,
+    SessionOptions,
+    SessionSettings,
+    SpeculateMode,
+    episodes_at_once,
+)
+from edge_sql.runtime.tuning import Settings, check_parallel
+
+_log = logging.getLogger("edge_sql.api")  # the API's logger: an application listens to one name
+
+
+def resolve_model_path(
+    model: str | Path | None, *, pull_if_missing: bool = True, log: Callable[[str], None] = lambda _m: None
+) -> Path:
+    """A GGUF path for `model`: a file, a store name, or None for the default model."""
+    from edge_sql.store import ensure_model, resolve_model
+
+    spec = str(model) if model is not None else None
+    if pull_if_missing:
+        return ensure_model(spec, pull_if_missing=True, log=log)
+    return resolve_model(spec)
+
+
+def load_settings(
+    model_path: Path,
+    *,
+    tune: bool,
+    n_gpu_layers: int | None,
+    log: Callable[[str], None] = lambda _m: None,
+    n_ctx: int = DEFAULT_CONTEXT_TOKENS,
+    n_threads: int | None = None,
+    speculate: SpeculateMode = "off",
+) -> tuple[Settings, str]:
+    """The llama.cpp settings to load `model_path` with, and how they were chosen:
+    "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
+    "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults).
+    Calibrated settings carry the most drafts per verify batch that fit the memory budget;
+    `speculate` other than "off" only makes the log say when none fits."""
+    settings, how = _settings(
+        model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads
+    )
+    if speculate != "off" and settings.speculation(speculate)[0] != speculate:
+        log(
+            f"--speculate {speculate}: {settings.speculation(speculate)[0]} within the memory budget with these "
+            "settings (each draft keeps a copy of the recurrent state, the MTP drafter a context of its own; "
+            "`edge-sql tune` shows what fits)"
+        )
+    return settings, how
+
+
+def _settings(
+    model_path: Path,
+    *,
+    tune: bool,
+    n_gpu_layers: int | None,
+    log: Callable[[str], None],
+    n_ctx: int,
+    n_threads: int | None,
+) -> tuple[Settings, str]:
+    from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
+    from edge_sql.runtime.tuning import default_settings, tuned_settings
+
+    init_backend()
+    if gpu_backend_name() and n_gpu_layers != 0:
+        return default_settings(), "gpu"
+    if not tune:
+        return default_settings(), "off"
+
+    def progress(message: str) -> None:  # a first calibration takes a while: say so through logging too
+        _log.info(message)
+        log(message)
+
+    return tuned_settings(model_path, progress=progress, n_ctx=n_ctx, n_threads=n_threads)
+
+
+def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
+    """What `vote="auto"` means for this file on this machine: the K of `runtime.tuning.auto_vote`
+    (1: no vote) from the calibrated decode rates, within `parallel` sequences when given (else
+    the most that fit), and the line that says why. Settings that were not calibrated here
+    ("off", "gpu") measured no rates: no vote."""
+    from edge_sql.runtime.tuning.auto_vote import auto_vote, auto_vote_line
+    from edge_sql.runtime.tuning.cache import cached_calibration
+
+    calibration = cached_calibration(model_path) if how in ("cached", "calibrated") else None
+    rates = calibration.parallel_rates if calibration is not None else []
+    limit = settings.parallel_limit or 1
+    if parallel is not None:
+        limit = min(limit, parallel)
+    return auto_vote(rates, limit), auto_vote_line(rates, limit)
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """What an Agent opens, decided before anything loads (`plan_sessions`): the model file, the
+    settings it loads with (the caller's thread count on top) and how they were chosen
+    (`tuning`), what `vote="auto"` means here (`auto_vote`: 1 is no vote; `auto_vote_line` says
+    why), how many sessions (sequences of one context) to open and the options each opens with."""
+
+    model_path: Path
+    settings: Settings
+    tuning: str
+    auto_vote: int
+    auto_vote_line: str
+    sessions: int
+    options: SessionOptions
+
+    def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
+        """The episodes `vote` answers with (None: one episode, no vote); "auto" is `auto_vote`,
+        no vote when that is 1."""
+        if vote == "auto":
+            return self.auto_vote if self.auto_vote >= 2 else None
+        return vote
+
+
+def plan_sessions(
+    model: str | Path | None,
+    *,
+    parallel: int = 1,
+    vote: int | Literal["auto"] | None = None,
+    tune: bool = True,
+    n_gpu_layers: int | None = None,
+    n_ctx: int = DEFAULT_CONTEXT_TOKENS,
+    n_threads: int | None = None,
+    speculate: SpeculateMode = "off",
+    pull_if_missing: bool = True,
+    log: Callable[[str], None] = lambda _m: None,
+    session_settings: SessionSettings | None = None,
+) -> SessionPlan:
+    """The one plan of an Agent's sessions from what the user asked for: `parallel` episodes at
+    once and requests' votes of `vote` (K: its K episodes run together, so K sessions; "auto":
+    the K this machine's calibration gives within the memory budget). With no vote, "auto" is
+    resolved within the `parallel` sessions. More sessions than calibration found room for are
+    refused (EdgeSqlError); a vote of fewer than 2 episodes too (ValueError). `session_settings`
+    (a measurement's: flash attention, thread adaptation, drafts, ...) win over the settings'."""
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
+    problem = vote_refusal(vote)
+    if problem is not None:
+        raise ValueError(problem)
+    path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
+    settings, how = load_settings(
+        path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads, speculate=speculate
+    )
+    if n_threads is not None:  # the caller's thread count wins over the calibrated one
+        settings = dataclasses.replace(settings, n_threads=n_threads)
+    k = vote_plan(path, settings, how)[0] if vote == "auto" else vote
+    sessions = episodes_at_once(parallel, k)
+    check_parallel(settings, sessions)  # more sequences than calibration found room for: refused
+    auto, line = vote_plan(path, settings, how, sessions)
+    options = settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
+    if session_settings:
+        options = dataclasses.replace(options, **session_settings)
+    return SessionPlan(path, settings, how, auto, line, sessions, options)
+
+
+def prefix_state_dir() -> Path:
+    """Where saved prompt-prefix states live: the model store's `prefix-states/`."""
+    from edge_sql.store.home import store_root
+
+    return store_root() / "prefix-states"
+
+
+def gguf_name(path: Path) -> str | None:
+    """The model's own name in its GGUF metadata (`general.name`), if it has one."""
+    from edge_sql.convert.gguf_file import read_gguf
+
+    try:
+        return read_gguf(path).name
+    except (OSError, EdgeSqlError):  # the file loaded already: a name is only a nicety here
+        return None
