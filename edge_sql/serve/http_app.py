@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Lifespan, Receive, Scope, Send
 
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought, Tokens
 from edge_sql.agent.result import json_value
@@ -66,7 +66,7 @@ def build_app(
     *,
     token: str | None = None,
     mcp_app: Starlette | None = None,
-    mcp_lifespan: Any = None,
+    mcp_lifespan: Lifespan[Starlette] | None = None,
     allow: AllowList | None = None,
     access_log: Callable[[str], None] | None = None,
 ) -> ASGIApp:

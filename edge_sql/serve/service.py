@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
@@ -25,6 +25,9 @@ from edge_sql.serve.metrics import ServeMetrics, outcome_of
 from edge_sql.serve.queue import AskQueue, Finished, Job
 from edge_sql.serve.request import AskRequest, NoteRequest, VerifyRequest
 from edge_sql.tools import QueryResult, ReadOnlyDatabase
+
+if TYPE_CHECKING:  # the Agent's module loads llama.cpp; serve's other modules start without it
+    from edge_sql.api import Agent
 
 LOCAL_HOSTS = {"localhost"}
 
@@ -102,7 +105,7 @@ class Service:
 
     def __init__(
         self,
-        agent: Any,
+        agent: Agent,
         databases: dict[str, Path],
         limits: Limits = Limits(),
         log: Callable[[str], None] = lambda _m: None,
