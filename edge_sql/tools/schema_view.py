@@ -236,7 +236,7 @@ def _ranked_listing(ranked: list[RankedTable], total: int, *, fold: bool) -> Tab
             continue
         members, kind = groups[key], "alike, same columns"
         if key[1] == "copies":
-            table, kind = next(m for m in members if m.name.lower() == key[0]), "copies, most of its columns"
+            table, kind = next(m for m in members if m.name.lower() == key[0]), "copies"
         elif len(members) < MIN_ALIKE:
             members = [table]
         line = _line(table)
