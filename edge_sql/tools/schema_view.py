@@ -3,7 +3,8 @@
 While the whole list fits its share of the episode it is shown exactly as the model was
 trained on it (one name per line). When it does not fit: the tables most related to the
 question first, up to the share, look-alike tables (same columns, names differing only in
-numbers) folded into one line, then one line saying how many were not listed and that
+numbers) folded into one line and a table's copies (`Team_2019`, `Team_archive`) into its own,
+then one line saying how many were not listed and that
 `describe_table` accepts any name. A table too wide for its share shows its most related
 columns first and a line saying how to see the rest. Never a silent cut.
 """
