@@ -316,3 +316,17 @@ def test_copies_of_a_table_fold_into_its_line_and_a_join_table_does_not(tmp_path
     assert not any(line.startswith("customers_2") for line in lines)
     assert sorted(listing.folded["customers"]) == sorted(copies)
     assert lines[-1].startswith(f"({3042 - len(listing.shown) - 40:,} of 3,042 tables not listed;")
+
+
+def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
+    from bird_schemas import merged_schema
+    from edge_sql.tools.schema_index import TableFacts, copy_roots
+
+    databases, _ = load_bird()
+    for target in databases:
+        tables = merged_schema(databases, target, [])
+        facts = tuple(TableFacts(t.name, "table", tuple(c for c, _ in t.columns)) for t in tables)
+        assert len(facts) > 70 and copy_roots(facts) == {}
+    copies = (TableFacts("Team", "table", ("id", "team_api_id", "team_long_name")),)
+    copies += (TableFacts("Team_2019", "table", ("id", "team_api_id", "note")),)
+    assert copy_roots(copies) == {1: 0}
