@@ -41,14 +41,15 @@ SIZES = (1000, 5000)
 BASELINE_TOP = 150
 # Each step switches one more part on (cumulative): what each addition bought.
 STEPS: list[tuple[str, Ranking, bool]] = [
-    ("names only, question+evidence, share", Ranking(False, False, False, False, False, False), True),
-    ("+ column names", Ranking(True, False, False, False, False, False), True),
-    ("+ stemming", Ranking(True, False, False, False, True, False), True),
-    ("+ question words and short numbers masked", Ranking(True, False, False, True, True, False), True),
-    ("+ foreign-key and key-name neighbours, 2 hops", Ranking(True, False, True, True, True, False), True),
-    ("+ stored values (the default; none here: no rows)", Ranking(True, True, True, True, True, False), True),
-    ("default + look-alikes folded (off by default)", Ranking(True, True, True, True, True, True), True),
-    ("default, question only (no evidence)", Ranking(True, True, True, True, True, False), False),
+    ("names only, question+evidence, share", Ranking(False, False, False, False, False, False, False), True),
+    ("+ column names", Ranking(True, False, False, False, False, False, False), True),
+    ("+ stemming", Ranking(True, False, False, False, True, False, False), True),
+    ("+ question words and short numbers masked", Ranking(True, False, False, True, True, False, False), True),
+    ("+ foreign-key and key-name neighbours, 2 hops", Ranking(True, False, True, True, True, False, False), True),
+    ("+ stored values (none here: no rows)", Ranking(True, True, True, True, True, False, False), True),
+    ("+ look-alikes folded", Ranking(True, True, True, True, True, True, False), True),
+    ("+ copies folded into their table (the default)", Ranking(True, True, True, True, True, True, True), True),
+    ("default, question only (no evidence)", Ranking(True, True, True, True, True, True, True), False),
 ]
 SHARES = (1000, 1500, 2000)  # estimated tokens (schema_view.estimated_tokens)
 

@@ -77,10 +77,12 @@ def create_statement(table: Table) -> str:
 
 def write_database(tables: list[Table], out: Path) -> Path:
     out.unlink(missing_ok=True)
-    conn = sqlite3.connect(out)
-    with conn:
-        for table in tables:
-            conn.execute(create_statement(table))
+    conn = sqlite3.connect(out, isolation_level=None)
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.execute("BEGIN")  # one transaction: 5,000 CREATE statements each committed took a minute
+    for table in tables:
+        conn.execute(create_statement(table))
+    conn.execute("COMMIT")
     conn.close()
     return out
 

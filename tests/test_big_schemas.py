@@ -301,3 +301,32 @@ def test_the_token_estimate_is_never_under_the_real_count(qwen_tokens) -> None:
     ]
     for text in texts:
         assert estimated_tokens(text) >= qwen_tokens(text)
+
+
+def test_copies_of_a_table_fold_into_its_line_and_a_join_table_does_not(tmp_path: Path) -> None:
+    copies = [f"customers_{2000 + i}" for i in range(20)] + [f"customers_archive_{i}" for i in range(20)]
+    extra = ["CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT, email TEXT)"]
+    extra += [f"CREATE TABLE {name} (id INTEGER, name TEXT, city TEXT, archived_at TEXT)" for name in copies]
+    extra += ["CREATE TABLE customers_orders (customer_id INTEGER, order_id INTEGER, quantity INTEGER)"]
+    db_path = make_db(tmp_path / "copies.db", 3000, extra=extra)
+    listing = list_tables_for(db_path, "email and city of customers and the quantity they ordered")
+    lines = listing.text.splitlines()
+    assert "customers (+40 copies: customers_2000 ... customers_archive_19)" in lines
+    assert "customers_orders" in lines  # shares no column with customers: no copy
+    assert not any(line.startswith("customers_2") for line in lines)
+    assert sorted(listing.folded["customers"]) == sorted(copies)
+    assert lines[-1].startswith(f"({3042 - len(listing.shown) - 40:,} of 3,042 tables not listed;")
+
+
+def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
+    from bird_schemas import merged_schema
+    from edge_sql.tools.schema_index import TableFacts, copy_roots
+
+    databases, _ = load_bird()
+    for target in databases:
+        tables = merged_schema(databases, target, [])
+        facts = tuple(TableFacts(t.name, "table", tuple(c for c, _ in t.columns)) for t in tables)
+        assert len(facts) > 70 and copy_roots(facts) == {}
+    copies = (TableFacts("Team", "table", ("id", "team_api_id", "team_long_name")),)
+    copies += (TableFacts("Team_2019", "table", ("id", "team_api_id", "note")),)
+    assert copy_roots(copies) == {1: 0}

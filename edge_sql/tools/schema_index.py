@@ -24,13 +24,14 @@ from edge_sql.store.home import store_root
 from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
 
-INDEX_VERSION = 2  # bump when what is stored changes: old files are then never read
+INDEX_VERSION = 3  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
 VALUE_ROWS = 3  # rows read per table for its stored values ("a few")
 MAX_VALUE_CHARS = 40  # longer text is prose, not a name a question would use
 PROGRESS_FROM_TABLES = 500  # a build this big says what it is doing on stderr
 PROGRESS_EVERY = 1000
 GENERIC_KEYS = frozenset({"id", "rowid", "key", "code", "name", "uuid", "pk"})
+COPY_SHARE = 0.5  # `orders_2019` is a copy of `orders` when this share of its columns are in `orders`
 READ_TIME_LIMIT_S = 10.0  # the schema query's limit: a schema that cannot be read in time is not ranked
 _MIXED = re.compile(r"[A-Za-z0-9]+")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
@@ -190,15 +191,21 @@ def _fill(conn: sqlite3.Connection, facts: SchemaFacts, *, stem: bool) -> None:
     conn.executescript(
         f"""
         CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
-        CREATE TABLE tables(id INTEGER PRIMARY KEY, name TEXT, kind TEXT, n_columns INTEGER, signature TEXT);
+        CREATE TABLE tables(
+            id INTEGER PRIMARY KEY, name TEXT, kind TEXT, n_columns INTEGER, signature TEXT, copy_of INTEGER
+        );
         CREATE TABLE links(a INTEGER, b INTEGER);
         CREATE VIRTUAL TABLE words USING fts5(name, columns, vals, tokenize='{tokenizer}');
         """
     )
     ids = {t.name.lower(): i for i, t in enumerate(facts.tables, start=1)}
+    roots = copy_roots(facts.tables)
     conn.executemany(
-        "INSERT INTO tables VALUES (?, ?, ?, ?, ?)",
-        [(i, t.name, t.kind, len(t.columns), _signature(t.columns)) for i, t in enumerate(facts.tables, start=1)],
+        "INSERT INTO tables VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (i + 1, t.name, t.kind, len(t.columns), _signature(t.columns), roots[i] + 1 if i in roots else None)
+            for i, t in enumerate(facts.tables)
+        ],
     )
     conn.executemany(
         "INSERT INTO words(rowid, name, columns, vals) VALUES (?, ?, ?, ?)",
@@ -215,6 +222,30 @@ def _fill(conn: sqlite3.Connection, facts: SchemaFacts, *, stem: bool) -> None:
     pairs = {(ids[a.lower()], ids[b.lower()]) for a, b in facts.links if a.lower() in ids and b.lower() in ids}
     conn.executemany("INSERT INTO links VALUES (?, ?)", sorted(pairs))
     conn.execute("INSERT INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),))
+
+
+def copy_roots(tables: tuple[TableFacts, ...]) -> dict[int, int]:
+    """Position of each copy -> position of the table it copies. A copy's name is the table's
+    name and a suffix (`frpm_2019`, `orders_archive_3`), and most of its columns are the table's:
+    archives, backups and yearly copies, which rank alike and crowd a list (a join table such as
+    `orders_items` shares few columns with `orders` and is no copy). The shortest such name wins; a copy of a copy
+    counts as a copy of the first."""
+    positions = {t.name.lower(): i for i, t in enumerate(tables) if t.kind == "table"}
+    columns = [{c.lower() for c in t.columns} for t in tables]
+    roots: dict[int, int] = {}
+    for i, table in enumerate(tables):
+        parts = table.name.lower().split("_")
+        for k in range(1, len(parts)):
+            base = positions.get("_".join(parts[:k]))
+            shared = len(columns[i] & columns[base]) if base is not None and base != i else 0
+            if base is not None and columns[i] and shared >= COPY_SHARE * len(columns[i]):
+                roots[i] = base
+                break
+    for i, base in roots.items():  # a copy of a copy is a copy of the first table
+        while base in roots:
+            base = roots[base]
+        roots[i] = base
+    return roots
 
 
 def _signature(columns: tuple[str, ...]) -> str:

@@ -1,7 +1,7 @@
 """Tables and columns ranked by how related they are to a question: BM25 over the schema index
-(schema_index.py), with the question's own words masked, and the foreign-key neighbours of the
-best hits raised next to them (a question names the table it asks about, rarely the one it
-joins through)."""
+(schema_index.py), with the question's own words masked, a table raised to its best-matched
+copy (`frpm_2019` of `frpm`), and the foreign-key neighbours of the best hits raised next to
+them (a question names the table it asks about, rarely the one it joins through)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ STOP_WORDS = frozenset(
 WEIGHTS = (4.0, 1.0, 0.5)  # bm25 weights of the name, columns and stored values
 NEIGHBOUR_SEEDS = 10  # the best hits whose foreign-key neighbours are raised
 NEIGHBOUR_HOPS = 2  # a join through a bridge table (client -> disp -> account) is two links away
-NEIGHBOUR_SHARE = 0.6  # a neighbour ranks as if it scored this share of its seed
+NEIGHBOUR_SHARE = 0.8  # a neighbour ranks as if it scored this share of its seed
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
 _NUMBER = re.compile(r"[0-9]+")
@@ -42,7 +42,8 @@ class Ranking:
     neighbours: bool = True
     mask: bool = True
     stem: bool = True  # porter stemming in the index ("orders" meets "order")
-    fold: bool = True  # look-alikes folded into one line (+0.8 and +1.6 points of recall: bench_schema_recall.py)
+    fold: bool = True  # look-alikes folded into one line (+2.0 and +1.4 points of recall: bench_schema_recall.py)
+    copies: bool = True  # copies (`frpm_2019`: a name and a suffix, most columns) folded: +0.2 and +7.6 points
 
 
 ALL_PARTS = Ranking()
@@ -56,7 +57,8 @@ class RankedTable:
     kind: str
     score: float
     signature: str
-    via: str  # "words" (matched), "link" (foreign-key neighbour of a best hit) or "" (neither)
+    via: str  # "words" (matched), "link" (foreign-key neighbour of a best hit), "copy" or "" (none)
+    copy_of: str = ""  # the table this one copies (schema_index.copy_roots), when copies are folded
 
 
 def query_terms(text: str, *, mask: bool = True) -> list[str]:
@@ -80,12 +82,18 @@ def fts_query(terms: Sequence[str], columns: Sequence[str]) -> str:
 
 def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PARTS) -> list[RankedTable]:
     """Every table and view of the index, most related to `text` first; ties and unmatched
-    tables in schema order."""
-    rows = conn.execute("SELECT id, name, kind, signature FROM tables ORDER BY id").fetchall()
+    tables in schema order. A table ranks at least as high as its best-matched copy, and the
+    neighbours of the best tables that are no copies are raised next to them."""
+    rows = conn.execute("SELECT id, name, kind, signature, copy_of FROM tables ORDER BY id").fetchall()
     scores = _word_scores(conn, query_terms(text, mask=ranking.mask), ranking)
     via = dict.fromkeys(scores, "words")
+    copy_of = {r[0]: r[4] for r in rows if r[4] is not None} if ranking.copies else {}
+    for copy, root in copy_of.items():
+        if scores.get(copy, 0.0) > scores.get(root, 0.0):
+            scores[root], via[root] = scores[copy], "copy"
     for _ in range(NEIGHBOUR_HOPS if ranking.neighbours else 0):
-        seeds = sorted(scores, key=lambda i: (-scores[i], i))[:NEIGHBOUR_SEEDS]
+        originals = [i for i in scores if i not in copy_of]
+        seeds = sorted(originals, key=lambda i: (-scores[i], i))[:NEIGHBOUR_SEEDS]
         for seed in seeds:
             for (other,) in conn.execute(
                 "SELECT b FROM links WHERE a = ? UNION SELECT a FROM links WHERE b = ?", (seed, seed)
@@ -93,8 +101,12 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
                 raised = NEIGHBOUR_SHARE * scores[seed]
                 if raised > scores.get(other, 0.0):
                     scores[other], via[other] = raised, "link"
+    names = {r[0]: r[1] for r in rows}
     ranked = sorted(rows, key=lambda r: (-scores.get(r[0], 0.0), r[0]))
-    return [RankedTable(name, kind, scores.get(i, 0.0), sig, via.get(i, "")) for i, name, kind, sig in ranked]
+    return [
+        RankedTable(name, kind, scores.get(i, 0.0), sig, via.get(i, ""), names[copy_of[i]] if i in copy_of else "")
+        for i, name, kind, sig, _ in ranked
+    ]
 
 
 def _word_scores(conn: sqlite3.Connection, terms: list[str], ranking: Ranking) -> dict[int, float]:

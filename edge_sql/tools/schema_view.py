@@ -3,7 +3,8 @@
 While the whole list fits its share of the episode it is shown exactly as the model was
 trained on it (one name per line). When it does not fit: the tables most related to the
 question first, up to the share, look-alike tables (same columns, names differing only in
-numbers) folded into one line, then one line saying how many were not listed and that
+numbers) folded into one line and a table's copies (`Team_2019`, `Team_archive`) into its own,
+then one line saying how many were not listed and that
 `describe_table` accepts any name. A table too wide for its share shows its most related
 columns first and a line saying how to see the rest. Never a silent cut.
 """
@@ -212,10 +213,18 @@ def _note(hidden: int, total: int, *, ranked: bool) -> str:
 
 
 def _ranked_listing(ranked: list[RankedTable], total: int, *, fold: bool) -> TableListing:
-    """Ranked lines up to the share, look-alikes folded into their best-ranked member's line."""
+    """Ranked lines up to the share: a table's copies folded into its line, and look-alikes
+    (`fold`) into their best-ranked member's line."""
+    roots = {t.copy_of.lower() for t in ranked if t.copy_of}
+
+    def group_key(table: RankedTable) -> tuple[str, str]:
+        if table.copy_of or table.name.lower() in roots:
+            return (table.copy_of or table.name).lower(), "copies"
+        return alike_key(table.name, table.signature) if fold else (table.name, "")
+
     groups: dict[tuple[str, str], list[RankedTable]] = {}
     for table in ranked:
-        groups.setdefault(alike_key(table.name, table.signature), []).append(table)
+        groups.setdefault(group_key(table), []).append(table)
     room = LIST_SHARE_TOKENS - estimated_tokens(_note(total, total, ranked=True)) - 1
     lines: list[str] = []
     shown: list[str] = []
@@ -223,22 +232,27 @@ def _ranked_listing(ranked: list[RankedTable], total: int, *, fold: bool) -> Tab
     used = covered = 0
     done: set[tuple[str, str]] = set()
     for table in ranked:
-        key = alike_key(table.name, table.signature) if fold else (table.name, "")
+        key = group_key(table)
         if key in done:
             continue
-        members = groups[key] if fold and len(groups[key]) >= MIN_ALIKE else [table]
+        members, kind = groups[key], "alike, same columns"
+        if key[1] == "copies":
+            table, kind = next(m for m in members if m.name.lower() == key[0]), "copies"
+        elif len(members) < MIN_ALIKE:
+            members = [table]
         line = _line(table)
-        if len(members) > 1:
-            others = sorted((m.name for m in members if m is not table), key=_natural)
-            line += f" (+{len(others)} alike, same columns: {others[0]} ... {others[-1]})"
+        others = sorted((m.name for m in members if m is not table), key=_natural)
+        if others:
+            named = ", ".join(others) if len(others) <= 2 else f"{others[0]} ... {others[-1]}"
+            line += f" (+{len(others)} {kind}: {named})"
         cost = estimated_tokens(line) + (1 if lines else 0)
         if used + cost > room:
             break
         done.add(key)
         lines.append(line)
         shown.append(table.name)
-        if len(members) > 1:
-            folded[table.name] = [m.name for m in members if m is not table]
+        if others:
+            folded[table.name] = others
         used += cost
         covered += len(members)
     text = "\n".join([*lines, _note(total - covered, total, ranked=True)])
