@@ -1,6 +1,6 @@
 """BIRD mini-dev schemas as SQLite files (no rows: the shared data has no BIRD databases), alone
 or merged into one big schema with the other ten and generated look-alike distractor tables.
-Used by bench_schema_recall.py and tests/test_big_schemas.py."""
+Used by retrieval/bench_schema_recall.py and tests/test_big_schemas.py."""
 
 from __future__ import annotations
 

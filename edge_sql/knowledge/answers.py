@@ -2,7 +2,7 @@
 the model (the user's evidence plus notes, similar verified answers and the follow-up pair).
 
 Both need no model: `answer_at_once` runs the stored SQL afresh on the database, so a repeated
-question is answered without loading one (benchmarks/bench_knowledge.py times it).
+question is answered without loading one (benchmarks/retrieval/bench_knowledge.py times it).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The index holds each verified question twice: as written, and masked (DAIL-SQL's finding: the
 words that name the schema, and the values, say which database and which rows, not what kind of
 question it is; masking them lets questions of the same shape match). Which of the two the agent
-uses is the better one on BIRD mini-dev (benchmarks/bench_knowledge.py; `MASKED_BY_DEFAULT`).
+uses is the better one on BIRD mini-dev (benchmarks/retrieval/bench_knowledge.py; `MASKED_BY_DEFAULT`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ STOPWORDS = frozenset(
 )
 # A word in more than this share of the stored questions says little (BM25 weighs it near zero) but
 # costs the most: every question holding it must be scored. Such words are left out of the query,
-# keeping at least MIN_TERMS of the rarest (benchmarks/bench_knowledge.py: same precision, the
+# keeping at least MIN_TERMS of the rarest (benchmarks/retrieval/bench_knowledge.py: same precision, the
 # time per retrieval with 10,000 answers more than halved).
 COMMON_SHARE = 0.1
 MIN_TERMS = 3

@@ -19,7 +19,7 @@
    same), on every bundled question and every BIRD mini-dev question, with three notes, the
    examples and a follow-up pair each (the most the knowledge adds).
 
-    .venv/bin/python benchmarks/bench_knowledge.py --bird DIR --out benchmarks/results/knowledge/knowledge.md
+    .venv/bin/python benchmarks/retrieval/bench_knowledge.py --bird DIR --out benchmarks/results/knowledge/knowledge.md
 
 DIR holds BIRD mini-dev's mini_dev_sqlite.json and dev_tables.json (no databases needed).
 """
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -353,7 +353,7 @@ def main() -> None:
             "timings": timings(questions, Path(scratch) / "home"),
             "bounds": bounds(questions, hf_token_counter(Path(scratch) / "tokenizer")),
         }
-    command = "python benchmarks/bench_knowledge.py --bird DIR" + (f" --out {args.out}" if args.out else "")
+    command = "python benchmarks/retrieval/bench_knowledge.py --bird DIR" + (f" --out {args.out}" if args.out else "")
     text = markdown(data, command)
     print(text)
     if args.out is not None:

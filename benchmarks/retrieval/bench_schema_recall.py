@@ -8,7 +8,7 @@ plain FTS5 BM25 over table and column names with the question's words, top 150 n
 each addition is switched on in turn through the real `SchemaView` (what the model is shown).
 Shown text is counted with the real Qwen3.5 tokenizer (benchmarks/checkpoint_tokenizer.py).
 
-    python benchmarks/bench_schema_recall.py --out benchmarks/results/schemas/recall.json
+    python benchmarks/retrieval/bench_schema_recall.py --out benchmarks/results/schemas/recall.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bird_schemas import GENERIC_COLUMNS, distractors, load_bird, merged_schema, write_database
 from checkpoint_tokenizer import build_tokenizer
 from edge_sql.tools import (
