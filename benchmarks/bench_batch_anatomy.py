@@ -233,7 +233,7 @@ def main() -> None:
             tokens[s.width].append(s)
     widths = {w: v for w, v in tokens.items() if len(v) >= 5 and w in (1, 2, 4, args.parallel)}
     depth = int(np.median([s.depth for v in widths.values() for s in v]))
-    prefix = min(s.depth for s in log) - 32  # the system prompt every episode restores, about
+    prefix = min(s.depth for s in log if s.longest == 1) - 32  # about the system prompt every episode restores
     print(f"\nplain steps at depth {depth}, the first {prefix} tokens common to every sequence", flush=True)
     plain = plain_steps(args.model, args.parallel, args.ctx, depth, prefix, sorted(widths))
     print(f"\nload: {os.getloadavg()[0]:.2f}")
