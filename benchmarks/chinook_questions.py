@@ -1,5 +1,5 @@
 """Eight plain questions about the bundled Chinook database, shared by the scripts that run
-several real episodes at once (bench_parallel_agent, bench_vote, gpu_check): one list, so their
+several real episodes at once (bench_parallel_agent, bench_batch_anatomy, bench_vote, gpu_check): one list, so their
 figures compare."""
 
 QUESTIONS = [

@@ -119,6 +119,35 @@ def test_a_quiet_machines_first_trial_costs_one_step_where_one_thread_is_not_muc
     assert machine.governor.decode_tokens[1] == 1 and machine.governor.count == 2
 
 
+def test_steps_of_several_widths_are_compared_within_their_width() -> None:
+    """A batched context (runtime/batching/) steps 1 to 8 sequences in turn, a step of eight
+    costing 3.3x one: on a quiet machine that is no load (it read as one, and a trial window of
+    narrow steps then kept one thread: 57% of the tokens at 1 thread), and a busy program is
+    still seen."""
+    widths = [8] * 6 + [1] * 6  # eight at once, then one while the others run tool calls
+    quiet = {2: 0.010, 1: 0.019}  # a step of one sequence; a step of w costs (2 + w) / 3 of it
+    busy = {2: 0.400, 1: 0.020}
+    now = [0.0]
+    governor = ThreadGovernor(2, lambda _n: None, clock=lambda: now[0])
+
+    def run(seconds: float, costs: dict[int, float]) -> None:
+        end = now[0] + seconds
+        i = 0
+        while now[0] < end:
+            width = widths[i % len(widths)]
+            step = costs[governor.count] * (2 + width) / 3
+            now[0] += step
+            governor.record(step, width)
+            i += 1
+
+    run(60.0, quiet)
+    at_one = governor.decode_tokens[1] / sum(governor.decode_tokens.values())
+    assert governor.count == 2 and at_one < 0.03  # the first trial of each width, a step or so each
+    governor.decode_tokens.clear()
+    run(60.0, busy)
+    assert governor.count == 1 and governor.decode_tokens[1] > 0.9 * sum(governor.decode_tokens.values())
+
+
 def test_prefill_batches_and_fixed_counts_are_counted_not_governed() -> None:
     applied: list[int] = []
     governor = ThreadGovernor(2, applied.append, clock=lambda: 0.0)

@@ -42,7 +42,9 @@ class Ranking:
     neighbours: bool = True
     mask: bool = True
     stem: bool = True  # porter stemming in the index ("orders" meets "order")
-    fold: bool = True  # look-alikes folded into one line (+2.0 and +1.4 points of recall: retrieval/bench_schema_recall.py)
+    fold: bool = (
+        True  # look-alikes folded into one line (+2.0 and +1.4 points of recall: retrieval/bench_schema_recall.py)
+    )
     copies: bool = True  # copies (`frpm_2019`: a name and a suffix, most columns) folded: +0.2 and +7.6 points
 
 

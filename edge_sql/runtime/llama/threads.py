@@ -11,7 +11,9 @@ scheduler time slice for it: issue 37 measured decode 80x slower on a 2-core mac
   wait themselves. It keeps (even raises) the quiet rate and makes a waiting thread sleep soon.
 - `ThreadGovernor`: one per context, it times each decode step and runs with one thread fewer
   while that is faster (the busy core left to the other program), trying the full count again
-  now and then. `llama_set_n_threads` changes the count between two decodes.
+  now and then. `llama_set_n_threads` changes the count between two decodes. It compares steps
+  of one shape only (their token count): a batched context (runtime/batching/) steps 1 to 16
+  sequences in turn, and a step of eight costing more than a step of one is no busy machine.
 
 Neither changes the tokens: without flash attention each thread count computes the same sums
 (an adapting session runs without it: runtime/llama/loading.py, `attention_for_threads`;
@@ -58,15 +60,18 @@ DOWN_ABORT = 1.2  # a downward one (kept only when faster) at its first step thi
 # 1.8x on a Xeon, for the 2B shape), not a window of them
 FIRST_PROBE_S = 2.0  # first upward trial this long after going down; doubles on each failure
 LAST_PROBE_S = 32.0
-HISTORY = 8  # measurements remembered per count (the best of them is the reference)
+HISTORY = 8  # measurements remembered per count and shape (the best of them is the reference)
+TRIAL_STEPS = 4 * WINDOW  # a trial that saw this many steps without a window of its shape ends (not kept)
 
 
 @dataclass
 class _Trial:
     count: int  # the thread count on trial
     back_to: int  # the count to return to when it is not faster
-    baseline: float  # median step seconds at `back_to` just before
+    shape: int  # the step shape (tokens) judged: the one whose window started the trial
+    baseline: float  # median step seconds of that shape at `back_to` just before
     steps: list[float] = field(default_factory=list)
+    seen: int = 0  # steps of every shape during the trial
 
 
 class ThreadGovernor:
@@ -90,8 +95,8 @@ class ThreadGovernor:
         self.count = self.full
         self._set = set_threads
         self._clock = clock
-        self._recent: list[float] = []
-        self._best: dict[int, deque[float]] = {}
+        self._recent: dict[int, list[float]] = {}  # step seconds by shape (tokens), a window each
+        self._best: dict[tuple[int, int], deque[float]] = {}  # (count, shape) -> window medians
         self._trial: _Trial | None = None
         self._probe_wait = FIRST_PROBE_S
         self._next_probe = 0.0
@@ -107,26 +112,32 @@ class ThreadGovernor:
         if self.full == 1 or not self.adaptive:
             return
         if self._trial is not None:
-            self._step_trial(self._trial, seconds)
+            self._step_trial(self._trial, seconds, n_tokens)
             return
-        self._recent.append(seconds)
-        if len(self._recent) < WINDOW:
+        recent = self._recent.setdefault(n_tokens, [])
+        recent.append(seconds)
+        if len(recent) < WINDOW:
             return
-        median = statistics.median(self._recent)
-        self._recent = []
-        history = self._best.setdefault(self.count, deque(maxlen=HISTORY))
+        median = statistics.median(recent)
+        self._recent = {}  # windows of the other shapes were partly at this count, partly not: anew
+        history = self._best.setdefault((self.count, n_tokens), deque(maxlen=HISTORY))
         reference = min(history) if history else None
         history.append(median)
         if self.count > 1 and (reference is None or median > SLOWER * reference):
-            self._start(_Trial(self.count - 1, self.count, median))
+            self._start(_Trial(self.count - 1, self.count, n_tokens, median))
         elif self.count < self.full and self._clock() >= self._next_probe:
-            self._start(_Trial(self.count + 1, self.count, median))
+            self._start(_Trial(self.count + 1, self.count, n_tokens, median))
 
     def _start(self, trial: _Trial) -> None:
         self._trial = trial
         self._apply(trial.count)
 
-    def _step_trial(self, trial: _Trial, seconds: float) -> None:
+    def _step_trial(self, trial: _Trial, seconds: float, n_tokens: int) -> None:
+        trial.seen += 1
+        if n_tokens != trial.shape:  # no baseline to judge it by
+            if trial.seen >= TRIAL_STEPS:
+                self._end(trial, kept=False, judged=False)
+            return
         trial.steps.append(seconds)
         upward = trial.count > trial.back_to
         if seconds > (ABORT if upward else DOWN_ABORT) * trial.baseline:  # slower: no need to wait for the window
@@ -135,16 +146,16 @@ class ThreadGovernor:
             median = statistics.median(trial.steps)
             kept = median < BETTER * trial.baseline
             if kept:
-                self._best.setdefault(trial.count, deque(maxlen=HISTORY)).append(median)
+                self._best.setdefault((trial.count, trial.shape), deque(maxlen=HISTORY)).append(median)
             self._end(trial, kept=kept)
 
-    def _end(self, trial: _Trial, *, kept: bool) -> None:
+    def _end(self, trial: _Trial, *, kept: bool, judged: bool = True) -> None:
         self._trial = None
         upward = trial.count > trial.back_to
         if not kept:
             self._apply(trial.back_to)
-            if not upward:  # slower than before, but fewer threads are no better: that is the machine now
-                self._best[trial.back_to] = deque([trial.baseline], maxlen=HISTORY)
+            if not upward and judged:  # slower than before, but fewer threads are no better: that is the machine now
+                self._best[trial.back_to, trial.shape] = deque([trial.baseline], maxlen=HISTORY)
         if upward and not kept:
             self._probe_wait = min(LAST_PROBE_S, self._probe_wait * 2)
         elif kept:  # the load changed: the next upward trial soon (after going down, or to climb on)
