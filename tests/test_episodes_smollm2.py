@@ -113,7 +113,9 @@ def test_each_token_is_evaluated_once_with_a_real_model(episodes):
 
 
 def test_results_too_long_for_the_context_are_cut_and_the_answer_forced(smollm2_gguf, tmp_path):
-    """A 300-column table: its CREATE TABLE alone is longer than the 2,048-token budget."""
+    """A 300-column table: its CREATE TABLE alone is longer than the 2,048-token budget, and
+    even describe_table's share of it (the key and 83 columns, about 4,700 characters: issue 55)
+    does not fit what is left of the context."""
     path = tmp_path / "wide.sqlite"
     columns = ", ".join(f"column_with_a_rather_long_descriptive_name_{i:03d} TEXT" for i in range(300))
     with sqlite3.connect(path) as conn:
@@ -132,7 +134,7 @@ def test_results_too_long_for_the_context_are_cut_and_the_answer_forced(smollm2_
         assert result.stats.to_json()["transcript_tokens"] == session.n_past <= 2048
     assert result.forced and result.force_reason == "context"
     assert PROMPT.results_cut_note in result.transcript
-    long_outputs = [c for r in result.rounds for c in r.calls if len(c.output) > 5000]
+    long_outputs = [c for r in result.rounds for c in r.calls if len(c.output) > 4000]
     assert long_outputs and all(c.output not in result.transcript for c in long_outputs)
     for call in (c for r in result.rounds for c in r.calls if len(c.output) < 100):
         assert call.output in result.transcript  # short results are kept whole
