@@ -11,32 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from repl_bounds import PROMPT
+from repl_bounds import SMALL as REPL_BOUNDS
 from terminal import Terminal
 
-PROMPT = "edge-sql> "
-SMALL = [
-    "--no-tune",
-    "--threads",
-    "1",
-    "--ctx",
-    "2048",
-    "--think-tokens",
-    "8",
-    "--calls-per-turn",
-    "2",
-    "--max-rounds",
-    "2",
-    "--budget",
-    "max_sql_chars=24",
-    "--budget",
-    "max_name_chars=16",
-    "--budget",
-    "max_final_sql_tokens=24",
-    "--budget",
-    "min_string_chars=8",
-    "--seed",
-    "3",
-]
+SMALL = [*REPL_BOUNDS, "--seed", "3"]  # one reproducible episode for the follow-up
 
 
 @pytest.fixture

@@ -8,18 +8,13 @@ from pathlib import Path
 import click
 
 from edge_sql.checks.checker import DEFAULT_MAX_ROWS, check_sql
+from edge_sql.commands.options import db_option
 from edge_sql.errors import EdgeSqlError
 from edge_sql.tools import ReadOnlyDatabase
 
 
 @click.command(name="check")
-@click.option(
-    "--db",
-    "db_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="SQLite database file (opened read-only; never changed).",
-)
+@db_option()
 @click.option("--sql", required=True, help="The SQL to check (one SELECT statement).")
 @click.option(
     "--json",

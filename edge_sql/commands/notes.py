@@ -14,15 +14,14 @@ from typing import TYPE_CHECKING
 import click
 
 from edge_sql.commands.files import DB_HELP, load_for_db
+from edge_sql.commands.options import db_option
 from edge_sql.errors import EdgeSqlError
 
 if TYPE_CHECKING:
     from edge_sql.knowledge import Knowledge
     from edge_sql.tools import ReadOnlyDatabase
 
-_DB = click.option(
-    "--db", "db_path", required=True, type=click.Path(path_type=Path), help="The database: " + DB_HELP + "."
-)
+_DB = db_option("The database: " + DB_HELP + ".")
 
 
 @contextmanager

@@ -62,6 +62,13 @@ _BUDGET_OPTIONS = (
 )
 
 
+def db_option(
+    help_text: str = "SQLite database file (opened read-only; never changed).",
+) -> Callable[[Callable], Callable]:
+    """`--db DB` as the parameter `db_path`: the one database a command reads (check, tables, notes, run)."""
+    return click.option("--db", "db_path", required=True, type=click.Path(path_type=Path), help=help_text)
+
+
 def budget_options(command: Callable) -> Callable:
     """Adds the budget options to a click command, which receives them as one argument:
     `budget`, the Budget fields to change ({"max_rounds": 3, ...}), checked (a bad one is a

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from edge_sql.commands.files import DB_HELP, load_for_db
-from edge_sql.commands.options import VOTE, episode_options, greedy_with
+from edge_sql.commands.options import VOTE, db_option, episode_options, greedy_with
 from edge_sql.commands.settings import reads_settings
 from edge_sql.errors import EdgeSqlError
 from edge_sql.interrupts import Terminated
@@ -95,13 +95,7 @@ def _event_line(event: EpisodeEvent) -> str | None:
 
 @reads_settings
 @click.command()
-@click.option(
-    "--db",
-    "db_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="What to ask about: " + DB_HELP + ". Opened read-only; never modified.",
-)
+@db_option("What to ask about: " + DB_HELP + ". Opened read-only; never modified.")
 @click.option("--question", default=None, help="Answer this one question and exit (otherwise: an interactive prompt).")
 @click.option(
     "--evidence",

@@ -7,17 +7,12 @@ from pathlib import Path
 
 import click
 
+from edge_sql.commands.options import db_option
 from edge_sql.tools.schema_view import list_tables_for
 
 
 @click.command(name="tables")
-@click.option(
-    "--db",
-    "db_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="SQLite database file (opened read-only; never changed).",
-)
+@db_option()
 @click.option("--question", required=True, help="The question (and its evidence, if any) the tables are ranked for.")
 @click.option(
     "--json",
