@@ -1,5 +1,6 @@
-"""The options the prompt's pty tests start `edge-sql run` with: the fixture model's episodes
-bounded to a few seconds (tests/test_run_repl.py, tests/test_knowledge_repl.py)."""
+"""The options tests start `edge-sql run` with: the fixture model's episodes bounded to a few
+seconds (the prompt's pty tests, tests/test_run_repl.py and tests/test_knowledge_repl.py, and
+the command line's speculation test in tests/test_speculative.py)."""
 
 PROMPT = "edge-sql> "
 SMALL = [

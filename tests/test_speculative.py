@@ -26,6 +26,7 @@ from edge_sql.runtime.speculation.speculative import Speculator
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from episode_checks import check_each_token_evaluated_once, check_turns_parse, sha256
 from fixture_budget import TRAINED_LIMITS
+from repl_bounds import SMALL as CLI_SMALL
 
 MODELS = ["smollm2_gguf", "tiny_gguf"]
 ARGS = dict(n_ctx=1024, n_batch=64, n_threads=1)
@@ -467,28 +468,6 @@ def test_greedy_episodes_are_token_identical_with_lookup(model, request, databas
 
 
 # ---- the command line and the API ---------------------------------------------------------------
-
-CLI_SMALL = [
-    "--no-tune",
-    "--threads",
-    "1",
-    "--ctx",
-    "2048",
-    "--think-tokens",
-    "8",
-    "--calls-per-turn",
-    "2",
-    "--max-rounds",
-    "2",
-    "--budget",
-    "max_sql_chars=24",
-    "--budget",
-    "max_name_chars=16",
-    "--budget",
-    "max_final_sql_tokens=24",
-    "--budget",
-    "min_string_chars=8",
-]
 
 
 def test_run_json_reports_drafts_and_answers_the_same(tiny_trained_gguf, smollm2_gguf, chinook_db) -> None:
