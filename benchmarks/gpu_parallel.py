@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from chinook_questions import QUESTIONS
 from gpu_machine import gpu_memory_mib
 
 HERE = Path(__file__).resolve().parent
@@ -47,8 +48,6 @@ Interval = tuple[float, float]
 
 def chinook_questions(n: int) -> list[str]:
     """`n` questions: chinook_questions.py's eight, cycled (the figures compare across scripts)."""
-    from chinook_questions import QUESTIONS
-
     return [QUESTIONS[i % len(QUESTIONS)] for i in range(n)]
 
 
@@ -220,7 +219,9 @@ class Probe:
             "decode_ms": round(1000 * decode_s / len(steps), 2) if steps else None,
             "shares": shares,
             "calls": {"grammar": len(grammar), "sampling": len(sampling)},
-            # each sequence's own cost: the mean call, whatever ran beside it
+            # each sequence's own cost: its share of a step beyond the decode (its logits row read,
+            # its tokens put in the batch), and the mean grammar and sampling call, whatever ran beside it
+            "logits_ms_per_sequence": round(1000 * seconds["logits_and_batch"] / sum(widths), 4) if widths else None,
             "call_ms": {
                 "grammar": round(1000 * sum(e - s for s, e in grammar) / len(grammar), 4) if grammar else None,
                 "sampling": round(1000 * sum(e - s for s, e in sampling) / len(sampling), 4) if sampling else None,

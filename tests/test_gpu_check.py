@@ -226,6 +226,7 @@ def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
     # several at once: steps of several sequences whose wall is more than their decode; one at a
     # time a step is a decode of one sequence
     assert 1 < many["anatomy"]["mean_width"] <= 4 and shares_of(many, "logits_and_batch") > 0
+    assert many["anatomy"]["logits_ms_per_sequence"] > 0
     assert one["anatomy"]["mean_width"] == 1 and shares_of(one, "logits_and_batch") == 0
     assert one["anatomy"]["steps"] > many["anatomy"]["steps"]
     assert report["parallel_speedup"] == round(many["tok_s"] / one["tok_s"], 2) > 0
