@@ -9,23 +9,25 @@ which it skipped):
 1. the machine: nvidia-smi's GPU, driver and memory, llama.cpp's system info, the GPU backend
    edge-sql detects (`runtime.llama.backend.gpu_backend_name`);
 2. the fixture (benchmarks/fixture_checkpoint.py, converted to BF16 by `edge-sql convert`): one
-   greedy agent episode on Chinook (`Agent.each`) with every layer offloaded and one on the CPU. Equal token
-   for token, or else the first token where they part must be a near-tie: both transcripts are
-   teacher-forced on both placements up to there, and the CPU's preference for its own token
-   over the GPU's (log-probability margin) must be within the largest CPU-GPU difference of
-   log-probabilities measured over that prefix (the rounding of the two backends explains it);
+   greedy agent episode on Chinook (`Agent.each`) with every layer offloaded and one on the CPU,
+   equal token for token or parting at a near-tie (benchmarks/gpu_episode.py says how);
 3. the model: the random-weight checkpoint of the real 2B shape (benchmarks/model/make_2b_checkpoint.py)
    converted by `edge-sql convert` and quantized by `edge-sql quantize` (Q8_0, Q4_K_M);
    `--shape fixture` uses the fixture instead (the CPU test of this script);
 4. speed per variant (BF16, Q8_0, Q4_K_M), all layers offloaded against none: load time, prefill
    tok/s of a 512-token prompt, greedy decode tok/s, llama.cpp's buffers by device and the GPU
    memory this process holds (nvidia-smi);
-5. several episodes at once on the GPU: `Agent(parallel=8).ask_many` over the eight Chinook
-   questions of bench_parallel_agent.py (short budget), against one at a time.
+5. several episodes at once on the GPU (benchmarks/gpu_parallel.py): `--parallel 16` episodes
+   at once over 16 Chinook questions (short budget) against one at a time, where each run's
+   wall went (llama_decode, logits rows, grammar masks, sampling, the rest of the host's
+   work), and one episode's one-token steps against plain decode at the same depth; the goals
+   of issue 54 printed last (16 at once >= 6x one at a time, one episode >= 0.9x plain decode).
 
 Each measurement runs in a child process, so a crash in llama.cpp or CUDA is recorded and the
-others still run. On a machine without a GPU backend the "gpu" rows run on the CPU and say so
-(`backend: CPU`): that is how the script's CPU path is tested.
+others still run; the machine's description is benchmarks/gpu_machine.py's. On an H200 the run
+took 193 s with 8 questions at once and one at a time: with 16 of each, budget about 5 minutes
+and give `--deadline-s` what the device's time allows. On a machine without a GPU backend the
+"gpu" rows run on the CPU and say so (`backend: CPU`): that is how the script's CPU path is tested.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -41,41 +42,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gpu_parallel
+from gpu_episode import PLACEMENTS, child_episode
+from gpu_machine import child_machine, gpu_memory_mib, machine_description
+from gpu_parallel import child_parallel, filler_tokens
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 VARIANTS = ("BF16", "Q8_0", "Q4_K_M")
-EPISODE_QUESTION = "Which country's customers spent the most money in total?"
 PREFILL_TOKENS = 512
-PLACEMENTS = {"gpu": None, "cpu": 0}  # n_gpu_layers: None offloads every layer when a GPU backend exists
 
 
 # ---- small helpers ---------------------------------------------------------------------------
-
-
-def sh(cmd: list[str], timeout: float = 30) -> str | None:
-    """A command's stdout, or None when it is missing or fails (a description is never fatal)."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def gpu_memory_mib(pid: int | None = None) -> float | None:
-    """GPU memory held by process `pid` (nvidia-smi's compute apps), or used on the whole card
-    when `pid` is None; None without nvidia-smi."""
-    if pid is None:
-        out = sh(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"])
-        return float(out.splitlines()[0]) if out else None
-    out = sh(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
-    if out is None:
-        return None
-    for line in out.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 2 and fields[0] == str(pid):
-            return float(fields[1])
-    return 0.0
 
 
 def edge_sql(*args: str, timeout: float) -> float:
@@ -90,44 +67,14 @@ def edge_sql(*args: str, timeout: float) -> float:
 # ---- child measurements (each in its own process) ---------------------------------------------
 
 
-def child_machine(_cfg: dict) -> dict:
-    import llama_cpp
-
-    from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
-
-    init_backend()
-    return {
-        "gpu_backend": gpu_backend_name(),
-        "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
-        "llama_system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-        "llama_cpp_python": llama_cpp.__version__,
-    }
-
-
-def _session(model: str, n_gpu_layers: int | None, n_ctx: int):
-    from edge_sql.runtime import Session
-
-    return Session(model, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
-
-
-def _prompt(session, n: int) -> list[int]:
-    from edge_sql.agent import load_prompt
-
-    text = load_prompt(None).system_text(max_rounds=6)
-    tokens = session.tokenize(text)
-    while len(tokens) < n:
-        tokens = tokens + tokens
-    return tokens[:n]
-
-
 def child_speed(cfg: dict) -> dict:
     """Load, prefill `PREFILL_TOKENS`, then greedy decode of `decode` tokens from a short prompt."""
-    from edge_sql.runtime import SamplingParams
+    from edge_sql.runtime import SamplingParams, Session
 
     tick = time.perf_counter()
-    with _session(cfg["model"], cfg["n_gpu_layers"], 4096) as session:
+    with Session(cfg["model"], n_ctx=4096, n_gpu_layers=cfg["n_gpu_layers"]) as session:
         load_s = time.perf_counter() - tick
-        prompt = _prompt(session, PREFILL_TOKENS)
+        prompt = filler_tokens(session, PREFILL_TOKENS)
         session.eval(prompt[:16])  # warm-up: the first decode builds the graph (and CUDA's kernels)
         session.generate(params=SamplingParams(greedy=True), max_tokens=4)
         session.reset()
@@ -154,161 +101,6 @@ def child_speed(cfg: dict) -> dict:
             "gpu_memory_held_mib": held,
             "gpu_memory_used_card_mib": card,
         }
-
-
-def _episode_tokens(model: str, n_gpu_layers: int | None, budget: dict) -> dict:
-    """One greedy episode on one placement, run by the Agent as every episode is; its session's
-    tokens are read in `watch`, before the session is given back."""
-    from edge_sql import Agent
-    from edge_sql.agent import Budget
-    from edge_sql.api import Ask
-
-    seen: dict = {}
-
-    def watch(_index, _ask, session, _result) -> None:
-        seen.update(
-            tokens=list(session.tokens), backend=session.info.backend, generated=session.timings.generated_tokens
-        )
-
-    with Agent(
-        model,
-        n_ctx=4096,
-        n_gpu_layers=n_gpu_layers,
-        budget=Budget(**budget),
-        tune=False,
-        prefix_cache=False,
-        pull_if_missing=False,
-    ) as agent:
-        [(_, result)] = list(agent.each([Ask(EPISODE_QUESTION, CHINOOK)], greedy=True, watch=watch))
-    if isinstance(result, Exception):
-        raise result
-    return {
-        "tokens": seen["tokens"],
-        "backend": seen["backend"],
-        "sql": result.sql,
-        "stop": result.stop,
-        "rounds": len(result.rounds),
-        "calls": sum(len(r.calls) for r in result.rounds),
-        "generated": seen["generated"],
-    }
-
-
-def _logprobs(model: str, n_gpu_layers: int | None, tokens: list[int]):
-    import numpy as np
-
-    from edge_sql.runtime.probes.teacher_forcing import token_logprobs
-
-    with _session(model, n_gpu_layers, 256) as session:
-        return np.concatenate(list(token_logprobs(session, tokens)))
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """The first index where two token lists differ (the shorter one's end counts), or None."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def near_tie(cpu_lp, gpu_lp, at: int, cpu_token: int, gpu_token: int) -> dict:
-    """Whether the CPU and GPU choosing different tokens at `at` is explained by rounding.
-
-    `cpu_lp`, `gpu_lp`: log-probabilities of the same prefix teacher-forced on each placement
-    (row i predicts token i + 1). The CPU's margin for its own token over the GPU's at the
-    parting position must be within the largest |CPU - GPU| log-probability difference seen
-    over the prefix's top candidates: a difference that size can swap them."""
-    import numpy as np
-
-    row = at - 1
-    cpu_margin = float(cpu_lp[row, cpu_token] - cpu_lp[row, gpu_token])
-    gpu_margin = float(gpu_lp[row, gpu_token] - gpu_lp[row, cpu_token])
-    top = np.argsort(cpu_lp, axis=-1)[:, -8:]  # where a swap could matter: each row's top candidates
-    diff = np.abs(np.take_along_axis(cpu_lp, top, -1) - np.take_along_axis(gpu_lp, top, -1))
-    tolerance = float(diff.max())
-    return {
-        "cpu_margin": round(cpu_margin, 5),
-        "gpu_margin": round(gpu_margin, 5),
-        "max_abs_logprob_diff_top8": round(tolerance, 5),
-        "near_tie": 0 <= cpu_margin <= tolerance,
-    }
-
-
-def child_episode(cfg: dict) -> dict:
-    """The fixture's greedy episode on the GPU and on the CPU, compared token for token."""
-    import numpy as np
-
-    model, budget = cfg["model"], cfg["budget"]
-    gpu = _episode_tokens(model, PLACEMENTS["gpu"], budget)
-    cpu = _episode_tokens(model, PLACEMENTS["cpu"], budget)
-    at = first_divergence(cpu["tokens"], gpu["tokens"])
-    out: dict[str, Any] = {
-        "gpu": {k: v for k, v in gpu.items() if k != "tokens"} | {"n_tokens": len(gpu["tokens"])},
-        "cpu": {k: v for k, v in cpu.items() if k != "tokens"} | {"n_tokens": len(cpu["tokens"])},
-        "equal": at is None,
-        "first_difference": at,
-    }
-    prefix = cpu["tokens"] if at is None else cpu["tokens"][:at]
-    cpu_lp = _logprobs(model, PLACEMENTS["cpu"], prefix)
-    gpu_lp = _logprobs(model, PLACEMENTS["gpu"], prefix)
-    diff = np.abs(cpu_lp - gpu_lp)
-    out["teacher_forced"] = {
-        "positions": len(prefix),
-        "max_abs_logprob_diff": round(float(diff.max()), 5),
-        "mean_abs_logprob_diff": round(float(diff.mean()), 6),
-        "argmax_agrees": round(float((cpu_lp.argmax(-1) == gpu_lp.argmax(-1)).mean()), 4),
-    }
-    if at is not None and at < min(len(cpu["tokens"]), len(gpu["tokens"])):
-        out["parting"] = near_tie(cpu_lp, gpu_lp, at, cpu["tokens"][at], gpu["tokens"][at])
-    out["ok"] = at is None or bool(out.get("parting", {}).get("near_tie"))
-    return out
-
-
-def child_parallel(cfg: dict) -> dict:
-    """`Agent.ask_many` over the first `questions` of the eight Chinook questions, `parallel` at a
-    time, on the GPU (every layer offloaded when there is one)."""
-    import threading
-
-    from chinook_questions import QUESTIONS
-    from edge_sql import Agent
-    from edge_sql.agent import Budget
-
-    budget = Budget(max_think_tokens=64, max_rounds=2, max_tokens=cfg["n_ctx"])
-    peak = [0.0]
-    done = threading.Event()
-
-    def watch() -> None:  # the most GPU memory held while the episodes run
-        while not done.wait(0.5):
-            held = gpu_memory_mib(os.getpid())
-            if held:
-                peak[0] = max(peak[0], held)
-
-    with Agent(
-        cfg["model"],
-        parallel=cfg["parallel"],
-        n_ctx=cfg["n_ctx"],
-        budget=budget,
-        tune=False,
-        prefix_cache=False,
-        pull_if_missing=False,
-    ) as agent:
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        tick = time.perf_counter()
-        results = agent.ask_many(QUESTIONS[: cfg["questions"]], CHINOOK, seed=0)
-        wall = time.perf_counter() - tick
-        done.set()
-        info = agent.info
-    generated = sum(r.stats.to_json().get("generated_tokens") or 0 for r in results)
-    return {
-        "parallel": cfg["parallel"],
-        "backend": info.backend,
-        "episodes": len(results),
-        "wall_s": round(wall, 2),
-        "generated_tokens": generated,
-        "tok_s": round(generated / wall, 1),
-        "stops": [r.stop for r in results],
-        "gpu_memory_peak_mib": peak[0] or None,
-    }
 
 
 CHILDREN = {"machine": child_machine, "speed": child_speed, "episode": child_episode, "parallel": child_parallel}
@@ -366,22 +158,6 @@ class Run:
             return None
         self.report.setdefault("prepare_s", {})[name] = round(time.perf_counter() - tick, 1)
         return value
-
-
-def machine_description() -> dict:
-    gpu = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"])
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in (sh(["lscpu"]) or "").splitlines() if line.startswith("Model name")),
-        platform.processor(),
-    )
-    return {
-        "gpu": gpu,
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "nvcc": (sh(["nvcc", "--version"]) or "").splitlines()[-1:] or None,
-        "gpu_memory_used_before_mib": gpu_memory_mib(),
-    }
 
 
 def checkpoint_to_gguf(run: Run, name: str, script: str, work: Path, *, need_s: float) -> Path | None:
@@ -455,11 +231,7 @@ def summary(report: dict) -> list[str]:
                 f"{variant:8} {where:4} {row['prefill_tok_s']:13.1f} {row['decode_tok_s']:12.1f} "
                 f"{row['load_s']:6.1f} {row['gpu_memory_held_mib'] if row['gpu_memory_held_mib'] is not None else '-':>8}"
             )
-    for row in report.get("parallel", []):
-        lines.append(
-            f"parallel {row['parallel']}: {row['episodes']} episodes in {row['wall_s']} s, "
-            f"{row['tok_s']} tok/s, peak GPU {row['gpu_memory_peak_mib']} MiB"
-        )
+    lines += gpu_parallel.summary_lines(report)
     lines.append(f"skipped: {len(report['skipped'])}, errors: {len(report['errors'])}, {report.get('elapsed_s')} s")
     return lines
 
@@ -471,10 +243,15 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="where checkpoints and GGUFs go (default OUT/work, removed after)")
     parser.add_argument("--deadline-s", type=float, default=480, help="start no step after this many seconds")
     parser.add_argument(
-        "--decode-tokens", type=int, default=128, help="greedy tokens decoded on the GPU (CPU: a quarter)"
+        "--decode-tokens",
+        type=int,
+        default=128,
+        help="greedy tokens decoded on the GPU (CPU: a quarter), and plain decode's beside one episode",
     )
-    parser.add_argument("--parallel", type=int, default=8, help="episodes at once on the GPU")
-    parser.add_argument("--questions", type=int, default=8, help="Chinook questions asked at once and one at a time")
+    parser.add_argument("--parallel", type=int, default=16, help="episodes at once on the GPU")
+    parser.add_argument(
+        "--questions", type=int, default=16, help="Chinook questions (the eight cycled) at once and one at a time"
+    )
     parser.add_argument("--episode-rounds", type=int, default=3, help="tool rounds of the fixture's greedy episode")
     parser.add_argument("--require-gpu", action="store_true", help="exit 1 when llama.cpp has no GPU backend")
     parser.add_argument(
@@ -537,25 +314,15 @@ def main() -> int:
                 if row is not None:
                     report["speed"].setdefault(variant, {})[where] = row
                 run.save()
-        report["parallel"] = []
         if "Q4_K_M" in models:
-            for n in (args.parallel, 1):
-                row = run.child(
-                    "parallel",
-                    {
-                        "model": str(models["Q4_K_M"]),
-                        "parallel": n,
-                        "n_ctx": 2048,
-                        "questions": args.questions,
-                        "label": f"x{n}",
-                    },
-                    need_s=60,
-                )
-                if row is not None:
-                    report["parallel"].append(row)
-                run.save()
-            if len(report["parallel"]) == 2:
-                report["parallel_speedup"] = round(report["parallel"][0]["tok_s"] / report["parallel"][1]["tok_s"], 2)
+            gpu_parallel.measure(
+                run,
+                models["Q4_K_M"],
+                report,
+                parallel=args.parallel,
+                questions=args.questions,
+                decode=args.decode_tokens,
+            )
     finally:
         run.save()
         if not keep_work:

@@ -236,15 +236,20 @@ def slim_wheel(built: Path, dest: Path) -> Path:
     return dest
 
 
-def tree_bytes() -> int:
-    """What travels of the working tree: tracked files and untracked files git does not ignore."""
+def tree_files() -> list[Path]:
+    """What travels of the working tree, as the device's copy holds it: tracked files and
+    untracked files git does not ignore (so a new module beside gpu_check.py goes with it)."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO,
         check=True,
         capture_output=True,
     ).stdout.split(b"\0")
-    return sum((REPO / os.fsdecode(p)).stat().st_size for p in listed if p and (REPO / os.fsdecode(p)).is_file())
+    return [REPO / os.fsdecode(p) for p in listed if p and (REPO / os.fsdecode(p)).is_file()]
+
+
+def tree_bytes() -> int:
+    return sum(path.stat().st_size for path in tree_files())
 
 
 def manifest(out: Path, limit_mib: float) -> dict:

@@ -2,12 +2,15 @@
 
 benchmarks/gpu_check.py runs on a GPU machine with no network (benchmarks/gpu_check.sh installs
 what benchmarks/gpu_pack.py carried). Everything but the GPU itself is checked here: the trimmed
-source keeps what a CUDA build reads and drops the rest, the near-tie rule on known numbers, and
-the script end to end on the fixture, where the "gpu" placement runs on the CPU and must say so.
+source keeps what a CUDA build reads and drops the rest, every module the check imports travels
+with the working tree, the near-tie rule and the parallel step's arithmetic (time covered by
+overlapping calls, the goals) on known numbers, and the script end to end on the fixture, where
+the "gpu" placement runs on the CPU and must say so.
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import subprocess
@@ -20,8 +23,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-import gpu_check  # noqa: E402  (benchmarks/ is on the test path)
+import gpu_episode  # noqa: E402  (benchmarks/ is on the test path)
 import gpu_pack  # noqa: E402
+import gpu_parallel  # noqa: E402
 
 
 def _sdist(path: Path, names: list[str]) -> None:
@@ -82,10 +86,66 @@ def test_the_script_builds_with_the_flags_the_pack_names() -> None:
     assert "llama_cpp_python-0.3.36.tar.gz" in script and gpu_pack.SDIST_NAME == "llama_cpp_python-0.3.36.tar.gz"
 
 
+def test_every_module_the_gpu_check_imports_travels_with_the_tree() -> None:
+    bench = REPO / "benchmarks"
+    local = {path.stem for path in bench.glob("*.py")}
+    imported: set[str] = set()
+    todo = ["gpu_check"]
+    while todo:
+        name = todo.pop()
+        if name in imported:
+            continue
+        imported.add(name)
+        for node in ast.walk(ast.parse((bench / f"{name}.py").read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            todo += [n.split(".")[0] for n in names if n.split(".")[0] in local]
+    assert imported == {"gpu_check", "gpu_machine", "gpu_episode", "gpu_parallel", "chinook_questions"}
+    travels = set(gpu_pack.tree_files())
+    assert sorted(n for n in imported if bench / f"{n}.py" not in travels) == []
+
+
+def test_time_covered_by_overlapping_calls_counts_once() -> None:
+    assert gpu_parallel.merged([(3.0, 4.0), (0.0, 1.0), (0.5, 2.0), (5.0, 5.0)]) == [(0.0, 2.0), (3.0, 4.0)]
+    calls = [(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]  # two threads' calls overlapping, then one alone
+    assert gpu_parallel.covered(calls) == pytest.approx(3.0)
+    steps = [(1.5, 3.5), (3.8, 10.0)]  # what a step covers is not the host's
+    assert gpu_parallel.covered(calls, without=steps) == pytest.approx(1.5 + 0.3)
+    assert gpu_parallel.covered([], without=steps) == 0.0
+
+
+def test_the_goals_follow_from_the_rows() -> None:
+    many = {"parallel": 16, "tok_s": 1800.0}
+    one = {
+        "parallel": 1,
+        "tok_s": 300.0,
+        "one_token_steps": {"tok_s": 430.0, "depth": 1210},
+        "plain_decode": {"tok_s": 500.0},
+    }
+    judged = gpu_parallel.judged([many, one])
+    assert judged["parallel_speedup"] == 6.0
+    assert judged["one_episode_vs_plain"] == {
+        "ratio": 0.86,
+        "depth": 1210,
+        "episode_tok_s": 430.0,
+        "plain_tok_s": 500.0,
+    }
+    assert judged["goals"] == [
+        "16 at once 6.00x one at a time (goal >= 6x): met",
+        "one episode 0.86x plain decode at depth 1210 (goal >= 0.9x): NOT met",
+    ]
+    assert gpu_parallel.judged([one]) == {
+        "goals": [judged["goals"][1]],
+        "one_episode_vs_plain": judged["one_episode_vs_plain"],
+    }
+    assert gpu_parallel.judged([many]) == {"goals": []}  # one at a time did not run: nothing judged
+
+
 def test_first_divergence() -> None:
-    assert gpu_check.first_divergence([1, 2, 3], [1, 2, 3]) is None
-    assert gpu_check.first_divergence([1, 2, 3], [1, 5, 3]) == 1
-    assert gpu_check.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert gpu_episode.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert gpu_episode.first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert gpu_episode.first_divergence([1, 2], [1, 2, 3]) == 2
 
 
 def test_a_parting_is_a_near_tie_only_within_the_measured_rounding() -> None:
@@ -93,11 +153,15 @@ def test_a_parting_is_a_near_tie_only_within_the_measured_rounding() -> None:
     gpu = cpu.copy()
     cpu[1, 4], cpu[1, 7] = -1.00, -1.02  # the CPU prefers token 4 by 0.02
     gpu[1, 4], gpu[1, 7] = -1.03, -1.01  # the GPU prefers token 7: 0.03 apart where the CPU had 4
-    tie = gpu_check.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)
+    tie = gpu_episode.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)
     assert tie["cpu_margin"] == pytest.approx(0.02) and tie["gpu_margin"] == pytest.approx(0.02)
     assert tie["max_abs_logprob_diff_top8"] == pytest.approx(0.03, abs=1e-6) and tie["near_tie"]
     cpu[1, 7] = -2.0  # now the CPU's preference (1.0) exceeds any measured difference
-    assert not gpu_check.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)["near_tie"]
+    assert not gpu_episode.near_tie(cpu, gpu, 2, cpu_token=4, gpu_token=7)["near_tie"]
+
+
+def shares_of(row: dict, name: str) -> float:
+    return row["anatomy"]["shares"][name]
 
 
 def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
@@ -112,9 +176,9 @@ def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
             "--decode-tokens",
             "16",
             "--parallel",
-            "2",
+            "4",
             "--questions",
-            "2",
+            "4",
             "--episode-rounds",
             "2",
         ],
@@ -145,7 +209,45 @@ def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
             assert row["prefill_tokens"] == 512 and row["prefill_tok_s"] > 0 and row["decode_tokens"] == 8
             assert row["gpu_memory_held_mib"] is None  # no nvidia-smi here
             assert any(name.startswith("CPU") for name in row["buffers_mib"])
-    assert [row["parallel"] for row in report["parallel"]] == [2, 1]
-    assert all(row["episodes"] == 2 and row["generated_tokens"] > 0 for row in report["parallel"])
+    many, one = report["parallel"]
+    assert (many["parallel"], one["parallel"]) == (4, 1)
+    for row in (many, one):
+        assert row["episodes"] == 4 and row["generated_tokens"] > 0 and row["backend"] == "CPU"
+        assert row["tok_s"] == pytest.approx(row["generated_tokens"] / row["wall_s"], rel=0.01)  # wall rounded
+        anatomy = row["anatomy"]
+        shares = anatomy["shares"]
+        assert set(shares) == {"llama_decode", "logits_and_batch", "state_moves", "grammar", "sampling", "other_host"}
+        measured = [shares[k] for k in ("llama_decode", "logits_and_batch", "state_moves", "grammar", "sampling")]
+        assert all(0 <= v <= 1 for v in measured) and sum(measured) <= 1.0005
+        assert shares["other_host"] == pytest.approx(1 - sum(measured), abs=6e-4)
+        assert shares["llama_decode"] > 0 and shares["grammar"] > 0 and shares["sampling"] > 0
+        assert anatomy["calls"]["sampling"] > 0 and anatomy["call_ms"]["sampling"] > 0
+        assert anatomy["steps"] > 0 and anatomy["decode_ms"] <= anatomy["step_ms"] + 0.01
+    # several at once: steps of several sequences whose wall is more than their decode; one at a
+    # time a step is a decode of one sequence
+    assert 1 < many["anatomy"]["mean_width"] <= 4 and shares_of(many, "logits_and_batch") > 0
+    assert many["anatomy"]["logits_ms_per_sequence"] > 0
+    assert one["anatomy"]["mean_width"] == 1 and shares_of(one, "logits_and_batch") == 0
+    assert one["anatomy"]["steps"] > many["anatomy"]["steps"]
+    assert report["parallel_speedup"] == round(many["tok_s"] / one["tok_s"], 2) > 0
+    speedup_goal = "met" if report["parallel_speedup"] >= 6 else "NOT met"
+    assert (
+        report["goals"][0] == f"4 at once {report['parallel_speedup']:.2f}x one at a time (goal >= 6x): {speedup_goal}"
+    )
+    episode, plain = one["one_token_steps"], one["plain_decode"]
+    assert 0 < episode["steps"] < one["generated_tokens"] and episode["tok_s"] > 0 and episode["decode_tok_s"] > 0
+    assert 0 < episode["depth"] < 2048
+    assert plain["filled_to"] == min(episode["depth"], 2048 - 16 - 1) and plain["generated"] == 16
+    assert plain["steps"] == 15 and plain["tok_s"] > 0 and plain["depth"] == plain["filled_to"] + 7
+    assert episode["tok_s"] <= episode["decode_tok_s"] and plain["tok_s"] <= plain["decode_tok_s"]
+    vs = report["one_episode_vs_plain"]
+    assert vs["ratio"] == round(episode["tok_s"] / plain["tok_s"], 2) > 0 and vs["depth"] == episode["depth"]
+    plain_goal = "met" if vs["ratio"] >= 0.9 else "NOT met"
+    assert (
+        report["goals"][1]
+        == f"one episode {vs['ratio']:.2f}x plain decode at depth {vs['depth']} (goal >= 0.9x): {plain_goal}"
+    )
+    for line in report["goals"]:
+        assert f"goal: {line}" in proc.stdout
     assert not (out / "work").exists()  # checkpoints and GGUFs go with the run
     assert "fixture greedy episode GPU vs CPU: equal" in proc.stdout
