@@ -16,7 +16,7 @@ from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.given import FollowUp
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.api.asks import Ask, Watch, ask_item, error_result, opened
+from edge_sql.api.asks import Ask, Watch, ask_item, error_result
 from edge_sql.api.driver import EachWatch, drive
 from edge_sql.api.knowledge_hook import KnowledgeHook
 from edge_sql.api.plan import gguf_name, plan_sessions, prefix_state_dir
@@ -27,7 +27,7 @@ from edge_sql.knowledge import Knowledge
 from edge_sql.knowledge.answers import consult
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
-from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from edge_sql.tools import ReadOnlyDatabase, Toolbox, opened
 
 
 class Agent:

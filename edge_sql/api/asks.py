@@ -5,8 +5,8 @@ the result of a question that could not be asked."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -77,16 +77,6 @@ def open_each(items: list[Ask], stack: ExitStack) -> dict[object, ReadOnlyDataba
         except EdgeSqlError as exc:
             databases[key] = exc
     return databases
-
-
-@contextmanager
-def opened(db: str | Path | ReadOnlyDatabase) -> Iterator[ReadOnlyDatabase]:
-    """`db` open read-only: a path is opened here and closed after; an open database is used as is."""
-    if isinstance(db, ReadOnlyDatabase):
-        yield db
-        return
-    with ReadOnlyDatabase(db) as database:
-        yield database
 
 
 def error_result(item: Ask, error: BaseException, prompt_version: str) -> EpisodeResult:

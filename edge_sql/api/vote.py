@@ -17,10 +17,10 @@ from edge_sql.agent.checked import join_vote
 from edge_sql.agent.majority_vote import Tally, choose, vote_refusal
 from edge_sql.agent.prompt import PromptTemplate
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.api.asks import Ask, Watch, opened
+from edge_sql.api.asks import Ask, Watch
 from edge_sql.api.driver import EachWatch
 from edge_sql.errors import EdgeSqlError
-from edge_sql.tools import ReadOnlyDatabase
+from edge_sql.tools import ReadOnlyDatabase, opened
 
 
 class VoteEpisodes(Protocol):

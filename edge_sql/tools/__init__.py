@@ -1,6 +1,6 @@
 """The SQLite side of the agent: a read-only connection, the eight tools, result formatting."""
 
-from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase
+from edge_sql.tools.database import ForeignKey, QueryError, QueryResult, ReadOnlyDatabase, opened
 from edge_sql.tools.formatting import format_result, format_value
 from edge_sql.tools.specs import TOOL_SPECS, TOOLS_BY_NAME, ToolArg, ToolSpec, render_tool_list
 from edge_sql.tools.toolbox import Toolbox, ToolResult
@@ -18,5 +18,6 @@ __all__ = [
     "Toolbox",
     "format_result",
     "format_value",
+    "opened",
     "render_tool_list",
 ]

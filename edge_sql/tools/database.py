@@ -17,7 +17,8 @@ import re
 import shutil
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -377,3 +378,13 @@ def _checked_limit(seconds: Any) -> float:
 def _shown(name: str, limit: int = 100) -> str:
     """A name as an error message echoes it: a long one is cut, with its length."""
     return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} characters)"
+
+
+@contextmanager
+def opened(db: str | Path | ReadOnlyDatabase) -> Iterator[ReadOnlyDatabase]:
+    """`db` open read-only: a path is opened here and closed after; an open database is used as is."""
+    if isinstance(db, ReadOnlyDatabase):
+        yield db
+        return
+    with ReadOnlyDatabase(db) as database:
+        yield database

@@ -11,16 +11,14 @@ columns first and a line saying how to see the rest. Never a silent cut.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sqlite3
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_sql.tools.database import ReadOnlyDatabase
+from edge_sql.tools.database import ReadOnlyDatabase, opened
 from edge_sql.tools.identifiers import display_identifier
 from edge_sql.tools.schema_index import SchemaIndexError, index_for
 from edge_sql.tools.schema_ranking import (
@@ -269,19 +267,10 @@ def _natural(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"([0-9]+)", name.lower())]
 
 
-@contextlib.contextmanager
-def _database(db: str | Path | ReadOnlyDatabase) -> Iterator[ReadOnlyDatabase]:
-    if isinstance(db, ReadOnlyDatabase):
-        yield db
-        return
-    with ReadOnlyDatabase(db) as opened:
-        yield opened
-
-
 def list_tables_for(db: str | Path | ReadOnlyDatabase, question: str) -> TableListing:
     """Exactly what `list_tables` shows the model for `question` over `db` (`.text`), with the
     ranking's scores behind it: why a table was or was not shown. Opens a path read-only."""
-    with _database(db) as database:
+    with opened(db) as database:
         view = SchemaView(database, question)
         try:
             return view.listing()
