@@ -49,6 +49,7 @@ from edge_sql import Agent
 from edge_sql.agent.budget import Budget
 from edge_sql.runtime import SessionOptions
 from edge_sql.runtime.llama.batch import TokenBatch
+from edge_sql.runtime.llama.decode_thread import run_decode
 from edge_sql.runtime.llama.loading import open_model
 from edge_sql.runtime.llama.shared_models import release
 
@@ -88,7 +89,7 @@ def decode_again(decoder: batched.BatchedDecoder) -> float:
         for i in range(n):
             llama_cpp.llama_memory_seq_rm(memory, int(batch.batch.seq_id[i][0]), int(batch.batch.pos[i]), -1)
         tick = time.perf_counter()
-        status = llama_cpp.llama_decode(decoder.context.ptr, batch.batch)
+        status = run_decode(lambda: llama_cpp.llama_decode(decoder.context.ptr, batch.batch))
         llama_cpp.llama_synchronize(decoder.context.ptr)  # its compute counted here, not in the next step's
         again = 1000 * (time.perf_counter() - tick)
     if status != 0:
@@ -254,9 +255,10 @@ def _time_widths(
 
 
 def fresh_episodes(args: argparse.Namespace, parallel: int) -> dict:
-    """Part 3's runs, each in a new process (no step log, nothing decoded again): one at a time
-    in the process that had run the steps and plain decode came out 1.6x slower than in a new
-    one (31.5 against 50.2 tok/s, minutes apart on a quiet machine), a cause not settled."""
+    """Part 3's runs, each in a new process (no step log, nothing decoded again), so that no run
+    inherits what an earlier one left: one at a time in the process that had run the steps came
+    out 1.6x slower than in a new one (31.5 against 50.2 tok/s) while decodes still ran on the
+    threads that called them (each left an OpenMP team behind: runtime/llama/decode_thread.py)."""
     command = [sys.executable, __file__, str(args.model), "--episodes-only", "--parallel", str(parallel)]
     command += ["--questions", str(args.questions), "--ctx", str(args.ctx)]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout

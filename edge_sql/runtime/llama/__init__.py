@@ -1,1 +1,1 @@
-"""The thin layer over llama.cpp's C API: the backend and its threads, batches, the mapped file, models shared by sessions, contexts and loading a GGUF into them."""
+"""The thin layer over llama.cpp's C API: the backend and its threads, the one thread every decode runs on, batches, the mapped file, models shared by sessions, contexts and loading a GGUF into them."""

@@ -14,8 +14,10 @@ scheduler time slice for it: issue 37 measured decode 80x slower on a 2-core mac
   now and then. `llama_set_n_threads` changes the count between two decodes. It compares steps
   of one shape only (their token count): a batched context (runtime/batching/) steps 1 to 16
   sequences in turn, and a step of eight costing more than a step of one is no busy machine.
+- And every decode runs on one thread (runtime/llama/decode_thread.py): libgomp keeps a team
+  per calling thread and, once they outnumber the CPUs, spins far less at every barrier.
 
-Neither changes the tokens: without flash attention each thread count computes the same sums
+None of them changes the tokens: without flash attention each thread count computes the same sums
 (an adapting session runs without it: runtime/llama/loading.py, `attention_for_threads`;
 tests check the logits bit for bit). Nothing here imports llama.cpp: this module must be
 readable before the library loads.

@@ -1,0 +1,97 @@
+"""One OS thread runs every `llama_decode` of the process, so OpenMP keeps one team of threads.
+
+Why: the bundled llama.cpp computes a decode as an OpenMP parallel region of the thread that
+calls it, and libgomp gives each calling thread a team of its own that lives as long as that
+thread. Once the process's OpenMP threads outnumber the CPUs, libgomp cuts the spin at every
+barrier to a throttled count (`gomp_throttled_spin_count_var`, 100 to 1,000 iterations), so the
+hundreds of barriers of a step sleep and wake instead of spinning. Episodes at once run each in
+a thread of its own and whichever completes a batch runs the step (runtime/batching/); a server
+answers on its handler threads. Measured (issue 54; 2-core Intel Xeon, SmolLM2-135M Q8_0, eight
+sequences one token each at depths 414-1,391): 76 ms a step while one thread had ever decoded,
+100 ms from the moment a second one had, whichever thread decoded after that; the thread
+governor then ran one-sequence steps at one thread, where no barrier waits.
+
+So `run_decode` hands the call to this module's thread and waits for it; a call already on it
+runs in place (an eval callback that decodes). The arithmetic is the same whatever thread runs
+it: the tokens do not change. Nothing but `llama_decode` needs it: no other llama.cpp call of
+edge-sql computes a graph (state reads and writes, sampling and tokenizing run no OpenMP).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_jobs: queue.SimpleQueue[_Job] | None = None
+_thread: threading.Thread | None = None
+
+
+class _Job(Generic[T]):
+    """One call to run on the decode thread, and its outcome."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self.call = call
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.call()
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+def _serve(jobs: queue.SimpleQueue[_Job]) -> None:
+    while True:
+        jobs.get().run()
+
+
+def _started() -> queue.SimpleQueue[_Job]:
+    global _jobs, _thread
+    with _lock:
+        if _jobs is None or _thread is None or not _thread.is_alive():
+            _jobs = queue.SimpleQueue()
+            _thread = threading.Thread(target=_serve, args=(_jobs,), name="edge-sql-decode", daemon=True)
+            _thread.start()
+        return _jobs
+
+
+def _forget_after_fork() -> None:
+    """A forked child has no copy of the thread: it starts its own on its first decode."""
+    global _jobs, _thread, _lock
+    _lock, _jobs, _thread = threading.Lock(), None, None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def run_decode(call: Callable[[], T]) -> T:
+    """`call()` on the process's decode thread; its result, or its exception raised here.
+
+    Ctrl-C (or a termination signal) while waiting is raised once the call has returned, as it
+    was when llama_decode ran in the caller's thread: the context and batch it reads must not
+    be freed under it."""
+    if threading.current_thread() is _thread:
+        return call()
+    job = _Job(call)
+    _started().put(job)
+    interrupted: BaseException | None = None
+    while not job.done.is_set():
+        try:
+            job.done.wait()
+        except BaseException as exc:  # KeyboardInterrupt, Terminated: wait for the decode first
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+    if job.error is not None:
+        raise job.error
+    return job.result  # type: ignore[return-value]
