@@ -1,7 +1,7 @@
 """Answering by vote against the machine's limit: one episode, votes of K before and after the
 shared opening (issue 42, point 1) and the early stop (point 2), in one run of one process.
 
-For each K, with the same question and seeds, `Agent._vote` runs K sampled episodes at once in
+For each K, with the same question and seeds, `api.vote.run_vote` runs K sampled episodes at once in
 the batched engine:
 
   - 'before':     every episode restores the prompt's state and evaluates the question itself,
@@ -31,12 +31,15 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import write_results  # this folder is on sys.path when run as a script
 from chinook_questions import QUESTIONS  # this folder is on sys.path when run as a script
 from edge_sql import Agent
 from edge_sql.agent import Budget
+from edge_sql.api.asks import Ask
+from edge_sql.api.vote import run_vote
 from edge_sql.bench.machine import cpu_model
 from edge_sql.runtime.tuning.parallel import decode_rate
 from fixture_budget import TRAINED_LIMITS
@@ -53,14 +56,32 @@ MODES = {
 
 
 def vote_row(agent: Agent, question: str, k: int, seed: int, mode: str) -> dict:
+    """One vote of `k` through `run_vote` over the Agent's driver, as `Agent.ask(vote=k)` runs it;
+    'before' has the driver start each episode from the prompt's state (no shared opening)."""
+    share, early = MODES[mode]["share_opening"], MODES[mode]["early_stop"]
+
+    def driver(items: list[Ask], **kwargs: Any) -> Any:
+        return agent._each(items, **{**kwargs, "share_opening": share})
+
     tick = time.perf_counter()
-    result = agent._vote(question, CHINOOK, k, evidence=None, seed=seed, greedy=False, should_stop=None, **MODES[mode])
+    result = run_vote(
+        driver,
+        question,
+        CHINOOK,
+        k,
+        evidence=None,
+        seed=seed,
+        greedy=False,
+        should_stop=None,
+        max_rows=agent.budget.max_result_rows,
+        early_stop=early,
+    )
     vote = result.stats.to_json()["vote"]
     return {
         "k": k,
         "mode": mode,
         "wall_s": round(time.perf_counter() - tick, 2),
-        "prompt_tokens": vote["prompt_tokens_evaluated"],
+        "prompt_tokens": vote.get("prompt_tokens_evaluated"),
         "finished": vote["finished"],
         "agreed": vote["agreed"],
         "voters": vote["voters"],
