@@ -391,3 +391,24 @@ def test_an_episode_back_from_a_tool_call_within_the_grace_shares_the_steps(tiny
         _all_at_once([lambda: rounds(group.sessions[0], 0.0), lambda: rounds(group.sessions[1], 0.03)])
         counts = group.counts
     assert counts.sequences >= 1.8 * counts.steps, counts
+
+
+def test_a_session_gone_idle_holds_nobody_for_its_grace(tiny_gguf: Path, alone: dict) -> None:
+    """Session 1's work ends (an episode over: `context.idle()`) while session 0 still generates;
+    with a grace of 30 s, session 0 would otherwise wait that long at its next step for a
+    session that is not coming back. Its tokens are what it decodes alone."""
+    import time
+
+    def short_then_idle(session: Session) -> None:
+        _completion(session, PROMPTS[1], n=2)
+        session.context.idle()
+
+    with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
+        group._decoder.grace_s = 30.0  # type: ignore[union-attr]
+        tick = time.monotonic()
+        got = _all_at_once(
+            [lambda: _completion(group.sessions[0], PROMPTS[0]), lambda: short_then_idle(group.sessions[1])]
+        )
+        took = time.monotonic() - tick
+    assert took < 20.0, f"{took:.1f} s: session 0 waited out the grace of the idle session"
+    assert got[0] == alone[PROMPTS[0]]

@@ -52,6 +52,7 @@ class SessionPool:
         try:
             yield session
         finally:
+            session.context.idle()  # the other episodes at once stop waiting for this one
             with self._changed:
                 self._free.append(session)
                 self._changed.notify_all()

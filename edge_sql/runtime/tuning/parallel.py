@@ -143,6 +143,7 @@ def decode_together(sessions: list[Session], steps: int) -> float:
     def decode(session: Session) -> None:
         barrier.wait()
         session.generate(params=SamplingParams(greedy=True), max_tokens=steps)
+        session.context.idle()  # done: the others' last steps do not wait for it
 
     threads = [threading.Thread(target=decode, args=(s,)) for s in sessions]
     tick = time.perf_counter()
