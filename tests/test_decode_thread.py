@@ -75,15 +75,19 @@ def test_decodes_from_several_live_threads_add_no_openmp_team(tiny_gguf_fast: Pa
     try:
         context.decode([1, 2, 3], 0, outputs="last")  # the decode thread's team exists from here
         before = _native_threads()
-        lock, decoded, counted = threading.Lock(), threading.Barrier(5), threading.Event()
+        lock, decoded, counted = threading.Lock(), threading.Barrier(5, timeout=120), threading.Event()
+        errors: list[BaseException] = []
 
-        def decode_and_stay(i: int) -> None:
-            with lock:  # one context: its decodes one after another, each from its own thread
-                context.decode([10 + i], 3 + i, outputs="last")
+        def decode_and_stay() -> None:
+            try:
+                with lock:  # one context: its decodes one after another, at the next position
+                    context.decode([10], len(context.tokens), outputs="last")
+            except BaseException as exc:  # reported below; the barrier still completes
+                errors.append(exc)
             decoded.wait()
-            counted.wait()
+            counted.wait(timeout=120)
 
-        threads = [threading.Thread(target=decode_and_stay, args=(i,)) for i in range(4)]
+        threads = [threading.Thread(target=decode_and_stay) for _ in range(4)]
         for thread in threads:
             thread.start()
         decoded.wait()
@@ -91,7 +95,10 @@ def test_decodes_from_several_live_threads_add_no_openmp_team(tiny_gguf_fast: Pa
         counted.set()
         for thread in threads:
             thread.join()
+        decoded_tokens = len(context.tokens)
     finally:
         context.close()
         release(loaded)
+    assert not errors, errors
+    assert decoded_tokens == 7
     assert added == 0, f"{added} OS threads added by decodes from four live threads (a team each)"
