@@ -375,8 +375,9 @@ def test_a_gap_in_the_ids_is_closed_by_moving_memory_and_the_idle_episode_is_kep
 
 
 def test_an_episode_back_from_a_tool_call_within_the_grace_shares_the_steps(tiny_gguf: Path) -> None:
-    """Session 1 pauses 30 ms between rounds (a tool call); session 0 waits for it rather than
-    running its own round alone, so (nearly) every step carries both."""
+    """Session 1 pauses 100 ms between rounds (a tool call, within the 200 ms grace); session 0
+    waits for it rather than running its own round alone, so nearly every step carries both
+    (without the grace 1.36 sequences a step on a 2-core Xeon: the rounds drift apart)."""
     import time
 
     def rounds(session: Session, pause: float) -> None:
@@ -388,9 +389,9 @@ def test_an_episode_back_from_a_tool_call_within_the_grace_shares_the_steps(tiny
             session.eval(session.tokenize(" and then"))
 
     with open_sessions(tiny_gguf, n=2, n_ctx=512, n_threads=1) as group:
-        _all_at_once([lambda: rounds(group.sessions[0], 0.0), lambda: rounds(group.sessions[1], 0.03)])
+        _all_at_once([lambda: rounds(group.sessions[0], 0.0), lambda: rounds(group.sessions[1], 0.1)])
         counts = group.counts
-    assert counts.sequences >= 1.8 * counts.steps, counts
+    assert counts.sequences >= 1.6 * counts.steps, counts
 
 
 def test_a_session_gone_idle_holds_nobody_for_its_grace(tiny_gguf: Path, alone: dict) -> None:
