@@ -13,7 +13,9 @@ from edge_sql.runtime.tuning.settings import Settings
 # 6: episodes at once (Settings.parallel, sequence_bytes) and their measured speed-up
 # 7: the default N is the fewest near the best measured speed (parallel_rates), up to 16 fit (parallel_max)
 # 8: flash attention off above one thread (the thread count adapts to the load; settings.flash_options)
-CACHE_VERSION = 8
+# 9: widths timed with every decode on one thread and no wait for a finished session (issue 54):
+#    earlier rates understate what several sequences at once give
+CACHE_VERSION = 9
 
 
 @dataclass
