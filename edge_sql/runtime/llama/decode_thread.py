@@ -20,55 +20,35 @@ edge-sql computes a graph (state reads and writes, sampling and tokenizing run n
 from __future__ import annotations
 
 import os
-import queue
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
 
 T = TypeVar("T")
 
 _lock = threading.Lock()
-_jobs: queue.SimpleQueue[_Job] | None = None
-_thread: threading.Thread | None = None
+_executor: ThreadPoolExecutor | None = None
+_ident: int | None = None  # the decode thread's, once it runs
 
 
-class _Job(Generic[T]):
-    """One call to run on the decode thread, and its outcome."""
-
-    def __init__(self, call: Callable[[], T]) -> None:
-        self.call = call
-        self.done = threading.Event()
-        self.result: T | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.result = self.call()
-        except BaseException as exc:  # handed to the waiting thread, which raises it
-            self.error = exc
-        finally:
-            self.done.set()
+def _mark_thread() -> None:
+    global _ident
+    _ident = threading.get_ident()
 
 
-def _serve(jobs: queue.SimpleQueue[_Job]) -> None:
-    while True:
-        jobs.get().run()
-
-
-def _started() -> queue.SimpleQueue[_Job]:
-    global _jobs, _thread
+def _started() -> ThreadPoolExecutor:
+    global _executor
     with _lock:
-        if _jobs is None or _thread is None or not _thread.is_alive():
-            _jobs = queue.SimpleQueue()
-            _thread = threading.Thread(target=_serve, args=(_jobs,), name="edge-sql-decode", daemon=True)
-            _thread.start()
-        return _jobs
+        if _executor is None:
+            _executor = ThreadPoolExecutor(1, thread_name_prefix="edge-sql-decode", initializer=_mark_thread)
+        return _executor
 
 
 def _forget_after_fork() -> None:
     """A forked child has no copy of the thread: it starts its own on its first decode."""
-    global _jobs, _thread, _lock
-    _lock, _jobs, _thread = threading.Lock(), None, None
+    global _executor, _ident, _lock
+    _lock, _executor, _ident = threading.Lock(), None, None
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -80,18 +60,15 @@ def run_decode(call: Callable[[], T]) -> T:
     Ctrl-C (or a termination signal) while waiting is raised once the call has returned, as it
     was when llama_decode ran in the caller's thread: the context and batch it reads must not
     be freed under it."""
-    if threading.current_thread() is _thread:
+    if threading.get_ident() == _ident:
         return call()
-    job = _Job(call)
-    _started().put(job)
+    future: Future[T] = _started().submit(call)
     interrupted: BaseException | None = None
-    while not job.done.is_set():
+    while not future.done():
         try:
-            job.done.wait()
+            wait([future])
         except BaseException as exc:  # KeyboardInterrupt, Terminated: wait for the decode first
             interrupted = exc
     if interrupted is not None:
         raise interrupted
-    if job.error is not None:
-        raise job.error
-    return job.result  # type: ignore[return-value]
+    return future.result()
