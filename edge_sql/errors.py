@@ -124,6 +124,29 @@ class KnowledgeError(EdgeSqlError):
     SQL that writes or does not run, a file that is not a knowledge export), or no such note."""
 
 
+class VerifiedExists(KnowledgeError):
+    """A question that already has a verified answer with other SQL: replacing it needs the person
+    to say so (`notes verify --replace`, `"replace": true`, a confirmation), never silently.
+    `answer_id`, `question` and `sql` name the stored answer (HTTP 409).
+
+    >>> VerifiedExists(7, "How many orders?", "SELECT COUNT(*) FROM orders", "pass --replace to replace it").args[0]
+    'refused: "How many orders?" already has a verified answer (v7): SELECT COUNT(*) FROM orders; pass --replace to replace it'
+    """
+
+    def __init__(self, answer_id: int, question: str, sql: str, hint: str) -> None:
+        super().__init__(f'refused: "{question}" already has a verified answer (v{answer_id}): {sql}; {hint}')
+        self.answer_id, self.question, self.sql = answer_id, question, sql
+
+    def hinted(self, hint: str) -> VerifiedExists:
+        """The same refusal with the way to replace that this surface offers."""
+        return VerifiedExists(self.answer_id, self.question, self.sql, hint)
+
+
+class TeachingRefused(EdgeSqlError):
+    """A request to teach (add or remove a note, verify, replace, undo) without the server's teach
+    token, where one is set (`serve --teach-token`): HTTP 403, an MCP tool error."""
+
+
 # ---- serving: what `edge-sql serve` tells its operator and its clients --------------------
 
 

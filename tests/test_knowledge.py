@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_sql.errors import KnowledgeError
+from edge_sql.errors import KnowledgeError, VerifiedExists
 from edge_sql.knowledge import FollowUp, Knowledge, schema_identity
 from edge_sql.knowledge.answers import answer_at_once, brief
 from edge_sql.knowledge.evidence import ITEM_TOKEN_BOUND
@@ -133,10 +133,13 @@ def test_a_repeated_question_is_answered_at_once_from_its_verified_sql(kb, chino
     }
 
 
-def test_verifying_the_same_question_again_replaces_the_answer(kb, chinook_db):
+def test_verifying_the_same_question_again_replaces_the_answer_only_when_asked(kb, chinook_db):
     with ReadOnlyDatabase(chinook_db) as db:
-        kb.verify(db, "How many albums?", "SELECT 1")
-        kb.verify(db, "how many albums", "SELECT COUNT(*) FROM Album")
+        first = kb.verify(db, "How many albums?", "SELECT 1")
+        with pytest.raises(VerifiedExists, match=r'"How many albums\?" already has a verified answer \(v1\): SELECT 1'):
+            kb.verify(db, "how many albums", "SELECT COUNT(*) FROM Album")
+        assert kb.verified(db) == [first]
+        kb.verify(db, "how many albums", "SELECT COUNT(*) FROM Album", replace=True)
         assert [(a.question, a.sql) for a in kb.verified(db)] == [("how many albums", "SELECT COUNT(*) FROM Album")]
         assert [a.sql for a in kb.similar(db, "How many albums are there?")] == ["SELECT COUNT(*) FROM Album"]
 
@@ -224,8 +227,12 @@ def test_export_and_import_move_notes_and_answers_and_a_bad_file_changes_nothing
             with pytest.raises(KnowledgeError, match="note 1 is empty"):
                 kb.import_json(db, dict(exported, notes=[{"text": " "}]))
             assert kb.notes(db) == [] and kb.verified(db) == []
-            assert kb.import_json(db, exported) == (2, 1)
-            assert kb.import_json(db, exported) == (0, 1)  # notes are not doubled; answers replace
+            first = kb.import_json(db, exported)
+            assert (first.notes_added, len(first.added), first.notes_skipped, first.skipped) == (2, 1, 0, [])
+            ids = ([n.id for n in kb.notes(db)], [a.id for a in kb.verified(db)])
+            second = kb.import_json(db, exported)  # nothing doubled, nothing replaced: every id kept
+            assert (second.notes_added, second.added, second.notes_skipped, len(second.skipped)) == (0, [], 2, 1)
+            assert ([n.id for n in kb.notes(db)], [a.id for a in kb.verified(db)]) == ids
             again = kb.export_json(db)
     assert again["notes"] == exported["notes"] and again["verified"] == exported["verified"]
     assert exported["verified"] == [

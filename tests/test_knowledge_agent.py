@@ -103,6 +103,7 @@ def test_the_model_sees_notes_examples_and_the_follow_up_in_the_trained_evidence
         "follow_up": {"question": follow_up.question, "sql": follow_up.sql},
         "verified": None,
         "schema_change": None,
+        "stale_verified": None,
     }
     assert "<|im_start|>user\nWhat is the revenue of each customer by year?<|im_end|>" in plain.transcript
     assert plain.given is not None and plain.given.notes == []

@@ -70,13 +70,16 @@ class VerifiedAnswer:
 class Given:
     """What one answer was given: the notes and similar verified answers put into its evidence,
     the follow-up pair, or the verified answer it was answered from at once (`verified`).
-    `schema_change` says that the database's schema changed since some of its notes were written."""
+    `schema_change` says that the database's schema changed since some of its notes were written;
+    `stale_verified`, why the verified answer to this very question was not used (it no longer
+    holds: the model was asked instead)."""
 
     notes: list[Note] = field(default_factory=list)
     examples: list[VerifiedAnswer] = field(default_factory=list)
     follow_up: FollowUp | None = None
     verified: VerifiedAnswer | None = None
     schema_change: str | None = None
+    stale_verified: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         verified = self.verified
@@ -95,4 +98,5 @@ class Given:
                 else None
             ),
             "schema_change": self.schema_change,
+            "stale_verified": self.stale_verified,
         }

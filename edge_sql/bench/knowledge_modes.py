@@ -73,7 +73,8 @@ def gold_knowledge(db: ReadOnlyDatabase, questions: list[Question], count_tokens
     seen, schema = Seen.of(db), schema_words(db)
     with kb.writing() as conn:
         for q in questions:
-            kb.store_answer(conn, seen, VerifiedAnswer(0, q.question, q.evidence, q.gold_sql, ""), schema)
+            answer = VerifiedAnswer(0, q.question, q.evidence, q.gold_sql, "")
+            kb.store_answer(conn, seen, answer, schema, replace=True)  # a repeated question: the last gold SQL
     return kb
 
 

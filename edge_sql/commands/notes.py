@@ -54,6 +54,8 @@ def command() -> None:
       edge-sql notes verify --db app.db "How many users?" "SELECT COUNT(*) FROM users"
       edge-sql notes list --db app.db
       edge-sql notes remove --db app.db 3
+      edge-sql notes history --db app.db
+      edge-sql notes undo --db app.db 5
       edge-sql notes export --db app.db app-notes.json
       edge-sql notes import --db app.db app-notes.json
     """
@@ -68,20 +70,31 @@ def command() -> None:
 def add(db_path: Path, question: str | None, text: str) -> None:
     """Add a note (one line the model reads with the question, e.g. 'amounts are in cents')."""
     with _opened(db_path) as (kb, db):
-        note = kb.add_note(db, text, question=question)
+        note = kb.add_note(db, text, question=question, surface="command line")
     click.echo(f"added note {note.id}" + (f" (with questions about: {note.question})" if note.question else ""))
 
 
 @command.command("verify")
 @_DB
 @click.option("--evidence", default=None, help="The evidence the question was asked with.")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Replace the question's verified answer if it has one with other SQL (kept in `notes history`).",
+)
 @click.argument("question")
 @click.argument("sql")
-def verify(db_path: Path, evidence: str | None, question: str, sql: str) -> None:
-    """Store SQL you confirmed as the answer to QUESTION (it must read only, and run)."""
+def verify(db_path: Path, evidence: str | None, replace: bool, question: str, sql: str) -> None:
+    """Store SQL you confirmed as the answer to QUESTION (it must read only, and run). A question
+    that has a verified answer with other SQL is refused, naming it, unless --replace."""
+    from edge_sql.errors import VerifiedExists
+
     with _opened(db_path) as (kb, db):
-        answer = kb.verify(db, question, sql, evidence=evidence)
-    click.echo(f"verified answer v{answer.id}: {answer.question}")
+        try:
+            answer = kb.keep(db, question, sql, evidence=evidence, replace=replace, surface="command line")
+        except VerifiedExists as exc:
+            raise exc.hinted("pass --replace to replace it (`notes history` keeps the old one)") from None
+    click.echo(answer.said())
 
 
 @command.command("list")
@@ -117,10 +130,38 @@ def remove(db_path: Path, note_id: str) -> None:
         raise click.BadParameter(f"{note_id!r} is not a note id (N) or a verified answer's (vN)", param_hint="ID")
     with _opened(db_path) as (kb, db):
         if answer:
-            kb.forget(db, int(digits))
+            kb.forget(db, int(digits), surface="command line")
         else:
-            kb.remove_note(db, int(digits))
-    click.echo(f"removed {'verified answer' if answer else 'note'} {note_id}")
+            kb.remove_note(db, int(digits), surface="command line")
+    click.echo(f"removed {'verified answer' if answer else 'note'} {note_id} (`notes undo` brings it back)")
+
+
+@command.command("history")
+@_DB
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: the changes, oldest first.")
+def history(db_path: Path, as_json: bool) -> None:
+    """What teaching changed, oldest first: each note and verified answer added, replaced or
+    removed (when, from which surface, the old and the new SQL or text). `notes undo N` undoes #N."""
+    with _opened(db_path) as (kb, db):
+        changes = kb.history(db)
+    if as_json:
+        click.echo(json.dumps({"changes": [c.to_json() for c in changes]}, ensure_ascii=False, indent=2))
+        return
+    if not changes:
+        click.echo(f"no changes to the notes or verified answers of {db_path.name} yet")
+    for change in changes:
+        click.echo(change.line())
+
+
+@command.command("undo")
+@_DB
+@click.argument("change_id", metavar="N", type=click.IntRange(min=1))
+def undo(db_path: Path, change_id: int) -> None:
+    """Undo change #N of `notes history`: an added note or answer is removed, a replaced or
+    removed one comes back under its old id. Refused (nothing changes) once a later change built on it."""
+    with _opened(db_path) as (kb, db):
+        change = kb.undo(db, change_id, surface="command line")
+    click.echo(change.undone_line())
 
 
 @command.command("export")
@@ -131,6 +172,8 @@ def export(db_path: Path, force: bool, file: Path) -> None:
     """Write the database's notes and verified answers to FILE (JSON; `-`: standard output)."""
     with _opened(db_path) as (kb, db):
         data = kb.export_json(db)
+    from edge_sql.agent.display import plural
+
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if str(file) == "-":
         click.echo(text, nl=False)
@@ -138,21 +181,30 @@ def export(db_path: Path, force: bool, file: Path) -> None:
     if file.exists() and not force:
         raise EdgeSqlError(f"{file} exists: pass --force to replace it")
     _write_whole(file, text)
-    click.echo(f"exported {len(data['notes'])} notes and {len(data['verified'])} verified answers to {file}")
+    click.echo(
+        f"exported {plural(len(data['notes']), 'note')} and {plural(len(data['verified']), 'verified answer')} to {file}"
+    )
 
 
 @command.command("import")
 @_DB
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Replace verified answers stored with other SQL for the file's questions (kept in `notes history`).",
+)
 @click.argument("file", type=click.Path(path_type=Path))
-def import_(db_path: Path, file: Path) -> None:
+def import_(db_path: Path, replace: bool, file: Path) -> None:
     """Add the notes and verified answers in FILE (from `notes export`) to the database's own.
-    The file is checked whole first: a bad one changes nothing."""
+    What is stored already is skipped, ids kept: importing twice adds nothing. The file is
+    checked whole first: a bad one, or one that would replace a verified answer without
+    --replace, changes nothing."""
     from edge_sql.knowledge.transfer import read_file
 
     data = read_file(file)
     with _opened(db_path) as (kb, db):
-        notes, answers = kb.import_json(db, data)
-    click.echo(f"imported {notes} notes and {answers} verified answers from {file}")
+        imported = kb.import_json(db, data, replace=replace)
+    click.echo(imported.line(str(file)))
 
 
 def _write_whole(path: Path, text: str) -> None:

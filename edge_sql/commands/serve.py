@@ -49,6 +49,7 @@ class ServeOptions:
     greedy: bool = False  # requests that ask for no vote take the most likely token
     allow: AllowList | None = None  # the guard's Host names and origins (None: loopback and the bound address)
     quiet: bool = False  # no access-log line per request
+    teach_token: str | None = None  # teaching (notes, verify, undo) needs it; asking only `token`
 
 
 def _log(message: str) -> None:
@@ -100,6 +101,14 @@ def _databases(items: tuple[str, ...]) -> dict[str, Path]:
     envvar="EDGE_SQL_TOKEN",
     default=None,
     help="Bearer token every HTTP request must carry (or set EDGE_SQL_TOKEN).",
+)
+@click.option(
+    "--teach-token",
+    envvar="EDGE_SQL_TEACH_TOKEN",
+    default=None,
+    help="Token that adding and removing notes, verifying, replacing and undoing need (403 without it), "
+    "while asking and listing need only --token; the page shows its teaching buttons once it is given "
+    "(or set EDGE_SQL_TEACH_TOKEN). Without it, whoever may ask may teach.",
 )
 @click.option(
     "--allow-host",
@@ -181,6 +190,7 @@ def command(
     port: int,
     open_page: bool,
     token: str | None,
+    teach_token: str | None,
     allow_hosts: tuple[str, ...],
     cors_origins: tuple[str, ...],
     quiet: bool,
@@ -220,6 +230,9 @@ def command(
     databases = _databases(db_items)
     http = use_http or not use_mcp
     _check_token(token, http, host)
+    _check_token_text(teach_token, "teach_token", http)
+    if teach_token is not None and teach_token == token:
+        raise click.BadParameter("the teach token must differ from --token (else whoever may ask may teach)")
     if open_page and not http:
         raise click.UsageError("--open opens the web page, which needs HTTP: add --http (or drop --mcp)")
     allow = _allow_list(http, host, allow_hosts, cors_origins)
@@ -252,6 +265,7 @@ def command(
             greedy=greedy,
             allow=allow,
             quiet=quiet,
+            teach_token=teach_token,
         )
     )
 
@@ -280,18 +294,24 @@ def _check_token(token: str | None, http: bool, host: str) -> None:
             f"--host {host} is not a local address: set --token (or EDGE_SQL_TOKEN) so that "
             "only clients with the token can ask"
         )
+    _check_token_text(token, "token", http)
+
+
+def _check_token_text(token: str | None, name: str, http: bool) -> None:
+    """A token (--token, --teach-token) usable in a header, and not given where nothing checks it."""
+    option = "--" + name.replace("_", "-")
     if token is None:
         return
     if not token.strip():
-        raise click.BadParameter("the token is empty", param_hint="--token")
+        raise click.BadParameter("the token is empty", param_hint=option)
     if not all("!" <= c <= "~" for c in token):
         raise click.BadParameter(
-            "use printable ASCII without spaces (clients send it in an HTTP header)", param_hint="--token"
+            "use printable ASCII without spaces (clients send it in an HTTP header)", param_hint=option
         )
-    given = click.get_current_context().get_parameter_source("token")
+    given = click.get_current_context().get_parameter_source(name)
     if not http and given is ParameterSource.COMMANDLINE:
         raise click.UsageError(
-            "--token protects the HTTP server, and --mcp alone serves over stdio: add --http, or leave the token out"
+            f"{option} protects the HTTP server, and --mcp alone serves over stdio: add --http, or leave the token out"
         )
 
 
@@ -348,6 +368,7 @@ def _serve(options: ServeOptions) -> None:
                         listener,
                         o.host,
                         token=o.token,
+                        teach_token=o.teach_token,
                         log=_log,
                         open_page=o.open_page,
                         allow=o.allow,

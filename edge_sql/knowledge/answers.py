@@ -8,19 +8,35 @@ question is answered without loading one (benchmarks/retrieval/bench_knowledge.p
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from edge_sql.agent.display import plural
-from edge_sql.agent.given import FollowUp, Given
+from edge_sql.agent.given import FollowUp, Given, VerifiedAnswer
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.stats import EpisodeStats
 from edge_sql.checks import check_sql
 from edge_sql.errors import QueryError
 from edge_sql.knowledge.evidence import Composed, TokenCounter, compose
+from edge_sql.knowledge.holds import why_stale
 from edge_sql.knowledge.store import Knowledge, Seen
 from edge_sql.tools import ReadOnlyDatabase
 
 
-def answer_at_once(
+@dataclass(frozen=True)
+class Stale:
+    """A verified answer to the question that no longer holds (`why`, one line): it is marked
+    stale in the store and the model is asked instead."""
+
+    answer: VerifiedAnswer
+    why: str
+
+    def line(self) -> str:
+        return (
+            f"the verified answer v{self.answer.id} was not used: {self.why}; it is marked stale and the model is asked"
+        )
+
+
+def at_once(
     kb: Knowledge,
     db: ReadOnlyDatabase,
     question: str,
@@ -29,18 +45,26 @@ def answer_at_once(
     follow_up: FollowUp | None = None,
     max_rows: int = 1000,
     prompt_version: str = "",
-) -> EpisodeResult | None:
+) -> EpisodeResult | Stale | None:
     """The answer to `question` from the verified answer to the same question on `db`, its SQL run
-    afresh and checked (`stop == "verified"`); None when there is none, or its SQL no longer runs
-    (then a fresh episode answers)."""
+    afresh and checked (`stop == "verified"`); None when there is none; Stale when its SQL fails
+    now or its checks find a name or value the database no longer has (holds.py): then it is
+    marked stale, and the mark cleared once it holds again."""
     seen = Seen.of(db)
     verified = kb.same_question(db, question, follows=follow_up.question if follow_up else None, seen=seen)
     if verified is None:
         return None
     try:
         rows = db.execute(verified.sql, max_rows=max_rows)
-    except QueryError:
-        return None
+    except QueryError as exc:
+        return _stale(kb, db, verified, f"its SQL fails now ({exc})")
+    checks = check_sql(db, verified.sql, result=rows)  # names and values on the database as it is now
+    marked, absent = kb.marks(verified.id)
+    why = why_stale(checks, absent)
+    if why is not None:
+        return _stale(kb, db, verified, why)
+    if marked is not None:
+        kb.mark_stale(db, verified.id, None)  # it holds again
     result = EpisodeResult(
         question=question,
         evidence=evidence,
@@ -62,10 +86,29 @@ def answer_at_once(
             schema_change=kb.schema_change(db, seen=seen),
         ),
     )
-    # its names and values checked on the database as it is now; no episode to trace them to
-    result.checks = check_sql(db, verified.sql, result=rows)
+    result.checks = checks
     result.checks.add("note", "verified", f"a person verified this SQL on {verified.verified_at[:10]}")
     return result
+
+
+def _stale(kb: Knowledge, db: ReadOnlyDatabase, verified: VerifiedAnswer, why: str) -> Stale:
+    kb.mark_stale(db, verified.id, f"no longer holds: {why}")
+    return Stale(verified, why)
+
+
+def answer_at_once(
+    kb: Knowledge,
+    db: ReadOnlyDatabase,
+    question: str,
+    evidence: str | None = None,
+    *,
+    follow_up: FollowUp | None = None,
+    max_rows: int = 1000,
+    prompt_version: str = "",
+) -> EpisodeResult | None:
+    """`at_once`'s answer, None for a stale one as for none (a fresh episode answers)."""
+    found = at_once(kb, db, question, evidence, follow_up=follow_up, max_rows=max_rows, prompt_version=prompt_version)
+    return found if isinstance(found, EpisodeResult) else None
 
 
 def brief(
@@ -113,6 +156,8 @@ def given_lines(result: EpisodeResult) -> list[str]:
             lines.append("given: " + ", ".join(p for p in parts if p))
     if given.schema_change:
         lines.append(f"note: {given.schema_change}")
+    if given.stale_verified:
+        lines.append(f"note: {given.stale_verified}")
     return lines
 
 
@@ -136,10 +181,14 @@ def consult(
     if not use_knowledge:
         return compose(evidence, follow_up=follow_up, count_tokens=count_tokens)
     kb = open_knowledge()
+    found = None
     if not fresh:
-        at_once = answer_at_once(
+        found = at_once(
             kb, db, question, evidence, follow_up=follow_up, max_rows=max_rows, prompt_version=prompt_version
         )
-        if at_once is not None:
-            return at_once
-    return brief(kb, db, question, evidence, follow_up=follow_up)
+        if isinstance(found, EpisodeResult):
+            return found
+    composed = brief(kb, db, question, evidence, follow_up=follow_up)
+    if isinstance(found, Stale):  # the result says why the verified answer was not used
+        return Composed(composed.evidence, replace(composed.given, stale_verified=found.line()))
+    return composed

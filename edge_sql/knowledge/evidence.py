@@ -49,8 +49,10 @@ def check_item(kind: str, hint: str, count_tokens: TokenCounter, bound: int = IT
     """Refuse (KnowledgeError, one line) a note or verified answer whose hint is over `bound` tokens."""
     n = count_tokens(hint)
     if n > bound:
+        # without a model's tokenizer the bound is counted in UTF-8 bytes: say so, not "tokens"
+        unit = "bytes (UTF-8, an upper bound on its tokens)" if count_tokens is utf8_bytes else "tokens"
         raise KnowledgeError(
-            f"{kind} is {n} tokens long as a hint, over the bound of {bound}: shorten it "
+            f"{kind} is {n} {unit} long as a hint, over the bound of {bound}: shorten it "
             "(the model reads it with every matching question)"
         )
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_sql.agent.given import Note, VerifiedAnswer
-from edge_sql.errors import KnowledgeError
-from edge_sql.knowledge import retrieval
+from edge_sql.errors import KnowledgeError, VerifiedExists
+from edge_sql.knowledge import changes, retrieval
+from edge_sql.knowledge.changes import Action, Change, Stored, Surface
 from edge_sql.knowledge.evidence import (
     EXAMPLES_PER_QUESTION,
     TokenCounter,
@@ -26,13 +27,24 @@ from edge_sql.knowledge.evidence import (
     example_hint,
     utf8_bytes,
 )
+from edge_sql.knowledge.holds import absent_values
 from edge_sql.knowledge.identity import normalise_question, tables_named, words
 from edge_sql.knowledge.seen import Seen, check_read_only, now
 from edge_sql.tools import ReadOnlyDatabase
 
+if TYPE_CHECKING:  # transfer.py imports this module: it is imported when an import runs
+    from edge_sql.knowledge.transfer import Imported
+
 FILE_NAME = "knowledge.sqlite"
 BUSY_TIMEOUT_S = 30.0
-SCHEMA_VERSION = 1  # PRAGMA user_version: the format of this file
+# PRAGMA user_version: the format of this file. Still 1 with the history and the stale marks
+# (issue 61): they only add a table and columns that an older edge-sql ignores, so it reads and
+# writes the same file safely; a change an older one cannot read raises it.
+SCHEMA_VERSION = 1
+_ADDED_COLUMNS = (
+    ("verified", "broken", "TEXT"),  # why its SQL no longer holds, when it was last found so (holds.py)
+    ("verified", "absent", "TEXT"),  # JSON: the values its checks did not find when it was verified
+)
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS schemas (identity TEXT PRIMARY KEY, tables TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY AUTOINCREMENT, identity TEXT NOT NULL, path TEXT NOT NULL, "
@@ -41,6 +53,7 @@ _SCHEMA = (
     "question TEXT NOT NULL, normalised TEXT NOT NULL, evidence TEXT, sql TEXT NOT NULL, tables TEXT NOT NULL, "
     "verified_at TEXT NOT NULL, follows TEXT)",
     "CREATE INDEX IF NOT EXISTS verified_by_question ON verified (normalised)",
+    *changes.SCHEMA,
 )
 
 
@@ -80,6 +93,9 @@ class Knowledge:
                 )
             for statement in _SCHEMA:
                 conn.execute(statement)
+            for table, column, kind in _ADDED_COLUMNS:  # a file written before them gets them, empty
+                if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             retrieval.create_index(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -114,7 +130,8 @@ class Knowledge:
                 raise
             self._conn.execute("COMMIT")
 
-    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows of one read (for the store's own modules: changes.py, transfer.py)."""
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
@@ -125,8 +142,11 @@ class Knowledge:
 
     # ---- notes -------------------------------------------------------------------------
 
-    def add_note(self, db: ReadOnlyDatabase, text: str, *, question: str | None = None) -> Note:
-        """Store a note about `db`; with `question`, a note given only to questions with those words."""
+    def add_note(
+        self, db: ReadOnlyDatabase, text: str, *, question: str | None = None, surface: Surface = "api"
+    ) -> Note:
+        """Store a note about `db`; with `question`, a note given only to questions with those words.
+        `surface`: where it was taught, for the history (changes.py)."""
         text = (text or "").strip()
         if not text:
             raise KnowledgeError("empty note: write what the model should know, e.g. 'amounts are in cents'")
@@ -142,7 +162,8 @@ class Knowledge:
                 "INSERT INTO notes (identity, path, text, question, tables, created) VALUES (?, ?, ?, ?, ?, ?)",
                 (seen.identity, seen.path, text, tie, json.dumps(tables_named(text, seen.tables)), created),
             )
-        assert cursor.lastrowid is not None
+            assert cursor.lastrowid is not None
+            changes.record(conn, seen, surface, "added", "note", question=tie, new_id=cursor.lastrowid, new_text=text)
         return Note(cursor.lastrowid, text, tie, created)
 
     def notes(self, db: ReadOnlyDatabase) -> list[Note]:
@@ -150,7 +171,7 @@ class Knowledge:
         return self._notes(Seen.of(db))
 
     def _notes(self, seen: Seen) -> list[Note]:
-        rows = self._rows(
+        rows = self.rows(
             "SELECT id, text, question, created, tables FROM notes WHERE identity = ? OR path = ? ORDER BY id",
             (seen.identity, seen.path),
         )
@@ -166,25 +187,50 @@ class Knowledge:
             if n.stale is None and (n.question is None or _content_words(n.question) <= have)
         ]
 
-    def remove_note(self, db: ReadOnlyDatabase, note_id: int) -> None:
-        """Delete one note of `db`; KnowledgeError when it has none with that id."""
+    def remove_note(self, db: ReadOnlyDatabase, note_id: int, *, surface: Surface = "api") -> Note:
+        """Delete one note of `db` (kept in the history); KnowledgeError when it has none with that id."""
         seen = Seen.of(db)
         with self.writing() as conn:
-            deleted = conn.execute(
-                "DELETE FROM notes WHERE id = ? AND (identity = ? OR path = ?)", (note_id, seen.identity, seen.path)
-            ).rowcount
-        if not deleted:
-            raise KnowledgeError(f"no note {note_id} for {Path(seen.path).name} (`edge-sql notes list` shows them)")
+            old = changes.old_row(conn, "note", note_id)
+            if old is None or (seen.path != old["path"] and seen.identity != old["identity"]):
+                raise KnowledgeError(f"no note {note_id} for {Path(seen.path).name} (`edge-sql notes list` shows them)")
+            conn.execute("DELETE FROM notes WHERE id = ?", (note_id,))
+            changes.record(conn, seen, surface, "removed", "note", question=old["question"], old=old)
+        return Note(note_id, old["text"], old["question"], old["created"])
 
     # ---- verified answers ---------------------------------------------------------------
 
     def verify(
-        self, db: ReadOnlyDatabase, question: str, sql: str, *, evidence: str | None = None, follows: str | None = None
+        self,
+        db: ReadOnlyDatabase,
+        question: str,
+        sql: str,
+        *,
+        evidence: str | None = None,
+        follows: str | None = None,
+        replace: bool = False,
+        surface: Surface = "api",
     ) -> VerifiedAnswer:
-        """Store `sql` as the confirmed answer to `question` on `db` (replacing an earlier one for
-        the same question). `follows`: the question it followed, for a follow-up's answer (reused
-        at once only after that question again, and never an example: alone its words mislead).
-        Refused: an empty question, SQL that writes or does not run, a hint over the bound."""
+        """`keep`'s answer: the one stored, or the same one already there."""
+        return self.keep(db, question, sql, evidence=evidence, follows=follows, replace=replace, surface=surface).answer
+
+    def keep(
+        self,
+        db: ReadOnlyDatabase,
+        question: str,
+        sql: str,
+        *,
+        evidence: str | None = None,
+        follows: str | None = None,
+        replace: bool = False,
+        surface: Surface = "api",
+    ) -> Stored:
+        """Store `sql` as the confirmed answer to `question` on `db`. `follows`: the question it
+        followed, for a follow-up's answer (reused at once only after that question again, and
+        never an example: alone its words mislead). The same SQL again changes nothing (`action`
+        "unchanged"); other SQL for a question that has a verified answer is refused
+        (VerifiedExists) unless `replace`, and the replaced one is kept in the history with
+        `surface`. Refused: an empty question, SQL that writes or does not run, a hint over the bound."""
         if not question or not normalise_question(question):
             raise KnowledgeError("empty question: a verified answer needs the question it answers")
         sql = (sql or "").strip()
@@ -196,27 +242,45 @@ class Knowledge:
         )
         check_item("the verified answer", example_hint(answer), self.count_tokens)
         schema = retrieval.schema_words(db)
+        absent = absent_values(db, sql)
         with self.writing() as conn:
             self._remember(conn, seen)
-            answer_id = self.store_answer(conn, seen, answer, schema)
-        return VerifiedAnswer(answer_id, answer.question, answer.evidence, sql, stamp, follows=follows)
+            return self.store_answer(conn, seen, answer, schema, replace=replace, surface=surface, absent=absent)
 
-    def store_answer(self, conn: sqlite3.Connection, seen: Seen, answer: VerifiedAnswer, schema: frozenset[str]) -> int:
-        """Insert and index one verified answer (in the caller's transaction), replacing an earlier
-        answer of this database to the same question."""
+    def store_answer(
+        self,
+        conn: sqlite3.Connection,
+        seen: Seen,
+        answer: VerifiedAnswer,
+        schema: frozenset[str],
+        *,
+        replace: bool = False,
+        surface: Surface = "api",
+        absent: Sequence[str] = (),
+    ) -> Stored:
+        """Insert and index one verified answer (in the caller's transaction) and record it in the
+        history; an earlier answer of this database to the same question with other SQL is
+        replaced only with `replace` (else VerifiedExists), one with the same SQL is kept."""
         normalised = normalise_question(answer.question)
         follows = normalise_question(answer.follows) if answer.follows else None
-        for old, old_follows in conn.execute(
+        earlier = None
+        for old_id, old_follows in conn.execute(
             "SELECT id, follows FROM verified WHERE normalised = ? AND (identity = ? OR path = ?)",
             (normalised, seen.identity, seen.path),
         ).fetchall():
-            if (normalise_question(old_follows) if old_follows else None) != follows:
-                continue  # the same words after another question: another answer
-            conn.execute("DELETE FROM verified WHERE id = ?", (old,))
-            retrieval.unindex_answer(conn, old)
+            if (normalise_question(old_follows) if old_follows else None) == follows:
+                earlier = changes.old_row(conn, "verified", old_id)  # else the same words after another question
+        if earlier is not None:
+            kept = changes.answer_of(earlier)
+            if " ".join(earlier["sql"].split()) == " ".join(answer.sql.split()):
+                return Stored(kept, "unchanged")
+            if not replace:
+                raise VerifiedExists(kept.id, kept.question, kept.sql, "say so to replace it")
+            conn.execute("DELETE FROM verified WHERE id = ?", (kept.id,))
+            retrieval.unindex_answer(conn, kept.id)
         cursor = conn.execute(
-            "INSERT INTO verified (identity, path, question, normalised, evidence, sql, tables, verified_at, follows) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO verified (identity, path, question, normalised, evidence, sql, tables, verified_at, follows, "
+            "absent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 seen.identity,
                 seen.path,
@@ -227,46 +291,93 @@ class Knowledge:
                 json.dumps(tables_named(answer.sql, seen.tables)),
                 answer.verified_at,
                 answer.follows,
+                json.dumps(list(absent)),
             ),
         )
-        assert cursor.lastrowid is not None
+        new_id = cursor.lastrowid
+        assert new_id is not None
         if follows is None:  # a follow-up's question alone is no example for another question
-            retrieval.index_answer(
-                conn, cursor.lastrowid, answer.question, schema, identity=seen.identity, path=seen.path
-            )
-        return cursor.lastrowid
+            retrieval.index_answer(conn, new_id, answer.question, schema, identity=seen.identity, path=seen.path)
+        action: Action = "added" if earlier is None else "replaced"
+        changes.record(
+            conn,
+            seen,
+            surface,
+            action,
+            "verified",
+            question=answer.question,
+            old=earlier,
+            new_id=new_id,
+            new_text=answer.sql,
+        )
+        stored = VerifiedAnswer(
+            new_id, answer.question, answer.evidence, answer.sql, answer.verified_at, follows=answer.follows
+        )
+        if earlier is None:
+            return Stored(stored, "added")
+        return Stored(stored, "replaced", changes.answer_of(earlier))
 
     def verified(self, db: ReadOnlyDatabase) -> list[VerifiedAnswer]:
         """Every verified answer of `db`, oldest first, stale ones flagged."""
         return self._verified(Seen.of(db), "identity = ? OR path = ?", ())
 
-    def _verified(self, seen: Seen, where: str, params: tuple[Any, ...]) -> list[VerifiedAnswer]:
-        rows = self._rows(
-            f"SELECT id, question, evidence, sql, verified_at, tables, follows FROM verified WHERE ({where}) ORDER BY id",
+    def _verified(self, seen: Seen, where: str, params: tuple[Any, ...], *, marks: bool = True) -> list[VerifiedAnswer]:
+        """The answers that match; `stale` says why one no longer fits: a table it names is gone,
+        or (with `marks`) its SQL was last found not to hold (`mark_stale`)."""
+        rows = self.rows(
+            "SELECT id, question, evidence, sql, verified_at, tables, follows, broken FROM verified "
+            f"WHERE ({where}) ORDER BY id",
             (seen.identity, seen.path, *params),
         )
-        return [VerifiedAnswer(i, q, e, s, at, seen.stale(json.loads(t)), f) for i, q, e, s, at, t, f in rows]
+        return [
+            VerifiedAnswer(i, q, e, s, at, seen.stale(json.loads(t)) or (b if marks else None), f)
+            for i, q, e, s, at, t, f, b in rows
+        ]
 
-    def forget(self, db: ReadOnlyDatabase, answer_id: int) -> None:
-        """Delete one verified answer of `db`; KnowledgeError when it has none with that id."""
+    def forget(self, db: ReadOnlyDatabase, answer_id: int, *, surface: Surface = "api") -> VerifiedAnswer:
+        """Delete one verified answer of `db` (kept in the history); KnowledgeError when it has none."""
         seen = Seen.of(db)
         with self.writing() as conn:
-            deleted = conn.execute(
-                "DELETE FROM verified WHERE id = ? AND (identity = ? OR path = ?)",
-                (answer_id, seen.identity, seen.path),
-            ).rowcount
+            old = changes.old_row(conn, "verified", answer_id)
+            if old is None or (seen.path != old["path"] and seen.identity != old["identity"]):
+                raise KnowledgeError(f"no verified answer {answer_id} for {Path(seen.path).name}")
+            conn.execute("DELETE FROM verified WHERE id = ?", (answer_id,))
             retrieval.unindex_answer(conn, answer_id)
-        if not deleted:
-            raise KnowledgeError(f"no verified answer {answer_id} for {Path(seen.path).name}")
+            changes.record(conn, seen, surface, "removed", "verified", question=old["question"], old=old)
+        return changes.answer_of(old)
+
+    def mark_stale(self, db: ReadOnlyDatabase, answer_id: int, why: str | None) -> None:
+        """Mark a verified answer as no longer holding (`why`), or as holding again (None)."""
+        with self.writing() as conn:
+            conn.execute("UPDATE verified SET broken = ? WHERE id = ?", (why, answer_id))
+
+    def marks(self, answer_id: int) -> tuple[str | None, frozenset[str]]:
+        """A verified answer's stale mark (None: none) and the values its checks did not find when
+        it was verified (holds.py)."""
+        rows = self.rows("SELECT broken, absent FROM verified WHERE id = ?", (answer_id,))
+        if not rows:
+            return None, frozenset()
+        return rows[0][0], frozenset(json.loads(rows[0][1])) if rows[0][1] else frozenset()
+
+    def history(self, db: ReadOnlyDatabase) -> list[Change]:
+        """What teaching changed in `db`'s notes and verified answers, oldest first (changes.py)."""
+        return changes.history(self, Seen.of(db))
+
+    def undo(self, db: ReadOnlyDatabase, change_id: int, *, surface: Surface = "api") -> Change:
+        """Undo one change of `db`'s (`changes.undo`); KnowledgeError, nothing changed, when it cannot."""
+        return changes.undo(self, db, change_id, surface)
 
     def same_question(
         self, db: ReadOnlyDatabase, question: str, *, follows: str | None = None, seen: Seen | None = None
     ) -> VerifiedAnswer | None:
-        """The newest verified answer of `db` to this very question (normalised), unless stale: one
-        verified on its own, or (asked as a follow-up of `follows`) one that followed that question."""
+        """The newest verified answer of `db` to this very question (normalised), unless a table it
+        names is gone: one verified on its own, or (asked as a follow-up of `follows`) one that
+        followed that question. One marked stale is returned: whether it holds is checked on use."""
         seen = seen or Seen.of(db)
         after = normalise_question(follows) if follows else None
-        found = self._verified(seen, "(identity = ? OR path = ?) AND normalised = ?", (normalise_question(question),))
+        found = self._verified(
+            seen, "(identity = ? OR path = ?) AND normalised = ?", (normalise_question(question),), marks=False
+        )
         fitting = [
             a for a in found if a.stale is None and (a.follows is None or normalise_question(a.follows) == after)
         ]
@@ -297,11 +408,11 @@ class Knowledge:
 
         return export_json(self, db)
 
-    def import_json(self, db: ReadOnlyDatabase, data: Any) -> tuple[int, int]:
+    def import_json(self, db: ReadOnlyDatabase, data: Any, *, replace: bool = False) -> Imported:
         """Store an export's notes and answers for `db`, all or nothing (`transfer.import_json`)."""
         from edge_sql.knowledge.transfer import import_json
 
-        return import_json(self, db, data)
+        return import_json(self, db, data, replace=replace)
 
     # ---- the schema's history ------------------------------------------------------------
 
@@ -309,7 +420,7 @@ class Knowledge:
         """One line when notes or verified answers of this file were written for another schema:
         which tables were dropped and added since (None: no change)."""
         seen = seen or Seen.of(db)
-        old = self._rows(
+        old = self.rows(
             "SELECT DISTINCT s.tables FROM schemas s WHERE s.identity != ? AND s.identity IN "
             "(SELECT identity FROM notes WHERE path = ? UNION SELECT identity FROM verified WHERE path = ?)",
             (seen.identity, seen.path, seen.path),

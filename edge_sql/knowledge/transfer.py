@@ -8,13 +8,17 @@ file is one clear line and changes nothing. Every imported SQL is checked as `ve
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_sql.agent.display import plural
 from edge_sql.agent.given import VerifiedAnswer
-from edge_sql.errors import KnowledgeError
-from edge_sql.knowledge import retrieval
+from edge_sql.errors import KnowledgeError, VerifiedExists
+from edge_sql.knowledge import changes, retrieval
+from edge_sql.knowledge.changes import Stored
 from edge_sql.knowledge.evidence import check_item, example_hint
+from edge_sql.knowledge.holds import absent_values
 from edge_sql.knowledge.identity import normalise_question, tables_named
 from edge_sql.knowledge.seen import Seen, check_read_only, now
 from edge_sql.tools import ReadOnlyDatabase
@@ -43,31 +47,82 @@ def export_json(kb: Knowledge, db: ReadOnlyDatabase) -> dict[str, Any]:
     }
 
 
-def import_json(kb: Knowledge, db: ReadOnlyDatabase, data: Any) -> tuple[int, int]:
-    """Store the notes and verified answers of an export in `db`'s knowledge (a note already there
-    with the same text is not doubled; an answer replaces one to the same question). Returns
-    (notes, answers) imported. KnowledgeError, with nothing stored, for a bad file."""
+@dataclass(frozen=True)
+class Imported:
+    """What an import did: notes and verified answers added, skipped (already stored as they are:
+    their ids kept) and replaced (`--replace`); `refused` lists the answers it would replace."""
+
+    notes_added: int = 0
+    notes_skipped: int = 0
+    added: list[Stored] = field(default_factory=list)
+    skipped: list[Stored] = field(default_factory=list)
+    replaced: list[Stored] = field(default_factory=list)
+
+    def line(self, source: str) -> str:
+        """`imported from FILE: added 1 note and 2 verified answers; skipped ...; replaced v3 by v9`."""
+        added = f"added {plural(self.notes_added, 'note')} and {plural(len(self.added), 'verified answer')}"
+        skipped = self.notes_skipped + len(self.skipped)
+        parts = [added, f"skipped {skipped} already stored" if skipped else ""]
+        if self.replaced:
+            pairs = ", ".join(f"v{a.replaced.id} by v{a.answer.id}" for a in self.replaced if a.replaced is not None)
+            parts.append(f"replaced {pairs}")
+        return f"imported from {source}: " + "; ".join(p for p in parts if p)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "notes_added": self.notes_added,
+            "notes_skipped": self.notes_skipped,
+            "added": [a.answer.id for a in self.added],
+            "skipped": [a.answer.id for a in self.skipped],
+            "replaced": [{"old": a.replaced.id, "new": a.answer.id} for a in self.replaced if a.replaced is not None],
+        }
+
+
+def import_json(kb: Knowledge, db: ReadOnlyDatabase, data: Any, *, replace: bool = False) -> Imported:
+    """Store the notes and verified answers of an export in `db`'s knowledge. A note already there
+    with the same text and an answer already there with the same SQL are skipped (their ids kept),
+    so importing a file twice adds nothing. An answer with other SQL for a question that has one
+    is replaced with `replace`; without it the import is refused whole, saying which it would
+    replace. KnowledgeError, with nothing stored, for a bad file or a refused import."""
     notes, answers = _validated(kb, db, data)
     seen = Seen.of(db)
     schema = retrieval.schema_words(db)
     have = {(n.text, n.question) for n in kb.notes(db)}
-    added = 0
+    absent = [absent_values(db, a.sql) for a in answers]
+    notes_added = notes_skipped = 0
+    done: dict[str, list[Stored]] = {"added": [], "unchanged": [], "replaced": []}
+    conflicts: list[VerifiedExists] = []
     with kb.writing() as conn:
         conn.execute(
             "INSERT OR IGNORE INTO schemas (identity, tables) VALUES (?, ?)", (seen.identity, json.dumps(seen.tables))
         )
         for text, tie, created in notes:
             if (text, tie) in have:
+                notes_skipped += 1
                 continue
             have.add((text, tie))
-            conn.execute(
+            cursor = conn.execute(
                 "INSERT INTO notes (identity, path, text, question, tables, created) VALUES (?, ?, ?, ?, ?, ?)",
                 (seen.identity, seen.path, text, tie, json.dumps(tables_named(text, seen.tables)), created),
             )
-            added += 1
-        for answer in answers:
-            kb.store_answer(conn, seen, answer, schema)
-    return added, len(answers)
+            changes.record(conn, seen, "import", "added", "note", question=tie, new_id=cursor.lastrowid, new_text=text)
+            notes_added += 1
+        for answer, missing in zip(answers, absent):
+            try:
+                stored = kb.store_answer(conn, seen, answer, schema, replace=replace, surface="import", absent=missing)
+            except VerifiedExists as exc:
+                conflicts.append(exc)
+                continue
+            done[stored.action].append(stored)
+        if conflicts:  # raised inside the transaction: nothing of this import is stored
+            first = conflicts[0]
+            raise KnowledgeError(
+                f"refused: the file would replace {plural(len(conflicts), 'verified answer')} stored with other SQL "
+                f'(v{first.answer_id} "{first.question}": {first.sql}'
+                + (f", and {len(conflicts) - 1} more" if len(conflicts) > 1 else "")
+                + "); nothing was imported: pass --replace to replace them"
+            )
+    return Imported(notes_added, notes_skipped, done["added"], done["unchanged"], done["replaced"])
 
 
 def _validated(

@@ -6,19 +6,21 @@
                         with `Accept: text/event-stream`: events queued, running, round, tokens, call,
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
-    GET  /health        model, variant, queue
+    GET  /health        model, variant, queue; `teaching`: "open", or "teach token" when teaching needs
+                        `--teach-token`, and `teacher`: whether this request may teach (the page's buttons)
     POST /v1/query      {database, sql} -> columns, rows, truncated, checks: the client's own read-only SQL
                         (the web page's "Run"), run as the tools run an answer
     GET  /              the web page (web.py), served without the token; its API calls carry it
     GET  /metrics       Prometheus text format (metrics.py)
     GET  /v1/models, POST /v1/chat/completions: OpenAI-compatible (openai_api.py)
-    /v1/notes, /v1/verify: notes and verified answers per database (knowledge_routes.py)
+    /v1/notes, /v1/verify: notes and verified answers per database (knowledge_routes.py); with
+                        `--teach-token`, teaching needs it (tokens.py: 403), asking only the token
 
 Every request first passes the guard (guard.py: Host 421, Origin 403, a POST body not JSON 415)
 and, with `access_log`, is logged as one line when its response ends.
 
 Errors are JSON `{"error": message}`: 400 for SQL that fails or is refused (/v1/query, with the
-tools' message), 401 without the bearer token (when one is set), 404 for
+tools' message), 401 without the bearer token (when one is set), 403 teaching without the teach token, 404 for
 an unknown database, 413 for a body over the limit, 422 for a malformed body or a broken
 limit, 503 with Retry-After when the queue is full or a request waited too long. A client that
 disconnects cancels its episode.
@@ -27,7 +29,6 @@ disconnects cancels its episode.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -37,7 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Lifespan, Receive, Scope, Send
+from starlette.types import ASGIApp, Lifespan
 
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought, Tokens
 from edge_sql.agent.result import json_value
@@ -58,6 +59,7 @@ from edge_sql.serve.openai_api import openai_routes
 from edge_sql.serve.queue import Finished, Job, Position
 from edge_sql.serve.request import AskRequest, QueryRequest
 from edge_sql.serve.service import Service
+from edge_sql.serve.tokens import BearerTokens, may_teach
 from edge_sql.serve.web import PageInFront
 
 
@@ -65,6 +67,7 @@ def build_app(
     service: Service,
     *,
     token: str | None = None,
+    teach_token: str | None = None,
     mcp_app: Starlette | None = None,
     mcp_lifespan: Lifespan[Starlette] | None = None,
     allow: AllowList | None = None,
@@ -72,7 +75,8 @@ def build_app(
 ) -> ASGIApp:
     """The ASGI app; `mcp_app` (the SDK's streamable HTTP app) adds its /mcp route and lifespan.
 
-    `allow` is what the guard lets in (default: loopback only); `access_log` gets one line per request.
+    `allow` is what the guard lets in (default: loopback only); `access_log` gets one line per request;
+    with `teach_token`, teaching needs it and asking only `token` (tokens.py).
     """
 
     async def ask_endpoint(request: Request) -> Response:
@@ -82,7 +86,8 @@ def build_app(
         return JSONResponse({"databases": service.list_databases()})
 
     async def health_endpoint(request: Request) -> Response:
-        return JSONResponse(service.health())
+        teaching = {"teaching": "teach token" if teach_token else "open", "teacher": may_teach(request.scope)}
+        return JSONResponse(service.health() | teaching)
 
     async def query_endpoint(request: Request) -> Response:
         return await query(service, request)
@@ -103,7 +108,7 @@ def build_app(
         routes.extend(mcp_app.routes)
     app = Starlette(routes=routes, lifespan=mcp_lifespan, exception_handlers={HTTPException: _http_error})
     guarded: ASGIApp = Guard(
-        PageInFront(BearerToken(app, token) if token else app),
+        PageInFront(BearerTokens(app, token, teach_token) if token or teach_token else app),
         allow if allow is not None else AllowList.build("127.0.0.1"),
     )
     return AccessLog(guarded, access_log) if access_log is not None else guarded
@@ -114,27 +119,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     headers = dict(exc.headers) if exc.headers else None
     return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=headers)
-
-
-class BearerToken:
-    """Every request must carry `Authorization: Bearer <token>` (compared in constant time)."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                response = error(
-                    401,
-                    "missing or wrong bearer token (send Authorization: Bearer TOKEN)",
-                    headers={"WWW-Authenticate": 'Bearer realm="edge-sql"'},
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 # ---- POST /v1/query --------------------------------------------------------------------------

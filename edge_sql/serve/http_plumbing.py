@@ -22,7 +22,9 @@ from edge_sql.errors import (
     QueryError,
     RequestTooLarge,
     RetryLater,
+    TeachingRefused,
     UnknownDatabase,
+    VerifiedExists,
 )
 from edge_sql.serve.queue import Finished, Job
 
@@ -37,6 +39,8 @@ HTTP_STATUS: dict[type[EdgeSqlError], int] = {
     RequestTooLarge: 413,
     BadRequest: 422,
     KnowledgeError: 422,  # a note or verified answer refused (empty, over its bound, SQL that writes), no such note
+    VerifiedExists: 409,  # the question has a verified answer with other SQL: "replace": true replaces it
+    TeachingRefused: 403,  # teaching without the --teach-token
     UnknownDatabase: 404,
     RetryLater: 503,
     Cancelled: 499,  # nobody reads it: the client is gone

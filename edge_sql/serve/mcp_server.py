@@ -30,6 +30,7 @@ from edge_sql.serve.doubt import Doubt, doubt_line, doubt_of
 from edge_sql.serve.queue import Finished, Position
 from edge_sql.serve.request import AskRequest, NoteRequest, VerifyRequest
 from edge_sql.serve.service import Service
+from edge_sql.serve.tokens import check_teacher
 
 T = TypeVar("T")
 INSTRUCTIONS = (
@@ -137,31 +138,57 @@ def build_mcp(service: Service) -> MCPServer:
         """The databases this server can answer questions about, with their tables."""
         return DatabasesOutput(databases=[DatabaseOutput(**entry) for entry in service.list_databases()])
 
-    async def add_note(database: str, text: str, question: str | None = None) -> dict[str, Any]:
+    async def add_note(ctx: Context, database: str, text: str, question: str | None = None) -> dict[str, Any]:
         """Teach the model a fact about a database, given with every question from now on (e.g.
         'amounts are in cents'); with `question`, only with questions that have those words.
         Stored in edge-sql's own knowledge database, never in the user's database."""
-        note = await _knowledge(service.add_note, NoteRequest(database=database, text=text, question=question))
-        return {"note": note.to_json()}
+        _may_teach(ctx)
+        note = await _knowledge(service.add_note, NoteRequest(database=database, text=text, question=question), "MCP")
+        return {"note": note.to_json(), "message": f"added note {note.id}: {note.text}"}
 
     async def list_notes(database: str) -> dict[str, Any]:
-        """A database's notes and verified answers (stale ones flagged: a table they name is gone)."""
+        """A database's notes and verified answers (stale ones flagged: a table they name is gone,
+        or the answer's SQL no longer holds)."""
         return dict(await _knowledge(service.knowledge_of, database))
 
-    async def remove_note(database: str, note_id: int) -> dict[str, Any]:
-        """Delete one note of a database (its id from list_notes)."""
-        await _knowledge(service.remove_note, database, note_id)
-        return {"removed": note_id}
+    async def remove_note(ctx: Context, database: str, note_id: int) -> dict[str, Any]:
+        """Delete one note of a database (its id from list_notes; the history keeps it)."""
+        _may_teach(ctx)
+        note = await _knowledge(service.remove_note, database, note_id, "MCP")
+        return {"removed": note_id, "note": note.to_json(), "message": f"removed note {note_id}: {note.text}"}
 
     async def verify(
-        database: str, question: str, sql: str, evidence: str | None = None, follows: str | None = None
+        ctx: Context,
+        database: str,
+        question: str,
+        sql: str,
+        evidence: str | None = None,
+        follows: str | None = None,
+        replace: bool = False,
     ) -> dict[str, Any]:
         """Mark an answer right, as a person confirmed it: `sql` (the answer's SQL, or its fix)
         answers `question`. The same question is then answered at once from it, and similar ones
         are given it as an example. Only call this for what the user confirmed. `follows`: the
-        question this one followed, for the answer to a follow-up."""
-        confirmed = VerifyRequest(database=database, question=question, sql=sql, evidence=evidence, follows=follows)
-        return {"verified": (await _knowledge(service.verify, confirmed)).to_json()}
+        question this one followed, for the answer to a follow-up. A question that already has a
+        verified answer with other SQL is refused, naming it: pass `replace` only once the user
+        confirmed replacing it. The reply says what was stored (`message`)."""
+        _may_teach(ctx)
+        confirmed = VerifyRequest(
+            database=database, question=question, sql=sql, evidence=evidence, follows=follows, replace=replace
+        )
+        return (await _knowledge(service.verify, confirmed, "MCP")).reply_json()
+
+    async def history(database: str) -> dict[str, Any]:
+        """What teaching changed in a database's notes and verified answers, oldest first: when,
+        from which surface, the old and the new SQL or text. `undo` takes a change's id."""
+        return dict(await _knowledge(service.history, database))
+
+    async def undo(ctx: Context, database: str, change: int) -> dict[str, Any]:
+        """Undo one change from `history` (only when the user asks): an added note or answer is
+        removed, a replaced or removed one comes back."""
+        _may_teach(ctx)
+        undone = await _knowledge(service.undo, database, change, "MCP")
+        return {"undone": undone.to_json(), "message": undone.undone_line()}
 
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     # they write edge-sql's own knowledge database (never the user's): not read-only, not destructive
@@ -180,6 +207,8 @@ def build_mcp(service: Service) -> MCPServer:
             ask_tool,
             Tool.from_function(list_databases, annotations=read_only),
             *(Tool.from_function(fn, annotations=teaching) for fn in (add_note, list_notes, remove_note, verify)),
+            Tool.from_function(history, annotations=read_only),
+            Tool.from_function(undo, annotations=teaching),
         ],
     )
 
@@ -188,6 +217,15 @@ async def _knowledge(call: Callable[..., T], *args: Any) -> T:
     """A knowledge call of the service (SQLite, off the event loop); its refusal is a tool error."""
     try:
         return await anyio.to_thread.run_sync(call, *args)
+    except EdgeSqlError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _may_teach(ctx: Context) -> None:
+    """A tool error (nothing stored) for a call over HTTP without the teach token, where one is set."""
+    request = ctx.request_context.request
+    try:
+        check_teacher(getattr(request, "scope", None))
     except EdgeSqlError as exc:
         raise ToolError(str(exc)) from None
 

@@ -113,9 +113,27 @@ class VerifyRequest(BaseModel):
     follows: str | None = Field(
         None, description="The question this one followed (for the answer to a follow-up question)"
     )
+    replace: bool = Field(
+        False,
+        description="Replace the question's verified answer if it has one with other SQL (only once the person "
+        "confirmed it; without it such a request is refused, naming the stored SQL)",
+    )
 
     @classmethod
     def from_json(cls, body: bytes) -> VerifyRequest:
+        return _parsed(cls, body)
+
+
+class UndoRequest(BaseModel):
+    """Undo one change of a database's notes and verified answers (`POST /v1/notes/undo`, MCP `undo`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    database: str = Field(description="A name from list_databases (GET /v1/databases)")
+    change: int = Field(description="The change's id, from GET /v1/notes/history (MCP: history)")
+
+    @classmethod
+    def from_json(cls, body: bytes) -> UndoRequest:
         return _parsed(cls, body)
 
 

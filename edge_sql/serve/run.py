@@ -71,6 +71,7 @@ def serve_http(
     *,
     token: str | None,
     log: Callable[[str], None],
+    teach_token: str | None = None,
     open_page: bool = False,
     allow: AllowList | None = None,
     quiet: bool = False,
@@ -91,6 +92,7 @@ def serve_http(
     app = build_app(
         service,
         token=token,
+        teach_token=teach_token,
         mcp_app=mcp_app,
         mcp_lifespan=lambda _app: mcp.session_manager.run(),
         allow=allow,
@@ -106,6 +108,8 @@ def serve_http(
         f"answering Host names: {', '.join(sorted(allow.hosts))}"
         + (f"; cross-origin web apps: {', '.join(allow.cors_origins)}" if allow.cors_origins else "")
     )
+    if teach_token:
+        log("teaching (adding and removing notes, verifying, replacing, undoing) needs the teach token")
     if open_page:
         log(f"opening {url} in the browser")
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()

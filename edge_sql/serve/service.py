@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.checks import Checks, check_sql
-from edge_sql.errors import BadRequest, EdgeSqlError, QueueFull, UnknownDatabase
-from edge_sql.knowledge import FollowUp, Note, VerifiedAnswer
+from edge_sql.errors import BadRequest, EdgeSqlError, QueueFull, UnknownDatabase, VerifiedExists
+from edge_sql.knowledge import FollowUp, Note
+from edge_sql.knowledge.changes import Change, Stored, Surface
 from edge_sql.serve.metrics import ServeMetrics, outcome_of
 from edge_sql.serve.queue import AskQueue, Finished, Job
 from edge_sql.serve.request import AskRequest, NoteRequest, VerifyRequest
@@ -222,11 +223,11 @@ class Service:
 
     # ---- what a person teaches about a database (edge_sql/knowledge, via the agent's store) ------
 
-    def add_note(self, request: NoteRequest) -> Note:
+    def add_note(self, request: NoteRequest, surface: Surface = "HTTP") -> Note:
         """Store a note for the named database (KnowledgeError: empty, over its bound)."""
         with ReadOnlyDatabase(self.database_path(request.database)) as db:
-            note = self.agent.knowledge.add_note(db, request.text, question=request.question)
-        self.log(f"note {note.id} added ({request.database})")
+            note = self.agent.knowledge.add_note(db, request.text, question=request.question, surface=surface)
+        self.log(f"note {note.id} added ({request.database}, {surface})")
         return note
 
     def knowledge_of(self, database: str) -> dict[str, Any]:
@@ -240,21 +241,48 @@ class Service:
                 "schema_change": kb.schema_change(db),
             }
 
-    def remove_note(self, database: str, note_id: int) -> None:
-        """Delete one note of the named database (KnowledgeError when it has none with that id)."""
+    def remove_note(self, database: str, note_id: int, surface: Surface = "HTTP") -> Note:
+        """Delete one note of the named database (kept in the history; KnowledgeError when it has none)."""
         with ReadOnlyDatabase(self.database_path(database)) as db:
-            self.agent.knowledge.remove_note(db, note_id)
-        self.log(f"note {note_id} removed ({database})")
+            note = self.agent.knowledge.remove_note(db, note_id, surface=surface)
+        self.log(f"note {note_id} removed ({database}, {surface})")
+        return note
 
-    def verify(self, request: VerifyRequest) -> VerifiedAnswer:
+    def verify(self, request: VerifyRequest, surface: Surface = "HTTP") -> Stored:
         """Store what a person confirmed: this SQL answers this question (KnowledgeError: SQL that
-        writes or does not run, an empty question)."""
+        writes or does not run, an empty question; VerifiedExists: the question has a verified
+        answer with other SQL and the request did not say `replace`)."""
+        how = 'call verify again with "replace": true' if surface == "MCP" else 'send "replace": true'
         with ReadOnlyDatabase(self.database_path(request.database)) as db:
-            answer = self.agent.knowledge.verify(
-                db, request.question, request.sql, evidence=request.evidence, follows=request.follows
-            )
-        self.log(f"verified answer {answer.id} stored ({request.database})")
+            try:
+                answer = self.agent.knowledge.keep(
+                    db,
+                    request.question,
+                    request.sql,
+                    evidence=request.evidence,
+                    follows=request.follows,
+                    replace=request.replace,
+                    surface=surface,
+                )
+            except VerifiedExists as exc:
+                raise exc.hinted(
+                    f"{how} to replace it, once the person confirms (the old one is kept in the history)"
+                ) from None
+        self.log(f"verified answer v{answer.answer.id} {answer.action} ({request.database}, {surface})")
         return answer
+
+    def history(self, database: str) -> dict[str, Any]:
+        """What teaching changed in the named database's notes and verified answers, oldest first."""
+        with ReadOnlyDatabase(self.database_path(database)) as db:
+            changes = self.agent.knowledge.history(db)
+        return {"database": database, "changes": [c.to_json() for c in changes]}
+
+    def undo(self, database: str, change_id: int, surface: Surface = "HTTP") -> Change:
+        """Undo one change of the named database (KnowledgeError, nothing changed, when it cannot)."""
+        with ReadOnlyDatabase(self.database_path(database)) as db:
+            change = self.agent.knowledge.undo(db, change_id, surface=surface)
+        self.log(f"change #{change_id} undone ({database}, {surface})")
+        return change
 
     def list_databases(self) -> list[dict[str, Any]]:
         """Names and tables, never paths: clients do not need to know where files live."""
