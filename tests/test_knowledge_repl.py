@@ -54,7 +54,7 @@ def test_help_lists_the_commands_and_is_never_a_question(repl):
             ":notes",
             ":new",
             ":fresh",
-            "exit",
+            ":quit",
         ]
     terminal.send(":bogus\r")
     assert _after(terminal.wait_for(PROMPT, count=5), PROMPT + ":bogus") == [
@@ -81,15 +81,18 @@ def test_fix_right_notes_and_follow_ups(repl):
     ]
     terminal.send(":fix SELECT COUNT(*) FROM Album\r")
     fixed = _after(terminal.wait_for(PROMPT, count=5), PROMPT + ":fix SELECT COUNT(*) FROM Album")
-    assert fixed[0] == "kept as verified (v1): the same question is answered at once from now on"
+    assert fixed[0] == (
+        'kept as verified (v1): "How many albums?" -> SELECT COUNT(*) FROM Album; '
+        "the same question is answered at once from now on"
+    )
     assert "     347" in fixed and fixed[-1].startswith("a verified answer from 20")
     terminal.send("how many ALBUMS\r")  # the same question: at once, no episode
     again = _after(terminal.wait_for(PROMPT, count=6), PROMPT + "how many ALBUMS")
     assert again[0] == "SQL: SELECT COUNT(*) FROM Album" and "round 1" not in again
     assert again[-2:] == ["(1 row; no episode: a verified answer)", again[-1]]
-    terminal.send(":right\r")  # kept again, as asked this time: it replaces v1
+    terminal.send(":right\r")  # the same SQL again: nothing changes, v1 stays
     assert _after(terminal.wait_for(PROMPT, count=7), PROMPT + ":right") == [
-        "kept as verified (v2): the same question is answered at once from now on"
+        'already verified (v1), nothing changed: "How many albums?" -> SELECT COUNT(*) FROM Album'
     ]
     terminal.send(":note albums are records of an artist\r")
     assert _after(terminal.wait_for(PROMPT, count=8), PROMPT + ":note albums are records of an artist") == [
@@ -102,12 +105,12 @@ def test_fix_right_notes_and_follow_ups(repl):
     terminal.wait_for(PROMPT, count=10)
     terminal.send(":notes\r")
     listed = _after(terminal.wait_for(PROMPT, count=11), PROMPT + ":notes")
-    assert listed == ["   1  albums are records of an artist", "  v2  how many ALBUMS -> SELECT COUNT(*) FROM Album"]
-    terminal.send("exit\r")
+    assert listed == ["   1  albums are records of an artist", "  v1  How many albums? -> SELECT COUNT(*) FROM Album"]
+    terminal.send(":quit\r")
     assert terminal.wait_exit() == 0
     with sqlite3.connect(home / "knowledge.sqlite") as conn:
         assert conn.execute("SELECT question, sql, follows FROM verified").fetchall() == [
-            ("how many ALBUMS", "SELECT COUNT(*) FROM Album", None)
+            ("How many albums?", "SELECT COUNT(*) FROM Album", None)
         ]
 
 

@@ -96,7 +96,11 @@ def test_notes_over_http_added_listed_refused_and_removed(server):
         status, _, refused = server.request("POST", "/v1/notes", body)
         assert status == status_code and message in refused["error"], refused
     status, _, removed = server.request("DELETE", f"/v1/notes/{tied['note']['id']}?database=shop")
-    assert status == 200 and removed == {"removed": tied["note"]["id"]}
+    assert status == 200 and removed["removed"] == tied["note"]["id"] and removed["note"] == tied["note"]
+    assert (
+        removed["message"]
+        == f"removed note {tied['note']['id']}: a year is strftime('%Y', ordered_at) (the history keeps it)"
+    )
     status, _, again = server.request("DELETE", f"/v1/notes/{tied['note']['id']}?database=shop")
     assert status == 422 and f"no note {tied['note']['id']}" in again["error"]
     status, _, missing = server.request("GET", "/v1/notes")
@@ -158,7 +162,16 @@ def test_mcp_tools_teach_verify_and_follow(server):
     async def main() -> None:
         async with Client(f"http://127.0.0.1:{server.port}/mcp") as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-            assert set(tools) == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify"}
+            assert set(tools) == {
+                "ask",
+                "list_databases",
+                "add_note",
+                "list_notes",
+                "remove_note",
+                "verify",
+                "history",
+                "undo",
+            }
             assert {"follow_up", "fresh"} <= set(tools["ask"].input_schema["properties"])
             assert tools["verify"].annotations.read_only_hint is False
             added = await client.call_tool("add_note", {"database": "shop", "text": "quantity counts items"})
@@ -186,7 +199,8 @@ def test_mcp_tools_teach_verify_and_follow(server):
             assert follow.structured_content["given"]["follow_up"] == orders
             assert any("the previous answer" in line for line in follow.structured_content["given_text"])
             removed = await client.call_tool("remove_note", {"database": "shop", "note_id": note_id})
-            assert removed.structured_content == {"removed": note_id}
+            assert removed.structured_content["removed"] == note_id
+            assert removed.structured_content["message"] == f"removed note {note_id}: quantity counts items"
             listed = await client.call_tool("list_notes", {"database": "shop"})
             assert note_id not in [n["id"] for n in listed.structured_content["notes"]]
 

@@ -132,7 +132,10 @@ def run_command(
     question, shown = conversation.asked, conversation.shown
     if question is None:
         raise EdgeSqlError(f"no answer yet for {word} to act on: ask a question first")
-    follow_up = conversation.asked_after
+    # what the answer on screen followed (an answer at once from a standalone verified answer
+    # followed nothing); with no answer, what the question was asked after
+    given = shown.given if shown is not None else None
+    follow_up = given.follow_up if given is not None else conversation.asked_after
     if word == ":fresh":
         conversation.asking(question, follow_up)
         conversation.answered(answer(question, follow_up, True))
@@ -146,8 +149,7 @@ def run_command(
         raise EdgeSqlError("the last answer has no SQL that ran to keep: give the right one with :fix SQL")
     if rest:
         raise EdgeSqlError(":right takes nothing after it (to change the SQL: :fix SQL)")
-    kept = _keep(agent, db, question, shown.sql, shown.evidence, follow_up, confirm)
-    return f"{kept.said()}; the same question is answered at once from now on"
+    return _said(_keep(agent, db, question, shown.sql, shown.evidence, follow_up, confirm))
 
 
 def _fix(
@@ -165,11 +167,15 @@ def _fix(
     if not sql:
         raise EdgeSqlError(":fix needs the SQL that answers the last question, e.g. :fix SELECT COUNT(*) FROM t")
     evidence = conversation.shown.evidence if conversation.shown is not None else None
-    kept = _keep(agent, db, question, sql, evidence, follow_up, confirm)
-    click.echo(f"{kept.said()}; the same question is answered at once from now on", err=True)
+    click.echo(_said(_keep(agent, db, question, sql, evidence, follow_up, confirm)), err=True)
     conversation.asking(question, follow_up)
     conversation.answered(answer(question, follow_up, False))  # answered at once, from the fix
     return ""
+
+
+def _said(kept: Stored) -> str:
+    """What was stored, and (when something was) what it does from now on."""
+    return kept.said() + ("" if kept.action == "unchanged" else "; the same question is answered at once from now on")
 
 
 def _keep(

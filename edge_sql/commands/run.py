@@ -156,7 +156,7 @@ def command(
     Parquet) or a folder of them, with the local model.
 
     Without --question it opens a prompt: type a question, watch each tool round as it
-    runs, and get the final SQL with its result. An empty line, `exit` or Ctrl-D quits;
+    runs, and get the final SQL with its result. `:quit`, `exit` or Ctrl-D quits;
     Ctrl-C stops the current question; the arrow keys edit the line and recall earlier
     questions (kept in the model store). With stdin not a terminal, questions are read
     one a line, without prompts, each answer printed after a `question:` line. On a
