@@ -133,3 +133,31 @@ def test_bounds_are_measured_with_the_models_tokenizer(agent, chinook_db):
             agent.knowledge.add_note(db, over)
         with pytest.raises(KnowledgeError, match="too long to follow"):
             agent.ask("and by year?", db, follow_up=FollowUp("q", "SELECT " + over))
+
+
+def test_a_verified_answer_that_no_longer_holds_falls_back_to_the_model(agent, chinook_db):
+    """Issue 61: the data moved on (nobody lives in 'Brazil' any more): the verified answer is
+    not served, the result says why in one line, and the model answers instead."""
+    import sqlite3
+
+    from edge_sql.knowledge.answers import given_lines
+
+    question = "How many customers live in Brazil?"
+    with ReadOnlyDatabase(chinook_db) as db:
+        kept = agent.knowledge.verify(db, question, "SELECT COUNT(*) FROM Customer WHERE Country = 'Brazil'")
+        assert agent.ask(question, db).stop == "verified"
+    with sqlite3.connect(chinook_db) as conn:
+        conn.execute("UPDATE Customer SET Country = 'Brasil' WHERE Country = 'Brazil'")
+    conn.close()
+    with ReadOnlyDatabase(chinook_db) as db:
+        result = agent.ask(question, db, seed=1)
+        listed = [a for a in agent.knowledge.verified(db) if a.id == kept.id]
+    assert result.stop != "verified" and result.rounds  # the model was asked
+    said = (
+        f"the verified answer v{kept.id} was not used: the database no longer holds Customer.Country = 'Brazil'; "
+        "it is marked stale and the model is asked"
+    )
+    assert result.given is not None and result.given.stale_verified == said
+    assert result.to_json()["given"]["stale_verified"] == said
+    assert f"note: {said}" in given_lines(result)
+    assert listed[0].stale == "no longer holds: the database no longer holds Customer.Country = 'Brazil'"

@@ -668,7 +668,9 @@ def test_mark_right_fix_and_follow_up_from_under_an_answer(tiny_gguf_fast, page,
         box.clear()
         box.send_keys("SELECT COUNT(*) FROM products")
         element(page, "run-and-mark").click()
-        assert teach_status().startswith("Marked right (verified answer ")
+        assert teach_status().startswith(  # what it stored, under the question it sits under
+            'Marked right: kept as verified (v1): "How many products?" -> SELECT COUNT(*) FROM products. Asked again'
+        )
         stored = verified()
         assert [(a["question"], a["sql"]) for a in stored] == [("How many products?", "SELECT COUNT(*) FROM products")]
         # the same question (other case and punctuation): answered at once, shown as a verified answer
@@ -681,8 +683,10 @@ def test_mark_right_fix_and_follow_up_from_under_an_answer(tiny_gguf_fast, page,
         assert table_rows(page) == [["2"]] and not element(page, "work").is_displayed()
         assert process.health()["queue"]["completed"] == completed + 1
         element(page, "mark-right").click()
-        assert teach_status().startswith("Marked right (verified answer ")
-        assert len(verified()) == 1  # the same question's answer replaced, not doubled
+        assert teach_status().startswith(
+            'Marked right: already verified (v1), nothing changed: "How many products?" -> SELECT COUNT(*) FROM products'
+        )
+        assert len(verified()) == 1  # the same answer: nothing doubled, nothing replaced
         # a follow-up: the previous question and its SQL go with the next question
         element(page, "follow-up").click()
         assert element(page, "following").is_displayed()

@@ -24,10 +24,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edge_sql.errors import BadRequest, EdgeSqlError
+from edge_sql.knowledge.changes import Surface
 from edge_sql.serve.http_plumbing import error_response, read_body
 from edge_sql.serve.request import NoteRequest, UndoRequest, VerifyRequest
 from edge_sql.serve.service import Service
 from edge_sql.serve.tokens import check_teacher
+
+SURFACE_HEADER = "X-Edge-Sql-Surface"  # "page" from the web page (api.js)
 
 
 def knowledge_routes(service: Service) -> list[Route]:
@@ -42,7 +45,7 @@ def knowledge_routes(service: Service) -> list[Route]:
         try:
             check_teacher(request.scope)
             note = NoteRequest.from_json(await read_body(request, service.limits.max_body_bytes))
-            added = await asyncio.to_thread(service.add_note, note)
+            added = await asyncio.to_thread(service.add_note, note, surface(request))
         except EdgeSqlError as exc:
             return error_response(exc)
         return JSONResponse(
@@ -53,7 +56,7 @@ def knowledge_routes(service: Service) -> list[Route]:
         try:
             check_teacher(request.scope)
             note_id = request.path_params["note_id"]
-            note = await asyncio.to_thread(service.remove_note, database_param(request), note_id)
+            note = await asyncio.to_thread(service.remove_note, database_param(request), note_id, surface(request))
         except EdgeSqlError as exc:
             return error_response(exc)
         said = f"removed note {note_id}: {note.text} (the history keeps it)"
@@ -63,7 +66,7 @@ def knowledge_routes(service: Service) -> list[Route]:
         try:
             check_teacher(request.scope)
             confirmed = VerifyRequest.from_json(await read_body(request, service.limits.max_body_bytes))
-            answer = await asyncio.to_thread(service.verify, confirmed)
+            answer = await asyncio.to_thread(service.verify, confirmed, surface(request))
         except EdgeSqlError as exc:
             return error_response(exc)
         return JSONResponse(answer.reply_json(), status_code=200 if answer.action == "unchanged" else 201)
@@ -78,7 +81,7 @@ def knowledge_routes(service: Service) -> list[Route]:
         try:
             check_teacher(request.scope)
             asked = UndoRequest.from_json(await read_body(request, service.limits.max_body_bytes))
-            change = await asyncio.to_thread(service.undo, asked.database, asked.change)
+            change = await asyncio.to_thread(service.undo, asked.database, asked.change, surface(request))
         except EdgeSqlError as exc:
             return error_response(exc)
         return JSONResponse({"undone": change.to_json(), "message": change.undone_line()})
@@ -91,6 +94,11 @@ def knowledge_routes(service: Service) -> list[Route]:
         Route("/v1/notes/{note_id:int}", remove_note, methods=["DELETE"]),
         Route("/v1/verify", verify, methods=["POST"]),
     ]
+
+
+def surface(request: Request) -> Surface:
+    """Where a change came from, for the history: the page (its calls say so) or HTTP."""
+    return "page" if request.headers.get(SURFACE_HEADER, "").lower() == "page" else "HTTP"
 
 
 def database_param(request: Request) -> str:

@@ -252,7 +252,9 @@ class Service:
         """Store what a person confirmed: this SQL answers this question (KnowledgeError: SQL that
         writes or does not run, an empty question; VerifiedExists: the question has a verified
         answer with other SQL and the request did not say `replace`)."""
-        how = 'call verify again with "replace": true' if surface == "MCP" else 'send "replace": true'
+        how = {"MCP": 'call verify again with "replace": true', "page": "press Replace it"}.get(
+            surface, 'send "replace": true'
+        )
         with ReadOnlyDatabase(self.database_path(request.database)) as db:
             try:
                 answer = self.agent.knowledge.keep(

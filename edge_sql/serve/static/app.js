@@ -6,6 +6,7 @@ import { clearHistory, loadHistory, saveEntry } from "./history.js";
 import { showChecks } from "./checks.js";
 import { markRight, showGiven } from "./knowledge.js";
 import { setUpNotes } from "./notes.js";
+import { applyTeaching, setUpTeaching } from "./teach.js";
 import { addCall, addThink, addTokens, forcedText, renderRounds, roundItem, stopRounds } from "./rounds.js";
 import { highlightSql } from "./sqltext.js";
 import { readEvents } from "./stream.js";
@@ -59,6 +60,7 @@ async function start() {
     page.databases = databases;
     const health = await getJson("/health");
     $("server-line").textContent = `${health.model} (${health.variant}) on ${health.backend}`;
+    applyTeaching(health);  // teach.js: the teaching buttons only for whoever may teach
   } catch (error) {
     failed(error, start);
     return;
@@ -85,6 +87,7 @@ function showTables() {
 }
 
 const refreshNotes = setUpNotes(() => $("database").value, failed);  // notes.js
+setUpTeaching(refreshNotes);
 
 
 // The example in the question box, from the chosen database's own first table ("Album": "How
@@ -212,6 +215,7 @@ function showResult(result) {
   $("teach").hidden = result.question == null;  // an asked question's answer (not one's own SQL)
   $("mark-right").hidden = $("follow-up").hidden = !result.ran;  // a failed answer can only be fixed
   $("teach-status").textContent = "";
+  $("replace-verified").hidden = true;
   $("sql-box").hidden = false;
   $("sql-form").hidden = true;
   $("query-error").hidden = true;
@@ -300,15 +304,23 @@ $("fix-sql").addEventListener("click", () => openEditor(true));
 
 // ---- teaching: mark an answer right, fix it, follow it up ----------------------------------
 
-async function storeRight(sql) {
+// acts on `shown`, the answer the button sits under (taken when it is pressed), never a later one;
+// says what it stored; a question verified with other SQL is replaced only after "Replace it"
+async function storeRight(sql, shown = page.result, replace = false) {
+  $("replace-verified").hidden = true;
   try {
-    const verified = await markRight(page.result, sql);
-    $("teach-status").textContent = `Marked right (verified answer ${verified.id}): asked again, this question is ` +
-      "answered at once from this SQL, and similar ones get it as an example.";
+    const reply = await markRight(shown, sql, replace);
+    $("teach-status").textContent = `Marked right: ${reply.message}. Asked again, this question is answered at ` +
+      "once from this SQL, and similar ones get it as an example.";
     setStatus("Marked right.");
   } catch (error) {
-    if (error instanceof TokenRequired) failed(error, () => storeRight(sql));
-    else {
+    if (error instanceof TokenRequired) failed(error, () => storeRight(sql, shown, replace));
+    else if (error instanceof ApiError && error.status === 409) {
+      $("teach-status").textContent = `Not stored yet: ${error.message}`;
+      $("replace-verified").hidden = false;
+      $("replace-verified").onclick = () => storeRight(sql, shown, true);
+      setStatus("This question has another verified answer: press Replace it to replace it.");
+    } else {
       $("teach-status").textContent = `Not stored: ${error.message}`;
       setStatus("The answer was not marked right.", true);
     }
@@ -350,13 +362,14 @@ $("run-and-mark").addEventListener("click", () => runEdited(true));
 /** Run the edited SQL; with `mark`, store it as the question's verified answer once it ran. */
 async function runEdited(mark) {
   const sql = $("sql-input").value;
-  const database = page.result.database;
+  const under = page.result;  // the answer the editor was opened under: the fix is stored for its question
+  const database = under.database;
   $("run-sql").disabled = true;
   $("query-error").hidden = true;
   setStatus("Running the SQL…");
   try {
     const reply = await (await postJson("/v1/query", { database, sql })).json();
-    showResult({ ...page.result, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true,
+    showResult({ ...under, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true,
       checks: reply.checks, given: null, stop: null });  // run by hand: nothing was given to a model
     $("answer-note").textContent = "";
     $("stats").textContent = "Run by hand (not by the agent).";

@@ -22,13 +22,17 @@ export function showGiven(box, list, given, stop) {
   for (const example of given?.examples || []) items.push(item(`Verified example: "${example.question}"`));
   if (given?.follow_up) items.push(item(`The previous answer: "${given.follow_up.question}"`));
   if (given?.schema_change) items.push(item(`Note: ${given.schema_change}`));
+  if (given?.stale_verified) items.push(item(`Note: ${given.stale_verified}`));
   list.replaceChildren(...items);
   box.hidden = items.length === 0;
 }
 
-/** Store `sql` as the confirmed answer to the result's question; the stored answer. */
-export async function markRight(result, sql) {
+/** Store `sql` as the confirmed answer to `result`'s question (the answer the button sits
+ * under); `replace`: the person confirmed replacing another verified SQL. The server's reply:
+ * {verified, action, replaced, message}; an ApiError with status 409 names the stored SQL. */
+export async function markRight(result, sql, replace = false) {
   const body = { database: result.database, question: result.question, sql, evidence: result.evidence || null };
   if (result.followUp) body.follows = result.followUp.question;
-  return (await (await postJson("/v1/verify", body)).json()).verified;
+  if (replace) body.replace = true;
+  return (await postJson("/v1/verify", body)).json();
 }

@@ -18,6 +18,7 @@ async function showNotes(database, list, count, onRemove) {
     if (note.stale) entry.append(` (stale: ${note.stale})`);
     const remove = document.createElement("button");
     remove.type = "button";
+    remove.className = "teaching";  // shown only to whoever may teach (teach.js)
     remove.textContent = "Remove";
     remove.addEventListener("click", () => onRemove(note));
     entry.append(" ", remove);
