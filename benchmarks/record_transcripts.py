@@ -189,7 +189,7 @@ answer (`edge-sql run --help` lists them all).
 
 ## The interactive prompt
 
-Questions are read until an empty line, `exit` or Ctrl-D; the arrow keys edit the line and
+Questions are read until `:quit`, `exit` or Ctrl-D (an empty line is skipped); the arrow keys edit the line and
 recall earlier questions (kept in the model store). Ctrl-C stops the question in progress and
 returns to the prompt.
 

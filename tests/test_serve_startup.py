@@ -62,6 +62,9 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_gguf_fast):
         (["--token", "  "], 2, "the token is empty"),
         (["--token", "two words"], 2, "printable ASCII without spaces"),
         (["--mcp", "--token", "s3cret"], 2, "--token protects the HTTP server"),
+        (["--teach-token", " "], 2, "the token is empty"),
+        (["--mcp", "--teach-token", "t3ach"], 2, "--teach-token protects the HTTP server"),
+        (["--token", "s3cret", "--teach-token", "s3cret"], 2, "the teach token must differ from --token"),
     ],
 )
 def test_bad_listen_and_token_use(tiny_gguf_fast, args, exit_code, message):

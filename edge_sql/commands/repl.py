@@ -207,7 +207,9 @@ def _notes_text(agent: Agent, db: ReadOnlyDatabase) -> str:
     if not notes and not answers:
         return f"no notes or verified answers for {db.path.name} yet (:note TEXT adds one, :right keeps an answer)"
     lines = [f"{n.id:>4}  {n.text}" + (f" [with: {n.question}]" if n.question else "") for n in notes]
-    lines += [f"{'v' + str(a.id):>4}  {a.question} -> {a.sql}" for a in answers]
+    lines += [
+        f"{'v' + str(a.id):>4}  {a.question} -> {a.sql}" + (f"  (stale: {a.stale})" if a.stale else "") for a in answers
+    ]
     return "\n".join(lines)
 
 

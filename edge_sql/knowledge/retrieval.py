@@ -148,3 +148,13 @@ def similar(
         (f"owner : ({owner}) AND {column} : ({query})", exclude, k),
     ).fetchall()
     return [Match(int(i), float(s)) for i, s in rows]
+
+
+def content_words(text: str) -> set[str]:
+    """The words a tied note needs in a question: its own but the stopwords, plurals folded."""
+    return {stem(w) for w in words(text) if w not in STOPWORDS}
+
+
+def stem(word: str) -> str:
+    """`customers` -> `customer`: tied notes match a plural and its singular."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word

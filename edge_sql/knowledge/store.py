@@ -180,11 +180,11 @@ class Knowledge:
     def applicable_notes(self, db: ReadOnlyDatabase, question: str, *, seen: Seen | None = None) -> list[Note]:
         """The notes to give with `question`: those that always apply and those tied to words the
         question has (each tied word but the stopwords, a trailing plural `s` aside), none stale."""
-        have = {_stem(w) for w in words(question)}
+        have = {retrieval.stem(w) for w in words(question)}
         return [
             n
             for n in self._notes(seen or Seen.of(db))
-            if n.stale is None and (n.question is None or _content_words(n.question) <= have)
+            if n.stale is None and (n.question is None or retrieval.content_words(n.question) <= have)
         ]
 
     def remove_note(self, db: ReadOnlyDatabase, note_id: int, *, surface: Surface = "api") -> Note:
@@ -443,13 +443,3 @@ class Knowledge:
             + (f" ({change})" if change else " (columns or views)")
             + "; notes that name a dropped table are flagged and no longer given"
         )
-
-
-def _content_words(text: str) -> set[str]:
-    """The words a tied note needs in a question: its own but the stopwords, plurals folded."""
-    return {_stem(w) for w in words(text) if w not in retrieval.STOPWORDS}
-
-
-def _stem(word: str) -> str:
-    """`customers` -> `customer`: tied notes match a plural and its singular."""
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
