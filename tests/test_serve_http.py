@@ -269,7 +269,16 @@ def test_mcp_over_streamable_http(server):
     async def main() -> None:
         async with Client(f"http://127.0.0.1:{server.port}/mcp") as client:
             tools = {tool.name for tool in (await client.list_tools()).tools}
-            assert tools == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify"}
+            assert tools == {
+                "ask",
+                "list_databases",
+                "add_note",
+                "list_notes",
+                "remove_note",
+                "verify",
+                "history",
+                "undo",
+            }
             listed = await client.call_tool("list_databases", {})
             names = [entry["name"] for entry in listed.structured_content["databases"]]
             assert names == ["chinook", "northwind"]

@@ -56,7 +56,7 @@ def test_mcp_cancellation_stops_the_episode(tiny_gguf_fast, chinook_db, tmp_path
 
 async def _tools_are_listed(client: Client) -> None:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify"}
+    assert set(tools) == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify", "history", "undo"}
     schema = tools["ask"].input_schema
     assert set(schema["properties"]) == {
         "question",
