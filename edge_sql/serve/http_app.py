@@ -20,10 +20,11 @@ Every request first passes the guard (guard.py: Host 421, Origin 403, a POST bod
 and, with `access_log`, is logged as one line when its response ends.
 
 Errors are JSON `{"error": message}`: 400 for SQL that fails or is refused (/v1/query, with the
-tools' message), 401 without the bearer token (when one is set), 403 teaching without the teach token, 404 for
-an unknown database, 413 for a body over the limit, 422 for a malformed body or a broken
-limit, 503 with Retry-After when the queue is full or a request waited too long. A client that
-disconnects cancels its episode.
+tools' message), 401 without the bearer token (when one is set), 403 teaching without the teach
+token (tokens.py), 404 for an unknown database, 409 verifying a question that has a verified
+answer with other SQL without "replace", 413 for a body over the limit, 422 for a malformed body
+or a broken limit, 503 with Retry-After when the queue is full or a request waited too long. A
+client that disconnects cancels its episode.
 """
 
 from __future__ import annotations
