@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import numpy as np
 
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.confidence import confidence_figures
-from edge_sql.bench.nodes import SPEED_FIELDS, mixed_hardware, node_machines, per_node_figures
-from edge_sql.bench.records import BenchFigures
+from edge_sql.bench.figures import (
+    AccuracyEntry,
+    AgreementFigures,
+    BenchFigures,
+    DraftFigures,
+    FidelityFigures,
+    ModeAccuracy,
+    PeakMemory,
+    SpeedFigures,
+    VariantRow,
+)
+from edge_sql.bench.nodes import mixed_hardware, node_machines, per_node_figures
+from edge_sql.bench.records import BenchRecord, EpisodeRecord, FidelityRecord
 from edge_sql.bench.results import WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.bench.vote_mode import is_vote, split_mode, vote_figures
@@ -24,42 +35,46 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def speed_figures(episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def speed_figures(episodes: Sequence[EpisodeRecord]) -> SpeedFigures:
     """Token rates summed over all episodes and the episode wall time's median and p95
     (episodes that failed before running, e.g. a prompt too long for the context, left out)."""
     episodes = [e for e in episodes if not e.get("episode_error")]
-    walls = [e["wall_s"] for e in episodes]
+    walls = [wall for e in episodes if (wall := e.get("wall_s")) is not None]
+    prompt_tokens = sum(e.get("prompt_tokens", 0) for e in episodes)
+    generated_tokens = sum(e.get("generated_tokens", 0) for e in episodes)
     return {
         "episodes": len(episodes),
-        "prompt_tokens": sum(e["prompt_tokens"] for e in episodes),
-        "generated_tokens": sum(e["generated_tokens"] for e in episodes),
-        "prompt_tok_s": _ratio(sum(e["prompt_tokens"] for e in episodes), sum(e["prompt_s"] for e in episodes)),
-        "decode_tok_s": _ratio(sum(e["generated_tokens"] for e in episodes), sum(e["generate_s"] for e in episodes)),
+        "prompt_tokens": prompt_tokens,
+        "generated_tokens": generated_tokens,
+        "prompt_tok_s": _ratio(prompt_tokens, sum(e.get("prompt_s", 0.0) for e in episodes)),
+        "decode_tok_s": _ratio(generated_tokens, sum(e.get("generate_s", 0.0) for e in episodes)),
         "wall_s_median": float(np.median(walls)) if walls else None,
         "wall_s_p95": float(np.percentile(walls, 95)) if walls else None,
         "drafts": draft_figures(episodes),
     }
 
 
-def draft_figures(episodes: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def draft_figures(episodes: Sequence[EpisodeRecord]) -> dict[str, DraftFigures]:
     """Speculative decoding per draft source, summed over episodes: drafted, accepted, rolled
     back, and the acceptance rate (what a draft source buys on these questions)."""
-    totals: dict[str, dict[str, Any]] = {}
+    totals: dict[str, DraftFigures] = {}
     for episode in episodes:
         for source, counts in (episode.get("drafts") or {}).items():
             total = totals.setdefault(source, {"drafted": 0, "accepted": 0, "rolled_back": 0, "batches": 0})
-            for name in total:
-                total[name] += counts[name]
+            total["drafted"] += counts["drafted"]
+            total["accepted"] += counts["accepted"]
+            total["rolled_back"] += counts["rolled_back"]
+            total["batches"] += counts["batches"]
     for total in totals.values():
         total["acceptance"] = _ratio(total["accepted"], total["drafted"])
     return totals
 
 
 def accuracy_figures(
-    episodes: Sequence[dict[str, Any]], questions: dict[str, Question], modes: Sequence[str]
-) -> dict[str, Any]:
+    episodes: Sequence[EpisodeRecord], questions: dict[str, Question], modes: Sequence[str]
+) -> dict[str, ModeAccuracy]:
     """Execution accuracy per mode, overall and per difficulty (the evaluation's own report)."""
-    out: dict[str, Any] = {}
+    out: dict[str, ModeAccuracy] = {}
     for mode in modes:
         results = [
             QuestionResult(
@@ -76,19 +91,23 @@ def accuracy_figures(
         ]
         report = EvalReport(results=results, timeout_s=0.0)
         out[mode] = {
-            "overall": report.overall.to_json(),
-            "by_difficulty": {d: a.to_json() for d, a in report.by_difficulty.items()},
+            "overall": _accuracy_entry(report.overall.to_json()),
+            "by_difficulty": {d: _accuracy_entry(a.to_json()) for d, a in report.by_difficulty.items()},
         }
     return out
 
 
+def _accuracy_entry(data: dict[str, int | float]) -> AccuracyEntry:
+    return {"correct": int(data["correct"]), "total": int(data["total"]), "percent": float(data["percent"])}
+
+
 def agreement_figures(
-    episodes: Sequence[dict[str, Any]],
-    reference: dict[tuple[str, str], dict[str, Any]],
+    episodes: Sequence[EpisodeRecord],
+    reference: dict[tuple[str, str], EpisodeRecord],
     questions: dict[str, Question],
     modes: Sequence[str],
     cache: ResultCache,
-) -> dict[str, Any]:
+) -> AgreementFigures:
     """Share of questions whose final SQL gives the reference's result set, overall and per mode."""
     agreed: dict[str, list[bool]] = {mode: [] for mode in modes}
     neither = 0
@@ -108,7 +127,7 @@ def agreement_figures(
     }
 
 
-def fidelity_figures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def fidelity_figures(records: Sequence[FidelityRecord]) -> FidelityFigures:
     positions = sum(r["positions"] for r in records)
     return {
         "transcripts": len(records),
@@ -119,20 +138,27 @@ def fidelity_figures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def peak_memory(records: Sequence[dict[str, Any]], variant: str) -> dict[str, Any]:
+def peak_memory(records: Sequence[BenchRecord], variant: str) -> PeakMemory:
     """The highest peak RSS any episodes worker of `variant` reported; when none reported (all
     crashed), `wait4`'s upper bound, flagged as such."""
-    mine = [r for r in records if r.get("task") == "episodes" and r["variant"] == variant]
-    reported = [r["peak_rss_bytes"] for r in mine if r["kind"] == "peak"]
+    reported = [
+        r["peak_rss_bytes"]
+        for r in records
+        if r["kind"] == "peak" and r["task"] == "episodes" and r["variant"] == variant
+    ]
     if reported:
         return {"peak_rss_bytes": max(reported), "peak_rss_is_upper_bound": False}
-    bounds = [r["maxrss_upper_bound_bytes"] for r in mine if r["kind"] == "process"]
+    bounds = [
+        r["maxrss_upper_bound_bytes"]
+        for r in records
+        if r["kind"] == "process" and r["task"] == "episodes" and r["variant"] == variant
+    ]
     return {"peak_rss_bytes": max(bounds, default=None), "peak_rss_is_upper_bound": bool(bounds)}
 
 
 def summarize(
     variants: Sequence[Variant],
-    records: Iterable[dict[str, Any]],
+    records: Iterable[BenchRecord],
     *,
     planned: set[WorkKey],
     questions: dict[str, Question],
@@ -147,43 +173,42 @@ def summarize(
     reference = {(e["mode"], e["question_id"]): e for e in episodes if e["variant"] == reference_name}
     names = {v.name for v in variants}
     machines = node_machines(records)
-    rows = []
+    rows: list[VariantRow] = []
     single_modes = [m for m in modes if split_mode(m)[1] is None]
     for variant in variants:
         mine = [e for e in episodes if e["variant"] == variant.name]
         singles = [e for e in mine if not is_vote(e)]  # the speed and agreement figures are theirs
         loads = [r for r in records if r["kind"] == "load" and r["variant"] == variant.name]
         crashes = [r for r in records if r["kind"] == "crash" and r["variant"] == variant.name]
-        rows.append(
-            {
-                "name": variant.name,
-                "path": str(variant.path),
-                "size_bytes": variant.size_bytes,
-                "load_s": loads[-1]["load_s"] if loads else None,
-                "settings": loads[-1].get("settings") if loads else None,
-                "tuning": loads[-1].get("tuning") if loads else None,
-                **peak_memory(records, variant.name),
-                "parallel": loads[-1].get("parallel", 1) if loads else None,
-                **speed_figures(singles),
-                "fidelity": fidelity_figures([r for r in fidelity if r["variant"] == variant.name]),
-                "answer_agreement": agreement_figures(singles, reference, questions, single_modes, cache),
-                "accuracy": accuracy_figures(mine, questions, modes),
-                "episode_errors": [
-                    {"mode": e["mode"], "question_id": e["question_id"], "error": e["episode_error"]}
-                    for e in mine
-                    if e.get("episode_error")
-                ],
-                "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
-                "per_node": per_node_figures(variant.name, singles, records, speed_figures),
-                "votes": vote_figures(singles, [e for e in mine if is_vote(e)], modes),
-                "confidence": confidence_figures(mine, modes),
-            }
-        )
-        if mixed_hardware(rows[-1]["per_node"], machines):  # never one figure for unlike hardware
-            rows[-1].update({"mixed_hardware": True, "load_s": None, **dict.fromkeys(SPEED_FIELDS)})
-        else:
-            rows[-1]["mixed_hardware"] = False
-    raw = [{k: v for k, v in r.items() if k != TOKEN_IDS_FIELD} for r in episodes if r["variant"] in names]
+        row: VariantRow = {
+            "name": variant.name,
+            "path": str(variant.path),
+            "size_bytes": variant.size_bytes,
+            "load_s": loads[-1]["load_s"] if loads else None,
+            "settings": loads[-1].get("settings") if loads else None,
+            "tuning": loads[-1].get("tuning") if loads else None,
+            **peak_memory(records, variant.name),
+            "parallel": loads[-1].get("parallel", 1) if loads else None,
+            **speed_figures(singles),
+            "fidelity": fidelity_figures([r for r in fidelity if r["variant"] == variant.name]),
+            "answer_agreement": agreement_figures(singles, reference, questions, single_modes, cache),
+            "accuracy": accuracy_figures(mine, questions, modes),
+            "episode_errors": [
+                {"mode": e["mode"], "question_id": e["question_id"], "error": e["episode_error"]}
+                for e in mine
+                if e.get("episode_error")
+            ],
+            "crashes": [{k: v for k, v in c.items() if k != "kind"} for c in crashes],
+            "per_node": per_node_figures(variant.name, singles, records, speed_figures),
+            "votes": vote_figures(singles, [e for e in mine if is_vote(e)], modes),
+            "confidence": confidence_figures(mine, modes),
+            "mixed_hardware": False,
+        }
+        row["mixed_hardware"] = mixed_hardware(row["per_node"], machines)
+        if row["mixed_hardware"]:  # never one figure for unlike hardware
+            row["load_s"] = row["prompt_tok_s"] = row["decode_tok_s"] = row["wall_s_median"] = row["wall_s_p95"] = None
+        rows.append(row)
+    raw = [_without_token_ids(r) for r in episodes if r["variant"] in names]
     order = _plan_order(variants, modes, questions)  # not the order finished: Ray workers finish in any order
     return {
         "variants": rows,
@@ -193,7 +218,16 @@ def summarize(
     }
 
 
-def _plan_order(variants: Sequence[Variant], modes: Sequence[str], questions: dict[str, Question]) -> Any:
+def _without_token_ids(record: EpisodeRecord) -> EpisodeRecord:
+    """The record as the summary keeps it: the reference's token ids are for fidelity only."""
+    kept = dict(record)
+    kept.pop(TOKEN_IDS_FIELD, None)
+    return cast("EpisodeRecord", kept)
+
+
+def _plan_order(
+    variants: Sequence[Variant], modes: Sequence[str], questions: dict[str, Question]
+) -> Callable[[EpisodeRecord | FidelityRecord], tuple[int, int, int]]:
     """Sort key of records: variant, then mode, then question, in the bench's own order."""
     rank = {v.name: i for i, v in enumerate(variants)}
     mode_rank = {m: i for i, m in enumerate(modes)}

@@ -18,9 +18,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from edge_sql.interrupts import signals_deferred
 
@@ -58,7 +58,7 @@ def own_peak_rss_bytes() -> int:
     return _maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def run_worker(task: dict[str, Any], work_dir: Path) -> ChildOutcome:
+def run_worker(task: Mapping[str, object], work_dir: Path) -> ChildOutcome:
     """Run `python -m edge_sql.bench.worker TASK.json`; its stderr (progress) is the parent's."""
     work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=work_dir, delete=False, encoding="utf-8") as handle:

@@ -9,32 +9,33 @@ answers. An episode recorded before the checks existed has no level and is count
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from edge_sql.bench.figures import ConfidenceFigures, CoveragePoint, LevelFigures, VariantRow
+from edge_sql.bench.records import EpisodeRecord
 from edge_sql.checks import CONFIDENCE_LEVELS
 
 # best first: answering at or above `checked` answers least and (if the checks mean something) best
 LEVELS_BEST_FIRST = tuple(reversed(CONFIDENCE_LEVELS))
 
 
-def confidence_figures(episodes: Sequence[dict[str, Any]], modes: Sequence[str]) -> dict[str, Any]:
+def confidence_figures(episodes: Sequence[EpisodeRecord], modes: Sequence[str]) -> dict[str, ConfidenceFigures]:
     """{mode: {"levels": {level: {answers, right, accuracy}}, "coverage": [{level, answered,
     coverage, accuracy}], "unlabelled": n}} from the bench's episode records."""
-    out: dict[str, Any] = {}
+    out: dict[str, ConfidenceFigures] = {}
     for mode in modes:
         mine = [e for e in episodes if e["mode"] == mode]
         if not mine:
             continue
-        levels: dict[str, dict[str, Any]] = {}
+        levels: dict[str, LevelFigures] = {}
         for level in LEVELS_BEST_FIRST:
             at = [e for e in mine if e.get("confidence") == level]
             right = sum(1 for e in at if e["correct"])
             levels[level] = {"answers": len(at), "right": right, "accuracy": right / len(at) if at else None}
-        coverage: list[dict[str, Any]] = []
+        coverage: list[CoveragePoint] = []
         answered = kept_right = 0
         for level in LEVELS_BEST_FIRST:
-            answered += int(levels[level]["answers"])
-            kept_right += int(levels[level]["right"])
+            answered += levels[level]["answers"]
+            kept_right += levels[level]["right"]
             coverage.append(
                 {
                     "level": level,
@@ -53,7 +54,7 @@ def confidence_figures(episodes: Sequence[dict[str, Any]], modes: Sequence[str])
     return out
 
 
-def confidence_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+def confidence_lines(rows: Sequence[VariantRow]) -> list[str]:
     """The markdown table: per variant and mode, each level's accuracy and the risk-coverage."""
     if not any(row.get("confidence") for row in rows):
         return []

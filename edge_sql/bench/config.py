@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from edge_sql.bench.modes import MODES
 from edge_sql.bench.variants import REFERENCE
@@ -53,7 +53,7 @@ class BenchConfig:
     # episodes (vote_mode.py); "auto": resolved by `run_bench` from the variants' calibrations (`resolve_auto_vote`)
     vote_auto: bool = False  # the vote's K came from "auto"
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""
         return {
             "base": str(self.base),

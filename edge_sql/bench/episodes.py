@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from edge_sql.bench.machine import machine_description, node_name
 from edge_sql.bench.records import EpisodeRecord, LoadRecord
@@ -102,16 +102,18 @@ class EpisodeRunner:
         seed..seed+K-1) whose episodes borrow the sessions like any other, and one record.
         Closing the iterator early (an error, Ctrl-C) stops the running episodes and joins them."""
         asks = [self._ask(mode, question_id) for mode, question_id in items]
-        seen: dict[int, dict[str, Any]] = {}  # per item: what its session(s) said (see `_watch`)
+        seen: dict[int, TokenFields] = {}  # per item: what its session said (see `_watch`)
 
         def watch(index: int, ask: Ask, session: Session, result: EpisodeResult) -> None:
-            self._watch(seen.setdefault(index, {}), ask, session, result)
+            tokens = self._watch(session, result)
+            if tokens is not None:
+                seen[index] = tokens
 
         with closing(self.agent.each(asks, greedy=self.task.greedy, watch=watch, early_stop=False)) as finished:
             for index, outcome in finished:
                 if not isinstance(outcome, EdgeSqlError) and isinstance(outcome, Exception):
                     raise outcome  # a bug: stop the others
-                yield self._record(*items[index], outcome, seen.pop(index, {}))
+                yield self._record(*items[index], outcome, seen.pop(index, None))
 
     def run(self, mode: str, question_id: str) -> EpisodeRecord:
         """One item's record (`run_many` of one)."""
@@ -153,18 +155,16 @@ class EpisodeRunner:
                 self._prompts[key] = prompt_for_mode(self.agent.prompt, mode, db)
         return self._prompts[key]
 
-    def _watch(self, seen: dict[str, Any], ask: Ask, session: Session, result: EpisodeResult) -> None:
+    def _watch(self, session: Session, result: EpisodeResult) -> TokenFields | None:
         """What an item's record takes from the session its episode ran on, before it is given
         back: its tokens and the positions the model wrote (`result.generated_spans`), for
         fidelity; the counts, timings and a vote's episodes are in the result's stats."""
-        if self.task.record_tokens:
-            seen["tokens"] = {
-                "tokens": session.tokens,
-                "generated_spans": result.generated_spans,
-            }  # [start, end) of the model's own tokens
+        if not self.task.record_tokens:
+            return None
+        return {"tokens": session.tokens, "generated_spans": result.generated_spans}
 
     def _record(
-        self, mode: str, question_id: str, outcome: EpisodeResult | Exception, seen: dict[str, Any]
+        self, mode: str, question_id: str, outcome: EpisodeResult | Exception, tokens: TokenFields | None
     ) -> EpisodeRecord:
         """The "episode" record of one item: its answer scored (an item that cannot run scores 0)."""
         from edge_sql.evaluation.scoring import score_prediction
@@ -208,7 +208,7 @@ class EpisodeRunner:
                 data["auto"] = True  # K was `--vote auto`'s pick on this machine
             return cast("EpisodeRecord", {**record, "wall_s": vote.wall_s, "vote": data, "node": self.node})
         measured = outcome.stats.measured.record_fields()  # counts and seconds: EpisodeFigures' own names
-        return cast("EpisodeRecord", {**record, **measured, "node": self.node, **seen.get("tokens", {})})
+        return cast("EpisodeRecord", {**record, **measured, "node": self.node, **(tokens or {})})
 
     def close(self) -> None:
         if self._knowledge is not None:
@@ -216,7 +216,15 @@ class EpisodeRunner:
         self.agent.close()
 
 
-def _confidence_fields(result: EpisodeResult) -> dict[str, Any]:
+class TokenFields(TypedDict):
+    """The reference's tokens and the [start, end) spans the model wrote itself: what fidelity
+    teacher-forces."""
+
+    tokens: list[int]
+    generated_spans: list[list[int]]
+
+
+def _confidence_fields(result: EpisodeResult) -> dict[str, str | list[str] | None]:
     """The answer checks' level and reasons (edge_sql/checks), for accuracy by confidence."""
     checks = result.checks
     return {

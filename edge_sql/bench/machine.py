@@ -10,7 +10,8 @@ import os
 import platform
 import socket
 import sys
-from typing import Any
+
+from edge_sql.bench.records import MachineDescription
 
 
 def node_name() -> str:
@@ -30,7 +31,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_description() -> dict[str, Any]:
+def machine_description() -> MachineDescription:
     """Platform, CPU, core count, memory and the llama.cpp binding's version of this machine."""
     import llama_cpp
 

@@ -8,21 +8,18 @@ and the report says so. Nodes with the same CPU model and core count count as on
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from edge_sql.bench.records import BenchSummary
-
-SPEED_FIELDS = ("prompt_tok_s", "decode_tok_s", "wall_s_median", "wall_s_p95")
+from edge_sql.bench.figures import BenchSummary, NodeFigures, SpeedFigures
+from edge_sql.bench.records import BenchRecord, EpisodeRecord, MachineDescription
 
 
-def hardware_key(machine: dict[str, Any] | None) -> tuple[Any, ...]:
-    machine = machine or {}
+def hardware_key(machine: MachineDescription) -> tuple[str, int | None]:
     return machine.get("cpu_model") or machine.get("processor"), machine.get("cpu_count")
 
 
-def node_machines(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def node_machines(records: Sequence[BenchRecord]) -> dict[str, MachineDescription]:
     """Each node's machine description, from the "load" records (the latest one of each node)."""
-    machines: dict[str, dict[str, Any]] = {}
+    machines: dict[str, MachineDescription] = {}
     for record in records:
         if record["kind"] == "load" and record.get("node") and record.get("machine"):
             machines[record["node"]] = record["machine"]
@@ -31,20 +28,20 @@ def node_machines(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]
 
 def per_node_figures(
     variant: str,
-    episodes: Sequence[dict[str, Any]],
-    records: Sequence[dict[str, Any]],
-    speed_figures: Callable[[Sequence[dict[str, Any]]], dict[str, Any]],
-) -> dict[str, Any]:
+    episodes: Sequence[EpisodeRecord],
+    records: Sequence[BenchRecord],
+    speed_figures: Callable[[Sequence[EpisodeRecord]], SpeedFigures],
+) -> dict[str, NodeFigures]:
     """{node: episodes run there (keys), load time, peak RSS and speed} for one variant."""
     nodes = sorted(
         {e.get("node") or "" for e in episodes}
         | {
             r.get("node") or ""
             for r in records
-            if r["kind"] in ("load", "peak") and r["variant"] == variant and r.get("task", "episodes") == "episodes"
+            if (r["kind"] == "load" or (r["kind"] == "peak" and r["task"] == "episodes")) and r["variant"] == variant
         }
     )
-    out: dict[str, Any] = {}
+    out: dict[str, NodeFigures] = {}
     for node in nodes:
         mine = [e for e in episodes if (e.get("node") or "") == node]
         loads = [
@@ -69,7 +66,7 @@ def per_node_figures(
     return out
 
 
-def mixed_hardware(per_node: dict[str, Any], machines: dict[str, dict[str, Any]]) -> bool:
+def mixed_hardware(per_node: dict[str, NodeFigures], machines: dict[str, MachineDescription]) -> bool:
     """Whether the nodes that ran a variant's episodes differ in CPU (nodes with no description,
     e.g. from a results file written before records named their node, are not counted)."""
     used = [node for node, figures in per_node.items() if figures["episodes"] and node in machines]
@@ -88,8 +85,8 @@ def markdown_lines(summary: BenchSummary) -> list[str]:
     ]
     for row in summary["variants"]:
         for node, figures in row.get("per_node", {}).items():
-            machine = machines.get(node, {})
-            cpu = f"{machine.get('cpu_model', 'unknown')} x{machine.get('cpu_count', '?')}"
+            machine = machines.get(node)
+            cpu = f"{machine['cpu_model']} x{machine['cpu_count']}" if machine else "unknown x?"
             values = [
                 _fmt(figures["load_s"], ".2f"),
                 _fmt(None if figures["peak_rss_bytes"] is None else figures["peak_rss_bytes"] / 1e6, ".0f"),

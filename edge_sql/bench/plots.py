@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edge_sql.bench.records import BenchSummary
+from edge_sql.bench.figures import BenchSummary, VariantRow
 
 ACCURACY_PNG = "accuracy_vs_size.png"
 SPEED_PNG = "decode_speed_vs_size.png"
@@ -72,12 +72,7 @@ def write_plots(summary: BenchSummary, out_dir: Path, log: Callable[[str], None]
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for mode, marker in zip(modes, ("o", "s")):
-        values = [
-            r["accuracy"][mode]["overall"]["percent"]
-            if r["accuracy"].get(mode, {}).get("overall", {}).get("total")
-            else None
-            for r in rows
-        ]
+        values = [_percent(r, mode) for r in rows]
         _series(ax, sizes, values, marker=marker, label=f"execution accuracy, schema {mode}")
     agreement = [
         None if r["answer_agreement"]["overall"] is None else 100 * r["answer_agreement"]["overall"] for r in rows
@@ -114,18 +109,24 @@ def write_plots(summary: BenchSummary, out_dir: Path, log: Callable[[str], None]
     return paths
 
 
-def _risk_coverage_plot(plt: Any, rows: list[dict[str, Any]], title_note: str, path: Path) -> Path:
+def _percent(row: VariantRow, mode: str) -> float | None:
+    """A mode's overall accuracy in percent, None where it did not run or had no question."""
+    entry = row["accuracy"].get(mode)
+    return entry["overall"]["percent"] if entry and entry["overall"]["total"] else None
+
+
+def _risk_coverage_plot(plt: Any, rows: list[VariantRow], title_note: str, path: Path) -> Path:
     """Accuracy of the answers kept against the share kept, answering only at or above each
     confidence level (checked, then unchecked, then all): a curve that falls to the right means
     the confidence means something."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for row in rows:
         for mode, figures in (row.get("confidence") or {}).items():
-            points = [p for p in figures["coverage"] if p["accuracy"] is not None]
-            xs = [100 * p["coverage"] for p in points]
-            ys = [100 * p["accuracy"] for p in points]
+            points = [(p, accuracy) for p in figures["coverage"] if (accuracy := p["accuracy"]) is not None]
+            xs = [100 * p["coverage"] for p, _ in points]
+            ys = [100 * accuracy for _, accuracy in points]
             ax.plot(xs, ys, marker="o", label=f"{row['name']}, {mode}")
-            for x, y, p in zip(xs, ys, points):
+            for x, y, (p, _) in zip(xs, ys, points):
                 ax.annotate(p["level"], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("coverage: questions answered at or above the level (%)")
     ax.set_ylabel("accuracy of those answers (%)")
@@ -136,7 +137,7 @@ def _risk_coverage_plot(plt: Any, rows: list[dict[str, Any]], title_note: str, p
 
 def _fidelity_plot(
     plt: Any,
-    rows: list[dict[str, Any]],
+    rows: list[VariantRow],
     sizes: list[float],
     names: list[str],
     reference: str,

@@ -9,9 +9,7 @@ every reader, and a TypedDict is exactly that dict, with its keys checked where 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
-
-from edge_sql.bench.results import WorkKey
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from edge_sql.bench.fidelity import FidelityStats
@@ -26,6 +24,55 @@ class KeyFields(TypedDict):
     mode: str
     question_id: str
     seed: int
+
+
+class DraftCounts(TypedDict):
+    """One draft source's speculative decoding counts (`DraftStats.to_json`)."""
+
+    drafted: int
+    accepted: int
+    rolled_back: int
+    batches: int
+
+
+class VoteEpisodeData(TypedDict):
+    """One episode of a vote (`VoteEpisode.to_json(runs=True)`)."""
+
+    sql: str | None
+    group: int | None
+    failed_queries: int
+    reason: NotRequired[str]
+    seed: NotRequired[int]
+    stop: NotRequired[str | None]
+    wall_s: NotRequired[float | None]
+
+
+class VoteData(TypedDict):
+    """How a vote went (`VoteStats.to_json(runs=True)`), plus `auto` when K was `--vote auto`'s."""
+
+    k: int
+    chosen: int
+    agreed: int
+    voters: int
+    agreement: float
+    finished: int
+    episodes: list[VoteEpisodeData]
+    seeds: NotRequired[list[int]]
+    wall_s: NotRequired[float]
+    prompt_tokens_evaluated: NotRequired[int]
+    auto: NotRequired[bool]
+
+
+class MachineDescription(TypedDict):
+    """`machine.machine_description()`: what a load record says of the machine it ran on."""
+
+    platform: str
+    processor: str
+    cpu_model: str
+    cpu_count: int | None
+    memory_bytes: int | None
+    python: str
+    llama_cpp_python: str
 
 
 class EpisodeRecord(KeyFields):
@@ -48,10 +95,20 @@ class EpisodeRecord(KeyFields):
     rounds: NotRequired[int]
     calls: NotRequired[int]
     wall_s: NotRequired[float | None]
-    vote: NotRequired[dict[str, Any]]
+    vote: NotRequired[VoteData]
     tokens: NotRequired[list[int]]  # the reference's: what fidelity teacher-forces
     generated_spans: NotRequired[list[list[int]]]  # [start, end) of the model's own tokens
     # and, for a single episode, `EpisodeFigures.record_fields()`: counts and seconds
+    prompt_tokens: NotRequired[int]
+    prefix_tokens_restored: NotRequired[int]
+    prompt_s: NotRequired[float]
+    generated_tokens: NotRequired[int]
+    generate_s: NotRequired[float]
+    transcript_tokens: NotRequired[int]
+    draft_tokens: NotRequired[int]
+    draft_tokens_accepted: NotRequired[int]
+    draft_tokens_rolled_back: NotRequired[int]
+    drafts: NotRequired[dict[str, DraftCounts]]
 
 
 class LoadRecord(TypedDict):
@@ -67,7 +124,7 @@ class LoadRecord(TypedDict):
     n_ctx: int
     time: float
     node: str
-    machine: dict[str, Any]  # machine.machine_description()
+    machine: MachineDescription
     parallel: NotRequired[int]  # only when above 1
     pid: NotRequired[int]  # a Ray actor's: its process, its copy of the model
     model_path: NotRequired[str]
@@ -120,31 +177,13 @@ class CrashRecord(TypedDict):
 BenchRecord = EpisodeRecord | LoadRecord | FidelityRecord | ProcessRecord | PeakRecord | CrashRecord
 
 
-class BenchFigures(TypedDict):
-    """What `aggregate.summarize` makes of the records: a row of figures per variant, the nodes'
-    machines, and the records themselves (token ids left out), in the bench's plan order."""
-
-    variants: list[dict[str, Any]]
-    nodes: dict[str, dict[str, Any]]
-    episodes: list[dict[str, Any]]
-    fidelity: list[dict[str, Any]]
-
-
-class BenchSummary(BenchFigures):
-    """bench.json: the run's settings and machine, then the figures (report_files.py writes it
-    and bench.md from it, plots.py draws it)."""
-
-    settings: dict[str, Any]
-    machine: dict[str, Any]
-
-
-def fidelity_record(key: WorkKey, stats: FidelityStats, seconds: float) -> FidelityRecord:
+def fidelity_record(key: KeyFields, stats: FidelityStats, seconds: float) -> FidelityRecord:
     return {
         "kind": "fidelity",
-        "variant": key.variant,
-        "mode": key.mode,
-        "question_id": key.question_id,
-        "seed": key.seed,
+        "variant": key["variant"],
+        "mode": key["mode"],
+        "question_id": key["question_id"],
+        "seed": key["seed"],
         "positions": stats.positions,
         "kl_sum": stats.kl_sum,
         "kl_max": stats.kl_max,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from edge_sql.bench.confidence import confidence_lines
+from edge_sql.bench.figures import AccuracyEntry, BenchSummary, ModeAccuracy, VariantRow
 from edge_sql.bench.nodes import markdown_lines as node_lines
-from edge_sql.bench.records import BenchSummary
 from edge_sql.bench.vote_mode import bench_modes
 from edge_sql.bench.vote_mode import markdown_lines as vote_lines
 from edge_sql.evaluation.outcomes import DIFFICULTY_ORDER
@@ -32,7 +31,7 @@ def _size(n_bytes: int | None) -> str:
     return "n/a" if n_bytes is None else f"{n_bytes / 1e9:.2f} GB" if n_bytes >= 1e8 else f"{n_bytes / 1e6:.1f} MB"
 
 
-def _accuracy(entry: dict[str, Any] | None) -> str:
+def _accuracy(entry: AccuracyEntry | None) -> str:
     if not entry or not entry["total"]:
         return "n/a"
     return f"{entry['percent']:.1f}% ({entry['correct']}/{entry['total']})"
@@ -42,8 +41,18 @@ def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def _difficulties(rows: Sequence[dict[str, Any]], modes: Sequence[str]) -> list[str]:
-    labels = {d for row in rows for mode in modes for d in row["accuracy"].get(mode, {}).get("by_difficulty", {})}
+def _overall(row: VariantRow, mode: str) -> AccuracyEntry | None:
+    """A mode's overall accuracy in the row, None where the mode did not run."""
+    entry = row["accuracy"].get(mode)
+    return entry["overall"] if entry else None
+
+
+def _by_difficulty(entry: ModeAccuracy | None) -> dict[str, AccuracyEntry]:
+    return entry["by_difficulty"] if entry else {}
+
+
+def _difficulties(rows: Sequence[VariantRow], modes: Sequence[str]) -> list[str]:
+    labels = {d for row in rows for mode in modes for d in _by_difficulty(row["accuracy"].get(mode))}
     return [d for d in DIFFICULTY_ORDER if d in labels] + sorted(labels - set(DIFFICULTY_ORDER))
 
 
@@ -75,8 +84,8 @@ def markdown(summary: BenchSummary) -> str:
             f"| {_num(row['wall_s_median'], '.1f')} / {_num(row['wall_s_p95'], '.1f')} "
             f"| {_num(fidelity['kl_mean'], '.5f')} | {_share(fidelity['top1'])} "
             f"| {_share(row['answer_agreement']['overall'])} "
-            f"| {_accuracy(row['accuracy'].get('withheld', {}).get('overall'))} "
-            f"| {_accuracy(row['accuracy'].get('given', {}).get('overall'))} |"
+            f"| {_accuracy(_overall(row, 'withheld'))} "
+            f"| {_accuracy(_overall(row, 'given'))} |"
         )
     lines += [
         "",
@@ -117,10 +126,10 @@ def markdown(summary: BenchSummary) -> str:
         ]
         for row in rows:
             for mode in modes:
-                entry = row["accuracy"].get(mode, {})
-                cells = [_accuracy(entry.get("by_difficulty", {}).get(d)) for d in difficulties]
+                by_difficulty = _by_difficulty(row["accuracy"].get(mode))
+                cells = [_accuracy(by_difficulty.get(d)) for d in difficulties]
                 lines.append(
-                    f"| {row['name']} | {mode} | " + " | ".join(cells) + f" | {_accuracy(entry.get('overall'))} |"
+                    f"| {row['name']} | {mode} | " + " | ".join(cells) + f" | {_accuracy(_overall(row, mode))} |"
                 )
     lines += vote_lines(summary)
     lines += confidence_lines(rows)

@@ -13,7 +13,18 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, cast, overload
+
+from edge_sql.bench.records import (
+    BenchRecord,
+    CrashRecord,
+    EpisodeRecord,
+    FidelityRecord,
+    KeyFields,
+    LoadRecord,
+    PeakRecord,
+    ProcessRecord,
+)
 
 RESULTS_FILE_NAME = "results.jsonl"
 
@@ -27,11 +38,11 @@ class WorkKey:
     question_id: str
     seed: int
 
-    def as_fields(self) -> dict[str, Any]:
+    def as_fields(self) -> KeyFields:
         return {"variant": self.variant, "mode": self.mode, "question_id": self.question_id, "seed": self.seed}
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> WorkKey:
+    def of(cls, record: KeyFields) -> WorkKey:
         return cls(record["variant"], record["mode"], str(record["question_id"]), int(record["seed"]))
 
 
@@ -41,8 +52,23 @@ class ResultsLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
 
-    def records(self, kind: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every complete record (optionally of one kind), in the order written."""
+    @overload
+    def records(self, kind: Literal["episode"]) -> Iterator[EpisodeRecord]: ...
+    @overload
+    def records(self, kind: Literal["fidelity"]) -> Iterator[FidelityRecord]: ...
+    @overload
+    def records(self, kind: Literal["load"]) -> Iterator[LoadRecord]: ...
+    @overload
+    def records(self, kind: Literal["process"]) -> Iterator[ProcessRecord]: ...
+    @overload
+    def records(self, kind: Literal["peak"]) -> Iterator[PeakRecord]: ...
+    @overload
+    def records(self, kind: Literal["crash"]) -> Iterator[CrashRecord]: ...
+    @overload
+    def records(self, kind: None = None) -> Iterator[BenchRecord]: ...
+    def records(self, kind: str | None = None) -> Iterator[BenchRecord]:
+        """Every complete record (optionally of one kind), in the order written: each the shape
+        records.py gives its kind (this file is written only by those writers)."""
         if not self.path.is_file():
             return
         with self.path.open(encoding="utf-8") as handle:
@@ -52,9 +78,9 @@ class ResultsLog:
                 except json.JSONDecodeError:
                     continue  # a line cut short by a crash
                 if isinstance(record, dict) and (kind is None or record.get("kind") == kind):
-                    yield record
+                    yield cast("BenchRecord", record)
 
-    def done(self, kind: str) -> set[WorkKey]:
+    def done(self, kind: Literal["episode", "fidelity"]) -> set[WorkKey]:
         """The keys of the finished work items of `kind`."""
         return {WorkKey.of(r) for r in self.records(kind)}
 

@@ -21,10 +21,10 @@ from edge_sql.agent.majority_vote import vote_refusal
 from edge_sql.bench.aggregate import summarize
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.config import BenchConfig
+from edge_sql.bench.figures import BenchSummary
 from edge_sql.bench.local_runner import LocalRunner, WorkRunner
 from edge_sql.bench.machine import machine_description
 from edge_sql.bench.plots import write_plots
-from edge_sql.bench.records import BenchSummary
 from edge_sql.bench.report_files import write_json, write_markdown
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog, WorkKey
 from edge_sql.bench.variants import REFERENCE, BenchSetupError, Variant, prepare_variants

@@ -13,10 +13,11 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.bench.config import BenchConfig
+from edge_sql.bench.figures import AccuracyEntry
 from edge_sql.bench.local_runner import WorkRunner
 from edge_sql.bench.runner import CACHE_DIR_NAME, BenchOutcome, run_bench
 from edge_sql.bench.variants import BenchSetupError
@@ -56,9 +57,27 @@ def run_template_comparison(
     return outcomes, [json_path, markdown_path]
 
 
-def comparison(outcomes: Sequence[BenchOutcome], versions: Sequence[str]) -> dict[str, Any]:
+class TemplateRow(TypedDict):
+    template: str
+    variant: str
+    accuracy: dict[str, AccuracyEntry]
+    answer_agreement: float | int | None
+    episodes: int
+    wall_s_median: float | None
+    generated_tokens: int
+    out_dir: str
+
+
+class TemplateComparison(TypedDict):
+    """templates.json: the templates compared and a row per (template, variant)."""
+
+    templates: list[str]
+    rows: list[TemplateRow]
+
+
+def comparison(outcomes: Sequence[BenchOutcome], versions: Sequence[str]) -> TemplateComparison:
     """One row per (template, variant) with the figures that tell templates apart."""
-    rows = []
+    rows: list[TemplateRow] = []
     for outcome, version in zip(outcomes, versions):
         for variant in outcome.summary["variants"]:
             rows.append(
@@ -76,8 +95,8 @@ def comparison(outcomes: Sequence[BenchOutcome], versions: Sequence[str]) -> dic
     return {"templates": list(versions), "rows": rows}
 
 
-def comparison_markdown(table: dict[str, Any], modes: Sequence[str]) -> str:
-    def accuracy(entry: dict[str, Any] | None) -> str:
+def comparison_markdown(table: TemplateComparison, modes: Sequence[str]) -> str:
+    def accuracy(entry: AccuracyEntry | None) -> str:
         if not entry or not entry.get("total"):
             return "n/a"
         return f"{entry['percent']:.1f}% ({entry['correct']}/{entry['total']})"

@@ -12,11 +12,12 @@ It carries no token counts: the speed figures are the single episodes'.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
-from edge_sql.bench.records import BenchSummary
+from edge_sql.bench.figures import BenchSummary, VoteFigures
+from edge_sql.bench.records import EpisodeRecord
 
 VOTE_MARK = "+vote"
 
@@ -32,7 +33,7 @@ def split_mode(name: str) -> tuple[str, int | None]:
     return (base, int(k)) if mark and k.isdigit() else (name, None)
 
 
-def is_vote(record: dict[str, Any]) -> bool:
+def is_vote(record: EpisodeRecord) -> bool:
     return split_mode(record["mode"])[1] is not None
 
 
@@ -49,11 +50,11 @@ def _share(values: Sequence[bool]) -> float | None:
 
 
 def vote_figures(
-    singles: Sequence[dict[str, Any]], votes: Sequence[dict[str, Any]], modes: Sequence[str]
-) -> list[dict[str, Any]]:
+    singles: Sequence[EpisodeRecord], votes: Sequence[EpisodeRecord], modes: Sequence[str]
+) -> list[VoteFigures]:
     """Per vote mode: execution accuracy of the vote and of the single episode on the same
     questions, the mean agreement (agreed / voters) and the wall times (one episode, the vote)."""
-    out = []
+    out: list[VoteFigures] = []
     for mode in modes:
         base, k = split_mode(mode)
         if k is None:
@@ -63,9 +64,12 @@ def vote_figures(
         both = [v for v in mine if v["question_id"] in alone]
         agreements = [v["vote"]["agreement"] for v in mine if v.get("vote")]
         single_walls = [
-            alone[v["question_id"]]["wall_s"] for v in both if not alone[v["question_id"]].get("episode_error")
+            wall
+            for v in both
+            if not alone[v["question_id"]].get("episode_error")
+            and (wall := alone[v["question_id"]].get("wall_s")) is not None
         ]
-        vote_walls = [v["wall_s"] for v in both if not v.get("episode_error")]
+        vote_walls = [wall for v in both if not v.get("episode_error") and (wall := v.get("wall_s")) is not None]
         out.append(
             {
                 "mode": mode,

@@ -57,7 +57,7 @@ def run_fidelity(task: FidelityTask) -> None:
         tokens, positions = transcripts[(mode, question_id)]
         stats = compare_on_tokens(reference, variant, tokens, chunk=task.chunk, positions=positions)
         key = WorkKey(task.variant, mode, question_id, task.seed)
-        log.append(fidelity_record(key, stats, time.perf_counter() - started))
+        log.append(fidelity_record(key.as_fields(), stats, time.perf_counter() - started))
     variant.close()
     reference.close()
 

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge_sql.bench.records import crash_record
+from edge_sql.bench.records import EpisodeRecord, FidelityRecord, crash_record
 from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.cluster.files import SourceFile, start_file_server
@@ -29,8 +29,12 @@ MAX_RETRIES = 3
 
 
 def compare_chunk(
-    task: dict[str, Any], transcripts: list[dict[str, Any]], models: dict[str, SourceFile], store_name: str, server: str
-) -> list[dict[str, Any]]:
+    task: dict[str, Any],  # Any: `asdict(FidelityTask)`, rebuilt into one on the node
+    transcripts: list[EpisodeRecord],
+    models: dict[str, SourceFile],
+    store_name: str,
+    server: str,
+) -> list[FidelityRecord]:
     """What one Ray task runs: `worker.run_fidelity` on `transcripts` (reference episode records)."""
     import tempfile
 
