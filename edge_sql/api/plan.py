@@ -6,7 +6,6 @@ these themselves."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,6 @@ from edge_sql.runtime.options import (
     episodes_at_once,
 )
 from edge_sql.runtime.tuning import Settings, check_parallel
-
-_log = logging.getLogger("edge_sql.api")  # the API's logger: an application listens to one name
 
 
 def resolve_model_path(
@@ -83,11 +80,7 @@ def _settings(
     if not tune:
         return default_settings(), "off"
 
-    def progress(message: str) -> None:  # a first calibration takes a while: say so through logging too
-        _log.info(message)
-        log(message)
-
-    return tuned_settings(model_path, progress=progress, n_ctx=n_ctx, n_threads=n_threads)
+    return tuned_settings(model_path, progress=log, n_ctx=n_ctx, n_threads=n_threads)
 
 
 def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
