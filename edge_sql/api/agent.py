@@ -20,6 +20,7 @@ from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.api.asks import Ask, Watch, error_result
 from edge_sql.api.config import AgentOptions, agent_settings
+from edge_sql.api.knowledge_api import AgentKnowledge
 from edge_sql.api.knowledge_hook import KnowledgeHook
 from edge_sql.api.many import AskMany
 from edge_sql.api.plan import gguf_name, plan_sessions, prefix_state_dir
@@ -27,7 +28,6 @@ from edge_sql.api.session_pool import DEFAULT_MAX_WAITING, SessionPool
 from edge_sql.api.stopping import StopWhen
 from edge_sql.api.vote import run_vote
 from edge_sql.errors import Cancelled, ClosedError, EdgeSqlError, QuestionError
-from edge_sql.knowledge import Knowledge
 from edge_sql.knowledge.answers import consult
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
@@ -159,9 +159,11 @@ class Agent(AskMany):
         return self._open_pool().group.info
 
     @property
-    def knowledge(self) -> Knowledge:
+    def knowledge(self) -> AgentKnowledge:
         """The notes and verified answers `ask` consults (the store's knowledge database), its
-        bounds measured with this model's tokenizer; opened on first use."""
+        bounds measured with this model's tokenizer; opened on first use. Its calls take what
+        `ask` takes (a path or an open database); once the Agent is closed, ClosedError."""
+        self._open_pool()
         return self._knowledge.knowledge()
 
     def count_tokens(self, text: str) -> int:
@@ -275,7 +277,7 @@ class Agent(AskMany):
             )
         result.evidence, result.given = evidence, consulted.given
         if result.stop == "cancelled":
-            result.error = stop.message() + ("" if result.rounds else " before the episode started")
+            result.error = stop.message() + ("" if result.stats.figures is not None else " before the episode started")
         return result
 
     def stop_when(self, should_stop: Callable[[], bool] | None, timeout: float | None) -> StopWhen:

@@ -106,6 +106,11 @@ class AskMany:
         ...) on the Agent's thread, awaited."""
         return await self._awaited(None, functools.partial(call, *args, **kwargs))
 
+    def queue_state(self) -> dict[str, int]:
+        """`running` episodes (of `sessions`), calls `waiting` for a session (of `max_waiting`):
+        JSON-ready, for an app's health endpoint; ClosedError once closed."""
+        return self._open_pool().state()
+
     async def _awaited(self, stop: StopWhen | None, call: Callable[[], T]) -> T:
         pool = self._open_pool()
         if self._executor is None:  # enough threads for every session and every place in the queue
@@ -173,7 +178,9 @@ class AskMany:
         ]
         for result in results:
             if result.stop == "cancelled":
-                result.error = stop.message() + ("" if result.rounds else " before the episode started")
+                result.error = stop.message() + (
+                    "" if result.stats.figures is not None else " before the episode started"
+                )
         return results
 
     def each(

@@ -55,10 +55,16 @@ class SessionPool:
         load_s = time.perf_counter() - started
         return cls(group, list(group.sessions), load_s, max_waiting)
 
-    @property
-    def waiting(self) -> int:
-        """How many calls wait for a session now."""
-        return len(self._waiting)
+    def state(self) -> dict[str, int]:
+        """Sessions running an episode, calls waiting for one, and the bounds (an app's /health)."""
+        with self._changed:
+            running = len(self.views) - len(self._free) if not self._done else 0
+            return {
+                "running": running,
+                "waiting": len(self._waiting),
+                "sessions": len(self.views),
+                "max_waiting": self.max_waiting,
+            }
 
     @contextmanager
     def borrowed(self, stopped: Callable[[], bool] | None = None) -> Iterator[Session]:
