@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from edge_sql.agent.doubt import answer_notes
+from edge_sql.agent.how import answer_notes
 from edge_sql.agent.result import CallRecord, EpisodeResult
 from edge_sql.agent.stats import VoteStats
 from edge_sql.tools import format_value

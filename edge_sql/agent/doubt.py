@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from edge_sql.checks.findings import FORCE_REASONS
+from edge_sql.agent.how import answer_notes
 
 if TYPE_CHECKING:  # the result imports this module where its `doubt` is read
     from edge_sql.agent.result import EpisodeResult
@@ -56,17 +56,6 @@ def doubt_of(result: EpisodeResult) -> Doubt:
 
 def vote_words(vote: VoteAgreement) -> str:
     return f"vote: {vote.agreed} of {vote.k} episode{'' if vote.k == 1 else 's'} agree on this result"
-
-
-def answer_notes(result: EpisodeResult) -> list[str]:
-    """How the answer came about when the model did not simply submit it: forced, or a fallback
-    (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
-    notes = []
-    if result.forced:
-        notes.append(f"forced final answer: {FORCE_REASONS.get(result.force_reason or '', result.force_reason)}")
-    if result.fallback:
-        notes.append("fallback: the model's answer did not run; this is the last query that ran")
-    return notes
 
 
 def doubt_line(doubt: Doubt) -> str:

@@ -9,7 +9,6 @@ session pool's: first come, first served, with `max_waiting` as its bound.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -112,6 +111,8 @@ class AskMany:
         return self._open_pool().state()
 
     async def _awaited(self, stop: StopWhen | None, call: Callable[[], T]) -> T:
+        import asyncio  # here: an app that never awaits (and the CLI) does not pay its import
+
         pool = self._open_pool()
         if self._executor is None:  # enough threads for every session and every place in the queue
             self._executor = ThreadPoolExecutor(len(pool.views) + pool.max_waiting + 1, "edge-sql-async")
