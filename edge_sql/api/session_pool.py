@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -23,8 +24,8 @@ from edge_sql.runtime.llama.decode_thread import release_decode_thread
 
 POLL_S = 0.05  # how often a waiting call looks at its `stopped` (a cancel also wakes it at once)
 DEFAULT_MAX_WAITING = 64
-_opened = [0]  # pools open in this process: the last one closed ends the decode thread
-_opened_lock = threading.Lock()
+_pools: weakref.WeakSet[SessionPool] = weakref.WeakSet()  # the last one open closed: the decode thread ends
+_pools_lock = threading.Lock()
 
 
 class SessionPool:
@@ -43,8 +44,8 @@ class SessionPool:
         self._closed = False  # no more borrowing
         self._done = False  # the context is freed
         self._mean_s = 10.0  # a running mean of how long a session is lent, for QueueFull's retry_after_s
-        with _opened_lock:
-            _opened[0] += 1
+        with _pools_lock:
+            _pools.add(self)
 
     @classmethod
     def open(cls, plan: SessionPlan, prefix_cache: PrefixCache, max_waiting: int = DEFAULT_MAX_WAITING) -> SessionPool:
@@ -123,8 +124,7 @@ class SessionPool:
                 self._changed.wait()
             self.group.close()
             self._free, self._done = [], True
-        with _opened_lock:
-            _opened[0] -= 1
-            last = _opened[0] == 0
+        with _pools_lock:
+            last = not any(not pool._done for pool in _pools)  # an Agent dropped unclosed holds nothing
         if last:
             release_decode_thread()  # no thread of edge-sql's outlives the last Agent
