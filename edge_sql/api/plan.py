@@ -35,7 +35,7 @@ def resolve_model_path(
     return resolve_model(spec)
 
 
-def load_settings(
+def llama_settings(
     model_path: Path,
     *,
     tune: bool,
@@ -148,7 +148,7 @@ def plan_sessions(
     if problem is not None:
         raise ValueError(problem)
     path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-    settings, how = load_settings(
+    settings, how = llama_settings(
         path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads, speculate=speculate
     )
     if n_threads is not None:  # the caller's thread count wins over the calibrated one
