@@ -69,9 +69,10 @@ class Agent(AskMany):
     Thread safety: `ask` may be called from any number of threads. Each call borrows a free
     session for its whole episode; while all N are busy it waits in one queue, first come, first
     served, at most `max_waiting` calls (one more: QueueFull), so up to N calls run at once (with
-    the default `parallel=1` they run one after another); each gets its own result. `ask_async`
-    and `ask_many_async` are the same calls for an event loop (`many.py`). `ask_many` answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes
-    and answers with the result set most of them return (`agent/majority_vote.py`).
+    the default `parallel=1` they run one after another); each gets its own result. `ask_many`
+    answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes and answers with the
+    result set most of them return (`agent/majority_vote.py`). `ask_async` and `ask_many_async`
+    are the same calls for an event loop (`many.py`).
     """
 
     def __init__(
