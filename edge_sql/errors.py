@@ -59,6 +59,10 @@ class GrammarError(EdgeSqlError):
     """A grammar that llguidance cannot compile."""
 
 
+class BudgetError(EdgeSqlError, ValueError):
+    """A `Budget` field out of range (`Budget(max_rounds=0)`); a ValueError too, as it was."""
+
+
 class ClosedError(EdgeSqlError, RuntimeError):
     """A session, its llama.cpp context or an Agent used after `close()`: the one error for all
     three (a RuntimeError too, as the runtime's raised before)."""
@@ -158,6 +162,10 @@ class BadRequest(EdgeSqlError):
     """A request that is malformed, has a wrong field or breaks a limit (HTTP 422, an MCP tool error)."""
 
 
+class QuestionError(BadRequest, ValueError):
+    """A question that cannot be asked: empty, or only spaces (a ValueError too)."""
+
+
 class RequestTooLarge(BadRequest):
     """A request body over the server's size limit (HTTP 413)."""
 
@@ -167,7 +175,7 @@ class UnknownDatabase(EdgeSqlError):
 
 
 class RetryLater(EdgeSqlError):
-    """The server is busy, not broken: `retry_after_s` is a fair guess for trying again (HTTP 503)."""
+    """The server (or an Agent's queue of calls waiting for a session) is busy, not broken: `retry_after_s` is a fair guess for trying again (HTTP 503)."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
@@ -175,7 +183,7 @@ class RetryLater(EdgeSqlError):
 
 
 class QueueFull(RetryLater):
-    """Every place in the queue is taken."""
+    """Every place in the queue is taken (serve's, or an Agent's `max_waiting`)."""
 
 
 class QueueTimeout(RetryLater):

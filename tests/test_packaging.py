@@ -47,15 +47,18 @@ def test_the_public_api_is_exported_without_loading_llama_cpp() -> None:
     import subprocess
     import sys
 
-    assert sorted(edge_sql.__all__) == [
-        "Agent",
-        "Budget",
-        "Checks",
-        "EdgeSqlError",
-        "EpisodeResult",
-        "check_sql",
-        "list_tables_for",
+    import edge_sql.errors
+
+    errors = [
+        name
+        for name, value in vars(edge_sql.errors).items()
+        if isinstance(value, type) and value.__module__ == "edge_sql.errors" and not name.startswith("_")
     ]
+    assert len(errors) == 33  # every error a caller can meet, importable from the package itself
+    assert sorted(edge_sql.__all__) == sorted(
+        ["Agent", "Ask", "Budget", "Checks", "EpisodeResult", "check_sql", "list_tables_for", *errors]
+    )
+    assert all(getattr(edge_sql, name) is getattr(edge_sql.errors, name) for name in errors)
     code = (
         "import sys, edge_sql; import edge_sql.cli; loaded = 'llama_cpp' in sys.modules; "
         "from edge_sql import Agent, Budget, EdgeSqlError, EpisodeResult; "

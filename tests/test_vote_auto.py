@@ -133,9 +133,9 @@ def voting(calibration):
 
 def _planned(tiny_gguf: Path) -> int:
     """What `vote_plan` gives from the saved calibration's figures (the most sequences that fit)."""
-    from edge_sql.api import load_settings, vote_plan
+    from edge_sql.api import llama_settings, vote_plan
 
-    settings, how = load_settings(tiny_gguf, tune=True, n_gpu_layers=None, n_ctx=1024)
+    settings, how = llama_settings(tiny_gguf, tune=True, n_gpu_layers=None, n_ctx=1024)
     assert how == "cached"
     return vote_plan(tiny_gguf, settings, how)[0]
 

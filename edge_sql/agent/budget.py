@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
+from edge_sql.errors import BudgetError
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
 
 
@@ -56,14 +57,14 @@ class Budget:
         ):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"Budget.{name}={value} is out of range (at least 1)")
+                raise BudgetError(f"Budget.{name}={value} is out of range (at least 1)")
         if self.max_tokens < MIN_EPISODE_TOKENS:
-            raise ValueError(f"Budget.max_tokens={self.max_tokens} is out of range (at least {MIN_EPISODE_TOKENS})")
+            raise BudgetError(f"Budget.max_tokens={self.max_tokens} is out of range (at least {MIN_EPISODE_TOKENS})")
         defaults = {f.name: f.default for f in fields(self)}
         for low, high in _FLOORED:
             floor, cap = getattr(self, low), getattr(self, high)
             if floor != defaults[low] and cap is not None and floor > cap:
-                raise ValueError(
+                raise BudgetError(
                     f"Budget.{low}={floor} is above Budget.{high}={cap}: a minimum must not exceed its maximum"
                 )
 

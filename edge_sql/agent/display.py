@@ -6,9 +6,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from edge_sql.agent.how import answer_notes
 from edge_sql.agent.result import CallRecord, EpisodeResult
 from edge_sql.agent.stats import VoteStats
-from edge_sql.checks.findings import FORCE_REASONS
 from edge_sql.tools import format_value
 
 CALL_LINE_WIDTH = 110
@@ -78,17 +78,6 @@ def table_text(
     elif len(rows) > max_rows:
         out.append(f"... {len(rows) - max_rows} more rows")
     return "\n".join(out)
-
-
-def answer_notes(result: EpisodeResult) -> list[str]:
-    """How the answer came about when the model did not simply submit it: forced, or a fallback
-    (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
-    notes = []
-    if result.forced:
-        notes.append(f"forced final answer: {FORCE_REASONS.get(result.force_reason or '', result.force_reason)}")
-    if result.fallback:
-        notes.append("fallback: the model's answer did not run; this is the last query that ran")
-    return notes
 
 
 def answer_text(result: EpisodeResult) -> str:

@@ -28,7 +28,7 @@ from edge_sql.agent.result import CallRecord, EpisodeResult, RoundRecord, settle
 from edge_sql.agent.room import final_think_tokens, plan_call_segment
 from edge_sql.agent.stats import EpisodeFigures, EpisodeStats, GrammarAudit
 from edge_sql.agent.transcript import Piece, Transcript
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import EdgeSqlError, QuestionError
 from edge_sql.runtime import Completion, SamplingParams, Session
 from edge_sql.tools import Toolbox, ToolResult
 
@@ -123,7 +123,7 @@ class _Episode:
 
     def run(self, question: str, evidence: str | None) -> EpisodeResult:
         if not question or not question.strip():
-            raise EdgeSqlError("empty question")
+            raise QuestionError("empty question")
         started = time.perf_counter()
         self.session.reset()
         self.session.seed(self.params.seed)

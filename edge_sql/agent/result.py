@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,14 +12,16 @@ from edge_sql.agent.parsing import looks_like_sql
 from edge_sql.agent.stats import EpisodeStats
 from edge_sql.tools import QueryResult, ToolResult
 
-if TYPE_CHECKING:  # the checks (and sqlglot) load only where an answer is checked
+if TYPE_CHECKING:  # the checks (and sqlglot), pydantic: loaded only where used
+    from edge_sql.agent.doubt import Doubt
     from edge_sql.checks import Checks
 
 
 def json_value(value: Any) -> Any:
-    """A SQLite value as JSON: blobs become hex strings, everything else stays."""
+    """A SQLite value as JSON: a blob as datasette writes one, `{"$base64": true, "encoded":
+    "AP8="}` (a hex string would read as text); everything else stays."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
+        return {"$base64": True, "encoded": base64.b64encode(bytes(value)).decode("ascii")}
     return value
 
 
@@ -68,7 +71,11 @@ class EpisodeResult:
     `given` says which notes, verified answers and follow-up went into the evidence (None: the
     knowledge was not consulted); "verified" as `stop`: answered at once from a verified answer.
     `generated_spans`: the context positions the model itself wrote ([start, end) of each
-    completion; the bench's fidelity compares there); not in the JSON.
+    completion; the bench's fidelity compares there); not in the JSON. `doubt` says how sure the
+    answer is, as the OpenAI and MCP replies do.
+
+    JSON: `to_json()` is the one form (`run --json`, `/v1/ask`, SSE's `answer`); pydantic, and so
+    FastAPI for an endpoint declared `-> EpisodeResult`, writes `to_json(transcript=False)`.
     """
 
     question: str
@@ -95,6 +102,25 @@ class EpisodeResult:
     def ok(self) -> bool:
         """True when the episode produced a query that ran."""
         return self.sql is not None and self.error is None
+
+    @property
+    def doubt(self) -> Doubt:
+        """How sure the answer is and how it came about (`agent/doubt.py`)."""
+        from edge_sql.agent.doubt import doubt_of
+
+        return doubt_of(self)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """For pydantic (FastAPI's `-> EpisodeResult`): an EpisodeResult, written as `to_json(transcript=False)`."""
+        from pydantic_core import core_schema
+
+        write = core_schema.plain_serializer_function_ser_schema(lambda result: result.to_json(transcript=False))
+        return core_schema.is_instance_schema(cls, serialization=write)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "object", "title": "EpisodeResult", "description": "edge-sql's answer: EpisodeResult.to_json()"}
 
     def to_json(self, *, transcript: bool = True) -> dict[str, Any]:
         """A JSON-ready dict (what `edge-sql run --json` prints); the raw transcript optional."""

@@ -181,6 +181,23 @@ class EpisodeStats:
         """The figures, or zeros for a question that never ran (what the summaries show then)."""
         return self.figures if self.figures is not None else EpisodeFigures()
 
+    @property
+    def wall_s(self) -> float:
+        """Seconds the answer took (a vote's: the whole vote; 0.0 for a question that never ran)."""
+        if self.vote is not None and self.vote.wall_s is not None:
+            return self.vote.wall_s
+        return self.measured.wall_s
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens the model wrote (the JSON's `generated_tokens`)."""
+        return self.measured.timings.generated_tokens
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Tokens written per second of decoding (the JSON's `decode_tok_s`)."""
+        return self.measured.decode_tok_s
+
     def to_json(self) -> dict[str, Any]:
         """The `stats` object users see: the figures' fields, then the settings, then `vote`."""
         data = self.figures.to_json() if self.figures is not None else {}

@@ -9,18 +9,33 @@ with Agent() as agent:                       # the default model (pulled if abse
 with Agent(parallel=4) as agent:             # four episodes at once, one context
     results = agent.ask_many(["How many albums?", "How many artists?"], "chinook.sqlite")
     voted = agent.ask("Which genre sells most?", "chinook.sqlite", vote=4, seed=1)
+
+with Agent.from_config(profile="small") as agent:  # the command line's settings (api/config.py)
+    result = await agent.ask_async("How many albums are there?", "chinook.sqlite", timeout=30)
+
+`agent_settings(profile)` says what `from_config` reads and where from; `llama_settings` is the
+llama.cpp settings a model file loads with (calibrated, or the defaults).
 """
 
 from edge_sql.api.agent import Agent
 from edge_sql.api.asks import Ask, Watch
-from edge_sql.api.plan import SessionPlan, load_settings, plan_sessions, prefix_state_dir, resolve_model_path, vote_plan
+from edge_sql.api.config import agent_settings
+from edge_sql.api.plan import (
+    SessionPlan,
+    llama_settings,
+    plan_sessions,
+    prefix_state_dir,
+    resolve_model_path,
+    vote_plan,
+)
 
 __all__ = [
     "Agent",
     "Ask",
     "SessionPlan",
     "Watch",
-    "load_settings",
+    "agent_settings",
+    "llama_settings",
     "plan_sessions",
     "prefix_state_dir",
     "resolve_model_path",

@@ -5,9 +5,11 @@ plan's (`plan.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+import logging
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Unpack
 
 from edge_sql.agent.budget import Budget, small_model_note
 from edge_sql.agent.checked import abstain, check_episode
@@ -16,21 +18,25 @@ from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.given import FollowUp
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.api.asks import Ask, Watch, ask_item, error_result
-from edge_sql.api.driver import EachWatch, drive
+from edge_sql.api.asks import Ask, Watch, error_result
+from edge_sql.api.config import AgentOptions, agent_settings
+from edge_sql.api.knowledge_api import AgentKnowledge
 from edge_sql.api.knowledge_hook import KnowledgeHook
+from edge_sql.api.many import AskMany
 from edge_sql.api.plan import gguf_name, plan_sessions, prefix_state_dir
-from edge_sql.api.session_pool import SessionPool
+from edge_sql.api.session_pool import DEFAULT_MAX_WAITING, SessionPool
+from edge_sql.api.stopping import StopWhen
 from edge_sql.api.vote import run_vote
-from edge_sql.errors import ClosedError, EdgeSqlError
-from edge_sql.knowledge import Knowledge
+from edge_sql.errors import Cancelled, ClosedError, EdgeSqlError, QuestionError
 from edge_sql.knowledge.answers import consult
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
 from edge_sql.tools import ReadOnlyDatabase, Toolbox, opened
 
+_log = logging.getLogger("edge_sql.api")  # what `log=` gets goes here too, at INFO
 
-class Agent:
+
+class Agent(AskMany):
     """A loaded model that answers questions about SQLite databases.
 
     `model` is a GGUF path, a model-store name (`synsql`, `synsql:Q4_K_M`) or None for the
@@ -57,11 +63,16 @@ class Agent:
     `session_settings` (a benchmark's: flash attention, thread adaptation, ...) win over the
     settings the sessions would open with.
 
+    `greedy` and `seed` are what `ask` and `ask_many` use when the call gives none (a vote still
+    samples). `Agent.from_config(profile=...)` makes an Agent from the command line's settings.
+
     Thread safety: `ask` may be called from any number of threads. Each call borrows a free
-    session for its whole episode and blocks while all N are busy, so up to N calls run at once
-    (with the default `parallel=1` they run one after another, as before); each gets its own
-    result. `ask_many` answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes
-    and answers with the result set most of them return (`agent/majority_vote.py`).
+    session for its whole episode; while all N are busy it waits in one queue, first come, first
+    served, at most `max_waiting` calls (one more: QueueFull), so up to N calls run at once (with
+    the default `parallel=1` they run one after another); each gets its own result. `ask_many`
+    answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes and answers with the
+    result set most of them return (`agent/majority_vote.py`). `ask_async` and `ask_many_async`
+    are the same calls for an event loop (`many.py`).
     """
 
     def __init__(
@@ -81,9 +92,19 @@ class Agent:
         parallel: int = 1,
         vote: int | Literal["auto"] | None = None,
         session_settings: SessionSettings | None = None,
+        greedy: bool = False,
+        seed: int | None = None,
+        max_waiting: int = DEFAULT_MAX_WAITING,
     ) -> None:
+        def said(message: str) -> None:  # to the caller's `log` and the `edge_sql.api` logger
+            _log.info(message)
+            log(message)
+
         self.prompt: PromptTemplate = load_prompt(prompt_file)
         self.budget = budget or Budget()
+        self.greedy, self.seed = greedy, seed
+        self._closing = threading.Event()  # close(cancel=True): every running episode stops
+        self._executor = None  # ask_async's threads, started on first use (`many.py`)
         self.plan = plan_sessions(
             model,
             parallel=parallel,
@@ -94,20 +115,30 @@ class Agent:
             n_threads=n_threads,
             speculate=speculate,
             pull_if_missing=pull_if_missing,
-            log=log,
+            log=said,
             session_settings=session_settings,
         )
         self.parallel, self.model_path, self.tuning = self.plan.sessions, self.plan.model_path, self.plan.tuning
         self.auto_vote, self.auto_vote_line = self.plan.auto_vote, self.plan.auto_vote_line
         self._pool: SessionPool | None = SessionPool.open(  # what `ask` borrows from; None once closed
             self.plan,
-            PrefixCache(prefix_state_dir() if prefix_cache else None, log=log),
+            PrefixCache(prefix_state_dir() if prefix_cache else None, log=said),
+            max_waiting,
         )
         self.load_s = self._pool.load_s  # opening the sessions (the model, the context)
         note = small_model_note(self.model_path.name, self.info.architecture, gguf_name(self.model_path), self.budget)
         if note is not None:
-            log(note)  # once per load: a model not trained for the protocol, with its open bounds
+            said(note)  # once per load: a model not trained for the protocol, with its open bounds
         self._knowledge = KnowledgeHook(self.count_tokens)  # opened by the first question that consults it
+
+    @classmethod
+    def from_config(cls, profile: str | None = None, **options: Unpack[AgentOptions]) -> Agent:
+        """An Agent from the command line's settings (`api/config.py`): `edge-sql.toml`,
+        `$EDGE_SQL_HOME/config.toml`, `profile` (default `$EDGE_SQL_PROFILE`) and
+        `EDGE_SQL_<OPTION>`, under the command line's names; `options` (Agent's keywords) win.
+        Nothing is downloaded unless `pull_if_missing=True` is given."""
+        found: dict[str, object] = {name: setting.value for name, setting in agent_settings(profile).items()}
+        return cls(**{"pull_if_missing": False, **found, **options})  # type: ignore[arg-type]
 
     @property
     def sessions(self) -> list[Session]:
@@ -129,9 +160,11 @@ class Agent:
         return self._open_pool().group.info
 
     @property
-    def knowledge(self) -> Knowledge:
+    def knowledge(self) -> AgentKnowledge:
         """The notes and verified answers `ask` consults (the store's knowledge database), its
-        bounds measured with this model's tokenizer; opened on first use."""
+        bounds measured with this model's tokenizer; opened on first use. Its calls take what
+        `ask` takes (a path or an open database); once the Agent is closed, ClosedError."""
+        self._open_pool()
         return self._knowledge.knowledge()
 
     def count_tokens(self, text: str) -> int:
@@ -152,9 +185,10 @@ class Agent:
         *,
         evidence: str | None = None,
         seed: int | None = None,
-        greedy: bool = False,
+        greedy: bool | None = None,
         on_event: Callable[[EpisodeEvent], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        timeout: float | None = None,
         vote: int | Literal["auto"] | None = None,
         early_stop: bool = True,
         abstain_below: float | None = None,
@@ -171,10 +205,14 @@ class Agent:
         previous question and its SQL) goes into the evidence too. `result.given` says what was
         given; `result.evidence` stays the caller's.
 
-        `seed` makes sampling reproducible; `greedy` always takes the most likely token.
-        `on_event` sees each round and call as it happens; `should_stop` returning True ends
-        the episode early (`result.stop == "cancelled"`). Raises EdgeSqlError for a bad
-        database or an empty question.
+        `seed` makes sampling reproducible; `greedy` always takes the most likely token (None: the
+        Agent's `seed` and `greedy`). `on_event` sees each round and call as it happens;
+        `should_stop` returning True ends the episode at the next token (`result.stop ==
+        "cancelled"`), and so does `timeout` (seconds for the whole call, the wait for a free
+        session included; `error` then says it was the deadline); both are also looked at while
+        the call waits for a session (a cancelled result without rounds). Raises DatabaseError for
+        a bad database, QuestionError for an empty question, QueueFull when `max_waiting` calls
+        already wait.
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
@@ -206,8 +244,11 @@ class Agent:
                 f"got vote={vote}, abstain_below={abstain_below}"
             )
         if not question or not question.strip():
-            raise EdgeSqlError("empty question")
+            raise QuestionError("empty question")
         self._open_pool()  # a closed Agent answers nothing, not even from the knowledge it closed
+        seed = self.seed if seed is None else seed
+        greedy = (self.greedy and vote is None) if greedy is None else greedy  # a vote samples
+        stop = should_stop if isinstance(should_stop, StopWhen) else self.stop_when(should_stop, timeout)
         with opened(db) as database:
             consulted = consult(
                 self._knowledge.knowledge,
@@ -230,13 +271,19 @@ class Agent:
                 seed=seed,
                 greedy=greedy,
                 on_event=on_event,
-                should_stop=should_stop,
+                should_stop=stop,
                 vote=vote,
                 early_stop=early_stop,
                 abstain_below=abstain_below,
             )
         result.evidence, result.given = evidence, consulted.given
+        if result.stop == "cancelled":
+            result.error = stop.message() + ("" if result.stats.figures is not None else " before the episode started")
         return result
+
+    def stop_when(self, should_stop: Callable[[], bool] | None, timeout: float | None) -> StopWhen:
+        """One call's reasons to stop (`api/stopping.py`): `should_stop`, `timeout`, `close(cancel=True)`."""
+        return StopWhen(should_stop, timeout=timeout, closing=self._closing)
 
     def _ask(
         self,
@@ -289,75 +336,64 @@ class Agent:
         """One episode on a borrowed session (`share_opening`: see `run_episode`; `watch`: see `each`)."""
         params = SamplingParams(seed=seed, greedy=greedy)
         with opened(db) as database:
-            with self._open_pool().borrowed() as session:
-                result = run_episode(
-                    session,
-                    Toolbox(database, question=f"{question}\n{evidence or ''}"),
-                    question,
-                    evidence=evidence,
-                    params=params,
-                    prompt=prompt or self.prompt,
-                    budget=self.budget,
-                    should_stop=should_stop,
-                    on_event=on_event,
-                    share_opening=share_opening,
-                    tuning=self.tuning,
+            try:
+                result = self._on_session(
+                    database, question, evidence, params, should_stop, on_event, share_opening, prompt, watch
                 )
-                if watch is not None:
-                    watch(Ask(question, database, evidence, seed, prompt=prompt), session, result)
+            except Cancelled:  # stopped (its deadline, its should_stop) while waiting for a session
+                return error_result(
+                    Ask(question, database, evidence, seed), "stopped", self.prompt.version, "cancelled"
+                )
             result.checks = check_episode(database, result)  # the session is free again meanwhile
             return result
 
-    def ask_many(
+    def _on_session(
         self,
-        questions: Sequence[str | Ask | tuple],
-        db: str | Path | ReadOnlyDatabase | None = None,
-        *,
-        evidence: str | None = None,
-        seed: int | None = None,
-        greedy: bool = False,
-        should_stop: Callable[[], bool] | None = None,
-        on_result: Callable[[int, EpisodeResult], None] | None = None,
-    ) -> list[EpisodeResult]:
-        """Answer several questions, `parallel` at a time; the results come in input order.
+        database: ReadOnlyDatabase,
+        question: str,
+        evidence: str | None,
+        params: SamplingParams,
+        should_stop: Callable[[], bool] | None,
+        on_event: Callable[[EpisodeEvent], None] | None,
+        share_opening: bool,
+        prompt: PromptTemplate | None,
+        watch: Watch | None,
+    ) -> EpisodeResult:
+        """The episode on a session borrowed for it (Cancelled: stopped while waiting for one)."""
+        with self._open_pool().borrowed(should_stop) as session:
+            result = run_episode(
+                session,
+                Toolbox(database, question=f"{question}\n{evidence or ''}"),
+                question,
+                evidence=evidence,
+                params=params,
+                prompt=prompt or self.prompt,
+                budget=self.budget,
+                should_stop=should_stop,
+                on_event=on_event,
+                share_opening=share_opening,
+                tuning=self.tuning,
+            )
+            if watch is not None:
+                watch(Ask(question, database, evidence, params.seed, prompt=prompt), session, result)
+        return result
 
-        A question is a str (about `db`, with `evidence` and `seed`) or an `Ask` (or a tuple of
-        its fields: `(question, db, evidence, seed)`) whose fields that are not None win. Each
-        database file is opened once and shared by its questions. `on_result(i, result)` is
-        called as each episode finishes (in the calling thread); `should_stop` ends them all.
-        Runs through `each`, which yields the results as they finish.
-
-        A question that fails with an EdgeSqlError (a missing database, an empty question, one
-        too long for the context) gets a result with `stop == "error"` and the message in
-        `error`, so one bad question costs no other its answer. Any other exception is raised
-        once every running question has finished; so is a KeyboardInterrupt (Ctrl-C) while
-        waiting, after the running episodes have been stopped.
-        """
-        items = [ask_item(q, db, evidence, seed) for q in questions]
-        outcomes: list[EpisodeResult | Exception | None] = [None] * len(items)
-        for i, outcome in self._each(items, greedy=greedy, should_stop=should_stop):
-            outcomes[i] = outcome
-            if on_result is not None and isinstance(outcome, EpisodeResult):
-                on_result(i, outcome)
-        for failed in outcomes:
-            if isinstance(failed, BaseException) and not isinstance(failed, EdgeSqlError):
-                raise failed
-        return [
-            error_result(item, outcome, self.prompt.version) if isinstance(outcome, BaseException) else outcome
-            for item, outcome in zip(items, outcomes)
-            if outcome is not None
-        ]
-
-    def close(self) -> None:
-        """Free the context (idempotent). Waits for running `ask` calls to finish; calls waiting
-        for a free session get EdgeSqlError. The loaded model stays in the process until another
-        model is loaded, so a new Agent on the same file starts at once;
+    def close(self, *, cancel: bool = False) -> None:
+        """Free the context (idempotent). Waits for running `ask` calls to finish (`cancel=True`:
+        stops them at the next token first, each returning a cancelled result); calls waiting
+        for a free session get ClosedError, and so does every call after. No thread of edge-sql's
+        is left once no Agent is open (the decode thread ends too). The loaded model stays in the
+        process until another model is loaded, so a new Agent on the same file starts at once;
         `edge_sql.runtime.release_idle()` frees it now."""
+        if cancel:
+            self._closing.set()
         pool = self._pool
         if pool is not None:
+            pool.wake()
             pool.close()
             self._pool = None
         self._knowledge.close()
+        self._close_async()
 
     def __enter__(self) -> Agent:
         return self
@@ -370,74 +406,6 @@ class Agent:
         if self._pool is None:
             raise ClosedError("this Agent is closed")
         return self._pool
-
-    def each(
-        self,
-        items: Sequence[Ask],
-        *,
-        greedy: bool = False,
-        should_stop: Callable[[], bool] | None = None,
-        early_stop: bool = True,
-        watch: EachWatch | None = None,
-    ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
-        """Answer `items` (each with its own database, evidence, seed; see `Ask`), `parallel` at a
-        time, yielding `(index, result)` as each finishes, or `(index, exception)` for one that
-        could not be asked (a bad database, a question too long for the context). An item with
-        `vote=K` is answered as `ask(..., vote=K, early_stop=early_stop)`; its episodes borrow
-        sessions like any other. `watch(index, ask, session, result)` sees each episode (each of a
-        vote's, with its own seed) on its session before the session is given back.
-        `should_stop` ends them all; closing the iterator early (Ctrl-C, an error) stops the
-        running episodes, starts no more and waits for them. This is the one driver of episodes:
-        `ask_many`, `ask(vote=K)` and the bench (`bench/episodes.py`) run through it."""
-        return self._each(list(items), greedy=greedy, should_stop=should_stop, early_stop=early_stop, watch=watch)
-
-    def _each(
-        self,
-        items: list[Ask],
-        *,
-        greedy: bool,
-        should_stop: Callable[[], bool] | None,
-        early_stop: bool = True,
-        watch: EachWatch | None = None,
-        skip: Callable[[], bool] | None = None,
-        share_opening: bool = False,
-    ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
-        """`each`, with what a vote adds: an item not started yet when `skip()` is True is not
-        asked (nothing is yielded for it); `share_opening` (see `run_episode`)."""
-
-        def answer(
-            item: Ask, database: ReadOnlyDatabase, stopped: Callable[[], bool], seen: Watch | None
-        ) -> EpisodeResult:
-            k = self.vote_k(item.vote)
-            if k is not None:
-                return run_vote(
-                    self._each,
-                    item.question,
-                    database,
-                    k,
-                    evidence=item.evidence,
-                    seed=item.seed,
-                    greedy=greedy,
-                    should_stop=stopped,
-                    max_rows=self.budget.max_result_rows,
-                    early_stop=early_stop,
-                    prompt=item.prompt,
-                    watch=seen,
-                )
-            return self._episode(
-                item.question,
-                database,
-                evidence=item.evidence,
-                seed=item.seed,
-                greedy=greedy,
-                on_event=None,
-                should_stop=stopped,
-                share_opening=share_opening,
-                prompt=item.prompt,
-                watch=seen,
-            )
-
-        return drive(items, answer, workers=self.parallel, should_stop=should_stop, watch=watch, skip=skip)
 
     # ---- the vote ------------------------------------------------------------------------
 

@@ -79,8 +79,9 @@ def open_each(items: list[Ask], stack: ExitStack) -> dict[object, ReadOnlyDataba
     return databases
 
 
-def error_result(item: Ask, error: BaseException, prompt_version: str) -> EpisodeResult:
-    """What `ask_many` returns for a question that could not be asked."""
+def error_result(item: Ask, error: BaseException | str, prompt_version: str, stop: str = "error") -> EpisodeResult:
+    """What `ask_many` returns for a question that could not be asked (`stop="cancelled"`: one
+    stopped while it waited for a session)."""
     return EpisodeResult(
         question=item.question,
         evidence=item.evidence,
@@ -94,7 +95,7 @@ def error_result(item: Ask, error: BaseException, prompt_version: str) -> Episod
         rounds=[],
         stats=EpisodeStats(),
         transcript="",
-        stop="error",
+        stop=stop,
         error=str(error),
         prompt_version=prompt_version,
     )

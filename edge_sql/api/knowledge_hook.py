@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from edge_sql.knowledge import Knowledge
+from edge_sql.api.knowledge_api import AgentKnowledge
 
 
 class KnowledgeHook:
@@ -16,14 +16,14 @@ class KnowledgeHook:
 
     def __init__(self, count_tokens: Callable[[str], int]) -> None:
         self._count_tokens = count_tokens
-        self._knowledge: Knowledge | None = None
+        self._knowledge: AgentKnowledge | None = None
         self._lock = threading.Lock()
 
-    def knowledge(self) -> Knowledge:
+    def knowledge(self) -> AgentKnowledge:
         """The knowledge database, opened on the first call."""
         with self._lock:
             if self._knowledge is None:
-                self._knowledge = Knowledge.open(count_tokens=self._count_tokens)
+                self._knowledge = AgentKnowledge.open(count_tokens=self._count_tokens)
             return self._knowledge
 
     def close(self) -> None:

@@ -6,7 +6,6 @@ these themselves."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,6 @@ from edge_sql.runtime.options import (
 )
 from edge_sql.runtime.tuning import Settings, check_parallel
 
-_log = logging.getLogger("edge_sql.api")  # the API's logger: an application listens to one name
-
 
 def resolve_model_path(
     model: str | Path | None, *, pull_if_missing: bool = True, log: Callable[[str], None] = lambda _m: None
@@ -38,7 +35,7 @@ def resolve_model_path(
     return resolve_model(spec)
 
 
-def load_settings(
+def llama_settings(
     model_path: Path,
     *,
     tune: bool,
@@ -83,11 +80,7 @@ def _settings(
     if not tune:
         return default_settings(), "off"
 
-    def progress(message: str) -> None:  # a first calibration takes a while: say so through logging too
-        _log.info(message)
-        log(message)
-
-    return tuned_settings(model_path, progress=progress, n_ctx=n_ctx, n_threads=n_threads)
+    return tuned_settings(model_path, progress=log, n_ctx=n_ctx, n_threads=n_threads)
 
 
 def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
@@ -155,7 +148,7 @@ def plan_sessions(
     if problem is not None:
         raise ValueError(problem)
     path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-    settings, how = load_settings(
+    settings, how = llama_settings(
         path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads, speculate=speculate
     )
     if n_threads is not None:  # the caller's thread count wins over the calibrated one

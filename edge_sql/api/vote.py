@@ -19,7 +19,7 @@ from edge_sql.agent.prompt import PromptTemplate
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.api.asks import Ask, Watch
 from edge_sql.api.driver import EachWatch
-from edge_sql.errors import EdgeSqlError
+from edge_sql.errors import QuestionError
 from edge_sql.tools import ReadOnlyDatabase, opened
 
 
@@ -60,7 +60,7 @@ def run_vote(
     if problem is not None:
         raise ValueError(problem)
     if not question or not question.strip():
-        raise EdgeSqlError("empty question")
+        raise QuestionError("empty question")
     first = seed if seed is not None else random.randrange(2**31)
     seeds = [first + i for i in range(k)]
     started = time.perf_counter()

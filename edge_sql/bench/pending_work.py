@@ -67,9 +67,9 @@ def episode_parallel(
     votes = [k for k in (split_mode(mode)[1] for mode, _ in items) if k]
     if not items or (config.parallel == 1 and not votes):
         return 1
-    from edge_sql.api import load_settings
+    from edge_sql.api import llama_settings
 
-    settings, _how = load_settings(
+    settings, _how = llama_settings(
         Path(variant.path), tune=config.tune, n_gpu_layers=None, n_ctx=config.n_ctx, n_threads=config.n_threads, log=log
     )
     return resolve_parallel(config.parallel, settings, vote=max(votes, default=None), speculate=config.speculate)

@@ -2,7 +2,7 @@
 
 `ask` queues one episode on the shared agent, reports the queue position and every round and
 call as MCP progress, and returns a bounded summary as structured content plus a short text;
-both say how sure the answer is and how it came about (serve/doubt.py).
+both say how sure the answer is and how it came about (agent/doubt.py).
 A client's cancellation cancels the tool's task; the job is then withdrawn from the queue or
 its episode stopped at the next token.
 """
@@ -22,11 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edge_sql import __version__
 from edge_sql.agent.display import plural
+from edge_sql.agent.doubt import Doubt, doubt_line, doubt_of
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Tokens
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
 from edge_sql.knowledge.answers import given_lines
-from edge_sql.serve.doubt import Doubt, doubt_line, doubt_of
 from edge_sql.serve.queue import Finished, Position
 from edge_sql.serve.request import AskRequest, NoteRequest, VerifyRequest
 from edge_sql.serve.service import Service

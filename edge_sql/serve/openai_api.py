@@ -31,11 +31,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from edge_sql.agent.display import call_line, stats_line
+from edge_sql.agent.doubt import doubt_line, doubt_of
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought
-from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
+from edge_sql.agent.result import EpisodeResult, RoundRecord
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
 from edge_sql.knowledge.answers import given_lines
-from edge_sql.serve.doubt import doubt_line, doubt_of
 from edge_sql.serve.http_plumbing import EventStream, http_status, outcome_or_cancel, read_body
 from edge_sql.serve.queue import Finished, Job
 from edge_sql.serve.request import AskRequest
@@ -239,7 +239,7 @@ def reasoning(result: EpisodeResult) -> str:
 
 def edge_sql_field(result: EpisodeResult) -> dict[str, Any]:
     """The reply's own field (the completion's, or the last chunk's): the answer's SQL and its
-    doubt (serve/doubt.py), for clients that read more than the text."""
+    doubt (agent/doubt.py), for clients that read more than the text."""
     return {
         "sql": result.sql,
         "stop": result.stop,
@@ -288,7 +288,9 @@ def markdown_table(columns: list[str], rows: list[list[Any]]) -> str:
     def cell(value: Any) -> str:
         if value is None:
             return "NULL"
-        text = str(json_value(value)).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+        # a BLOB cell stays hex (the JSON's datasette form would read as a dict here)
+        shown = bytes(value).hex() if isinstance(value, bytes | bytearray | memoryview) else value
+        text = str(shown).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
         return text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + "…"
 
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]

@@ -29,29 +29,30 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
-_ident: int | None = None  # the decode thread's, once it runs
+_here = threading.local()  # `on` is True on the decode thread
 
 
 def _mark_thread() -> None:
-    global _ident
-    _ident = threading.get_ident()
-
-
-def _started() -> ThreadPoolExecutor:
-    global _executor
-    with _lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(1, thread_name_prefix="edge-sql-decode", initializer=_mark_thread)
-        return _executor
+    _here.on = True
 
 
 def _forget_after_fork() -> None:
     """A forked child has no copy of the thread: it starts its own on its first decode."""
-    global _executor, _ident, _lock
-    _lock, _executor, _ident = threading.Lock(), None, None
+    global _executor, _lock
+    _lock, _executor = threading.Lock(), None
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def release_decode_thread() -> None:
+    """End the decode thread once its decodes are done (the last Agent closed: no thread of
+    edge-sql's outlives it); the next decode starts a new one."""
+    global _executor
+    with _lock:
+        executor, _executor = _executor, None
+    if executor is not None:
+        executor.shutdown(wait=True)
 
 
 def run_decode(call: Callable[[], T]) -> T:
@@ -60,9 +61,13 @@ def run_decode(call: Callable[[], T]) -> T:
     Ctrl-C (or a termination signal) while waiting is raised once the call has returned, as it
     was when llama_decode ran in the caller's thread: the context and batch it reads must not
     be freed under it."""
-    if threading.get_ident() == _ident:
+    if getattr(_here, "on", False):
         return call()
-    future: Future[T] = _started().submit(call)
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(1, thread_name_prefix="edge-sql-decode", initializer=_mark_thread)
+        future: Future[T] = _executor.submit(call)
     interrupted: BaseException | None = None
     while not future.done():
         try:

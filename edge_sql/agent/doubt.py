@@ -1,4 +1,5 @@
-"""How sure an answer is and how it came about, said the same way wherever `serve` sends it.
+"""How sure an answer is and how it came about, said the same way wherever it goes: the Python
+result's `doubt`, and what `serve` sends.
 
 A wrong answer in a chat window looks as authoritative as a right one, so the OpenAI-compatible
 reply and MCP's result carry the answer's confidence (edge_sql/checks), its reasons, and whether
@@ -9,10 +10,14 @@ as the structured `Doubt` below. /v1/ask's JSON (that of `run --json`) holds the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, Field
 
-from edge_sql.agent.display import answer_notes, plural
-from edge_sql.agent.result import EpisodeResult
+from edge_sql.agent.how import answer_notes
+
+if TYPE_CHECKING:  # the result imports this module where its `doubt` is read
+    from edge_sql.agent.result import EpisodeResult
 
 
 class VoteAgreement(BaseModel):
@@ -50,7 +55,7 @@ def doubt_of(result: EpisodeResult) -> Doubt:
 
 
 def vote_words(vote: VoteAgreement) -> str:
-    return f"vote: {vote.agreed} of {plural(vote.k, 'episode')} agree on this result"
+    return f"vote: {vote.agreed} of {vote.k} episode{'' if vote.k == 1 else 's'} agree on this result"
 
 
 def doubt_line(doubt: Doubt) -> str:

@@ -1,0 +1,23 @@
+"""How an answer came about when the model did not simply submit it, in words: what the
+terminal shows above the SQL and `doubt` (`agent/doubt.py`) carries, in a module of its own so
+that neither the CLI's display nor the result loads pydantic for it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from edge_sql.checks.findings import FORCE_REASONS
+
+if TYPE_CHECKING:
+    from edge_sql.agent.result import EpisodeResult
+
+
+def answer_notes(result: EpisodeResult) -> list[str]:
+    """How the answer came about when the model did not simply submit it: forced, or a fallback
+    (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
+    notes = []
+    if result.forced:
+        notes.append(f"forced final answer: {FORCE_REASONS.get(result.force_reason or '', result.force_reason)}")
+    if result.fallback:
+        notes.append("fallback: the model's answer did not run; this is the last query that ran")
+    return notes

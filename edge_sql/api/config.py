@@ -1,0 +1,163 @@
+"""`Agent.from_config`: the command line's settings (files, profiles, `EDGE_SQL_<OPTION>`) as an
+Agent's keyword arguments, under the command line's names, so an app and `edge-sql run` on the
+same machine load the same model with the same bounds.
+
+The order is the command line's with the app's keywords in the place of the options typed:
+explicit keywords, then the environment, then the files (with the profile on top), then the
+Agent's defaults. A key that is another command's option (`db`, `port`, ...) is left to it; a key
+no command knows is a SettingsError, as on the command line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, TypedDict
+
+from edge_sql.agent.budget import Budget, parse_budget_items
+from edge_sql.api.settings_files import ENV_PREFIX, Setting, env_name, load_settings
+from edge_sql.errors import SettingsError
+from edge_sql.runtime.options import SessionSettings, SpeculateMode
+
+
+class AgentOptions(TypedDict, total=False):
+    """The keyword arguments of `Agent` (for `Agent.from_config`'s type checking)."""
+
+    model: str | Path | None
+    n_threads: int | None
+    n_gpu_layers: int | None
+    n_ctx: int
+    prompt_file: str | Path | None
+    budget: Budget | None
+    pull_if_missing: bool
+    log: Callable[[str], None]
+    tune: bool
+    prefix_cache: bool
+    speculate: SpeculateMode
+    parallel: int
+    vote: int | Literal["auto"] | None
+    session_settings: SessionSettings | None
+    greedy: bool
+    seed: int | None
+    max_waiting: int
+
+
+# setting key (the option's name) -> the Agent keyword it sets, and how a string from the
+# environment reads
+AGENT_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "model": ("model", str),
+    "threads": ("n_threads", int),
+    "gpu-layers": ("n_gpu_layers", int),
+    "ctx": ("n_ctx", int),
+    "prompt-file": ("prompt_file", str),
+    "speculate": ("speculate", str),
+    "no-tune": ("tune", lambda text: not _flag(text)),
+    "parallel": ("parallel", int),
+    "vote": ("vote", lambda text: "auto" if text.strip().lower() == "auto" else int(text)),
+    "greedy": ("greedy", lambda text: _flag(text)),
+    "seed": ("seed", int),
+    "queue-size": ("max_waiting", int),
+}
+# option -> the Budget fields it sets (`budget = {FIELD = N}` sets any field, and wins)
+BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
+    "max-rounds": ("max_rounds",),
+    "think-tokens": ("max_think_tokens", "max_final_think_tokens"),
+    "calls-per-turn": ("max_calls_per_turn",),
+    "episode-tokens": ("max_tokens",),
+}
+BUDGET_KEY = "budget"
+# the options of `run` and `serve` that are not the Agent's (a database, a question, the server's
+# address and limits): read by those commands, passed over here
+OTHER_KEYS = frozenset(
+    {
+        *("db", "question", "evidence", "fresh", "json", "trace", "abstain-below"),
+        *("mcp", "http", "host", "port", "open", "token", "allow-host", "cors-origin", "quiet"),
+        *("queue-timeout", "max-body", "max-question", "max-rows"),
+    }
+)
+KNOWN_KEYS = frozenset({*AGENT_KEYS, *BUDGET_SHORTCUTS, BUDGET_KEY, *OTHER_KEYS})
+
+_TRUE = {"1", "true", "t", "yes", "y", "on"}  # click's BoolParamType, which reads the CLI's flags
+_FALSE = {"0", "false", "f", "no", "n", "off", ""}
+
+
+def _flag(text: str) -> bool:
+    word = text.strip().lower()
+    if word not in _TRUE | _FALSE:
+        raise ValueError(f"{text!r} is not a boolean")
+    return word in _TRUE
+
+
+def _from_file(key: str, setting: Setting) -> object:
+    """A file's value for `key` as the Agent keyword takes it (checked against the key's kind)."""
+    value = setting.value
+    if key in ("no-tune", "greedy"):
+        if not isinstance(value, bool):
+            raise SettingsError(f"{setting.source}: {key} = {value!r}: not a boolean")
+        return not value if key == "no-tune" else value
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise SettingsError(f"{setting.source}: {key} = {value!r}: not a number or a string")
+    try:
+        return AGENT_KEYS[key][1](str(value))
+    except ValueError as exc:
+        raise SettingsError(f"{setting.source}: {key} = {value!r}: {exc}") from None
+
+
+def _budget_items(key: str, setting: Setting) -> list[str]:
+    """A budget setting as FIELD=N items (`budget`: a table, or `FIELD=N ...` from the environment)."""
+    value = setting.value
+    if key != BUDGET_KEY:
+        return [f"{field}={value}" for field in BUDGET_SHORTCUTS[key]]
+    if isinstance(value, dict):
+        return [f"{field}={item}" for field, item in value.items()]
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list):
+        return [str(item) for item in value]
+    raise SettingsError(f"{setting.source}: budget = {value!r}: a table of Budget fields")
+
+
+def _in_effect(profile: str | None) -> dict[str, Setting]:
+    """Every setting by key: the files' (with `profile`), each overridden by its `EDGE_SQL_` variable."""
+    settings = load_settings(profile)
+    unknown = sorted(set(settings) - KNOWN_KEYS)
+    if unknown:
+        first = settings[unknown[0]]
+        raise SettingsError(
+            f"{first.source}: unknown setting {unknown[0]!r} (settings are the options of run and serve)"
+        )
+    for key in (*AGENT_KEYS, *BUDGET_SHORTCUTS, BUDGET_KEY):
+        name = env_name(key)
+        if name in os.environ:
+            settings[key] = Setting(os.environ[name], f"environment {name}")
+    return settings
+
+
+def agent_settings(profile: str | None = None) -> dict[str, Setting]:
+    """The Agent keywords the settings give, each with where it came from: `profile` (default
+    `$EDGE_SQL_PROFILE`) on the files, the environment on top. SettingsError names the file or
+    variable of a bad value."""
+    profile = profile if profile is not None else os.environ.get(f"{ENV_PREFIX}_PROFILE") or None
+    settings = _in_effect(profile)
+    found: dict[str, Setting] = {}
+    for key, setting in settings.items():
+        if key not in AGENT_KEYS:
+            continue
+        if setting.source.startswith("environment "):
+            try:
+                value = AGENT_KEYS[key][1](str(setting.value))
+            except ValueError as exc:
+                raise SettingsError(f"{setting.source}: {setting.value!r}: {exc}") from None
+        else:
+            value = _from_file(key, setting)
+        found[AGENT_KEYS[key][0]] = Setting(value, setting.source)
+    budget = [key for key in (*BUDGET_SHORTCUTS, BUDGET_KEY) if key in settings]  # `budget`'s fields win
+    if budget:
+        sources = "; ".join(dict.fromkeys(settings[key].source for key in budget))
+        items = [item for key in budget for item in _budget_items(key, settings[key])]
+        try:
+            found["budget"] = Setting(Budget(**parse_budget_items(items)), sources)
+        except ValueError as exc:
+            raise SettingsError(f"{sources}: {exc}") from None
+    return found
