@@ -19,6 +19,7 @@ from edge_sql.knowledge import FollowUp, Knowledge, schema_identity
 from edge_sql.knowledge.answers import answer_at_once, brief
 from edge_sql.knowledge.evidence import ITEM_TOKEN_BOUND
 from edge_sql.knowledge.identity import normalise_question
+from edge_sql.knowledge.transfer import export_json, import_json
 from edge_sql.tools import ReadOnlyDatabase
 
 
@@ -217,23 +218,23 @@ def test_export_and_import_move_notes_and_answers_and_a_bad_file_changes_nothing
             kb.add_note(db, "amounts are in US dollars")
             kb.add_note(db, "revenue means SUM(Invoice.Total)", question="revenue")
             kb.verify(db, "How many albums?", "SELECT COUNT(*) FROM Album", evidence="an album is a row of Album")
-            exported = json.loads(json.dumps(kb.export_json(db)))
+            exported = json.loads(json.dumps(export_json(kb, db)))
         with Knowledge.open(tmp_path / "b") as kb:
             bad = dict(exported, verified=[{"question": "wipe", "sql": "DELETE FROM Album"}, *exported["verified"]])
             with pytest.raises(KnowledgeError, match="verified answer 1: refused: a verified answer must be one"):
-                kb.import_json(db, bad)
+                import_json(kb, db, bad)
             with pytest.raises(KnowledgeError, match="not an edge-sql knowledge file"):
-                kb.import_json(db, {"notes": []})
+                import_json(kb, db, {"notes": []})
             with pytest.raises(KnowledgeError, match="note 1 is empty"):
-                kb.import_json(db, dict(exported, notes=[{"text": " "}]))
+                import_json(kb, db, dict(exported, notes=[{"text": " "}]))
             assert kb.notes(db) == [] and kb.verified(db) == []
-            first = kb.import_json(db, exported)
+            first = import_json(kb, db, exported)
             assert (first.notes_added, len(first.added), first.notes_skipped, first.skipped) == (2, 1, 0, [])
             ids = ([n.id for n in kb.notes(db)], [a.id for a in kb.verified(db)])
-            second = kb.import_json(db, exported)  # nothing doubled, nothing replaced: every id kept
+            second = import_json(kb, db, exported)  # nothing doubled, nothing replaced: every id kept
             assert (second.notes_added, second.added, second.notes_skipped, len(second.skipped)) == (0, [], 2, 1)
             assert ([n.id for n in kb.notes(db)], [a.id for a in kb.verified(db)]) == ids
-            again = kb.export_json(db)
+            again = export_json(kb, db)
     assert again["notes"] == exported["notes"] and again["verified"] == exported["verified"]
     assert exported["verified"] == [
         {

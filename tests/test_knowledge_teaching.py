@@ -14,6 +14,7 @@ import pytest
 from edge_sql.errors import KnowledgeError, VerifiedExists
 from edge_sql.knowledge import Knowledge
 from edge_sql.knowledge.answers import Stale, at_once, brief
+from edge_sql.knowledge.transfer import export_json, import_json
 from edge_sql.tools import ReadOnlyDatabase
 
 
@@ -139,9 +140,9 @@ def test_importing_twice_adds_nothing_and_a_conflict_is_refused_whole_or_replace
     with ReadOnlyDatabase(chinook_db) as db:
         kb.add_note(db, "amounts are in US dollars")
         kb.verify(db, "How many albums?", "SELECT COUNT(*) FROM Album")
-        exported = json.loads(json.dumps(kb.export_json(db)))
+        exported = json.loads(json.dumps(export_json(kb, db)))
         before = dump(kb)
-        again = kb.import_json(db, exported)
+        again = import_json(kb, db, exported)
         assert (
             again.line("f.json")
             == "imported from f.json: added 0 notes and 0 verified answers; skipped 2 already stored"
@@ -156,13 +157,13 @@ def test_importing_twice_adds_nothing_and_a_conflict_is_refused_whole_or_replace
             ],
         )
         with pytest.raises(KnowledgeError) as refused:
-            kb.import_json(db, other)
+            import_json(kb, db, other)
         assert str(refused.value) == (
             'refused: the file would replace 1 verified answer stored with other SQL (v1 "How many albums?": '
             "SELECT COUNT(*) FROM Album); nothing was imported: pass --replace to replace them"
         )
         assert dump(kb) == before  # not even the new note or the new answer
-        done = kb.import_json(db, other, replace=True)
+        done = import_json(kb, db, other, replace=True)
         assert done.line("f.json") == (
             "imported from f.json: added 1 note and 1 verified answer; skipped 1 already stored; replaced v1 by v2"
         )

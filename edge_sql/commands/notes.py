@@ -170,9 +170,11 @@ def undo(db_path: Path, change_id: int) -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 def export(db_path: Path, force: bool, file: Path) -> None:
     """Write the database's notes and verified answers to FILE (JSON; `-`: standard output)."""
-    with _opened(db_path) as (kb, db):
-        data = kb.export_json(db)
     from edge_sql.agent.display import plural
+    from edge_sql.knowledge.transfer import export_json
+
+    with _opened(db_path) as (kb, db):
+        data = export_json(kb, db)
 
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if str(file) == "-":
@@ -199,11 +201,11 @@ def import_(db_path: Path, replace: bool, file: Path) -> None:
     What is stored already is skipped, ids kept: importing twice adds nothing. The file is
     checked whole first: a bad one, or one that would replace a verified answer without
     --replace, changes nothing."""
-    from edge_sql.knowledge.transfer import read_file
+    from edge_sql.knowledge.transfer import import_json, read_file
 
     data = read_file(file)
     with _opened(db_path) as (kb, db):
-        imported = kb.import_json(db, data, replace=replace)
+        imported = import_json(kb, db, data, replace=replace)
     click.echo(imported.line(str(file)))
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from edge_sql.agent.given import VerifiedAnswer
 from edge_sql.errors import KnowledgeError
@@ -23,8 +24,15 @@ from edge_sql.knowledge.identity import normalise_question
 from edge_sql.knowledge.seen import Seen, now
 from edge_sql.tools import ReadOnlyDatabase
 
-if TYPE_CHECKING:  # the store hands itself in (Knowledge.history, .undo)
-    from edge_sql.knowledge.store import Knowledge
+
+class Ledger(Protocol):
+    """What history and undo need of the store (`Knowledge` is one): a read, a write transaction.
+    A protocol, so that store.py imports this module and not the reverse."""
+
+    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]: ...
+
+    def writing(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
 
 Surface = Literal["command line", "prompt", "page", "HTTP", "MCP", "import", "api"]
 Action = Literal["added", "replaced", "removed"]
@@ -200,13 +208,13 @@ _SELECT = (
 )
 
 
-def history(kb: Knowledge, seen: Seen) -> list[Change]:
+def history(kb: Ledger, seen: Seen) -> list[Change]:
     """The changes to `seen`'s notes and verified answers (its schema or its file), oldest first."""
     rows = kb.rows(f"{_SELECT} WHERE identity = ? OR path = ? ORDER BY id", (seen.identity, seen.path))
     return [Change(*row) for row in rows]
 
 
-def undo(kb: Knowledge, db: ReadOnlyDatabase, change_id: int, surface: str) -> Change:
+def undo(kb: Ledger, db: ReadOnlyDatabase, change_id: int, surface: str) -> Change:
     """Undo one change of `db`'s: an addition is removed, a replacement or removal restores the old
     row under its old id. KnowledgeError (nothing changed) when there is no such change, it was
     undone already, or what it stored has changed since. Returns the change as it was."""

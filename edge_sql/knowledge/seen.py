@@ -1,6 +1,6 @@
 """A database as the knowledge sees it, and the checks and stamps every write shares.
 
-Below `store.py` and `transfer.py`, which both use them, so neither imports the other.
+Below `store.py` and `transfer.py`, which both use them; `transfer.py` sits above `store.py` (it takes a store), and `store.py` imports neither.
 """
 
 from __future__ import annotations

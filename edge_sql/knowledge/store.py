@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edge_sql.agent.given import Note, VerifiedAnswer
 from edge_sql.errors import KnowledgeError, VerifiedExists
@@ -31,9 +31,6 @@ from edge_sql.knowledge.holds import absent_values
 from edge_sql.knowledge.identity import normalise_question, tables_named, words
 from edge_sql.knowledge.seen import Seen, check_read_only, now
 from edge_sql.tools import ReadOnlyDatabase
-
-if TYPE_CHECKING:  # transfer.py imports this module: it is imported when an import runs
-    from edge_sql.knowledge.transfer import Imported
 
 FILE_NAME = "knowledge.sqlite"
 BUSY_TIMEOUT_S = 30.0
@@ -399,20 +396,6 @@ class Knowledge:
         found = self._verified(seen, f"(identity = ? OR path = ?) AND id IN ({marks})", tuple(m.id for m in matches))
         by_id = {a.id: a for a in found if a.stale is None}
         return [by_id[m.id] for m in matches if m.id in by_id][:k]
-
-    # ---- moving it between machines (transfer.py) ----------------------------------------
-
-    def export_json(self, db: ReadOnlyDatabase) -> dict[str, Any]:
-        """`db`'s notes and verified answers as one JSON-ready dict (`transfer.export_json`)."""
-        from edge_sql.knowledge.transfer import export_json
-
-        return export_json(self, db)
-
-    def import_json(self, db: ReadOnlyDatabase, data: Any, *, replace: bool = False) -> Imported:
-        """Store an export's notes and answers for `db`, all or nothing (`transfer.import_json`)."""
-        from edge_sql.knowledge.transfer import import_json
-
-        return import_json(self, db, data, replace=replace)
 
     # ---- the schema's history ------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from edge_sql.knowledge.identity import normalise_question, tables_named
 from edge_sql.knowledge.seen import Seen, check_read_only, now
 from edge_sql.tools import ReadOnlyDatabase
 
-if TYPE_CHECKING:  # the store hands itself in (Knowledge.export_json, .import_json)
+if TYPE_CHECKING:  # the store is handed in: transfer sits above store (store never imports it)
     from edge_sql.knowledge.store import Knowledge
 
 FORMAT = "edge-sql-knowledge"
