@@ -37,8 +37,10 @@ _MIXED = re.compile(r"[A-Za-z0-9]+")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
 
 
-class SchemaIndexError(EdgeSqlError):
-    """The index cannot be built or read: the caller lists tables in schema order instead."""
+class SchemaIndexError(Exception):
+    """The index cannot be built or read: the caller lists tables in schema order instead.
+    Internal (always caught by schema_view and turned into the plain list), so not an
+    EdgeSqlError: no user ever sees it as one."""
 
 
 @dataclass(frozen=True)
