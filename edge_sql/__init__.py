@@ -44,8 +44,10 @@ from edge_sql.errors import (
     RequestTooLarge,
     RetryLater,
     SettingsError,
+    TeachingRefused,
     TurnParseError,
     UnknownDatabase,
+    VerifiedExists,
 )
 from edge_sql.runtime.llama.threads import apply_wait_policy
 
@@ -99,8 +101,10 @@ __all__ = [
     "RequestTooLarge",
     "RetryLater",
     "SettingsError",
+    "TeachingRefused",
     "TurnParseError",
     "UnknownDatabase",
+    "VerifiedExists",
     "check_sql",
     "list_tables_for",
 ]

@@ -10,14 +10,23 @@ as the structured `Doubt` below. /v1/ask's JSON (that of `run --json`) holds the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from edge_sql.agent.how import answer_notes
+from edge_sql.agent.how import HowAnswered, answer_notes
+from edge_sql.agent.stats import EpisodeStats
+from edge_sql.checks.findings import Checks
 
-if TYPE_CHECKING:  # the result imports this module where its `doubt` is read
-    from edge_sql.agent.result import EpisodeResult
+
+class Answer(HowAnswered, Protocol):
+    """What the doubt is read from (`EpisodeResult` is one; the result imports this module
+    where its `doubt` is read, so this module names no result class)."""
+
+    @property
+    def checks(self) -> Checks | None: ...
+    @property
+    def stats(self) -> EpisodeStats: ...
 
 
 class VoteAgreement(BaseModel):
@@ -38,7 +47,7 @@ class Doubt(BaseModel):
     how: list[str] = Field(description="How the answer came about, in words (empty: the model submitted it)")
 
 
-def doubt_of(result: EpisodeResult) -> Doubt:
+def doubt_of(result: Answer) -> Doubt:
     checks, vote = result.checks, result.stats.vote
     agreement = None
     if vote is not None:

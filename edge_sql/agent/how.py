@@ -4,15 +4,24 @@ that neither the CLI's display nor the result loads pydantic for it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from edge_sql.checks.findings import FORCE_REASONS
 
-if TYPE_CHECKING:
-    from edge_sql.agent.result import EpisodeResult
+
+class HowAnswered(Protocol):
+    """What says how an answer came about (`EpisodeResult` is one): a protocol, so that the
+    result imports this module and not the reverse."""
+
+    @property
+    def forced(self) -> bool: ...
+    @property
+    def force_reason(self) -> str | None: ...
+    @property
+    def fallback(self) -> bool: ...
 
 
-def answer_notes(result: EpisodeResult) -> list[str]:
+def answer_notes(result: HowAnswered) -> list[str]:
     """How the answer came about when the model did not simply submit it: forced, or a fallback
     (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
     notes = []
