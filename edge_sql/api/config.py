@@ -72,7 +72,7 @@ BUDGET_KEY = "budget"
 OTHER_KEYS = frozenset(
     {
         *("db", "question", "evidence", "fresh", "json", "trace", "abstain-below"),
-        *("mcp", "http", "host", "port", "open", "token", "allow-host", "cors-origin", "quiet"),
+        *("mcp", "http", "host", "port", "open", "token", "teach-token", "allow-host", "cors-origin", "quiet"),
         *("queue-timeout", "max-body", "max-question", "max-rows"),
     }
 )
