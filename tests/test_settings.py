@@ -119,6 +119,7 @@ def _keys(command: click.Command) -> set[str]:
 
 def test_serve_has_every_option_of_run_that_shapes_an_episode():
     per_question = {"db", "question", "evidence", "json", "trace", "abstain-below", "fresh"}  # a request carries these
+    per_question.add("chart")  # run's image of the answer's chart; serve's answers carry the spec itself
     assert _keys(run.command) - per_question <= _keys(serve.command)
     assert {"greedy", "seed", "profile"} <= _keys(serve.command)
 

@@ -84,6 +84,13 @@ class AskOutput(BaseModel):
         ),
     )
     given_text: list[str] = Field(default_factory=list, description="The same in words")
+    chart: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "A Vega-Lite spec of the whole result, chosen by written rules (a time with numbers: a line; a "
+            "category with a number: bars; ...); null when no chart suits the result"
+        ),
+    )
 
 
 class DatabaseOutput(BaseModel):
@@ -244,6 +251,7 @@ def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutp
         doubt=doubt_of(result),
         given=result.given.to_json() if result.given is not None else None,
         given_text=given_lines(result),
+        chart=result.chart,
     )
 
 
