@@ -1,7 +1,7 @@
 // The page: pick a database, ask, watch the rounds stream, keep and re-run the result.
 
 import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
-import { chartableSeries, drawChart } from "./chart.js";
+import { chartCaption, chartImageUrl, drawChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
 import { showChecks } from "./checks.js";
 import { markRight, showGiven } from "./knowledge.js";
@@ -18,7 +18,9 @@ const page = {
   asking: null,        // the AbortController of the running question
   result: null,        // {database, question, sql, columns, rows, truncated, given, followUp} on show
   followUp: null,      // {question, sql}: the answer the next question follows ("Ask a follow-up")
-  chartKind: "bar",
+  view: "chart",       // "chart" or "table": what a result with a chart shows (the switch)
+  chartView: null,     // the drawn chart's Vega view (to save it), null while none is drawn
+  drawn: 0,            // counts the charts asked for: a slow draw never replaces a newer one
   onToken: null,       // what to retry once a token is given
 };
 
@@ -194,11 +196,13 @@ function showAnswer(request, answer) {
   const sql = answer.sql ?? answer.answer ?? "";
   const shown = { database: request.database, question: request.question, evidence: request.evidence, sql,
     columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null,
-    checks: answer.checks, given: answer.given, stop: answer.stop, followUp: answer.given?.follow_up || null };
+    checks: answer.checks, given: answer.given, stop: answer.stop, followUp: answer.given?.follow_up || null,
+    chart: answer.chart ?? null };
   showResult(shown);
   setStatus(answer.stop === "cancelled" ? "Stopped." : "Answered.");
   saveEntry({ ...shown, stats: $("stats").textContent, note: note.textContent, time: new Date().toISOString() });
   renderHistory();
+  $("answer").scrollIntoView({ block: "start" });  // the rounds stay above, the answer comes into view
 }
 
 // ---- the result: SQL, table, chart, downloads ---------------------------------------------
@@ -226,17 +230,55 @@ function showResult(result) {
   showChart();
 }
 
+// The chart the server chose by its rules (null: none suits the result) and the switch
+// between it and the table; without a chart, the table alone and no switch.
 function showChart() {
-  const { columns, rows } = page.result;
-  const series = chartableSeries(columns, rows);
-  $("chart-box").hidden = !series;
-  if (series) drawChart($("chart"), columns, rows, series, page.chartKind);
-  $("chart-bar").setAttribute("aria-pressed", String(page.chartKind === "bar"));
-  $("chart-line").setAttribute("aria-pressed", String(page.chartKind === "line"));
+  const spec = page.result.chart;
+  const drawing = ++page.drawn;
+  page.chartView = null;
+  $("view-switch").hidden = !spec;
+  $("chart").replaceChildren();
+  $("chart-status").textContent = "";
+  showView();
+  if (!spec) return;
+  $("chart-caption").textContent = chartCaption(spec);
+  drawChart($("chart"), spec).then((view) => {
+    if (drawing === page.drawn) page.chartView = view;
+    else view.finalize();
+  }).catch((error) => {
+    if (drawing === page.drawn) $("chart-caption").textContent = `The chart could not be drawn: ${error.message}`;
+  });
 }
 
-$("chart-bar").addEventListener("click", () => { page.chartKind = "bar"; showChart(); });
-$("chart-line").addEventListener("click", () => { page.chartKind = "line"; showChart(); });
+function showView() {
+  const chart = Boolean(page.result.chart) && page.view === "chart";
+  $("chart-box").hidden = !chart;
+  $("table-box").hidden = chart;
+  $("show-chart").setAttribute("aria-pressed", String(chart));
+  $("show-table").setAttribute("aria-pressed", String(!chart));
+  if (chart) page.chartView?.resize();  // drawn while hidden: fit the box's width now
+}
+
+$("show-chart").addEventListener("click", () => { page.view = "chart"; showView(); });
+$("show-table").addEventListener("click", () => { page.view = "table"; showView(); });
+
+async function saveChart(format) {
+  if (!page.chartView) return;
+  try {
+    const link = document.createElement("a");
+    link.href = await chartImageUrl(page.chartView, format);
+    link.download = `${fileStem()}-chart.${format}`;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    $("chart-status").textContent = `Saved as ${format.toUpperCase()}.`;
+  } catch (error) {
+    $("chart-status").textContent = `Not saved: ${error.message}`;
+  }
+}
+
+$("save-png").addEventListener("click", () => saveChart("png"));
+$("save-svg").addEventListener("click", () => saveChart("svg"));
 
 function fileStem() {
   return `edge-sql-${page.result.database}`;
@@ -357,7 +399,7 @@ async function runEdited(mark) {
   try {
     const reply = await (await postJson("/v1/query", { database, sql })).json();
     showResult({ ...page.result, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true,
-      checks: reply.checks, given: null, stop: null });  // run by hand: nothing was given to a model
+      checks: reply.checks, given: null, stop: null, chart: reply.chart ?? null });  // run by hand: nothing was given to a model
     $("answer-note").textContent = "";
     $("stats").textContent = "Run by hand (not by the agent).";
     setStatus("The edited SQL ran.");
@@ -407,6 +449,7 @@ function reopen(entry) {
   $("answer-note").textContent = entry.rowsDropped ? "The rows did not fit in this browser's storage: run the SQL again." : entry.note || "";
   $("stats").textContent = entry.stats || "";
   setStatus(`From the history (${new Date(entry.time).toLocaleString()}).`);
+  $("answer").scrollIntoView({ block: "start" });
 }
 
 $("clear-history").addEventListener("click", () => { clearHistory(); renderHistory(); });
