@@ -235,7 +235,6 @@ def command(
 
 
 def _run(options: RunOptions) -> int:
-    from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
     if options.question is not None and not options.question.strip():
@@ -243,7 +242,10 @@ def _run(options: RunOptions) -> int:
     load_for_db(options.db_path)  # a data file is loaded into SQLite first (once), with its progress on stderr
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
-        load_prompt(options.prompt_file)  # so is a bad prompt file
+        if options.prompt_file is not None:  # so is a bad prompt file (the packaged one is not read here:
+            from edge_sql.agent.prompt import load_prompt  # a verified answer needs no prompt, nor its grammar)
+
+            load_prompt(options.prompt_file)
         if options.question is not None and not options.fresh:
             code = _answer_verified(db, options)
             if code is not None:
