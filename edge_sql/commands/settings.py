@@ -67,15 +67,22 @@ def _key(text: str) -> str:
 
 def load_settings(profile: str | None) -> dict[str, Setting]:
     """The file settings by option key: the files' plain keys (home, then the working folder),
-    then `profile`'s tables on top (packaged, home, working folder). SettingsError for a profile
-    that no file defines, or a profile table that is not a table."""
+    then `profile`'s tables on top (packaged, home, working folder); without `profile`, the one a
+    file chooses (`profile = "small"`, the working folder's over the home's). SettingsError for a
+    profile that no file defines, a profile table that is not a table, or a key in any profile
+    that no option has (every profile is checked, not only the one in use)."""
     files = [(path, _read(path)) for path in settings_files() if path.is_file()]
     settings: dict[str, Setting] = {}
     for path, data in files:
-        _profiles(str(path), data)  # checked even when no profile is asked for
+        for name, table in _profiles(str(path), data).items():  # checked even when not in use
+            if isinstance(table, dict):
+                _check_keys(table, f"{path} [{PROFILE_TABLE}.{name}]")
         for key, value in data.items():
             if key != PROFILE_TABLE:
                 settings[_key(key)] = Setting(value, str(path))
+    chooser = ""
+    if profile is None and (chosen := chosen_profile()) is not None:  # --profile (EDGE_SQL_PROFILE) wins over it
+        profile, chooser = chosen, f"{_chooser()}: profile = {chosen!r}: "
     if profile is None:
         return settings
     found = False
@@ -89,8 +96,28 @@ def load_settings(profile: str | None) -> dict[str, Setting]:
         for key, value in table.items():
             settings[_key(key)] = Setting(value, f"{where} [{PROFILE_TABLE}.{profile}]")
     if not found:
-        raise SettingsError(f"no profile {profile!r}; known: {', '.join(known_profiles()) or 'none'}")
+        raise SettingsError(f"{chooser}no profile {profile!r}; known: {', '.join(known_profiles()) or 'none'}")
     return settings
+
+
+def _choices() -> list[tuple[str, Path]]:
+    """Each settings file's `profile = "NAME"`, lowest precedence first."""
+    return [
+        (name, path)
+        for path in settings_files()
+        if path.is_file() and isinstance(name := _read(path).get(PROFILE_TABLE), str)
+    ]
+
+
+def chosen_profile() -> str | None:
+    """The profile a settings file chooses (`profile = "small"`; the working folder's over the
+    home's), None when none does."""
+    choices = _choices()
+    return choices[-1][0] if choices else None
+
+
+def _chooser() -> Path:
+    return _choices()[-1][1]
 
 
 def known_profiles() -> list[str]:
@@ -103,13 +130,41 @@ def known_profiles() -> list[str]:
 
 
 def _profiles(where: str, data: dict[str, Any]) -> dict[str, Any]:
-    """A file's `[profile.NAME]` tables by name (`profile = "x"` is not one: SettingsError)."""
+    """A file's `[profile.NAME]` tables by name; `profile = "NAME"` chooses one instead (no
+    tables); anything else is a SettingsError."""
     profiles = data.get(PROFILE_TABLE, {})
+    if isinstance(profiles, str):
+        return {}
     if not isinstance(profiles, dict):
         raise SettingsError(
-            f"{where}: '{PROFILE_TABLE}' holds tables, [{PROFILE_TABLE}.NAME]; choose one with --profile NAME"
+            f"{where}: '{PROFILE_TABLE}' is a profile's name (profile = \"small\") or its tables, "
+            f"[{PROFILE_TABLE}.NAME]"
         )
     return profiles
+
+
+def _check_keys(table: dict[str, Any], where: str) -> None:
+    """SettingsError naming `where` for a key no option of run or serve has."""
+    unknown = sorted(set(map(_key, table)) - _known_keys())
+    if unknown:
+        raise SettingsError(f"{where}: unknown setting {unknown[0]!r} (settings are the options of run and serve)")
+
+
+def check_environment(ctx: click.Context) -> None:
+    """SettingsError naming the variable for an `EDGE_SQL_<OPTION>` value the option refuses
+    (click's own message names only the option, and the command's usage)."""
+    for key, option in _options(ctx.command).items():
+        raw = option.resolve_envvar_value(ctx)
+        if raw is None:
+            continue
+        try:
+            option.type_cast_value(ctx, option.value_from_envvar(ctx))
+        except click.BadParameter as exc:
+            raise SettingsError(f"environment {_envvar(option)}: {key} = {raw!r}: {exc.message}") from None
+
+
+def _envvar(option: click.Option) -> str:
+    return option.envvar if isinstance(option.envvar, str) else f"{ENV_PREFIX}_{(option.name or '').upper()}"
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:
@@ -165,6 +220,7 @@ def command_defaults(ctx: click.Context, settings: dict[str, Setting]) -> dict[s
 def _apply(ctx: click.Context, param: click.Parameter, profile: str | None) -> None:
     """`--profile`'s callback (eager: it runs before the other options read their defaults)."""
     settings = load_settings(profile)
+    check_environment(ctx)
     ctx.default_map = {**(ctx.default_map or {}), **command_defaults(ctx, settings)}
 
 
@@ -207,13 +263,13 @@ def effective_settings(command: click.Command, name: str, profile: str | None) -
     environment, the files (with `profile`), or its default."""
     ctx = click.Context(command, info_name=name, auto_envvar_prefix=ENV_PREFIX)
     settings = load_settings(profile)
+    check_environment(ctx)
     defaults = command_defaults(ctx, settings)
     rows = []
     for key, option in _options(command).items():
         if option.resolve_envvar_value(ctx) is not None:
-            envvar = option.envvar if isinstance(option.envvar, str) else f"{ENV_PREFIX}_{(option.name or '').upper()}"
             value = option.type_cast_value(ctx, option.value_from_envvar(ctx))
-            rows.append(Effective(key, value, f"environment {envvar}"))
+            rows.append(Effective(key, value, f"environment {_envvar(option)}"))
         elif option.name in defaults:
             rows.append(Effective(key, settings[key].value, settings[key].source))
         else:
