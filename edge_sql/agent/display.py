@@ -85,7 +85,7 @@ def answer_notes(result: EpisodeResult) -> list[str]:
     (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
     notes = []
     if result.forced:
-        notes.append(f"forced final answer: {FORCE_REASONS.get(result.force_reason or '', result.force_reason)}")
+        notes.append(f"forced final answer: {forced_reason(result.force_reason)}")
     if result.fallback:
         notes.append("fallback: the model's answer did not run; this is the last query that ran")
     return notes
@@ -115,14 +115,20 @@ def answer_text(result: EpisodeResult) -> str:
     if result.checks is not None:
         lines.append(result.checks.summary())
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'s' if len(result.rows) != 1 else ''}"
-    lines.append(
-        stats_line(result, count) if result.stop != "verified" else f"({count}; no episode: a verified answer)"
-    )
+    lines.append(stats_line(result, count))
     return "\n".join(lines)
 
 
+def forced_reason(reason: str | None) -> str:
+    """Why the final answer was forced, in words (`max_rounds`: `tool rounds used up`)."""
+    return FORCE_REASONS.get(reason or "", reason or "no reason given")
+
+
 def stats_line(result: EpisodeResult, head: str) -> str:
-    """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`."""
+    """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`; a verified
+    answer ran no episode: `(<head>; no episode: a verified answer)`."""
+    if result.stop == "verified":
+        return f"({head}; no episode: a verified answer)"
     figures = result.stats.measured
     timings = figures.timings
     return (

@@ -21,7 +21,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from edge_sql import __version__
-from edge_sql.agent.display import plural
+from edge_sql.agent.display import forced_reason, plural
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Tokens
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
@@ -210,7 +210,7 @@ def _progress_message(item: Position | EpisodeEvent) -> str | None:
         case CallRan(round=index, call=call):
             return f"round {index}: {call.tool} {'ok' if call.ok else 'error'}"
         case Forced(reason=reason):
-            return f"final answer forced ({reason})"
+            return f"final answer forced: {forced_reason(reason)}"
     return None  # Thought: too long for a progress line; Answered: the result follows at once
 
 

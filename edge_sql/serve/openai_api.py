@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edge_sql.agent.display import call_line, stats_line
+from edge_sql.agent.display import call_line, forced_reason, stats_line
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought
 from edge_sql.agent.result import EpisodeResult, RoundRecord, json_value
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
@@ -219,7 +219,7 @@ def event_reasoning(event: EpisodeEvent) -> str:
         case CallRan(call=call):
             return f"- {call_line(call)}\n"
         case Forced(reason=reason):
-            return f"Final answer forced ({reason})\n"
+            return f"Final answer forced: {forced_reason(reason)}\n"
     return ""
 
 
@@ -233,7 +233,7 @@ def round_reasoning(record: RoundRecord) -> str:
 
 
 def reasoning(result: EpisodeResult) -> str:
-    forced = f"Final answer forced ({result.force_reason})\n" if result.forced else ""
+    forced = f"Final answer forced: {forced_reason(result.force_reason)}\n" if result.forced else ""
     return "".join(round_reasoning(r) for r in result.rounds) + forced
 
 
