@@ -1,7 +1,7 @@
 // The page: pick a database, ask, watch the rounds stream, keep and re-run the result.
 
 import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
-import { chartCaption, chartImageUrl, drawChart } from "./chart.js";
+import { setUpChart, showChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
 import { showChecks } from "./checks.js";
 import { markRight, showGiven } from "./knowledge.js";
@@ -18,9 +18,6 @@ const page = {
   asking: null,        // the AbortController of the running question
   result: null,        // {database, question, sql, columns, rows, truncated, given, followUp} on show
   followUp: null,      // {question, sql}: the answer the next question follows ("Ask a follow-up")
-  view: "chart",       // "chart" or "table": what a result with a chart shows (the switch)
-  chartView: null,     // the drawn chart's Vega view (to save it), null while none is drawn
-  drawn: 0,            // counts the charts asked for: a slow draw never replaces a newer one
   onToken: null,       // what to retry once a token is given
 };
 
@@ -227,62 +224,15 @@ function showResult(result) {
   $("truncated-note").hidden = !result.truncated;
   $("truncated-note").textContent = `The query has more rows: only the first ${count} are shown (the server's --max-rows).`;
   renderTable($("result-table"), result.columns, result.rows);
-  showChart();
+  showChart(result.chart);
 }
 
-// The chart the server chose by its rules (null: none suits the result) and the switch
-// between it and the table; without a chart, the table alone and no switch.
-function showChart() {
-  const spec = page.result.chart;
-  const drawing = ++page.drawn;
-  page.chartView = null;
-  $("view-switch").hidden = !spec;
-  $("chart").replaceChildren();
-  $("chart-status").textContent = "";
-  showView();
-  if (!spec) return;
-  $("chart-caption").textContent = chartCaption(spec);
-  drawChart($("chart"), spec).then((view) => {
-    if (drawing === page.drawn) page.chartView = view;
-    else view.finalize();
-  }).catch((error) => {
-    if (drawing === page.drawn) $("chart-caption").textContent = `The chart could not be drawn: ${error.message}`;
-  });
-}
-
-function showView() {
-  const chart = Boolean(page.result.chart) && page.view === "chart";
-  $("chart-box").hidden = !chart;
-  $("table-box").hidden = chart;
-  $("show-chart").setAttribute("aria-pressed", String(chart));
-  $("show-table").setAttribute("aria-pressed", String(!chart));
-  if (chart) page.chartView?.resize();  // drawn while hidden: fit the box's width now
-}
-
-$("show-chart").addEventListener("click", () => { page.view = "chart"; showView(); });
-$("show-table").addEventListener("click", () => { page.view = "table"; showView(); });
-
-async function saveChart(format) {
-  if (!page.chartView) return;
-  try {
-    const link = document.createElement("a");
-    link.href = await chartImageUrl(page.chartView, format);
-    link.download = `${fileStem()}-chart.${format}`;
-    document.body.append(link);
-    link.click();
-    link.remove();
-    $("chart-status").textContent = `Saved as ${format.toUpperCase()}.`;
-  } catch (error) {
-    $("chart-status").textContent = `Not saved: ${error.message}`;
-  }
-}
-
-$("save-png").addEventListener("click", () => saveChart("png"));
-$("save-svg").addEventListener("click", () => saveChart("svg"));
 
 function fileStem() {
   return `edge-sql-${page.result.database}`;
 }
+
+setUpChart(fileStem);  // chart.js: the switch between chart and table, and saving the chart
 
 $("download-csv").addEventListener("click", () => {
   download(`${fileStem()}.csv`, "text/csv", toCsv(page.result.columns, page.result.rows));

@@ -50,3 +50,65 @@ export function chartCaption(spec) {
   const rule = `${meta.rule.charAt(0).toUpperCase()}${meta.rule.slice(1)}`;
   return meta.truncated ? `${rule}; the first ${rows} only: the query had more.` : `${rule}; all ${rows}.`;
 }
+
+// ---- the answer's chart on the page: drawn, switched with the table, saved ------------------
+
+const $ = (id) => document.getElementById(id);
+const shown = {
+  spec: null,       // the result's chart (null: none suits the result)
+  view: "chart",    // "chart" or "table": what a result with a chart shows (the switch)
+  vega: null,       // the drawn chart's Vega view (to save it), null while none is drawn
+  drawn: 0,         // counts the charts asked for: a slow draw never replaces a newer one
+};
+
+/** Show the result's chart (null: none suits the result) and the switch between it and the
+ * table; without a chart, the table alone and no switch. */
+export function showChart(spec) {
+  shown.spec = spec || null;
+  const drawing = ++shown.drawn;
+  shown.vega = null;
+  $("view-switch").hidden = !shown.spec;
+  $("chart").replaceChildren();
+  $("chart-status").textContent = "";
+  showView();
+  if (!shown.spec) return;
+  $("chart-caption").textContent = chartCaption(shown.spec);
+  drawChart($("chart"), shown.spec).then((view) => {
+    if (drawing === shown.drawn) shown.vega = view;
+    else view.finalize();
+  }).catch((error) => {
+    if (drawing === shown.drawn) $("chart-caption").textContent = `The chart could not be drawn: ${error.message}`;
+  });
+}
+
+function showView() {
+  const chart = Boolean(shown.spec) && shown.view === "chart";
+  $("chart-box").hidden = !chart;
+  $("table-box").hidden = chart;
+  $("show-chart").setAttribute("aria-pressed", String(chart));
+  $("show-table").setAttribute("aria-pressed", String(!chart));
+  if (chart) shown.vega?.resize();  // drawn while hidden: fit the box's width now
+}
+
+async function saveChart(format, stem) {
+  if (!shown.vega) return;
+  try {
+    const link = document.createElement("a");
+    link.href = await chartImageUrl(shown.vega, format);
+    link.download = `${stem}-chart.${format}`;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    $("chart-status").textContent = `Saved as ${format.toUpperCase()}.`;
+  } catch (error) {
+    $("chart-status").textContent = `Not saved: ${error.message}`;
+  }
+}
+
+/** The switch's and the save buttons' handlers; `fileStem()` names the saved files. */
+export function setUpChart(fileStem) {
+  $("show-chart").addEventListener("click", () => { shown.view = "chart"; showView(); });
+  $("show-table").addEventListener("click", () => { shown.view = "table"; showView(); });
+  $("save-png").addEventListener("click", () => saveChart("png", fileStem()));
+  $("save-svg").addEventListener("click", () => saveChart("svg", fileStem()));
+}
