@@ -194,6 +194,11 @@ class Cancelled(EdgeSqlError):
     """The client went away (or cancelled) before its request started."""
 
 
+class ChartFileError(_PathError):
+    """`run --chart FILE` cannot write the chart: the name ends in neither .svg nor .png, or the
+    `charts` extra (vl-convert-python) is not installed (`path`: the file asked for)."""
+
+
 def os_error_message(exc: OSError) -> str:
     """One line for an operating-system error that nothing closer to it explained (a full disk,
     a folder without write permission, a read-only file system): what failed, on which path, and

@@ -78,6 +78,7 @@ LAYERS = (
     ("edge_sql.files",),
     ("edge_sql.tools",),
     ("edge_sql.checks",),
+    ("edge_sql.charts",),
     ("edge_sql.runtime",),
     ("edge_sql.agent",),
     ("edge_sql.knowledge",),
@@ -324,6 +325,7 @@ def test_every_third_party_import_is_declared() -> None:
             *project["optional-dependencies"]["bench"],
             *project["optional-dependencies"]["cluster"],
             *project["optional-dependencies"]["files"],
+            *project["optional-dependencies"]["charts"],
         ]
     }
     providers = metadata.packages_distributions()

@@ -14,6 +14,7 @@ import anyio
 import pytest
 from mcp import Client
 
+from edge_sql.charts import chart_for
 from serve_helpers import CLI, SMALL, ServerProcess, read_events, serve_command, without_stats
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
@@ -37,6 +38,7 @@ RESULT_KEYS = {
     "prompt_version",
     "checks",
     "given",
+    "chart",
 }
 
 
@@ -71,8 +73,9 @@ def _check_answer(answer: dict, question: str, path: Path) -> None:
     assert all(call["tool"] and isinstance(call["ok"], bool) for r in answer["rounds"] for call in r["calls"])
     if answer["sql"] is not None:
         assert answer["rows"] == _rows_of(answer["sql"], path)[:200]
+        assert answer["chart"] == chart_for(answer["columns"], answer["rows"], truncated=answer["truncated"])
     else:
-        assert answer["error"] and answer["rows"] == []
+        assert answer["error"] and answer["rows"] == [] and answer["chart"] is None
 
 
 def test_health_and_databases(server, tiny_gguf_fast, dbs):

@@ -11,6 +11,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from edge_sql.charts import chart_for
 from serve_helpers import serve_command, wait_for_log
 
 SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
@@ -116,9 +117,11 @@ async def _ask_reports_progress(client: Client, db: Path) -> None:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
             rows = [list(r) for r in conn.execute(out["sql"]).fetchall()]
         assert out["rows"] == rows[:20] and out["row_count"] == min(len(rows), 200)
+        assert out["chart"] == chart_for(out["columns"], rows[:200], truncated=out["more_rows"])  # all its rows
         assert result.content[0].text.startswith(f"SQL: {out['sql']}")
     else:
         assert out["error"] and result.content[0].text.startswith(f"No answer ({out['stop']})")
+        assert out["chart"] is None
     rounds = len(out["rounds"])
     assert f"{rounds} round{'' if rounds == 1 else 's'}, " in result.content[0].text
 

@@ -215,7 +215,7 @@ def test_page_and_assets_come_from_the_server_with_the_csp(server):
     assert referenced and all(ref.startswith("/static/") or ref == "/" for ref in referenced), referenced
     modules = {p.name for p in STATIC_DIR.glob("*.js")}
     for path in STATIC_DIR.iterdir():
-        if path.name == "index.html":
+        if path.name == "index.html" or path.is_dir():
             continue
         status, headers, body = server.request("GET", f"/static/{path.name}")
         assert status == 200 and headers["content-security-policy"] == CONTENT_SECURITY_POLICY, path.name
@@ -226,6 +226,19 @@ def test_page_and_assets_come_from_the_server_with_the_csp(server):
             assert "http://" not in body.replace("http://www.w3.org/2000/svg", "") and "https://" not in body
     status, _, body = server.request("GET", "/static/../service.py")
     assert status == 404
+    # Vega's bundles, served as the page's own files (chart.js loads them on the first chart)
+    # beside their licences, which ship in the package and are not served
+    vendor = STATIC_DIR / "vendor"
+    assert sorted(p.name for p in vendor.glob("*.js")) == ["vega-embed.min.js", "vega-lite.min.js", "vega.min.js"]
+    licences = (vendor / "THIRD_PARTY_LICENSES.txt").read_text(encoding="utf-8")
+    assert all(f"\n{name} " in licences for name in ("vega", "vega-lite", "vega-embed", "vega-tooltip", "d3-scale"))
+    for name in ("vega", "vega-lite", "vega-embed"):
+        assert "Redistribution and use in source and binary forms" in (vendor / f"LICENSE-{name}.txt").read_text()
+        status, headers, body = server.request("GET", f"/static/vendor/{name}.min.js")
+        assert status == 200 and headers["content-type"] == "text/javascript; charset=utf-8"
+        assert headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert body.encode() == (vendor / f"{name}.min.js").read_bytes()
+    assert server.request("GET", "/static/vendor/THIRD_PARTY_LICENSES.txt")[0] == 404
 
 
 def test_query_endpoint_answers_and_refuses_like_the_tools(server, chinook):
@@ -384,20 +397,103 @@ def test_edit_and_run_shows_the_table_the_chart_and_downloads(server, page, chin
     text = io.StringIO()
     csv.writer(text, lineterminator="\r\n").writerows([data["columns"], *[[shown(v) for v in r] for r in data["rows"]]])
     assert downloaded(downloads, "edge-sql-chinook.csv") == text.getvalue().encode()
-    assert not element(page, "chart-box").is_displayed()  # Name and Composer are text: nothing to chart
-
-    # a label and two numeric columns: bars, then lines
-    run_sql(page, CHART_SQL)
-    chart_rows = sqlite_rows(chinook, CHART_SQL)
-    assert element(page, "chart-box").is_displayed()
-    assert len(page.find_elements(By.CSS_SELECTOR, "#chart svg g rect")) == 2 * len(chart_rows)
-    element(page, "chart-line").click()
-    assert len(page.find_elements(By.CSS_SELECTOR, "#chart svg polyline")) == 2
-    assert element(page, "chart-line").get_attribute("aria-pressed") == "true"
+    # Name and Composer are text (TrackId an id): no chart, no switch, the table alone
+    assert not element(page, "chart-box").is_displayed() and not element(page, "view-switch").is_displayed()
+    assert element(page, "table-box").is_displayed()
 
     # more rows than the server returns: the count says so and the note shows
     run_sql(page, "SELECT TrackId, Name FROM Track")
     assert element(page, "row-count").text == "200+ rows" and element(page, "truncated-note").is_displayed()
+
+
+def chart_marks(driver: WebDriver, role: str) -> list:
+    """The drawn chart's marks of one kind (`bar`, `point`, `line mark`), once it is drawn."""
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg"), 30, "no chart was drawn")
+    return driver.find_elements(By.CSS_SELECTOR, f'#chart svg [aria-roledescription="{role}"]')
+
+
+def test_the_chart_its_switch_and_its_images(server, page, chinook, downloads):
+    """The server's spec drawn by the vendored Vega under the CSP (the `page` fixture fails on
+    any violation), every row of it, a switch to the table and back, PNG and SVG saved."""
+    open_page(page, server)
+    ask(page, "Which genres have the most tracks?")
+    run_sql(page, CHART_SQL)  # a category and two numbers: grouped bars
+    rows = sqlite_rows(chinook, CHART_SQL)
+    assert element(page, "view-switch").is_displayed() and element(page, "chart-box").is_displayed()
+    assert not element(page, "table-box").is_displayed()  # a chart says more: it comes first
+    assert element(page, "show-chart").get_attribute("aria-pressed") == "true"
+    bars = chart_marks(page, "bar")
+    assert len(bars) == 2 * len(rows)
+    labels = {bar.get_attribute("aria-label") for bar in bars}
+    assert f"value: {rows[0][1]}; Name: {rows[0][0]}; series: tracks; column: tracks" in labels, labels
+    caption = "A category with several numbers: grouped bars; all 6 rows."
+    assert element(page, "chart-caption").text == caption
+
+    element(page, "show-table").click()
+    assert element(page, "table-box").is_displayed() and not element(page, "chart-box").is_displayed()
+    assert element(page, "show-table").get_attribute("aria-pressed") == "true"
+    assert [r[0] for r in table_rows(page)] == [r[0] for r in rows]
+    element(page, "show-chart").click()
+    assert element(page, "chart-box").is_displayed() and not element(page, "table-box").is_displayed()
+
+    for name in ("edge-sql-chinook-chart.png", "edge-sql-chinook-chart.svg"):
+        (downloads / name).unlink(missing_ok=True)
+    element(page, "save-png").click()
+    png = downloaded(downloads, "edge-sql-chinook-chart.png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    element(page, "save-svg").click()
+    svg = downloaded(downloads, "edge-sql-chinook-chart.svg").decode()
+    assert svg.startswith("<svg") and svg.count('aria-roledescription="bar"') == 2 * len(rows)
+    assert element(page, "chart-status").text == "Saved as SVG."
+
+    # a time and a number: a line through every month; the table keeps the user's choice
+    element(page, "show-table").click()
+    months = "SELECT strftime('%Y-%m', InvoiceDate) AS month, SUM(Total) AS revenue FROM Invoice GROUP BY month"
+    run_sql(page, months)
+    assert element(page, "table-box").is_displayed() and not element(page, "chart-box").is_displayed()
+    element(page, "show-chart").click()
+    assert len(chart_marks(page, "line mark")) == 1
+    assert len(chart_marks(page, "point")) == len(sqlite_rows(chinook, months))
+
+    # more rows than the server returns: points of all 200 it kept, and the chart says it was cut
+    run_sql(page, "SELECT Milliseconds, Bytes FROM Track")
+    assert element(page, "row-count").text == "200+ rows"
+    assert len(chart_marks(page, "point")) == 200
+    assert element(page, "chart-caption").text == "Two numbers: points; the first 200 rows only: the query had more."
+    assert "The first 200 rows only: the query had more." in page.find_element(By.CSS_SELECTOR, "#chart svg").text
+
+    # one row: no chart, no switch, the table
+    run_sql(page, "SELECT COUNT(*) AS tracks FROM Track")
+    assert not element(page, "view-switch").is_displayed() and not element(page, "chart-box").is_displayed()
+    assert element(page, "table-box").is_displayed() and table_rows(page) == [["3503"]]
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 860), (390, 844)])
+def test_the_answer_comes_into_view(server, page, width, height):
+    """After an episode, whose rounds fill the page above it, the answer is in the window, on a
+    laptop-sized one and on a phone-sized one."""
+    page.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    try:
+        open_page(page, server)
+        ask(page, "Which customers spent the most?")
+        wait_for(page, lambda d: element(d, "status").text in ("Answered.", "Stopped."), 30)
+        wide = page.execute_script(
+            f"return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > {width} + 1)"
+            ".map(e => `${e.tagName}#${e.id}.${e.className} ${e.getBoundingClientRect().right}`)"
+        )
+        assert page.execute_script("return innerHeight") == height, wide  # nothing wider than the window
+        assert page.execute_script("return scrollY") > 0  # the page moved, the rounds stay above
+        top, bottom, at_end = page.execute_script(
+            "const box = document.getElementById('answer').getBoundingClientRect(); "
+            "return [box.top, box.bottom, scrollY + innerHeight >= document.documentElement.scrollHeight - 1]"
+        )
+        # at the window's top; or lower, with the page scrolled to its end or the whole answer in the window
+        assert -2 <= top < height and (top < 40 or at_end or bottom <= height), (top, bottom, at_end)
+    finally:
+        page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_a_write_is_refused_with_the_tools_message(server, page, chinook):

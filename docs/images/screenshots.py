@@ -3,7 +3,7 @@
 Starts `edge-sql serve` on a free port with the given model and database, opens the page in
 headless Chromium (Debian's `chromium` and `chromium-driver`, as the tests use), asks one
 question and saves PNG files here: asking, streaming and answered (whatever the model gave),
-then the answer's SQL replaced by `EDITED_SQL` and run from the page (the table and chart).
+then the answer's SQL replaced by `EDITED_SQL` and run from the page (its chart: bars).
 
     python docs/images/screenshots.py --model SmolLM2-135M-Instruct.Q8_0.gguf \
         --db chinook=edge_sql/data/chinook/chinook.sqlite -- --threads 2 --think-tokens 48 --max-rounds 3
@@ -110,6 +110,7 @@ def main() -> None:
             box.send_keys(EDITED_SQL)
             driver.find_element(By.ID, "run-sql").click()
             wait.until(lambda d: d.find_element(By.ID, "status").text == "The edited SQL ran.")
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg"))  # Vega draws it
             driver.set_window_size(1000, 1300)
             driver.execute_script("document.getElementById('answer').scrollIntoView()")
             driver.save_screenshot(str(HERE / "page-edited.png"))

@@ -104,14 +104,15 @@ def answer_text(result: EpisodeResult) -> str:
     if result.checks is not None:
         lines.append(result.checks.summary())
     count = f"{len(result.rows)}{'+' if result.truncated else ''} row{'s' if len(result.rows) != 1 else ''}"
-    lines.append(
-        stats_line(result, count) if result.stop != "verified" else f"({count}; no episode: a verified answer)"
-    )
+    lines.append(stats_line(result, count))
     return "\n".join(lines)
 
 
 def stats_line(result: EpisodeResult, head: str) -> str:
-    """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`."""
+    """`(<head>; 3 rounds, 7 calls; 46.1 s; 436 tokens generated at 15.5 tok/s)`; a verified
+    answer ran no episode: `(<head>; no episode: a verified answer)`."""
+    if result.stop == "verified":
+        return f"({head}; no episode: a verified answer)"
     figures = result.stats.measured
     timings = figures.timings
     return (

@@ -26,7 +26,12 @@ def answer_notes(result: HowAnswered) -> list[str]:
     (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
     notes = []
     if result.forced:
-        notes.append(f"forced final answer: {FORCE_REASONS.get(result.force_reason or '', result.force_reason)}")
+        notes.append(f"forced final answer: {forced_reason(result.force_reason)}")
     if result.fallback:
         notes.append("fallback: the model's answer did not run; this is the last query that ran")
     return notes
+
+
+def forced_reason(reason: str | None) -> str:
+    """Why the final answer was forced, in words (`max_rounds`: `tool rounds used up`)."""
+    return FORCE_REASONS.get(reason or "", reason or "no reason given")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from edge_sql.agent.given import Given
 from edge_sql.agent.parsing import looks_like_sql
 from edge_sql.agent.stats import EpisodeStats
+from edge_sql.charts import chart_for
 from edge_sql.tools import QueryResult, ToolResult
 
 if TYPE_CHECKING:  # the checks (and sqlglot), pydantic: loaded only where used
@@ -99,6 +100,12 @@ class EpisodeResult:
     generated_spans: list[list[int]] = field(default_factory=list)  # [start, end) of the model's own tokens
 
     @property
+    def chart(self) -> dict[str, Any] | None:
+        """The Vega-Lite spec of the answer's chart, chosen by the rules of edge_sql/charts from
+        all its rows (docs/charts.md); None when no chart suits the result or there is none."""
+        return chart_for(self.columns, self.rows, truncated=self.truncated) if self.sql is not None else None
+
+    @property
     def ok(self) -> bool:
         """True when the episode produced a query that ran."""
         return self.sql is not None and self.error is None
@@ -142,6 +149,7 @@ class EpisodeResult:
             "prompt_version": self.prompt_version,
             "checks": self.checks.to_json() if self.checks is not None else None,
             "given": self.given.to_json() if self.given is not None else None,
+            "chart": self.chart,
         }
         if transcript:
             data["transcript"] = self.transcript

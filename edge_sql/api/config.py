@@ -120,7 +120,7 @@ def _budget_items(key: str, setting: Setting) -> list[str]:
 
 def _in_effect(profile: str | None) -> dict[str, Setting]:
     """Every setting by key: the files' (with `profile`), each overridden by its `EDGE_SQL_` variable."""
-    settings = load_settings(profile)
+    settings = load_settings(profile, known_keys=KNOWN_KEYS)
     unknown = sorted(set(settings) - KNOWN_KEYS)
     if unknown:
         first = settings[unknown[0]]

@@ -8,6 +8,7 @@ command line's option names (`gpu-layers = 0`, `budget = {max_sql_chars = 80}`);
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,17 +54,24 @@ def _key(text: str) -> str:
     return text.replace("_", "-")
 
 
-def load_settings(profile: str | None) -> dict[str, Setting]:
+def load_settings(profile: str | None, *, known_keys: Collection[str] | None = None) -> dict[str, Setting]:
     """The file settings by option key: the files' plain keys (home, then the working folder),
-    then `profile`'s tables on top (packaged, home, working folder). SettingsError for a profile
-    that no file defines, or a profile table that is not a table."""
+    then `profile`'s tables on top (packaged, home, working folder); without `profile`, the one a
+    file chooses (`profile = "small"`, the working folder's over the home's). SettingsError for a
+    profile that no file defines, a profile table that is not a table, or (given `known_keys`) a
+    key in any profile that is not one of them (every profile is checked, not only the one in use)."""
     files = [(path, read_toml(path)) for path in settings_files() if path.is_file()]
     settings: dict[str, Setting] = {}
     for path, data in files:
-        profiles_of(str(path), data)  # checked even when no profile is asked for
+        for name, table in profiles_of(str(path), data).items():  # checked even when not in use
+            if isinstance(table, dict) and known_keys is not None:
+                _check_keys(table, f"{path} [{PROFILE_TABLE}.{name}]", known_keys)
         for key, value in data.items():
             if key != PROFILE_TABLE:
                 settings[_key(key)] = Setting(value, str(path))
+    chooser = ""
+    if profile is None and (chosen := chosen_profile()) is not None:  # --profile (EDGE_SQL_PROFILE) wins over it
+        profile, chooser = chosen, f"{_choices()[-1][1]}: profile = {chosen!r}: "
     if profile is None:
         return settings
     found = False
@@ -77,8 +85,31 @@ def load_settings(profile: str | None) -> dict[str, Setting]:
         for key, value in table.items():
             settings[_key(key)] = Setting(value, f"{where} [{PROFILE_TABLE}.{profile}]")
     if not found:
-        raise SettingsError(f"no profile {profile!r}; known: {', '.join(known_profiles()) or 'none'}")
+        raise SettingsError(f"{chooser}no profile {profile!r}; known: {', '.join(known_profiles()) or 'none'}")
     return settings
+
+
+def _choices() -> list[tuple[str, Path]]:
+    """Each settings file's `profile = "NAME"`, lowest precedence first."""
+    return [
+        (name, path)
+        for path in settings_files()
+        if path.is_file() and isinstance(name := read_toml(path).get(PROFILE_TABLE), str)
+    ]
+
+
+def chosen_profile() -> str | None:
+    """The profile a settings file chooses (`profile = "small"`; the working folder's over the
+    home's), None when none does."""
+    choices = _choices()
+    return choices[-1][0] if choices else None
+
+
+def _check_keys(table: dict[str, Any], where: str, known_keys: Collection[str]) -> None:
+    """SettingsError naming `where` for a key that is no option of run or serve."""
+    unknown = sorted(set(map(_key, table)) - set(known_keys))
+    if unknown:
+        raise SettingsError(f"{where}: unknown setting {unknown[0]!r} (settings are the options of run and serve)")
 
 
 def known_profiles() -> list[str]:
@@ -91,10 +122,14 @@ def known_profiles() -> list[str]:
 
 
 def profiles_of(where: str, data: dict[str, Any]) -> dict[str, Any]:
-    """A file's `[profile.NAME]` tables by name (`profile = "x"` is not one: SettingsError)."""
+    """A file's `[profile.NAME]` tables by name; `profile = "NAME"` chooses one instead (no
+    tables); anything else is a SettingsError."""
     profiles = data.get(PROFILE_TABLE, {})
+    if isinstance(profiles, str):
+        return {}
     if not isinstance(profiles, dict):
         raise SettingsError(
-            f"{where}: '{PROFILE_TABLE}' holds tables, [{PROFILE_TABLE}.NAME]; choose one with --profile NAME"
+            f"{where}: '{PROFILE_TABLE}' is a profile's name (profile = \"small\") or its tables, "
+            f"[{PROFILE_TABLE}.NAME]"
         )
     return profiles

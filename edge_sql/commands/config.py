@@ -10,6 +10,7 @@ import click
 from edge_sql.commands.settings import (
     ENV_PREFIX,
     SETTINGS_COMMANDS,
+    chosen_profile,
     effective_settings,
     known_profiles,
     settings_files,
@@ -41,7 +42,8 @@ def command(command_name: str, profile: str | None) -> None:
     Settings files, the second winning over the first:
       $EDGE_SQL_HOME/config.toml   (the model store's folder)
       ./edge-sql.toml              (the working folder)
-    Their keys are the options' names; a [profile.NAME] table applies with --profile NAME:
+    Their keys are the options' names; a [profile.NAME] table applies with --profile NAME, or
+    when a file says `profile = "NAME"` (--profile wins over it):
 
     \b
       threads = 2
@@ -55,7 +57,9 @@ def command(command_name: str, profile: str | None) -> None:
     for path in settings_files():
         state = "read" if path.is_file() else "none"
         click.echo(f"# {path} ({state})")
-    click.echo(f"# profiles: {', '.join(known_profiles())}" + (f"; in effect: {profile}" if profile else ""))
+    chosen = profile or chosen_profile()
+    in_effect = f"; in effect: {chosen}" + ("" if profile else " (chosen by a settings file)") if chosen else ""
+    click.echo(f"# profiles: {', '.join(known_profiles())}{in_effect}")
     for row in rows:
         line = f"{row.key} = {_shown(row.value)}"
         click.echo(f"{line:<{width - 1}} # {row.source}")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
 from edge_sql.store import ModelStore, StoredModel
 from edge_sql.store.catalog import load_catalog
 from edge_sql.store.index import gguf_mtp_layers
+from edge_sql.store.resolve import installed_packaged_models
 
 
 def human_size(size: float) -> str:
@@ -83,6 +85,7 @@ def command(as_json: bool) -> None:
     """
     store = ModelStore()
     entries = store.list()
+    packaged = installed_packaged_models()
     if as_json:
         payload = [
             {
@@ -94,7 +97,11 @@ def command(as_json: bool) -> None:
             }
             for e in entries
         ]
-        click.echo(json.dumps({"store": str(store.root), "models": payload}, indent=2))
+        carried = [
+            {"name": name, "model": what, "path": str(path), "size": path.stat().st_size}
+            for name, what, path in packaged
+        ]
+        click.echo(json.dumps({"store": str(store.root), "models": payload, "packaged": carried}, indent=2))
         return
     if not entries:
         catalog = load_catalog()
@@ -103,9 +110,20 @@ def command(as_json: bool) -> None:
             f"The model store at {store.root} is empty. Get the default model with `edge-sql pull`; "
             f"known models: {known}."
         )
+        _echo_packaged(packaged)
         return
     click.echo(render_table(entries))
     click.echo("\nllama.cpp settings on this machine (`edge-sql tune NAME` calibrates):")
     for e in entries:
         click.echo(f"  {e.name}:{e.variant}  {tuned_label(e) or 'not tuned yet (the first run calibrates)'}")
+    _echo_packaged(packaged)
     click.echo(f"\nstore: {store.root}")
+
+
+def _echo_packaged(packaged: list[tuple[str, str, Path]]) -> None:
+    """The models installed packages carry, outside the store (`--model NAME`; smollm2: `--profile small`)."""
+    if not packaged:
+        return
+    click.echo("\nModels that installed packages carry (no pull needed; `--model NAME`, or `--profile small`):")
+    for name, what, path in packaged:
+        click.echo(f"  {name}  {what}  {human_size(path.stat().st_size)}  {path}")

@@ -58,6 +58,7 @@ class RunOptions:
     vote: int | Literal["auto"] | None = None  # "auto": resolved by the Agent's plan when the model loads
     abstain_below: float | None = None  # with a vote: "not sure" below this share of agreeing episodes
     fresh: bool = False  # ask the model even when the question has a verified answer
+    chart: Path | None = None  # --chart: the answer's chart written here (.svg or .png)
 
 
 @contextmanager
@@ -109,6 +110,15 @@ def _event_line(event: EpisodeEvent) -> str | None:
     "is answered at once from its stored SQL, run afresh, without loading the model).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question instead of the live view.")
+@click.option(
+    "--chart",
+    "chart",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE.svg|FILE.png",
+    help="With --question: write the answer's chart (chosen by rules from the result, docs/charts.md) "
+    "to this SVG or PNG file; needs the charts extra (pip install 'edge-sql[charts]').",
+)
 @click.option("--trace", is_flag=True, help="Also print the raw transcript (the exact text the model saw and wrote).")
 @click.option(
     "--vote",
@@ -151,6 +161,7 @@ def command(
     vote: int | Literal["auto"] | None = None,
     abstain_below: float | None = None,
     fresh: bool = False,
+    chart: Path | None = None,
 ) -> None:
     """Answer questions about a SQLite database, or a data file (CSV, TSV, JSON Lines, Excel,
     Parquet) or a folder of them, with the local model.
@@ -180,10 +191,13 @@ def command(
       edge-sql run --db chinook.sqlite --question "How many albums are there?" --json
       edge-sql run --db chinook.sqlite --question "Which genre sells most?" --vote 4 --seed 1
       edge-sql run --db sales.csv --question "Which region sold most in March?"
+      edge-sql run --db chinook.sqlite --question "What was the revenue per month?" --chart revenue.svg
       edge-sql run --profile small --db chinook.sqlite --question "How many albums are there?"
     """
     from edge_sql.agent.budget import Budget
+    from edge_sql.commands.chart_file import check_chart_file
 
+    check_chart_file(chart, question)
     greedy = greedy_with(vote, greedy)
     if abstain_below is not None and vote is None:
         raise click.UsageError("--abstain-below needs --vote K: it is the share of the K episodes that agree")
@@ -208,6 +222,7 @@ def command(
                 vote=vote,
                 abstain_below=abstain_below,
                 fresh=fresh,
+                chart=chart,
             )
         )
     except Terminated:
@@ -220,7 +235,6 @@ def command(
 
 
 def _run(options: RunOptions) -> int:
-    from edge_sql.agent import load_prompt
     from edge_sql.tools import ReadOnlyDatabase
 
     if options.question is not None and not options.question.strip():
@@ -228,7 +242,10 @@ def _run(options: RunOptions) -> int:
     load_for_db(options.db_path)  # a data file is loaded into SQLite first (once), with its progress on stderr
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
-        load_prompt(options.prompt_file)  # so is a bad prompt file
+        if options.prompt_file is not None:  # so is a bad prompt file (the packaged one is not read here:
+            from edge_sql.agent.prompt import load_prompt  # a verified answer needs no prompt, nor its grammar)
+
+            load_prompt(options.prompt_file)
         if options.question is not None and not options.fresh:
             code = _answer_verified(db, options)
             if code is not None:
@@ -264,7 +281,15 @@ def _answer_verified(db: ReadOnlyDatabase, options: RunOptions) -> int | None:
         click.echo(json.dumps(result.to_json(transcript=options.trace), ensure_ascii=False))
     else:
         click.echo("\n".join([answer_text(result), *given_lines(result)]))
+    _chart(result, options)
     return 0
+
+
+def _chart(result: EpisodeResult, options: RunOptions) -> None:
+    if options.chart is not None:
+        from edge_sql.commands.chart_file import write_chart
+
+        write_chart(result, options.chart)
 
 
 def _load_agent(options: RunOptions) -> Agent:
@@ -370,6 +395,8 @@ def _answer(
             click.echo(line)
         if trace:
             click.echo("\n--- transcript ---\n" + result.transcript)
+    if not cancelled:
+        _chart(result, options)
     if cancelled:
         return EXIT_INTERRUPTED
     if result.stop == "abstained":

@@ -23,6 +23,7 @@ from edge_sql.api.settings_files import (
     LOCAL_FILE,
     PACKAGED_PROFILES,
     Setting,
+    chosen_profile,
     env_name,
     known_profiles,
     load_settings,
@@ -30,7 +31,7 @@ from edge_sql.api.settings_files import (
 )
 from edge_sql.errors import SettingsError
 
-__all__ = ["PACKAGED_PROFILES", "known_profiles", "reads_settings", "settings_files"]
+__all__ = ["PACKAGED_PROFILES", "chosen_profile", "known_profiles", "reads_settings", "settings_files"]
 SETTINGS_COMMANDS = ("run", "serve")  # the commands that read the settings (modules in edge_sql.commands)
 
 
@@ -89,9 +90,27 @@ def command_defaults(ctx: click.Context, settings: dict[str, Setting]) -> dict[s
     return defaults
 
 
+def check_environment(ctx: click.Context) -> None:
+    """SettingsError naming the variable for an `EDGE_SQL_<OPTION>` value the option refuses
+    (click's own message names only the option, and the command's usage)."""
+    for key, option in _options(ctx.command).items():
+        raw = option.resolve_envvar_value(ctx)
+        if raw is None:
+            continue
+        try:
+            option.type_cast_value(ctx, option.value_from_envvar(ctx))
+        except click.BadParameter as exc:
+            raise SettingsError(f"environment {_envvar(option)}: {key} = {raw!r}: {exc.message}") from None
+
+
+def _envvar(option: click.Option) -> str:
+    return option.envvar if isinstance(option.envvar, str) else f"{ENV_PREFIX}_{(option.name or '').upper()}"
+
+
 def _apply(ctx: click.Context, param: click.Parameter, profile: str | None) -> None:
     """`--profile`'s callback (eager: it runs before the other options read their defaults)."""
-    settings = load_settings(profile)
+    settings = load_settings(profile, known_keys=_known_keys())
+    check_environment(ctx)
     ctx.default_map = {**(ctx.default_map or {}), **command_defaults(ctx, settings)}
 
 
@@ -133,14 +152,14 @@ def effective_settings(command: click.Command, name: str, profile: str | None) -
     """What `command` would use for each option given nothing on the command line: from the
     environment, the files (with `profile`), or its default."""
     ctx = click.Context(command, info_name=name, auto_envvar_prefix=ENV_PREFIX)
-    settings = load_settings(profile)
+    settings = load_settings(profile, known_keys=_known_keys())
+    check_environment(ctx)
     defaults = command_defaults(ctx, settings)
     rows = []
     for key, option in _options(command).items():
         if option.resolve_envvar_value(ctx) is not None:
-            envvar = option.envvar if isinstance(option.envvar, str) else f"{ENV_PREFIX}_{(option.name or '').upper()}"
             value = option.type_cast_value(ctx, option.value_from_envvar(ctx))
-            rows.append(Effective(key, value, f"environment {envvar}"))
+            rows.append(Effective(key, value, f"environment {_envvar(option)}"))
         elif option.name in defaults:
             rows.append(Effective(key, settings[key].value, settings[key].source))
         else:

@@ -2,13 +2,13 @@
 
     POST /v1/ask        {question, database, evidence?, seed?, vote?, abstain_below?, follow_up?, fresh?}
                         -> the JSON of `edge-sql run --json` (with `given`: the notes, verified answers
-                        and follow-up the model was given);
+                        and follow-up the model was given; `chart`: the result's Vega-Lite spec or null);
                         with `Accept: text/event-stream`: events queued, running, round, tokens, call,
                         forced, then answer (that same JSON) or error
     GET  /v1/databases  names and tables
     GET  /health        model, variant, queue; `teaching`: "open", or "teach token" when teaching needs
                         `--teach-token`, and `teacher`: whether this request may teach (the page's buttons)
-    POST /v1/query      {database, sql} -> columns, rows, truncated, checks: the client's own read-only SQL
+    POST /v1/query      {database, sql} -> columns, rows, truncated, checks, chart: the client's own read-only SQL
                         (the web page's "Run"), run as the tools run an answer
     GET  /              the web page (web.py), served without the token; its API calls carry it
     GET  /metrics       Prometheus text format (metrics.py)
@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Lifespan
 
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought, Tokens
 from edge_sql.agent.result import json_value
+from edge_sql.charts import chart_for
 from edge_sql.errors import EdgeSqlError
 from edge_sql.serve.access_log import AccessLog
 from edge_sql.serve.guard import AllowList, Guard
@@ -141,6 +142,7 @@ async def query(service: Service, request: Request) -> Response:
             "rows": [[json_value(v) for v in row] for row in result.rows],
             "truncated": result.truncated,
             "checks": checks.to_json(),
+            "chart": chart_for(result.columns, result.rows, truncated=result.truncated),
         }
     )
 

@@ -24,6 +24,7 @@ from edge_sql import __version__
 from edge_sql.agent.display import plural
 from edge_sql.agent.doubt import Doubt, doubt_line, doubt_of
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Tokens
+from edge_sql.agent.how import forced_reason
 from edge_sql.agent.result import EpisodeResult, json_value
 from edge_sql.errors import EdgeSqlError
 from edge_sql.knowledge.answers import given_lines
@@ -85,6 +86,13 @@ class AskOutput(BaseModel):
         ),
     )
     given_text: list[str] = Field(default_factory=list, description="The same in words")
+    chart: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "A Vega-Lite spec of the whole result, chosen by written rules (a time with numbers: a line; a "
+            "category with a number: bars; ...); null when no chart suits the result"
+        ),
+    )
 
 
 class DatabaseOutput(BaseModel):
@@ -241,7 +249,7 @@ def _progress_message(item: Position | EpisodeEvent) -> str | None:
         case CallRan(round=index, call=call):
             return f"round {index}: {call.tool} {'ok' if call.ok else 'error'}"
         case Forced(reason=reason):
-            return f"final answer forced ({reason})"
+            return f"final answer forced: {forced_reason(reason)}"
     return None  # Thought: too long for a progress line; Answered: the result follows at once
 
 
@@ -282,6 +290,7 @@ def ask_output(result: EpisodeResult, max_rows: int, max_output: int) -> AskOutp
         doubt=doubt_of(result),
         given=result.given.to_json() if result.given is not None else None,
         given_text=given_lines(result),
+        chart=result.chart,
     )
 
 

@@ -33,6 +33,7 @@ from starlette.routing import Route
 from edge_sql.agent.display import call_line, stats_line
 from edge_sql.agent.doubt import doubt_line, doubt_of
 from edge_sql.agent.events import CallRan, EpisodeEvent, Forced, RoundStarted, Thought
+from edge_sql.agent.how import forced_reason
 from edge_sql.agent.result import EpisodeResult, RoundRecord
 from edge_sql.errors import BadRequest, EdgeSqlError, UnknownDatabase
 from edge_sql.knowledge.answers import given_lines
@@ -219,7 +220,7 @@ def event_reasoning(event: EpisodeEvent) -> str:
         case CallRan(call=call):
             return f"- {call_line(call)}\n"
         case Forced(reason=reason):
-            return f"Final answer forced ({reason})\n"
+            return f"Final answer forced: {forced_reason(reason)}\n"
     return ""
 
 
@@ -233,7 +234,7 @@ def round_reasoning(record: RoundRecord) -> str:
 
 
 def reasoning(result: EpisodeResult) -> str:
-    forced = f"Final answer forced ({result.force_reason})\n" if result.forced else ""
+    forced = f"Final answer forced: {forced_reason(result.force_reason)}\n" if result.forced else ""
     return "".join(round_reasoning(r) for r in result.rounds) + forced
 
 

