@@ -14,7 +14,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from edge_sql.agent.how import HowAnswered, answer_notes
+from edge_sql.agent.how import FALLBACK_NOTE, FORCED_NOTE, HowAnswered, answer_notes
 from edge_sql.agent.stats import EpisodeStats
 from edge_sql.checks.findings import Checks
 
@@ -68,7 +68,10 @@ def vote_words(vote: VoteAgreement) -> str:
 
 
 def doubt_line(doubt: Doubt) -> str:
-    """`Confidence: doubtful: REASON; REASON (forced final answer: tool rounds used up)`."""
+    """`Confidence: doubtful: REASON; REASON (vote: 3 of 4 episodes agree on this result)`: each
+    thing said once. A doubtful answer's reasons already say that it was forced or a fallback
+    (the checks' findings), and a reason may say the vote's agreement, so the line leaves those
+    notes of `how` out; with no SQL to check it keeps them (`Confidence: none (no SQL to check) (forced final answer: ...)`)."""
     if doubt.confidence is None:
         head = "Confidence: none (no SQL to check)"
     elif doubt.confidence == "checked":
@@ -77,4 +80,6 @@ def doubt_line(doubt: Doubt) -> str:
         head = f"Confidence: {doubt.confidence}" + "".join(
             f"{': ' if i == 0 else '; '}{reason}" for i, reason in enumerate(doubt.reasons)
         )
-    return head + (f" ({'; '.join(doubt.how)})" if doubt.how else "")
+    said = (FORCED_NOTE, FALLBACK_NOTE) if doubt.confidence == "doubtful" else ()
+    how = [n for n in doubt.how if not n.startswith(said) and not any(r in n for r in doubt.reasons)]
+    return head + (f" ({'; '.join(how)})" if how else "")

@@ -8,6 +8,9 @@ from typing import Protocol
 
 from edge_sql.checks.findings import FORCE_REASONS
 
+FORCED_NOTE = "forced final answer"
+FALLBACK_NOTE = "fallback"
+
 
 class HowAnswered(Protocol):
     """What says how an answer came about (`EpisodeResult` is one): a protocol, so that the
@@ -26,9 +29,9 @@ def answer_notes(result: HowAnswered) -> list[str]:
     (what the terminal shows above the SQL, and the serving surfaces beside their confidence)."""
     notes = []
     if result.forced:
-        notes.append(f"forced final answer: {forced_reason(result.force_reason)}")
+        notes.append(f"{FORCED_NOTE}: {forced_reason(result.force_reason)}")
     if result.fallback:
-        notes.append("fallback: the model's answer did not run; this is the last query that ran")
+        notes.append(f"{FALLBACK_NOTE}: the model's answer did not run; this is the last query that ran")
     return notes
 
 
