@@ -140,10 +140,10 @@ def wide_table(
     need = width - len(own)
     others = [t for tables in databases.values() for t in tables if t.name != table.name]
     while len(filler) < need:
-        if kind == "other_tables":
+        if kind == "other_tables":  # a denormalised table: other tables' columns (a second copy numbered)
             other = rng.choice(others)
             column, type_ = rng.choice(other.columns)
-            add(f"{other.name}_{column}", type_)
+            add(f"{other.name}_{column}" + (f"_{rng.randint(2, 9)}" if rng.random() < 0.3 else ""), type_)
         elif kind == "measures":
             add(f"{rng.choice(GENERIC_COLUMNS)}_{rng.choice(SUFFIXES)}_{rng.randint(1, 400)}", "REAL")
         else:

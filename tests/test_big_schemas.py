@@ -344,11 +344,12 @@ def test_one_copy_is_a_copy_and_the_best_ranked_look_alike_heads_its_line(tmp_pa
     db_path = make_db(tmp_path / "company.db", 2000, extra=extra)
     listing = list_tables_for(db_path, "How many employees did HR have in 2023?")
     lines = listing.text.splitlines()
-    assert "hr_employees (+1 copy: hr_employees_old)" in lines
-    quarterly = next(line for line in lines if line.startswith("hr_employees_20"))
-    assert quarterly.startswith("hr_employees_2023_q")
-    assert "(+19 look-alikes, other columns: hr_employees_2023_q" in quarterly
+    line = next(line for line in lines if line.startswith("hr_employees"))
+    assert line.startswith(
+        "hr_employees (+1 copy: hr_employees_old; +20 look-alikes (other columns): hr_employees_2023_q"
+    )
     assert {"hr_employees_2023_q1", "hr_employees_2023_q2"} <= set(listing.named())
+    assert not any(other.startswith("hr_employees_") for other in lines)
 
 
 def test_glued_and_spaced_names_meet_and_an_undeclared_key_raises_its_table(tmp_path: Path) -> None:
@@ -382,3 +383,64 @@ def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
     copies += (TableFacts("Team_2020", "table", ("id", "team_api_id", "coach", "stadium")),)  # changed shape
     assert copy_roots(copies) == {1: 0}
     assert copy_roots(copies, same_shape=False) == {1: 0, 2: 0, 3: 0}  # the rule before: half of its columns
+
+
+def test_the_share_is_filled_in_the_model_s_own_tokens(tmp_path: Path, tiny_gguf_fast: Path, qwen_tokens) -> None:
+    """`--model` counts with that model's vocabulary (no weights loaded), as the agent counts
+    with its own: the share holds more tables than the estimate allows, and stays within it."""
+    db_path = make_db(tmp_path / "big.db", 3000, extra=[HIDDEN])
+    question = "average salary per office"
+    runner = CliRunner()
+    estimated = json.loads(
+        runner.invoke(cli, ["tables", "--db", str(db_path), "--question", question, "--json"]).stdout
+    )
+    args = ["tables", "--db", str(db_path), "--question", question, "--json", "--model", str(tiny_gguf_fast)]
+    counted = json.loads(runner.invoke(cli, args).stdout)
+    assert estimated["tokens_counted_with"] == "estimate" and counted["tokens_counted_with"] == str(tiny_gguf_fast)
+    assert counted["shown"][0] == estimated["shown"][0] == "t_x9"
+    assert qwen_tokens(estimated["text"]) < 0.8 * TOKEN_LIMIT < qwen_tokens(counted["text"]) <= TOKEN_LIMIT
+    assert counted["text"] == list_tables_for(db_path, question, count_tokens=qwen_tokens).text
+
+
+def test_tables_command_shows_what_describe_table_shows(tmp_path: Path, qwen_tokens) -> None:
+    cols = ", ".join(f"measure_{i} REAL" for i in range(1997))
+    path = tmp_path / "wide.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE wards (ward_id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute(
+            f"CREATE TABLE patients (patient_id INTEGER PRIMARY KEY, {cols}, ward_id INTEGER, "
+            "systolic_blood_pressure REAL, FOREIGN KEY (ward_id) REFERENCES wards (ward_id))"
+        )
+    conn.close()
+    question = "Which patients have a blood pressure over 140?"
+    runner = CliRunner()
+    args = ["tables", "--db", str(path), "--question", question, "--table", "patients"]
+    plain = runner.invoke(cli, args)
+    with ReadOnlyDatabase(path) as db:
+        expected = Toolbox(db, question=question).call("describe_table", {"table_name": "patients"}).output
+    assert plain.exit_code == 0 and plain.stdout == expected + "\n"
+    assert expected.startswith(
+        "CREATE TABLE patients (patient_id INTEGER PRIMARY KEY, ward_id INTEGER, systolic_blood_pressure REAL, "
+    )  # the key, the foreign key, then the columns the question names
+    figures = json.loads(runner.invoke(cli, [*args, "--json"]).stdout)
+    assert figures["text"] == expected and figures["table"] == "patients" and len(figures["columns"]) == 2000
+    by_name = {c["name"]: c for c in figures["columns"]}
+    assert by_name["systolic_blood_pressure"]["score"] > 0 and by_name["systolic_blood_pressure"]["shown"]
+    assert by_name["measure_5"]["score"] == 0
+    shown = sum(c["shown"] for c in figures["columns"])
+    assert expected.split("\n")[1].startswith(f"-- {2000 - shown:,} of 2,000 columns not shown")
+    small = runner.invoke(cli, ["tables", "--db", str(path), "--question", question, "--table", "wards"])
+    assert small.stdout == "CREATE TABLE wards (ward_id INTEGER PRIMARY KEY, name TEXT)\n"  # fits: as trained
+    unknown = runner.invoke(cli, ["tables", "--db", str(path), "--question", question, "--table", "nurses"])
+    assert unknown.exit_code == 0 and unknown.stdout == "Error: no such table: nurses\n"
+
+
+def test_words_split_against_the_schema_s_own_vocabulary() -> None:
+    from edge_sql.tools.schema_words import schema_vocabulary, split_glued, split_words
+
+    vocabulary = schema_vocabulary(["GasStationID", "work_type", "order_total", "car_makers", "workorder"])
+    assert split_glued("gasstations", vocabulary) == ["gas", "stations"]
+    assert split_glued("carmakers", vocabulary) == ["car", "makers"]
+    assert split_words("workorder", vocabulary) == ["workorder", "work", "order"]
+    assert split_glued("order", vocabulary) == [] and split_glued("orchestra", vocabulary) == []

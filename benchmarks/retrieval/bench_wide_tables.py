@@ -2,7 +2,7 @@
 
 Each question's gold tables (parsed from its gold SQL with sqlglot) are made wide one at a
 time: the real table's columns scattered among others up to the width, no rows
-(benchmarks/schema_corpora.wide_table, three kinds: other real tables' columns, numbered
+in their real database (benchmarks/schema_corpora.wide_table, three kinds: other real tables' columns, numbered
 generic measures, the table's own columns repeated per period). A question counts when, for
 every gold table, `describe_table` (the real tool, shares counted with the real Qwen3.5
 tokenizer as the agent counts them) shows every column of that table its gold SQL names.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_schema_recall import _cpu, _share, real_token_counter
 
-from bird_schemas import Table, create_statement
+from bird_schemas import Table, write_database
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 from schema_corpora import WIDE_KINDS, load_corpus, wide_table
 
@@ -75,7 +74,7 @@ def main() -> None:
                 for name, columns in gold_columns(q["SQL"], tables).items():
                     key = (q["db_id"], name)
                     if key not in made:
-                        made[key] = _wide_db(work, tables[name], width, kind, databases, len(made))
+                        made[key] = _wide_db(work, tables[name], width, kind, databases, q["db_id"], len(made))
                     text = q["question"] + "\n" + (q.get("evidence") or "")
                     with ReadOnlyDatabase(made[key]) as db:
                         toolbox = Toolbox(db, question=text, count_tokens=None if args.estimate else count)
@@ -106,14 +105,12 @@ def _named(head: str, column: str) -> bool:
     return any(f"{sep}{form} " in head for sep in ("(", ", ") for form in (column, f'"{column}"', f"`{column}`"))
 
 
-def _wide_db(work: Path, table: Table, width: int, kind: str, databases: dict, n: int) -> Path:
+def _wide_db(work: Path, table: Table, width: int, kind: str, databases: dict, db_id: str, n: int) -> Path:
+    """The question's real database (no rows) with `table` made wide."""
     columns = tuple(wide_table(table, width, kind, databases))
-    path = work / f"wide-{n}.sqlite"
-    conn = sqlite3.connect(path)
-    with conn:
-        conn.execute(create_statement(Table(table.name, columns, table.primary_key)))
-    conn.close()
-    return path
+    wide = Table(table.name, columns, table.primary_key, table.foreign_keys)
+    tables = [wide if t.name == table.name else t for t in databases[db_id]]
+    return write_database(tables, work / f"wide-{kind}-{width}-{n}.sqlite")
 
 
 if __name__ == "__main__":

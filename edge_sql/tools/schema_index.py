@@ -25,7 +25,7 @@ from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
 from edge_sql.tools.schema_words import identifier_words, schema_vocabulary, split_words
 
-INDEX_VERSION = 5  # bump when what is stored changes: old files are then never read
+INDEX_VERSION = 6  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
 VALUE_ROWS = 3  # rows read per table for its stored values ("a few")
 MAX_VALUE_CHARS = 40  # longer text is prose, not a name a question would use

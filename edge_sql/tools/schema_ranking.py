@@ -32,6 +32,7 @@ NEIGHBOUR_HOPS = 2  # a join through a bridge table (client -> disp -> account) 
 NEIGHBOUR_SHARE = 0.8  # a neighbour ranks as if it scored this share of its seed
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
+PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by their first letters
 _NUMBER = re.compile(r"[0-9]+")
 
 
@@ -70,6 +71,7 @@ class RankedTable(NamedTuple):
     signature: str
     via: str  # "words" (matched), "link" (foreign-key neighbour of a best hit), "copy" or "" (none)
     copy_of: str = ""  # the table this one copies (schema_index.copy_roots), when copies are folded
+    look_alike_of: str = ""  # the table this one is a variant of, of another shape (`event_2019` of `event`)
 
 
 def query_terms(text: str, *, mask: bool = True) -> list[str]:
@@ -117,16 +119,25 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
                 raised = NEIGHBOUR_SHARE * scores[seed]
                 if raised > scores.get(other, 0.0):
                     scores[other], via[other] = raised, "link"
-    names = {r[0]: r[1] for r in rows} if copy_of else {}
     matched = sorted((i for i in scores if scores[i] > 0.0), key=lambda i: (-scores[i], i))
     order = matched + [r[0] for r in rows if scores.get(r[0], 0.0) <= 0.0]
     return [
         RankedTable(
-            row[1], row[2], scores.get(i, 0.0), row[3], via.get(i, ""), names[copy_of[i]] if i in copy_of else ""
+            row[1],
+            row[2],
+            scores.get(i, 0.0),
+            row[3],
+            via.get(i, ""),
+            _root(rows, copy_of, i),
+            _root(rows, variant_of, i),
         )
         for i in order
         for row in (rows[i - 1],)
     ]
+
+
+def _root(rows: list[tuple], roots: dict[int, int], i: int) -> str:
+    return rows[roots[i] - 1][1] if i in roots else ""
 
 
 _ROWS: dict[
@@ -186,12 +197,19 @@ def closest_tables(conn: sqlite3.Connection, guessed: str, limit: int = SUGGESTI
     return found[:limit]
 
 
-def column_scores(columns: Sequence[str], text: str) -> dict[int, float]:
+def column_scores(columns: Sequence[str], text: str, *, prefixes: bool = False) -> dict[int, float]:
     """BM25 of each column related to `text` (same words and stemming as the tables, over a
-    table of its own in memory), by position; columns it says nothing about are absent."""
+    table of its own in memory), by position; columns it says nothing about are absent.
+    `prefixes`: match the first `PREFIX_LETTERS` letters of longer words instead ("consumed"
+    meets `Consumption`, which stemming leaves apart)."""
     terms = query_terms(text)
+    if prefixes:
+        terms = list(dict.fromkeys(t[:PREFIX_LETTERS] for t in terms if len(t) > PREFIX_LETTERS and t.isalpha()))
     if not terms:
         return {}
+    query = fts_query(terms, ["name"])
+    if prefixes:
+        query = query.replace('" OR', '"* OR').replace('")', '"*)')
     with sqlite3.connect(":memory:") as conn:
         conn.execute("CREATE VIRTUAL TABLE words USING fts5(name, tokenize='porter unicode61')")
         conn.executemany(
@@ -199,16 +217,20 @@ def column_scores(columns: Sequence[str], text: str) -> dict[int, float]:
             [(i + 1, " ".join(identifier_words(c))) for i, c in enumerate(columns)],
         )
         sql = "SELECT rowid, bm25(words) FROM words WHERE words MATCH ?"
-        scores = {rowid - 1: -score for rowid, score in conn.execute(sql, (fts_query(terms, ["name"]),))}
+        scores = {rowid - 1: -score for rowid, score in conn.execute(sql, (query,))}
     conn.close()
     return scores
 
 
 def rank_columns(columns: Sequence[str], text: str) -> list[int]:
-    """Positions of `columns`, most related to `text` first (`column_scores`); the rest keep their order."""
+    """Positions of `columns`, most related to `text` first (`column_scores`), then those that
+    share only a word's beginning with it; the rest keep their order."""
     scores = column_scores(columns, text)
+    near = column_scores(columns, text, prefixes=True)
     matched = sorted(scores, key=lambda i: (-scores[i], i))
-    return matched + [i for i in range(len(columns)) if i not in scores]
+    matched += sorted((i for i in near if i not in scores), key=lambda i: (-near[i], i))
+    seen = set(matched)
+    return matched + [i for i in range(len(columns)) if i not in seen]
 
 
 def alike_key(name: str, signature: str) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from edge_sql.tools.database import ReadOnlyDatabase, opened
 from edge_sql.tools.identifiers import display_identifier
-from edge_sql.tools.schema_index import SchemaIndexError, index_for
+from edge_sql.tools.schema_index import GENERIC_KEYS, SchemaIndexError, index_for
 from edge_sql.tools.schema_ranking import (
     ALL_PARTS,
     RankedTable,
@@ -30,6 +30,7 @@ from edge_sql.tools.schema_ranking import (
     alike_key,
     closest_tables,
     column_scores,
+    rank_columns,
     rank_tables,
 )
 
@@ -50,7 +51,7 @@ LIST_SHARE_TOKENS = 1500
 DESCRIBE_SHARE_TOKENS = 2500
 _LETTERS = re.compile(r"[^\W\d_]+")
 MIN_ALIKE = 3  # fewer look-alikes than this are listed one by one
-NAMED_MEMBERS = 2  # a folded line names its best-ranked members, this many
+NAMED_MEMBERS = 1  # a folded line names its best-ranked member of each kind
 TokenCounter = Callable[[str], int]  # the model's own count of a text's tokens
 
 
@@ -83,7 +84,8 @@ class TableListing:
 
     def named(self) -> list[str]:
         """Every table named in the text: the lines' tables and the members a folded line names."""
-        return self.shown + [n for head in self.shown for n in self.folded.get(head, [])[:NAMED_MEMBERS]]
+        words = set(re.findall(r"[^\s,();:]+", self.text)) if self.ranked else set()
+        return self.shown + [n for head in self.shown for n in self.folded.get(head, []) if n in words]
 
     def _covered(self) -> set[str]:
         return set(self.shown) | {n for names in self.folded.values() for n in names}
@@ -182,15 +184,17 @@ class SchemaView:
         stored = self.db.resolve_table(table)
         info = self.db.table_info(stored)  # (cid, name, type, notnull, default, pk)
         names = [row[1] for row in info]
-        keys = [i for i, row in enumerate(info) if row[5]]
-        scores = column_scores(names, self.question)
-        order = keys + [i for i in sorted(scores, key=lambda i: (-scores[i], i)) if i not in keys]
-        order += [i for i in range(len(names)) if i not in scores and i not in keys]
+        joins = {c.lower() for fk in self.db.table_foreign_keys(stored) for c in fk.from_columns} | self._other_keys(
+            stored
+        )
+        keys = [i for i, row in enumerate(info) if row[5]] + [i for i, n in enumerate(names) if n.lower() in joins]
+        keys = list(dict.fromkeys(keys))  # the key, then the columns that join (foreign keys, other tables' keys)
+        order = keys + [i for i in rank_columns(names, self.question) if i not in keys]
         shown_name = display_identifier(stored)
         pragma = "'" + stored.replace("'", "''") + "'"
         note = (
-            f"-- {{left:,}} of {len(names):,} columns not shown (shown: the key and the columns most related "
-            f"to the question). See one with distinct_values or run_query: SELECT column FROM {shown_name} "
+            f"-- {{left:,}} of {len(names):,} columns not shown (shown: the key, the foreign keys and the columns "
+            f"most related to the question). See one with distinct_values or run_query: SELECT column FROM {shown_name} "
             f"LIMIT 5; list them all with run_query: SELECT name, type FROM pragma_table_info({pragma})"
         )
         head = f"CREATE TABLE {shown_name} ("
@@ -200,6 +204,20 @@ class SchemaView:
         kept = _fill(parts, room, count, separator=", ")
         self.described[table] = [names[i] for i in order[: len(kept)]]
         return head + ", ".join(kept) + ")\n" + note.format(left=len(names) - len(kept))
+
+    def _other_keys(self, table: str) -> set[str]:
+        """Other tables' one-column primary keys that are not generic (`CustomerID`, not `id`):
+        a column of that name joins, declared or not."""
+        rows = self.db.execute(
+            "SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+            "WHERE m.type = 'table' AND p.pk > 0",
+            max_rows=None,
+        ).rows
+        per_table: dict[str, list[str]] = {}
+        for owner, column in rows:
+            per_table.setdefault(owner, []).append(column)
+        single = [cols[0].lower() for owner, cols in per_table.items() if len(cols) == 1 and owner != table]
+        return {c for c in single if c not in GENERIC_KEYS}
 
     def suggestions(self, guessed: str) -> list[str]:
         """Existing tables closest to a name that does not exist; only for a schema too big to
@@ -295,8 +313,8 @@ def _ranked_listing(
             members = sorted((ranked[position[n]] for n in groups[key]), key=lambda m: position[m.name])
         if key[1] == "copies":
             table = next(m for m in members if m.name.lower() == key[0])
-        others = [m.name for m in members if m is not table]  # in ranked order, the best first
-        line = _line(table) + (f" ({_members(others, _kind(key, members))})" if others else "")
+        others = [m for m in members if m is not table]  # in ranked order, the best first
+        line = _line(table) + (f" ({_members(others, key, members)})" if others else "")
         cost = count(line) + (gap if lines else 0)
         if used + cost > room:
             break
@@ -304,7 +322,7 @@ def _ranked_listing(
         lines.append(line)
         shown.append(table.name)
         if others:
-            folded[table.name] = others
+            folded[table.name] = [m.name for m in others]
         used += cost
         covered += len(members)
     text = "\n".join([*lines, _note(total - covered, total, ranked=True)])
@@ -323,12 +341,13 @@ def _groups(
     cache_key = (schema, ranking.fold, ranking.same_shape, ranking.copies)
     if schema and cache_key in _GROUPS:
         return _GROUPS[cache_key]
-    roots = {t.copy_of.lower() for t in ranked if t.copy_of}
+    roots = {(t.copy_of or t.look_alike_of).lower() for t in ranked if t.copy_of or t.look_alike_of}
     key_of: dict[str, tuple[str, str]] = {}
     groups: dict[tuple[str, str], list[str]] = {}
     for table in ranked:
-        if table.copy_of or table.name.lower() in roots:
-            key = (table.copy_of or table.name).lower(), "copies"
+        root = table.copy_of or table.look_alike_of
+        if root or table.name.lower() in roots:
+            key = (root or table.name).lower(), "copies"
         elif not ranking.fold:
             key = table.name, ""
         else:
@@ -341,19 +360,22 @@ def _groups(
     return key_of, groups
 
 
-def _kind(key: tuple[str, str], members: list[RankedTable]) -> tuple[str, str]:
-    """What a folded line's other members are, singular and plural."""
+def _members(others: list[RankedTable], key: tuple[str, str], members: list[RankedTable]) -> str:
+    """`+3 copies: Team_2019, Team_archive, ...`: how many of each kind, and the best-ranked of
+    each; copies have the table's columns (or nearly), look-alikes other ones."""
     if key[1] == "copies":
-        return "copy", "copies"
+        copies = [m.name for m in others if not m.look_alike_of]
+        variants = [m.name for m in others if m.look_alike_of]
+        parts = [_named(copies, "copy", "copies"), _named(variants, "look-alike", "look-alikes", " (other columns)")]
+        return "; ".join(part for part, names in zip(parts, (copies, variants), strict=True) if names)
     if len({m.signature for m in members}) == 1:
-        return "alike, same columns", "alike, same columns"
-    return "look-alike, other columns", "look-alikes, other columns"
+        return _named([m.name for m in others], "alike, same columns", "alike, same columns")
+    return _named([m.name for m in others], "look-alike", "look-alikes", " (other columns)")
 
 
-def _members(others: list[str], kind: tuple[str, str]) -> str:
-    """`+3 copies: Team_2019, Team_archive, ...`: the count and the best-ranked members."""
-    named = ", ".join(others[:NAMED_MEMBERS]) + (", ..." if len(others) > NAMED_MEMBERS else "")
-    return f"+{len(others)} {kind[0] if len(others) == 1 else kind[1]}: {named}"
+def _named(names: list[str], one: str, many: str, note: str = "") -> str:
+    shown = ", ".join(names[:NAMED_MEMBERS]) + (", ..." if len(names) > NAMED_MEMBERS else "")
+    return f"+{len(names)} {one if len(names) == 1 else many}{note}: {shown}"
 
 
 def list_tables_for(

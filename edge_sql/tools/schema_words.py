@@ -37,10 +37,10 @@ def schema_vocabulary(names: Iterable[str]) -> frozenset[str]:
 
 
 def split_glued(word: str, vocabulary: frozenset[str]) -> list[str]:
-    """`gasstations` -> ["gas", "stations"] when `gas` and `station` are vocabulary words; []
-    when the word is itself a vocabulary word or splits no way into two or three of them (the
-    last may carry a plural ending). The split with the fewest parts wins, then the longest first part."""
-    if len(word) < 2 * MIN_PART or not word.isalpha() or word in vocabulary:
+    """`gasstations` -> ["gas", "stations"] when `gas` and `station` are vocabulary words (the
+    glued word may be one too: the table's own name); [] when it splits no way into two or
+    three of them (the last may carry a plural ending). The split with the fewest parts wins."""
+    if len(word) < 2 * MIN_PART or not word.isalpha():
         return []
     best: list[str] | None = None
     stack: list[tuple[int, list[str]]] = [(0, [])]
@@ -49,7 +49,7 @@ def split_glued(word: str, vocabulary: frozenset[str]) -> list[str]:
         for end in range(start + MIN_PART, len(word) + 1):
             part = word[start:end]
             last = end == len(word)
-            if not (part in vocabulary or (last and _plural_of(part, vocabulary))):
+            if part == word or not (part in vocabulary or (last and _plural_of(part, vocabulary))):
                 continue
             found = [*parts, part]
             if last:
