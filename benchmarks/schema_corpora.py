@@ -29,7 +29,8 @@ WIDE_KINDS = ("other_tables", "measures", "periods")  # tuned on the first two, 
 def load_spider(path: Path = SPIDER_FILE) -> tuple[dict[str, list[Table]], list[dict]]:
     """Spider's 167 databases (881 tables) and its 1,034 dev questions (`question`, `SQL`)."""
     data = json.loads(path.read_text())
-    return {entry["db_id"]: _tables(entry) for entry in data["databases"]}, data["questions"]
+    keep = lambda table: not table.name.lower().startswith("sqlite_")  # SQLite's own, in a few databases
+    return {e["db_id"]: [t for t in _tables(e) if keep(t)] for e in data["databases"]}, data["questions"]
 
 
 def load_corpus(name: str) -> tuple[dict[str, list[Table]], list[dict], list[Table]]:

@@ -57,6 +57,14 @@ def make_db(path: Path, tables: int, *, extra: list[str] = (), alike: bool = Fal
     return path
 
 
+_PLACES = ("north", "south", "east", "west", "upper", "lower", "inner", "outer", "river", "harbour")
+_THINGS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda", "theta", "zeta")
+WORD_TABLES = [  # 600 tables whose names differ in words, not numbers: none are look-alikes
+    f"CREATE TABLE {p}_{t}_{k} (id INTEGER, {k} TEXT)"
+    for p in _PLACES
+    for t in _THINGS
+    for k in ("note", "memo", "tag", "flag", "mark", "label")
+]
 HIDDEN = "CREATE TABLE t_x9 (id INTEGER PRIMARY KEY, employee_name TEXT, salary REAL, hire_date TEXT, office TEXT)"
 
 
@@ -108,13 +116,7 @@ def test_a_telling_table_with_an_unhelpful_name_is_listed_first(tmp_path: Path, 
 
 
 def test_hidden_count_is_exact(tmp_path: Path) -> None:
-    places = ("north", "south", "east", "west", "upper", "lower", "inner", "outer", "river", "harbour")
-    things = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda", "theta", "zeta")
-    kinds = ("note", "memo", "tag", "flag", "mark", "label")
-    extra = [HIDDEN] + [
-        f"CREATE TABLE {p}_{t}_{k} (id INTEGER, {k} TEXT)" for p in places for t in things for k in kinds
-    ]
-    db_path = make_db(tmp_path / "big.db", 1400, extra=extra)  # 600 names that differ in words, not numbers
+    db_path = make_db(tmp_path / "big.db", 1400, extra=[HIDDEN, *WORD_TABLES])
     listing = list_tables_for(db_path, "salary of each employee")
     covered = len(listing.shown) + sum(len(v) for v in listing.folded.values())
     assert listing.text.splitlines()[-1].startswith(f"({2001 - covered:,} of 2,001 tables not listed;")
@@ -272,7 +274,7 @@ def test_look_alikes_fold_into_one_line_when_asked(tmp_path: Path) -> None:
         view.close()
     lines = listing.text.splitlines()
     assert lines[0] == "t_x9"
-    assert lines[1] == "sales_orders_0 (+599 alike, same columns: sales_orders_5, sales_orders_10, ...)"
+    assert lines[1] == "sales_orders_0 (+599 alike, same columns: sales_orders_5, ...)"
     assert len(lines) == 7 and lines[-1].startswith("(0 of 3,001 tables not listed;")
     assert sorted(listing.folded["sales_orders_0"], key=lambda n: int(n.rsplit("_", 1)[1]))[0] == "sales_orders_5"
 
@@ -348,7 +350,7 @@ def test_one_copy_is_a_copy_and_the_best_ranked_look_alike_heads_its_line(tmp_pa
     assert line.startswith(
         "hr_employees (+1 copy: hr_employees_old; +20 look-alikes (other columns): hr_employees_2023_q"
     )
-    assert {"hr_employees_2023_q1", "hr_employees_2023_q2"} <= set(listing.named())
+    assert {"hr_employees_2023_q1", "hr_employees_2023_q2"} & set(listing.named())  # the best-ranked is named
     assert not any(other.startswith("hr_employees_") for other in lines)
 
 
@@ -388,7 +390,7 @@ def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
 def test_the_share_is_filled_in_the_model_s_own_tokens(tmp_path: Path, tiny_gguf_fast: Path, qwen_tokens) -> None:
     """`--model` counts with that model's vocabulary (no weights loaded), as the agent counts
     with its own: the share holds more tables than the estimate allows, and stays within it."""
-    db_path = make_db(tmp_path / "big.db", 3000, extra=[HIDDEN])
+    db_path = make_db(tmp_path / "big.db", 2400, extra=[HIDDEN, *WORD_TABLES])
     question = "average salary per office"
     runner = CliRunner()
     estimated = json.loads(

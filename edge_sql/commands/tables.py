@@ -10,7 +10,8 @@ import click
 
 from edge_sql.commands.options import db_option
 from edge_sql.errors import EdgeSqlError
-from edge_sql.tools.schema_view import describe_table_for, list_tables_for
+from edge_sql.tools.schema_view import list_tables_for
+from edge_sql.tools.table_view import describe_table_for
 
 
 @click.command(name="tables")

@@ -29,7 +29,6 @@ from edge_sql.tools.schema_ranking import (
     Ranking,
     alike_key,
     closest_tables,
-    column_scores,
     rank_columns,
     rank_tables,
 )
@@ -390,39 +389,3 @@ def list_tables_for(
             return view.listing()
         finally:
             view.close()
-
-
-@dataclass
-class ColumnListing:
-    """What `describe_table` shows for one table and question, and each column's score."""
-
-    text: str
-    table: str
-    columns: list[dict[str, Any]]  # name, score (0: unrelated), shown
-
-    def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "table": self.table, "columns": self.columns}
-
-
-def describe_table_for(
-    db: str | Path | ReadOnlyDatabase, question: str, table: str, *, count_tokens: TokenCounter | None = None
-) -> ColumnListing:
-    """Exactly what `describe_table` shows the model for `table` (`.text`: the trained one-line
-    CREATE, or a too-wide table's key and most related columns and the note; an unknown name's
-    error), with every column's score and whether it was shown."""
-    from edge_sql.tools.toolbox import Toolbox  # the tool itself: what the model is shown, its errors too
-
-    with opened(db) as database:
-        toolbox = Toolbox(database, question=question, count_tokens=count_tokens)
-        try:
-            text = toolbox.call("describe_table", {"table_name": table}).output
-            if text.startswith("Error: "):
-                return ColumnListing(text, table, [])
-            stored = database.resolve_table(table)
-            names = [row[1] for row in database.table_info(stored)]
-            shown = set(toolbox.schema.described.get(table, names))
-        finally:
-            toolbox.schema.close()
-    scores = column_scores(names, question)
-    columns = [{"name": n, "score": round(scores.get(i, 0.0), 4), "shown": n in shown} for i, n in enumerate(names)]
-    return ColumnListing(text, stored, columns)
