@@ -25,7 +25,7 @@ from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
 from edge_sql.tools.schema_words import identifier_words, schema_vocabulary, split_words
 
-INDEX_VERSION = 6  # bump when what is stored changes: old files are then never read
+INDEX_VERSION = 7  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
 VALUE_ROWS = 3  # rows read per table for its stored values ("a few")
 MAX_VALUE_CHARS = 40  # longer text is prose, not a name a question would use
@@ -257,7 +257,8 @@ def _fill(conn: sqlite3.Connection, facts: SchemaFacts, options: IndexOptions) -
     ids = {t.name.lower(): i for i, t in enumerate(facts.tables, start=1)}
     roots = copy_roots(facts.tables, same_shape=options.same_shape)
     variants = {i: r for i, r in copy_roots(facts.tables, same_shape=False).items() if i not in roots}
-    variants = {i: r for i, r in variants.items() if not _link_shaped(facts.tables[i].columns)}
+    variants = {i: roots.get(r, r) for i, r in variants.items() if not _link_shaped(facts.tables[i].columns)}
+    variants = {i: r for i, r in variants.items() if r != i}  # a look-alike of a copy belongs to the copied table
     conn.executemany(
         "INSERT INTO tables VALUES (?, ?, ?, ?, ?, ?, ?)",
         [

@@ -311,7 +311,7 @@ def _ranked_listing(
         if key[1] != "alone":
             members = sorted((ranked[position[n]] for n in groups[key]), key=lambda m: position[m.name])
         if key[1] == "copies":
-            table = next(m for m in members if m.name.lower() == key[0])
+            table = next((m for m in members if m.name.lower() == key[0]), table)
         others = [m for m in members if m is not table]  # in ranked order, the best first
         line = _line(table) + (f" ({_members(others, key, members)})" if others else "")
         cost = count(line) + (gap if lines else 0)
