@@ -150,7 +150,10 @@ def wide_table(
         else:
             column, type_ = rng.choice(own)
             year, quarter = rng.randint(2000, 2024), rng.randint(1, 4)
-            add(f"{column}_{year}" + (f"_q{quarter}" if rng.random() < 0.5 else ""), type_)
+            period = f"{column}_{year}" + (f"_q{quarter}" if rng.random() < 0.5 else "")
+            add(
+                period if len(filler) < 20 * len(own) else f"{period}_{rng.randint(2, 99)}", type_
+            )  # few columns: numbered
     columns = own + filler[:need]
     head, rest = columns[:1], columns[1:]
     rng.shuffle(rest)
