@@ -127,8 +127,14 @@ def merged_schema(databases: dict[str, list[Table]], target: str, extra: list[Ta
     for db_id, others in databases.items():
         if db_id == target:
             continue
-        renamed = {t.name: t.name if t.name.lower() not in taken else f"{db_id}_{t.name}" for t in others}
-        taken |= {name.lower() for name in renamed.values()}
+        renamed = {}
+        for t in others:  # a taken name gets its database's prefix (and a number, where that is taken too)
+            name = t.name if t.name.lower() not in taken else f"{db_id}_{t.name}"
+            number = 2
+            while name.lower() in taken:
+                name, number = f"{db_id}_{t.name}_{number}", number + 1
+            renamed[t.name] = name
+            taken.add(name.lower())
         for table in others:
             links = tuple((c, renamed.get(t, t), o) for c, t, o in table.foreign_keys)
             tables.append(Table(renamed[table.name], table.columns, table.primary_key, links))

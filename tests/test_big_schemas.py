@@ -57,6 +57,14 @@ def make_db(path: Path, tables: int, *, extra: list[str] = (), alike: bool = Fal
     return path
 
 
+_PLACES = ("north", "south", "east", "west", "upper", "lower", "inner", "outer", "river", "harbour")
+_THINGS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda", "theta", "zeta")
+WORD_TABLES = [  # 600 tables whose names differ in words, not numbers: none are look-alikes
+    f"CREATE TABLE {p}_{t}_{k} (id INTEGER, {k} TEXT)"
+    for p in _PLACES
+    for t in _THINGS
+    for k in ("note", "memo", "tag", "flag", "mark", "label")
+]
 HIDDEN = "CREATE TABLE t_x9 (id INTEGER PRIMARY KEY, employee_name TEXT, salary REAL, hire_date TEXT, office TEXT)"
 
 
@@ -108,11 +116,11 @@ def test_a_telling_table_with_an_unhelpful_name_is_listed_first(tmp_path: Path, 
 
 
 def test_hidden_count_is_exact(tmp_path: Path) -> None:
-    db_path = make_db(tmp_path / "big.db", 2000, extra=[HIDDEN])
+    db_path = make_db(tmp_path / "big.db", 1400, extra=[HIDDEN, *WORD_TABLES])
     listing = list_tables_for(db_path, "salary of each employee")
     covered = len(listing.shown) + sum(len(v) for v in listing.folded.values())
     assert listing.text.splitlines()[-1].startswith(f"({2001 - covered:,} of 2,001 tables not listed;")
-    assert 0 < covered < 2001
+    assert 0 < covered < 2001 and listing.shown[0] == "t_x9"
 
 
 def test_wide_table_shows_related_columns_and_how_to_see_the_rest(tmp_path: Path, qwen_tokens) -> None:
@@ -266,7 +274,7 @@ def test_look_alikes_fold_into_one_line_when_asked(tmp_path: Path) -> None:
         view.close()
     lines = listing.text.splitlines()
     assert lines[0] == "t_x9"
-    assert lines[1] == "sales_orders_0 (+599 alike, same columns: sales_orders_5 ... sales_orders_2995)"
+    assert lines[1] == "sales_orders_0 (+599 alike, same columns: sales_orders_5, ...)"
     assert len(lines) == 7 and lines[-1].startswith("(0 of 3,001 tables not listed;")
     assert sorted(listing.folded["sales_orders_0"], key=lambda n: int(n.rsplit("_", 1)[1]))[0] == "sales_orders_5"
 
@@ -306,16 +314,60 @@ def test_the_token_estimate_is_never_under_the_real_count(qwen_tokens) -> None:
 def test_copies_of_a_table_fold_into_its_line_and_a_join_table_does_not(tmp_path: Path) -> None:
     copies = [f"customers_{2000 + i}" for i in range(20)] + [f"customers_archive_{i}" for i in range(20)]
     extra = ["CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT, email TEXT)"]
-    extra += [f"CREATE TABLE {name} (id INTEGER, name TEXT, city TEXT, archived_at TEXT)" for name in copies]
+    extra += [
+        f"CREATE TABLE {name} (id INTEGER, name TEXT, city TEXT, email TEXT, archived_at TEXT)" for name in copies
+    ]
     extra += ["CREATE TABLE customers_orders (customer_id INTEGER, order_id INTEGER, quantity INTEGER)"]
+    extra += ["CREATE TABLE customers_in_region (id INTEGER, region_id INTEGER)"]  # a link table: one column shared
     db_path = make_db(tmp_path / "copies.db", 3000, extra=extra)
     listing = list_tables_for(db_path, "email and city of customers and the quantity they ordered")
     lines = listing.text.splitlines()
-    assert "customers (+40 copies: customers_2000 ... customers_archive_19)" in lines
-    assert "customers_orders" in lines  # shares no column with customers: no copy
+    customers = next(line for line in lines if line.startswith("customers ("))
+    assert customers.startswith("customers (+40 copies: customers_") and customers.endswith(", ...)")
+    assert "customers_orders" in lines and "customers_in_region" in lines  # no copies: their own lines
     assert not any(line.startswith("customers_2") for line in lines)
     assert sorted(listing.folded["customers"]) == sorted(copies)
-    assert lines[-1].startswith(f"({3042 - len(listing.shown) - 40:,} of 3,042 tables not listed;")
+    assert listing.named()[: len(listing.shown)] == listing.shown
+    covered = len(listing.shown) + sum(len(v) for v in listing.folded.values())
+    assert lines[-1].startswith(f"({3043 - covered:,} of 3,043 tables not listed;")
+
+
+def test_one_copy_is_a_copy_and_the_best_ranked_look_alike_heads_its_line(tmp_path: Path) -> None:
+    """A new user's company schema: quarterly tables whose columns changed are look-alikes,
+    not copies of `hr_employees`, and the one the question matches best is named first."""
+    extra = ["CREATE TABLE hr_employees (id INTEGER PRIMARY KEY, name TEXT, department TEXT, hired TEXT)"]
+    extra += ["CREATE TABLE hr_employees_old (id INTEGER, name TEXT, department TEXT, hired TEXT)"]
+    for year in range(2015, 2025):
+        for quarter in (1, 2):
+            headcount = ", headcount_2023 INTEGER" if year == 2023 else ""
+            extra.append(
+                f"CREATE TABLE hr_employees_{year}_q{quarter} (id INTEGER, name TEXT, grade_{year} TEXT{headcount})"
+            )
+    db_path = make_db(tmp_path / "company.db", 2000, extra=extra)
+    listing = list_tables_for(db_path, "How many employees did HR have in 2023?")
+    lines = listing.text.splitlines()
+    line = next(line for line in lines if line.startswith("hr_employees"))
+    assert line.startswith(
+        "hr_employees (+1 copy: hr_employees_old; +20 look-alikes (other columns): hr_employees_2023_q"
+    )
+    assert {"hr_employees_2023_q1", "hr_employees_2023_q2"} & set(listing.named())  # the best-ranked is named
+    assert not any(other.startswith("hr_employees_") for other in lines)
+
+
+def test_glued_and_spaced_names_meet_and_an_undeclared_key_raises_its_table(tmp_path: Path) -> None:
+    extra = [
+        "CREATE TABLE workorder (wo_id INTEGER PRIMARY KEY, opened TEXT, work_type TEXT, order_total REAL)",
+        "CREATE TABLE car_makers (maker_id INTEGER PRIMARY KEY, maker TEXT, country TEXT)",
+        "CREATE TABLE customers (number INTEGER PRIMARY KEY, surname TEXT, segment TEXT)",
+        "CREATE TABLE orders (order_no INTEGER PRIMARY KEY, cust_no INTEGER, shipped_on TEXT, freight REAL)",
+    ]
+    db_path = make_db(tmp_path / "words.db", 3000, extra=extra)
+    assert list_tables_for(db_path, "How many work orders were opened in May?").shown[0] == "workorder"
+    assert list_tables_for(db_path, "Which carmakers are from Japan?").shown[0] == "car_makers"
+    listing = list_tables_for(db_path, "total freight of the orders shipped in May")
+    ranked = {t.name: t for t in listing.ranking}
+    assert listing.shown[0] == "orders" and ranked["customers"].via == "link"  # cust_no -> customers(number)
+    assert listing.shown.index("customers") < 12
 
 
 def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
@@ -328,5 +380,69 @@ def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
         facts = tuple(TableFacts(t.name, "table", tuple(c for c, _ in t.columns)) for t in tables)
         assert len(facts) > 70 and copy_roots(facts) == {}
     copies = (TableFacts("Team", "table", ("id", "team_api_id", "team_long_name")),)
-    copies += (TableFacts("Team_2019", "table", ("id", "team_api_id", "note")),)
+    copies += (TableFacts("Team_2019", "table", ("id", "team_api_id", "team_long_name", "note")),)
+    copies += (TableFacts("Team_in_league", "table", ("team_api_id", "league_id")),)  # a link table
+    copies += (TableFacts("Team_2020", "table", ("id", "team_api_id", "coach", "stadium")),)  # changed shape
     assert copy_roots(copies) == {1: 0}
+    assert copy_roots(copies, same_shape=False) == {1: 0, 2: 0, 3: 0}  # the rule before: half of its columns
+
+
+def test_the_share_is_filled_in_the_model_s_own_tokens(tmp_path: Path, tiny_gguf_fast: Path, qwen_tokens) -> None:
+    """`--model` counts with that model's vocabulary (no weights loaded), as the agent counts
+    with its own: the share holds more tables than the estimate allows, and stays within it."""
+    db_path = make_db(tmp_path / "big.db", 2400, extra=[HIDDEN, *WORD_TABLES])
+    question = "average salary per office"
+    runner = CliRunner()
+    estimated = json.loads(
+        runner.invoke(cli, ["tables", "--db", str(db_path), "--question", question, "--json"]).stdout
+    )
+    args = ["tables", "--db", str(db_path), "--question", question, "--json", "--model", str(tiny_gguf_fast)]
+    counted = json.loads(runner.invoke(cli, args).stdout)
+    assert estimated["tokens_counted_with"] == "estimate" and counted["tokens_counted_with"] == str(tiny_gguf_fast)
+    assert counted["shown"][0] == estimated["shown"][0] == "t_x9"
+    assert qwen_tokens(estimated["text"]) < 0.8 * TOKEN_LIMIT < qwen_tokens(counted["text"]) <= TOKEN_LIMIT
+    assert counted["text"] == list_tables_for(db_path, question, count_tokens=qwen_tokens).text
+
+
+def test_tables_command_shows_what_describe_table_shows(tmp_path: Path, qwen_tokens) -> None:
+    cols = ", ".join(f"measure_{i} REAL" for i in range(1997))
+    path = tmp_path / "wide.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE wards (ward_id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute(
+            f"CREATE TABLE patients (patient_id INTEGER PRIMARY KEY, {cols}, ward_id INTEGER, "
+            "systolic_blood_pressure REAL, FOREIGN KEY (ward_id) REFERENCES wards (ward_id))"
+        )
+    conn.close()
+    question = "Which patients have a blood pressure over 140?"
+    runner = CliRunner()
+    args = ["tables", "--db", str(path), "--question", question, "--table", "patients"]
+    plain = runner.invoke(cli, args)
+    with ReadOnlyDatabase(path) as db:
+        expected = Toolbox(db, question=question).call("describe_table", {"table_name": "patients"}).output
+    assert plain.exit_code == 0 and plain.stdout == expected + "\n"
+    assert expected.startswith(
+        "CREATE TABLE patients (patient_id INTEGER PRIMARY KEY, ward_id INTEGER, systolic_blood_pressure REAL, "
+    )  # the key, the foreign key, then the columns the question names
+    figures = json.loads(runner.invoke(cli, [*args, "--json"]).stdout)
+    assert figures["text"] == expected and figures["table"] == "patients" and len(figures["columns"]) == 2000
+    by_name = {c["name"]: c for c in figures["columns"]}
+    assert by_name["systolic_blood_pressure"]["score"] > 0 and by_name["systolic_blood_pressure"]["shown"]
+    assert by_name["measure_5"]["score"] == 0
+    shown = sum(c["shown"] for c in figures["columns"])
+    assert expected.split("\n")[1].startswith(f"-- {2000 - shown:,} of 2,000 columns not shown")
+    small = runner.invoke(cli, ["tables", "--db", str(path), "--question", question, "--table", "wards"])
+    assert small.stdout == "CREATE TABLE wards (ward_id INTEGER PRIMARY KEY, name TEXT)\n"  # fits: as trained
+    unknown = runner.invoke(cli, ["tables", "--db", str(path), "--question", question, "--table", "nurses"])
+    assert unknown.exit_code == 0 and unknown.stdout == "Error: no such table: nurses\n"
+
+
+def test_words_split_against_the_schema_s_own_vocabulary() -> None:
+    from edge_sql.tools.schema_words import schema_vocabulary, split_glued, split_words
+
+    vocabulary = schema_vocabulary(["GasStationID", "work_type", "order_total", "car_makers", "workorder"])
+    assert split_glued("gasstations", vocabulary) == ["gas", "stations"]
+    assert split_glued("carmakers", vocabulary) == ["car", "makers"]
+    assert split_words("workorder", vocabulary) == ["workorder", "work", "order"]
+    assert split_glued("order", vocabulary) == [] and split_glued("orchestra", vocabulary) == []

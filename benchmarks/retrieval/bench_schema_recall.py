@@ -1,14 +1,18 @@
-"""Recall of gold tables in what `list_tables` shows, on big merged schemas; index build time and
-size; ranking time per question. Prints its figures (and writes them as JSON with --out).
+"""Recall of gold tables in what `list_tables` shows, on big merged schemas; ranking time per
+question; index build time and size. Prints its figures (and writes them as JSON with --out).
 
-Each BIRD mini-dev question's database is merged with the other ten and generated look-alike
-distractors (benchmarks/bird_schemas.py) into 1,000 and 5,000 tables; a question counts when
-every table of its gold SQL (parsed with sqlglot) is named in the shown text. The baseline is
-plain FTS5 BM25 over table and column names with the question's words, top 150 names; then
-each addition is switched on in turn through the real `SchemaView` (what the model is shown).
-Shown text is counted with the real Qwen3.5 tokenizer (benchmarks/checkpoint_tokenizer.py).
+Two corpora (benchmarks/schema_corpora.py): BIRD mini-dev, which the ranking is tuned on, and
+Spider 1.0's dev set, held out (read for reporting only). Each question's database is merged
+with the corpus's other databases (for Spider, BIRD's too) and generated distractors of four
+kinds (same-shaped archive copies, yearly and quarterly tables of changing shape, link tables,
+generic shards) into 1,000 and 5,000 tables; a question counts when every table of its gold SQL
+(parsed with sqlglot) is named in the shown text. The baseline is plain FTS5 BM25 over table
+and column names with the question's words, top 150 names; then the ranking as issue 55 left
+it, and each part of issue 62 switched on in turn, through the real `SchemaView`. Shown text is
+counted with the real Qwen3.5 tokenizer (benchmarks/checkpoint_tokenizer.py), which is also
+the count the share is filled with where the ranking counts real tokens (as the agent does).
 
-    python benchmarks/retrieval/bench_schema_recall.py --out benchmarks/results/schemas/recall.json
+    python benchmarks/retrieval/bench_schema_recall.py --corpus spider --sizes 1000 --out benchmarks/results/schemas/spider-1000.json
 """
 
 from __future__ import annotations
@@ -27,31 +31,26 @@ import sqlglot
 from sqlglot import exp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bird_schemas import GENERIC_COLUMNS, distractors, load_bird, merged_schema, write_database
+from bird_schemas import GENERIC_COLUMNS, merged_schema, write_database
 from checkpoint_tokenizer import build_tokenizer
-from edge_sql.tools import (
-    ReadOnlyDatabase,
-    schema_view,
-)
+from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.schema_index import index_for, index_path
 from edge_sql.tools.schema_ranking import Ranking, rank_tables
 from edge_sql.tools.schema_view import SchemaView
+from schema_corpora import load_corpus, mixed_distractors
 
 SIZES = (1000, 5000)
 BASELINE_TOP = 150
+BEFORE = Ranking(split=False, keys=False, same_shape=False, real_tokens=False)  # as issue 55 left it
 # Each step switches one more part on (cumulative): what each addition bought.
 STEPS: list[tuple[str, Ranking, bool]] = [
-    ("names only, question+evidence, share", Ranking(False, False, False, False, False, False, False), True),
-    ("+ column names", Ranking(True, False, False, False, False, False, False), True),
-    ("+ stemming", Ranking(True, False, False, False, True, False, False), True),
-    ("+ question words and short numbers masked", Ranking(True, False, False, True, True, False, False), True),
-    ("+ foreign-key and key-name neighbours, 2 hops", Ranking(True, False, True, True, True, False, False), True),
-    ("+ stored values (none here: no rows)", Ranking(True, True, True, True, True, False, False), True),
-    ("+ look-alikes folded", Ranking(True, True, True, True, True, True, False), True),
-    ("+ copies folded into their table (the default)", Ranking(True, True, True, True, True, True, True), True),
-    ("default, question only (no evidence)", Ranking(True, True, True, True, True, True, True), False),
+    ("issue 55's ranking (estimated tokens, copies by half the columns)", BEFORE, True),
+    ("+ the share counted in real tokens", Ranking(split=False, keys=False, same_shape=False), True),
+    ("+ copies only of the same shape, look-alikes apart", Ranking(split=False, keys=False), True),
+    ("+ glued names split against the schema's words", Ranking(keys=False), True),
+    ("+ undeclared key names (default)", Ranking(), True),
+    ("default, question only (no evidence)", Ranking(), False),
 ]
-SHARES = (1000, 1500, 2000)  # estimated tokens (schema_view.estimated_tokens)
 
 
 def gold_tables(sql: str) -> set[str]:
@@ -83,37 +82,34 @@ def baseline_shown(db_path: Path, question: str, conn_cache: dict[Path, sqlite3.
 
 def listed(view: SchemaView) -> tuple[set[str], str]:
     listing = view.listing()
-    return {n.lower() for n in listing.shown}, listing.text
+    return {n.lower() for n in listing.named()}, listing.text
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", choices=("bird", "spider"), default="bird", help="bird: tuned on; spider: held out")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
-    parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all 500)")
+    parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="schema sizes in tables")
-    parser.add_argument("--no-build", action="store_true", help="skip the 5,000 x 20 build measurement")
+    parser.add_argument("--steps", type=int, nargs="*", help="only these STEPS (0-based; default all)")
+    parser.add_argument("--build", action="store_true", help="also time a 5,000 x 20 index build")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="schema-recall-"))
     os.environ["EDGE_SQL_HOME"] = str(work / "home")
-    tok_dir = work / "tokenizer"
-    build_tokenizer(tok_dir)
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
-    count_tokens = lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
-    databases, questions = load_bird()
+    count_tokens = real_token_counter(work)
+    databases, questions, unrelated = load_corpus(args.corpus)
     if args.limit:
         questions = questions[: args.limit]
     golds = [gold_tables(q["SQL"]) for q in questions]
-    real_count = sum(len(t) for t in databases.values())
-    figures: dict = {"questions": len(questions), "cpu": _cpu(), "sizes": {}}
+    real_count = sum(len(t) for t in databases.values()) + len(unrelated)
+    steps = [STEPS[i] for i in args.steps] if args.steps is not None else STEPS
+    figures: dict = {"corpus": args.corpus, "questions": len(questions), "cpu": _cpu(), "sizes": {}}
     for size in args.sizes:
-        extra = distractors(databases, size - real_count)
+        extra = unrelated + mixed_distractors(databases, size - real_count)
         paths = {}
-        for db_id in databases:
-            tables = merged_schema(databases, db_id, extra)
-            paths[db_id] = write_database(tables, work / f"{db_id}-{size}.sqlite")
-        per_size: dict = {"tables": len(merged_schema(databases, next(iter(databases)), extra))}
+        for db_id in sorted({q["db_id"] for q in questions}):
+            paths[db_id] = write_database(merged_schema(databases, db_id, extra), work / f"{db_id}-{size}.sqlite")
+        per_size: dict = {"tables": len(merged_schema(databases, next(iter(paths)), extra))}
         cache: dict[Path, sqlite3.Connection] = {}
         for label, with_evidence in (("question", False), ("question+evidence", True)):
             hits = 0
@@ -122,19 +118,21 @@ def main() -> None:
                 hits += gold <= {n.lower() for n in baseline_shown(paths[q["db_id"]], text, cache)}
             key = f"baseline (plain FTS5, names+columns, {label}, top 150)"
             per_size[key] = _share(hits, len(questions))
-            print(f"{size} tables: {key}: {per_size[key]}%")
+            print(f"{size} tables: {key}: {per_size[key]}%", flush=True)
         opened = {db_id: ReadOnlyDatabase(p) for db_id, p in paths.items()}
-        for label, ranking, with_evidence in STEPS:
-            hits, tokens, times = 0, [], []
+        for label, ranking, with_evidence in steps:
+            hits, tokens, times, misses = 0, [], [], []
             for q, gold in zip(questions, golds, strict=True):
                 text = q["question"] + ("\n" + (q.get("evidence") or "") if with_evidence else "")
-                view = SchemaView(opened[q["db_id"]], text, ranking=ranking)
+                view = SchemaView(opened[q["db_id"]], text, ranking=ranking, count_tokens=count_tokens)
                 view._open_index()  # built once per schema; not part of the per-question time
                 started = time.perf_counter()
                 shown, shown_text = listed(view)
                 times.append(time.perf_counter() - started)
                 view.close()
                 hits += gold <= shown
+                if not gold <= shown:
+                    misses.append({"db": q["db_id"], "question": q["question"], "missing": sorted(gold - shown)})
                 tokens.append(count_tokens(shown_text))
             per_size[label] = {
                 "recall_%": _share(hits, len(questions)),
@@ -143,29 +141,26 @@ def main() -> None:
                 "rank_ms_mean": round(1000 * statistics.mean(times), 1),
                 "rank_ms_p95": round(1000 * sorted(times)[int(0.95 * len(times))], 1),
             }
-            print(f"{size} tables: {label}: {per_size[label]}")
-        per_size["share"] = {}
-        for share in SHARES:
-            schema_view.LIST_SHARE_TOKENS = share
-            hits, tokens = 0, []
-            for q, gold in zip(questions, golds, strict=True):
-                view = SchemaView(opened[q["db_id"]], q["question"] + "\n" + (q.get("evidence") or ""))
-                shown, shown_text = listed(view)
-                view.close()
-                hits += gold <= shown
-                tokens.append(count_tokens(shown_text))
-            per_size["share"][share] = {"recall_%": _share(hits, len(questions)), "tokens_max": max(tokens)}
-            print(f"{size} tables: share {share} estimated tokens: {per_size['share'][share]}")
-        schema_view.LIST_SHARE_TOKENS = 1500
+            print(f"{size} tables: {label}: {per_size[label]}", flush=True)
+            per_size[label]["misses"] = misses
         for db in opened.values():
             db.close()
         figures["sizes"][size] = per_size
-    if not args.no_build:
+    if args.build:
         figures["build"] = _build_figures(work)
         print(f"index build at 5,000 tables x 20 columns: {figures['build']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def real_token_counter(work: Path):
+    """The real Qwen3.5 tokenizer's count (what the agent's model counts)."""
+    build_tokenizer(work / "tokenizer")
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(work / "tokenizer" / "tokenizer.json"))
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def _build_figures(work: Path) -> dict:

@@ -363,7 +363,7 @@ class Agent(AskMany):
         with self._open_pool().borrowed(should_stop) as session:
             result = run_episode(
                 session,
-                Toolbox(database, question=f"{question}\n{evidence or ''}"),
+                Toolbox(database, question=f"{question}\n{evidence or ''}", count_tokens=session.count_tokens),
                 question,
                 evidence=evidence,
                 params=params,

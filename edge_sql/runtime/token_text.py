@@ -28,6 +28,10 @@ class TokenText:
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         return self.vocab.tokenize(text, special=special)
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is as plain text (what a tool's share is counted in)."""
+        return len(self.vocab.tokenize(text, special=False))
+
     def token_bytes(self, token: int) -> bytes:
         return self.vocab.token_bytes(token)
 

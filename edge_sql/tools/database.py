@@ -345,6 +345,10 @@ class ReadOnlyDatabase:
             self._foreign_keys = [fk for t in self.table_names() for fk in self._table_fks(t)]
         return list(self._foreign_keys)
 
+    def table_foreign_keys(self, table: str) -> list[ForeignKey]:
+        """The foreign keys of one table (a stored name), without reading every table's."""
+        return self._table_fks(table)
+
     def _table_fks(self, table: str) -> list[ForeignKey]:
         # SQLite numbers a table's foreign keys last-declared first; list them as declared.
         rows = sorted(self._pragma("foreign_key_list", table), key=lambda r: (-r[0], r[1]))

@@ -9,9 +9,9 @@ the user's file. A changed schema has another hash, so it gets a fresh index.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
-import re
 import sqlite3
 import sys
 import tempfile
@@ -23,18 +23,20 @@ from edge_sql.errors import EdgeSqlError
 from edge_sql.store.home import store_root
 from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
+from edge_sql.tools.schema_words import identifier_words, schema_vocabulary, split_words
 
-INDEX_VERSION = 3  # bump when what is stored changes: old files are then never read
+INDEX_VERSION = 7  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
 VALUE_ROWS = 3  # rows read per table for its stored values ("a few")
 MAX_VALUE_CHARS = 40  # longer text is prose, not a name a question would use
 PROGRESS_FROM_TABLES = 500  # a build this big says what it is doing on stderr
 PROGRESS_EVERY = 1000
 GENERIC_KEYS = frozenset({"id", "rowid", "key", "code", "name", "uuid", "pk"})
-COPY_SHARE = 0.5  # `orders_2019` is a copy of `orders` when this share of its columns are in `orders`
+# Last words of a column that refers to another table's key: `cust_no` -> customers(number).
+KEY_WORDS = frozenset({"id", "no", "num", "nr", "number", "code", "key", "ref"})
+MIN_KEY_PREFIX = 3  # `cust` of `cust_no` names customers; `c` names nothing
+COPY_DIFFERENCE = 0.2  # a copy differs from its table in at most one column or this share of them
 READ_TIME_LIMIT_S = 10.0  # the schema query's limit: a schema that cannot be read in time is not ranked
-_MIXED = re.compile(r"[A-Za-z0-9]+")
-_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
 
 
 class SchemaIndexError(Exception):
@@ -61,29 +63,53 @@ class SchemaFacts:
     links: tuple[tuple[str, str], ...]
 
 
-def identifier_words(name: str) -> list[str]:
-    """`SalesOrderID_2` -> ["sales", "order", "id", "2"]: names split the way people write words,
-    so a question's "sales order" meets `SalesOrders` and `sales_orders`; a token that mixes
-    letters and digits is kept whole too (`A3`, `1k`: evidence names such columns)."""
-    words = [w.lower() for w in _WORD.findall(name)]
-    mixed = [t.lower() for t in _MIXED.findall(name) if not t.isdigit() and not t.isalpha()]
-    return words + [t for t in mixed if t not in words]
+@dataclass(frozen=True)
+class IndexOptions:
+    """What the index holds (the benchmark builds it without each part to show what it buys)."""
+
+    stem: bool = True  # porter stemming ("orders" meets "order")
+    split: bool = True  # glued names split against the schema's words (`workorder`: work order)
+    keys: bool = True  # links by key names no foreign key declares (`cust_no` -> customers(number))
+    same_shape: bool = True  # copies only of the same columns, or nearly, both ways (False: half of the copy's)
 
 
-def schema_key(db: ReadOnlyDatabase, *, stem: bool = True) -> str:
+DEFAULT_OPTIONS = IndexOptions()
+
+
+def schema_key(db: ReadOnlyDatabase, options: IndexOptions = DEFAULT_OPTIONS) -> str:
     """The schema's identity: every CREATE statement (and the index layout) hashed."""
-    digest = hashlib.sha256(f"edge-sql schema index v{INDEX_VERSION} stem={stem}\n".encode())
+    digest = hashlib.sha256(f"edge-sql schema index v{INDEX_VERSION} {options}\n".encode())
     for kind, name, sql in db.schema_entries():
         digest.update(f"{kind}\0{name}\0{sql}\0".encode())
     digest.update(str(db.path.resolve()).encode())  # stored values differ between files of one schema
     return digest.hexdigest()[:32]
 
 
-def index_path(db: ReadOnlyDatabase, *, stem: bool = True) -> Path:
-    return store_root() / INDEX_FOLDER / f"{schema_key(db, stem=stem)}.sqlite"
+def index_path(db: ReadOnlyDatabase, options: IndexOptions = DEFAULT_OPTIONS) -> Path:
+    """The index file for the schema (its key hashed again only when the file or its WAL changed:
+    every question of a session asks, and 5,000 CREATE statements take milliseconds to hash)."""
+    stamp = (str(db.path.resolve()), _file_stamp(db.path), _file_stamp(Path(f"{db.path}-wal")), options)
+    key = _KEYS.get(stamp)
+    if key is None:
+        key = schema_key(db, options)
+        while len(_KEYS) >= 64:
+            _KEYS.pop(next(iter(_KEYS)))
+        _KEYS[stamp] = key
+    return store_root() / INDEX_FOLDER / f"{key}.sqlite"
 
 
-def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True) -> SchemaFacts:
+_KEYS: dict[tuple, str] = {}
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True, key_names: bool = True) -> SchemaFacts:
     """Columns, links and a few text values of every table, read through the read-only worker.
     Raises `SchemaIndexError` when the schema cannot be read in time."""
     entries = [(kind, name) for kind, name, _ in db.schema_entries()]
@@ -117,7 +143,8 @@ def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True) -> SchemaFacts
             progress.step(i + 1)
     known = {n.lower() for _, n in entries}
     declared = [(a, b) for a, b in link_rows if a != b and str(b).lower() in known]
-    return SchemaFacts(tuple(tables), tuple(declared + _named_links(columns, keys)))
+    named = _named_links(columns, keys) + (_prefixed_links(columns, keys) if key_names else [])
+    return SchemaFacts(tuple(tables), tuple(declared + named))
 
 
 def _named_links(columns: dict[str, list[str]], keys: dict[str, list[str]]) -> list[tuple[str, str]]:
@@ -132,6 +159,33 @@ def _named_links(columns: dict[str, list[str]], keys: dict[str, list[str]]) -> l
     for table, names in columns.items():
         for name in names:
             found += [(table, other) for other in by_key.get(name.lower(), []) if other != table]
+    return found
+
+
+def _prefixed_links(columns: dict[str, list[str]], keys: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """Links by a column that names a table and a key word: `orders.cust_no` -> `customers`
+    (one-column key `number`), `visits.patient_id` -> `patients(id)`. The column's words before
+    its last (`cust`, at least `MIN_KEY_PREFIX` letters) begin the table's name; both last words
+    are key words (`KEY_WORDS`); of several such tables the shortest name wins (`customers`, not
+    `customers_archive`)."""
+    targets = sorted(
+        (table.lower().replace("_", ""), table)
+        for table, key in keys.items()
+        if len(key) == 1 and (identifier_words(key[0]) or [""])[-1] in KEY_WORDS
+    )
+    compact = [c for c, _ in targets]
+    found = []
+    for table, names in columns.items():
+        for name in names:
+            words = identifier_words(name)
+            prefix = "".join(words[:-1])
+            if len(words) < 2 or words[-1] not in KEY_WORDS or len(prefix) < MIN_KEY_PREFIX or not prefix.isalpha():
+                continue
+            start = bisect.bisect_left(compact, prefix)
+            end = bisect.bisect_left(compact, prefix + "\U0010ffff", lo=start)
+            matches = [targets[i] for i in range(start, end) if targets[i][1] != table]
+            if matches:
+                found.append((table, min(matches, key=lambda m: (len(m[0]), m[0]))[1]))
     return found
 
 
@@ -173,14 +227,14 @@ class _Progress:
             print(f"edge-sql: indexed {done:,}/{self.total:,} tables ({elapsed:.1f} s)", file=sys.stderr)
 
 
-def write_index(facts: SchemaFacts, out: Path, *, stem: bool = True) -> None:
+def write_index(facts: SchemaFacts, out: Path, options: IndexOptions = DEFAULT_OPTIONS) -> None:
     """Write the index to `out` atomically (a temporary file in the same folder, then renamed)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     handle, temp_name = tempfile.mkstemp(prefix=".building-", suffix=".sqlite", dir=out.parent)
     os.close(handle)
     try:
         with sqlite3.connect(temp_name) as conn:
-            _fill(conn, facts, stem=stem)
+            _fill(conn, facts, options)
         conn.close()
         os.replace(temp_name, out)
     except BaseException:
@@ -188,50 +242,64 @@ def write_index(facts: SchemaFacts, out: Path, *, stem: bool = True) -> None:
         raise
 
 
-def _fill(conn: sqlite3.Connection, facts: SchemaFacts, *, stem: bool) -> None:
-    tokenizer = "porter unicode61" if stem else "unicode61"
+def _fill(conn: sqlite3.Connection, facts: SchemaFacts, options: IndexOptions) -> None:
+    tokenizer = "porter unicode61" if options.stem else "unicode61"
     conn.executescript(
         f"""
         CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
         CREATE TABLE tables(
-            id INTEGER PRIMARY KEY, name TEXT, kind TEXT, n_columns INTEGER, signature TEXT, copy_of INTEGER
+            id INTEGER PRIMARY KEY, name TEXT, kind TEXT, n_columns INTEGER, signature TEXT, copy_of INTEGER,
+            variant_of INTEGER
         );
         CREATE TABLE links(a INTEGER, b INTEGER);
+        CREATE TABLE vocabulary(word TEXT PRIMARY KEY) WITHOUT ROWID;
         CREATE VIRTUAL TABLE words USING fts5(name, columns, vals, tokenize='{tokenizer}');
         """
     )
     ids = {t.name.lower(): i for i, t in enumerate(facts.tables, start=1)}
-    roots = copy_roots(facts.tables)
+    roots = copy_roots(facts.tables, same_shape=options.same_shape)
+    variants = {i: r for i, r in copy_roots(facts.tables, same_shape=False).items() if i not in roots}
+    variants = {i: roots.get(r, r) for i, r in variants.items() if not _link_shaped(facts.tables[i].columns)}
+    variants = {i: r for i, r in variants.items() if r != i}  # a look-alike of a copy belongs to the copied table
     conn.executemany(
-        "INSERT INTO tables VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO tables VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (i + 1, t.name, t.kind, len(t.columns), _signature(t.columns), roots[i] + 1 if i in roots else None)
+            (
+                i + 1,
+                t.name,
+                t.kind,
+                len(t.columns),
+                _signature(t.columns),
+                roots[i] + 1 if i in roots else None,
+                variants[i] + 1 if i in variants else None,
+            )
             for i, t in enumerate(facts.tables)
         ],
     )
+    vocabulary = schema_vocabulary([t.name for t in facts.tables] + [c for t in facts.tables for c in t.columns])
+    words = (lambda name: split_words(name, vocabulary)) if options.split else identifier_words
     conn.executemany(
         "INSERT INTO words(rowid, name, columns, vals) VALUES (?, ?, ?, ?)",
         [
-            (
-                i,
-                " ".join(identifier_words(t.name)),
-                " ".join(w for c in t.columns for w in identifier_words(c)),
-                " ".join(t.values),
-            )
+            (i, " ".join(words(t.name)), " ".join(w for c in t.columns for w in words(c)), " ".join(t.values))
             for i, t in enumerate(facts.tables, start=1)
         ],
     )
+    if options.split:
+        conn.executemany("INSERT INTO vocabulary VALUES (?)", [(w,) for w in sorted(vocabulary)])
     pairs = {(ids[a.lower()], ids[b.lower()]) for a, b in facts.links if a.lower() in ids and b.lower() in ids}
     conn.executemany("INSERT INTO links VALUES (?, ?)", sorted(pairs))
     conn.execute("INSERT INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),))
 
 
-def copy_roots(tables: tuple[TableFacts, ...]) -> dict[int, int]:
+def copy_roots(tables: tuple[TableFacts, ...], *, same_shape: bool = True) -> dict[int, int]:
     """Position of each copy -> position of the table it copies. A copy's name is the table's
-    name and a suffix (`frpm_2019`, `orders_archive_3`), and most of its columns are the table's:
-    archives, backups and yearly copies, which rank alike and crowd a list (a join table such as
-    `orders_items` shares few columns with `orders` and is no copy). The shortest such name wins; a copy of a copy
-    counts as a copy of the first."""
+    name and a suffix (`frpm_2019`, `orders_archive_3`), and its columns are the table's, or
+    nearly, both ways (`same_shape`: at most one column, or a fifth of them, in one and not the
+    other): archives and backups, which rank alike and crowd a list. A link table such as
+    `player_in_team(team_id, player_id)` beside `player`, or a yearly table whose columns
+    changed, is no copy. The shortest such name wins; a copy of a copy counts as a copy of the
+    first. Without `same_shape`, the rule before it: half of the copy's columns in the table."""
     positions = {t.name.lower(): i for i, t in enumerate(tables) if t.kind == "table"}
     columns = [{c.lower() for c in t.columns} for t in tables]
     roots: dict[int, int] = {}
@@ -239,8 +307,7 @@ def copy_roots(tables: tuple[TableFacts, ...]) -> dict[int, int]:
         parts = table.name.lower().split("_")
         for k in range(1, len(parts)):
             base = positions.get("_".join(parts[:k]))
-            shared = len(columns[i] & columns[base]) if base is not None and base != i else 0
-            if base is not None and columns[i] and shared >= COPY_SHARE * len(columns[i]):
+            if base is not None and base != i and columns[i] and _copy_shape(columns[i], columns[base], same_shape):
                 roots[i] = base
                 break
     for i, base in roots.items():  # a copy of a copy is a copy of the first table
@@ -248,6 +315,17 @@ def copy_roots(tables: tuple[TableFacts, ...]) -> dict[int, int]:
             base = roots[base]
         roots[i] = base
     return roots
+
+
+def _link_shaped(columns: tuple[str, ...]) -> bool:
+    """A link table: at most three columns, two of them keys (`team_id`, `player_id`)."""
+    return len(columns) <= 3 and sum((identifier_words(c) or [""])[-1] in KEY_WORDS for c in columns) >= 2
+
+
+def _copy_shape(copy: set[str], table: set[str], same_shape: bool) -> bool:
+    if not same_shape:
+        return len(copy & table) >= 0.5 * len(copy)
+    return len(copy ^ table) <= max(1.0, COPY_DIFFERENCE * len(copy | table)) and len(copy & table) >= 2
 
 
 def _signature(columns: tuple[str, ...]) -> str:
@@ -272,12 +350,14 @@ def open_index(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def index_for(db: ReadOnlyDatabase, *, stem: bool = True, with_values: bool = True) -> sqlite3.Connection:
+def index_for(
+    db: ReadOnlyDatabase, options: IndexOptions = DEFAULT_OPTIONS, *, with_values: bool = True
+) -> sqlite3.Connection:
     """The schema's index, built first if this schema has none yet. Raises `SchemaIndexError`."""
-    path = index_path(db, stem=stem)
+    path = index_path(db, options)
     if not path.exists():
         try:
-            write_index(read_facts(db, with_values=with_values), path, stem=stem)
+            write_index(read_facts(db, with_values=with_values, key_names=options.keys), path, options)
         except (OSError, sqlite3.Error) as exc:
             raise SchemaIndexError(f"the schema index {path} could not be written ({exc})") from None
     return open_index(path)

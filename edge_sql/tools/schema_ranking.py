@@ -10,8 +10,10 @@ import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from edge_sql.tools.schema_index import identifier_words
+from edge_sql.tools.schema_index import IndexOptions
+from edge_sql.tools.schema_words import identifier_words, split_glued
 
 # Words of how questions are asked, not of what they ask about: as query terms they only add
 # noise (every `name` column matches "name the ..."; "many" matches nothing but costs time).
@@ -30,6 +32,7 @@ NEIGHBOUR_HOPS = 2  # a join through a bridge table (client -> disp -> account) 
 NEIGHBOUR_SHARE = 0.8  # a neighbour ranks as if it scored this share of its seed
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
+PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by their first letters
 _NUMBER = re.compile(r"[0-9]+")
 
 
@@ -46,14 +49,21 @@ class Ranking:
         True  # look-alikes folded into one line (+2.0 and +1.4 points of recall: retrieval/bench_schema_recall.py)
     )
     copies: bool = True  # copies (`frpm_2019`: a name and a suffix, most columns) folded: +0.2 and +7.6 points
+    split: bool = True  # glued names split against the schema's words, in the index and the question
+    keys: bool = True  # neighbours through key names no foreign key declares (`cust_no` -> customers)
+    same_shape: bool = True  # copies only of the same shape; look-alikes of other shapes folded apart
+    real_tokens: bool = True  # the share counted with the model's tokenizer where one is given
+
+    def index_options(self) -> IndexOptions:
+        return IndexOptions(stem=self.stem, split=self.split, keys=self.keys, same_shape=self.same_shape)
 
 
 ALL_PARTS = Ranking()
 
 
-@dataclass(frozen=True)
-class RankedTable:
-    """One table in ranked order: `score` 0 for a table the question says nothing about."""
+class RankedTable(NamedTuple):
+    """One table in ranked order: `score` 0 for a table the question says nothing about (a
+    tuple: thousands are made a question)."""
 
     name: str
     kind: str
@@ -61,6 +71,7 @@ class RankedTable:
     signature: str
     via: str  # "words" (matched), "link" (foreign-key neighbour of a best hit), "copy" or "" (none)
     copy_of: str = ""  # the table this one copies (schema_index.copy_roots), when copies are folded
+    look_alike_of: str = ""  # the table this one is a variant of, of another shape (`event_2019` of `event`)
 
 
 def query_terms(text: str, *, mask: bool = True) -> list[str]:
@@ -84,17 +95,22 @@ def fts_query(terms: Sequence[str], columns: Sequence[str]) -> str:
 
 def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PARTS) -> list[RankedTable]:
     """Every table and view of the index, most related to `text` first; ties and unmatched
-    tables in schema order. A table ranks at least as high as its best-matched copy, and the
-    neighbours of the best tables that are no copies are raised next to them."""
-    rows = conn.execute("SELECT id, name, kind, signature, copy_of FROM tables ORDER BY id").fetchall()
-    scores = _word_scores(conn, query_terms(text, mask=ranking.mask), ranking)
+    tables in schema order. A table ranks at least as high as its best-matched copy or variant
+    (its name and a suffix, half of the variant's columns its own: `event_2019` of `event`), and
+    the neighbours of the best tables that are neither are raised next to them."""
+    rows = index_rows(conn)
+    terms = query_terms(text, mask=ranking.mask)
+    if ranking.split:
+        terms = _with_parts(conn, terms)
+    scores = _word_scores(conn, terms, ranking)
     via = dict.fromkeys(scores, "words")
     copy_of = {r[0]: r[4] for r in rows if r[4] is not None} if ranking.copies else {}
-    for copy, root in copy_of.items():
+    variant_of = {r[0]: r[5] for r in rows if r[5] is not None} if ranking.copies else {}
+    for copy, root in [*copy_of.items(), *variant_of.items()]:
         if scores.get(copy, 0.0) > scores.get(root, 0.0):
             scores[root], via[root] = scores[copy], "copy"
     for _ in range(NEIGHBOUR_HOPS if ranking.neighbours else 0):
-        originals = [i for i in scores if i not in copy_of]
+        originals = [i for i in scores if i not in copy_of and i not in variant_of]
         seeds = sorted(originals, key=lambda i: (-scores[i], i))[:NEIGHBOUR_SEEDS]
         for seed in seeds:
             for (other,) in conn.execute(
@@ -103,12 +119,55 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
                 raised = NEIGHBOUR_SHARE * scores[seed]
                 if raised > scores.get(other, 0.0):
                     scores[other], via[other] = raised, "link"
-    names = {r[0]: r[1] for r in rows}
-    ranked = sorted(rows, key=lambda r: (-scores.get(r[0], 0.0), r[0]))
+    matched = sorted((i for i in scores if scores[i] > 0.0), key=lambda i: (-scores[i], i))
+    order = matched + [r[0] for r in rows if scores.get(r[0], 0.0) <= 0.0]
     return [
-        RankedTable(name, kind, scores.get(i, 0.0), sig, via.get(i, ""), names[copy_of[i]] if i in copy_of else "")
-        for i, name, kind, sig, _ in ranked
+        RankedTable(
+            row[1],
+            row[2],
+            scores.get(i, 0.0),
+            row[3],
+            via.get(i, ""),
+            _root(rows, copy_of, i),
+            _root(rows, variant_of, i),
+        )
+        for i in order
+        for row in (rows[i - 1],)
     ]
+
+
+def _root(rows: list[tuple], roots: dict[int, int], i: int) -> str:
+    return rows[roots[i] - 1][1] if i in roots else ""
+
+
+_ROWS: dict[
+    str, list[tuple]
+] = {}  # an index file -> its tables' rows (the file never changes: it is named by its schema)
+_ROWS_KEPT = 8
+
+
+def index_rows(conn: sqlite3.Connection) -> list[tuple]:
+    """(id, name, kind, signature, copy_of, variant_of) of every table, by id (read once per index file)."""
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    rows = _ROWS.get(path) if path else None
+    if rows is None:
+        rows = conn.execute("SELECT id, name, kind, signature, copy_of, variant_of FROM tables ORDER BY id").fetchall()
+        if path:
+            while len(_ROWS) >= _ROWS_KEPT:
+                _ROWS.pop(next(iter(_ROWS)))
+            _ROWS[path] = rows
+    return rows
+
+
+def _with_parts(conn: sqlite3.Connection, terms: list[str]) -> list[str]:
+    """The terms and the parts of a glued one (`carmakers` -> car makers) in the schema's words."""
+    pieces = sorted({t[i:j] for t in terms if t.isalpha() for i in range(len(t)) for j in range(i + 3, len(t) + 1)})
+    if not pieces:
+        return terms
+    marks = ", ".join("?" * len(pieces))
+    vocabulary = frozenset(w for (w,) in conn.execute(f"SELECT word FROM vocabulary WHERE word IN ({marks})", pieces))
+    parts = [p for term in terms for p in split_glued(term, vocabulary) if p not in terms]
+    return (terms + list(dict.fromkeys(parts)))[:MAX_TERMS]
 
 
 def _word_scores(conn: sqlite3.Connection, terms: list[str], ranking: Ranking) -> dict[int, float]:
@@ -138,21 +197,38 @@ def closest_tables(conn: sqlite3.Connection, guessed: str, limit: int = SUGGESTI
     return found[:limit]
 
 
-def rank_columns(columns: Sequence[str], text: str) -> list[int]:
-    """Positions of `columns`, most related to `text` first (same words and BM25 as the tables,
-    over a table of its own in memory); the rest keep their order."""
+def column_scores(columns: Sequence[str], text: str, *, prefixes: bool = False) -> dict[int, float]:
+    """BM25 of each column related to `text` (same words and stemming as the tables, over a
+    table of its own in memory), by position; columns it says nothing about are absent.
+    `prefixes`: match the first `PREFIX_LETTERS` letters of longer words instead ("consumed"
+    meets `Consumption`, which stemming leaves apart)."""
     terms = query_terms(text)
-    matched: list[int] = []
-    if terms:
-        with sqlite3.connect(":memory:") as conn:
-            conn.execute("CREATE VIRTUAL TABLE words USING fts5(name, tokenize='porter unicode61')")
-            conn.executemany(
-                "INSERT INTO words(rowid, name) VALUES (?, ?)",
-                [(i + 1, " ".join(identifier_words(c))) for i, c in enumerate(columns)],
-            )
-            sql = "SELECT rowid FROM words WHERE words MATCH ? ORDER BY bm25(words), rowid"
-            matched = [rowid - 1 for (rowid,) in conn.execute(sql, (fts_query(terms, ["name"]),))]
-        conn.close()
+    if prefixes:
+        terms = list(dict.fromkeys(t[:PREFIX_LETTERS] for t in terms if len(t) > PREFIX_LETTERS and t.isalpha()))
+    if not terms:
+        return {}
+    query = fts_query(terms, ["name"])
+    if prefixes:
+        query = query.replace('" OR', '"* OR').replace('")', '"*)')
+    with sqlite3.connect(":memory:") as conn:
+        conn.execute("CREATE VIRTUAL TABLE words USING fts5(name, tokenize='porter unicode61')")
+        conn.executemany(
+            "INSERT INTO words(rowid, name) VALUES (?, ?)",
+            [(i + 1, " ".join(identifier_words(c))) for i, c in enumerate(columns)],
+        )
+        sql = "SELECT rowid, bm25(words) FROM words WHERE words MATCH ?"
+        scores = {rowid - 1: -score for rowid, score in conn.execute(sql, (query,))}
+    conn.close()
+    return scores
+
+
+def rank_columns(columns: Sequence[str], text: str) -> list[int]:
+    """Positions of `columns`, most related to `text` first (`column_scores`), then those that
+    share only a word's beginning with it; the rest keep their order."""
+    scores = column_scores(columns, text)
+    near = column_scores(columns, text, prefixes=True)
+    matched = sorted(scores, key=lambda i: (-scores[i], i))
+    matched += sorted((i for i in near if i not in scores), key=lambda i: (-near[i], i))
     seen = set(matched)
     return matched + [i for i in range(len(columns)) if i not in seen]
 

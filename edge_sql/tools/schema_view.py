@@ -14,13 +14,15 @@ from __future__ import annotations
 import re
 import sqlite3
 import sys
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edge_sql.tools.database import ReadOnlyDatabase, opened
 from edge_sql.tools.identifiers import display_identifier
-from edge_sql.tools.schema_index import SchemaIndexError, index_for
+from edge_sql.tools.schema_index import GENERIC_KEYS, SchemaIndexError, index_for
 from edge_sql.tools.schema_ranking import (
     ALL_PARTS,
     RankedTable,
@@ -48,6 +50,8 @@ LIST_SHARE_TOKENS = 1500
 DESCRIBE_SHARE_TOKENS = 2500
 _LETTERS = re.compile(r"[^\W\d_]+")
 MIN_ALIKE = 3  # fewer look-alikes than this are listed one by one
+NAMED_MEMBERS = 1  # a folded line names its best-ranked member of each kind
+TokenCounter = Callable[[str], int]  # the model's own count of a text's tokens
 
 
 @dataclass
@@ -77,6 +81,11 @@ class TableListing:
             "problem": self.problem,
         }
 
+    def named(self) -> list[str]:
+        """Every table named in the text: the lines' tables and the members a folded line names."""
+        words = set(re.findall(r"[^\s,();:]+", self.text)) if self.ranked else set()
+        return self.shown + [n for head in self.shown for n in self.folded.get(head, []) if n in words]
+
     def _covered(self) -> set[str]:
         return set(self.shown) | {n for names in self.folded.values() for n in names}
 
@@ -88,13 +97,17 @@ def estimated_tokens(text: str) -> int:
     return digits_and_marks + sum(-(-len(run) // 3) for run in _LETTERS.findall(text))
 
 
-def _within(text: str, share: int) -> bool:
-    """`estimated_tokens(text) <= share`, without counting a text far over it (5,000 names)."""
+def _within(text: str, share: int, count: TokenCounter | None = None) -> bool:
+    """`estimated_tokens(text) <= share`, or the model's own count (`count`) within it too;
+    without counting a text far over it (5,000 names)."""
     if len(text) <= share:  # every character is at most one estimated token
         return True
-    if len(text) - text.count(" ") > 4 * share:  # and every four are at least one
-        return False
-    return estimated_tokens(text) <= share
+    if len(text) - text.count(" ") <= 4 * share and estimated_tokens(text) <= share:  # every four are at least one
+        return True
+    return count is not None and len(text) <= LONGEST_TOKEN_CHARS * share and count(text) <= share
+
+
+LONGEST_TOKEN_CHARS = 8  # a text longer than this many characters a token of its share is not counted
 
 
 def trained_lines(db: ReadOnlyDatabase) -> list[str]:
@@ -110,9 +123,19 @@ class SchemaView:
     """`list_tables` and `describe_table` text for one question over one database; the index
     is opened on first need (never for a schema that fits)."""
 
-    def __init__(self, db: ReadOnlyDatabase, question: str, *, ranking: Ranking = ALL_PARTS) -> None:
+    def __init__(
+        self,
+        db: ReadOnlyDatabase,
+        question: str,
+        *,
+        ranking: Ranking = ALL_PARTS,
+        count_tokens: TokenCounter | None = None,
+    ) -> None:
         self.db, self.question, self.ranking = db, question, ranking
+        # the model's own count where the caller has the model (the agent), else the estimate
+        self.count: TokenCounter | None = _memoized(count_tokens) if count_tokens and ranking.real_tokens else None
         self._listing: TableListing | None = None
+        self.described: dict[str, list[str]] = {}  # a too-wide table -> the columns describe showed
         self._index: sqlite3.Connection | None = None
         self._index_problem: str | None = None
 
@@ -124,18 +147,20 @@ class SchemaView:
     def _make_listing(self) -> TableListing:
         lines = trained_lines(self.db)
         whole = "\n".join(lines)
-        if _within(whole, WHOLE_LIST_TOKENS):
+        if _within(whole, WHOLE_LIST_TOKENS, self.count):
             return TableListing(whole, len(lines), ranked=False, shown=lines)
         index = self._open_index()
         if index is None:
             return self._plain_cut(lines)
         ranked = rank_tables(index, self.question, self.ranking)
-        return _ranked_listing(ranked, len(lines), fold=self.ranking.fold)
+        schema = index.execute("PRAGMA database_list").fetchone()[2]
+        return _ranked_listing(ranked, len(lines), self.ranking, self.count or estimated_tokens, schema)
 
     def _plain_cut(self, lines: list[str]) -> TableListing:
         """The list in schema order up to the share, with the note: the ranking is unavailable."""
         total = len(lines)
-        shown = _fill(lines, LIST_SHARE_TOKENS - estimated_tokens(_note(total, total, ranked=False)) - 1)
+        count = self.count or estimated_tokens
+        shown = _fill(lines, LIST_SHARE_TOKENS - count(_note(total, total, ranked=False)) - 1, count)
         text = "\n".join([*shown, _note(total - len(shown), total, ranked=False)])
         return TableListing(text, len(lines), ranked=False, shown=shown, problem=self._index_problem)
 
@@ -144,7 +169,7 @@ class SchemaView:
         be built or read: the caller lists tables in schema order."""
         if self._index is None and self._index_problem is None:
             try:
-                self._index = index_for(self.db, stem=self.ranking.stem)
+                self._index = index_for(self.db, self.ranking.index_options())
             except SchemaIndexError as exc:
                 self._index_problem = str(exc)
                 print(f"edge-sql: {exc}; listing tables in schema order", file=sys.stderr)
@@ -153,25 +178,45 @@ class SchemaView:
     def describe(self, table: str, ddl: str) -> str:
         """`ddl` (the trained one-line CREATE) when it fits its share; else the columns most
         related to the question first, up to the share, and a line on how to see the rest."""
-        if _within(ddl, DESCRIBE_SHARE_TOKENS):
+        if _within(ddl, DESCRIBE_SHARE_TOKENS, self.count):
             return ddl
         stored = self.db.resolve_table(table)
         info = self.db.table_info(stored)  # (cid, name, type, notnull, default, pk)
         names = [row[1] for row in info]
-        keys = [i for i, row in enumerate(info) if row[5]]
+        joins = {c.lower() for fk in self.db.table_foreign_keys(stored) for c in fk.from_columns} | self._other_keys(
+            stored
+        )
+        keys = [i for i, row in enumerate(info) if row[5]] + [i for i, n in enumerate(names) if n.lower() in joins]
+        keys = list(dict.fromkeys(keys))  # the key, then the columns that join (foreign keys, other tables' keys)
         order = keys + [i for i in rank_columns(names, self.question) if i not in keys]
         shown_name = display_identifier(stored)
         pragma = "'" + stored.replace("'", "''") + "'"
         note = (
-            f"-- {{left:,}} of {len(names):,} columns not shown (shown: the key and the columns most related "
-            f"to the question). See one with distinct_values or run_query: SELECT column FROM {shown_name} "
+            f"-- {{left:,}} of {len(names):,} columns not shown (shown: the key, the foreign keys and the columns "
+            f"most related to the question). See one with distinct_values or run_query: SELECT column FROM {shown_name} "
             f"LIMIT 5; list them all with run_query: SELECT name, type FROM pragma_table_info({pragma})"
         )
         head = f"CREATE TABLE {shown_name} ("
         parts = [_column_definition(info[i]) for i in order]
-        room = DESCRIBE_SHARE_TOKENS - estimated_tokens(head + note) - 4
-        kept = _fill(parts, room, separator=", ")
+        count = self.count or estimated_tokens
+        room = DESCRIBE_SHARE_TOKENS - count(head + note) - 4
+        kept = _fill(parts, room, count, separator=", ")
+        self.described[table] = [names[i] for i in order[: len(kept)]]
         return head + ", ".join(kept) + ")\n" + note.format(left=len(names) - len(kept))
+
+    def _other_keys(self, table: str) -> set[str]:
+        """Other tables' one-column primary keys that are not generic (`CustomerID`, not `id`):
+        a column of that name joins, declared or not."""
+        rows = self.db.execute(
+            "SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+            "WHERE m.type = 'table' AND p.pk > 0",
+            max_rows=None,
+        ).rows
+        per_table: dict[str, list[str]] = {}
+        for owner, column in rows:
+            per_table.setdefault(owner, []).append(column)
+        single = [cols[0].lower() for owner, cols in per_table.items() if len(cols) == 1 and owner != table]
+        return {c for c in single if c not in GENERIC_KEYS}
 
     def suggestions(self, guessed: str) -> list[str]:
         """Existing tables closest to a name that does not exist; only for a schema too big to
@@ -187,6 +232,30 @@ class SchemaView:
             self._index = None
 
 
+_MEMO: weakref.WeakKeyDictionary[Any, dict[tuple[Any, str], int]] = weakref.WeakKeyDictionary()
+MEMO_TEXTS = 100_000  # counts kept per counter: a schema's lines recur from question to question
+
+
+def _memoized(count: TokenCounter) -> TokenCounter:
+    """`count`, remembered per text for as long as its owner (the session, or the function) lives."""
+    owner = getattr(count, "__self__", count)
+    try:
+        memo = _MEMO.setdefault(owner, {})
+    except TypeError:  # an owner that cannot be weakly referenced: counted every time
+        return count
+    method = getattr(count, "__func__", None)
+
+    def counted(text: str) -> int:
+        found = memo.get((method, text))
+        if found is None:
+            if len(memo) >= MEMO_TEXTS:
+                memo.clear()
+            found = memo[(method, text)] = count(text)
+        return found
+
+    return counted
+
+
 def _column_definition(row: tuple) -> str:
     _, name, kind, notnull, _, pk = row[:6]
     parts = [display_identifier(name)] + ([kind] if kind else [])
@@ -194,12 +263,14 @@ def _column_definition(row: tuple) -> str:
     return " ".join(parts)
 
 
-def _fill(parts: list[str], room: int, *, separator: str = "\n") -> list[str]:
-    """The leading parts whose joined text stays within `room` estimated tokens."""
+def _fill(parts: list[str], room: int, count: TokenCounter, *, separator: str = "\n") -> list[str]:
+    """The leading parts whose joined text stays within `room` tokens (each part counted alone,
+    and the separator: never under the joined text's count, whose words split at the same places)."""
     kept: list[str] = []
     used = 0
+    gap = count(separator)
     for part in parts:
-        cost = estimated_tokens(part) + (estimated_tokens(separator) if kept else 0)
+        cost = count(part) + (gap if kept else 0)
         if used + cost > room:
             break
         kept.append(part)
@@ -215,63 +286,105 @@ def _note(hidden: int, total: int, *, ranked: bool) -> str:
     )
 
 
-def _ranked_listing(ranked: list[RankedTable], total: int, *, fold: bool) -> TableListing:
+def _ranked_listing(
+    ranked: list[RankedTable], total: int, ranking: Ranking, count: TokenCounter, schema: str
+) -> TableListing:
     """Ranked lines up to the share: a table's copies folded into its line, and look-alikes
-    (`fold`) into their best-ranked member's line."""
-    roots = {t.copy_of.lower() for t in ranked if t.copy_of}
-
-    def group_key(table: RankedTable) -> tuple[str, str]:
-        if table.copy_of or table.name.lower() in roots:
-            return (table.copy_of or table.name).lower(), "copies"
-        return alike_key(table.name, table.signature) if fold else (table.name, "")
-
-    groups: dict[tuple[str, str], list[RankedTable]] = {}
-    for table in ranked:
-        groups.setdefault(group_key(table), []).append(table)
-    room = LIST_SHARE_TOKENS - estimated_tokens(_note(total, total, ranked=True)) - 1
+    (`fold`: names differing only in their numbers) into their best-ranked member's line; a
+    folded line names its best-ranked members."""
+    key_of, groups = _groups(ranked, ranking, schema)
+    position = {t.name: i for i, t in enumerate(ranked)}
+    room = LIST_SHARE_TOKENS - count(_note(total, total, ranked=True)) - 1
     lines: list[str] = []
     shown: list[str] = []
     folded: dict[str, list[str]] = {}
     used = covered = 0
+    gap = count("\n")
     done: set[tuple[str, str]] = set()
     for table in ranked:
-        key = group_key(table)
+        key = key_of[table.name]
+        if key[1] != "copies" and len(groups[key]) < MIN_ALIKE:
+            key = (table.name, "alone")  # too few look-alikes to fold: each on its own line
         if key in done:
             continue
-        members, kind = groups[key], "alike, same columns"
+        members = [table]
+        if key[1] != "alone":
+            members = sorted((ranked[position[n]] for n in groups[key]), key=lambda m: position[m.name])
         if key[1] == "copies":
-            table, kind = next(m for m in members if m.name.lower() == key[0]), "copies"
-        elif len(members) < MIN_ALIKE:
-            members = [table]
-        line = _line(table)
-        others = sorted((m.name for m in members if m is not table), key=_natural)
-        if others:
-            named = ", ".join(others) if len(others) <= 2 else f"{others[0]} ... {others[-1]}"
-            line += f" (+{len(others)} {kind}: {named})"
-        cost = estimated_tokens(line) + (1 if lines else 0)
+            table = next((m for m in members if m.name.lower() == key[0]), table)
+        others = [m for m in members if m is not table]  # in ranked order, the best first
+        line = _line(table) + (f" ({_members(others, key, members)})" if others else "")
+        cost = count(line) + (gap if lines else 0)
         if used + cost > room:
             break
         done.add(key)
         lines.append(line)
         shown.append(table.name)
         if others:
-            folded[table.name] = others
+            folded[table.name] = [m.name for m in others]
         used += cost
         covered += len(members)
     text = "\n".join([*lines, _note(total - covered, total, ranked=True)])
     return TableListing(text, total, ranked=True, shown=shown, folded=folded, ranking=ranked)
 
 
-def _natural(name: str) -> list[Any]:
-    """`t_2` before `t_10`."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"([0-9]+)", name.lower())]
+_GROUPS: dict[tuple, tuple[dict[str, tuple[str, str]], dict[tuple[str, str], list[str]]]] = {}
 
 
-def list_tables_for(db: str | Path | ReadOnlyDatabase, question: str) -> TableListing:
+def _groups(
+    ranked: list[RankedTable], ranking: Ranking, schema: str
+) -> tuple[dict[str, tuple[str, str]], dict[tuple[str, str], list[str]]]:
+    """Each table's line key (a table's copies share its key; look-alikes, `fold`: their names
+    with numbers masked, and with `same_shape` off their columns too) and each key's tables;
+    the same for every question on a schema (`schema`: its index file), so kept for the last few."""
+    cache_key = (schema, ranking.fold, ranking.same_shape, ranking.copies)
+    if schema and cache_key in _GROUPS:
+        return _GROUPS[cache_key]
+    roots = {(t.copy_of or t.look_alike_of).lower() for t in ranked if t.copy_of or t.look_alike_of}
+    key_of: dict[str, tuple[str, str]] = {}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for table in ranked:
+        root = table.copy_of or table.look_alike_of
+        if root or table.name.lower() in roots:
+            key = (root or table.name).lower(), "copies"
+        elif not ranking.fold:
+            key = table.name, ""
+        else:
+            key = alike_key(table.name, "" if ranking.same_shape else table.signature)
+        key_of[table.name] = key
+        groups.setdefault(key, []).append(table.name)
+    while len(_GROUPS) >= 8:
+        _GROUPS.pop(next(iter(_GROUPS)))
+    _GROUPS[cache_key] = key_of, groups
+    return key_of, groups
+
+
+def _members(others: list[RankedTable], key: tuple[str, str], members: list[RankedTable]) -> str:
+    """`+3 copies: Team_2019, Team_archive, ...`: how many of each kind, and the best-ranked of
+    each; copies have the table's columns (or nearly), look-alikes other ones."""
+    if key[1] == "copies":
+        copies = [m.name for m in others if not m.look_alike_of]
+        variants = [m.name for m in others if m.look_alike_of]
+        parts = [_named(copies, "copy", "copies"), _named(variants, "look-alike", "look-alikes", " (other columns)")]
+        return "; ".join(part for part, names in zip(parts, (copies, variants), strict=True) if names)
+    if len({m.signature for m in members}) == 1:
+        return _named([m.name for m in others], "alike, same columns", "alike, same columns")
+    return _named([m.name for m in others], "look-alike", "look-alikes", " (other columns)")
+
+
+def _named(names: list[str], one: str, many: str, note: str = "") -> str:
+    shown = ", ".join(names[:NAMED_MEMBERS]) + (", ..." if len(names) > NAMED_MEMBERS else "")
+    return f"+{len(names)} {one if len(names) == 1 else many}{note}: {shown}"
+
+
+def list_tables_for(
+    db: str | Path | ReadOnlyDatabase, question: str, *, count_tokens: TokenCounter | None = None
+) -> TableListing:
     """Exactly what `list_tables` shows the model for `question` over `db` (`.text`), with the
-    ranking's scores behind it: why a table was or was not shown. Opens a path read-only."""
+    ranking's scores behind it: why a table was or was not shown. Opens a path read-only.
+    `count_tokens`: the model's own count, as the agent passes it (default: the estimate)."""
     with opened(db) as database:
-        view = SchemaView(database, question)
+        view = SchemaView(database, question, count_tokens=count_tokens)
         try:
             return view.listing()
         finally:

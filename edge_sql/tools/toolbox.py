@@ -51,12 +51,21 @@ def _join_condition(fk: ForeignKey) -> str:
 class Toolbox:
     """Runs tool calls by name. `preview_rows` caps the rows `run_query` shows (5 in training).
     `question` (with its evidence) ranks tables and columns when the schema is too big to show
-    whole (schema_view.py); a schema that fits is shown as trained whatever it is."""
+    whole (schema_view.py), into shares counted by `count_tokens` (the model's own tokenizer;
+    without one, an estimate never under Qwen3.5's count); a schema that fits is shown as
+    trained whatever it is."""
 
-    def __init__(self, db: ReadOnlyDatabase, *, preview_rows: int = PREVIEW_ROWS, question: str = "") -> None:
+    def __init__(
+        self,
+        db: ReadOnlyDatabase,
+        *,
+        preview_rows: int = PREVIEW_ROWS,
+        question: str = "",
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> None:
         self.db = db
         self.preview_rows = preview_rows
-        self.schema = SchemaView(db, question)
+        self.schema = SchemaView(db, question, count_tokens=count_tokens)
         self._tools: dict[str, Callable[..., ToolResult]] = {
             "list_tables": self.list_tables,
             "describe_table": self.describe_table,
