@@ -38,6 +38,7 @@ RESULT_KEYS = {
     "prompt_version",
     "checks",
     "given",
+    "chart",
 }
 
 

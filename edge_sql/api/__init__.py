@@ -15,29 +15,48 @@ with Agent.from_config(profile="small") as agent:  # the command line's settings
 
 `agent_settings(profile)` says what `from_config` reads and where from; `llama_settings` is the
 llama.cpp settings a model file loads with (calibrated, or the defaults).
+
+Its names are imported on first use (PEP 562), so the settings files (`api.settings_files`,
+which `edge-sql config` and `--help` read) load without the Agent, and with it llama.cpp.
 """
 
-from edge_sql.api.agent import Agent
-from edge_sql.api.asks import Ask, Watch
-from edge_sql.api.config import agent_settings
-from edge_sql.api.plan import (
-    SessionPlan,
-    llama_settings,
-    plan_sessions,
-    prefix_state_dir,
-    resolve_model_path,
-    vote_plan,
-)
+from __future__ import annotations
 
-__all__ = [
-    "Agent",
-    "Ask",
-    "SessionPlan",
-    "Watch",
-    "agent_settings",
-    "llama_settings",
-    "plan_sessions",
-    "prefix_state_dir",
-    "resolve_model_path",
-    "vote_plan",
-]
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Agent": "edge_sql.api.agent",
+    "Ask": "edge_sql.api.asks",
+    "Watch": "edge_sql.api.asks",
+    "agent_settings": "edge_sql.api.config",
+    "SessionPlan": "edge_sql.api.plan",
+    "llama_settings": "edge_sql.api.plan",
+    "plan_sessions": "edge_sql.api.plan",
+    "prefix_state_dir": "edge_sql.api.plan",
+    "resolve_model_path": "edge_sql.api.plan",
+    "vote_plan": "edge_sql.api.plan",
+}
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from edge_sql.api.agent import Agent
+    from edge_sql.api.asks import Ask, Watch
+    from edge_sql.api.config import agent_settings
+    from edge_sql.api.plan import (
+        SessionPlan,
+        llama_settings,
+        plan_sessions,
+        prefix_state_dir,
+        resolve_model_path,
+        vote_plan,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

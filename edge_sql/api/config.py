@@ -71,7 +71,7 @@ BUDGET_KEY = "budget"
 # address and limits): read by those commands, passed over here
 OTHER_KEYS = frozenset(
     {
-        *("db", "question", "evidence", "fresh", "json", "trace", "abstain-below"),
+        *("db", "question", "evidence", "fresh", "json", "trace", "abstain-below", "chart"),
         *("mcp", "http", "host", "port", "open", "token", "teach-token", "allow-host", "cors-origin", "quiet"),
         *("queue-timeout", "max-body", "max-question", "max-rows"),
     }
