@@ -10,7 +10,7 @@ errors are imported on first use, so the CLI starts without loading llama.cpp; t
 see them all (the TYPE_CHECKING imports below, and `py.typed`).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edge_sql.errors import (
     BadRequest,
@@ -50,6 +50,7 @@ from edge_sql.errors import (
     UnknownDatabase,
     VerifiedExists,
 )
+from edge_sql.lazy import lazy_exports
 from edge_sql.runtime.llama.threads import apply_wait_policy
 
 if TYPE_CHECKING:  # what the lazy `__getattr__` below hands out, for type checkers
@@ -122,13 +123,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """`edge_sql.Agent` (and the other lazy names), imported on first use."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'edge_sql' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)  # `edge_sql.Agent` (and the other lazy names), imported on first use
 
 
 def __dir__() -> list[str]:

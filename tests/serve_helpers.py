@@ -15,6 +15,27 @@ CLI = [sys.executable, "-c", "from edge_sql.cli import main; main()"]
 # A small episode budget: each ask takes seconds on the fixture model.
 SMALL = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 LISTENING = re.compile(r"listening on http://(\S+?):(\d+) ")
+# the keys of one answer's JSON (`EpisodeResult.to_json`, what /v1/ask and an app's endpoint return)
+RESULT_KEYS = {
+    "question",
+    "evidence",
+    "sql",
+    "columns",
+    "rows",
+    "truncated",
+    "forced",
+    "fallback",
+    "answer",
+    "stop",
+    "force_reason",
+    "error",
+    "rounds",
+    "stats",
+    "prompt_version",
+    "checks",
+    "given",
+    "chart",
+}
 
 
 def serve_command(model: Path, databases: dict[str, Path], *extra: str) -> list[str]:

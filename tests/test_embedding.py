@@ -18,28 +18,10 @@ import httpx2
 import pytest
 import uvicorn
 
+from serve_helpers import RESULT_KEYS
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "docs" / "examples" / "fastapi_app.py"
-RESULT_KEYS = {
-    "question",
-    "evidence",
-    "sql",
-    "columns",
-    "rows",
-    "truncated",
-    "forced",
-    "fallback",
-    "answer",
-    "stop",
-    "force_reason",
-    "error",
-    "rounds",
-    "stats",
-    "prompt_version",
-    "checks",
-    "given",
-    "chart",
-}
 
 
 def test_the_usage_page_shows_the_example_as_it_is():

@@ -15,31 +15,11 @@ import pytest
 from mcp import Client
 
 from edge_sql.charts import chart_for
-from serve_helpers import CLI, SMALL, ServerProcess, read_events, serve_command, without_stats
+from serve_helpers import CLI, RESULT_KEYS, SMALL, ServerProcess, read_events, serve_command, without_stats
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 CHINOOK = DATA_DIR / "chinook" / "chinook.sqlite"
 NORTHWIND = DATA_DIR / "northwind" / "northwind.sqlite"
-RESULT_KEYS = {
-    "question",
-    "evidence",
-    "sql",
-    "columns",
-    "rows",
-    "truncated",
-    "forced",
-    "fallback",
-    "answer",
-    "stop",
-    "force_reason",
-    "error",
-    "rounds",
-    "stats",
-    "prompt_version",
-    "checks",
-    "given",
-    "chart",
-}
 
 
 @pytest.fixture(scope="module")

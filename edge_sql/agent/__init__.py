@@ -7,8 +7,9 @@ question at once loads neither).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edge_sql.lazy import lazy_exports
 
 _EXPORTS = {
     "Budget": "edge_sql.agent.budget",
@@ -40,10 +41,4 @@ if TYPE_CHECKING:
     from edge_sql.agent.stats import EpisodeStats
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

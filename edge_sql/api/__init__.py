@@ -22,8 +22,9 @@ which `edge-sql config` and `--help` read) load without the Agent, and with it l
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edge_sql.lazy import lazy_exports
 
 _EXPORTS = {
     "Agent": "edge_sql.api.agent",
@@ -53,10 +54,4 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -6,8 +6,9 @@ modes, `SessionOptions`) can be read without loading llama.cpp.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edge_sql.lazy import lazy_exports
 
 _EXPORTS = {
     "SUPPORTED_ARCHITECTURES": "edge_sql.convert.gguf_file",
@@ -38,10 +39,4 @@ if TYPE_CHECKING:
     from edge_sql.runtime.text.sampling import SamplingParams
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -6,8 +6,9 @@ every command that reads settings asks) loads neither the index nor the hub clie
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edge_sql.lazy import lazy_exports
 
 _EXPORTS = {
     "Catalog": "edge_sql.store.catalog",
@@ -47,10 +48,4 @@ def list_models() -> list[StoredModel]:
     return ModelStore().list()
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
