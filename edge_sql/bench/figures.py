@@ -119,8 +119,9 @@ class EpisodeErrorEntry(TypedDict):
     error: str
 
 
-class VariantRow(TypedDict):
-    """One variant's row of figures (`aggregate.summarize`), in bench.json's key order."""
+class VariantRow(PeakMemory, SpeedFigures):
+    """One variant's row of figures (`aggregate.summarize`): its peak memory and speed figures,
+    and these (bench.json's key order is the order `summarize` writes them in)."""
 
     name: str
     path: str
@@ -128,17 +129,7 @@ class VariantRow(TypedDict):
     load_s: float | None
     settings: str | None
     tuning: str | None
-    peak_rss_bytes: int | None
-    peak_rss_is_upper_bound: bool
     parallel: int | None
-    episodes: int
-    prompt_tokens: int
-    generated_tokens: int
-    prompt_tok_s: float | None
-    decode_tok_s: float | None
-    wall_s_median: float | None
-    wall_s_p95: float | None
-    drafts: dict[str, DraftFigures]
     fidelity: FidelityFigures
     answer_agreement: AgreementFigures
     accuracy: dict[str, ModeAccuracy]
