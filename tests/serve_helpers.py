@@ -15,6 +15,8 @@ CLI = [sys.executable, "-c", "from edge_sql.cli import main; main()"]
 # A small episode budget: each ask takes seconds on the fixture model.
 SMALL = ["--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 LISTENING = re.compile(r"listening on http://(\S+?):(\d+) ")
+# the tools `serve` offers over MCP: asking, and teaching (issue 61: history and undo)
+MCP_TOOLS = {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify", "history", "undo"}
 # the keys of one answer's JSON (`EpisodeResult.to_json`, what /v1/ask and an app's endpoint return)
 RESULT_KEYS = {
     "question",

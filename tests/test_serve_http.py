@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from edge_sql.charts import chart_for
-from serve_helpers import CLI, RESULT_KEYS, SMALL, ServerProcess, read_events, serve_command, without_stats
+from serve_helpers import CLI, MCP_TOOLS, RESULT_KEYS, SMALL, ServerProcess, read_events, serve_command, without_stats
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 CHINOOK = DATA_DIR / "chinook" / "chinook.sqlite"
@@ -252,16 +252,7 @@ def test_mcp_over_streamable_http(server):
     async def main() -> None:
         async with Client(f"http://127.0.0.1:{server.port}/mcp") as client:
             tools = {tool.name for tool in (await client.list_tools()).tools}
-            assert tools == {
-                "ask",
-                "list_databases",
-                "add_note",
-                "list_notes",
-                "remove_note",
-                "verify",
-                "history",
-                "undo",
-            }
+            assert tools == MCP_TOOLS
             listed = await client.call_tool("list_databases", {})
             names = [entry["name"] for entry in listed.structured_content["databases"]]
             assert names == ["chinook", "northwind"]

@@ -19,7 +19,7 @@ import openai
 import pytest
 from mcp import Client
 
-from serve_helpers import SMALL, ServerProcess, serve_command
+from serve_helpers import MCP_TOOLS, SMALL, ServerProcess, serve_command
 
 SHOP_TABLES = (
     "CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, price_cents INTEGER)",
@@ -162,16 +162,7 @@ def test_mcp_tools_teach_verify_and_follow(server):
     async def main() -> None:
         async with Client(f"http://127.0.0.1:{server.port}/mcp") as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-            assert set(tools) == {
-                "ask",
-                "list_databases",
-                "add_note",
-                "list_notes",
-                "remove_note",
-                "verify",
-                "history",
-                "undo",
-            }
+            assert set(tools) == MCP_TOOLS
             assert {"follow_up", "fresh"} <= set(tools["ask"].input_schema["properties"])
             assert tools["verify"].annotations.read_only_hint is False
             added = await client.call_tool("add_note", {"database": "shop", "text": "quantity counts items"})

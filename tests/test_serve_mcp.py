@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from edge_sql.charts import chart_for
-from serve_helpers import serve_command, wait_for_log
+from serve_helpers import MCP_TOOLS, serve_command, wait_for_log
 
 SMALL = ["--mcp", "--threads", "1", "--ctx", "2048", "--max-rounds", "2", "--think-tokens", "16", "--no-tune"]
 # the fixture model (random weights) thinks up to the bound: round 1 lasts thousands of tokens,
@@ -57,7 +57,7 @@ def test_mcp_cancellation_stops_the_episode(tiny_gguf_fast, chinook_db, tmp_path
 
 async def _tools_are_listed(client: Client) -> None:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"ask", "list_databases", "add_note", "list_notes", "remove_note", "verify", "history", "undo"}
+    assert set(tools) == MCP_TOOLS
     schema = tools["ask"].input_schema
     assert set(schema["properties"]) == {
         "question",
