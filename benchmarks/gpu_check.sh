@@ -2,18 +2,18 @@
 # CUDA offload checked and measured on a GPU machine that has no network, in one command.
 #
 #   python benchmarks/gpu_pack.py --build-cuda      # first, on a machine with PyPI: fills .gpu/
-#   benchmarks/gpu_check.sh OUT_DIR [gpu_check.py options]   # then, on the GPU machine
+#   benchmarks/gpu_check.sh OUT_DIR [benchmarks.gpu.check options]   # then, on the GPU machine
 #
 # It installs the wheels gpu_pack.py carried into a private folder (nothing of the machine's own
 # Python changes), takes llama-cpp-python with CUDA from the wheel built ahead from the same
 # source, or builds it there from that source with the flags users use, installs edge-sql
 # itself without dependencies (the machine's numpy, torch, transformers, click... serve), and
-# runs benchmarks/gpu_check.py, which writes OUT_DIR/gpu-check.json. Exit status: that script's.
+# runs benchmarks/gpu/check.py, which writes OUT_DIR/gpu-check.json. Exit status: that script's.
 # EDGE_SQL_GPU_CHECK_CPU=1 rehearses it all on a machine without a GPU (PYTHON=a Python that
 # already has llama-cpp-python; nothing is built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT_DIR=${1:?usage: benchmarks/gpu_check.sh OUT_DIR [gpu_check.py options]}
+OUT_DIR=${1:?usage: benchmarks/gpu_check.sh OUT_DIR [benchmarks.gpu.check options]}
 shift
 PACK=${EDGE_SQL_GPU_PACK:-.gpu}
 SITE=${EDGE_SQL_GPU_SITE:-/tmp/edge-sql-gpu-site}
@@ -72,7 +72,10 @@ if ! pip_site --no-build-isolation . 2>"$OUT_DIR/edge-sql-install.log"; then
     mkdir -p "$SITE/edge_sql-$VERSION.dist-info"
     printf 'Metadata-Version: 2.1\nName: edge-sql\nVersion: %s\n' "$VERSION" >"$SITE/edge_sql-$VERSION.dist-info/METADATA"
 fi
-log "edge-sql installed; running benchmarks/gpu_check.py"
+log "edge-sql installed; running benchmarks/gpu/check.py"
 REQUIRE=--require-gpu
 [ "$HOW" = cpu-rehearsal ] && REQUIRE=
-"$PY" benchmarks/gpu_check.py "$OUT_DIR" $REQUIRE --llama-source "$HOW" "$@"
+# the check and its children run as modules of this tree (`benchmarks`, and `tests` for the
+# fixture's builder), found after the installed packages; PYTHONSAFEPATH: `-m` puts no working
+# directory in front, so `edge_sql` is the one installed above (with edge_sql.convert), not the source
+PYTHONPATH="$PYTHONPATH:$PWD" PYTHONSAFEPATH=1 "$PY" -m benchmarks.gpu.check "$OUT_DIR" $REQUIRE --llama-source "$HOW" "$@"

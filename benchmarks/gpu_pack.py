@@ -238,7 +238,7 @@ def slim_wheel(built: Path, dest: Path) -> Path:
 
 def tree_files() -> list[Path]:
     """What travels of the working tree, as the device's copy holds it: tracked files and
-    untracked files git does not ignore (so a new module beside gpu_check.py goes with it)."""
+    untracked files git does not ignore (so a new module beside gpu/check.py goes with it)."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO,

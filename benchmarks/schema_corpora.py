@@ -15,7 +15,7 @@ import json
 import random
 from pathlib import Path
 
-from bird_schemas import DOMAINS, ENTITIES, GENERIC_COLUMNS, SHARDS, SUFFIXES, Table, _tables, load_bird
+from benchmarks.bird_schemas import DOMAINS, ENTITIES, GENERIC_COLUMNS, SHARDS, SUFFIXES, Table, _tables, load_bird
 
 SPIDER_FILE = Path(__file__).resolve().parent / "data" / "spider" / "heldout.json"
 COPY_SUFFIXES = ("archive", "backup", "old", "bak", "snapshot", "copy", "hist", "prev", "2019", "2020", "v1", "save")

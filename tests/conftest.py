@@ -79,7 +79,7 @@ def _requantize(src: Path, out: Path, qtype: str) -> None:
         raise RuntimeError(f"llama.cpp could not requantize {src} to {qtype}")
 
 
-# --- The small Qwen3.5 fixture model (benchmarks/fixture_checkpoint.py), built once and cached -------------
+# --- The small Qwen3.5 fixture model (tests/fixture_checkpoint.py), built once and cached ------------------
 # Cached artefacts are shared between tests and pytest runs: treat them as read-only.
 
 
@@ -89,12 +89,12 @@ def _requantize(src: Path, out: Path, qtype: str) -> None:
 # tools over the bundled databases. Training ends when the model passes its check (probe episodes
 # through the runtime, tests/fixture_training.py); the runtime is not in the key: a change to it
 # keeps a model that passed.
-_CHECKPOINT_SOURCES = ("benchmarks/fixture_checkpoint.py", "benchmarks/checkpoint_tokenizer.py")
+_CHECKPOINT_SOURCES = ("tests/fixture_checkpoint.py", "benchmarks/model/checkpoint_tokenizer.py")
 _CONVERTER_SOURCES = ("convert/*.py",)
 _NOT_CONVERTER = frozenset({"convert/quantize.py"})
 _TEACHER_SOURCES = (
     "tests/fixture_training.py",
-    "benchmarks/fixture_budget.py",
+    "tests/fixture_budget.py",
     "edge_sql/agent/prompt.py",
     "edge_sql/agent/prompts/*.toml",
     "edge_sql/tools/*.py",

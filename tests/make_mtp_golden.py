@@ -3,9 +3,12 @@
 Usage (from the repository root; llama.cpp's converter ships in the llama-cpp-python sdist,
 `pip download llama-cpp-python==0.3.36 --no-deps --no-binary :all:`, under vendor/llama.cpp):
 
-    python tests/make_mtp_golden.py --llama-cpp-converter VENDOR/llama.cpp/convert_hf_to_gguf.py
+    PYTHONPATH=tests python -m tests.make_mtp_golden --llama-cpp-converter VENDOR/llama.cpp/convert_hf_to_gguf.py
 
-It converts the fixture checkpoint (benchmarks/fixture_checkpoint.py, built into the fixture cache) to
+(`-m` from the root: the fixture's builder imports `benchmarks`; PYTHONPATH=tests: conftest and
+the cache by their plain names, as pytest's `pythonpath` has them.)
+
+It converts the fixture checkpoint (tests/fixture_checkpoint.py, built into the fixture cache) to
 BF16 with llama.cpp's converter and its own gguf-py, run as benchmarks/model/bench_convert.py runs
 it, and records every tensor (name, shape, GGML type, SHA-256 of its bytes) and the metadata
 keys the MTP head touches. tests/test_convert_mtp.py compares edge-sql's converter with it, so
@@ -25,8 +28,6 @@ import tempfile
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
-sys.path.insert(0, str(TESTS.parent / "benchmarks"))
 
 GOLDEN = TESTS / "data" / "mtp_golden.json"
 MTP_KEYS = ("block_count", "nextn_predict_layers", "attention.recurrent_layers")

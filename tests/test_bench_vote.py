@@ -22,7 +22,7 @@ from edge_sql.runtime.tuning import default_settings
 from fixture_budget import TRAINED_LIMITS
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
-# the trained fixture's limits (benchmarks/fixture_budget.py), as the CLI takes them
+# the trained fixture's limits (tests/fixture_budget.py), as the CLI takes them
 BUDGET = [arg for field, value in TRAINED_LIMITS.items() for arg in ("--budget", f"{field}={value}")]
 SEED = 33
 QUESTIONS = [  # BIRD format, on the bundled Chinook

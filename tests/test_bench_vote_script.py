@@ -5,7 +5,7 @@ keeps the winner. (The script had called a private method that a refactor remove
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from pathlib import Path
 from types import ModuleType
 
@@ -13,16 +13,10 @@ import pytest
 
 from edge_sql import Agent
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "episodes" / "bench_vote.py"
-
 
 @pytest.fixture(scope="module")
 def bench_vote() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_vote", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.episodes.bench_vote")
 
 
 def test_votes_before_and_after_the_shared_opening_and_the_early_stop(

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.bird_schemas import load_bird, write_database
 from edge_sql.agent import Budget, run_episode
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.cli import main as cli
@@ -30,9 +30,6 @@ from edge_sql.tools.schema_view import (
 )
 from episode_checks import check_turns_parse, sha256
 from scripted_session import ScriptedSession
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bird_schemas import load_bird, write_database
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 TOKEN_LIMIT = 1500  # what list_tables may show of a big schema, in tokens (issue 55)
@@ -371,7 +368,7 @@ def test_glued_and_spaced_names_meet_and_an_undeclared_key_raises_its_table(tmp_
 
 
 def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
-    from bird_schemas import merged_schema
+    from benchmarks.bird_schemas import merged_schema
     from edge_sql.tools.schema_index import TableFacts, copy_roots
 
     databases, _ = load_bird()

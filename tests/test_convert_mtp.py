@@ -19,7 +19,7 @@ from edge_sql.convert.hf_to_gguf import convert_checkpoint
 from gguf_tensors import tensor_bytes
 
 GOLDEN = Path(__file__).parent / "data" / "mtp_golden.json"
-N_LAYERS = 4  # the fixture's trunk (benchmarks/fixture_checkpoint.py): the MTP block is blk.4
+N_LAYERS = 4  # the fixture's trunk (tests/fixture_checkpoint.py): the MTP block is blk.4
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_the_golden_file_describes_this_fixture(golden: dict) -> None:
 
     key = _checkpoint(sharded=False)[1]
     assert golden["checkpoint_key"] == key, (
-        "benchmarks/fixture_checkpoint.py changed: run tests/make_mtp_golden.py (see its docstring) to renew the golden file"
+        "tests/fixture_checkpoint.py changed: run tests/make_mtp_golden.py (see its docstring) to renew the golden file"
     )
 
 

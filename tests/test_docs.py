@@ -1,4 +1,4 @@
-"""The documents say what the code does: the recorded transcripts (benchmarks/record_transcripts.py)
+"""The documents say what the code does: the recorded transcripts (benchmarks/transcripts/record_transcripts.py)
 show today's output, README's model link and name agree, docs/serve.md names the default prompt."""
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ def _recorded_answer() -> dict:
 
 
 def test_readme_shows_the_recorded_one_question_transcript():
-    from record_transcripts import README_END, README_START
+    from benchmarks.transcripts.record_transcripts import README_END, README_START
 
     block = README.split(README_START, 1)[1].split(README_END, 1)[0]
     assert _blocks(block, "console") == [_blocks(TRANSCRIPT, "console")[0]]
-    assert "recorded by [`benchmarks/record_transcripts.py`]" in TRANSCRIPT.splitlines()[2]
+    assert "recorded by [`benchmarks/transcripts/record_transcripts.py`]" in TRANSCRIPT.splitlines()[2]
 
 
 def test_the_transcripts_show_the_settings_the_stats_and_the_exit_status():

@@ -1,6 +1,6 @@
 """The GPU check's CPU path: what it carries, how it compares placements, and one whole run.
 
-benchmarks/gpu_check.py runs on a GPU machine with no network (benchmarks/gpu_check.sh installs
+benchmarks/gpu/check.py runs on a GPU machine with no network (benchmarks/gpu_check.sh installs
 what benchmarks/gpu_pack.py carried). Everything but the GPU itself is checked here: the trimmed
 source keeps what a CUDA build reads and drops the rest, every module the check imports travels
 with the working tree, the near-tie rule and the parallel step's arithmetic (time covered by
@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import gpu_pack
+from benchmarks.gpu import episode as gpu_episode
+from benchmarks.gpu import parallel as gpu_parallel
 
-import gpu_episode  # noqa: E402  (benchmarks/ is on the test path)
-import gpu_pack  # noqa: E402
-import gpu_parallel  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _sdist(path: Path, names: list[str]) -> None:
@@ -86,24 +86,44 @@ def test_the_script_builds_with_the_flags_the_pack_names() -> None:
     assert "llama_cpp_python-0.3.36.tar.gz" in script and gpu_pack.SDIST_NAME == "llama_cpp_python-0.3.36.tar.gz"
 
 
+def _module_file(name: str) -> Path:
+    path = REPO.joinpath(*name.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def test_every_module_the_gpu_check_imports_travels_with_the_tree() -> None:
-    bench = REPO / "benchmarks"
-    local = {path.stem for path in bench.glob("*.py")}
-    imported: set[str] = set()
-    todo = ["gpu_check"]
+    """What `python -m benchmarks.gpu.check` imports from this tree, and the checkpoint builders
+    it runs (`python -m ...`) with what they import, packages included, are in what travels."""
+    from benchmarks.gpu import check
+
+    local = ("benchmarks", "tests")
+    seen: set[str] = set()
+    todo = ["benchmarks.gpu.check", check.FIXTURE_BUILDER, check.SHAPE_2B_BUILDER]
     while todo:
         name = todo.pop()
-        if name in imported:
+        if name in seen:
             continue
-        imported.add(name)
-        for node in ast.walk(ast.parse((bench / f"{name}.py").read_text())):
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts)) if _module_file(".".join(parts[:i])).exists()]
+        for node in ast.walk(ast.parse(_module_file(name).read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            todo += [n.split(".")[0] for n in names if n.split(".")[0] in local]
-    assert imported == {"gpu_check", "gpu_machine", "gpu_episode", "gpu_parallel", "chinook_questions"}
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            todo += [n for n in names if n.split(".")[0] in local and _module_file(n).exists()]
+    modules = {n for n in seen if _module_file(n).name != "__init__.py"}
+    assert modules == {
+        "benchmarks.gpu.check",
+        "benchmarks.gpu.machine",
+        "benchmarks.gpu.episode",
+        "benchmarks.gpu.parallel",
+        "benchmarks.common.chinook_questions",
+        "tests.fixture_checkpoint",
+        "benchmarks.model.checkpoint_tokenizer",
+        "benchmarks.model.make_2b_checkpoint",
+    }
     travels = set(gpu_pack.tree_files())
-    assert sorted(n for n in imported if bench / f"{n}.py" not in travels) == []
+    assert sorted(n for n in seen if _module_file(n) not in travels) == []
 
 
 def test_time_covered_by_overlapping_calls_counts_once() -> None:
@@ -169,7 +189,8 @@ def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             sys.executable,
-            str(REPO / "benchmarks" / "gpu_check.py"),
+            "-m",
+            "benchmarks.gpu.check",
             str(out),
             "--shape",
             "fixture",
@@ -185,6 +206,7 @@ def test_the_whole_check_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=1500,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "gpu-check.json").read_text())

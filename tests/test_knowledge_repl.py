@@ -1,4 +1,4 @@
-"""The prompt's commands in a real pseudo-terminal (benchmarks/terminal.py): `:help` lists them
+"""The prompt's commands in a real pseudo-terminal (benchmarks/transcripts/terminal.py): `:help` lists them
 instead of asking the model, `:fix` and `:right` keep verified answers that are then reused at
 once, `:note`/`:notes`, follow-up questions, and refusals that return to the prompt."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.transcripts.terminal import Terminal
 from repl_bounds import PROMPT
 from repl_bounds import SMALL as REPL_BOUNDS
-from terminal import Terminal
 
 SMALL = [*REPL_BOUNDS, "--seed", "3"]  # one reproducible episode for the follow-up
 

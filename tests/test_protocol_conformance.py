@@ -1,7 +1,7 @@
 """Conformance replay: the published SQaLe episodes, call by call, through our real tools.
 
 The page (`edge_sql/data/sqale_published/`) shows what the training environment's tools answered.
-We rebuild each episode's database (`sqale_replay.py`), replay every published call through
+We rebuild each episode's database (`benchmarks/sqale/replay.py`), replay every published call through
 `Toolbox` (each collapsed call `n` times) and require the published text wherever the page did
 not clip it. These assertions are written to the published truth, not to our current output.
 
@@ -17,19 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.sqale.page import CLIP, compare_to_published, one_line_ddl, parse_published_result, render_cell
+from benchmarks.sqale.replay import build_database
+from edge_sql.evaluation.sqale_published import call_args, episode, load_episodes, published_calls
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
-from sqale_replay import (
-    CLIP,
-    build_database,
-    call_args,
-    compare_to_published,
-    episode,
-    load_episodes,
-    one_line_ddl,
-    parse_published_result,
-    published_calls,
-    render_cell,
-)
 
 EPISODES = load_episodes()
 EPISODE_IDS = [ep["id"] for ep in EPISODES]

@@ -1,4 +1,4 @@
-"""`edge-sql run`'s interactive prompt in a real pseudo-terminal (benchmarks/terminal.py): line editing
+"""`edge-sql run`'s interactive prompt in a real pseudo-terminal (benchmarks/transcripts/terminal.py): line editing
 and history, errors that return to the prompt, Ctrl-C; asserted on what the screen shows."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.transcripts.terminal import Terminal
 from repl_bounds import PROMPT, SMALL
-from terminal import Terminal
 
 UP, LEFT, KILL_LINE = "\x1b[A", "\x1b[D", "\x15"
 

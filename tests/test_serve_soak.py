@@ -5,7 +5,8 @@ let in, the queue idle at the end, the database unchanged."""
 
 from __future__ import annotations
 
-from bench_serve_soak import KINDS, check, parse_args, soak
+from benchmarks.serve.bench_serve_soak import check, parse_args, soak
+from benchmarks.serve.soak_clients import KINDS
 
 
 def test_a_short_soak_holds(tiny_gguf_fast):

@@ -1,4 +1,4 @@
-"""Issue 61's sequence in a real pseudo-terminal (benchmarks/terminal.py): a verified question,
+"""Issue 61's sequence in a real pseudo-terminal (benchmarks/transcripts/terminal.py): a verified question,
 another question interrupted with Ctrl-C, then `:fix`. The fix belongs to the interrupted
 question and the reply names it and its SQL; the first verified answer stays unchanged;
 replacing a verified answer asks first, and "no" stores nothing; a stray Enter quits nothing."""
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.transcripts.terminal import Terminal
 from edge_sql.knowledge import Knowledge
 from edge_sql.tools import ReadOnlyDatabase
 from repl_bounds import PROMPT
-from terminal import Terminal
 
 SLOW = ["--no-tune", "--threads", "1", "--ctx", "4096", "--think-tokens", "2000", "--budget", "max_tokens=4096"]
 GENRE = "Which genre has the most tracks?"

@@ -13,8 +13,8 @@ prefix of the CSV and its time is extrapolated to the full size, stated as such;
 baselines read the file with pyarrow (neither sqlite-utils' CLI nor `csv` reads Parquet):
 sqlite-utils' `insert_all` on its rows as dicts, and `executemany` on its rows as tuples.
 
-    python benchmarks/data/bench_files.py                      # 1 GB CSV, 10M-row Parquet (minutes)
-    python benchmarks/data/bench_files.py --csv-mb 200 --parquet-rows 2000000 --out results.md
+    python -m benchmarks.data.bench_files                      # 1 GB CSV, 10M-row Parquet (minutes)
+    python -m benchmarks.data.bench_files --csv-mb 200 --parquet-rows 2000000 --out results.md
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import write_results
 
 REPO = Path(__file__).resolve().parents[2]
 REGIONS = ["North", "South", "East", "West", "Central"]
@@ -273,7 +272,7 @@ def sqlite_utils_cli(path: Path, work: Path, label: str, prefix_mb: float, full_
 
 
 def generate(kind: str, path: Path, size: float) -> None:
-    subprocess.run([sys.executable, __file__, "--generate", kind, str(path), str(size)], check=True)
+    subprocess.run([sys.executable, "-m", __spec__.name, "--generate", kind, str(path), str(size)], check=True)
 
 
 def main() -> None:
@@ -303,7 +302,6 @@ def main() -> None:
         kind, path, size = args.generate
         write_csv(Path(path), float(size)) if kind == "csv" else write_parquet(Path(path), int(size))
         return
-    sys.path.insert(0, str(REPO))
     from edge_sql.bench.machine import cpu_model
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-files-"))

@@ -6,27 +6,23 @@ handler, row and cell caps), and through `ReadOnlyDatabase.execute`, which sends
 worker's pipes. The difference is the overhead a tool call pays for hard limits. Also timed:
 opening a database (starting a worker) and a time-out (killing and restarting one).
 
-    .venv/bin/python benchmarks/data/bench_sql_worker.py --out benchmarks/results/sql_worker.md
+    .venv/bin/python -m benchmarks.data.bench_sql_worker --out benchmarks/results/sql_worker.md
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_detail, write_results
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.database import DEFAULT_MAX_CELL_CHARS, DEFAULT_MEMORY_LIMIT_MB
 from edge_sql.tools.db_file import prepare
 from edge_sql.tools.sql_worker import Worker
 
+REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 # What tool calls send: sample_rows, distinct_values, a join from run_query, a schema read.
 STATEMENTS = [
@@ -121,7 +117,7 @@ def main() -> None:
         [
             "# SQL worker overhead per tool call",
             "",
-            f"Command: `python benchmarks/data/bench_sql_worker.py --rounds {args.rounds} "
+            f"Command: `python -m benchmarks.data.bench_sql_worker --rounds {args.rounds} "
             f"--lifecycle {args.lifecycle}" + (f" --out {args.out}`" if args.out else "`"),
             f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
             "",

@@ -8,7 +8,7 @@
    it has the session; and the longest stall of the event loop while an episode runs, through
    `ask_async` and through a plain `ask` called inside `async def` (what the issue's app did).
 
-    python benchmarks/embedding/bench_embedding.py [--model tiny-Q4_0.gguf] [--imports 5]
+    python -m benchmarks.embedding.bench_embedding [--model tiny-Q4_0.gguf] [--imports 5]
 
 Every run is bounded (the budget below); the model defaults to the tests' fixture model.
 """

@@ -22,7 +22,7 @@ Three parts, one process, one model:
   3. The same questions one at a time (`parallel=1`), then P at once again: the gain is one at a
      time against the mean of the two runs at once, so that drift shows and cancels.
 
-    python benchmarks/episodes/bench_batch_anatomy.py MODEL.gguf [--parallel 8] [--questions 16]
+    python -m benchmarks.episodes.bench_batch_anatomy MODEL.gguf [--parallel 8] [--questions 16]
 
 It prints the tables and the goals: P at once at least 2.0x one at a time; agent steps of w
 one-token sequences at least 0.9x plain decode of those sequences (the pair); and the ceiling
@@ -45,6 +45,7 @@ import llama_cpp
 import numpy as np
 
 import edge_sql.runtime.batching.batched as batched
+from benchmarks.common.chinook_questions import QUESTIONS
 from edge_sql import Agent
 from edge_sql.agent.budget import Budget
 from edge_sql.runtime import SessionOptions
@@ -52,9 +53,6 @@ from edge_sql.runtime.llama.batch import TokenBatch
 from edge_sql.runtime.llama.decode_thread import run_decode
 from edge_sql.runtime.llama.loading import open_model
 from edge_sql.runtime.llama.shared_models import release
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from chinook_questions import QUESTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
@@ -259,7 +257,7 @@ def fresh_episodes(args: argparse.Namespace, parallel: int) -> dict:
     inherits what an earlier one left: one at a time in the process that had run the steps came
     out 1.6x slower than in a new one (31.5 against 50.2 tok/s) while decodes still ran on the
     threads that called them (each left an OpenMP team behind: runtime/llama/decode_thread.py)."""
-    command = [sys.executable, __file__, str(args.model), "--episodes-only", "--parallel", str(parallel)]
+    command = [sys.executable, "-m", __spec__.name, str(args.model), "--episodes-only", "--parallel", str(parallel)]
     command += ["--questions", str(args.questions), "--ctx", str(args.ctx)]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))

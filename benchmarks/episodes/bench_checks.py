@@ -1,7 +1,7 @@
 """What the answer checks (edge_sql/checks) are worth: false alarms, errors caught, cost, provenance.
 
 1. False alarms: the gold SQL of the 64 bundled questions (Chinook, Northwind) and the three
-   published SQaLe episodes' final SQL (their databases rebuilt by `sqale_replay.py`): the share
+   published SQaLe episodes' final SQL (their databases rebuilt by `benchmarks/sqale/replay.py`): the share
    called `doubtful`, each flag with its reason.
 2. Errors caught: the gold SQL mutated the ways small models err, each kind on every question it
    applies to: a literal's case, a letter dropped, two letters swapped, a value from another
@@ -16,7 +16,7 @@
 4. Provenance of the published episodes: the share of their final SQL's names and literals that
    the published calls showed (the page publishes only some outputs: a lower bound).
 
-    .venv/bin/python benchmarks/episodes/bench_checks.py --out benchmarks/results/checks.md
+    .venv/bin/python -m benchmarks.episodes.bench_checks --out benchmarks/results/checks.md
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -35,21 +33,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import write_results
+from benchmarks.episodes.sql_mutations import MUTATIONS, VALUE_KINDS
+from benchmarks.sqale.replay import build_database
 from edge_sql.agent.result import CallRecord, RoundRecord
 from edge_sql.bench.machine import cpu_model
 from edge_sql.checks import Checks, attach_provenance, check_sql
 from edge_sql.checks.checker import _lookup
 from edge_sql.checks.names import read_names
 from edge_sql.evaluation.datasets import Question, load_bundled
+from edge_sql.evaluation.sqale_published import call_args, load_episodes
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
-from sqale_published import call_args, load_episodes
-from sqale_replay import build_database
 
+REPO = Path(__file__).resolve().parents[2]
 BIG_ROWS = 5_000_000
 
 
@@ -67,95 +63,6 @@ def explored(toolbox: Toolbox, tables: list[str], *, skip: str | None = None) ->
             result = toolbox.call("describe_table", {"table_name": table})
             second.calls.append(CallRecord("describe_table", {"table_name": table}, result.ok, result.output))
     return [first, second]
-
-
-# -- mutations -----------------------------------------------------------------------------
-
-
-def _string_literals(sql: str, db: ReadOnlyDatabase) -> list[tuple[str, str, str]]:
-    """(literal text, table, column) of each text literal compared with a column by = or IN."""
-    names = read_names(sql, _lookup(db))
-    return [
-        (str(c.value), c.column.table, c.column.column)
-        for c in names.comparisons
-        if isinstance(c.value, str) and c.op in ("=", "IN") and len(str(c.value)) >= 3
-    ]
-
-
-def _replace_literal(sql: str, old: str, new: str) -> str:
-    quoted = "'" + old.replace("'", "''") + "'"
-    return sql.replace(quoted, "'" + new.replace("'", "''") + "'", 1)
-
-
-def mutate_case(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
-    for value, _t, _c in _string_literals(sql, db):
-        changed = value.swapcase() if value.lower() == value else value.lower()
-        if changed != value:
-            return _replace_literal(sql, value, changed)
-    return None
-
-
-def mutate_drop(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
-    for value, _t, _c in _string_literals(sql, db):
-        i = len(value) // 2
-        return _replace_literal(sql, value, value[:i] + value[i + 1 :])
-    return None
-
-
-def mutate_swap(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
-    for value, _t, _c in _string_literals(sql, db):
-        i = len(value) // 2 - 1
-        swapped = value[:i] + value[i + 1] + value[i] + value[i + 2 :]
-        if swapped != value:
-            return _replace_literal(sql, value, swapped)
-    return None
-
-
-def mutate_other_column(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
-    """A text value stored in another table's column, one the compared column does not hold."""
-    for value, table, column in _string_literals(sql, db):
-        others = [t for t in db.table_names() if t != table]
-        for offset in range(len(others)):
-            other = others[(rng_key + offset) % len(others)]
-            for name in db.column_names(other):
-                quoted_other, quoted_name = f'"{other}"', f'"{name}"'
-                rows = db.execute(
-                    f"SELECT DISTINCT {quoted_name} FROM {quoted_other} WHERE typeof({quoted_name}) = "
-                    f"'text' AND length({quoted_name}) BETWEEN 3 AND 40 LIMIT 5",
-                    max_rows=5,
-                ).rows
-                for (candidate,) in rows:
-                    held = db.execute(
-                        f'SELECT 1 FROM "{table}" WHERE "{column}" = ? LIMIT 1', max_rows=1, params=(candidate,)
-                    ).rows
-                    if not held:
-                        return _replace_literal(sql, value, candidate)
-    return None
-
-
-def mutate_sibling_column(sql: str, db: ReadOnlyDatabase, rng_key: int) -> str | None:
-    """One column reference written as another column of the same table (the first whose name
-    appears as a whole word, replaced at its first appearance)."""
-    names = read_names(sql, _lookup(db))
-    for ref in names.columns:
-        siblings = [c for c in db.column_names(ref.table) if c != ref.column and not c.lower().endswith("id")]
-        if not siblings:
-            continue
-        sibling = siblings[rng_key % len(siblings)]
-        pattern = re.compile(r"(?<![\w'\"])" + re.escape(ref.column) + r"(?![\w'\"])", re.IGNORECASE)
-        if pattern.search(sql):
-            return pattern.sub(sibling, sql, count=1)
-    return None
-
-
-MUTATIONS: dict[str, Callable[[str, ReadOnlyDatabase, int], str | None]] = {
-    "literal case": mutate_case,
-    "letter dropped": mutate_drop,
-    "letters swapped": mutate_swap,
-    "value from another column": mutate_other_column,
-    "column swapped for a sibling": mutate_sibling_column,
-}
-VALUE_KINDS = ("literal case", "letter dropped", "letters swapped", "value from another column")
 
 
 # -- the parts -----------------------------------------------------------------------------
@@ -329,7 +236,7 @@ def main() -> None:
         "# Answer checks (`benchmarks/episodes/bench_checks.py`)",
         "",
         f"CPU: {cpu_model()} ({os.cpu_count()} cores visible), Python {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}. Command: `python benchmarks/episodes/bench_checks.py --big-rows {args.big_rows} "
+        f"SQLite {sqlite3.sqlite_version}. Command: `python -m benchmarks.episodes.bench_checks --big-rows {args.big_rows} "
         f"--repeats {args.repeats}`.",
         "",
     ]

@@ -8,8 +8,8 @@ are grouped as 'tokens' (one token per sequence) and 'mixed' (some sequence deco
 forced grammar tokens, a tool result, the prompt), so a step that costs more than its width
 explains shows.
 
-    python benchmarks/episodes/bench_parallel_agent.py MODEL.gguf --parallel 16 --questions 16
-    python benchmarks/episodes/bench_parallel_agent.py MODEL.gguf --parallel 1 --questions 16   # one at a time
+    python -m benchmarks.episodes.bench_parallel_agent MODEL.gguf --parallel 16 --questions 16
+    python -m benchmarks.episodes.bench_parallel_agent MODEL.gguf --parallel 1 --questions 16   # one at a time
 """
 
 from __future__ import annotations
@@ -17,16 +17,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 import time
 from pathlib import Path
 
 import edge_sql.runtime.batching.batched as batched
+from benchmarks.common.chinook_questions import QUESTIONS
 from edge_sql import Agent
 from edge_sql.agent.budget import Budget
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from chinook_questions import QUESTIONS  # benchmarks/ is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"

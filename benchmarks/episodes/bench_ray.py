@@ -1,6 +1,6 @@
 """Episode throughput of the local bench runner against the Ray runner with 1 and 2 workers.
 
-Usage: python benchmarks/episodes/bench_ray.py MODEL.gguf [--questions 8] [--rounds 2] [--one-thread-only]
+Usage: python -m benchmarks.episodes.bench_ray MODEL.gguf [--questions 8] [--rounds 2] [--one-thread-only]
                                    [--out benchmarks/results/ray.md]
 
 One variant (the given file, run as the bench's reference) answers the same bundled questions
@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_detail, write_results
 from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.local_runner import _run_episodes
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog
@@ -135,7 +133,7 @@ def table(
     lines = [
         "# Bench episodes: local runner vs Ray runner",
         "",
-        f"`python benchmarks/episodes/bench_ray.py {model.name} --questions {questions} --rounds {rounds}"
+        f"`python -m benchmarks.episodes.bench_ray {model.name} --questions {questions} --rounds {rounds}"
         f"{' --one-thread-only' if one_thread_only else ''}`: "
         f"{questions} bundled questions, "
         "schema withheld, seed 0, one tool round, 8 think tokens, 4k context; one variant "

@@ -16,7 +16,7 @@ is the mean of the vote's own seeds run one at a time: sampled episodes of one q
 differ severalfold in length. Episodes are bounded
 (--think-tokens, --max-rounds, --calls-per-turn) so that all do comparable work.
 
-    python benchmarks/episodes/bench_vote.py MODEL.gguf [--k 2 4 8] [--think-tokens 64] [--max-rounds 2]
+    python -m benchmarks.episodes.bench_vote MODEL.gguf [--k 2 4 8] [--think-tokens 64] [--max-rounds 2]
         [--calls-per-turn 2] [--sql-tokens 64] [--questions N] [--modes before opening early] [--out FILE.json]
 
 With --fixture (the trained fixture model, whose episodes agree and disagree for real): only
@@ -28,21 +28,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import write_results  # this folder is on sys.path when run as a script
-from chinook_questions import QUESTIONS  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import write_results
+from benchmarks.common.chinook_questions import QUESTIONS
 from edge_sql import Agent
 from edge_sql.agent import Budget
 from edge_sql.api.asks import Ask
 from edge_sql.api.vote import run_vote
 from edge_sql.bench.machine import cpu_model
 from edge_sql.runtime.tuning.parallel import decode_rate
-from fixture_budget import TRAINED_LIMITS
+from tests.fixture_budget import TRAINED_LIMITS
 
 REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"

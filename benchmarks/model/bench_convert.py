@@ -1,7 +1,7 @@
 """Benchmark conversion and quantization on a random-weight checkpoint of the real 2B shape.
 
 Usage:
-    python benchmarks/model/bench_convert.py [--checkpoint DIR] [--llama-cpp-converter convert_hf_to_gguf.py]
+    python -m benchmarks.model.bench_convert [--checkpoint DIR] [--llama-cpp-converter convert_hf_to_gguf.py]
         [--types Q8_0,...] [--threads 2] [--out benchmarks/results/convert.md]
 
 Measures, each step in its own child process (wall time, and peak RSS from the child's own
@@ -30,8 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_detail, write_results
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / "benchmarks" / "work"
@@ -64,7 +63,6 @@ def run_measured(label: str, command: list[str], output: Path, log: Path, env: d
 
 def compare_gguf(ours: Path, theirs: Path) -> str:
     """Same tensor names, shapes, storage types and bytes? One line of findings."""
-    sys.path.insert(0, str(REPO))
     from edge_sql.convert.gguf_file import read_gguf
 
     a, b = read_gguf(ours), read_gguf(theirs)

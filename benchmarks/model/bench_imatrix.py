@@ -1,11 +1,11 @@
 """Does the task imatrix help? Mean KL and top-1 agreement to the reference on held-out transcripts.
 
 Usage:
-    python benchmarks/model/bench_imatrix.py --model smollm2 [--threads 2] [--out benchmarks/results/imatrix.md]
-    python benchmarks/model/bench_imatrix.py --model PATH/TO/BF16.gguf --label NAME
-    python benchmarks/model/bench_imatrix.py --collect-only PATH/TO/BF16.gguf [--max-tokens N]   (time and memory)
-    python benchmarks/model/bench_imatrix.py --sizes --model smollm2   (the auto set against the 49k-token one)
-    python benchmarks/model/bench_imatrix.py --render A.json B.json > benchmarks/results/imatrix.md
+    python -m benchmarks.model.bench_imatrix --model smollm2 [--threads 2] [--out benchmarks/results/imatrix.md]
+    python -m benchmarks.model.bench_imatrix --model PATH/TO/BF16.gguf --label NAME
+    python -m benchmarks.model.bench_imatrix --collect-only PATH/TO/BF16.gguf [--max-tokens N]   (time and memory)
+    python -m benchmarks.model.bench_imatrix --sizes --model smollm2   (the auto set against the 49k-token one)
+    python -m benchmarks.model.bench_imatrix --render A.json B.json > benchmarks/results/imatrix.md
 
 For one model it makes three importance matrices' worth of variants of Q4_K_M, IQ4_XS and Q3_K_M:
 without an imatrix, with a generic-text imatrix and with the task imatrix (`edge-sql imatrix
@@ -38,8 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import write_results
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.agent.transcript import Transcript
 from edge_sql.bench.fidelity import kl_rows

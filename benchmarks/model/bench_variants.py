@@ -1,6 +1,6 @@
 """Run `edge-sql bench` on the random-weight model of the real 2B shape, with the committed settings.
 
-Usage: python benchmarks/model/bench_variants.py BF16.gguf [--out benchmarks/results/variants] [--work DIR]
+Usage: python -m benchmarks.model.bench_variants BF16.gguf [--out benchmarks/results/variants] [--work DIR]
 
 The settings are small so that six variants x two modes fit in about half an hour on a
 2-core machine: two bundled questions per mode, one tool round, short think and SQL bounds,
@@ -18,8 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_detail  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_detail
 
 SETTINGS = [
     "--variants",

@@ -1,12 +1,12 @@
 """Make a random-weight Qwen3.5 checkpoint of the real 2B shape, for conversion and speed benchmarks.
 
-Usage: python benchmarks/model/make_2b_checkpoint.py [OUT_DIR] [--force]   (default: benchmarks/work/qwen3.5-2b-random)
+Usage: python -m benchmarks.model.make_2b_checkpoint [OUT_DIR] [--force]   (default: benchmarks/work/qwen3.5-2b-random)
 
 The shape is the one in shared/reference/measured-here.md (hidden 2048, 24 layers with full
 attention every 4th, FFN 6144, 8/2 heads of 256, Gated DeltaNet 16/16 heads of 128, vocab
 248,320, tied embeddings, MRoPE [11, 11, 10]), as `Qwen3_5ForConditionalGeneration` with
 one MTP layer (`mtp.*`) and a small vision tower, BF16 safetensors in ~2 GB shards with an
-index, and the real Qwen3.5 tokenizer (rebuilt offline by benchmarks/checkpoint_tokenizer.py). Tensor
+index, and the real Qwen3.5 tokenizer (rebuilt offline by benchmarks/model/checkpoint_tokenizer.py). Tensor
 names and shapes come from transformers' model built on the meta device (no memory); values
 are drawn shard by shard, so the script needs about one shard of memory. About 3.8 GB on disk.
 Compute cost does not depend on the values, so conversion and inference speed are the real
@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from checkpoint_tokenizer import build_tokenizer  # this folder is on sys.path when run as a script
+from benchmarks.model.checkpoint_tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 

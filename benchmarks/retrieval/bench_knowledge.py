@@ -19,7 +19,7 @@
    same), on every bundled question and every BIRD mini-dev question, with three notes, the
    examples and a follow-up pair each (the most the knowledge adds).
 
-    .venv/bin/python benchmarks/retrieval/bench_knowledge.py --bird DIR --out benchmarks/results/knowledge/knowledge.md
+    .venv/bin/python -m benchmarks.retrieval.bench_knowledge --bird DIR --out benchmarks/results/knowledge/knowledge.md
 
 DIR holds BIRD mini-dev's mini_dev_sqlite.json and dev_tables.json (no databases needed).
 """
@@ -41,10 +41,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
 from edge_sql.bench.knowledge_modes import gold_knowledge, others
 from edge_sql.bench.machine import cpu_model
 from edge_sql.evaluation.datasets import load_bundled
@@ -56,6 +52,7 @@ from edge_sql.knowledge.retrieval import name_words, similar
 from edge_sql.knowledge.store import Seen
 from edge_sql.tools import ReadOnlyDatabase
 
+REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 STORED = 10_000
 K = 3
@@ -214,10 +211,10 @@ def timings(questions: list[dict[str, Any]], home: Path) -> dict[str, Any]:
 
 
 def hf_token_counter(folder: Path) -> Callable[[str], int]:
-    """The real Qwen3.5 tokenizer (benchmarks/checkpoint_tokenizer.py), counting as the bound does."""
+    """The real Qwen3.5 tokenizer (benchmarks/model/checkpoint_tokenizer.py), counting as the bound does."""
     from transformers import PreTrainedTokenizerFast
 
-    from checkpoint_tokenizer import build_tokenizer
+    from benchmarks.model.checkpoint_tokenizer import build_tokenizer
 
     build_tokenizer(folder)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
@@ -353,7 +350,7 @@ def main() -> None:
             "timings": timings(questions, Path(scratch) / "home"),
             "bounds": bounds(questions, hf_token_counter(Path(scratch) / "tokenizer")),
         }
-    command = "python benchmarks/retrieval/bench_knowledge.py --bird DIR" + (f" --out {args.out}" if args.out else "")
+    command = "python -m benchmarks.retrieval.bench_knowledge --bird DIR" + (f" --out {args.out}" if args.out else "")
     text = markdown(data, command)
     print(text)
     if args.out is not None:

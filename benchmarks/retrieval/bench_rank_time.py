@@ -4,7 +4,7 @@ process's CPU time (on a shared machine the wall time is mostly the others' load
 through `tokenizers`, as a stand-in for the agent's llama.cpp count). Interleaving question by
 question puts each variant under the same load on a shared machine.
 
-    python benchmarks/retrieval/bench_rank_time.py --questions 100
+    python -m benchmarks.retrieval.bench_rank_time --questions 100
 """
 
 from __future__ import annotations
@@ -12,20 +12,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_schema_recall import BEFORE, _cpu, real_token_counter
-
-from bird_schemas import merged_schema, write_database
+from benchmarks.bird_schemas import merged_schema, write_database
+from benchmarks.retrieval.bench_schema_recall import BEFORE, _cpu, real_token_counter
+from benchmarks.schema_corpora import load_corpus, mixed_distractors
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.schema_ranking import Ranking
 from edge_sql.tools.schema_view import SchemaView
-from schema_corpora import load_corpus, mixed_distractors
 
 
 def main() -> None:

@@ -9,10 +9,10 @@ generic shards) into 1,000 and 5,000 tables; a question counts when every table 
 (parsed with sqlglot) is named in the shown text. The baseline is plain FTS5 BM25 over table
 and column names with the question's words, top 150 names; then the ranking as issue 55 left
 it, and each part of issue 62 switched on in turn, through the real `SchemaView`. Shown text is
-counted with the real Qwen3.5 tokenizer (benchmarks/checkpoint_tokenizer.py), which is also
+counted with the real Qwen3.5 tokenizer (benchmarks/model/checkpoint_tokenizer.py), which is also
 the count the share is filled with where the ranking counts real tokens (as the agent does).
 
-    python benchmarks/retrieval/bench_schema_recall.py --corpus spider --sizes 1000 --out benchmarks/results/schemas/spider-1000.json
+    python -m benchmarks.retrieval.bench_schema_recall --corpus spider --sizes 1000 --out benchmarks/results/schemas/spider-1000.json
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import json
 import os
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,14 +29,13 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bird_schemas import GENERIC_COLUMNS, merged_schema, write_database
-from checkpoint_tokenizer import build_tokenizer
+from benchmarks.bird_schemas import GENERIC_COLUMNS, merged_schema, write_database
+from benchmarks.model.checkpoint_tokenizer import build_tokenizer
+from benchmarks.schema_corpora import load_corpus, mixed_distractors
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.schema_index import index_for, index_path
 from edge_sql.tools.schema_ranking import Ranking, rank_tables
 from edge_sql.tools.schema_view import SchemaView
-from schema_corpora import load_corpus, mixed_distractors
 
 SIZES = (1000, 5000)
 BASELINE_TOP = 150

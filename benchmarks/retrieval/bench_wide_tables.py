@@ -8,7 +8,7 @@ every gold table, `describe_table` (the real tool, shares counted with the real 
 tokenizer as the agent counts them) shows every column of that table its gold SQL names.
 Tuned on BIRD mini-dev with the first two kinds; Spider and the `periods` kind are held out.
 
-    python benchmarks/retrieval/bench_wide_tables.py --corpus spider --out benchmarks/results/schemas/wide-spider.json
+    python -m benchmarks.retrieval.bench_wide_tables --corpus spider --out benchmarks/results/schemas/wide-spider.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,13 +24,10 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_schema_recall import _cpu, _share, real_token_counter
-
-from bird_schemas import Table, write_database
+from benchmarks.bird_schemas import Table, write_database
+from benchmarks.retrieval.bench_schema_recall import _cpu, _share, real_token_counter
+from benchmarks.schema_corpora import WIDE_KINDS, load_corpus, wide_table
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
-from schema_corpora import WIDE_KINDS, load_corpus, wide_table
 
 WIDTHS = (500, 2000)  # SQLite allows at most 2,000 columns a table
 

@@ -5,7 +5,7 @@ foreign keys (Spider's own `tables.json` layout, the display names dropped), and
 questions with their gold SQL. Spider (Yu et al., EMNLP 2018, https://yale-lily.github.io/spider)
 is distributed under CC BY-SA 4.0; the derived file keeps that licence and this attribution.
 
-    python benchmarks/retrieval/derive_spider.py TABLES_JSON DEV_JSON
+    python -m benchmarks.retrieval.derive_spider TABLES_JSON DEV_JSON
 """
 
 from __future__ import annotations

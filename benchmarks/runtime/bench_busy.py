@@ -1,6 +1,6 @@
 """Decode speed on a busy machine: llama.cpp's threads against other programs holding cores.
 
-    python benchmarks/runtime/bench_busy.py MODEL.gguf [MODEL.gguf ...] [--busy 0 1 2] [--out FILE.md]
+    python -m benchmarks.runtime.bench_busy MODEL.gguf [MODEL.gguf ...] [--busy 0 1 2] [--out FILE.md]
 
 For each model, each candidate (how llama.cpp's worker threads wait, and how many there are)
 and each load (0, 1, 2 other processes spinning on a core each, started and stopped by this
@@ -40,8 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_line, write_results
 
 HERE = Path(__file__).resolve().parent
 CHINOOK = HERE.parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
@@ -113,7 +112,7 @@ def measure(model: Path, name: str, args: argparse.Namespace) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED} | env_extra
     cfg = {"model": str(model), "threads": threads, "adapt": adapt, "flash": flash}
     cfg |= {"tokens": args.tokens, "depth": args.depth, "episode": args.episode}
-    cmd = [sys.executable, __file__, "--child", json.dumps(cfg)]
+    cmd = [sys.executable, "-m", __spec__.name, "--child", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -145,7 +144,7 @@ def report(results: dict, args: argparse.Namespace) -> str:
         "",
         f"Machine: {machine_line()}.",
         "",
-        "Command: `python benchmarks/runtime/bench_busy.py " + shlex.join(sys.argv[1:]) + "`",
+        "Command: `python -m benchmarks.runtime.bench_busy " + shlex.join(sys.argv[1:]) + "`",
         "",
     ]
     for model, by_load in results.items():

@@ -1,7 +1,7 @@
 """One decoding thread against several: what a step of eight sequences costs when the threads
 that call llama_decode take turns, as episodes at once did before runtime/llama/decode_thread.py.
 
-    python benchmarks/runtime/bench_decode_threads.py MODEL.gguf [--sequences 8] [--threads 2]
+    python -m benchmarks.runtime.bench_decode_threads MODEL.gguf [--sequences 8] [--threads 2]
         [--shallow 414] [--deep 1391] [--steps 24] [--rounds 2]
 
 One process, one context laid out as the agent's (a KV stream per sequence, flash attention

@@ -1,6 +1,6 @@
 """MTP head cost: one MTP draft step against one target decode, and the memory the drafter adds.
 
-    .venv/bin/python benchmarks/runtime/bench_mtp.py MODEL.gguf [MODEL.gguf ...] --threads 2 \\
+    .venv/bin/python -m benchmarks.runtime.bench_mtp MODEL.gguf [MODEL.gguf ...] --threads 2 \\
         --out benchmarks/results/mtp.md
 
 Each model (a GGUF converted with its MTP head) runs in its own child process: load it with a
@@ -30,11 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_detail, write_results
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
 N_CTX = 12288
 
@@ -153,7 +151,8 @@ def main() -> int:
     for model in args.models:
         child = [
             sys.executable,
-            __file__,
+            "-m",
+            __spec__.name,
             str(model),
             "--child",
             "--threads",

@@ -13,7 +13,7 @@ Also: the raw step, N sequences at a 1,024-token context decoding one token each
 table), and the time to an answer by `--vote 4` against one episode (four replays of one
 episode at once against it alone).
 
-    python benchmarks/runtime/bench_parallel.py MODEL.gguf --ns 1,2,4,8 --episodes 8 --out benchmarks/results/parallel.md
+    python -m benchmarks.runtime.bench_parallel MODEL.gguf --ns 1,2,4,8 --episodes 8 --out benchmarks/results/parallel.md
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from speculative_published import _model_segments, published_pieces  # this folder is on sys.path
-
-from bench_machine import machine_line, write_results
+from benchmarks.common.bench_machine import machine_line, write_results
+from benchmarks.runtime.speculative_published import _model_segments, published_pieces
 from edge_sql.runtime import PrefixCache, SamplingParams
 from edge_sql.runtime.batching.sequences import open_sessions
 from edge_sql.runtime.tuning.parallel import decode_together
@@ -143,7 +141,7 @@ def _peak_rss_mib() -> float:
 
 
 def _child(args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", __spec__.name, *args], capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -247,7 +245,7 @@ def main() -> None:
         "one": _child([*common, "--child", "replay", "--n", "1", "--episodes", "1"]),
         "four": _child([*common, "--child", "replay", "--n", "4", "--episodes", "4", "--same"]),
     }
-    command = "python benchmarks/runtime/bench_parallel.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.runtime.bench_parallel " + " ".join(sys.argv[1:])
     text = report(args.model, ns, steps, runs, vote, command, rs_steps)
     print(text)
     if args.out:

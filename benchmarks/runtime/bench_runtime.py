@@ -4,7 +4,7 @@ multi-round transcript, and peak memory at a 12,288-token context.
 Each measurement runs in its own child process, so a peak RSS belongs to one configuration
 and a crash in llama.cpp (e.g. its AMX kernels) is reported instead of ending the run.
 
-    .venv/bin/python benchmarks/runtime/bench_runtime.py MODEL.gguf [MODEL.gguf ...] \\
+    .venv/bin/python -m benchmarks.runtime.bench_runtime MODEL.gguf [MODEL.gguf ...] \\
         --out benchmarks/results/runtime.md
 
 Figures:
@@ -32,15 +32,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_detail, write_results
 from edge_sql.agent import Budget, EpisodeResult
 from edge_sql.api import Agent
 from edge_sql.runtime import SamplingParams, Session
 
+REPO = Path(__file__).resolve().parents[2]
 PROMPT_WORDS = (
     "You are a careful data analyst. Explore the SQLite database with the tools, then submit "
     "one SQL query that answers the question. Tables: Customer, Invoice, InvoiceLine, Track. "
@@ -190,7 +187,7 @@ CHILDREN = {"speed": child_speed, "transcript": child_transcript, "memory": chil
 
 
 def run_child(kind: str, model: Path, cfg: dict, timeout: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, "--model", str(model), "--config", json.dumps(cfg)]
+    cmd = [sys.executable, "-m", __spec__.name, "--child", kind, "--model", str(model), "--config", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

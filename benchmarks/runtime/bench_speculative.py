@@ -21,7 +21,7 @@ Figures, all measured in one run on one machine (ratios are what to compare):
 Each part is a module beside this one (`speculative_cost.py`: 1, `speculative_episodes.py`: 2,
 `speculative_published.py`: 3 and the replay on a model); this script runs them and writes the report.
 
-    python benchmarks/runtime/bench_speculative.py --smollm2 --trained <tiny-trained-bf16.gguf> \
+    python -m benchmarks.runtime.bench_speculative --smollm2 --trained <tiny-trained-bf16.gguf> \
         --qwen-vocab <tiny-bf16.gguf> --out benchmarks/results/speculative.md
 """
 
@@ -32,14 +32,12 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from speculative_cost import verify_cost  # the parts, beside this script
-from speculative_episodes import Tally, episodes
-from speculative_published import published, replay_measured
-
-from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_line, write_results
+from benchmarks.runtime.speculative_cost import verify_cost
+from benchmarks.runtime.speculative_episodes import Tally, episodes
+from benchmarks.runtime.speculative_published import published, replay_measured
 from edge_sql.agent import Budget
-from fixture_budget import TRAINED_LIMITS
+from tests.fixture_budget import TRAINED_LIMITS
 
 # ---- report ----------------------------------------------------------------------------------
 
@@ -60,7 +58,7 @@ def report(args, costs: list[dict], runs: list[dict], replay: dict | None, measu
         "",
         f"Machine: {machine_line()}. {args.machine_note} Load average at the end: {os.getloadavg()[0]:.2f}.",
         "",
-        f"Command: `python benchmarks/runtime/bench_speculative.py {' '.join(sys.argv[1:])}`",
+        f"Command: `python -m benchmarks.runtime.bench_speculative {' '.join(sys.argv[1:])}`",
         "",
     ]
     for cost in costs:

@@ -1,6 +1,6 @@
 """Benchmark of issue 11: calibration on the 2B shape, and the shared prompt prefix evaluated once.
 
-Usage: python benchmarks/runtime/bench_tune.py MODEL.gguf [--out benchmarks/results/tune.md] [--sweep-points 512,4096]
+Usage: python -m benchmarks.runtime.bench_tune MODEL.gguf [--out benchmarks/results/tune.md] [--sweep-points 512,4096]
        [--steps ttft,full,sweep] [--speculate-rows fitted,8] [--machine "..."]
 
 Steps (each in a fresh process, so peak RSS is that step's own):
@@ -29,8 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_detail, write_results
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = ["How many albums does each artist have?", "Which customers live in France?"]
@@ -38,7 +37,7 @@ QUESTIONS = ["How many albums does each artist have?", "Which customers live in 
 
 def _child(step: str, model: str, extra: dict) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", step, model, json.dumps(extra)],
+        [sys.executable, "-m", __spec__.name, "--child", step, model, json.dumps(extra)],
         capture_output=True,
         text=True,
         check=False,
@@ -186,7 +185,7 @@ def main() -> int:
     lines = [
         f"# Tuning benchmark: {Path(args.model).name}",
         "",
-        f"Command: `python benchmarks/runtime/bench_tune.py {' '.join(sys.argv[1:])}`",
+        f"Command: `python -m benchmarks.runtime.bench_tune {' '.join(sys.argv[1:])}`",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
         f"Machine: {args.machine}. Load average when it started: {os.getloadavg()[0]:.1f}.",

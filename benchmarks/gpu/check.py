@@ -1,6 +1,6 @@
 """CUDA offload, checked and measured in one run: what `benchmarks/gpu_check.sh` runs on a GPU machine.
 
-    python benchmarks/gpu_check.py OUT_DIR [--shape 2b|fixture] [--deadline-s 480]
+    python -m benchmarks.gpu.check OUT_DIR [--shape 2b|fixture] [--deadline-s 480]
 
 Writes OUT_DIR/gpu-check.json (every figure) and prints a short table last. Steps, each timed,
 in the order they matter (the run stops starting new ones when `--deadline-s` is near, and says
@@ -8,23 +8,23 @@ which it skipped):
 
 1. the machine: nvidia-smi's GPU, driver and memory, llama.cpp's system info, the GPU backend
    edge-sql detects (`runtime.llama.backend.gpu_backend_name`);
-2. the fixture (benchmarks/fixture_checkpoint.py, converted to BF16 by `edge-sql convert`): one
+2. the fixture (tests/fixture_checkpoint.py, converted to BF16 by `edge-sql convert`): one
    greedy agent episode on Chinook (`Agent.each`) with every layer offloaded and one on the CPU,
-   equal token for token or parting at a near-tie (benchmarks/gpu_episode.py says how);
+   equal token for token or parting at a near-tie (benchmarks/gpu/episode.py says how);
 3. the model: the random-weight checkpoint of the real 2B shape (benchmarks/model/make_2b_checkpoint.py)
    converted by `edge-sql convert` and quantized by `edge-sql quantize` (Q8_0, Q4_K_M);
    `--shape fixture` uses the fixture instead (the CPU test of this script);
 4. speed per variant (BF16, Q8_0, Q4_K_M), all layers offloaded against none: load time, prefill
    tok/s of a 512-token prompt, greedy decode tok/s, llama.cpp's buffers by device and the GPU
    memory this process holds (nvidia-smi);
-5. several episodes at once on the GPU (benchmarks/gpu_parallel.py): `--parallel 16` episodes
+5. several episodes at once on the GPU (benchmarks/gpu/parallel.py): `--parallel 16` episodes
    at once over 16 Chinook questions (short budget) against one at a time, where each run's
    wall went (llama_decode, logits rows, grammar masks, sampling, the rest of the host's
    work), and one episode's one-token steps against plain decode at the same depth; the goals
    of issue 54 printed last (16 at once >= 6x one at a time, one episode >= 0.9x plain decode).
 
 Each measurement runs in a child process, so a crash in llama.cpp or CUDA is recorded and the
-others still run; the machine's description is benchmarks/gpu_machine.py's. On an H200 the run
+others still run; the machine's description is benchmarks/gpu/machine.py's. On an H200 the run
 took 193 s with 8 questions at once and one at a time: with 16 of each, budget about 5 minutes
 and give `--deadline-s` what the device's time allows. On a machine without a GPU backend the
 "gpu" rows run on the CPU and say so (`backend: CPU`): that is how the script's CPU path is tested.
@@ -42,12 +42,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gpu_parallel
-from gpu_episode import PLACEMENTS, child_episode
-from gpu_machine import child_machine, gpu_memory_mib, machine_description
-from gpu_parallel import child_parallel, filler_tokens
+from benchmarks.gpu import parallel as gpu_parallel
+from benchmarks.gpu.episode import PLACEMENTS, child_episode
+from benchmarks.gpu.machine import child_machine, gpu_memory_mib, machine_description
+from benchmarks.gpu.parallel import child_parallel, filler_tokens
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+FIXTURE_BUILDER = "tests.fixture_checkpoint"  # the test suite's fixture model, random weights
+SHAPE_2B_BUILDER = "benchmarks.model.make_2b_checkpoint"  # the real 2B shape, random weights
 VARIANTS = ("BF16", "Q8_0", "Q4_K_M")
 PREFILL_TOKENS = 512
 
@@ -132,7 +135,7 @@ class Run:
             self.report["skipped"].append(f"{label}: {self.left():.0f} s left, it needs about {need_s:.0f}")
             return None
         print(f"[{time.monotonic() - self.started:6.1f} s] {kind} {cfg.get('label', '')}", file=sys.stderr, flush=True)
-        cmd = [sys.executable, __file__, "--child", kind, "--config", json.dumps(cfg)]
+        cmd = [sys.executable, "-m", __spec__.name, "--child", kind, "--config", json.dumps(cfg)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, self.left()))
         except subprocess.TimeoutExpired:
@@ -160,14 +163,15 @@ class Run:
         return value
 
 
-def checkpoint_to_gguf(run: Run, name: str, script: str, work: Path, *, need_s: float) -> Path | None:
-    """A random checkpoint made by `script` (this folder's), converted to BF16 by `edge-sql convert`;
+def checkpoint_to_gguf(run: Run, name: str, builder: str, work: Path, *, need_s: float) -> Path | None:
+    """A random checkpoint made by the module `builder` (run from the repository's root), converted to
+    BF16 by `edge-sql convert`;
     the safetensors are removed after (the 2B shape's are 3.8 GB)."""
     folder, gguf = work / name, work / f"{name}-BF16.gguf"
     made = run.step(
         f"{name} checkpoint",
         lambda: subprocess.run(
-            [sys.executable, str(HERE / script), str(folder)], check=True, timeout=600, capture_output=True
+            [sys.executable, "-m", builder, str(folder)], check=True, timeout=600, capture_output=True, cwd=REPO
         ),
         need_s=need_s,
     )
@@ -187,10 +191,10 @@ def checkpoint_to_gguf(run: Run, name: str, script: str, work: Path, *, need_s: 
 def build_models(run: Run, work: Path, shape: str) -> dict[str, Path]:
     """The fixture's BF16 GGUF, and the measured shape's variants: {"fixture": path, "BF16": ..., "Q8_0": ...}."""
     models: dict[str, Path] = {}
-    fixture = checkpoint_to_gguf(run, "fixture", "fixture_checkpoint.py", work, need_s=30)
+    fixture = checkpoint_to_gguf(run, "fixture", FIXTURE_BUILDER, work, need_s=30)
     if fixture is not None:
         models["fixture"] = fixture
-    base = fixture if shape == "fixture" else checkpoint_to_gguf(run, "2b", "make_2b_checkpoint.py", work, need_s=240)
+    base = fixture if shape == "fixture" else checkpoint_to_gguf(run, "2b", SHAPE_2B_BUILDER, work, need_s=240)
     if base is None:
         return models
     models["BF16"] = base

@@ -1,0 +1,1 @@
+"""What reading data costs: spreadsheet and Parquet loading, the SQL worker's overhead."""

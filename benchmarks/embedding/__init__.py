@@ -1,0 +1,1 @@
+"""edge-sql embedded in another program (the Python API under an async server)."""

@@ -1,0 +1,1 @@
+"""Whole agent episodes: batching, votes, the answer checks, Ray."""

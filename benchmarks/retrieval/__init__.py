@@ -1,0 +1,1 @@
+"""What the agent is given beside the question: verified answers and notes (knowledge), the tables a big schema's list shows."""

@@ -1,0 +1,1 @@
+"""The runtime: decode speed, threads, speculation, parallel sequences, tuning."""

@@ -1,0 +1,1 @@
+"""`edge-sql serve` under load: the soak and the latency figures."""
