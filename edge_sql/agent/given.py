@@ -8,7 +8,8 @@ what the model saw without the agent importing the knowledge store that fills th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from edge_sql.json_types import JSONObject
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Note:
     created: str
     stale: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "id": self.id,
             "text": self.text,
@@ -54,7 +55,7 @@ class VerifiedAnswer:
     stale: str | None = None
     follows: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "id": self.id,
             "question": self.question,
@@ -81,7 +82,7 @@ class Given:
     schema_change: str | None = None
     stale_verified: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         verified = self.verified
         return {
             "notes": [{"id": n.id, "text": n.text} for n in self.notes],

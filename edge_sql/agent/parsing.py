@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from edge_sql.errors import TurnParseError
+from edge_sql.json_types import JSONObject, JSONValue
 from edge_sql.tools.arguments import ToolCallError, checked_args
 from edge_sql.tools.specs import TOOLS_BY_NAME
 
@@ -29,10 +30,10 @@ class ToolCall:
     """One call as the model wrote it: the tool, its arguments, and the raw JSON line."""
 
     tool: str
-    args: dict[str, Any]
+    args: dict[str, Any]  # Any: tool-args (strings and integers, checked against the spec)
     raw: str = field(compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"tool": self.tool, "args": dict(self.args)}
 
 
@@ -48,11 +49,11 @@ class FinalTurn:
     sql: str
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
     keys = [key for key, _ in pairs]
     if len(set(keys)) != len(keys):
         raise ValueError("duplicate key")

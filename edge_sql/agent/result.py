@@ -11,14 +11,18 @@ from edge_sql.agent.given import Given
 from edge_sql.agent.parsing import looks_like_sql
 from edge_sql.agent.stats import EpisodeStats
 from edge_sql.charts import chart_for
+from edge_sql.json_types import JSONObject
 from edge_sql.tools import QueryResult, ToolResult
 
 if TYPE_CHECKING:  # the checks (and sqlglot), pydantic: loaded only where used
+    from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+    from pydantic_core import CoreSchema
+
     from edge_sql.agent.doubt import Doubt
     from edge_sql.checks import Checks
 
 
-def json_value(value: Any) -> Any:
+def json_value(value: object) -> object:
     """A SQLite value as JSON: a blob as datasette writes one, `{"$base64": true, "encoded":
     "AP8="}` (a hex string would read as text); everything else stays."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -26,7 +30,7 @@ def json_value(value: Any) -> Any:
     return value
 
 
-def result_set(rows: Sequence[Sequence[Any]]) -> set[tuple[Any, ...]]:
+def result_set(rows: Sequence[Sequence[object]]) -> set[tuple[object, ...]]:
     """The rows as BIRD compares them: a set of tuples (row order and duplicates ignored, column
     order kept, values equal as Python compares them). The one comparison of result sets: the
     evaluation's scoring (evaluation/scoring.py) and the vote (majority_vote.py) both use it."""
@@ -38,11 +42,11 @@ class CallRecord:
     """One tool call of a round and what it returned to the model."""
 
     tool: str
-    args: dict[str, Any]
+    args: dict[str, Any]  # Any: tool-args (parsing.ToolCall.args)
     ok: bool
     output: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"tool": self.tool, "args": self.args, "ok": self.ok, "output": self.output}
 
 
@@ -54,7 +58,7 @@ class RoundRecord:
     think: str
     calls: list[CallRecord] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"index": self.index, "think": self.think, "calls": [c.to_json() for c in self.calls]}
 
 
@@ -83,7 +87,7 @@ class EpisodeResult:
     evidence: str | None
     sql: str | None
     columns: list[str]
-    rows: list[list[Any]]
+    rows: list[list[Any]]  # Any: sqlite3 (cells, read as their column holds them)
     truncated: bool
     forced: bool
     fallback: bool
@@ -100,7 +104,9 @@ class EpisodeResult:
     generated_spans: list[list[int]] = field(default_factory=list)  # [start, end) of the model's own tokens
 
     @property
-    def chart(self) -> dict[str, Any] | None:
+    def chart(
+        self,
+    ) -> dict[str, Any] | None:  # Any: usermeta (charts/spec.py)
         """The Vega-Lite spec of the answer's chart, chosen by the rules of edge_sql/charts from
         all its rows (docs/charts.md); None when no chart suits the result or there is none."""
         return chart_for(self.columns, self.rows, truncated=self.truncated) if self.sql is not None else None
@@ -118,7 +124,7 @@ class EpisodeResult:
         return doubt_of(self)
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+    def __get_pydantic_core_schema__(cls, source: type, handler: GetCoreSchemaHandler) -> CoreSchema:
         """For pydantic (FastAPI's `-> EpisodeResult`): an EpisodeResult, written as `to_json(transcript=False)`."""
         from pydantic_core import core_schema
 
@@ -126,12 +132,12 @@ class EpisodeResult:
         return core_schema.is_instance_schema(cls, serialization=write)
 
     @classmethod
-    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JSONObject:
         return {"type": "object", "title": "EpisodeResult", "description": "edge-sql's answer: EpisodeResult.to_json()"}
 
-    def to_json(self, *, transcript: bool = True) -> dict[str, Any]:
+    def to_json(self, *, transcript: bool = True) -> dict[str, object]:  # its rows' cells as json_value writes them
         """A JSON-ready dict (what `edge-sql run --json` prints); the raw transcript optional."""
-        data = {
+        data: dict[str, object] = {
             "question": self.question,
             "evidence": self.evidence,
             "sql": self.sql,

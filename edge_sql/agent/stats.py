@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, Unpack
 
+from edge_sql.json_types import JSONObject
 from edge_sql.runtime.options import SpeculateMode
 from edge_sql.runtime.records import Timings
 
@@ -25,6 +26,20 @@ class GrammarAudit:
 
     steps: int
     overruled: int
+
+
+class FigureFields(TypedDict, total=False):
+    """`EpisodeFigures.of`'s keywords: the figures but the timings."""
+
+    transcript_tokens: int
+    context_tokens: int
+    token_budget: int
+    rounds: int
+    calls: int
+    wall_s: float
+    tools_s: float
+    speculate: SpeculateMode
+    audit: GrammarAudit | None
 
 
 @dataclass
@@ -44,7 +59,7 @@ class EpisodeFigures:
     audit: GrammarAudit | None = None
 
     @classmethod
-    def of(cls, timings: Timings, **fields: Any) -> EpisodeFigures:
+    def of(cls, timings: Timings, **fields: Unpack[FigureFields]) -> EpisodeFigures:
         """The figures with a copy of `timings` (the session goes on adding to its own)."""
         return cls(timings=copy.deepcopy(timings), **fields)
 
@@ -52,7 +67,7 @@ class EpisodeFigures:
     def decode_tok_s(self) -> float:
         return round(self.timings.decode_tok_s, 2)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:  # JSON: the runtime's counts as its records give them
         t = self.timings
         return {
             "prompt_tokens_evaluated": t.prompt_tokens,
@@ -86,7 +101,7 @@ class EpisodeFigures:
             ),
         }
 
-    def record_fields(self) -> dict[str, Any]:
+    def record_fields(self) -> dict[str, object]:
         """The bench record's counts and seconds (its own names, seconds not rounded)."""
         t = self.timings
         return {
@@ -118,8 +133,8 @@ class VoteEpisode:
     stop: str | None = None
     wall_s: float | None = None
 
-    def to_json(self, *, runs: bool = False) -> dict[str, Any]:
-        data: dict[str, Any] = {"sql": self.sql, "group": self.group, "failed_queries": self.failed_queries}
+    def to_json(self, *, runs: bool = False) -> JSONObject:
+        data: JSONObject = {"sql": self.sql, "group": self.group, "failed_queries": self.failed_queries}
         if self.reason is not None:
             data["reason"] = self.reason
         if runs and self.seed is not None:
@@ -146,8 +161,8 @@ class VoteStats:
     wall_s: float | None = None
     prompt_tokens_evaluated: int | None = None
 
-    def to_json(self, *, runs: bool = False) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self, *, runs: bool = False) -> JSONObject:
+        data: JSONObject = {
             "k": self.k,
             "chosen": self.chosen,
             "agreed": self.agreed,
@@ -198,7 +213,7 @@ class EpisodeStats:
         """Tokens written per second of decoding (the JSON's `decode_tok_s`)."""
         return self.measured.decode_tok_s
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The `stats` object users see: the figures' fields, then the settings, then `vote`."""
         data = self.figures.to_json() if self.figures is not None else {}
         if self.llama_settings is not None:

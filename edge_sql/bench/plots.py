@@ -5,9 +5,14 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from edge_sql.bench.figures import BenchSummary, VariantRow
+
+if TYPE_CHECKING:  # matplotlib is an optional extra, imported only to plot
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 ACCURACY_PNG = "accuracy_vs_size.png"
 SPEED_PNG = "decode_speed_vs_size.png"
@@ -18,7 +23,7 @@ RISK_COVERAGE_PNG = "accuracy_by_confidence.png"
 SKIPPED_NOTE = "plots skipped: matplotlib is not installed (pip install 'edge-sql[bench]' for them)"
 
 
-def _pyplot() -> Any:  # matplotlib.pyplot, untyped here: matplotlib is an optional extra
+def _pyplot() -> ModuleType | None:
     """matplotlib's pyplot on the file-only backend, or None when the optional extra is missing."""
     try:
         import matplotlib
@@ -30,7 +35,7 @@ def _pyplot() -> Any:  # matplotlib.pyplot, untyped here: matplotlib is an optio
     return plt
 
 
-def _label_points(ax: Any, xs: list[float], ys: list[float | None], names: list[str]) -> None:
+def _label_points(ax: Axes, xs: list[float], ys: list[float | None], names: list[str]) -> None:
     """Name each point; labels alternate above and below so neighbours of similar size stay legible."""
     for index, (x, y, name) in enumerate(zip(xs, ys, names)):
         if y is not None:
@@ -38,13 +43,24 @@ def _label_points(ax: Any, xs: list[float], ys: list[float | None], names: list[
             ax.annotate(name, (x, y), textcoords="offset points", xytext=offset, fontsize=7)
 
 
-def _series(ax: Any, xs: list[float], ys: list[float | None], **style: Any) -> None:
+class _Style(TypedDict, total=False):
+    """How `_series` draws a series (matplotlib's `plot` keywords the plots use)."""
+
+    marker: str
+    linestyle: str
+    color: str
+    label: str
+
+
+def _series(ax: Axes, xs: list[float], ys: list[float | None], **style: Unpack[_Style]) -> None:
     points = [(x, y) for x, y in zip(xs, ys) if y is not None]
     if points:
         ax.plot([p[0] for p in points], [p[1] for p in points], **style)
 
 
-def _finish(plt: Any, fig: Any, ax: Any, title: str, title_note: str, path: Path, *, legend: bool = True) -> Path:
+def _finish(
+    plt: ModuleType, fig: Figure, ax: Axes, title: str, title_note: str, path: Path, *, legend: bool = True
+) -> Path:
     """Title, grid and legend on `ax`, then save the figure as `path` and close it."""
     ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=9)
     ax.grid(alpha=0.3)
@@ -115,7 +131,7 @@ def _percent(row: VariantRow, mode: str) -> float | None:
     return entry["overall"]["percent"] if entry and entry["overall"]["total"] else None
 
 
-def _risk_coverage_plot(plt: Any, rows: list[VariantRow], title_note: str, path: Path) -> Path:
+def _risk_coverage_plot(plt: ModuleType, rows: list[VariantRow], title_note: str, path: Path) -> Path:
     """Accuracy of the answers kept against the share kept, answering only at or above each
     confidence level (checked, then unchecked, then all): a curve that falls to the right means
     the confidence means something."""
@@ -136,7 +152,7 @@ def _risk_coverage_plot(plt: Any, rows: list[VariantRow], title_note: str, path:
 
 
 def _fidelity_plot(
-    plt: Any,
+    plt: ModuleType,
     rows: list[VariantRow],
     sizes: list[float],
     names: list[str],

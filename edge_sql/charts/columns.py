@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 ColumnKind = Literal["number", "time", "year", "category", "blob", "empty"]
 TimeGrain = Literal["month", "day", "instant"]
@@ -32,11 +32,11 @@ class Column:
     grain: TimeGrain | None = None
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def column_kind(name: str, values: Sequence[Any]) -> tuple[ColumnKind, TimeGrain | None]:
+def column_kind(name: str, values: Sequence[object]) -> tuple[ColumnKind, TimeGrain | None]:
     """The kind of a column from all its values (NULLs ignored) and, for numbers, its name:
     an id (`id`, `CustomerId`, `customer_id`) is a category, a whole number from 1000 to 9999
     in a column named for a year (`year`, `order_year`) is a year."""
@@ -51,10 +51,11 @@ def column_kind(name: str, values: Sequence[Any]) -> tuple[ColumnKind, TimeGrain
         if _YEAR_NAME.search(name) and all(isinstance(v, int) and 1000 <= v <= 9999 for v in present):
             return "year", None
         return "number", None
-    if all(isinstance(v, str) for v in present):
-        if all(_YEAR_TEXT.fullmatch(v) for v in present):
+    texts = [v for v in present if isinstance(v, str)]
+    if len(texts) == len(present):
+        if all(_YEAR_TEXT.fullmatch(v) for v in texts):
             return "year", None
-        grain = _time_grain(present)
+        grain = _time_grain(texts)
         if grain is not None:
             return "time", grain
     return "category", None
@@ -75,7 +76,7 @@ def _time_grain(texts: Sequence[str]) -> TimeGrain | None:
     return next(grain for grain in _GRAINS if grain in grains)
 
 
-def read_columns(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Column]:
+def read_columns(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[Column]:
     """Every column of the result with its kind, from all the rows."""
     found = []
     for index, name in enumerate(columns):

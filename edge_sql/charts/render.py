@@ -5,8 +5,8 @@ this one: a wheel with no dependencies, ~0.1 s a chart once loaded)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from edge_sql.convert.atomic import write_atomic
 from edge_sql.errors import ChartFileError
@@ -35,7 +35,7 @@ def require_renderer(path: Path | None = None) -> None:
         ) from exc
 
 
-def render_chart(spec: dict[str, Any], path: Path) -> None:
+def render_chart(spec: Mapping[str, object], path: Path) -> None:
     """Write `spec` (Vega-Lite) to `path` as SVG or PNG, by its suffix; atomically."""
     suffix = chart_format(path)
     require_renderer(path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from edge_sql.charts.columns import Column, read_columns
 
@@ -38,7 +38,7 @@ def _plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else words or word + 's'}"
 
 
-def choose_chart(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> ChartChoice:
+def choose_chart(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> ChartChoice:
     """The chart the rules give for a result (all its rows), or none with the reason."""
     if not rows:
         return _none("no rows")

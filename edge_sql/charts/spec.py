@@ -10,6 +10,11 @@ from typing import Any
 from edge_sql.charts.columns import Column
 from edge_sql.charts.rules import ChartChoice, choose_chart
 
+# A spec (and each part of it) is JSON written for json.dumps and the page, read by nobody here;
+# its data records hold the result's cells as they are (SQLite's values: the rules chart no blob)
+Spec = dict[str, object]
+Record = dict[str, object]
+
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # a name only: nothing is fetched
 WIDTH = 480
 TIME_UNITS = {"month": "utcyearmonth", "day": "utcyearmonthdate"}  # UTC: a date is the same day everywhere
@@ -21,7 +26,7 @@ def field_name(name: str) -> str:
     return "".join("\\" + ch if ch in ".[]\\" else ch for ch in name)
 
 
-def _instant(value: Any) -> Any:
+def _instant(value: object) -> object:
     """`2024-01-31 10:00` as ISO with a T and, without an offset, Z: every browser reads it as UTC."""
     if not isinstance(value, str):
         return value
@@ -29,8 +34,8 @@ def _instant(value: Any) -> Any:
     return text if text.endswith("Z") or "+" in text[10:] or "-" in text[10:] else text + "Z"
 
 
-def _x_encoding(column: Column, key: str) -> dict[str, Any]:
-    encoding: dict[str, Any] = {"field": field_name(key), "title": column.name}
+def _x_encoding(column: Column, key: str) -> Spec:
+    encoding: Spec = {"field": field_name(key), "title": column.name}
     if column.kind == "year":
         encoding["type"] = "ordinal"
         encoding["axis"] = {"labelAngle": 0}  # 2009 reads across
@@ -63,7 +68,7 @@ def _free(name: str, taken: Sequence[str]) -> str:
     return name
 
 
-def _wide(choice: ChartChoice, keys: list[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+def _wide(choice: ChartChoice, keys: list[str], rows: Sequence[Sequence[object]]) -> list[Record]:
     """One record per row, the chart's columns only, keyed by column."""
     used = [c for c in (choice.x, choice.split, *choice.measures) if c is not None]
     convert = {c.index: _instant for c in used if c.kind == "time" and c.grain == "instant"}
@@ -71,8 +76,8 @@ def _wide(choice: ChartChoice, keys: list[str], rows: Sequence[Sequence[Any]]) -
 
 
 def _long(
-    choice: ChartChoice, keys: list[str], rows: Sequence[Sequence[Any]], series: str, value: str
-) -> list[dict[str, Any]]:
+    choice: ChartChoice, keys: list[str], rows: Sequence[Sequence[object]], series: str, value: str
+) -> list[Record]:
     """One record per row and number, for charts that colour by which number it is."""
     assert choice.x is not None
     x = choice.x
@@ -85,8 +90,8 @@ def _long(
 
 
 def _encoding_and_data(
-    choice: ChartChoice, keys: list[str], rows: Sequence[Sequence[Any]]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    choice: ChartChoice, keys: list[str], rows: Sequence[Sequence[object]]
+) -> tuple[Spec, list[Record]]:
     """The mark's encoding and the data records for each kind of chart."""
     assert choice.x is not None and choice.kind is not None
     x, measures = choice.x, choice.measures
@@ -111,7 +116,7 @@ def _encoding_and_data(
     series = _free("series", [keys[x.index]])
     value = _free("value", [keys[x.index], series])
     color = {"field": series, "type": "nominal", "title": None, "sort": [m.name for m in measures]}
-    y_value: dict[str, Any] = {"field": value, "type": "quantitative", "title": None}
+    y_value: Spec = {"field": value, "type": "quantitative", "title": None}
     tooltip = [
         {"field": field_name(keys[x.index]), "title": x.name},
         {"field": series, "title": "column"},
@@ -125,7 +130,7 @@ def _encoding_and_data(
     return {"x": _x_encoding(x, keys[x.index]), "y": y_value, "color": color, "tooltip": tooltip}, records
 
 
-MARKS: dict[str, dict[str, Any]] = {
+MARKS: dict[str, Spec] = {
     "line": {"type": "line", "point": True},
     "bar": {"type": "bar"},
     "grouped_bar": {"type": "bar"},
@@ -134,8 +139,8 @@ MARKS: dict[str, dict[str, Any]] = {
 
 
 def chart_spec(
-    choice: ChartChoice, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, truncated: bool
-) -> dict[str, Any]:
+    choice: ChartChoice, columns: Sequence[str], rows: Sequence[Sequence[object]], *, truncated: bool
+) -> dict[str, Any]:  # Any: usermeta (`run --chart` reads it)
     """The Vega-Lite spec of a chosen chart over all `rows`; `truncated`: the query had more rows
     than the result kept, which the subtitle and the description say."""
     assert choice.kind is not None and choice.x is not None
@@ -146,7 +151,7 @@ def chart_spec(
         f"{', '.join(names)} by {choice.x.name}" if choice.kind != "point" else f"{names[0]} against {choice.x.name}"
     )
     cut = f"The first {len(rows)} rows only: the query had more." if truncated else None
-    spec: dict[str, Any] = {
+    spec: Spec = {
         "$schema": SCHEMA,
         "description": f"{title} ({choice.reason}).{' ' + cut if cut else ''}",
         "title": {"text": title, **({"subtitle": cut} if cut else {})},
@@ -162,8 +167,8 @@ def chart_spec(
 
 
 def chart_for(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, truncated: bool = False
-) -> dict[str, Any] | None:
+    columns: Sequence[str], rows: Sequence[Sequence[object]], *, truncated: bool = False
+) -> dict[str, Any] | None:  # Any: usermeta
     """The Vega-Lite spec the rules give a result (all its rows), or None when no chart suits it."""
     choice = choose_chart(columns, rows)
     return None if choice.kind is None else chart_spec(choice, columns, rows, truncated=truncated)

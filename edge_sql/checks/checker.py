@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from edge_sql.checks.findings import FORCE_REASONS, Checks, NameUse
 from edge_sql.checks.names import NOT_SQL, Comparison, SchemaLookup, read_names
@@ -100,7 +99,7 @@ def check_sql(
     return checks
 
 
-def _result_findings(checks: Checks, columns: Sequence[str], rows: Sequence[Sequence[Any]], truncated: bool) -> None:
+def _result_findings(checks: Checks, columns: Sequence[str], rows: Sequence[Sequence[object]], truncated: bool) -> None:
     if not rows:
         checks.add("doubtful", "no_rows", "the query returned no rows")
     elif len(rows) == 1 and rows[0] and all(v is None for v in rows[0]):
@@ -109,7 +108,7 @@ def _result_findings(checks: Checks, columns: Sequence[str], rows: Sequence[Sequ
         checks.add("note", "truncated", f"the result was cut at {len(rows)} rows")
 
 
-def _not_found(target: str, comparison: Comparison, closest: list[Any], how: str | None) -> str:
+def _not_found(target: str, comparison: Comparison, closest: list[object], how: str | None) -> str:
     message = f"{target} {comparison.op} {comparison.literal} matches no row"
     if closest:
         shown = ", ".join(repr(v) for v in closest)

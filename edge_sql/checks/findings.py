@@ -7,7 +7,9 @@ carry the same objects the one-line summary is printed from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
+
+from edge_sql.json_types import JSONObject
 
 Level = Literal["doubtful", "unchecked", "note"]
 Confidence = Literal["checked", "unchecked", "doubtful"]
@@ -31,7 +33,7 @@ class Sighting:
     round: int | None = None
     call: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"tool": self.tool, "round": self.round, "call": self.call}
 
     def text(self) -> str:
@@ -52,7 +54,7 @@ class NameUse:
     def name(self) -> str:
         return self.table if self.column is None else f"{self.table}.{self.column}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "kind": self.kind,
             "name": self.name,
@@ -74,11 +76,11 @@ class ValueCheck:
     table: str
     column: str
     op: str
-    value: Any
+    value: str | int | float  # the literal's value (names.Comparison.value)
     literal: str
     found: bool | None
     scope: str
-    closest: list[Any] = field(default_factory=list)
+    closest: list[object] = field(default_factory=list)  # stored values (values.py), a blob among them maybe
     closest_how: str | None = None
     note: str | None = None
     seen: list[Sighting] | None = None
@@ -87,7 +89,7 @@ class ValueCheck:
     def target(self) -> str:
         return f"{self.table}.{self.column}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:  # `closest` may hold a blob: json.dumps(default=...) writes it
         return {
             "table": self.table,
             "column": self.column,
@@ -111,7 +113,7 @@ class Finding:
     code: str
     message: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"level": self.level, "code": self.code, "message": self.message}
 
 
@@ -161,7 +163,7 @@ class Checks:
         warnings = [f.message for f in self.findings if f.level != "note"]
         return head + "".join(f"; {w}" for w in warnings)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:  # its values' `closest` may hold a blob
         return {
             "confidence": self.confidence,
             "reasons": self.reasons,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TypeVar, cast
 
 import sqlglot
 from sqlglot import exp
@@ -24,6 +24,8 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from edge_sql.tools.identifiers import fold_identifier
+
+_T = TypeVar("_T")
 
 DIALECT = "sqlite"
 
@@ -43,7 +45,7 @@ class Comparison:
 
     column: ColumnRef
     op: str
-    value: Any
+    value: str | int | float  # the literal as Python reads it (a number, or the text)
     literal: str
     condition: str
     bare: bool
@@ -153,7 +155,7 @@ def read_names(sql: str, lookup: SchemaLookup) -> SqlNames:
     return names
 
 
-def _add(items: list, item: Any) -> None:
+def _add(items: list[_T], item: _T) -> None:
     if item not in items:
         items.append(item)
 
@@ -207,12 +209,12 @@ def _literal_only(node: exp.Expression | None) -> exp.Literal | None:
     return node.find(exp.Literal)
 
 
-def _value(literal: exp.Literal, node: exp.Expression) -> Any:
+def _value(literal: exp.Literal, node: exp.Expression) -> str | int | float:
     if literal.is_string:
         return literal.this
     text = str(literal.this)
     try:
-        number: Any = int(text)
+        number: int | float = int(text)
     except ValueError:
         try:
             number = float(text)

@@ -14,8 +14,8 @@ answer's own `submit_sql` call shows nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from edge_sql.checks.findings import Checks, NameUse, Sighting, ValueCheck
 
@@ -31,7 +31,7 @@ class CallLike(Protocol):
     @property
     def tool(self) -> str: ...
     @property
-    def args(self) -> dict[str, Any]: ...
+    def args(self) -> Mapping[str, object]: ...
     @property
     def ok(self) -> bool: ...
     @property

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from edge_sql.bench.records import crash_record
@@ -61,7 +62,7 @@ def data_sources(config: BenchConfig, questions: Sequence[Question]) -> DataSour
     return DataSources(SourceFile.of(config.dataset), str(config.db_root), databases)
 
 
-def localize_data(task: dict[str, Any], sources: DataSources, server: str) -> dict[str, Any]:
+def localize_data(task: dict[str, Any], sources: DataSources, server: str) -> dict[str, Any]:  # Any: asdict
     """`task` with its dataset and db_root on this node (the driver's paths, or copies)."""
     from edge_sql.cluster.files import cluster_files_dir, local_file
 
@@ -76,7 +77,7 @@ def localize_data(task: dict[str, Any], sources: DataSources, server: str) -> di
     return {**task, "dataset": str(dataset), "db_root": str(root)}
 
 
-def episode_actor_class() -> Any:
+def episode_actor_class() -> Any:  # Any: ray
     """The `EpisodeActor` class (made on first use: importing this module needs no Ray)."""
     import ray
 
@@ -85,7 +86,12 @@ def episode_actor_class() -> Any:
         """One loaded variant answering episodes; its threads are its Ray CPUs."""
 
         def __init__(
-            self, task: dict[str, Any], model: SourceFile, store_name: str, sources: DataSources, server: str
+            self,
+            task: dict[str, Any],  # Any: asdict
+            model: SourceFile,
+            store_name: str,
+            sources: DataSources,
+            server: str,
         ) -> None:
             from edge_sql.bench.episodes import EpisodeRunner
             from edge_sql.bench.tasks import EpisodeTask
@@ -98,7 +104,7 @@ def episode_actor_class() -> Any:
             self.runner.load_record.update({"pid": os.getpid(), "model_path": str(path), "model_copied": copied})
             self.load_sent = False
 
-        def run(self, mode: str, question_id: str) -> dict[str, Any]:
+        def run(self, mode: str, question_id: str) -> dict[str, Any]:  # Any: records
             """The episode's record, and this actor's load record with its first episode (a
             restarted actor loads again, and says so with its next episode)."""
             started = time.perf_counter()
@@ -123,7 +129,7 @@ class _Pool:
 
     variant: Variant
     queue: deque[tuple[str, str]]
-    actors: list[Any]
+    actors: list[Any]  # Any: ray
 
 
 def actor_memory_bytes(variant: Variant) -> int:
@@ -170,10 +176,10 @@ def run_episodes_on_ray(
         ]
         pools.append(_Pool(variant, deque(items), actors))
 
-    in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]] = {}
-    sent: dict[Any, float] = {}
+    in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]] = {}  # Any: ray
+    sent: dict[Any, float] = {}  # Any: ray
 
-    def next_call(pool: _Pool, actor: Any) -> None:
+    def next_call(pool: _Pool, actor: Any) -> None:  # Any: ray
         if pool.queue:
             item = pool.queue.popleft()
             ref = actor.run.remote(*item)
@@ -194,12 +200,12 @@ def run_episodes_on_ray(
 
 
 def _drain(
-    ray: Any,
-    in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]],
-    next_call: Callable[[_Pool, Any], None],
+    ray: ModuleType,
+    in_flight: dict[Any, tuple[_Pool, Any, tuple[str, str] | None]],  # Any: ray
+    next_call: Callable[[_Pool, Any], None],  # Any: ray
     results: ResultsLog,
     log: Callable[[str], None],
-    sent: dict[Any, float],
+    sent: dict[Any, float],  # Any: ray
     overheads: list[float],
 ) -> int:
     """Append each answer as it comes and give its actor the next episode; returns episodes run."""
@@ -229,10 +235,10 @@ def _drain(
 
 
 def _give_up(
-    ray: Any,
+    ray: ModuleType,
     results: ResultsLog,
     pool: _Pool,
-    actor: Any,
+    actor: Any,  # Any: ray
     item: tuple[str, str] | None,
     exc: BaseException,
     log: Callable[[str], None],

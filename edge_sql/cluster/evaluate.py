@@ -51,7 +51,7 @@ def evaluate_on_ray(
     server, server_name = start_file_server(list(groups))
     try:
         task = ray.remote(num_cpus=1)(score_database)
-        refs: dict[str, Any] = {
+        refs: dict[str, Any] = {  # Any: ray
             db: task.remote(
                 SourceFile.of(db), server_name, [(predicted[i], questions[i].gold_sql) for i in indices], timeout_s
             )

@@ -29,7 +29,7 @@ MAX_RETRIES = 3
 
 
 def compare_chunk(
-    task: dict[str, Any],  # Any: `asdict(FidelityTask)`, rebuilt into one on the node
+    task: dict[str, Any],  # Any: asdict (a FidelityTask, rebuilt on the node)
     transcripts: list[EpisodeRecord],
     models: dict[str, SourceFile],
     store_name: str,
@@ -82,7 +82,7 @@ def run_fidelity_on_ray(
     store_name = config.model or f"bench-{Path(reference.path).stem}"
     server, server_name = start_file_server([str(v.path) for v in variants])
     remote = ray.remote(max_retries=MAX_RETRIES)(compare_chunk)
-    refs: dict[Any, tuple[Variant, list[tuple[str, str]]]] = {}
+    refs: dict[Any, tuple[Variant, list[tuple[str, str]]]] = {}  # Any: ray
     try:
         for variant in variants:
             keys = pending_fidelity(config, reference, variant, planned, results)

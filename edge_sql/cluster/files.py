@@ -54,7 +54,7 @@ class SourceFile:
         return stat.st_size == self.size and stat.st_mtime_ns == self.mtime_ns
 
 
-def file_server_class() -> Any:
+def file_server_class() -> Any:  # Any: ray
     """The `FileServer` actor class (made on first use, so importing this module needs no Ray)."""
     import ray
 
@@ -75,7 +75,7 @@ def file_server_class() -> Any:
     return FileServer
 
 
-def start_file_server(paths: list[str]) -> tuple[Any, str]:
+def start_file_server(paths: list[str]) -> tuple[Any, str]:  # Any: ray
     """A `FileServer` on the driver's node serving `paths`, and its actor name. Workers find it
     by name (`server_named`) only when they must copy: passing the handle itself as an actor's
     constructor argument would tie the actor's restarts to that argument's lifetime."""
@@ -92,7 +92,7 @@ def start_file_server(paths: list[str]) -> tuple[Any, str]:
     return handle, name
 
 
-def server_named(name: str) -> Any:
+def server_named(name: str) -> Any:  # Any: ray
     import ray
 
     return ray.get_actor(name)

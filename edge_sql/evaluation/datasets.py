@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from edge_sql.errors import DatabaseError, DatasetError, EdgeSqlError
+from edge_sql.json_types import JSONObject, JSONValue
 
 BUNDLED_FILE_NAME = "edge_sql_eval.json"
 
@@ -51,7 +51,7 @@ def database_path(db_root: Path, db_id: str) -> Path:
     return sqlite
 
 
-def read_json_file(path: Path, what: str, error: type[EdgeSqlError]) -> Any:
+def read_json_file(path: Path, what: str, error: type[EdgeSqlError]) -> JSONValue:
     """The JSON value in `path`; `error` (naming `what`, e.g. "questions file") if unreadable."""
     path = Path(path)
     if path.is_dir():
@@ -64,17 +64,22 @@ def read_json_file(path: Path, what: str, error: type[EdgeSqlError]) -> Any:
         raise error(f"{what} {path} is not valid JSON: {exc}") from exc
 
 
-def _read_json_list(questions_file: Path) -> list[Any]:
+def _read_json_list(questions_file: Path) -> list[JSONValue]:
     data = read_json_file(questions_file, "questions file", DatasetError)
     if not isinstance(data, list):
         raise DatasetError(f"questions file {questions_file} must hold a JSON list of questions")
     return data
 
 
-def _text(entry: Any, key: str, index: int, path: Path) -> str:
-    """A required, non-empty text field of one entry."""
+def _entry(entry: JSONValue, index: int, path: Path) -> JSONObject:
+    """One entry of the questions file, which must be a JSON object."""
     if not isinstance(entry, dict):
         raise DatasetError(f"{path}: entry {index} is not a JSON object", path=path)
+    return entry
+
+
+def _text(entry: JSONObject, key: str, index: int, path: Path) -> str:
+    """A required, non-empty text field of one entry."""
     if key not in entry:
         raise DatasetError(f"{path}: entry {index} lacks the field '{key}'", path=path)
     value = entry[key]
@@ -83,7 +88,7 @@ def _text(entry: Any, key: str, index: int, path: Path) -> str:
     return value
 
 
-def _optional_text(entry: dict[str, Any], key: str, index: int, path: Path) -> str | None:
+def _optional_text(entry: JSONObject, key: str, index: int, path: Path) -> str | None:
     """An optional text field; absent, null or blank -> None."""
     value = entry.get(key)
     if value is None:
@@ -99,7 +104,8 @@ def load_bird(questions_file: Path | str, db_root: Path | str) -> list[Question]
     An empty evidence becomes None."""
     path = Path(questions_file)
     questions: list[Question] = []
-    for index, entry in enumerate(_read_json_list(path)):
+    for index, item in enumerate(_read_json_list(path)):
+        entry = _entry(item, index, path)
         db_id = _text(entry, "db_id", index, path)
         raw_id = entry.get("question_id")
         questions.append(
@@ -121,7 +127,8 @@ def load_spider(questions_file: Path | str, db_root: Path | str) -> list[Questio
     positions (``"0"``, ``"1"``...); Spider has no evidence and no difficulty label here."""
     path = Path(questions_file)
     questions: list[Question] = []
-    for index, entry in enumerate(_read_json_list(path)):
+    for index, item in enumerate(_read_json_list(path)):
+        entry = _entry(item, index, path)
         db_id = _text(entry, "db_id", index, path)
         questions.append(
             Question(

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from edge_sql.agent.budget import Budget
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.transcript import Piece
 from edge_sql.evaluation.datasets import Question, load_bundled
-from edge_sql.evaluation.sqale_published import call_args, load_episodes
+from edge_sql.evaluation.sqale_published import PublishedEpisode, call_args, load_episodes
+from edge_sql.json_types import JSONValue
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 QUESTIONS_PER_DATABASE = 3
@@ -107,7 +107,7 @@ def _user_turn(prompt: PromptTemplate, content: str) -> list[Piece]:
     ]
 
 
-def _call_text(tool: str, args: dict[str, Any]) -> str:
+def _call_text(tool: str, args: Mapping[str, JSONValue]) -> str:
     return json.dumps({"tool": tool, "args": args}, ensure_ascii=False)
 
 
@@ -125,7 +125,7 @@ def published_transcripts(prompt: PromptTemplate) -> list[list[Piece]]:
     return [_published(prompt, ep) for ep in load_episodes()]
 
 
-def _published(prompt: PromptTemplate, ep: dict[str, Any]) -> list[Piece]:
+def _published(prompt: PromptTemplate, ep: PublishedEpisode) -> list[Piece]:
     max_rounds = Budget().max_rounds
     shared, own = prompt.opening(ep["question"], ep.get("hint"), max_rounds=max_rounds)
     pieces: list[Piece] = shared + own
@@ -179,7 +179,7 @@ def _gold_episode(prompt: PromptTemplate, toolbox: Toolbox, tables: Sequence[str
     shared, own = prompt.opening(q.question, q.evidence, max_rounds=max_rounds)
     pieces: list[Piece] = shared + own
     named = tables_named(q.gold_sql, tables) or list(tables[:1])
-    Calls = list[tuple[str, dict[str, Any]]]
+    Calls = list[tuple[str, dict[str, JSONValue]]]
     inspect: Calls = [("describe_table", {"table_name": t}) for t in named]
     inspect.append(("sample_rows", {"table_name": named[0], "limit": SAMPLE_ROWS}))
     rounds: list[tuple[str, Calls]] = [

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_sql.errors import ReportError
+from edge_sql.json_types import JSONObject
 
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
 
@@ -36,7 +37,7 @@ class Accuracy:
     def percent(self) -> float:
         return 100.0 * self.correct / self.total if self.total else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, int | float]:
         return {"correct": self.correct, "total": self.total, "percent": round(self.percent, 2)}
 
 
@@ -51,7 +52,7 @@ class EvalReport:
     results: list[QuestionResult]
     timeout_s: float
     dataset: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
 
     @property
     def overall(self) -> Accuracy:
@@ -65,7 +66,7 @@ class EvalReport:
         ordered = [d for d in DIFFICULTY_ORDER if d in labels] + sorted(labels - set(DIFFICULTY_ORDER))
         return {d: accuracy_of([r for r in self.results if r.difficulty == d]) for d in ordered}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "dataset": self.dataset,
             "timeout_s": self.timeout_s,
@@ -76,7 +77,7 @@ class EvalReport:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EvalReport:
+    def from_json(cls, data: dict[str, Any]) -> EvalReport:  # Any: json.loads
         known = {"dataset", "timeout_s", "overall", "by_difficulty", "results"}
         return cls(
             results=[QuestionResult(**r) for r in data["results"]],

@@ -37,10 +37,12 @@ def _read_json_object(path: Path) -> dict[str, str]:
     data = read_json_file(path, "predictions file", PredictionsError)
     if not isinstance(data, dict):
         raise PredictionsError(f"predictions file {path} must hold a JSON object: question id -> SQL")
+    texts: dict[str, str] = {}
     for key, value in data.items():
         if not isinstance(value, str):
             raise PredictionsError(f"{path}: the prediction for '{key}' is not a string of SQL", path=path)
-    return data
+        texts[key] = value
+    return texts
 
 
 def _from_bird_format(raw: dict[str, str], questions: Sequence[Question], path: Path) -> dict[str, str]:

@@ -13,31 +13,82 @@ import json
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from edge_sql.json_types import JSONValue
 from edge_sql.tools import TOOLS_BY_NAME
 
 PUBLISHED_JSON = Path(__file__).resolve().parents[1] / "data" / "sqale_published" / "episodes.json"
 
 
+class PublishedCall(TypedDict):
+    """One call as the page shows it: its args as the page writes them (see `call_args`), its
+    output (None: not published), how many times it was made (`n`) and when (`t`)."""
+
+    tool: str
+    args: str
+    out: str | None
+    n: int
+    t: list[JSONValue]
+
+
+class PublishedRound(TypedDict):
+    """One round: its label, the model's thinking, its calls, the budget line after it (None: none
+    shown) and whether the answer was forced."""
+
+    label: str
+    think: str
+    nCalls: int
+    calls: list[PublishedCall]
+    budget: str | None
+    forced: bool
+
+
+class PublishedFinal(TypedDict):
+    """The episode's final SQL and its result as published (`more`: the page cut the rows)."""
+
+    sql: str
+    columns: list[str]
+    rows: list[list[JSONValue]]
+    more: bool
+    used: list[str]
+
+
+class PublishedEpisode(TypedDict):
+    """One episode of the page (episodes.json), as it holds it."""
+
+    id: str
+    title: str
+    schemaId: str
+    nTables: int
+    difficulty: str
+    question: str
+    hint: str
+    correct: bool
+    note: str
+    tables: list[str]
+    rounds: list[PublishedRound]
+    final: PublishedFinal
+
+
 @lru_cache(maxsize=1)
-def load_episodes() -> tuple[dict[str, Any], ...]:
+def load_episodes() -> tuple[PublishedEpisode, ...]:
     """The three published episodes, as the page holds them."""
     return tuple(json.loads(PUBLISHED_JSON.read_text(encoding="utf-8"))["episodes"])
 
 
-def episode(episode_id: str) -> dict[str, Any]:
+def episode(episode_id: str) -> PublishedEpisode:
     return next(ep for ep in load_episodes() if ep["id"] == episode_id)
 
 
-def published_calls(ep: dict[str, Any]) -> Iterable[tuple[int, int, dict[str, Any]]]:
+def published_calls(ep: PublishedEpisode) -> Iterable[tuple[int, int, PublishedCall]]:
     """(round index, call index, call) of every published call, the forced answer included."""
     for r_index, round_ in enumerate(ep["rounds"]):
         for c_index, call in enumerate(round_["calls"]):
             yield r_index, c_index, call
 
 
-def call_args(tool: str, args_text: str) -> dict[str, Any]:
+def call_args(tool: str, args_text: str) -> dict[str, JSONValue]:
     """The page's args string as the tool's args dict, by the argument order in `specs.py`.
 
     The page writes JSON values separated by commas (`"AlertLogs", 10`), except the SQL of

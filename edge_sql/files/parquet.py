@@ -64,7 +64,7 @@ def _check_magic(source: Source) -> None:
         raise FileLoadError(f"{source.path} is not a Parquet file (it lacks the PAR1 header)", path=source.path)
 
 
-def _plan(pa: Any, kind: Any) -> tuple[str, str]:
+def _plan(pa: Any, kind: Any) -> tuple[str, str]:  # Any: pyarrow
     """(SQLite type, how to convert): "as is", "string" (cast to text), "float", "json", "decode"."""
     types = pa.types
     if types.is_dictionary(kind):
@@ -87,7 +87,7 @@ def _plan(pa: Any, kind: Any) -> tuple[str, str]:
     return "text", "string"
 
 
-def _values(pa: Any, column: Any, how: str) -> list[Any]:
+def _values(pa: Any, column: Any, how: str) -> list[Any]:  # Any: pyarrow
     if how == "decode":
         column = column.dictionary_decode()
     elif how == "string":

@@ -93,7 +93,7 @@ def check_container(source: Source) -> None:
         )
 
 
-def _holds(raw: Any, needle: bytes) -> bool:
+def _holds(raw: Any, needle: bytes) -> bool:  # Any: calamine
     tail = b""
     while chunk := raw.read(1024 * 1024):
         if needle in tail + chunk:
@@ -102,7 +102,7 @@ def _holds(raw: Any, needle: bytes) -> bool:
     return False
 
 
-def _load_sheet(source: Source, sink: Sink, sheet: Any, name: str) -> bool:
+def _load_sheet(source: Source, sink: Sink, sheet: Any, name: str) -> bool:  # Any: calamine
     rows = _nonempty(sheet.iter_rows())
     header = next(rows, None)
     if header is None:
@@ -135,7 +135,7 @@ def _load_sheet(source: Source, sink: Sink, sheet: Any, name: str) -> bool:
     return True
 
 
-def _nonempty(rows: Iterator[list[Any]]) -> Iterator[list[Any]]:
+def _nonempty(rows: Iterator[list[Any]]) -> Iterator[list[Any]]:  # Any: calamine
     return (row for row in rows if any(value != "" and value is not None for value in row))
 
 
@@ -167,7 +167,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-_CONVERT: dict[str, Callable[[Any], object]] = {"integer": int, "real": float, "text": _text}
+_CONVERT: dict[str, Callable[[Any], object]] = {"integer": int, "real": float, "text": _text}  # Any: calamine
 
 
 def _first_line(exc: BaseException) -> str:
