@@ -29,6 +29,7 @@ from edge_sql.api.stopping import StopWhen
 from edge_sql.api.vote import run_vote
 from edge_sql.errors import Cancelled, ClosedError, EdgeSqlError, QuestionError
 from edge_sql.knowledge.answers import consult
+from edge_sql.knowledge.evidence import Composed
 from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
 from edge_sql.tools import ReadOnlyDatabase, Toolbox, opened
@@ -250,33 +251,18 @@ class Agent(AskMany):
         greedy = (self.greedy and vote is None) if greedy is None else greedy  # a vote samples
         stop = should_stop if isinstance(should_stop, StopWhen) else self.stop_when(should_stop, timeout)
         with opened(db) as database:
-            consulted = consult(
-                self._knowledge.knowledge,
+            result = self._answer(
+                Ask(question, database, evidence, seed, vote),
                 database,
-                question,
-                evidence,
-                follow_up=follow_up,
-                fresh=fresh,
-                use_knowledge=knowledge,
-                count_tokens=self.count_tokens,
-                max_rows=self.budget.max_result_rows,
-                prompt_version=self.prompt.version,
-            )
-            if isinstance(consulted, EpisodeResult):
-                return consulted
-            result = self._ask(
-                question,
-                database,
-                evidence=consulted.evidence,
-                seed=seed,
                 greedy=greedy,
-                on_event=on_event,
                 should_stop=stop,
-                vote=vote,
+                on_event=on_event,
                 early_stop=early_stop,
                 abstain_below=abstain_below,
+                follow_up=follow_up,
+                fresh=fresh,
+                knowledge=knowledge,
             )
-        result.evidence, result.given = evidence, consulted.given
         if result.stop == "cancelled":
             result.error = stop.message() + ("" if result.stats.figures is not None else " before the episode started")
         return result
@@ -285,39 +271,80 @@ class Agent(AskMany):
         """One call's reasons to stop (`api/stopping.py`): `should_stop`, `timeout`, `close(cancel=True)`."""
         return StopWhen(should_stop, timeout=timeout, closing=self._closing)
 
-    def _ask(
+    def _answer(
         self,
-        question: str,
-        db: ReadOnlyDatabase,
+        item: Ask,
+        database: ReadOnlyDatabase,
         *,
-        evidence: str | None,
-        seed: int | None,
         greedy: bool,
-        on_event: Callable[[EpisodeEvent], None] | None,
         should_stop: Callable[[], bool] | None,
-        vote: int | Literal["auto"] | None,
-        early_stop: bool,
-        abstain_below: float | None,
+        on_event: Callable[[EpisodeEvent], None] | None = None,
+        early_stop: bool = True,
+        abstain_below: float | None = None,
+        follow_up: FollowUp | None = None,
+        fresh: bool = False,
+        knowledge: bool = True,
+        compose: bool = True,
+        watch: Watch | None = None,
+        share_opening: bool = False,
     ) -> EpisodeResult:
-        """`ask` once the evidence is composed: one episode, or a vote."""
-        k = self.vote_k(vote)
+        """The one path of a question, for `ask`, `each` and `ask_many` alike: the knowledge
+        consulted (`knowledge.answers.consult`: answered at once from a verified answer, or the
+        evidence composed), then one episode or a vote of `item.vote`'s K. With `knowledge` off the
+        store is not opened; `compose=False` as well (`each` without knowledge: the bench's own
+        evidence, and a vote's own episodes) skips the step, the evidence going to the model as
+        given and `given` None; `watch`, `share_opening`: see `each` and `run_episode`."""
+        consulted: EpisodeResult | Composed | None = None
+        if knowledge or compose:
+            consulted = consult(
+                self._knowledge.knowledge,
+                database,
+                item.question,
+                item.evidence,
+                follow_up=follow_up,
+                fresh=fresh,
+                use_knowledge=knowledge,
+                count_tokens=self.count_tokens,
+                max_rows=self.budget.max_result_rows,
+                prompt_version=(item.prompt or self.prompt).version,
+            )
+            if isinstance(consulted, EpisodeResult):
+                return consulted
+        evidence = consulted.evidence if consulted is not None else item.evidence
+        k = self.vote_k(item.vote)
         if k is not None:
             result = run_vote(
                 self._each,
-                question,
-                db,
+                item.question,
+                database,
                 k,
                 evidence=evidence,
-                seed=seed,
+                seed=item.seed,
                 greedy=greedy,
                 should_stop=should_stop,
                 max_rows=self.budget.max_result_rows,
                 early_stop=early_stop and abstain_below is None,
+                prompt=item.prompt,
+                watch=watch,
             )
-            return abstain(result, abstain_below) if abstain_below is not None else result
-        return self._episode(
-            question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event, should_stop=should_stop
-        )
+            if abstain_below is not None:
+                result = abstain(result, abstain_below)
+        else:
+            result = self._episode(
+                item.question,
+                database,
+                evidence=evidence,
+                seed=item.seed,
+                greedy=greedy,
+                on_event=on_event,
+                should_stop=should_stop,
+                share_opening=share_opening,
+                prompt=item.prompt,
+                watch=watch,
+            )
+        if consulted is not None:
+            result.evidence, result.given = item.evidence, consulted.given
+        return result
 
     def _episode(
         self,

@@ -25,7 +25,8 @@ from edge_sql.tools import ReadOnlyDatabase, opened
 
 class VoteEpisodes(Protocol):
     """How a vote runs its episodes: the Agent's driver (`Agent._each`), here for sampled
-    episodes that share their opening, stopped by `should_stop` and not started once `skip()`."""
+    episodes that share their opening, stopped by `should_stop` and not started once `skip()`,
+    without consulting the knowledge (the vote's question did, once)."""
 
     def __call__(
         self,
@@ -36,6 +37,7 @@ class VoteEpisodes(Protocol):
         watch: EachWatch | None = None,
         skip: Callable[[], bool] | None = None,
         share_opening: bool = False,
+        knowledge: bool = True,
     ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]: ...
 
 
@@ -77,7 +79,7 @@ def run_vote(
         if watch is not None:
             seen = lambda _i, ask, session, result: watch(ask, session, result)  # noqa: E731 - drops the index
         finished_episodes = episodes(
-            items, greedy=False, should_stop=stopped, watch=seen, skip=done.is_set, share_opening=True
+            items, greedy=False, should_stop=stopped, watch=seen, skip=done.is_set, share_opening=True, knowledge=False
         )
         with closing(finished_episodes) as finished:
             for i, outcome in finished:

@@ -174,10 +174,11 @@ def consult(
     max_rows: int,
     prompt_version: str,
 ) -> EpisodeResult | Composed:
-    """`Agent.ask`'s one step before an episode: the answer at once when `question` (not `fresh`)
-    was verified before on `db` (on its own, or after the same previous question); else the
-    evidence to ask with. With
-    `use_knowledge` off the knowledge is not opened, and only a follow-up pair is added."""
+    """The Agent's one step before an episode (`ask`, `each`, `ask_many`): the answer at once when
+    `question` (not `fresh`) was verified before on `db` (on its own, or after the same previous
+    question; `at_once`, the step `run --question` takes before loading a model); else the
+    evidence to ask with. With `use_knowledge` off the knowledge is not opened, and only a
+    follow-up pair is added."""
     if not use_knowledge:
         return compose(evidence, follow_up=follow_up, count_tokens=count_tokens)
     kb = open_knowledge()
