@@ -107,6 +107,14 @@ class AskMany:
         ...) on the Agent's thread, awaited."""
         return await self._awaited(None, functools.partial(call, *args, **kwargs))
 
+    @property
+    def queue(self) -> SessionPool:
+        """The Agent's one queue of calls (`session_pool.py`): `serve` takes a request's place in
+        it when the request arrives (`queue.enter`, refused at once when full, told each move),
+        waits for its turn (`queue.turn`) and passes the place to `ask(..., place=...)`, which
+        leaves it; ClosedError once closed."""
+        return self._open_pool()
+
     def queue_state(self) -> dict[str, int]:
         """`running` episodes (of `sessions`), calls `waiting` for a session (of `max_waiting`):
         JSON-ready, for an app's health endpoint; ClosedError once closed."""
@@ -225,10 +233,12 @@ class AskMany:
         skip: Callable[[], bool] | None = None,
         share_opening: bool = False,
         knowledge: bool = True,
+        in_turn: bool = False,
     ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
         """`each`, with what a vote adds: an item not started yet when `skip()` is True is not
-        asked (nothing is yielded for it); `share_opening` (see `run_episode`); a vote's own
-        episodes run with `knowledge=False` (the vote's question consulted it once)."""
+        asked (nothing is yielded for it); `share_opening` (see `run_episode`); `in_turn`: the
+        items are a vote's own episodes, run within the vote's turn in the queue without
+        consulting the knowledge (the vote's question did, once)."""
 
         def answer(
             item: Ask, database: ReadOnlyDatabase, stopped: Callable[[], bool], seen: Watch | None
@@ -239,10 +249,11 @@ class AskMany:
                 greedy=greedy,
                 should_stop=stopped,
                 early_stop=early_stop,
-                knowledge=knowledge,
-                compose=knowledge,
+                knowledge=knowledge and not in_turn,
+                compose=knowledge and not in_turn,
                 watch=seen,
                 share_opening=share_opening,
+                in_turn=in_turn,
             )
 
         return drive(items, answer, workers=self.parallel, should_stop=should_stop, watch=watch, skip=skip)
