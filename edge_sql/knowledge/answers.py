@@ -14,7 +14,6 @@ from edge_sql.agent.display import plural
 from edge_sql.agent.given import FollowUp, Given, VerifiedAnswer
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.stats import EpisodeStats
-from edge_sql.checks import check_sql
 from edge_sql.errors import QueryError
 from edge_sql.knowledge.evidence import Composed, TokenCounter, compose
 from edge_sql.knowledge.holds import why_stale
@@ -58,6 +57,8 @@ def at_once(
         rows = db.execute(verified.sql, max_rows=max_rows)
     except QueryError as exc:
         return _stale(kb, db, verified, f"its SQL fails now ({exc})")
+    from edge_sql.checks import check_sql  # here: sqlglot loads with the first check
+
     checks = check_sql(db, verified.sql, result=rows)  # names and values on the database as it is now
     marked, absent = kb.marks(verified.id)
     why = why_stale(checks, absent)
