@@ -1,5 +1,5 @@
 """Names a package exports but imports only on first use (PEP 562): one `__getattr__` for every
-package that does so (the package itself, agent, api, runtime, store).
+package that does so (the package itself, agent, api, checks, runtime, store).
 
 Why: `edge-sql --help`, `config` and a verified answer must start without llama.cpp, the
 episode loop or the Agent, yet `from edge_sql.agent import Budget` and `edge_sql.Agent` must

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +159,15 @@ def read_events(response: http.client.HTTPResponse, *, until: str | None = None)
 def without_stats(answer: dict[str, Any]) -> dict[str, Any]:
     """An answer without its timings (the only part that differs between identical episodes)."""
     return {key: value for key, value in answer.items() if key != "stats"}
+
+
+@contextmanager
+def agent_queue(model: Path, parallel: int = 1) -> Iterator[Any]:
+    """The queue of a real Agent on `model` (`agent.queue`, what serve's AskQueue waits in),
+    `parallel` calls at a time, for tests of serve's queue with asks of their own."""
+    from edge_sql.api import Agent
+
+    with Agent(
+        model, n_ctx=1024, n_threads=1, parallel=parallel, tune=False, pull_if_missing=False, prefix_cache=False
+    ) as agent:
+        yield agent.queue

@@ -92,3 +92,18 @@ def test_the_help_lists_each_command_as_click_would():
         real.format_commands(click.Context(real, terminal_width=width), real_formatter)
         assert lazy_formatter.getvalue() == real_formatter.getvalue()
         assert lazy_formatter.getvalue().count("\n") == len(SUBCOMMANDS) + 1
+
+
+def test_importing_the_agent_leaves_the_checks_parser_for_the_first_check(tmp_path):
+    """Issue 64: `from edge_sql import Agent` loads llama.cpp but not sqlglot (the checks' parser,
+    about a fifth of the import's time: benchmarks/startup/bench_import_agent.py), which loads
+    with the first check; the checks' names still import as before."""
+    probe = (
+        "import sys\n"
+        "from edge_sql import Agent\n"
+        "before = 'sqlglot' in sys.modules\n"
+        "from edge_sql.checks import Checks, check_sql\n"
+        "print(before, 'sqlglot' in sys.modules, check_sql.__module__, Checks.__module__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.stdout.split() == ["False", "True", "edge_sql.checks.checker", "edge_sql.checks.findings"], done.stderr

@@ -267,3 +267,25 @@ def test_a_knowledge_file_that_is_not_one_is_one_clear_line(tmp_path):
         KnowledgeError, match=r"cannot open the knowledge database .*knowledge.sqlite: file is not a database"
     ):
         Knowledge.open(tmp_path)
+
+
+def test_knowledge_takes_a_path_or_an_open_database_and_refuses_after_close(tmp_path, chinook_db):
+    """Issue 64: the store's calls take what `Agent.ask` takes, and every call after close is a
+    ClosedError (not sqlite3's ProgrammingError)."""
+    from edge_sql.errors import ClosedError
+
+    kb = Knowledge.open(tmp_path / "home")
+    note = kb.add_note(chinook_db, "Prices are in US dollars.")
+    kept = kb.verify(str(chinook_db), "How many albums?", "SELECT COUNT(*) FROM Album")
+    with ReadOnlyDatabase(chinook_db) as db:
+        assert [n.text for n in kb.notes(db)] == [note.text] == [n.text for n in kb.notes(chinook_db)]
+        assert [a.sql for a in kb.verified(chinook_db)] == [kept.sql] == [a.sql for a in kb.verified(db)]
+    assert [c.action for c in kb.history(chinook_db)] == ["added", "added"]
+    assert kb.remove_note(chinook_db, note.id).id == note.id and kb.forget(chinook_db, kept.id).id == kept.id
+    assert kb.undo(chinook_db, kb.history(chinook_db)[-1].id).action == "removed"
+    assert [a.sql for a in kb.verified(chinook_db)] == [kept.sql]  # the undone forget brought it back
+    kb.close()
+    for call in (lambda: kb.notes(chinook_db), lambda: kb.add_note(chinook_db, "x"), lambda: kb.verified(chinook_db)):
+        with pytest.raises(ClosedError, match="this knowledge database is closed"):
+            call()
+    kb.close()  # idempotent

@@ -161,3 +161,21 @@ def test_a_verified_answer_that_no_longer_holds_falls_back_to_the_model(agent, c
     assert result.to_json()["given"]["stale_verified"] == said
     assert f"note: {said}" in given_lines(result)
     assert listed[0].stale == "no longer holds: the database no longer holds Customer.Country = 'Brazil'"
+
+
+def test_ask_many_and_each_consult_the_knowledge_as_ask_does(agent, northwind_db):
+    """Issue 63: one place consults the knowledge, for `ask`, `each` and `ask_many` alike."""
+    from edge_sql.api import Ask
+
+    verified, other = "How many employees are there?", "How many employees live in London?"
+    with ReadOnlyDatabase(northwind_db) as db:
+        stored = agent.knowledge.verify(db, verified, "SELECT COUNT(*) FROM Employees")
+        many = agent.ask_many(["how many EMPLOYEES are there", other], db, greedy=True)
+        [(_, each)] = list(agent.each([Ask(verified, db)]))
+        alone = agent.ask(other, db, greedy=True)
+        plain = agent.ask_many([verified], db, greedy=True, knowledge=False)
+    assert (many[0].stop, many[0].sql, many[0].rows, many[0].transcript) == ("verified", stored.sql, [[9]], "")
+    assert isinstance(each, edge_sql.EpisodeResult) and (each.stop, each.rows) == ("verified", [[9]])
+    assert many[1].given is not None and many[1].given.examples == [stored]  # a similar verified answer
+    assert many[1].evidence is None and many[1].transcript == alone.transcript  # what `ask` gives the model
+    assert plain[0].stop != "verified" and plain[0].given is None and plain[0].transcript

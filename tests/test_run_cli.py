@@ -692,3 +692,37 @@ def test_help_says_that_db_takes_data_files_too():
     assert "or a data file (CSV, TSV, JSON Lines, Excel, Parquet)" in top_text
     assert "edge-sql run --db sales.csv" in top_text and "--profile small" in top_text
     assert run_text.split("Options:")[0].count("a data file (CSV, TSV, JSON Lines, Excel, Parquet)") == 1
+
+
+def test_run_looks_a_verified_answer_up_once_before_the_model(tiny_gguf_fast, chinook_db, tmp_path, monkeypatch):
+    """Issue 63: `run --question` takes the knowledge's first step (`answers.at_once`) before
+    loading a model; when it finds nothing the Agent does not look again; a verified answer that
+    no longer holds is looked up again by the Agent, whose result says why it was not used."""
+    from edge_sql.knowledge import Knowledge, answers
+    from edge_sql.tools import ReadOnlyDatabase
+
+    monkeypatch.setenv("EDGE_SQL_HOME", str(tmp_path / "home"))
+    looks: list[str] = []
+    at_once = answers.at_once
+    monkeypatch.setattr(
+        answers,
+        "at_once",
+        lambda kb, db, question, *a, **k: looks.append(question) or at_once(kb, db, question, *a, **k),
+    )
+    common = ["--db", str(chinook_db), "--model", str(tiny_gguf_fast), "--seed", "1", *SMALL]
+    plain = run(*common, "--question", "How many artists?")
+    assert plain.exit_code in (0, EXIT_NO_ANSWER) and looks == ["How many artists?"], plain.output
+    with Knowledge.open() as kb, ReadOnlyDatabase(chinook_db) as db:
+        kept = kb.verify(
+            db, "How many customers live in Brazil?", "SELECT COUNT(*) FROM Customer WHERE Country = 'Brazil'"
+        )
+    with sqlite3.connect(chinook_db) as conn:
+        conn.execute("UPDATE Customer SET Country = 'Brasil' WHERE Country = 'Brazil'")
+    conn.close()
+    looks.clear()
+    stale = run(*common, "--question", "How many customers live in Brazil?")
+    assert looks == ["How many customers live in Brazil?"] * 2  # run's, then the Agent's (it says why)
+    assert (
+        f"note: the verified answer v{kept.id} was not used: the database no longer holds "
+        "Customer.Country = 'Brazil'; it is marked stale and the model is asked"
+    ) in stale.stdout.splitlines(), stale.output

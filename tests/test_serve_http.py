@@ -15,7 +15,17 @@ import pytest
 from mcp import Client
 
 from edge_sql.charts import chart_for
-from serve_helpers import CLI, MCP_TOOLS, RESULT_KEYS, SMALL, ServerProcess, read_events, serve_command, without_stats
+from serve_helpers import (
+    CLI,
+    MCP_TOOLS,
+    RESULT_KEYS,
+    SMALL,
+    ServerProcess,
+    agent_queue,
+    read_events,
+    serve_command,
+    without_stats,
+)
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "edge_sql" / "data"
 CHINOOK = DATA_DIR / "chinook" / "chinook.sqlite"
@@ -361,10 +371,18 @@ def test_queue_full_timeout_and_disconnect(tiny_gguf_fast, dbs, tmp_path):
     assert dbs["chinook"].read_bytes() == CHINOOK.read_bytes()
 
 
-def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path) -> None:
-    """The queue's own view, without a server: a job that arrives while nothing runs is the
-    running one in the same step, so /health never shows one waiting while none runs (the
-    worker thread may not have woken yet); a job behind a running one waits."""
+@pytest.fixture
+def line(tiny_gguf_fast):
+    """The queue of a real Agent (one call at a time) that serve's AskQueue waits in."""
+    with agent_queue(tiny_gguf_fast) as queue:
+        yield queue
+
+
+def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path, line) -> None:
+    """The queue's own view, without a server (the Agent's queue, asks of the test's own): a job
+    that arrives while nothing runs is the running one in the same step, so /health never shows
+    one waiting while none runs (the worker thread may not have woken yet); a job behind a
+    running one waits."""
     import asyncio
 
     from edge_sql.errors import EdgeSqlError
@@ -374,11 +392,11 @@ def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path) -> None:
     shutil.copyfile(Path(__file__).resolve().parents[1] / "edge_sql" / "data" / "chinook" / "chinook.sqlite", db)
     release = threading.Event()
 
-    def ask(request, database, post, stopped):
+    def ask(request, database, post, stopped, place):
         release.wait(30)
         raise EdgeSqlError(f"answered {request.question}")
 
-    queue = AskQueue(ask)
+    queue = AskQueue(ask, line)
 
     async def twice() -> list:
         seen = []
@@ -403,8 +421,8 @@ def test_a_job_submitted_to_an_idle_queue_runs_at_once(tmp_path: Path) -> None:
         assert outcomes == [f"answered {round_}a", f"answered {round_}b"]
 
 
-def test_queue_events_withdrawal_and_time_out_on_the_loop(tmp_path: Path) -> None:
-    """The queue's own view: a running episode's events (posted from the executor's thread)
+def test_queue_events_withdrawal_and_time_out_on_the_loop(tmp_path: Path, line) -> None:
+    """The queue's own view (the Agent's queue, asks of the test's own): a running episode's events (posted from the executor's thread)
     arrive in order before its outcome; a cancelled waiter leaves and the one behind moves up;
     a waiter past the time limit ends in QueueTimeout with Retry-After; counts say so."""
     import asyncio
@@ -419,14 +437,14 @@ def test_queue_events_withdrawal_and_time_out_on_the_loop(tmp_path: Path) -> Non
     release = threading.Event()
     episode_threads: set[str] = set()
 
-    def ask(request, database, post, stopped):
+    def ask(request, database, post, stopped, place):
         episode_threads.add(threading.current_thread().name)
         for index in (1, 2, 3):
             post(RoundStarted(round=index))
         release.wait(30)
         raise EdgeSqlError(f"answered {request.question} ({database.table_names()[0]})")
 
-    queue = AskQueue(ask, max_waiting=3, wait_timeout_s=0.5)
+    queue = AskQueue(ask, line, max_waiting=3, wait_timeout_s=0.5)
 
     async def scenario() -> tuple[list, list, list, dict]:
         running = queue.submit(AskRequest(question="first", database="chinook"), db)

@@ -12,31 +12,28 @@ from pathlib import Path
 from typing import Literal, Unpack
 
 from edge_sql.agent.budget import Budget, small_model_note
-from edge_sql.agent.checked import abstain, check_episode
-from edge_sql.agent.episode import run_episode
 from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.given import FollowUp
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
-from edge_sql.api.asks import Ask, Watch, error_result
+from edge_sql.api.answer import Answering
+from edge_sql.api.asks import Ask
 from edge_sql.api.config import AgentOptions, agent_settings
 from edge_sql.api.knowledge_api import AgentKnowledge
 from edge_sql.api.knowledge_hook import KnowledgeHook
 from edge_sql.api.many import AskMany
 from edge_sql.api.plan import gguf_name, plan_sessions, prefix_state_dir
-from edge_sql.api.session_pool import DEFAULT_MAX_WAITING, SessionPool
+from edge_sql.api.session_pool import DEFAULT_MAX_WAITING, Place, SessionPool
 from edge_sql.api.stopping import StopWhen
-from edge_sql.api.vote import run_vote
-from edge_sql.errors import Cancelled, ClosedError, EdgeSqlError, QuestionError
-from edge_sql.knowledge.answers import consult
-from edge_sql.runtime import PrefixCache, SamplingParams, Session, SessionInfo, SpeculateMode
+from edge_sql.errors import ClosedError, EdgeSqlError, QuestionError
+from edge_sql.runtime import PrefixCache, Session, SessionInfo, SpeculateMode
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
-from edge_sql.tools import ReadOnlyDatabase, Toolbox, opened
+from edge_sql.tools import ReadOnlyDatabase, opened
 
 _log = logging.getLogger("edge_sql.api")  # what `log=` gets goes here too, at INFO
 
 
-class Agent(AskMany):
+class Agent(AskMany, Answering):
     """A loaded model that answers questions about SQLite databases.
 
     `model` is a GGUF path, a model-store name (`synsql`, `synsql:Q4_K_M`) or None for the
@@ -66,10 +63,11 @@ class Agent(AskMany):
     `greedy` and `seed` are what `ask` and `ask_many` use when the call gives none (a vote still
     samples). `Agent.from_config(profile=...)` makes an Agent from the command line's settings.
 
-    Thread safety: `ask` may be called from any number of threads. Each call borrows a free
-    session for its whole episode; while all N are busy it waits in one queue, first come, first
-    served, at most `max_waiting` calls (one more: QueueFull), so up to N calls run at once (with
-    the default `parallel=1` they run one after another); each gets its own result. `ask_many`
+    Thread safety: `ask` may be called from any number of threads. Each call takes its turn in
+    one queue (`agent.queue`, serve's too), first come, first served, at most `max_waiting` calls
+    waiting (one more: QueueFull), so up to `parallel` calls run at once (with the default
+    `parallel=1` they run one after another), each episode on a session of its own; each gets
+    its own result. `ask_many`
     answers a list N at a time; `ask(..., vote=K)` runs K sampled episodes and answers with the
     result set most of them return (`agent/majority_vote.py`). `ask_async` and `ask_many_async`
     are the same calls for an event loop (`many.py`).
@@ -124,6 +122,7 @@ class Agent(AskMany):
             self.plan,
             PrefixCache(prefix_state_dir() if prefix_cache else None, log=said),
             max_waiting,
+            calls=parallel,  # requests at once; a vote's extra sessions are its own episodes'
         )
         self.load_s = self._pool.load_s  # opening the sessions (the model, the context)
         note = small_model_note(self.model_path.name, self.info.architecture, gguf_name(self.model_path), self.budget)
@@ -195,6 +194,7 @@ class Agent(AskMany):
         follow_up: FollowUp | None = None,
         fresh: bool = False,
         knowledge: bool = True,
+        place: Place | None = None,
     ) -> EpisodeResult:
         """Answer `question` about `db` (a path, opened read-only, or an open ReadOnlyDatabase).
 
@@ -212,7 +212,8 @@ class Agent(AskMany):
         session included; `error` then says it was the deadline); both are also looked at while
         the call waits for a session (a cancelled result without rounds). Raises DatabaseError for
         a bad database, QuestionError for an empty question, QueueFull when `max_waiting` calls
-        already wait.
+        already wait. `place`: a place taken earlier in the Agent's queue (`agent.queue.enter()`,
+        as serve takes one when a request arrives): the call answers in its turn, and leaves it.
 
         `vote=K` (at least 2) answers by vote: K sampled episodes with seeds `seed`, `seed + 1`,
         ... (a random first seed when `seed` is None) run `parallel` at a time, and the result is
@@ -250,33 +251,19 @@ class Agent(AskMany):
         greedy = (self.greedy and vote is None) if greedy is None else greedy  # a vote samples
         stop = should_stop if isinstance(should_stop, StopWhen) else self.stop_when(should_stop, timeout)
         with opened(db) as database:
-            consulted = consult(
-                self._knowledge.knowledge,
+            result = self._answer(
+                Ask(question, database, evidence, seed, vote),
                 database,
-                question,
-                evidence,
-                follow_up=follow_up,
-                fresh=fresh,
-                use_knowledge=knowledge,
-                count_tokens=self.count_tokens,
-                max_rows=self.budget.max_result_rows,
-                prompt_version=self.prompt.version,
-            )
-            if isinstance(consulted, EpisodeResult):
-                return consulted
-            result = self._ask(
-                question,
-                database,
-                evidence=consulted.evidence,
-                seed=seed,
                 greedy=greedy,
-                on_event=on_event,
                 should_stop=stop,
-                vote=vote,
+                on_event=on_event,
                 early_stop=early_stop,
                 abstain_below=abstain_below,
+                follow_up=follow_up,
+                fresh=fresh,
+                knowledge=knowledge,
+                place=place,
             )
-        result.evidence, result.given = evidence, consulted.given
         if result.stop == "cancelled":
             result.error = stop.message() + ("" if result.stats.figures is not None else " before the episode started")
         return result
@@ -284,99 +271,6 @@ class Agent(AskMany):
     def stop_when(self, should_stop: Callable[[], bool] | None, timeout: float | None) -> StopWhen:
         """One call's reasons to stop (`api/stopping.py`): `should_stop`, `timeout`, `close(cancel=True)`."""
         return StopWhen(should_stop, timeout=timeout, closing=self._closing)
-
-    def _ask(
-        self,
-        question: str,
-        db: ReadOnlyDatabase,
-        *,
-        evidence: str | None,
-        seed: int | None,
-        greedy: bool,
-        on_event: Callable[[EpisodeEvent], None] | None,
-        should_stop: Callable[[], bool] | None,
-        vote: int | Literal["auto"] | None,
-        early_stop: bool,
-        abstain_below: float | None,
-    ) -> EpisodeResult:
-        """`ask` once the evidence is composed: one episode, or a vote."""
-        k = self.vote_k(vote)
-        if k is not None:
-            result = run_vote(
-                self._each,
-                question,
-                db,
-                k,
-                evidence=evidence,
-                seed=seed,
-                greedy=greedy,
-                should_stop=should_stop,
-                max_rows=self.budget.max_result_rows,
-                early_stop=early_stop and abstain_below is None,
-            )
-            return abstain(result, abstain_below) if abstain_below is not None else result
-        return self._episode(
-            question, db, evidence=evidence, seed=seed, greedy=greedy, on_event=on_event, should_stop=should_stop
-        )
-
-    def _episode(
-        self,
-        question: str,
-        db: str | Path | ReadOnlyDatabase,
-        *,
-        evidence: str | None,
-        seed: int | None,
-        greedy: bool,
-        on_event: Callable[[EpisodeEvent], None] | None,
-        should_stop: Callable[[], bool] | None,
-        share_opening: bool = False,
-        prompt: PromptTemplate | None = None,
-        watch: Watch | None = None,
-    ) -> EpisodeResult:
-        """One episode on a borrowed session (`share_opening`: see `run_episode`; `watch`: see `each`)."""
-        params = SamplingParams(seed=seed, greedy=greedy)
-        with opened(db) as database:
-            try:
-                result = self._on_session(
-                    database, question, evidence, params, should_stop, on_event, share_opening, prompt, watch
-                )
-            except Cancelled:  # stopped (its deadline, its should_stop) while waiting for a session
-                return error_result(
-                    Ask(question, database, evidence, seed), "stopped", self.prompt.version, "cancelled"
-                )
-            result.checks = check_episode(database, result)  # the session is free again meanwhile
-            return result
-
-    def _on_session(
-        self,
-        database: ReadOnlyDatabase,
-        question: str,
-        evidence: str | None,
-        params: SamplingParams,
-        should_stop: Callable[[], bool] | None,
-        on_event: Callable[[EpisodeEvent], None] | None,
-        share_opening: bool,
-        prompt: PromptTemplate | None,
-        watch: Watch | None,
-    ) -> EpisodeResult:
-        """The episode on a session borrowed for it (Cancelled: stopped while waiting for one)."""
-        with self._open_pool().borrowed(should_stop) as session:
-            result = run_episode(
-                session,
-                Toolbox(database, question=f"{question}\n{evidence or ''}", count_tokens=session.count_tokens),
-                question,
-                evidence=evidence,
-                params=params,
-                prompt=prompt or self.prompt,
-                budget=self.budget,
-                should_stop=should_stop,
-                on_event=on_event,
-                share_opening=share_opening,
-                tuning=self.tuning,
-            )
-            if watch is not None:
-                watch(Ask(question, database, evidence, params.seed, prompt=prompt), session, result)
-        return result
 
     def close(self, *, cancel: bool = False) -> None:
         """Free the context (idempotent). Waits for running `ask` calls to finish (`cancel=True`:

@@ -21,7 +21,6 @@ from edge_sql.agent.result import EpisodeResult
 from edge_sql.api.asks import Ask, ask_item, error_result
 from edge_sql.api.driver import EachWatch, drive
 from edge_sql.api.stopping import StopWhen
-from edge_sql.api.vote import run_vote
 from edge_sql.errors import ClosedError, EdgeSqlError
 from edge_sql.tools import ReadOnlyDatabase
 
@@ -65,7 +64,7 @@ class AskMany:
         def ask(self, *args: Any, **kwargs: Any) -> EpisodeResult: ...
         def stop_when(self, *args: Any, **kwargs: Any) -> StopWhen: ...
         def vote_k(self, *args: Any, **kwargs: Any) -> int | None: ...
-        def _episode(self, *args: Any, **kwargs: Any) -> EpisodeResult: ...
+        def _answer(self, *args: Any, **kwargs: Any) -> EpisodeResult: ...
         def _open_pool(self) -> SessionPool: ...
 
     async def ask_async(
@@ -94,16 +93,27 @@ class AskMany:
         greedy: bool | None = None,
         should_stop: Callable[[], bool] | None = None,
         timeout: float | None = None,
+        knowledge: bool = True,
     ) -> list[EpisodeResult]:
         """`ask_many`, awaited (cancelling the awaiting task stops every episode at the next token)."""
         stop = self.stop_when(should_stop, timeout)
-        call = functools.partial(self.ask_many, questions, db, evidence=evidence, seed=seed, greedy=greedy)
+        call = functools.partial(
+            self.ask_many, questions, db, evidence=evidence, seed=seed, greedy=greedy, knowledge=knowledge
+        )
         return await self._awaited(stop, functools.partial(call, should_stop=stop))
 
     async def run_async(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Any blocking call (the knowledge calls that touch the disk: `agent.knowledge.add_note`,
         ...) on the Agent's thread, awaited."""
         return await self._awaited(None, functools.partial(call, *args, **kwargs))
+
+    @property
+    def queue(self) -> SessionPool:
+        """The Agent's one queue of calls (`session_pool.py`): `serve` takes a request's place in
+        it when the request arrives (`queue.enter`, refused at once when full, told each move),
+        waits for its turn (`queue.turn`) and passes the place to `ask(..., place=...)`, which
+        leaves it; ClosedError once closed."""
+        return self._open_pool()
 
     def queue_state(self) -> dict[str, int]:
         """`running` episodes (of `sessions`), calls `waiting` for a session (of `max_waiting`):
@@ -145,6 +155,7 @@ class AskMany:
         should_stop: Callable[[], bool] | None = None,
         timeout: float | None = None,
         on_result: Callable[[int, EpisodeResult], None] | None = None,
+        knowledge: bool = True,
     ) -> list[EpisodeResult]:
         """Answer several questions, `parallel` at a time; the results come in input order.
 
@@ -153,7 +164,8 @@ class AskMany:
         database file is opened once and shared by its questions. `on_result(i, result)` is
         called as each episode finishes (in the calling thread); `should_stop` ends them all, and
         so does `timeout` (seconds for them all; `greedy` and `seed` None: the Agent's).
-        Runs through `each`, which yields the results as they finish.
+        Runs through `each`, which yields the results as they finish and consults the knowledge
+        for each question as `ask` does (`knowledge=False`: not).
 
         A question that fails with an EdgeSqlError (a missing database, an empty question, one
         too long for the context) gets a result with `stop == "error"` and the message in
@@ -165,7 +177,7 @@ class AskMany:
         outcomes: list[EpisodeResult | Exception | None] = [None] * len(items)
         stop = should_stop if isinstance(should_stop, StopWhen) else self.stop_when(should_stop, timeout)
         greedy = self.greedy if greedy is None else greedy
-        for i, outcome in self._each(items, greedy=greedy, should_stop=stop):
+        for i, outcome in self._each(items, greedy=greedy, should_stop=stop, knowledge=knowledge):
             outcomes[i] = outcome
             if on_result is not None and isinstance(outcome, EpisodeResult):
                 on_result(i, outcome)
@@ -192,6 +204,7 @@ class AskMany:
         should_stop: Callable[[], bool] | None = None,
         early_stop: bool = True,
         watch: EachWatch | None = None,
+        knowledge: bool = True,
     ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
         """Answer `items` (each with its own database, evidence, seed; see `Ask`), `parallel` at a
         time, yielding `(index, result)` as each finishes, or `(index, exception)` for one that
@@ -200,9 +213,14 @@ class AskMany:
         sessions like any other. `watch(index, ask, session, result)` sees each episode (each of a
         vote's, with its own seed) on its session before the session is given back.
         `should_stop` ends them all; closing the iterator early (Ctrl-C, an error) stops the
-        running episodes, starts no more and waits for them. This is the one driver of episodes:
-        `ask_many`, `ask(vote=K)` and the bench (`bench/episodes.py`) run through it."""
-        return self._each(list(items), greedy=greedy, should_stop=should_stop, early_stop=early_stop, watch=watch)
+        running episodes, starts no more and waits for them. Each question consults the knowledge
+        first as `ask` does (`Agent._answer`: a verified question is answered at once, notes and
+        similar verified answers join the evidence, `result.given` says which); `knowledge=False`
+        skips that (the bench: its evidence goes to the model as it is). This is the one driver
+        of episodes: `ask_many`, `ask(vote=K)` and the bench (`bench/episodes.py`) run through it."""
+        return self._each(
+            list(items), greedy=greedy, should_stop=should_stop, early_stop=early_stop, watch=watch, knowledge=knowledge
+        )
 
     def _each(
         self,
@@ -214,40 +232,28 @@ class AskMany:
         watch: EachWatch | None = None,
         skip: Callable[[], bool] | None = None,
         share_opening: bool = False,
+        knowledge: bool = True,
+        in_turn: bool = False,
     ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]:
         """`each`, with what a vote adds: an item not started yet when `skip()` is True is not
-        asked (nothing is yielded for it); `share_opening` (see `run_episode`)."""
+        asked (nothing is yielded for it); `share_opening` (see `run_episode`); `in_turn`: the
+        items are a vote's own episodes, run within the vote's turn in the queue without
+        consulting the knowledge (the vote's question did, once)."""
 
         def answer(
             item: Ask, database: ReadOnlyDatabase, stopped: Callable[[], bool], seen: Watch | None
         ) -> EpisodeResult:
-            k = self.vote_k(item.vote)
-            if k is not None:
-                return run_vote(
-                    self._each,
-                    item.question,
-                    database,
-                    k,
-                    evidence=item.evidence,
-                    seed=item.seed,
-                    greedy=greedy,
-                    should_stop=stopped,
-                    max_rows=self.budget.max_result_rows,
-                    early_stop=early_stop,
-                    prompt=item.prompt,
-                    watch=seen,
-                )
-            return self._episode(
-                item.question,
+            return self._answer(
+                item,
                 database,
-                evidence=item.evidence,
-                seed=item.seed,
                 greedy=greedy,
-                on_event=None,
                 should_stop=stopped,
-                share_opening=share_opening,
-                prompt=item.prompt,
+                early_stop=early_stop,
+                knowledge=knowledge and not in_turn,
+                compose=knowledge and not in_turn,
                 watch=seen,
+                share_opening=share_opening,
+                in_turn=in_turn,
             )
 
         return drive(items, answer, workers=self.parallel, should_stop=should_stop, watch=watch, skip=skip)

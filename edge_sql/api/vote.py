@@ -13,7 +13,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Protocol
 
-from edge_sql.agent.checked import join_vote
 from edge_sql.agent.majority_vote import Tally, choose, vote_refusal
 from edge_sql.agent.prompt import PromptTemplate
 from edge_sql.agent.result import EpisodeResult
@@ -25,7 +24,9 @@ from edge_sql.tools import ReadOnlyDatabase, opened
 
 class VoteEpisodes(Protocol):
     """How a vote runs its episodes: the Agent's driver (`Agent._each`), here for sampled
-    episodes that share their opening, stopped by `should_stop` and not started once `skip()`."""
+    episodes that share their opening, stopped by `should_stop` and not started once `skip()`,
+    within the vote's turn in the Agent's queue and without consulting the knowledge (the vote's
+    question did, once)."""
 
     def __call__(
         self,
@@ -36,6 +37,7 @@ class VoteEpisodes(Protocol):
         watch: EachWatch | None = None,
         skip: Callable[[], bool] | None = None,
         share_opening: bool = False,
+        in_turn: bool = False,
     ) -> Generator[tuple[int, EpisodeResult | Exception], None, None]: ...
 
 
@@ -77,7 +79,7 @@ def run_vote(
         if watch is not None:
             seen = lambda _i, ask, session, result: watch(ask, session, result)  # noqa: E731 - drops the index
         finished_episodes = episodes(
-            items, greedy=False, should_stop=stopped, watch=seen, skip=done.is_set, share_opening=True
+            items, greedy=False, should_stop=stopped, watch=seen, skip=done.is_set, share_opening=True, in_turn=True
         )
         with closing(finished_episodes) as finished:
             for i, outcome in finished:
@@ -92,5 +94,7 @@ def run_vote(
         result = choose(
             results, database, max_rows=max_rows, keys=tally.keys, seeds=seeds, ran=outcomes, started=started
         )
+    from edge_sql.agent.checked import join_vote  # here: sqlglot loads with the first check
+
     join_vote(result)  # the agreement joins the answer's checks
     return result

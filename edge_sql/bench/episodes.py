@@ -109,7 +109,9 @@ class EpisodeRunner:
             if tokens is not None:
                 seen[index] = tokens
 
-        with closing(self.agent.each(asks, greedy=self.task.greedy, watch=watch, early_stop=False)) as finished:
+        # knowledge=False: a benchmark measures the model, its evidence (the modes' own) as it is
+        answers = self.agent.each(asks, greedy=self.task.greedy, watch=watch, early_stop=False, knowledge=False)
+        with closing(answers) as finished:
             for index, outcome in finished:
                 if not isinstance(outcome, EdgeSqlError) and isinstance(outcome, Exception):
                     raise outcome  # a bug: stop the others

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from edge_sql.agent.result import EpisodeResult
     from edge_sql.api import Agent
     from edge_sql.knowledge import FollowUp
+    from edge_sql.knowledge.answers import Stale
     from edge_sql.runtime import SpeculateMode
     from edge_sql.tools import ReadOnlyDatabase
 
@@ -246,17 +247,19 @@ def _run(options: RunOptions) -> int:
             from edge_sql.agent.prompt import load_prompt  # a verified answer needs no prompt, nor its grammar)
 
             load_prompt(options.prompt_file)
+        fresh = options.fresh
         if options.question is not None and not options.fresh:
-            code = _answer_verified(db, options)
-            if code is not None:
-                return code  # a verified question: answered without loading the model
+            found = _answer_verified(db, options)
+            if isinstance(found, int):
+                return found  # a verified question: answered without loading the model
+            fresh = found is None  # none: the Agent need not look again (a stale one: it says why it is not used)
         agent = _load_agent(options)
         if options.vote == "auto":  # the plan's K (None: one episode), said on stderr with why
             click.echo(agent.plan.auto_vote_line, err=True)
             options = replace(options, vote=agent.vote_k("auto"))
         try:
             if options.question is not None:
-                return _answer(agent, db, options.question, options, fresh=options.fresh)
+                return _answer(agent, db, options.question, options, fresh=fresh)
             _interactive(agent, db, options)
             return 0
         finally:
@@ -265,18 +268,21 @@ def _run(options: RunOptions) -> int:
         db.close()
 
 
-def _answer_verified(db: ReadOnlyDatabase, options: RunOptions) -> int | None:
+def _answer_verified(db: ReadOnlyDatabase, options: RunOptions) -> int | Stale | None:
     """`--question` answered at once from its verified answer (docs/knowledge.md), printed as any
-    answer; None when it has none (the model answers)."""
+    answer (0); None when it has none, Stale when it no longer holds (the model answers).
+
+    This is the knowledge's first step for a question (`knowledge.answers.at_once`, the one the
+    Agent's `consult` takes for every `ask`), taken before any model loads: it needs none."""
     from edge_sql.agent.display import answer_text
     from edge_sql.knowledge import Knowledge
-    from edge_sql.knowledge.answers import answer_at_once, given_lines
+    from edge_sql.knowledge.answers import Stale, at_once, given_lines
 
     assert options.question is not None
     with Knowledge.open() as kb:
-        result = answer_at_once(kb, db, options.question, options.evidence, max_rows=options.budget.max_result_rows)
-    if result is None:
-        return None
+        result = at_once(kb, db, options.question, options.evidence, max_rows=options.budget.max_result_rows)
+    if result is None or isinstance(result, Stale):
+        return result
     if options.as_json:
         click.echo(json.dumps(result.to_json(transcript=options.trace), ensure_ascii=False))
     else:

@@ -14,7 +14,6 @@ from edge_sql.agent.display import plural
 from edge_sql.agent.given import FollowUp, Given, VerifiedAnswer
 from edge_sql.agent.result import EpisodeResult
 from edge_sql.agent.stats import EpisodeStats
-from edge_sql.checks import check_sql
 from edge_sql.errors import QueryError
 from edge_sql.knowledge.evidence import Composed, TokenCounter, compose
 from edge_sql.knowledge.holds import why_stale
@@ -58,6 +57,8 @@ def at_once(
         rows = db.execute(verified.sql, max_rows=max_rows)
     except QueryError as exc:
         return _stale(kb, db, verified, f"its SQL fails now ({exc})")
+    from edge_sql.checks import check_sql  # here: sqlglot loads with the first check
+
     checks = check_sql(db, verified.sql, result=rows)  # names and values on the database as it is now
     marked, absent = kb.marks(verified.id)
     why = why_stale(checks, absent)
@@ -174,10 +175,11 @@ def consult(
     max_rows: int,
     prompt_version: str,
 ) -> EpisodeResult | Composed:
-    """`Agent.ask`'s one step before an episode: the answer at once when `question` (not `fresh`)
-    was verified before on `db` (on its own, or after the same previous question); else the
-    evidence to ask with. With
-    `use_knowledge` off the knowledge is not opened, and only a follow-up pair is added."""
+    """The Agent's one step before an episode (`ask`, `each`, `ask_many`): the answer at once when
+    `question` (not `fresh`) was verified before on `db` (on its own, or after the same previous
+    question; `at_once`, the step `run --question` takes before loading a model); else the
+    evidence to ask with. With `use_knowledge` off the knowledge is not opened, and only a
+    follow-up pair is added."""
     if not use_knowledge:
         return compose(evidence, follow_up=follow_up, count_tokens=count_tokens)
     kb = open_knowledge()

@@ -9,7 +9,6 @@ with it (`absent`) and do not count.
 
 from __future__ import annotations
 
-from edge_sql.checks import check_sql
 from edge_sql.checks.findings import Checks, ValueCheck
 from edge_sql.tools import ReadOnlyDatabase
 
@@ -21,6 +20,8 @@ def value_key(value: ValueCheck) -> str:
 
 def absent_values(db: ReadOnlyDatabase, sql: str) -> list[str]:
     """The values `sql` compares that `db` does not hold now (stored with a verified answer)."""
+    from edge_sql.checks import check_sql  # here: sqlglot loads with the first check
+
     return sorted({value_key(v) for v in check_sql(db, sql).values if v.found is False})
 
 

@@ -1,23 +1,23 @@
-"""One model, many clients: a bounded first-come-first-served queue in front of one `Agent`.
+"""One model, many clients: each request a call of one `Agent`, waiting in the Agent's own queue.
 
-`Agent.ask` already serializes callers (or, with `parallel=N`, lets N of them run), but it
-neither keeps arrival order, nor bounds how many wait, nor says where a caller stands. The
-queue does, on the event loop that serves the clients: jobs wait in a deque, up to `parallel`
-of them run at once (each as one task on the loop, started in arrival order as a slot frees),
-and withdrawals and wait time-outs happen on the loop too, so the queue's state has one owner
-and needs no lock. Only the episodes themselves leave the loop, for an executor of `parallel`
-threads (one per slot); their events come back with `call_soon_threadsafe`.
+The queue is the Agent's (`api/session_pool.py`): a request takes its place there when it
+arrives (QueueFull at once when `max_waiting` already wait, said as serve says it), is served
+first come, first served, `calls` at a time (the Agent's `parallel`), and leaves it at once
+when its client goes away. This module is serve's view of it, on the event loop that serves the
+clients: each request is a `Job` whose `updates()` yield its queue position (0 while it runs, 1
+when it is the next to start, counted behind all the running ones; told by the Agent's queue as
+it moves), the episode's events and finally its outcome, plus the counts and metrics /health
+shows. Each job's call runs on a thread of its own (it waits for its turn there); its events come
+back with `call_soon_threadsafe`.
 
-A job's `updates()` yield its queue position (0 while it runs, 1 when it is the next to start,
-counted behind all the running ones), the episode's events and finally its outcome. Cancelling
-a job (client disconnect, MCP cancellation) removes it if it still waits, or stops its own
-episode at the next token and interrupts its running SQL; the other running episodes go on.
+Cancelling a job (client disconnect, MCP cancellation) takes it out of the queue if it still
+waits, or stops its own episode at the next token and interrupts its running SQL; the other
+running episodes go on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import sqlite3
 import threading
@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from edge_sql.agent.display import plural
 from edge_sql.agent.events import EpisodeEvent
@@ -35,8 +35,12 @@ from edge_sql.errors import Cancelled, EdgeSqlError, QueueFull, QueueTimeout
 from edge_sql.serve.request import AskRequest
 from edge_sql.tools import ReadOnlyDatabase
 
-JobState = Literal["queued", "running", "done", "withdrawn"]
-Ask = Callable[[AskRequest, ReadOnlyDatabase, Callable[[EpisodeEvent], None], Callable[[], bool]], EpisodeResult]
+if TYPE_CHECKING:  # the Agent's queue lives beside its sessions: serve starts without loading them
+    from edge_sql.api.session_pool import Place, SessionPool
+
+Ask = Callable[
+    [AskRequest, ReadOnlyDatabase, Callable[[EpisodeEvent], None], Callable[[], bool], "Place"], EpisodeResult
+]
 
 
 @dataclass(frozen=True)
@@ -69,37 +73,52 @@ class QueueCounts:
 
 
 class Job:
-    """One queued request, touched on the queue's event loop only, but for `stop` and `_db` (its episode's)."""
+    """One request, touched on the queue's event loop only, but for `stop`, `_db` (its episode's)
+    and `place` (the Agent's queue's)."""
 
-    def __init__(self, number: int, request: AskRequest, path: Path, queue: AskQueue) -> None:
-        self.number = number
+    def __init__(self, request: AskRequest, path: Path, queue: AskQueue, loop: asyncio.AbstractEventLoop) -> None:
+        self.number = 0  # given once the queue has taken it
         self.request = request
         self.path = path
         self.submitted = time.monotonic()
-        self.started: float | None = None  # when its episode started (it left the queue)
-        self.state: JobState = "queued"  # queued -> running -> done; or queued -> withdrawn
-        self.stop = threading.Event()  # read by the episode, in the executor, at every token
+        self.place: Place | None = None  # its place in the Agent's queue
+        self.stop = threading.Event()  # read by the episode, in its thread, at every token
         self.outcome: Finished | None = None
         self.update_elapsed_s = 0.0  # when the update just yielded was posted, from submit
         self._queue = queue
+        self._loop = loop
         self._items: asyncio.Queue[tuple[float, Update]] = asyncio.Queue()
-        self._wait_timer: asyncio.TimerHandle | None = None
         self._db: ReadOnlyDatabase | None = None  # while its episode runs
+
+    @property
+    def started(self) -> float | None:
+        """When its turn came (it left the queue), None while it waits or if it never ran."""
+        return self.place.started if self.place is not None else None
 
     @property
     def finished(self) -> bool:
         return self.outcome is not None
 
     def cancel(self) -> None:
-        """Withdraw the job if it waits; otherwise stop its episode (idempotent)."""
+        """Take the job out of the queue if it waits; otherwise stop its episode (idempotent)."""
         self.stop.set()
-        if not self._queue.withdraw(self, Cancelled("cancelled before it started")):
-            db = self._db
-            if db is not None:
-                try:
-                    db.interrupt()  # a running statement stops now, not at its time limit
-                except sqlite3.ProgrammingError:  # closed meanwhile: the episode has ended
-                    pass
+        place = self.place
+        if place is not None and place.state == "waiting":
+            self._queue.line.leave(place)  # at once: the ones behind it move up now
+            return
+        db = self._db
+        if db is not None:
+            try:
+                db.interrupt()  # a running statement stops now, not at its time limit
+            except sqlite3.ProgrammingError:  # closed meanwhile: the episode has ended
+                pass
+
+    def moved(self, position: int) -> None:
+        """The Agent's queue says where the job stands (from any thread, under the queue's lock)."""
+        try:
+            self._loop.call_soon_threadsafe(self.post, Position(position), time.monotonic())
+        except RuntimeError:  # the loop is closed: nobody listens any more
+            pass
 
     async def updates(self) -> AsyncIterator[Update]:
         """Positions, episode events, then one `Finished` (a wait past the limit ends in QueueTimeout)."""
@@ -125,20 +144,19 @@ class Job:
 
 
 class AskQueue:
-    """Runs `ask(request, db, on_event, should_stop) -> EpisodeResult` per job, up to `parallel`
-    at a time, starting them in arrival order.
+    """Runs `ask(request, db, on_event, should_stop, place) -> EpisodeResult` per job, each in
+    its turn in `line` (the Agent's queue: `agent.queue`), `line.calls` at a time, in arrival order.
 
-    `ask` is normally a bound call of one shared `Agent` (built with `parallel` sessions when
-    `parallel` > 1: the queue only decides how many calls run at once). At most `max_waiting`
-    jobs wait behind the running ones. Each job runs as a task on the event loop of the call
-    that started it (`submit`, or the end of the job before it).
+    `ask` is normally a bound call of one shared `Agent`, given the job's place so that its call
+    takes this turn and no other. At most `max_waiting` jobs wait behind the running ones, each at
+    most `wait_timeout_s`.
     """
 
     def __init__(
         self,
         ask: Ask,
+        line: SessionPool,
         *,
-        parallel: int = 1,
         max_waiting: int = 8,
         wait_timeout_s: float = 300.0,
         log: Callable[[str], None] = lambda _m: None,
@@ -148,22 +166,21 @@ class AskQueue:
         None when it never ran), for the metrics."""
         if max_waiting < 0:
             raise ValueError("max_waiting must be at least 0")
-        if parallel < 1:
-            raise ValueError("parallel must be at least 1")
         self._ask = ask
-        self.parallel = parallel
+        self.line = line
+        self.parallel = line.calls
         self.max_waiting = max_waiting
         self.wait_timeout_s = wait_timeout_s
         self._log = log
         self._on_ended = on_ended
-        self._waiting: collections.deque[Job] = collections.deque()
-        self._running: list[Job] = []  # in the order they started; never more than `parallel`
+        self._jobs: set[Job] = set()  # submitted and not ended
         self._tasks: set[asyncio.Task[None]] = set()
         self._numbers = itertools.count(1)
         self._closed = False
         self._mean_s = 10.0  # a running mean of episode wall times, for Retry-After
         self.counts = QueueCounts()
-        self._executor = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="edge-sql-episode")
+        # a thread for every call that may run or wait at once (the waiting ones wait in it)
+        self._executor = ThreadPoolExecutor(self.parallel + max_waiting + 1, thread_name_prefix="edge-sql-episode")
 
     # ---- on the event loop -----------------------------------------------------------------
 
@@ -172,46 +189,32 @@ class AskQueue:
         loop = asyncio.get_running_loop()
         if self._closed:
             raise EdgeSqlError("the server is shutting down")
-        if len(self._waiting) >= self.max_waiting and len(self._running) >= self.parallel:
+        job = Job(request, path, self, loop)
+        try:
+            job.place = self.line.enter(job.moved, wait_s=self.wait_timeout_s, max_waiting=self.max_waiting)
+        except QueueFull:
             self.counts.rejected += 1
+            waiting = self.line.state()["waiting"]
             raise QueueFull(
-                f"the queue is full ({len(self._waiting)} waiting, limit {self.max_waiting}); try again later",
+                f"the queue is full ({waiting} waiting, limit {self.max_waiting}); try again later",
                 self.retry_after_s(),
-            )
-        job = Job(next(self._numbers), request, path, self)
-        self._waiting.append(job)
-        job.post(Position(len(self._waiting)))
-        job._wait_timer = loop.call_later(self.wait_timeout_s, self._time_out, job)
-        self._promote()  # a free slot: it runs now, so /health never shows a job waiting while a slot is free
+            ) from None
+        job.number = next(self._numbers)
+        self._jobs.add(job)
+        task = loop.create_task(self._run(job), name=f"edge-sql-ask-{job.number}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return job
-
-    def withdraw(self, job: Job, reason: EdgeSqlError) -> bool:
-        """Remove a waiting job, finishing it with `reason`; False when it already started or ended."""
-        if job.state != "queued":
-            return False
-        self._waiting.remove(job)
-        job.state = "withdrawn"
-        if job._wait_timer is not None:
-            job._wait_timer.cancel()
-        if isinstance(reason, QueueTimeout):
-            self.counts.timed_out += 1
-        else:
-            self.counts.cancelled += 1
-        self._post_positions()
-        self._log(f"ask #{job.number} ({job.request.database}): {reason}")
-        outcome = Finished(error=reason)
-        self._ended(job, outcome, None)
-        job.post(outcome)
-        return True
 
     def snapshot(self) -> dict[str, object]:
         """Queue state for /health: whether any job runs and how many (of `parallel`), waiting,
         limits and counts."""
+        state = self.line.state()
         return {
-            "running": bool(self._running),
-            "running_jobs": len(self._running),
+            "running": state["running"] > 0,
+            "running_jobs": state["running"],
             "parallel": self.parallel,
-            "waiting": len(self._waiting),
+            "waiting": state["waiting"],
             "max_waiting": self.max_waiting,
             "wait_timeout_s": self.wait_timeout_s,
             **vars(self.counts),
@@ -220,12 +223,12 @@ class AskQueue:
     def by_database(self) -> dict[str, tuple[int, int]]:
         """Waiting and running jobs per database name (for the metrics)."""
         counts: dict[str, tuple[int, int]] = {}
-        for job in self._waiting:
+        for job in list(self._jobs):
+            state = job.place.state if job.place is not None else "left"
+            if state == "left":
+                continue
             waiting, running = counts.get(job.request.database, (0, 0))
-            counts[job.request.database] = (waiting + 1, running)
-        for job in self._running:
-            waiting, running = counts.get(job.request.database, (0, 0))
-            counts[job.request.database] = (waiting, running + 1)
+            counts[job.request.database] = (waiting + 1, running) if state == "waiting" else (waiting, running + 1)
         return counts
 
     def retry_after_s(self) -> int:
@@ -239,56 +242,33 @@ class AskQueue:
         interrupted statements, and the executor's threads to join.
         """
         self._closed = True
-        for job in list(self._waiting):
-            job.cancel()
-        for job in list(self._running):
+        for job in list(self._jobs):
             job.cancel()
         for task in list(self._tasks):
             if not task.done() and not task.get_loop().is_closed():
                 task.get_loop().call_soon_threadsafe(task.cancel)
         self._executor.shutdown(wait=True)
 
-    def _time_out(self, job: Job) -> None:
-        message = (
-            f"the request waited {self.wait_timeout_s:g} s in the queue without starting "
-            "(the model is busy with earlier requests); try again later"
-        )
-        self.withdraw(job, QueueTimeout(message, self.retry_after_s()))
-
-    def _post_positions(self) -> None:
-        for index, waiting in enumerate(self._waiting, start=1):
-            waiting.post(Position(index))
-
-    def _promote(self) -> None:
-        """Waiting jobs take the free slots in arrival order, each started as a task on this loop."""
-        started = False
-        while self._waiting and len(self._running) < self.parallel and not self._closed:
-            job = self._waiting.popleft()
-            self._running.append(job)
-            job.state = "running"
-            job.started = time.monotonic()
-            if job._wait_timer is not None:
-                job._wait_timer.cancel()
-            job.post(Position(0))
-            task = asyncio.get_running_loop().create_task(self._run(job), name=f"edge-sql-ask-{job.number}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            started = True
-        if started:
-            self._post_positions()
-
     async def _run(self, job: Job) -> None:
         loop = asyncio.get_running_loop()
-        started = time.monotonic()
         try:
-            outcome = await loop.run_in_executor(self._executor, self._episode, job, loop)
+            outcome = await loop.run_in_executor(self._executor, self._call, job, loop)
         except asyncio.CancelledError:  # the server is closing: the episode stops at the next token
             job.stop.set()
-            self._running.remove(job)
+            self._jobs.discard(job)
             job.post(Finished(error=Cancelled("the server is shutting down")))
             raise
-        elapsed = time.monotonic() - started
-        job.state = "done"
+        self._jobs.discard(job)
+        if job.started is None:  # it never ran: taken out of the queue (cancelled, timed out)
+            if isinstance(outcome.error, QueueTimeout):
+                self.counts.timed_out += 1
+            else:
+                self.counts.cancelled += 1
+            self._log(f"ask #{job.number} ({job.request.database}): {outcome.error}")
+            self._ended(job, outcome, None)
+            job.post(outcome)
+            return
+        elapsed = time.monotonic() - job.started
         if (outcome.result is not None and outcome.result.stop == "cancelled") or isinstance(outcome.error, Cancelled):
             self.counts.cancelled += 1
         elif outcome.result is not None:
@@ -296,8 +276,6 @@ class AskQueue:
             self._mean_s = 0.7 * self._mean_s + 0.3 * elapsed
         else:
             self.counts.failed += 1
-        self._running.remove(job)
-        self._promote()  # hand over in the same step: a job never waits while a slot is free (what /health shows)
         self._log(self._summary(job, outcome, elapsed))
         self._ended(job, outcome, elapsed)
         job.post(outcome)
@@ -309,15 +287,28 @@ class AskQueue:
             except Exception as exc:  # the metrics must never cost a client its answer
                 self._log(f"metrics: {type(exc).__name__}: {exc}")
 
-    # ---- in one of the executor's threads -------------------------------------------------------
+    # ---- in the job's own thread ------------------------------------------------------------------
 
-    def _episode(self, job: Job, loop: asyncio.AbstractEventLoop) -> Finished:
+    def _call(self, job: Job, loop: asyncio.AbstractEventLoop) -> Finished:
+        """The job's turn in the Agent's queue (waited for here), then its call."""
+        assert job.place is not None
+
         def on_event(event: EpisodeEvent) -> None:
             try:
                 loop.call_soon_threadsafe(job.post, event, time.monotonic())
             except RuntimeError:  # the loop is closed: nobody listens any more
                 pass
 
+        try:
+            with self.line.turn(job.place, job.stop.is_set):
+                return self._episode(job, on_event)
+        except Cancelled as exc:  # taken out of the queue, or stopped before its turn came
+            return Finished(error=Cancelled("cancelled before it started") if job.started is None else exc)
+        except EdgeSqlError as exc:  # QueueTimeout: waited past the limit
+            return Finished(error=exc)
+
+    def _episode(self, job: Job, on_event: Callable[[EpisodeEvent], None]) -> Finished:
+        assert job.place is not None
         try:
             db = ReadOnlyDatabase(job.path)
         except EdgeSqlError as exc:
@@ -326,7 +317,7 @@ class AskQueue:
         try:
             if job.stop.is_set():  # cancelled between leaving the queue and here
                 return Finished(error=Cancelled("cancelled before it started"))
-            return Finished(result=self._ask(job.request, db, on_event, job.stop.is_set))
+            return Finished(result=self._ask(job.request, db, on_event, job.stop.is_set, job.place))
         except EdgeSqlError as exc:
             return Finished(error=exc)
         except Exception as exc:  # a bug must not kill the consumer: report it to this client

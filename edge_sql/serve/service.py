@@ -29,6 +29,7 @@ from edge_sql.tools import QueryResult, ReadOnlyDatabase
 
 if TYPE_CHECKING:  # the Agent's module loads llama.cpp; serve's other modules start without it
     from edge_sql.api import Agent
+    from edge_sql.api.session_pool import Place
 
 LOCAL_HOSTS = {"localhost"}
 
@@ -121,9 +122,9 @@ class Service:
             with ReadOnlyDatabase(path) as db:  # a bad file fails at start, not on the first request
                 self.databases[name] = DatabaseEntry(name, Path(path), db.table_names())
         self.variant = model_variant(agent.info.model_path)
-        self.queue = AskQueue(
+        self.queue = AskQueue(  # the Agent's own queue, with serve's bound and time limit
             self._ask,
-            parallel=limits.parallel,
+            agent.queue,
             max_waiting=limits.max_waiting,
             wait_timeout_s=limits.wait_timeout_s,
             log=log,
@@ -145,6 +146,7 @@ class Service:
         db: ReadOnlyDatabase,
         on_event: Callable[[EpisodeEvent], None],
         should_stop: Callable[[], bool],
+        place: Place | None = None,
     ) -> EpisodeResult:
         vote = request.vote if request.vote is not None else self.limits.vote
         return self.agent.ask(
@@ -159,6 +161,7 @@ class Service:
             abstain_below=request.abstain_below,
             follow_up=FollowUp(request.follow_up.question, request.follow_up.sql) if request.follow_up else None,
             fresh=request.fresh,
+            place=place,  # the request's turn in the Agent's queue, which it holds now
         )
 
     def check(self, request: AskRequest) -> Path:
