@@ -9,9 +9,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from edge_sql.agent.majority_vote import vote_refusal
+from edge_sql.api.agent_settings import VoteChoice, VoteSetting, resolve_vote
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime.options import (
     DEFAULT_CONTEXT_TOKENS,
@@ -114,19 +114,21 @@ class SessionPlan:
     sessions: int
     options: SessionOptions
 
-    def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
-        """The episodes `vote` answers with (None: one episode, no vote); "auto" is `auto_vote`,
-        no vote when that is 1."""
-        if vote == "auto":
-            return self.auto_vote if self.auto_vote >= 2 else None
-        return vote
+    def choose_vote(self, vote: VoteSetting) -> VoteChoice:
+        """`vote` resolved (`resolve_vote`): "auto" is `auto_vote`, no vote when that is 1, with
+        `auto_vote_line` saying why."""
+        return resolve_vote(vote, lambda: (self.auto_vote, self.auto_vote_line))
+
+    def vote_k(self, vote: VoteSetting) -> int | None:
+        """The episodes `vote` answers with (None: one episode, no vote)."""
+        return self.choose_vote(vote).k
 
 
 def plan_sessions(
     model: str | Path | None,
     *,
     parallel: int = 1,
-    vote: int | Literal["auto"] | None = None,
+    vote: VoteSetting = None,
     tune: bool = True,
     n_gpu_layers: int | None = None,
     n_ctx: int = DEFAULT_CONTEXT_TOKENS,
@@ -153,7 +155,7 @@ def plan_sessions(
     )
     if n_threads is not None:  # the caller's thread count wins over the calibrated one
         settings = dataclasses.replace(settings, n_threads=n_threads)
-    k = vote_plan(path, settings, how)[0] if vote == "auto" else vote
+    k = resolve_vote(vote, lambda: vote_plan(path, settings, how)).k
     sessions = episodes_at_once(parallel, k)
     check_parallel(settings, sessions)  # more sequences than calibration found room for: refused
     auto, line = vote_plan(path, settings, how, sessions)

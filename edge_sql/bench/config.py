@@ -50,7 +50,7 @@ class BenchConfig:
     parallel: int | None = None  # episodes at once per variant, each on its own session (same records, but
     # timings); None: auto, the variant's calibrated default (bench/parallel.py)
     vote: int | Literal["auto"] | None = None  # also answer each (mode, question) by a vote of this many sampled
-    # episodes (vote_mode.py); "auto": resolved by `run_bench` from the variants' calibrations (`resolve_auto_vote`)
+    # episodes (vote_mode.py); "auto": resolved by `run_bench` from the variants' calibrations (`resolve_bench_vote`)
     vote_auto: bool = False  # the vote's K came from "auto"
 
     def fingerprint(self) -> dict[str, object]:

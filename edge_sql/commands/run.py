@@ -251,9 +251,10 @@ def _run(options: RunOptions) -> int:
             if code is not None:
                 return code  # a verified question: answered without loading the model
         agent = _load_agent(options)
-        if options.vote == "auto":  # the plan's K (None: one episode), said on stderr with why
-            click.echo(agent.plan.auto_vote_line, err=True)
-            options = replace(options, vote=agent.vote_k("auto"))
+        vote = agent.plan.choose_vote(options.vote)  # "auto": the plan's K (None: one episode)
+        if vote.line is not None:  # said on stderr with why
+            click.echo(vote.line, err=True)
+        options = replace(options, vote=vote.k)
         try:
             if options.question is not None:
                 return _answer(agent, db, options.question, options, fresh=options.fresh)

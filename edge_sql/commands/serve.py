@@ -356,8 +356,9 @@ def _serve(options: ServeOptions) -> None:
             parallel=parallel,
             vote=o.vote,
         ) as agent:
-            if o.vote == "auto":  # the plan's K, whose sequences were opened beside --parallel's
-                _log(agent.plan.auto_vote_line)
+            line = agent.plan.choose_vote(o.vote).line  # "auto": the plan's K, opened beside --parallel's
+            if line is not None:
+                _log(line)
             _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
