@@ -69,9 +69,8 @@ def episode_parallel(
         return 1
     from edge_sql.api import llama_settings
 
-    settings, _how = llama_settings(
-        Path(variant.path), tune=config.tune, n_gpu_layers=None, n_ctx=config.n_ctx, n_threads=config.n_threads, log=log
-    )
+    # without --speculate's note on what fits: the variant's worker says it when it loads
+    settings, _how = llama_settings(Path(variant.path), config.agent_settings(variant).with_(speculate="off"), log=log)
     return resolve_parallel(config.parallel, settings, vote=max(votes, default=None), speculate=config.speculate)
 
 

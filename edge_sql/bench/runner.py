@@ -209,15 +209,8 @@ def _smallest_auto_vote(
 
     picks, lines = [], []
     for variant in variants:
-        plan = plan_sessions(
-            variant.path,
-            vote="auto",
-            tune=config.tune,
-            n_ctx=config.n_ctx,
-            n_threads=config.n_threads,
-            pull_if_missing=False,
-            log=log,
-        )
+        # without --speculate's note on what fits: the variant's worker says it when it loads
+        plan = plan_sessions(config.agent_settings(variant).with_(vote="auto", speculate="off"), log=log)
         lines.append(f"{variant.name}: {plan.auto_vote_line}")
         log(lines[-1])
         picks.append(plan.auto_vote)
