@@ -65,6 +65,8 @@ class Agent(AskMany):
 
     `greedy` and `seed` are what `ask` and `ask_many` use when the call gives none (a vote still
     samples). `Agent.from_config(profile=...)` makes an Agent from the command line's settings.
+    `settings=AgentSettings(...)` (api/agent_settings.py) gives every keyword at once, the
+    keywords on top; `agent.settings` is what the Agent was made with, unchanged.
 
     Thread safety: `ask` may be called from any number of threads. Each call borrows a free
     session for its whole episode; while all N are busy it waits in one queue, first come, first

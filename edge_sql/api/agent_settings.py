@@ -110,6 +110,14 @@ def make_settings(**values: object) -> AgentSettings:
     return AgentSettings(**values)  # type: ignore[arg-type]
 
 
+def settings_from_json(data: Mapping[str, Any]) -> AgentSettings:
+    """Settings from their `dataclasses.asdict` (a bench task's JSON): the budget a Budget again."""
+    from edge_sql.agent.budget import Budget
+
+    budget = data.get("budget")
+    return make_settings(**{**data, "budget": Budget(**budget) if isinstance(budget, dict) else budget})
+
+
 def setting_options() -> dict[str, dataclasses.Field[Any]]:
     """The fields an option sets, by the option's key (`threads` -> the `n_threads` field)."""
     return {f.metadata["option"]: f for f in dataclasses.fields(AgentSettings) if "option" in f.metadata}

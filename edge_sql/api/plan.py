@@ -65,9 +65,9 @@ def _settings(model_path: Path, settings: AgentSettings, log: Callable[[str], No
     return tuned_settings(model_path, progress=log, n_ctx=settings.n_ctx, n_threads=settings.n_threads)
 
 
-def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
+def vote_plan(model_path: Path, settings: Settings, how: str, sessions: int | None = None) -> tuple[int, str]:
     """What `vote="auto"` means for this file on this machine: the K of `runtime.tuning.auto_vote`
-    (1: no vote) from the calibrated decode rates, within `parallel` sequences when given (else
+    (1: no vote) from the calibrated decode rates, within `sessions` sequences when given (else
     the most that fit), and the line that says why. Settings that were not calibrated here
     ("off", "gpu") measured no rates: no vote."""
     from edge_sql.runtime.tuning.auto_vote import auto_vote, auto_vote_line
@@ -76,8 +76,8 @@ def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | No
     calibration = cached_calibration(model_path) if how in ("cached", "calibrated") else None
     rates = calibration.parallel_rates if calibration is not None else []
     limit = settings.parallel_limit or 1
-    if parallel is not None:
-        limit = min(limit, parallel)
+    if sessions is not None:
+        limit = min(limit, sessions)
     return auto_vote(rates, limit), auto_vote_line(rates, limit)
 
 

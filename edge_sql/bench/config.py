@@ -54,22 +54,22 @@ class BenchConfig:
     # episodes (vote_mode.py); "auto": resolved by `run_bench` from the variants' calibrations (`resolve_bench_vote`)
     vote_auto: bool = False  # the vote's K came from "auto"
 
-    def agent_settings(self, variant: Variant, parallel: int = 1) -> AgentSettings:
-        """The settings `variant`'s episodes load with (its file, on `parallel` sessions): the one
+    def agent_settings(self, variant: Variant, sessions: int = 1) -> AgentSettings:
+        """The settings `variant`'s episodes load with (its file, on `sessions` sessions): the one
         place the bench's options become an Agent's."""
         from edge_sql.agent.budget import Budget
         from edge_sql.api.agent_settings import make_settings
 
-        return make_settings(
-            model=variant.path,
+        return make_settings(  # strings, not paths: a task travels as JSON
+            model=str(variant.path),
             n_threads=self.n_threads,
             n_ctx=self.n_ctx,
-            prompt_file=self.prompt_file,
+            prompt_file=None if self.prompt_file is None else str(self.prompt_file),
             budget=Budget(**self.budget),
             greedy=self.greedy,
             tune=self.tune,
             speculate=self.speculate,
-            parallel=parallel,
+            parallel=sessions,
             pull_if_missing=False,
             prefix_cache=False,
         )
