@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 VoteSetting = int | Literal["auto"] | None  # a vote of K episodes, "auto" (the plan's K) or none
 DEFAULT_MAX_WAITING = 64  # calls that wait for a session beyond those running (one more: QueueFull)
 
+# the budget's shortcut options -> the Budget fields each sets (`--budget FIELD=N`, a file's
+# `budget = {FIELD = N}`, sets any field, and wins): the command line and the files read these
+BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
+    "max-rounds": ("max_rounds",),
+    "think-tokens": ("max_think_tokens", "max_final_think_tokens"),
+    "calls-per-turn": ("max_calls_per_turn",),
+    "episode-tokens": ("max_tokens",),
+}
+
 _TRUE = {"1", "true", "t", "yes", "y", "on"}  # click's BoolParamType, which reads the CLI's flags
 _FALSE = {"0", "false", "f", "no", "n", "off", ""}
 
@@ -66,7 +75,7 @@ class AgentSettings:
     n_gpu_layers: int | None = field(default=None, metadata=option("gpu-layers", int))
     n_ctx: int = field(default=DEFAULT_CONTEXT_TOKENS, metadata=option("ctx", int, param="n_ctx"))
     prompt_file: str | Path | None = field(default=None, metadata=option("prompt-file", str))
-    budget: Budget | None = None  # the budget options (`--budget FIELD=N`, `--max-rounds`, ...): api/config.py
+    budget: Budget | None = None  # the budget options (`--budget FIELD=N`, BUDGET_SHORTCUTS)
     tune: bool = field(default=True, metadata=option("no-tune", lambda text: not read_flag(text), invert=True))
     prefix_cache: bool = True
     speculate: SpeculateMode = field(default="off", metadata=option("speculate", str))

@@ -13,17 +13,10 @@ from __future__ import annotations
 import os
 
 from edge_sql.agent.budget import Budget, parse_budget_items
-from edge_sql.api.agent_settings import AgentSettings, make_settings, setting_options
+from edge_sql.api.agent_settings import BUDGET_SHORTCUTS, AgentSettings, make_settings, setting_options
 from edge_sql.api.settings_files import ENV_PREFIX, Setting, env_name, load_settings
 from edge_sql.errors import SettingsError
 
-# option -> the Budget fields it sets (`budget = {FIELD = N}` sets any field, and wins)
-BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
-    "max-rounds": ("max_rounds",),
-    "think-tokens": ("max_think_tokens", "max_final_think_tokens"),
-    "calls-per-turn": ("max_calls_per_turn",),
-    "episode-tokens": ("max_tokens",),
-}
 BUDGET_KEY = "budget"
 # the options of `run` and `serve` that are not the Agent's (a database, a question, the server's
 # address and limits): read by those commands, passed over here

@@ -11,15 +11,11 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
+from edge_sql.api.agent_settings import BUDGET_SHORTCUTS as SHORTCUTS
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SPECULATE_MODES
 
-# option parameter -> the Budget fields it sets (`--budget FIELD=N` sets any field, and wins)
-BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
-    "max_rounds": ("max_rounds",),
-    "think_tokens": ("max_think_tokens", "max_final_think_tokens"),
-    "calls_per_turn": ("max_calls_per_turn",),
-    "episode_tokens": ("max_tokens",),
-}
+# the budget's shortcut options (api/agent_settings.py) by click parameter -> the Budget fields each sets
+BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {key.replace("-", "_"): fields for key, fields in SHORTCUTS.items()}
 
 # The fewest tokens of a context or an episode: agent.budget.MIN_EPISODE_TOKENS, spelled here so
 # that the CLI loads without llama.cpp (tests/test_run_cli.py checks that they agree).
