@@ -11,7 +11,7 @@ import pytest
 
 import edge_sql
 from edge_sql.agent import Budget
-from edge_sql.api.config import KNOWN_KEYS, agent_settings
+from edge_sql.api.config import agent_settings, known_keys
 from edge_sql.commands import run, serve
 from edge_sql.commands.settings import _options
 from edge_sql.errors import ModelNotPulledError, SettingsError
@@ -45,7 +45,7 @@ def _values(profile: str | None = None) -> dict[str, object]:
 
 def test_every_option_of_run_and_serve_is_placed():
     """Each option of `run` and `serve` is an Agent keyword, a budget field, or another command's."""
-    assert KNOWN_KEYS == set(_options(run.command)) | set(_options(serve.command))
+    assert known_keys() == set(_options(run.command)) | set(_options(serve.command))
 
 
 def test_the_small_profile_is_the_agents_too(settings_home, monkeypatch):

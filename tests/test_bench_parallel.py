@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from edge_sql.agent.budget import Budget
+from edge_sql.api.agent_settings import AgentSettings
 from edge_sql.bench.episodes import EpisodeRunner
 from edge_sql.bench.tasks import EpisodeTask
 from edge_sql.cli import main
@@ -170,18 +172,22 @@ def test_run_many_runs_the_sessions_at_once(
         db_root=None,
         items=[("withheld", q.id) for q in questions],
         seed=0,
-        n_threads=1,
-        n_ctx=2048,
-        budget={
-            "max_rounds": 1,
-            "max_think_tokens": 8,
-            "max_final_think_tokens": 8,
-            "max_calls_per_turn": 1,
-            "max_final_sql_tokens": 24,
-        },
-        greedy=True,
-        tune=False,
-        parallel=2,
+        settings=AgentSettings(
+            n_threads=1,
+            n_ctx=2048,
+            budget=Budget(
+                max_rounds=1,
+                max_think_tokens=8,
+                max_final_think_tokens=8,
+                max_calls_per_turn=1,
+                max_final_sql_tokens=24,
+            ),
+            greedy=True,
+            tune=False,
+            parallel=2,
+            pull_if_missing=False,
+            prefix_cache=False,
+        ),
         record_tokens=True,
     )
     barrier = threading.Barrier(2, timeout=60)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from edge_sql.api.agent_settings import AgentSettings
 from edge_sql.bench.parallel import resolve_parallel
 from edge_sql.cli import main
 from edge_sql.errors import BenchSetupError, EdgeSqlError
@@ -191,13 +192,13 @@ def test_parallel_auto_is_the_calibrated_default() -> None:
     assert resolve_parallel(None, calibrated, vote=2) == 3
     assert resolve_parallel(1, calibrated, vote=3) == 3  # a vote's K at once
     assert resolve_parallel(None, default_settings()) == 1  # not calibrated (--no-tune, GPU)
-    assert resolve_parallel(None, calibrated, speculate="mtp") == 1
+    assert resolve_parallel(None, calibrated, AgentSettings(speculate="mtp")) == 1
     with pytest.raises(EdgeSqlError, match="4 episodes at once do not fit: at most 3"):
         resolve_parallel(4, calibrated)
     with pytest.raises(EdgeSqlError, match="at most 3"):
         resolve_parallel(None, calibrated, vote=4)
     with pytest.raises(BenchSetupError, match="--speculate mtp runs one episode per context"):
-        resolve_parallel(2, calibrated, speculate="mtp")
+        resolve_parallel(2, calibrated, AgentSettings(speculate="mtp"))
 
 
 def test_vote_with_ray_is_refused_and_auto_under_ray_is_one(tiny_gguf_fast: Path, tmp_path: Path) -> None:
@@ -238,6 +239,6 @@ def test_auto_runs_one_at_a_time_with_lookup_speculation() -> None:
     from edge_sql.runtime.tuning import Settings
 
     calibrated = Settings(True, 64, 2, parallel=3, sequence_bytes=1 << 20)
-    assert resolve_parallel(None, calibrated, speculate="lookup") == 1
+    assert resolve_parallel(None, calibrated, AgentSettings(speculate="lookup")) == 1
     assert resolve_parallel(None, calibrated) == 3
-    assert resolve_parallel(2, calibrated, speculate="lookup") == 2
+    assert resolve_parallel(2, calibrated, AgentSettings(speculate="lookup")) == 2

@@ -134,8 +134,9 @@ def voting(calibration):
 def _planned(tiny_gguf: Path) -> int:
     """What `vote_plan` gives from the saved calibration's figures (the most sequences that fit)."""
     from edge_sql.api import llama_settings, vote_plan
+    from edge_sql.api.agent_settings import AgentSettings
 
-    settings, how = llama_settings(tiny_gguf, tune=True, n_gpu_layers=None, n_ctx=1024)
+    settings, how = llama_settings(tiny_gguf, AgentSettings(n_ctx=1024))
     assert how == "cached"
     return vote_plan(tiny_gguf, settings, how)[0]
 
@@ -165,6 +166,7 @@ def test_the_driver_resolves_auto_once_for_ask_and_each(tiny_gguf: Path, chinook
 def test_serve_takes_auto_from_a_request_and_opens_its_sequences(tiny_gguf: Path, voting) -> None:
     from edge_sql.agent.budget import Budget
     from edge_sql.api import plan_sessions
+    from edge_sql.api.agent_settings import AgentSettings
     from edge_sql.commands.serve import ServeOptions
     from edge_sql.errors import BadRequest
     from edge_sql.serve.request import AskRequest
@@ -182,25 +184,21 @@ def test_serve_takes_auto_from_a_request_and_opens_its_sequences(tiny_gguf: Path
         host="127.0.0.1",
         port=0,
         token=None,
-        model=str(tiny_gguf),
-        gpu_layers=None,
-        threads=None,
-        n_ctx=1024,
-        prompt_file=None,
-        budget=Budget(),
-        queue_size=1,
+        settings=AgentSettings(
+            model=str(tiny_gguf), n_ctx=1024, budget=Budget(), max_waiting=1, vote="auto", pull_if_missing=False
+        ),
         queue_timeout=1.0,
         max_body=1024,
         max_question=100,
         max_rows=10,
-        vote="auto",
     )
 
     def sequences(o: ServeOptions) -> int:  # what `serve` opens: the Agent's plan of --parallel and --vote
-        return plan_sessions(o.model, parallel=o.parallel, vote=o.vote, n_ctx=o.n_ctx, pull_if_missing=False).sessions
+        return plan_sessions(o.settings).sessions
 
     assert sequences(options) == max(_planned(tiny_gguf), 1)
-    assert sequences(replace(options, vote=2)) == 2 and sequences(replace(options, vote=None)) == 1
+    for vote, opened in ((2, 2), (None, 1)):
+        assert sequences(replace(options, settings=options.settings.with_(vote=vote))) == opened
 
 
 def test_serve_answers_an_auto_vote_at_the_planned_k(tiny_gguf: Path, chinook_db: Path, voting) -> None:

@@ -13,6 +13,7 @@ with Agent(parallel=4) as agent:             # four episodes at once, one contex
 with Agent.from_config(profile="small") as agent:  # the command line's settings (api/config.py)
     result = await agent.ask_async("How many albums are there?", "chinook.sqlite", timeout=30)
 
+`AgentSettings` is every keyword of `Agent` as one frozen object (`Agent(settings=...)`);
 `agent_settings(profile)` says what `from_config` reads and where from; `llama_settings` is the
 llama.cpp settings a model file loads with (calibrated, or the defaults).
 
@@ -28,6 +29,7 @@ from edge_sql.lazy import lazy_exports
 
 _EXPORTS = {
     "Agent": "edge_sql.api.agent",
+    "AgentSettings": "edge_sql.api.agent_settings",
     "Ask": "edge_sql.api.asks",
     "Watch": "edge_sql.api.asks",
     "agent_settings": "edge_sql.api.config",
@@ -42,6 +44,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from edge_sql.api.agent import Agent
+    from edge_sql.api.agent_settings import AgentSettings
     from edge_sql.api.asks import Ask, Watch
     from edge_sql.api.config import agent_settings
     from edge_sql.api.plan import (

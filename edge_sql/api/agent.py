@@ -16,18 +16,18 @@ from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.given import FollowUp
 from edge_sql.agent.prompt import PromptTemplate, load_prompt
 from edge_sql.agent.result import EpisodeResult
+from edge_sql.api.agent_settings import AgentOptions, AgentSettings, make_settings
 from edge_sql.api.answer import Answering
 from edge_sql.api.asks import Ask
-from edge_sql.api.config import AgentOptions, agent_settings
+from edge_sql.api.config import settings_in_effect
 from edge_sql.api.knowledge_api import AgentKnowledge
 from edge_sql.api.knowledge_hook import KnowledgeHook
 from edge_sql.api.many import AskMany
 from edge_sql.api.plan import gguf_name, plan_sessions, prefix_state_dir
-from edge_sql.api.session_pool import DEFAULT_MAX_WAITING, Place, SessionPool
+from edge_sql.api.session_pool import Place, SessionPool
 from edge_sql.api.stopping import StopWhen
 from edge_sql.errors import ClosedError, EdgeSqlError, QuestionError
-from edge_sql.runtime import PrefixCache, Session, SessionInfo, SpeculateMode
-from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SessionSettings
+from edge_sql.runtime import PrefixCache, Session, SessionInfo
 from edge_sql.tools import ReadOnlyDatabase, opened
 
 _log = logging.getLogger("edge_sql.api")  # what `log=` gets goes here too, at INFO
@@ -62,6 +62,8 @@ class Agent(AskMany, Answering):
 
     `greedy` and `seed` are what `ask` and `ask_many` use when the call gives none (a vote still
     samples). `Agent.from_config(profile=...)` makes an Agent from the command line's settings.
+    `settings=AgentSettings(...)` (api/agent_settings.py) gives every keyword at once, the
+    keywords on top; `agent.settings` is what the Agent was made with, unchanged.
 
     Thread safety: `ask` may be called from any number of threads. Each call takes its turn in
     one queue (`agent.queue`, serve's too), first come, first served, at most `max_waiting` calls
@@ -77,52 +79,30 @@ class Agent(AskMany, Answering):
         self,
         model: str | Path | None = None,
         *,
-        n_threads: int | None = None,
-        n_gpu_layers: int | None = None,
-        n_ctx: int = DEFAULT_CONTEXT_TOKENS,
-        prompt_file: str | Path | None = None,
-        budget: Budget | None = None,
-        pull_if_missing: bool = True,
+        settings: AgentSettings | None = None,
         log: Callable[[str], None] = lambda _m: None,
-        tune: bool = True,
-        prefix_cache: bool = True,
-        speculate: SpeculateMode = "off",
-        parallel: int = 1,
-        vote: int | Literal["auto"] | None = None,
-        session_settings: SessionSettings | None = None,
-        greedy: bool = False,
-        seed: int | None = None,
-        max_waiting: int = DEFAULT_MAX_WAITING,
+        **options: Unpack[AgentOptions],
     ) -> None:
         def said(message: str) -> None:  # to the caller's `log` and the `edge_sql.api` logger
             _log.info(message)
             log(message)
 
-        self.prompt: PromptTemplate = load_prompt(prompt_file)
-        self.budget = budget or Budget()
-        self.greedy, self.seed = greedy, seed
+        # the one settings object (`api/agent_settings.py`): `settings`, the keywords on top
+        base = settings if settings is not None else make_settings()
+        self.settings = base.with_(**options, **({"model": model} if model is not None else {}))
+        self.prompt: PromptTemplate = load_prompt(self.settings.prompt_file)
+        self.budget = self.settings.budget or Budget()
+        self.greedy, self.seed = self.settings.greedy, self.settings.seed
         self._closing = threading.Event()  # close(cancel=True): every running episode stops
         self._executor = None  # ask_async's threads, started on first use (`many.py`)
-        self.plan = plan_sessions(
-            model,
-            parallel=parallel,
-            vote=vote,
-            tune=tune,
-            n_gpu_layers=n_gpu_layers,
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            speculate=speculate,
-            pull_if_missing=pull_if_missing,
-            log=said,
-            session_settings=session_settings,
-        )
+        self.plan = plan_sessions(self.settings, log=said)
         self.parallel, self.model_path, self.tuning = self.plan.sessions, self.plan.model_path, self.plan.tuning
         self.auto_vote, self.auto_vote_line = self.plan.auto_vote, self.plan.auto_vote_line
         self._pool: SessionPool | None = SessionPool.open(  # what `ask` borrows from; None once closed
             self.plan,
-            PrefixCache(prefix_state_dir() if prefix_cache else None, log=said),
-            max_waiting,
-            calls=parallel,  # requests at once; a vote's extra sessions are its own episodes'
+            PrefixCache(prefix_state_dir() if self.settings.prefix_cache else None, log=said),
+            self.settings.max_waiting,
+            calls=self.settings.parallel,  # requests at once; a vote's extra sessions are its own episodes'
         )
         self.load_s = self._pool.load_s  # opening the sessions (the model, the context)
         note = small_model_note(self.model_path.name, self.info.architecture, gguf_name(self.model_path), self.budget)
@@ -131,13 +111,20 @@ class Agent(AskMany, Answering):
         self._knowledge = KnowledgeHook(self.count_tokens)  # opened by the first question that consults it
 
     @classmethod
-    def from_config(cls, profile: str | None = None, **options: Unpack[AgentOptions]) -> Agent:
+    def from_config(
+        cls,
+        profile: str | None = None,
+        model: str | Path | None = None,
+        *,
+        log: Callable[[str], None] = lambda _m: None,
+        **options: Unpack[AgentOptions],
+    ) -> Agent:
         """An Agent from the command line's settings (`api/config.py`): `edge-sql.toml`,
         `$EDGE_SQL_HOME/config.toml`, `profile` (default `$EDGE_SQL_PROFILE`) and
-        `EDGE_SQL_<OPTION>`, under the command line's names; `options` (Agent's keywords) win.
-        Nothing is downloaded unless `pull_if_missing=True` is given."""
-        found: dict[str, object] = {name: setting.value for name, setting in agent_settings(profile).items()}
-        return cls(**{"pull_if_missing": False, **found, **options})  # type: ignore[arg-type]
+        `EDGE_SQL_<OPTION>`, under the command line's names; `model` and `options` (Agent's
+        keywords) win. Nothing is downloaded unless `pull_if_missing=True` is given."""
+        explicit: dict[str, object] = {**options, **({"model": model} if model is not None else {})}
+        return cls(settings=settings_in_effect(profile, **explicit), log=log)
 
     @property
     def sessions(self) -> list[Session]:

@@ -11,61 +11,12 @@ no command knows is a SettingsError, as on the command line.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from pathlib import Path
-from typing import Literal, TypedDict
 
 from edge_sql.agent.budget import Budget, parse_budget_items
+from edge_sql.api.agent_settings import BUDGET_SHORTCUTS, AgentSettings, make_settings, setting_options
 from edge_sql.api.settings_files import ENV_PREFIX, Setting, env_name, load_settings
 from edge_sql.errors import SettingsError
-from edge_sql.runtime.options import SessionSettings, SpeculateMode
 
-
-class AgentOptions(TypedDict, total=False):
-    """The keyword arguments of `Agent` (for `Agent.from_config`'s type checking)."""
-
-    model: str | Path | None
-    n_threads: int | None
-    n_gpu_layers: int | None
-    n_ctx: int
-    prompt_file: str | Path | None
-    budget: Budget | None
-    pull_if_missing: bool
-    log: Callable[[str], None]
-    tune: bool
-    prefix_cache: bool
-    speculate: SpeculateMode
-    parallel: int
-    vote: int | Literal["auto"] | None
-    session_settings: SessionSettings | None
-    greedy: bool
-    seed: int | None
-    max_waiting: int
-
-
-# setting key (the option's name) -> the Agent keyword it sets, and how a string from the
-# environment reads
-AGENT_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
-    "model": ("model", str),
-    "threads": ("n_threads", int),
-    "gpu-layers": ("n_gpu_layers", int),
-    "ctx": ("n_ctx", int),
-    "prompt-file": ("prompt_file", str),
-    "speculate": ("speculate", str),
-    "no-tune": ("tune", lambda text: not _flag(text)),
-    "parallel": ("parallel", int),
-    "vote": ("vote", lambda text: "auto" if text.strip().lower() == "auto" else int(text)),
-    "greedy": ("greedy", lambda text: _flag(text)),
-    "seed": ("seed", int),
-    "queue-size": ("max_waiting", int),
-}
-# option -> the Budget fields it sets (`budget = {FIELD = N}` sets any field, and wins)
-BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
-    "max-rounds": ("max_rounds",),
-    "think-tokens": ("max_think_tokens", "max_final_think_tokens"),
-    "calls-per-turn": ("max_calls_per_turn",),
-    "episode-tokens": ("max_tokens",),
-}
 BUDGET_KEY = "budget"
 # the options of `run` and `serve` that are not the Agent's (a database, a question, the server's
 # address and limits): read by those commands, passed over here
@@ -76,30 +27,24 @@ OTHER_KEYS = frozenset(
         *("queue-timeout", "max-body", "max-question", "max-rows"),
     }
 )
-KNOWN_KEYS = frozenset({*AGENT_KEYS, *BUDGET_SHORTCUTS, BUDGET_KEY, *OTHER_KEYS})
-
-_TRUE = {"1", "true", "t", "yes", "y", "on"}  # click's BoolParamType, which reads the CLI's flags
-_FALSE = {"0", "false", "f", "no", "n", "off", ""}
 
 
-def _flag(text: str) -> bool:
-    word = text.strip().lower()
-    if word not in _TRUE | _FALSE:
-        raise ValueError(f"{text!r} is not a boolean")
-    return word in _TRUE
+def known_keys() -> frozenset[str]:
+    """Every key a settings file may hold: the options of `run` and `serve`."""
+    return frozenset({*setting_options(), *BUDGET_SHORTCUTS, BUDGET_KEY, *OTHER_KEYS})
 
 
 def _from_file(key: str, setting: Setting) -> object:
     """A file's value for `key` as the Agent keyword takes it (checked against the key's kind)."""
-    value = setting.value
-    if key in ("no-tune", "greedy"):
+    value, field = setting.value, setting_options()[key]
+    if field.type in ("bool", bool):
         if not isinstance(value, bool):
             raise SettingsError(f"{setting.source}: {key} = {value!r}: not a boolean")
-        return not value if key == "no-tune" else value
+        return not value if field.metadata["invert"] else value
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise SettingsError(f"{setting.source}: {key} = {value!r}: not a number or a string")
     try:
-        return AGENT_KEYS[key][1](str(value))
+        return field.metadata["read"](str(value))
     except ValueError as exc:
         raise SettingsError(f"{setting.source}: {key} = {value!r}: {exc}") from None
 
@@ -120,14 +65,15 @@ def _budget_items(key: str, setting: Setting) -> list[str]:
 
 def _in_effect(profile: str | None) -> dict[str, Setting]:
     """Every setting by key: the files' (with `profile`), each overridden by its `EDGE_SQL_` variable."""
-    settings = load_settings(profile, known_keys=KNOWN_KEYS)
-    unknown = sorted(set(settings) - KNOWN_KEYS)
+    known = known_keys()
+    settings = load_settings(profile, known_keys=known)
+    unknown = sorted(set(settings) - known)
     if unknown:
         first = settings[unknown[0]]
         raise SettingsError(
             f"{first.source}: unknown setting {unknown[0]!r} (settings are the options of run and serve)"
         )
-    for key in (*AGENT_KEYS, *BUDGET_SHORTCUTS, BUDGET_KEY):
+    for key in (*setting_options(), *BUDGET_SHORTCUTS, BUDGET_KEY):
         name = env_name(key)
         if name in os.environ:
             settings[key] = Setting(os.environ[name], f"environment {name}")
@@ -139,19 +85,19 @@ def agent_settings(profile: str | None = None) -> dict[str, Setting]:
     `$EDGE_SQL_PROFILE`) on the files, the environment on top. SettingsError names the file or
     variable of a bad value."""
     profile = profile if profile is not None else os.environ.get(f"{ENV_PREFIX}_PROFILE") or None
-    settings = _in_effect(profile)
+    settings, fields = _in_effect(profile), setting_options()
     found: dict[str, Setting] = {}
     for key, setting in settings.items():
-        if key not in AGENT_KEYS:
+        if key not in fields:
             continue
         if setting.source.startswith("environment "):
             try:
-                value = AGENT_KEYS[key][1](str(setting.value))
+                value = fields[key].metadata["read"](str(setting.value))
             except ValueError as exc:
                 raise SettingsError(f"{setting.source}: {setting.value!r}: {exc}") from None
         else:
             value = _from_file(key, setting)
-        found[AGENT_KEYS[key][0]] = Setting(value, setting.source)
+        found[fields[key].name] = Setting(value, setting.source)
     budget = [key for key in (*BUDGET_SHORTCUTS, BUDGET_KEY) if key in settings]  # `budget`'s fields win
     if budget:
         sources = "; ".join(dict.fromkeys(settings[key].source for key in budget))
@@ -161,3 +107,10 @@ def agent_settings(profile: str | None = None) -> dict[str, Setting]:
         except ValueError as exc:
             raise SettingsError(f"{sources}: {exc}") from None
     return found
+
+
+def settings_in_effect(profile: str | None = None, **explicit: object) -> AgentSettings:
+    """The one `AgentSettings` of `Agent.from_config`: the settings (`agent_settings`) with
+    `explicit` (field names: the app's keywords) on top."""
+    found = {name: setting.value for name, setting in agent_settings(profile).items()}
+    return make_settings(**{"pull_if_missing": False, **found, **explicit})

@@ -9,15 +9,12 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from edge_sql.agent.majority_vote import vote_refusal
+from edge_sql.api.agent_settings import AgentSettings, VoteChoice, VoteSetting, resolve_vote
 from edge_sql.errors import EdgeSqlError
 from edge_sql.runtime.options import (
-    DEFAULT_CONTEXT_TOKENS,
     SessionOptions,
-    SessionSettings,
-    SpeculateMode,
     episodes_at_once,
 )
 from edge_sql.runtime.tuning import Settings, check_parallel
@@ -36,56 +33,41 @@ def resolve_model_path(
 
 
 def llama_settings(
-    model_path: Path,
-    *,
-    tune: bool,
-    n_gpu_layers: int | None,
-    log: Callable[[str], None] = lambda _m: None,
-    n_ctx: int = DEFAULT_CONTEXT_TOKENS,
-    n_threads: int | None = None,
-    speculate: SpeculateMode = "off",
+    model_path: Path, settings: AgentSettings, *, log: Callable[[str], None] = lambda _m: None
 ) -> tuple[Settings, str]:
-    """The llama.cpp settings to load `model_path` with, and how they were chosen:
+    """The llama.cpp settings to load `model_path` with under `settings` (its `tune`,
+    `n_gpu_layers`, `n_ctx`, `n_threads`, `speculate`), and how they were chosen:
     "cached" or "calibrated" (see `runtime.tuning`), "off" (`tune=False`: safe defaults) or
     "gpu" (layers are offloaded: calibration does not apply, offload keeps its defaults).
     Calibrated settings carry the most drafts per verify batch that fit the memory budget;
     `speculate` other than "off" only makes the log say when none fits."""
-    settings, how = _settings(
-        model_path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads
-    )
-    if speculate != "off" and settings.speculation(speculate)[0] != speculate:
+    chosen, how = _settings(model_path, settings, log)
+    speculate = settings.speculate
+    if speculate != "off" and chosen.speculation(speculate)[0] != speculate:
         log(
-            f"--speculate {speculate}: {settings.speculation(speculate)[0]} within the memory budget with these "
+            f"--speculate {speculate}: {chosen.speculation(speculate)[0]} within the memory budget with these "
             "settings (each draft keeps a copy of the recurrent state, the MTP drafter a context of its own; "
             "`edge-sql tune` shows what fits)"
         )
-    return settings, how
+    return chosen, how
 
 
-def _settings(
-    model_path: Path,
-    *,
-    tune: bool,
-    n_gpu_layers: int | None,
-    log: Callable[[str], None],
-    n_ctx: int,
-    n_threads: int | None,
-) -> tuple[Settings, str]:
+def _settings(model_path: Path, settings: AgentSettings, log: Callable[[str], None]) -> tuple[Settings, str]:
     from edge_sql.runtime.llama.backend import gpu_backend_name, init_backend
     from edge_sql.runtime.tuning import default_settings, tuned_settings
 
     init_backend()
-    if gpu_backend_name() and n_gpu_layers != 0:
+    if gpu_backend_name() and settings.n_gpu_layers != 0:
         return default_settings(), "gpu"
-    if not tune:
+    if not settings.tune:
         return default_settings(), "off"
 
-    return tuned_settings(model_path, progress=log, n_ctx=n_ctx, n_threads=n_threads)
+    return tuned_settings(model_path, progress=log, n_ctx=settings.n_ctx, n_threads=settings.n_threads)
 
 
-def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | None = None) -> tuple[int, str]:
+def vote_plan(model_path: Path, settings: Settings, how: str, sessions: int | None = None) -> tuple[int, str]:
     """What `vote="auto"` means for this file on this machine: the K of `runtime.tuning.auto_vote`
-    (1: no vote) from the calibrated decode rates, within `parallel` sequences when given (else
+    (1: no vote) from the calibrated decode rates, within `sessions` sequences when given (else
     the most that fit), and the line that says why. Settings that were not calibrated here
     ("off", "gpu") measured no rates: no vote."""
     from edge_sql.runtime.tuning.auto_vote import auto_vote, auto_vote_line
@@ -94,8 +76,8 @@ def vote_plan(model_path: Path, settings: Settings, how: str, parallel: int | No
     calibration = cached_calibration(model_path) if how in ("cached", "calibrated") else None
     rates = calibration.parallel_rates if calibration is not None else []
     limit = settings.parallel_limit or 1
-    if parallel is not None:
-        limit = min(limit, parallel)
+    if sessions is not None:
+        limit = min(limit, sessions)
     return auto_vote(rates, limit), auto_vote_line(rates, limit)
 
 
@@ -104,7 +86,8 @@ class SessionPlan:
     """What an Agent opens, decided before anything loads (`plan_sessions`): the model file, the
     settings it loads with (the caller's thread count on top) and how they were chosen
     (`tuning`), what `vote="auto"` means here (`auto_vote`: 1 is no vote; `auto_vote_line` says
-    why), how many sessions (sequences of one context) to open and the options each opens with."""
+    why), how many sessions (sequences of one context) to open and the options each opens with,
+    and the `AgentSettings` it was planned from (`asked`)."""
 
     model_path: Path
     settings: Settings
@@ -113,54 +96,42 @@ class SessionPlan:
     auto_vote_line: str
     sessions: int
     options: SessionOptions
+    asked: AgentSettings  # what the Agent was asked for, unchanged (its `settings`)
 
-    def vote_k(self, vote: int | Literal["auto"] | None) -> int | None:
-        """The episodes `vote` answers with (None: one episode, no vote); "auto" is `auto_vote`,
-        no vote when that is 1."""
-        if vote == "auto":
-            return self.auto_vote if self.auto_vote >= 2 else None
-        return vote
+    def choose_vote(self, vote: VoteSetting) -> VoteChoice:
+        """`vote` resolved (`resolve_vote`): "auto" is `auto_vote`, no vote when that is 1, with
+        `auto_vote_line` saying why."""
+        return resolve_vote(vote, lambda: (self.auto_vote, self.auto_vote_line))
+
+    def vote_k(self, vote: VoteSetting) -> int | None:
+        """The episodes `vote` answers with (None: one episode, no vote)."""
+        return self.choose_vote(vote).k
 
 
-def plan_sessions(
-    model: str | Path | None,
-    *,
-    parallel: int = 1,
-    vote: int | Literal["auto"] | None = None,
-    tune: bool = True,
-    n_gpu_layers: int | None = None,
-    n_ctx: int = DEFAULT_CONTEXT_TOKENS,
-    n_threads: int | None = None,
-    speculate: SpeculateMode = "off",
-    pull_if_missing: bool = True,
-    log: Callable[[str], None] = lambda _m: None,
-    session_settings: SessionSettings | None = None,
-) -> SessionPlan:
-    """The one plan of an Agent's sessions from what the user asked for: `parallel` episodes at
-    once and requests' votes of `vote` (K: its K episodes run together, so K sessions; "auto":
-    the K this machine's calibration gives within the memory budget). With no vote, "auto" is
-    resolved within the `parallel` sessions. More sessions than calibration found room for are
-    refused (EdgeSqlError); a vote of fewer than 2 episodes too (ValueError). `session_settings`
-    (a measurement's: flash attention, thread adaptation, drafts, ...) win over the settings'."""
-    if parallel < 1:
-        raise ValueError(f"parallel must be at least 1, got {parallel}")
-    problem = vote_refusal(vote)
+def plan_sessions(asked: AgentSettings, *, log: Callable[[str], None] = lambda _m: None) -> SessionPlan:
+    """The one plan of an Agent's sessions from its settings: `parallel` episodes at once and
+    requests' votes of `vote` (K: its K episodes run together, so K sessions; "auto": the K this
+    machine's calibration gives within the memory budget). With no vote, "auto" is resolved
+    within the `parallel` sessions. More sessions than calibration found room for are refused
+    (EdgeSqlError); a vote of fewer than 2 episodes too (ValueError). `session_settings` (a
+    measurement's: flash attention, thread adaptation, drafts, ...) win over the settings'."""
+    if asked.parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {asked.parallel}")
+    problem = vote_refusal(asked.vote)
     if problem is not None:
         raise ValueError(problem)
-    path = resolve_model_path(model, pull_if_missing=pull_if_missing, log=log)
-    settings, how = llama_settings(
-        path, tune=tune, n_gpu_layers=n_gpu_layers, log=log, n_ctx=n_ctx, n_threads=n_threads, speculate=speculate
-    )
-    if n_threads is not None:  # the caller's thread count wins over the calibrated one
-        settings = dataclasses.replace(settings, n_threads=n_threads)
-    k = vote_plan(path, settings, how)[0] if vote == "auto" else vote
-    sessions = episodes_at_once(parallel, k)
+    path = resolve_model_path(asked.model, pull_if_missing=asked.pull_if_missing, log=log)
+    settings, how = llama_settings(path, asked, log=log)
+    if asked.n_threads is not None:  # the caller's thread count wins over the calibrated one
+        settings = dataclasses.replace(settings, n_threads=asked.n_threads)
+    k = resolve_vote(asked.vote, lambda: vote_plan(path, settings, how)).k
+    sessions = episodes_at_once(asked.parallel, k)
     check_parallel(settings, sessions)  # more sequences than calibration found room for: refused
     auto, line = vote_plan(path, settings, how, sessions)
-    options = settings.session_options(speculate, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
-    if session_settings:
-        options = dataclasses.replace(options, **session_settings)
-    return SessionPlan(path, settings, how, auto, line, sessions, options)
+    options = settings.session_options(asked.speculate, n_ctx=asked.n_ctx, n_gpu_layers=asked.n_gpu_layers)
+    if asked.session_settings:
+        options = dataclasses.replace(options, **asked.session_settings)
+    return SessionPlan(path, settings, how, auto, line, sessions, options, asked)
 
 
 def prefix_state_dir() -> Path:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from edge_sql.api.agent_settings import DEFAULT_MAX_WAITING
 from edge_sql.api.plan import SessionPlan
 from edge_sql.errors import Cancelled, ClosedError, QueueFull, QueueTimeout
 from edge_sql.runtime import PrefixCache, Session
@@ -28,7 +29,6 @@ from edge_sql.runtime.batching.sequences import SessionGroup, open_sessions
 from edge_sql.runtime.llama.decode_thread import release_decode_thread
 
 POLL_S = 0.05  # how often a waiting call looks at its `stopped` (a cancel also wakes it at once)
-DEFAULT_MAX_WAITING = 64
 _pools: weakref.WeakSet[SessionPool] = weakref.WeakSet()  # the last one open closed: the decode thread ends
 _pools_lock = threading.Lock()
 

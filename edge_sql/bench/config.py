@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from edge_sql.bench.modes import MODES
-from edge_sql.bench.variants import REFERENCE
+from edge_sql.bench.variants import REFERENCE, Variant
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS
 
 if TYPE_CHECKING:
+    from edge_sql.api.agent_settings import AgentSettings
     from edge_sql.runtime import SpeculateMode
 
 
@@ -50,8 +51,28 @@ class BenchConfig:
     parallel: int | None = None  # episodes at once per variant, each on its own session (same records, but
     # timings); None: auto, the variant's calibrated default (bench/parallel.py)
     vote: int | Literal["auto"] | None = None  # also answer each (mode, question) by a vote of this many sampled
-    # episodes (vote_mode.py); "auto": resolved by `run_bench` from the variants' calibrations (`resolve_auto_vote`)
+    # episodes (vote_mode.py); "auto": resolved by `run_bench` from the variants' calibrations (`resolve_bench_vote`)
     vote_auto: bool = False  # the vote's K came from "auto"
+
+    def agent_settings(self, variant: Variant, sessions: int = 1) -> AgentSettings:
+        """The settings `variant`'s episodes load with (its file, on `sessions` sessions): the one
+        place the bench's options become an Agent's."""
+        from edge_sql.agent.budget import Budget
+        from edge_sql.api.agent_settings import make_settings
+
+        return make_settings(  # strings, not paths: a task travels as JSON
+            model=str(variant.path),
+            n_threads=self.n_threads,
+            n_ctx=self.n_ctx,
+            prompt_file=None if self.prompt_file is None else str(self.prompt_file),
+            budget=Budget(**self.budget),
+            greedy=self.greedy,
+            tune=self.tune,
+            speculate=self.speculate,
+            parallel=sessions,
+            pull_if_missing=False,
+            prefix_cache=False,
+        )
 
     def fingerprint(self) -> dict[str, object]:
         """The settings finished episodes depend on: a resumed run must have the same ones."""

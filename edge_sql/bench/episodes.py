@@ -5,7 +5,7 @@ long that took, on which node and with how many threads) and turns each (mode, q
 into one "episode" record. Whoever drives it decides where the records go: the local worker
 appends them to the results file itself; a Ray actor returns them to the driver, which appends them.
 
-The Agent is the driver of the episodes (`Agent.each`): with `task.parallel` = N > 1 it holds
+The Agent is the driver of the episodes (`Agent.each`): with `task.settings.parallel` = N > 1 it holds
 N sessions of one model and answers N questions at once (what lets the engine batch their
 decode steps); each episode runs alone on its session as it would serially, so its record is
 the serial one but for the timings. A vote mode's item is `ask(vote=K)`'s vote (the opening
@@ -50,7 +50,6 @@ class EpisodeRunner:
     ) -> None:
         """Load `task`'s variant from `model_path` (default: the task's path; a Ray node may hold
         its own copy elsewhere). `node` labels the records (default: this machine's name)."""
-        from edge_sql.agent.budget import Budget
         from edge_sql.api import Agent
         from edge_sql.evaluation.datasets import load_dataset
 
@@ -58,17 +57,7 @@ class EpisodeRunner:
         self.node = node or node_name()
         self.questions = {q.id: q for q in load_dataset(task.dataset, fmt=task.dataset_format, db_root=task.db_root)}
         self.agent = Agent(
-            model_path or task.model_path,
-            n_threads=task.n_threads,
-            n_ctx=task.n_ctx,
-            prompt_file=task.prompt_file,
-            budget=Budget(**task.budget),
-            pull_if_missing=False,
-            log=lambda message: print(message, file=sys.stderr),
-            tune=task.tune,
-            prefix_cache=False,
-            speculate=task.speculate,
-            parallel=task.parallel,
+            model_path or task.model_path, settings=task.settings, log=lambda m: print(m, file=sys.stderr)
         )
         self._prompts: dict[tuple[str, str], PromptTemplate] = {}  # (mode, db path): the mode's prompt
         self._knowledge: BenchKnowledge | None = None  # the knowledge modes' evidence, made on first use
@@ -88,8 +77,8 @@ class EpisodeRunner:
             "node": self.node,
             "machine": machine_description(),
         }
-        if task.parallel > 1:
-            self.load_record["parallel"] = task.parallel
+        if task.settings.parallel > 1:
+            self.load_record["parallel"] = task.settings.parallel
 
     @property
     def sessions(self) -> list[Session]:
@@ -110,7 +99,9 @@ class EpisodeRunner:
                 seen[index] = tokens
 
         # knowledge=False: a benchmark measures the model, its evidence (the modes' own) as it is
-        answers = self.agent.each(asks, greedy=self.task.greedy, watch=watch, early_stop=False, knowledge=False)
+        answers = self.agent.each(
+            asks, greedy=self.task.settings.greedy, watch=watch, early_stop=False, knowledge=False
+        )
         with closing(answers) as finished:
             for index, outcome in finished:
                 if not isinstance(outcome, EdgeSqlError) and isinstance(outcome, Exception):

@@ -7,6 +7,7 @@ runner lives above the bench, in `edge_sql.cluster`, and `edge-sql bench --ray` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +21,7 @@ from edge_sql.bench.results import ResultsLog, WorkKey
 from edge_sql.bench.variants import Variant
 from edge_sql.bench.vote_mode import bench_modes, split_mode
 from edge_sql.evaluation.datasets import Question
+from edge_sql.runtime.tuning.settings import Settings
 
 
 class WorkRunner(Protocol):
@@ -59,7 +61,13 @@ class LocalRunner:
     ) -> int:
         # every variant's sessions first: a count that does not fit is refused before any episode runs
         sizes = {
-            v.name: episode_parallel(config, v, pending_items(config, v, questions, results), log) for v in variants
+            v.name: episode_parallel(
+                config,
+                v,
+                pending_items(config, v, questions, results),
+                functools.partial(_planned_settings, config, v, log),
+            )
+            for v in variants
         }
         return sum(
             _run_episodes(config, variant, questions, results, Path(config.out_dir), log, sizes[variant.name])
@@ -80,6 +88,14 @@ class LocalRunner:
         )
 
 
+def _planned_settings(config: BenchConfig, variant: Variant, log: Callable[[str], None]) -> Settings:
+    """The llama.cpp settings `variant`'s Agent will load with: its plan's (`plan_sessions`, the
+    Agent's own planner), without --speculate's note on what fits (the worker says it on loading)."""
+    from edge_sql.api import plan_sessions
+
+    return plan_sessions(config.agent_settings(variant).with_(speculate="off"), log=log).settings
+
+
 def _record_process(
     results: ResultsLog, variant: Variant, task: TaskKind, outcome: ChildOutcome, log: Callable[[str], None]
 ) -> None:
@@ -96,7 +112,7 @@ def _run_episodes(
     results: ResultsLog,
     out_dir: Path,
     log: Callable[[str], None],
-    parallel: int,
+    sessions: int,
 ) -> int:
     items = pending_items(config, variant, questions, results)
     if not items:
@@ -106,10 +122,10 @@ def _run_episodes(
     log(
         f"{variant.name}: {len(items) - votes} episodes"
         + (f" and {votes} votes of {config.vote}" if votes else "")
-        + (f", {parallel} at once" if parallel > 1 else "")
+        + (f", {sessions} at once" if sessions > 1 else "")
         + f" ({variant.path.name}, {variant.size_bytes / 1e6:.0f} MB)"
     )
-    task = episode_task(config, variant, items, results, parallel)
+    task = episode_task(config, variant, items, results, sessions)
     outcome = run_worker(asdict(task), out_dir)
     _record_process(results, variant, "episodes", outcome, log)
     return len(results.done("episode") & {WorkKey(variant.name, m, q, config.seed) for m, q in items})

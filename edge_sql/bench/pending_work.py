@@ -8,7 +8,6 @@ pending and what a task holds.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.parallel import resolve_parallel
@@ -17,6 +16,7 @@ from edge_sql.bench.tasks import EpisodeTask, FidelityTask
 from edge_sql.bench.variants import REFERENCE, Variant
 from edge_sql.bench.vote_mode import bench_modes, split_mode
 from edge_sql.evaluation.datasets import Question
+from edge_sql.runtime.tuning.settings import Settings
 
 
 def pending_items(
@@ -33,10 +33,10 @@ def pending_items(
 
 
 def episode_task(
-    config: BenchConfig, variant: Variant, items: list[tuple[str, str]], results: ResultsLog, parallel: int = 1
+    config: BenchConfig, variant: Variant, items: list[tuple[str, str]], results: ResultsLog, sessions: int = 1
 ) -> EpisodeTask:
     """The episodes task of `variant` (what a local worker process or a Ray actor runs), on
-    `parallel` sessions (`episode_parallel`)."""
+    `sessions` sessions (`episode_parallel`)."""
     return EpisodeTask(
         variant=variant.name,
         model_path=str(variant.path),
@@ -46,33 +46,22 @@ def episode_task(
         db_root=None if config.db_root is None else str(config.db_root),
         items=items,
         seed=config.seed,
-        n_threads=config.n_threads,
-        n_ctx=config.n_ctx,
-        budget=config.budget,
-        greedy=config.greedy,
-        prompt_file=None if config.prompt_file is None else str(config.prompt_file),
+        settings=config.agent_settings(variant, sessions),
         record_tokens=variant.name == REFERENCE,
-        tune=config.tune,
-        speculate=config.speculate,
-        parallel=parallel,
         vote_auto=config.vote_auto,
     )
 
 
 def episode_parallel(
-    config: BenchConfig, variant: Variant, items: Sequence[tuple[str, str]], log: Callable[[str], None]
+    config: BenchConfig, variant: Variant, items: Sequence[tuple[str, str]], planned: Callable[[], Settings]
 ) -> int:
     """The sessions `variant`'s worker opens for `items` (bench/parallel.py: auto is the
-    calibrated default). An explicit 1 without votes loads no settings here: the path it always took."""
+    calibrated default), under the llama.cpp settings its Agent's plan gives (`planned`, asked
+    only when needed: an explicit 1 without votes plans nothing, the path it always took)."""
     votes = [k for k in (split_mode(mode)[1] for mode, _ in items) if k]
     if not items or (config.parallel == 1 and not votes):
         return 1
-    from edge_sql.api import llama_settings
-
-    settings, _how = llama_settings(
-        Path(variant.path), tune=config.tune, n_gpu_layers=None, n_ctx=config.n_ctx, n_threads=config.n_threads, log=log
-    )
-    return resolve_parallel(config.parallel, settings, vote=max(votes, default=None), speculate=config.speculate)
+    return resolve_parallel(config.parallel, planned(), config.agent_settings(variant), vote=max(votes, default=None))
 
 
 def pending_fidelity(

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from edge_sql.agent.majority_vote import vote_refusal
+from edge_sql.api.agent_settings import resolve_vote
 from edge_sql.bench.aggregate import summarize
 from edge_sql.bench.agreement import ResultCache
 from edge_sql.bench.config import BenchConfig
@@ -158,8 +159,7 @@ def run_bench(
         log=log,
         verbose=config.verbose,
     )
-    if config.vote == "auto":
-        config = resolve_auto_vote(config, variants, log)
+    config = resolve_bench_vote(config, variants, log)
     modes = bench_modes(config.modes, config.vote)
     planned = {WorkKey(v.name, mode, q.id, config.seed) for v in variants for mode in modes for q in questions}
 
@@ -193,24 +193,25 @@ def run_bench(
     return BenchOutcome(out_dir, summary, files, episodes_run, fidelity_run)
 
 
-def resolve_auto_vote(config: BenchConfig, variants: Sequence[Variant], log: Callable[[str], None]) -> BenchConfig:
-    """`config` with `vote="auto"` resolved: the smallest of the variants' planned K (`plan_sessions`, each from
-    its own calibration, as `run --vote auto` does; one K so that every variant's vote mode is the
-    same and compares), None when that is 1 (no vote)."""
+def resolve_bench_vote(config: BenchConfig, variants: Sequence[Variant], log: Callable[[str], None]) -> BenchConfig:
+    """`config` with its vote resolved (`resolve_vote`): "auto" is the smallest of the variants'
+    planned K (`plan_sessions`, each from its own calibration, as `run --vote auto` does; one K so
+    that every variant's vote mode is the same and compares), no vote when that is 1."""
+    choice = resolve_vote(config.vote, lambda: _smallest_auto_vote(config, variants, log))
+    return replace(config, vote=choice.k, vote_auto=config.vote_auto or choice.auto)
+
+
+def _smallest_auto_vote(
+    config: BenchConfig, variants: Sequence[Variant], log: Callable[[str], None]
+) -> tuple[int, str]:
+    """The smallest of the variants' "auto" K, and each one's line (also logged)."""
     from edge_sql.api import plan_sessions
 
-    picks = []
+    picks, lines = [], []
     for variant in variants:
-        plan = plan_sessions(
-            variant.path,
-            vote="auto",
-            tune=config.tune,
-            n_ctx=config.n_ctx,
-            n_threads=config.n_threads,
-            pull_if_missing=False,
-            log=log,
-        )
-        log(f"{variant.name}: {plan.auto_vote_line}")
+        # without --speculate's note on what fits: the variant's worker says it when it loads
+        plan = plan_sessions(config.agent_settings(variant).with_(vote="auto", speculate="off"), log=log)
+        lines.append(f"{variant.name}: {plan.auto_vote_line}")
+        log(lines[-1])
         picks.append(plan.auto_vote)
-    k = min(picks, default=1)
-    return replace(config, vote=k if k >= 2 else None, vote_auto=True)
+    return min(picks, default=1), "; ".join(lines)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-if TYPE_CHECKING:  # the tasks travel to child processes: they import nothing heavy
-    from edge_sql.runtime import SpeculateMode
+from edge_sql.api.agent_settings import AgentSettings, settings_from_json
 
 
 @dataclass
 class EpisodeTask:
-    """Run `items` (mode, question id) on one variant and append an "episode" record for each."""
+    """Run `items` (mode, question id) on one variant and append an "episode" record for each,
+    with an Agent of `settings` (`BenchConfig.agent_settings`: the variant's file, threads,
+    context, prompt, budget, sampling, speculation and sessions; a JSON object once the task has
+    travelled, read back here)."""
 
     variant: str
     model_path: str
@@ -21,18 +22,15 @@ class EpisodeTask:
     db_root: str | None
     items: list[tuple[str, str]]
     seed: int
-    n_threads: int | None
-    n_ctx: int
-    budget: dict[str, int] = field(default_factory=dict)
-    greedy: bool = False
-    prompt_file: str | None = None
+    settings: AgentSettings
     record_tokens: bool = False  # keep the transcript's token ids (the reference's, for fidelity)
     score_timeout_s: float = 30.0
-    tune: bool = True  # load with the settings calibrated for this machine (else safe defaults)
-    speculate: SpeculateMode = "off"  # speculative decoding mode of the session (runtime/speculation/speculative.py)
-    parallel: int = 1  # episodes at once, each on its own session of one model (open_sessions)
     vote_auto: bool = False  # the vote modes' K came from `--vote auto` (their records say so)
     kind: str = "episodes"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.settings, dict):  # from the task's JSON (a worker process, a Ray actor)
+            self.settings = settings_from_json(self.settings)
 
 
 @dataclass

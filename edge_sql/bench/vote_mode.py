@@ -12,10 +12,10 @@ It carries no token counts: the speed figures are the single episodes'.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
+from edge_sql.api.agent_settings import VoteSetting, resolve_vote
 from edge_sql.bench.figures import BenchSummary, VoteFigures
 from edge_sql.bench.records import EpisodeRecord
 
@@ -37,12 +37,15 @@ def is_vote(record: EpisodeRecord) -> bool:
     return split_mode(record["mode"])[1] is not None
 
 
-def bench_modes(modes: Sequence[str], vote: int | Literal["auto"] | None) -> list[str]:
+def bench_modes(modes: Sequence[str], vote: VoteSetting) -> list[str]:
     """Every mode a bench runs: its single-episode modes, then (with a vote) their vote modes.
-    `--vote auto` names no mode until it is resolved (`runner.resolve_auto_vote`)."""
-    if vote == "auto":
-        raise ValueError("--vote auto is resolved per machine before the modes are named")
-    return [*modes, *([vote_mode(m, vote) for m in modes] if vote else [])]
+    `--vote auto` names no mode until it is resolved (`runner.resolve_bench_vote`)."""
+    k = resolve_vote(vote, _unresolved).k
+    return [*modes, *([vote_mode(m, k) for m in modes] if k else [])]
+
+
+def _unresolved() -> tuple[int, str]:
+    raise ValueError("--vote auto is resolved per machine before the modes are named")
 
 
 def _share(values: Sequence[bool]) -> float | None:

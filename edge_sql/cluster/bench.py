@@ -99,7 +99,8 @@ def episode_actor_class() -> Any:  # Any: ray
             from edge_sql.cluster.ray_support import assigned_cpus
 
             path, copied = local_model(model, server, store_name=store_name, variant=task["variant"])
-            task = localize_data({**task, "n_threads": assigned_cpus()}, sources, server)
+            settings = {**task["settings"], "n_threads": assigned_cpus()}  # the Agent's threads: its Ray CPUs
+            task = localize_data({**task, "settings": settings}, sources, server)
             self.runner = EpisodeRunner(EpisodeTask(**task), model_path=str(path))
             self.runner.load_record.update({"pid": os.getpid(), "model_path": str(path), "model_copied": copied})
             self.load_sent = False

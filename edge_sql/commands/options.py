@@ -11,15 +11,11 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
+from edge_sql.api.agent_settings import BUDGET_SHORTCUTS as SHORTCUTS
 from edge_sql.runtime.options import DEFAULT_CONTEXT_TOKENS, SPECULATE_MODES
 
-# option parameter -> the Budget fields it sets (`--budget FIELD=N` sets any field, and wins)
-BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {
-    "max_rounds": ("max_rounds",),
-    "think_tokens": ("max_think_tokens", "max_final_think_tokens"),
-    "calls_per_turn": ("max_calls_per_turn",),
-    "episode_tokens": ("max_tokens",),
-}
+# the budget's shortcut options (api/agent_settings.py) by click parameter -> the Budget fields each sets
+BUDGET_SHORTCUTS: dict[str, tuple[str, ...]] = {key.replace("-", "_"): fields for key, fields in SHORTCUTS.items()}
 
 # The fewest tokens of a context or an episode: agent.budget.MIN_EPISODE_TOKENS, spelled here so
 # that the CLI loads without llama.cpp (tests/test_run_cli.py checks that they agree).
@@ -182,11 +178,32 @@ def greedy_with(vote: int | Literal["auto"] | None, greedy: bool) -> bool:
     raise click.UsageError(problem)
 
 
+def agent_settings_from_options(command: Callable) -> Callable:
+    """Hands `command` its `AgentSettings` (api/agent_settings.py) as one `settings` argument,
+    built once from the parameters of the options that set a field (click has already put the
+    command line over the environment over the files): the episode options below and any other
+    the command has (`--vote`, `--parallel`, `--queue-size`). The budget stays the `budget`
+    argument (`budget_options`): `serve` bounds its rows first."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from edge_sql.api.agent_settings import from_parameters, make_settings, setting_options
+
+        values = from_parameters(kwargs)
+        for f in setting_options().values():
+            kwargs.pop(f.metadata["param"], None)
+        return command(*args, settings=make_settings(**values), **kwargs)
+
+    return wrapper
+
+
 def episode_options(command: Callable) -> Callable:
     """The options that shape an episode, the same on `run` and `serve`: the model and where it
     runs (--model, --gpu-layers, --threads, --ctx, --no-tune), how it samples (--seed, --greedy,
-    --speculate), the prompt and the budget. The command receives each as a parameter of its
-    own name, the budget as one `budget` (see `budget_options`)."""
+    --speculate), the prompt and the budget. The command receives them as one `settings`
+    (`AgentSettings`, see `agent_settings_from_options`), the budget as one `budget` (see
+    `budget_options`)."""
+    command = agent_settings_from_options(command)
     decorators = (
         click.option(
             "--model",

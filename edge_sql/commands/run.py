@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,9 +27,9 @@ if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
     from edge_sql.agent.events import EpisodeEvent
     from edge_sql.agent.result import EpisodeResult
     from edge_sql.api import Agent
+    from edge_sql.api.agent_settings import AgentSettings
     from edge_sql.knowledge import FollowUp
     from edge_sql.knowledge.answers import Stale
-    from edge_sql.runtime import SpeculateMode
     from edge_sql.tools import ReadOnlyDatabase
 
 EXIT_NO_ANSWER = 3
@@ -39,27 +39,24 @@ EXIT_INTERRUPTED = 130
 
 @dataclass(frozen=True)
 class RunOptions:
-    """`edge-sql run`'s options, as click parsed them (one value each, named as the options are)."""
+    """`edge-sql run`'s options, as click parsed them: the Agent's settings (`AgentSettings`, its
+    budget included; a vote of "auto" is resolved by the Agent's plan when the model loads) and
+    `run`'s own."""
 
     db_path: Path
-    model: str | None
+    settings: AgentSettings
     question: str | None
     evidence: str | None
     as_json: bool
     trace: bool
-    seed: int | None
-    greedy: bool
-    gpu_layers: int | None
-    threads: int | None
-    n_ctx: int
-    prompt_file: Path | None
-    budget: Budget
-    tune: bool = True
-    speculate: SpeculateMode = "off"
-    vote: int | Literal["auto"] | None = None  # "auto": resolved by the Agent's plan when the model loads
     abstain_below: float | None = None  # with a vote: "not sure" below this share of agreeing episodes
     fresh: bool = False  # ask the model even when the question has a verified answer
     chart: Path | None = None  # --chart: the answer's chart written here (.svg or .png)
+
+    @property
+    def budget(self) -> Budget:
+        assert self.settings.budget is not None  # `command` sets it
+        return self.settings.budget
 
 
 @contextmanager
@@ -145,21 +142,12 @@ def _event_line(event: EpisodeEvent) -> str | None:
 @episode_options
 def command(
     db_path: Path,
-    model: str | None,
+    settings: AgentSettings,
     question: str | None,
     evidence: str | None,
     as_json: bool,
     trace: bool,
-    seed: int | None,
-    greedy: bool,
-    gpu_layers: int | None,
-    threads: int | None,
-    n_ctx: int,
-    prompt_file: Path | None,
     budget: dict[str, int],
-    no_tune: bool = False,
-    speculate: SpeculateMode = "off",
-    vote: int | Literal["auto"] | None = None,
     abstain_below: float | None = None,
     fresh: bool = False,
     chart: Path | None = None,
@@ -199,28 +187,18 @@ def command(
     from edge_sql.commands.chart_file import check_chart_file
 
     check_chart_file(chart, question)
-    greedy = greedy_with(vote, greedy)
-    if abstain_below is not None and vote is None:
+    settings = settings.with_(greedy=greedy_with(settings.vote, settings.greedy), budget=Budget(**budget))
+    if abstain_below is not None and settings.vote is None:
         raise click.UsageError("--abstain-below needs --vote K: it is the share of the K episodes that agree")
     try:
         code = _run(
             RunOptions(
                 db_path=db_path,
-                model=model,
+                settings=settings,
                 question=question,
                 evidence=evidence,
                 as_json=as_json,
                 trace=trace,
-                seed=seed,
-                greedy=greedy,
-                gpu_layers=gpu_layers,
-                threads=threads,
-                n_ctx=n_ctx,
-                prompt_file=prompt_file,
-                budget=Budget(**budget),
-                tune=not no_tune,
-                speculate=speculate,
-                vote=vote,
                 abstain_below=abstain_below,
                 fresh=fresh,
                 chart=chart,
@@ -243,10 +221,10 @@ def _run(options: RunOptions) -> int:
     load_for_db(options.db_path)  # a data file is loaded into SQLite first (once), with its progress on stderr
     db = ReadOnlyDatabase(options.db_path)  # a bad database fails here, before the model loads
     try:
-        if options.prompt_file is not None:  # so is a bad prompt file (the packaged one is not read here:
-            from edge_sql.agent.prompt import load_prompt  # a verified answer needs no prompt, nor its grammar)
+        if options.settings.prompt_file is not None:  # so is a bad prompt file (the packaged one is not read
+            from edge_sql.agent.prompt import load_prompt  # here: a verified answer needs no prompt, nor its grammar)
 
-            load_prompt(options.prompt_file)
+            load_prompt(options.settings.prompt_file)
         fresh = options.fresh
         if options.question is not None and not options.fresh:
             found = _answer_verified(db, options)
@@ -254,9 +232,10 @@ def _run(options: RunOptions) -> int:
                 return found  # a verified question: answered without loading the model
             fresh = found is None  # none: the Agent need not look again (a stale one: it says why it is not used)
         agent = _load_agent(options)
-        if options.vote == "auto":  # the plan's K (None: one episode), said on stderr with why
-            click.echo(agent.plan.auto_vote_line, err=True)
-            options = replace(options, vote=agent.vote_k("auto"))
+        vote = agent.plan.choose_vote(options.settings.vote)  # "auto": the plan's K (None: one episode)
+        if vote.line is not None:  # said on stderr with why
+            click.echo(vote.line, err=True)
+        options = replace(options, settings=options.settings.with_(vote=vote.k))
         try:
             if options.question is not None:
                 return _answer(agent, db, options.question, options, fresh=fresh)
@@ -302,19 +281,8 @@ def _load_agent(options: RunOptions) -> Agent:
     """The Agent; a vote of K runs its K episodes at once (K sequences, its plan's), otherwise one."""
     from edge_sql.api import Agent
 
-    click.echo(f"loading {options.model or 'the default model'} ...", err=True)
-    agent = Agent(
-        options.model,
-        n_threads=options.threads,
-        n_gpu_layers=options.gpu_layers,
-        n_ctx=options.n_ctx,
-        prompt_file=options.prompt_file,
-        budget=options.budget,
-        log=lambda message: click.echo(message, err=True),
-        tune=options.tune,
-        speculate=options.speculate,
-        vote=options.vote,
-    )
+    click.echo(f"loading {options.settings.model or 'the default model'} ...", err=True)
+    agent = Agent(settings=options.settings, log=lambda message: click.echo(message, err=True))
     click.echo(f"loaded {agent.info.describe()}", err=True)
     click.echo(f"settings ({agent.tuning}): {agent.info.settings}", err=True)
     return agent
@@ -353,7 +321,7 @@ def _answer(
     from edge_sql.commands.progress import StatusLine
     from edge_sql.knowledge.answers import given_lines
 
-    evidence, as_json, trace, vote = options.evidence, options.as_json, options.trace, options.vote
+    evidence, as_json, trace, vote = options.evidence, options.as_json, options.trace, options.settings.vote
     stop = threading.Event()
     status = StatusLine(what=f"voting ({vote} episodes)" if vote is not None else "reading the question")
 
@@ -376,8 +344,8 @@ def _answer(
             question,
             db,
             evidence=evidence,
-            seed=options.seed,
-            greedy=options.greedy,
+            seed=options.settings.seed,
+            greedy=options.settings.greedy,
             vote=vote,
             on_event=None if as_json and not status.enabled else show,
             should_stop=stop.is_set,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
@@ -14,39 +14,27 @@ from edge_sql.commands.options import VOTE, episode_options, greedy_with
 from edge_sql.commands.settings import reads_settings
 
 if TYPE_CHECKING:  # the CLI imports the runtime only when a command runs
-    from edge_sql.agent.budget import Budget
-    from edge_sql.runtime import SpeculateMode
+    from edge_sql.api.agent_settings import AgentSettings
     from edge_sql.serve.guard import AllowList
 
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """`edge-sql serve`'s options once checked: the named databases, the transport, the model and
-    its settings, and the limits the service enforces."""
+    """`edge-sql serve`'s options once checked: the named databases, the transport, the Agent's
+    settings (`AgentSettings`: the model, --parallel, the vote, seed and greedy of a request that
+    names none, --queue-size, ...) and the limits the service enforces."""
 
     databases: dict[str, Path]
     http: bool  # HTTP (the API, the page and MCP at /mcp); False: MCP over stdio
     host: str
     port: int
     token: str | None
-    model: str | None
-    gpu_layers: int | None
-    threads: int | None
-    n_ctx: int
-    prompt_file: Path | None
-    budget: Budget
-    queue_size: int
+    settings: AgentSettings
     queue_timeout: float
     max_body: int
     max_question: int
     max_rows: int
-    tune: bool = True
-    speculate: SpeculateMode = "off"
     open_page: bool = False
-    parallel: int = 1
-    vote: int | Literal["auto"] | None = None  # the vote of a request that names none; its K sequences are opened
-    seed: int | None = None  # the seed of a request that names none
-    greedy: bool = False  # requests that ask for no vote take the most likely token
     allow: AllowList | None = None  # the guard's Host names and origins (None: loopback and the bound address)
     quiet: bool = False  # no access-log line per request
     teach_token: str | None = None  # teaching (notes, verify, undo) needs it; asking only `token`
@@ -194,23 +182,12 @@ def command(
     allow_hosts: tuple[str, ...],
     cors_origins: tuple[str, ...],
     quiet: bool,
-    model: str | None,
-    gpu_layers: int | None,
-    threads: int | None,
-    n_ctx: int,
-    prompt_file: Path | None,
+    settings: AgentSettings,
     budget: dict[str, int],
-    no_tune: bool,
-    parallel: int,
-    queue_size: int,
     queue_timeout: float,
     max_body: int,
     max_question: int,
     max_rows: int,
-    speculate: SpeculateMode = "off",
-    vote: int | Literal["auto"] | None = None,
-    seed: int | None = None,
-    greedy: bool = False,
 ) -> None:
     """Serve the agent to other programs: MCP over stdio, or a local HTTP API.
 
@@ -226,7 +203,7 @@ def command(
       curl -s localhost:8765/v1/ask -H 'Content-Type: application/json' \\
            -d '{"question": "How many albums?", "database": "chinook"}'
     """
-    greedy = greedy_with(vote, greedy)
+    settings = settings.with_(greedy=greedy_with(settings.vote, settings.greedy))
     databases = _databases(db_items)
     http = use_http or not use_mcp
     _check_token(token, http, host)
@@ -245,24 +222,12 @@ def command(
             host=host,
             port=port,
             token=token,
-            model=model,
-            gpu_layers=gpu_layers,
-            threads=threads,
-            n_ctx=n_ctx,
-            prompt_file=prompt_file,
-            budget=Budget(**{"max_result_rows": max_rows, **budget}),
-            queue_size=queue_size,
+            settings=settings.with_(budget=Budget(**{"max_result_rows": max_rows, **budget})),
             queue_timeout=queue_timeout,
             max_body=max_body,
             max_question=max_question,
             max_rows=max_rows,
-            tune=not no_tune,
-            speculate=speculate,
             open_page=open_page,
-            parallel=parallel,
-            vote=vote,
-            seed=seed,
-            greedy=greedy,
             allow=allow,
             quiet=quiet,
             teach_token=teach_token,
@@ -318,46 +283,39 @@ def _check_token_text(token: str | None, name: str, http: bool) -> None:
 def _serve(options: ServeOptions) -> None:
     from edge_sql.agent import load_prompt
     from edge_sql.api import Agent
+    from edge_sql.api.agent_settings import DEFAULT_MAX_WAITING
     from edge_sql.serve.run import bind, serve_http, serve_stdio
     from edge_sql.serve.service import Limits, Service
     from edge_sql.tools import ReadOnlyDatabase
 
     o = options
-    databases, parallel = o.databases, o.parallel
+    asked = o.settings
+    databases, parallel = o.databases, asked.parallel
     # every failure the operator can cause shows before the model loads (which takes a while)
     for path in databases.values():
         load_for_db(path)  # data files are loaded here, with their progress, not on the first request
         ReadOnlyDatabase(path).close()
-    load_prompt(o.prompt_file)
+    load_prompt(asked.prompt_file)
     limits = Limits(
         max_body_bytes=o.max_body,
         max_question_chars=o.max_question,
         max_rows=o.max_rows,
         parallel=parallel,
-        vote=o.vote,
-        seed=o.seed,
-        greedy=o.greedy,
-        max_waiting=o.queue_size,
+        vote=asked.vote,
+        seed=asked.seed,
+        greedy=asked.greedy,
+        max_waiting=asked.max_waiting,
         wait_timeout_s=o.queue_timeout,
     )
     listener = bind(o.host, o.port) if o.http else None
     try:
-        _log(f"loading {o.model or 'the default model'} ...")
-        with Agent(
-            o.model,
-            n_threads=o.threads,
-            n_gpu_layers=o.gpu_layers,
-            n_ctx=o.n_ctx,
-            prompt_file=o.prompt_file,
-            tune=o.tune,
-            budget=o.budget,
-            log=_log,
-            speculate=o.speculate,
-            parallel=parallel,
-            vote=o.vote,
-        ) as agent:
-            if o.vote == "auto":  # the plan's K, whose sequences were opened beside --parallel's
-                _log(agent.plan.auto_vote_line)
+        _log(f"loading {asked.model or 'the default model'} ...")
+        # --queue-size bounds the service's queue (`limits`), which lets `parallel` calls at a time
+        # reach the Agent: its own pool keeps its default bound, as before
+        with Agent(settings=asked.with_(max_waiting=DEFAULT_MAX_WAITING), log=_log) as agent:
+            line = agent.plan.choose_vote(asked.vote).line  # "auto": the plan's K, opened beside --parallel's
+            if line is not None:
+                _log(line)
             _log(f"loaded {agent.info.describe()}" + (f", {parallel} requests at a time" if parallel > 1 else ""))
             agent.warm_up()  # so that no client's first request waits for the grammar engine's set-up
             service = Service(agent, databases, limits, log=_log)
