@@ -12,7 +12,7 @@ Every episode is stopped by its client (the fixture model thinks up to the bound
 bounded; `--baseline CHECKOUT` runs the same against another checkout (the code before), the two
 interleaved round by round.
 
-    python benchmarks/serve/bench_serve_queue.py [--model tiny-Q4_0.gguf] [--rounds 3] [--baseline DIR]
+    python -m benchmarks.serve.bench_serve_queue [--model tiny-Q4_0.gguf] [--rounds 3] [--baseline DIR]
 """
 
 from __future__ import annotations

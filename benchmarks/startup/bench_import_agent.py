@@ -4,7 +4,7 @@ timed inside the process and the whole process's wall time, beside `python -c pa
 from .pyc files written in a warm-up run; then the biggest parts of one `python -X importtime`
 of this checkout (cumulative microseconds of the top-level packages that cost most).
 
-    python benchmarks/startup/bench_import_agent.py --rounds 11 [--baseline DIR]
+    python -m benchmarks.startup.bench_import_agent --rounds 11 [--baseline DIR]
 """
 
 from __future__ import annotations
