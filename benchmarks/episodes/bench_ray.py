@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from bench_machine import machine_detail, write_results  # this folder is on sys.path when run as a script
+from edge_sql.api.agent_settings import AgentSettings
 from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.local_runner import _run_episodes
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog
@@ -88,8 +89,7 @@ def run(
                 out_dir=out,
                 base=model,
                 modes=["withheld"],
-                n_threads=threads,
-                n_ctx=4096,
+                episodes=AgentSettings(n_threads=threads, n_ctx=4096),
                 budget=BUDGET,
                 ray=address,
                 ray_workers=workers,
