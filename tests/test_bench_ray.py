@@ -293,8 +293,9 @@ def test_the_local_runner_does_not_import_ray(tiny_gguf: Path, tmp_path: Path) -
     # test_packaging already checks statically (ray is imported in edge_sql.cluster alone)
     code = (
         "import sys\nfrom pathlib import Path\nfrom edge_sql.bench import BenchConfig, run_bench\n"
+        "from edge_sql.api.agent_settings import AgentSettings\n"
         f"config = BenchConfig(out_dir=Path({str(tmp_path / 'out')!r}), base=Path({str(tiny_gguf)!r}), limit=1,"
-        " modes=['withheld'], n_threads=1, n_ctx=4096, fidelity_tokens=16, tune=False,"
+        " modes=['withheld'], episodes=AgentSettings(n_threads=1, n_ctx=4096, tune=False), fidelity_tokens=16,"
         " budget={'max_rounds': 1, 'max_think_tokens': 8, 'max_final_think_tokens': 8, 'max_calls_per_turn': 1,"
         " 'max_final_sql_tokens': 24, 'max_sql_chars': 48, 'max_name_chars': 24})\n"
         "outcome = run_bench(config)\n"

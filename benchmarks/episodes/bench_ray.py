@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common.bench_machine import machine_detail, write_results
+from edge_sql.api.agent_settings import AgentSettings
 from edge_sql.bench.config import BenchConfig
 from edge_sql.bench.local_runner import _run_episodes
 from edge_sql.bench.results import RESULTS_FILE_NAME, ResultsLog
@@ -86,8 +87,7 @@ def run(
                 out_dir=out,
                 base=model,
                 modes=["withheld"],
-                n_threads=threads,
-                n_ctx=4096,
+                episodes=AgentSettings(n_threads=threads, n_ctx=4096),
                 budget=BUDGET,
                 ray=address,
                 ray_workers=workers,

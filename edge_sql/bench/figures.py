@@ -142,8 +142,9 @@ class VariantRow(PeakMemory, SpeedFigures):
 
 
 class BenchSettings(TypedDict):
-    """bench.json's `settings`: every `BenchConfig` field as JSON (paths as strings), then what
-    the run resolved (`runner.run_bench`)."""
+    """bench.json's `settings`: every `BenchConfig` setting as JSON (`settings_json`: flat, the
+    episodes' `AgentSettings` among them; paths as strings), then what the run resolved
+    (`runner.run_bench`)."""
 
     out_dir: str
     base: str

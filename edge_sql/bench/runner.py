@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edge_sql.agent.majority_vote import vote_refusal
@@ -136,7 +136,7 @@ def run_bench(
         )
     if config.parallel is not None and config.parallel < 1:
         raise BenchSetupError(f"parallel must be at least 1, got {config.parallel}")
-    problem = vote_refusal(config.vote, config.greedy, flags=True)
+    problem = vote_refusal(config.vote, config.episodes.greedy, flags=True)
     if problem is not None:
         raise BenchSetupError(problem)
     out_dir = Path(config.out_dir)
@@ -155,7 +155,7 @@ def run_bench(
         config.variants,
         cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME,
         from_store=from_store,
-        n_threads=config.n_threads,
+        n_threads=config.episodes.n_threads,
         log=log,
         verbose=config.verbose,
     )
@@ -176,7 +176,7 @@ def run_bench(
         cache=ResultCache(),
     )
     settings = {
-        **asdict(config),
+        **config.settings_json(),
         "out_dir": str(out_dir),
         "base": str(base),
         "reference": REFERENCE,

@@ -45,7 +45,7 @@ def run_template_comparison(
         sub = replace(
             config,
             out_dir=out_dir / version,
-            prompt_file=Path(file),
+            episodes=config.episodes.with_(prompt_file=Path(file)),
             cache_dir=config.cache_dir or out_dir / CACHE_DIR_NAME,
         )
         outcomes.append(run_bench(sub, log=log, runner=runner))

@@ -153,7 +153,7 @@ def run_episodes_on_ray(
     from edge_sql.bench.pending_work import episode_task, pending_items
 
     ray = connect(config.ray or AUTO, log=log)
-    threads = min(config.n_threads or DEFAULT_THREADS, largest_node_cpus())
+    threads = min(config.episodes.n_threads or DEFAULT_THREADS, largest_node_cpus())
     workers = config.ray_workers or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
     sources = data_sources(config, questions)
     server, server_name = start_file_server([str(v.path) for v in variants] + sources.all_files())

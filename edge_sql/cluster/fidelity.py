@@ -77,7 +77,7 @@ def run_fidelity_on_ray(
     from edge_sql.bench.pending_work import fidelity_task, pending_fidelity
 
     ray = connect(config.ray or AUTO, log=log)
-    threads = min(config.n_threads or 4, largest_node_cpus())
+    threads = min(config.episodes.n_threads or 4, largest_node_cpus())
     reference = variants[0]
     store_name = config.model or f"bench-{Path(reference.path).stem}"
     server, server_name = start_file_server([str(v.path) for v in variants])

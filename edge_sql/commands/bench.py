@@ -202,6 +202,7 @@ def command(
     Example: edge-sql bench --model synsql --dataset mini_dev_sqlite.json --db-root dev_databases
     """
     from edge_sql.agent.majority_vote import vote_refusal
+    from edge_sql.api.agent_settings import AgentSettings
     from edge_sql.bench import BenchConfig, parse_variant_names, run_bench
     from edge_sql.bench.modes import parse_modes
 
@@ -219,11 +220,15 @@ def command(
         limit=limit,
         modes=parse_modes(modes),
         seed=seed,
-        n_threads=threads,
-        n_ctx=n_ctx,
+        episodes=AgentSettings(
+            n_threads=threads,
+            n_ctx=n_ctx,
+            greedy=greedy,
+            prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None,
+            tune=not no_tune,
+            speculate=speculate,
+        ),
         budget=budget,
-        greedy=greedy,
-        prompt_file=Path(prompt_files[0]) if len(prompt_files) == 1 else None,
         fidelity_tokens=fidelity_tokens,
         resume=resume,
         note=note,
@@ -231,8 +236,6 @@ def command(
         cache_dir=cache_dir,
         ray=ray_address,
         ray_workers=ray_workers,
-        tune=not no_tune,
-        speculate=speculate,
         parallel=parallel,
         vote=vote,
     )
