@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edge_sql.json_types import JSONObject
-
 
 @dataclass(frozen=True)
 class FollowUp:
@@ -32,7 +30,7 @@ class Note:
     created: str
     stale: str | None = None
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
             "text": self.text,
@@ -55,7 +53,7 @@ class VerifiedAnswer:
     stale: str | None = None
     follows: str | None = None
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
             "question": self.question,
@@ -82,7 +80,7 @@ class Given:
     schema_change: str | None = None
     stale_verified: str | None = None
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         verified = self.verified
         return {
             "notes": [{"id": n.id, "text": n.text} for n in self.notes],

@@ -33,7 +33,7 @@ class ToolCall:
     args: dict[str, Any]  # Any: tool-args (strings and integers, checked against the spec)
     raw: str = field(compare=False)
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {"tool": self.tool, "args": dict(self.args)}
 
 

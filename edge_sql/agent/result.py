@@ -46,7 +46,7 @@ class CallRecord:
     ok: bool
     output: str
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {"tool": self.tool, "args": self.args, "ok": self.ok, "output": self.output}
 
 
@@ -58,7 +58,7 @@ class RoundRecord:
     think: str
     calls: list[CallRecord] = field(default_factory=list)
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {"index": self.index, "think": self.think, "calls": [c.to_json() for c in self.calls]}
 
 

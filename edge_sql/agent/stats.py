@@ -14,7 +14,6 @@ import copy
 from dataclasses import dataclass, field
 from typing import TypedDict, Unpack
 
-from edge_sql.json_types import JSONObject
 from edge_sql.runtime.options import SpeculateMode
 from edge_sql.runtime.records import Timings
 
@@ -133,8 +132,8 @@ class VoteEpisode:
     stop: str | None = None
     wall_s: float | None = None
 
-    def to_json(self, *, runs: bool = False) -> JSONObject:
-        data: JSONObject = {"sql": self.sql, "group": self.group, "failed_queries": self.failed_queries}
+    def to_json(self, *, runs: bool = False) -> dict[str, object]:
+        data: dict[str, object] = {"sql": self.sql, "group": self.group, "failed_queries": self.failed_queries}
         if self.reason is not None:
             data["reason"] = self.reason
         if runs and self.seed is not None:
@@ -161,8 +160,8 @@ class VoteStats:
     wall_s: float | None = None
     prompt_tokens_evaluated: int | None = None
 
-    def to_json(self, *, runs: bool = False) -> JSONObject:
-        data: JSONObject = {
+    def to_json(self, *, runs: bool = False) -> dict[str, object]:
+        data: dict[str, object] = {
             "k": self.k,
             "chosen": self.chosen,
             "agreed": self.agreed,

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from edge_sql.json_types import JSONObject
-
 Level = Literal["doubtful", "unchecked", "note"]
 Confidence = Literal["checked", "unchecked", "doubtful"]
 # Ordered worst first: an answer's confidence is the worst level among its findings.
@@ -33,7 +31,7 @@ class Sighting:
     round: int | None = None
     call: int | None = None
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {"tool": self.tool, "round": self.round, "call": self.call}
 
     def text(self) -> str:
@@ -54,7 +52,7 @@ class NameUse:
     def name(self) -> str:
         return self.table if self.column is None else f"{self.table}.{self.column}"
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "name": self.name,
@@ -113,7 +111,7 @@ class Finding:
     code: str
     message: str
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> dict[str, object]:
         return {"level": self.level, "code": self.code, "message": self.message}
 
 
