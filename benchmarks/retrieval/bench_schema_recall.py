@@ -87,7 +87,9 @@ def listed(view: SchemaView) -> tuple[set[str], str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", choices=("bird", "spider"), default="bird", help="bird: tuned on; spider: held out")
+    parser.add_argument(
+        "--corpus", choices=("bird", "spider", "heldout2"), default="bird", help="bird, spider: tuned on; heldout2: held out"
+    )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="schema sizes in tables")
