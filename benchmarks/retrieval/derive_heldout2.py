@@ -29,11 +29,18 @@ SQLITE_DIR = "spider2-lite/resource/databases/sqlite"
 
 
 def git_show(git_dir: str, path: str) -> str:
-    return subprocess.run(["git", "--git-dir", git_dir, "show", f"HEAD:{path}"], check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "--git-dir", git_dir, "show", f"HEAD:{path}"], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def git_ls(git_dir: str, path: str) -> list[str]:
-    out = subprocess.run(["git", "--git-dir", git_dir, "ls-tree", "--name-only", f"HEAD:{path}"], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "--git-dir", git_dir, "ls-tree", "--name-only", f"HEAD:{path}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.split()
 
 
@@ -61,7 +68,14 @@ def entry_from_ddl(db_id: str, statements: list[str]) -> dict:
             if a is not None and b is not None:
                 links.append([a, b])
     conn.close()
-    return {"db_id": db_id, "table_names_original": names, "column_names_original": columns, "column_types": types, "primary_keys": keys, "foreign_keys": links}
+    return {
+        "db_id": db_id,
+        "table_names_original": names,
+        "column_names_original": columns,
+        "column_types": types,
+        "primary_keys": keys,
+        "foreign_keys": links,
+    }
 
 
 def quoted_ddl(statement: str) -> str:
@@ -92,7 +106,14 @@ def spider2(git_dir: str) -> tuple[list[dict], list[dict]]:
         name = f"{item['instance_id']}.sql"
         if item["instance_id"].startswith("local") and name in gold:
             sql = git_show(git_dir, f"spider2-lite/evaluation_suite/gold/sql/{name}")
-            questions.append({"db_id": folder[item["db"].lower().replace("_", "-")], "question": item["question"], "SQL": sql.strip(), "source": "spider2-lite"})
+            questions.append(
+                {
+                    "db_id": folder[item["db"].lower().replace("_", "-")],
+                    "question": item["question"],
+                    "SQL": sql.strip(),
+                    "source": "spider2-lite",
+                }
+            )
     return databases, questions
 
 
@@ -139,7 +160,9 @@ def main() -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(derived, separators=(",", ":"), ensure_ascii=False) + "\n")
     tables = sum(len(d["table_names_original"]) for d in derived["databases"])
-    print(f"{OUT}: {len(derived['databases'])} databases, {tables} tables, {len(derived['questions'])} questions, {OUT.stat().st_size:,} bytes")
+    print(
+        f"{OUT}: {len(derived['databases'])} databases, {tables} tables, {len(derived['questions'])} questions, {OUT.stat().st_size:,} bytes"
+    )
 
 
 if __name__ == "__main__":
