@@ -490,3 +490,13 @@ def test_describe_table_meets_names_numbers_and_totals() -> None:
     scores = column_scores(columns, "What are the names, total sales and average age of singers?")
     assert sorted(scores) == [0, 1, 3, 4]  # singer_id, name, total_sales, average_age
     assert "names" not in query_terms("What are the names of singers?")  # tables: still masked
+
+
+def test_describe_table_meets_a_year_an_age_and_a_glued_first_name() -> None:
+    from edge_sql.tools.schema_ranking import column_terms, rank_columns
+
+    columns = [f"reading_{i}" for i in range(300)] + ["Fname", "LName", "Age", "Year", "Country"]
+    question = "Find the first name and last name of students older than 20 who enrolled in 2014."
+    assert sorted(rank_columns(columns, question)[:4]) == [300, 301, 302, 303]  # Fname, LName, Age, Year
+    assert column_terms("How many concerts in 2014?")[-1] == "year"
+    assert "age" in column_terms("the youngest singer") and "age" not in column_terms("the newest singer")
