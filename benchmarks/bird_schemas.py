@@ -128,11 +128,12 @@ def merged_schema(databases: dict[str, list[Table]], target: str, extra: list[Ta
         if db_id == target:
             continue
         renamed = {}
+        prefix = f"db_{db_id}" if db_id.lower().startswith("sqlite_") else db_id  # SQLite reserves `sqlite_`
         for t in others:  # a taken name gets its database's prefix (and a number, where that is taken too)
-            name = t.name if t.name.lower() not in taken else f"{db_id}_{t.name}"
+            name = t.name if t.name.lower() not in taken else f"{prefix}_{t.name}"
             number = 2
             while name.lower() in taken:
-                name, number = f"{db_id}_{t.name}_{number}", number + 1
+                name, number = f"{prefix}_{t.name}_{number}", number + 1
             renamed[t.name] = name
             taken.add(name.lower())
         for table in others:

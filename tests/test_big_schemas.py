@@ -443,3 +443,57 @@ def test_words_split_against_the_schema_s_own_vocabulary() -> None:
     assert split_glued("carmakers", vocabulary) == ["car", "makers"]
     assert split_words("workorder", vocabulary) == ["workorder", "work", "order"]
     assert split_glued("order", vocabulary) == [] and split_glued("orchestra", vocabulary) == []
+
+
+def test_each_question_word_s_best_named_table_ranks_above_a_strong_word_s_neighbours(tmp_path: Path) -> None:
+    """ "teachers that teach": `teaches` matches best and its neighbours are raised next to it;
+    `teacher`, named by the question but wide (BM25 weighs the whole row), must not sink below them."""
+    topics = [*_THINGS, "music", "drama", "art", "latin"]  # names of words: no numbered family folds them
+    linked = [f"CREATE TABLE {t}_lesson ({t}_lesson_id INTEGER PRIMARY KEY, {t}_topic TEXT)" for t in topics]
+    refs = ", ".join(f"{t}_lesson_id INTEGER REFERENCES {t}_lesson ({t}_lesson_id)" for t in topics)
+    wide = ", ".join(f"detail_{i} TEXT" for i in range(40))
+    rooms = [f"CREATE TABLE room_{i} (room_{i}_id INTEGER, teacher TEXT)" for i in range(300)]  # "teacher" is common
+    extra = [
+        *linked,
+        *rooms,
+        f"CREATE TABLE teaches (teach_id INTEGER PRIMARY KEY, {refs})",
+        f"CREATE TABLE teacher (teacher_id INTEGER PRIMARY KEY, {wide})",
+    ]
+    db_path = make_db(tmp_path / "teach.db", 1000, extra=extra)
+    question = "Show names of teachers that teach at least two courses."
+    with ReadOnlyDatabase(db_path) as db:
+        before = SchemaView(db, question, ranking=Ranking(cover=False)).listing().shown
+        after = SchemaView(db, question).listing().shown
+    assert before[0] == after[0] == "teaches"
+    assert before.index("teacher") > 14  # under the fourteen lessons `teaches` links to
+    assert after.index("teacher") == 1
+
+
+def test_two_question_words_meet_a_name_the_schema_glues(tmp_path: Path) -> None:
+    extra = ["CREATE TABLE highschooler (id INTEGER PRIMARY KEY, name TEXT, grade INTEGER)"]
+    db_path = make_db(tmp_path / "glued.db", 3000, extra=extra)
+    question = "How many high schoolers are there?"
+    with ReadOnlyDatabase(db_path) as db:
+        assert SchemaView(db, question).listing().shown[0] == "highschooler"
+        assert "highschooler" not in SchemaView(db, question, ranking=Ranking(joined=False)).listing().shown[:1]
+
+
+def test_describe_table_meets_names_numbers_and_totals() -> None:
+    """The ranking masks "name", "number" and "total" in questions (every table has such a
+    column); describe_table does not: they name the very column a question asks for."""
+    from edge_sql.tools.schema_ranking import column_scores, query_terms
+
+    columns = ["singer_id", "name", "phone_number", "total_sales", "average_age", "country"]
+    scores = column_scores(columns, "What are the names, total sales and average age of singers?")
+    assert sorted(scores) == [0, 1, 3, 4]  # singer_id, name, total_sales, average_age
+    assert "names" not in query_terms("What are the names of singers?")  # tables: still masked
+
+
+def test_describe_table_meets_a_year_an_age_and_a_glued_first_name() -> None:
+    from edge_sql.tools.schema_ranking import column_terms, rank_columns
+
+    columns = [f"reading_{i}" for i in range(300)] + ["Fname", "LName", "Age", "Year", "Country"]
+    question = "Find the first name and last name of students older than 20 who enrolled in 2014."
+    assert sorted(rank_columns(columns, question)[:4]) == [300, 301, 302, 303]  # Fname, LName, Age, Year
+    assert column_terms("How many concerts in 2014?")[-1] == "year"
+    assert "age" in column_terms("the youngest singer") and "age" not in column_terms("the newest singer")

@@ -48,7 +48,7 @@ def gold_columns(sql: str, tables: dict[str, Table]) -> dict[str, set[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", choices=("bird", "spider"), default="bird")
+    parser.add_argument("--corpus", choices=("bird", "spider", "heldout2"), default="bird")
     parser.add_argument("--kinds", nargs="+", default=list(WIDE_KINDS), choices=WIDE_KINDS)
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")

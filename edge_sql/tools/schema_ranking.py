@@ -10,10 +10,11 @@ import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import NamedTuple
 
 from edge_sql.tools.schema_index import IndexOptions
-from edge_sql.tools.schema_words import identifier_words, split_glued
+from edge_sql.tools.schema_words import PLURAL_ENDINGS, identifier_words, split_glued
 
 # Words of how questions are asked, not of what they ask about: as query terms they only add
 # noise (every `name` column matches "name the ..."; "many" matches nothing but costs time).
@@ -33,7 +34,13 @@ NEIGHBOUR_SHARE = 0.8  # a neighbour ranks as if it scored this share of its see
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
 PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by their first letters
+COVER_TOP = 2  # per question word, the tables whose own name matches it best ...
+COVER_SHARE = 0.85  # ... rank at least this share of the best score: above the neighbours (0.8)
+# Columns are named for what a question asks even where tables are not: `name`, `total`.
+COLUMN_STOP_WORDS = STOP_WORDS - {"name", "names", "number", "total", "average"}
 _NUMBER = re.compile(r"[0-9]+")
+_YEAR = re.compile(r"1[89][0-9][0-9]|20[0-9][0-9]")
+AGE_WORDS = frozenset({"old", "older", "oldest", "young", "younger", "youngest", "aged"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class Ranking:
     keys: bool = True  # neighbours through key names no foreign key declares (`cust_no` -> customers)
     same_shape: bool = True  # copies only of the same shape; look-alikes of other shapes folded apart
     real_tokens: bool = True  # the share counted with the model's tokenizer where one is given
+    cover: bool = True  # each question word's best name match ranks above the neighbours
+    joined: bool = True  # two question words joined where the schema spells them glued ("high schoolers")
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(stem=self.stem, split=self.split, keys=self.keys, same_shape=self.same_shape)
@@ -74,13 +83,13 @@ class RankedTable(NamedTuple):
     look_alike_of: str = ""  # the table this one is a variant of, of another shape (`event_2019` of `event`)
 
 
-def query_terms(text: str, *, mask: bool = True) -> list[str]:
+def query_terms(text: str, *, mask: bool = True, stop: frozenset[str] = STOP_WORDS) -> list[str]:
     """The question's words as search terms: identifiers split, lower-cased, each once; question
-    words masked (`mask`), and short numbers with them (a `24` of a date matches every `_24`
-    shard); a year such as `2019` is kept (a table named for it is worth matching)."""
+    words masked (`mask`, the words in `stop`), and short numbers with them (a `24` of a date
+    matches every `_24` shard); a year such as `2019` is kept (a table named for it is worth matching)."""
     terms: list[str] = []
     for word in identifier_words(text):
-        noise = word in STOP_WORDS or (word.isdigit() and len(word) < 4)
+        noise = word in stop or (word.isdigit() and len(word) < 4)
         if (mask and noise) or word in terms or (len(word) < 2 and not word.isdigit()):
             continue
         terms.append(word)
@@ -100,44 +109,57 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
     the neighbours of the best tables that are neither are raised next to them."""
     rows = index_rows(conn)
     terms = query_terms(text, mask=ranking.mask)
-    if ranking.split:
-        terms = _with_parts(conn, terms)
+    if ranking.split or ranking.joined:
+        terms = _with_parts(conn, terms, split=ranking.split, joined=ranking.joined)
     scores = _word_scores(conn, terms, ranking)
+    if ranking.cover:
+        _cover(conn, terms, scores)
     via = dict.fromkeys(scores, "words")
-    copy_of = {r[0]: r[4] for r in rows if r[4] is not None} if ranking.copies else {}
-    variant_of = {r[0]: r[5] for r in rows if r[5] is not None} if ranking.copies else {}
-    for copy, root in [*copy_of.items(), *variant_of.items()]:
-        if scores.get(copy, 0.0) > scores.get(root, 0.0):
-            scores[root], via[root] = scores[copy], "copy"
+    copy_of, variant_of, blanks = _per_schema(rows, ranking.copies)
+    for roots in (copy_of, variant_of):
+        for copy in [i for i in scores if i in roots]:
+            root = roots[copy]
+            if scores[copy] > scores.get(root, 0.0):
+                scores[root], via[root] = scores[copy], "copy"
+    links = _links(conn) if ranking.neighbours else {}
     for _ in range(NEIGHBOUR_HOPS if ranking.neighbours else 0):
         originals = [i for i in scores if i not in copy_of and i not in variant_of]
         seeds = sorted(originals, key=lambda i: (-scores[i], i))[:NEIGHBOUR_SEEDS]
         for seed in seeds:
-            for (other,) in conn.execute(
-                "SELECT b FROM links WHERE a = ? UNION SELECT a FROM links WHERE b = ?", (seed, seed)
-            ):
+            for other in links.get(seed, ()):
                 raised = NEIGHBOUR_SHARE * scores[seed]
                 if raised > scores.get(other, 0.0):
                     scores[other], via[other] = raised, "link"
     matched = sorted((i for i in scores if scores[i] > 0.0), key=lambda i: (-scores[i], i))
-    order = matched + [r[0] for r in rows if scores.get(r[0], 0.0) <= 0.0]
-    return [
-        RankedTable(
-            row[1],
-            row[2],
-            scores.get(i, 0.0),
-            row[3],
-            via.get(i, ""),
-            _root(rows, copy_of, i),
-            _root(rows, variant_of, i),
-        )
-        for i in order
-        for row in (rows[i - 1],)
+    ranked = [
+        RankedTable(b[0], b[1], scores[i], b[3], via.get(i, ""), b[5], b[6]) for i in matched for b in (blanks[i - 1],)
     ]
+    return ranked + [blank for i, blank in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0]  # ids run 1..n
 
 
 def _root(rows: list[tuple], roots: dict[int, int], i: int) -> str:
     return rows[roots[i] - 1][1] if i in roots else ""
+
+
+_PER_SCHEMA: dict[tuple[int, bool], tuple[list[tuple], dict[int, int], dict[int, int], list[RankedTable]]] = {}
+
+
+def _per_schema(rows: list[tuple], copies: bool) -> tuple[dict[int, int], dict[int, int], list[RankedTable]]:
+    """The copies' and variants' roots, and every table unranked (score 0): the same for every
+    question on a schema, so made once per index rows (5,000 tuples a question cost 10 ms)."""
+    key = (id(rows), copies)
+    kept = _PER_SCHEMA.get(key)
+    if kept is None or kept[0] is not rows:
+        copy_of = {r[0]: r[4] for r in rows if r[4] is not None} if copies else {}
+        variant_of = {r[0]: r[5] for r in rows if r[5] is not None} if copies else {}
+        blanks = [
+            RankedTable(r[1], r[2], 0.0, r[3], "", _root(rows, copy_of, r[0]), _root(rows, variant_of, r[0]))
+            for r in rows
+        ]
+        while len(_PER_SCHEMA) >= 2 * _ROWS_KEPT:
+            _PER_SCHEMA.pop(next(iter(_PER_SCHEMA)))
+        kept = _PER_SCHEMA[key] = (rows, copy_of, variant_of, blanks)
+    return kept[1], kept[2], kept[3]
 
 
 _ROWS: dict[
@@ -159,15 +181,59 @@ def index_rows(conn: sqlite3.Connection) -> list[tuple]:
     return rows
 
 
-def _with_parts(conn: sqlite3.Connection, terms: list[str]) -> list[str]:
-    """The terms and the parts of a glued one (`carmakers` -> car makers) in the schema's words."""
-    pieces = sorted({t[i:j] for t in terms if t.isalpha() for i in range(len(t)) for j in range(i + 3, len(t) + 1)})
-    if not pieces:
+_LINKS: dict[str, dict[int, list[int]]] = {}  # an index file -> each table's neighbours (as _ROWS)
+
+
+def _links(conn: sqlite3.Connection) -> dict[int, list[int]]:
+    """Each table's foreign-key neighbours, both ways, in id order (read once per index file: the
+    links table has no index, and 20 scans of 5,000 links a question cost milliseconds)."""
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    links = _LINKS.get(path) if path else None
+    if links is None:
+        links = {}
+        for a, b in conn.execute("SELECT a, b FROM links UNION SELECT b, a FROM links ORDER BY 1, 2"):
+            links.setdefault(a, []).append(b)
+        if path:
+            while len(_LINKS) >= _ROWS_KEPT:
+                _LINKS.pop(next(iter(_LINKS)))
+            _LINKS[path] = links
+    return links
+
+
+def _with_parts(conn: sqlite3.Connection, terms: list[str], *, split: bool = True, joined: bool = True) -> list[str]:
+    """The terms, the parts of a glued one (`carmakers` -> car makers) and two neighbouring
+    terms joined ("high schoolers" -> `highschooler`), in the schema's words."""
+    words = [t for t in terms if t.isalpha()]
+    pieces = {t[i:j] for t in words for i in range(len(t)) for j in range(i + 3, len(t) + 1)} if split else set()
+    pairs = [a + b for a, b in pairwise(words)] if joined else []
+    glued = {p[: len(p) - len(end)] for p in pairs for end in ("", *PLURAL_ENDINGS)}
+    if not pieces and not glued:
         return terms
-    marks = ", ".join("?" * len(pieces))
-    vocabulary = frozenset(w for (w,) in conn.execute(f"SELECT word FROM vocabulary WHERE word IN ({marks})", pieces))
-    parts = [p for term in terms for p in split_glued(term, vocabulary) if p not in terms]
-    return (terms + list(dict.fromkeys(parts)))[:MAX_TERMS]
+    asked = sorted(pieces | glued)
+    marks = ", ".join("?" * len(asked))
+    vocabulary = frozenset(w for (w,) in conn.execute(f"SELECT word FROM vocabulary WHERE word IN ({marks})", asked))
+    parts = [p for term in terms for p in split_glued(term, vocabulary) if p not in terms] if split else []
+    parts += [w for p in pairs for end in ("", *PLURAL_ENDINGS) for w in (p[: len(p) - len(end)],) if w in vocabulary]
+    return (terms + [p for p in dict.fromkeys(parts) if p not in terms])[:MAX_TERMS]
+
+
+def _cover(conn: sqlite3.Connection, terms: list[str], scores: dict[int, float]) -> None:
+    """Each term's `COVER_TOP` best name matches rank at least `COVER_SHARE` of the best score:
+    a question names the tables it asks about ("teachers"), and a strong match of another word
+    ("teach") must not bury them under its own neighbours."""
+    if not scores:
+        return
+    best = max(scores.values())
+    floor = COVER_SHARE * best
+    sql = (  # the shortest names first (bm25 weighs the whole row, where few columns win)
+        "SELECT rowid FROM words WHERE words MATCH ? "
+        "ORDER BY length(name) - length(replace(name, ' ', '')), rowid LIMIT ?"
+    )
+    for term in terms:
+        for (rowid,) in conn.execute(sql, (fts_query([term], ["name"]), COVER_TOP)):
+            own = scores.get(rowid, 0.0)
+            if own < floor:
+                scores[rowid] = floor + (best - floor) * own / best  # their own order kept among them
 
 
 def _word_scores(conn: sqlite3.Connection, terms: list[str], ranking: Ranking) -> dict[int, float]:
@@ -197,12 +263,24 @@ def closest_tables(conn: sqlite3.Connection, guessed: str, limit: int = SUGGESTI
     return found[:limit]
 
 
+def column_terms(text: str) -> list[str]:
+    """The question's words as a column's: `query_terms` with names, numbers and totals kept;
+    "year" for a year in it ("in 2014": `Year`), "age" for old and young, and two neighbouring
+    words glued whole or by the first one's initial ("first name": `firstname`, `Fname`)."""
+    terms = query_terms(text, stop=COLUMN_STOP_WORDS)
+    words = [w if w.isalpha() and w not in COLUMN_STOP_WORDS else "" for w in identifier_words(text)]
+    hints = ["year"] if any(_YEAR.fullmatch(t) for t in terms) else []
+    hints += ["age"] if AGE_WORDS.intersection(words) else []
+    hints += [glued for a, b in pairwise(words) if a and b for glued in (a + b, a[0] + b)]
+    return (terms + [h for h in dict.fromkeys(hints) if h not in terms])[:MAX_TERMS]
+
+
 def column_scores(columns: Sequence[str], text: str, *, prefixes: bool = False) -> dict[int, float]:
     """BM25 of each column related to `text` (same words and stemming as the tables, over a
     table of its own in memory), by position; columns it says nothing about are absent.
     `prefixes`: match the first `PREFIX_LETTERS` letters of longer words instead ("consumed"
     meets `Consumption`, which stemming leaves apart)."""
-    terms = query_terms(text)
+    terms = column_terms(text)
     if prefixes:
         terms = list(dict.fromkeys(t[:PREFIX_LETTERS] for t in terms if len(t) > PREFIX_LETTERS and t.isalpha()))
     if not terms:
