@@ -28,7 +28,7 @@ class ToolCallError(Exception):
     """A call the model got wrong; its message is shown to the model after `Error: `."""
 
 
-def checked_args(spec: ToolSpec, args: Any, *, strict: bool = False) -> dict[str, Any]:
+def checked_args(spec: ToolSpec, args: Any, *, strict: bool = False) -> dict[str, Any]:  # Any: JSON
     """`args` checked against `spec` (see the module's docstring); raises ToolCallError."""
     if not isinstance(args, dict):
         raise ToolCallError(f"{spec.name} expects its args as a JSON object")
@@ -70,7 +70,7 @@ def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any, strict: bool) -> An
     return clamped
 
 
-def _as_integer(value: Any, strict: bool) -> int | None:
+def _as_integer(value: Any, strict: bool) -> int | None:  # Any: model-JSON
     """An int (strict: only that), an integral float or a plain ASCII decimal string, with any
     value past MAX_INTEGER_DIGITS digits as +-10**MAX_INTEGER_DIGITS; anything else (bools,
     "²", "+-5", "1e3", 2.5) is None."""

@@ -179,7 +179,7 @@ class ReadOnlyDatabase:
         max_rows: int | None,
         time_limit_s: float | None = None,
         max_cell_chars: int | object | None = _AUTO,
-        params: Sequence[Any] = (),
+        params: Sequence[Any] = (),  # Any: sqlite3 (bound parameters)
     ) -> QueryResult:
         """Run one read-only statement and fetch at most `max_rows` rows.
 
@@ -203,7 +203,7 @@ class ReadOnlyDatabase:
             self._refuse(sql, keyword, params, limit)
         return self._run(sql, tuple(params), max_rows, max_cell_chars, limit)
 
-    def _refuse(self, sql: str, keyword: str, params: Sequence[Any], limit: float) -> None:
+    def _refuse(self, sql: str, keyword: str, params: Sequence[Any], limit: float) -> None:  # Any: sqlite3
         """Raise for a statement that is not a read: the policy's own reason when it has one
         (compiling with EXPLAIN runs nothing), else that only reads may run."""
         if keyword != "EXPLAIN":
@@ -213,7 +213,7 @@ class ReadOnlyDatabase:
             f"statement can run (this one starts with {keyword})"
         )
 
-    def _run(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: Any, limit: float) -> QueryResult:
+    def _run(self, sql: str, params: tuple, max_rows: int | None, max_cell_chars: object, limit: float) -> QueryResult:
         with self._lock:
             runner = self._runner
             if runner is None:
@@ -371,7 +371,7 @@ class ReadOnlyDatabase:
             return name
 
 
-def _checked_limit(seconds: Any) -> float:
+def _checked_limit(seconds: Any) -> float:  # Any: caller (checked here)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise QueryError(f"a time limit must be a number of seconds, not {seconds!r}")
     if not math.isfinite(seconds) or seconds <= 0:

@@ -17,7 +17,7 @@ NO_ROWS = "(no rows)"
 _LINE_BREAKS = str.maketrans({"\n": " ", "\r": " "})
 
 
-def format_value(value: Any) -> str:
+def format_value(value: Any) -> str:  # Any: sqlite3 (a cell as its column holds it)
     """One cell as text: NULL as `None`, Python's str() otherwise, each line break one space."""
     return str(value).replace("\r\n", "\n").translate(_LINE_BREAKS)
 
@@ -50,7 +50,11 @@ def one_line_ddl(sql: str) -> str:
 
 
 def format_result(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, max_rows: int, more_rows: bool = False
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],  # Any: sqlite3
+    *,
+    max_rows: int,
+    more_rows: bool = False,
 ) -> str:
     """A header line, at most `max_rows` rows, and a note when more rows exist.
 

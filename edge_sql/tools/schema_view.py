@@ -66,7 +66,7 @@ class TableListing:
     ranking: list[RankedTable] = field(default_factory=list)
     problem: str | None = None  # why the ranking was unavailable
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # Any: JSON
         scores = [
             {"name": t.name, "score": round(t.score, 4), "via": t.via, "shown": t.name in self._covered()}
             for t in self.ranking
@@ -232,7 +232,7 @@ class SchemaView:
             self._index = None
 
 
-_MEMO: weakref.WeakKeyDictionary[Any, dict[tuple[Any, str], int]] = weakref.WeakKeyDictionary()
+_MEMO: weakref.WeakKeyDictionary[Any, dict[tuple[Any, str], int]] = weakref.WeakKeyDictionary()  # Any: callable
 MEMO_TEXTS = 100_000  # counts kept per counter: a schema's lines recur from question to question
 
 

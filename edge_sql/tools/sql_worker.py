@@ -57,7 +57,7 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _send(fd: int, payload: Any) -> None:  # anything marshal writes: tuples, str, bytes, numbers
+def _send(fd: int, payload: Any) -> None:  # Any: marshal: anything it writes: tuples, str, bytes, numbers
     data = marshal.dumps(payload)
     data = len(data).to_bytes(4, "little") + data
     view = memoryview(data)

@@ -19,9 +19,9 @@ class ColumnListing:
 
     text: str
     table: str
-    columns: list[dict[str, Any]]  # name, score (0: unrelated), shown
+    columns: list[dict[str, Any]]  # Any: JSON; name, score (0: unrelated), shown
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # Any: JSON
         return {"text": self.text, "table": self.table, "columns": self.columns}
 
 

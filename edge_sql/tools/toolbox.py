@@ -78,7 +78,7 @@ class Toolbox:
         }
         assert set(self._tools) == set(TOOLS_BY_NAME), "every spec needs an implementation"
 
-    def call(self, name: str, args: dict[str, Any] | None) -> ToolResult:
+    def call(self, name: str, args: dict[str, Any] | None) -> ToolResult:  # Any: tool-args (checked against the spec)
         """Run one tool call; every mistake comes back as `ok=False` text, never an exception."""
         spec = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
         if spec is None:
