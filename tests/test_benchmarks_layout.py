@@ -12,11 +12,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
-# At the top stay the package itself, the GPU check's pack builder and shell script (the paths
-# the GPU device check is named by), and issue 62's two big-schema helpers (its retrieval
-# scripts and tests/test_big_schemas.py import them as benchmarks.bird_schemas and
-# benchmarks.schema_corpora).
-TOP = {"__init__.py", "gpu_pack.py", "bird_schemas.py", "schema_corpora.py"}
+# At the top stay the package itself and the GPU check's pack builder and shell script (the
+# paths the GPU device check is named by).
+TOP = {"__init__.py", "gpu_pack.py"}
 MAX_LINES = 450
 COMMAND = re.compile(r"\bpython3? (?:-m (benchmarks(?:\.\w+)+)|(benchmarks/[\w/]+\.py))")
 

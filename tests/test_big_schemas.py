@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from benchmarks.bird_schemas import load_bird, write_database
+from benchmarks.retrieval.bird_schemas import load_bird, write_database
 from edge_sql.agent import Budget, run_episode
 from edge_sql.agent.prompt import load_prompt
 from edge_sql.cli import main as cli
@@ -368,7 +368,7 @@ def test_glued_and_spaced_names_meet_and_an_undeclared_key_raises_its_table(tmp_
 
 
 def test_no_real_bird_table_counts_as_a_copy_of_another() -> None:
-    from benchmarks.bird_schemas import merged_schema
+    from benchmarks.retrieval.bird_schemas import merged_schema
     from edge_sql.tools.schema_index import TableFacts, copy_roots
 
     databases, _ = load_bird()

@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bird_schemas import merged_schema, write_database
 from benchmarks.retrieval.bench_schema_recall import BEFORE, _cpu, real_token_counter
-from benchmarks.schema_corpora import load_corpus, mixed_distractors
+from benchmarks.retrieval.bird_schemas import merged_schema, write_database
+from benchmarks.retrieval.schema_corpora import load_corpus, mixed_distractors
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.schema_ranking import Ranking
 from edge_sql.tools.schema_view import SchemaView

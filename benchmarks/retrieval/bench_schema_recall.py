@@ -1,7 +1,7 @@
 """Recall of gold tables in what `list_tables` shows, on big merged schemas; ranking time per
 question; index build time and size. Prints its figures (and writes them as JSON with --out).
 
-Two corpora (benchmarks/schema_corpora.py): BIRD mini-dev, which the ranking is tuned on, and
+Two corpora (benchmarks/retrieval/schema_corpora.py): BIRD mini-dev, which the ranking is tuned on, and
 Spider 1.0's dev set, held out (read for reporting only). Each question's database is merged
 with the corpus's other databases (for Spider, BIRD's too) and generated distractors of four
 kinds (same-shaped archive copies, yearly and quarterly tables of changing shape, link tables,
@@ -29,9 +29,9 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-from benchmarks.bird_schemas import GENERIC_COLUMNS, merged_schema, write_database
 from benchmarks.model.checkpoint_tokenizer import build_tokenizer
-from benchmarks.schema_corpora import load_corpus, mixed_distractors
+from benchmarks.retrieval.bird_schemas import GENERIC_COLUMNS, merged_schema, write_database
+from benchmarks.retrieval.schema_corpora import load_corpus, mixed_distractors
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.schema_index import index_for, index_path
 from edge_sql.tools.schema_ranking import Ranking, rank_tables

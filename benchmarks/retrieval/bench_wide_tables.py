@@ -2,7 +2,7 @@
 
 Each question's gold tables (parsed from its gold SQL with sqlglot) are made wide one at a
 time: the real table's columns scattered among others up to the width, no rows
-in their real database (benchmarks/schema_corpora.wide_table, three kinds: other real tables' columns, numbered
+in their real database (benchmarks/retrieval/schema_corpora.wide_table, three kinds: other real tables' columns, numbered
 generic measures, the table's own columns repeated per period). A question counts when, for
 every gold table, `describe_table` (the real tool, shares counted with the real Qwen3.5
 tokenizer as the agent counts them) shows every column of that table its gold SQL names.
@@ -24,9 +24,9 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-from benchmarks.bird_schemas import Table, write_database
 from benchmarks.retrieval.bench_schema_recall import _cpu, _share, real_token_counter
-from benchmarks.schema_corpora import WIDE_KINDS, load_corpus, wide_table
+from benchmarks.retrieval.bird_schemas import Table, write_database
+from benchmarks.retrieval.schema_corpora import WIDE_KINDS, load_corpus, wide_table
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 WIDTHS = (500, 2000)  # SQLite allows at most 2,000 columns a table

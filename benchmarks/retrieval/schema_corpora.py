@@ -16,10 +16,19 @@ import json
 import random
 from pathlib import Path
 
-from benchmarks.bird_schemas import DOMAINS, ENTITIES, GENERIC_COLUMNS, SHARDS, SUFFIXES, Table, _tables, load_bird
+from benchmarks.retrieval.bird_schemas import (
+    DOMAINS,
+    ENTITIES,
+    GENERIC_COLUMNS,
+    SHARDS,
+    SUFFIXES,
+    Table,
+    _tables,
+    load_bird,
+)
 
-SPIDER_FILE = Path(__file__).resolve().parent / "data" / "spider" / "heldout.json"
-HELDOUT2_FILE = Path(__file__).resolve().parent / "data" / "heldout2" / "heldout.json"
+SPIDER_FILE = Path(__file__).resolve().parents[1] / "data" / "spider" / "heldout.json"
+HELDOUT2_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout2" / "heldout.json"
 COPY_SUFFIXES = ("archive", "backup", "old", "bak", "snapshot", "copy", "hist", "prev", "2019", "2020", "v1", "save")
 AUDIT_COLUMNS = ("archived_at", "loaded_at", "batch_id", "snapshot_date")
 LINK_FORMS = ("{a}_{b}", "{a}_in_{b}", "{a}_to_{b}", "{a}_{b}_map", "{a}_has_{b}")
