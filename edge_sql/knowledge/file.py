@@ -22,7 +22,7 @@ from edge_sql.errors import ClosedError, KnowledgeError
 from edge_sql.knowledge import changes, retrieval
 from edge_sql.knowledge.evidence import TokenCounter, utf8_bytes
 from edge_sql.knowledge.seen import Seen
-from edge_sql.tools import ReadOnlyDatabase
+from edge_sql.tools import ReadOnlyDatabase, opened
 
 Db = str | Path | ReadOnlyDatabase
 """What the calls take for the user's database, as `Agent.ask` does: a path (opened read-only
@@ -126,6 +126,22 @@ class KnowledgeFile:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    @contextmanager
+    def removing(
+        self, db: Db, kind: changes.Kind, row_id: int, missing: str, surface: changes.Surface
+    ) -> Iterator[tuple[sqlite3.Connection, dict[str, Any]]]:
+        """One removal of a note or verified answer of `db`, in one write transaction: yields the
+        connection and the old row (the caller deletes it), then records it in the history.
+        KnowledgeError(`missing`, its `{db}` the database's name) when `db` has no such row."""
+        with opened(db) as database:
+            seen = Seen.of(database)
+        with self.writing() as conn:
+            old = changes.old_row(conn, kind, row_id)
+            if old is None or (seen.path != old["path"] and seen.identity != old["identity"]):
+                raise KnowledgeError(missing.format(db=Path(seen.path).name))
+            yield conn, old
+            changes.record(conn, seen, surface, "removed", kind, question=old["question"], old=old)
 
     def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """The rows of one read (for the store's own modules: changes.py, transfer.py)."""

@@ -4,7 +4,6 @@ given with every question (or with the questions that have its words), added, li
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from edge_sql.agent.given import Note
 from edge_sql.errors import KnowledgeError
@@ -15,6 +14,8 @@ from edge_sql.knowledge.file import Db, KnowledgeFile
 from edge_sql.knowledge.identity import tables_named, words
 from edge_sql.knowledge.seen import Seen, now
 from edge_sql.tools import ReadOnlyDatabase, opened
+
+NO_NOTE = "no note {note_id} for {db} (`edge-sql notes list` shows them)"
 
 
 class NoteCalls(KnowledgeFile):
@@ -67,12 +68,6 @@ class NoteCalls(KnowledgeFile):
 
     def remove_note(self, db: Db, note_id: int, *, surface: Surface = "api") -> Note:
         """Delete one note of `db` (kept in the history); KnowledgeError when it has none with that id."""
-        with opened(db) as database:
-            seen = Seen.of(database)
-        with self.writing() as conn:
-            old = changes.old_row(conn, "note", note_id)
-            if old is None or (seen.path != old["path"] and seen.identity != old["identity"]):
-                raise KnowledgeError(f"no note {note_id} for {Path(seen.path).name} (`edge-sql notes list` shows them)")
+        with self.removing(db, "note", note_id, NO_NOTE.format(note_id=note_id, db="{db}"), surface) as (conn, old):
             conn.execute("DELETE FROM notes WHERE id = ?", (note_id,))
-            changes.record(conn, seen, surface, "removed", "note", question=old["question"], old=old)
         return Note(note_id, old["text"], old["question"], old["created"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from edge_sql.agent.given import VerifiedAnswer
@@ -164,15 +163,12 @@ class VerifiedCalls(KnowledgeFile):
 
     def forget(self, db: Db, answer_id: int, *, surface: Surface = "api") -> VerifiedAnswer:
         """Delete one verified answer of `db` (kept in the history); KnowledgeError when it has none."""
-        with opened(db) as database:
-            seen = Seen.of(database)
-        with self.writing() as conn:
-            old = changes.old_row(conn, "verified", answer_id)
-            if old is None or (seen.path != old["path"] and seen.identity != old["identity"]):
-                raise KnowledgeError(f"no verified answer {answer_id} for {Path(seen.path).name}")
+        with self.removing(db, "verified", answer_id, f"no verified answer {answer_id} for {{db}}", surface) as (
+            conn,
+            old,
+        ):
             conn.execute("DELETE FROM verified WHERE id = ?", (answer_id,))
             retrieval.unindex_answer(conn, answer_id)
-            changes.record(conn, seen, surface, "removed", "verified", question=old["question"], old=old)
         return changes.answer_of(old)
 
     def mark_stale(self, db: ReadOnlyDatabase, answer_id: int, why: str | None) -> None:
