@@ -65,7 +65,7 @@ def run_fidelity(task: FidelityTask) -> None:
 def main(argv: list[str]) -> int:
     task = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     kind = task.pop("kind")
-    runners: dict[str, tuple[Callable[[Any], None], type]] = {
+    runners: dict[str, tuple[Callable[[Any], None], type]] = {  # Any: tasks
         "episodes": (run_episodes, EpisodeTask),
         "fidelity": (run_fidelity, FidelityTask),
     }

@@ -127,7 +127,7 @@ class KnowledgeFile:
                 raise
             conn.execute("COMMIT")
 
-    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:  # Any: sqlite3
         """The rows of one read (for the store's own modules: changes.py, transfer.py)."""
         with self._lock:
             return self.connection().execute(sql, params).fetchall()

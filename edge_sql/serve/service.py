@@ -233,7 +233,7 @@ class Service:
         self.log(f"note {note.id} added ({request.database}, {surface})")
         return note
 
-    def knowledge_of(self, database: str) -> dict[str, Any]:
+    def knowledge_of(self, database: str) -> dict[str, object]:
         """The named database's notes and verified answers (stale ones flagged), and a schema change."""
         with ReadOnlyDatabase(self.database_path(database)) as db:
             kb = self.agent.knowledge
@@ -276,7 +276,7 @@ class Service:
         self.log(f"verified answer v{answer.answer.id} {answer.action} ({request.database}, {surface})")
         return answer
 
-    def history(self, database: str) -> dict[str, Any]:
+    def history(self, database: str) -> dict[str, object]:
         """What teaching changed in the named database's notes and verified answers, oldest first."""
         with ReadOnlyDatabase(self.database_path(database)) as db:
             changes = self.agent.knowledge.history(db)
@@ -289,11 +289,11 @@ class Service:
         self.log(f"change #{change_id} undone ({database}, {surface})")
         return change
 
-    def list_databases(self) -> list[dict[str, Any]]:
+    def list_databases(self) -> list[dict[str, Any]]:  # Any: schema
         """Names and tables, never paths: clients do not need to know where files live."""
         return [{"name": e.name, "tables": list(e.tables)} for e in self.databases.values()]
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, object]:
         info = self.agent.info
         return {
             "status": "ok",
