@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.prompt import PromptTemplate
     from edge_sql.api.asks import Watch
+    from edge_sql.api.plan import SessionPlan
     from edge_sql.api.session_pool import SessionPool
 
 T = TypeVar("T")
@@ -55,7 +56,7 @@ class AskMany:
 
     prompt: PromptTemplate
     budget: Budget
-    parallel: int
+    plan: SessionPlan  # its `sessions` answer at once (the `parallel` setting, or a vote's K if more)
     greedy: bool
     seed: int | None
     _executor: ThreadPoolExecutor | None
@@ -257,4 +258,4 @@ class AskMany:
                 in_turn=in_turn,
             )
 
-        return drive(items, answer, workers=self.parallel, should_stop=should_stop, watch=watch, skip=skip)
+        return drive(items, answer, workers=self.plan.sessions, should_stop=should_stop, watch=watch, skip=skip)

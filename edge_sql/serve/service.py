@@ -1,5 +1,5 @@
 """What both interfaces share: the named databases, the limits, one `Agent` behind one queue
-(answering `Limits.parallel` requests at once).
+(answering the Agent's `settings.parallel` requests at once: its pool, `api/session_pool.py`).
 
 The operator names every database at start (`--db NAME=PATH`, or `--db PATH`: named by its
 file's stem); clients refer to them by name only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
@@ -44,7 +44,6 @@ class Limits:
     max_rows: int = 200  # rows of the answer returned over HTTP (Budget.max_result_rows)
     mcp_rows: int = 20  # rows shown in an MCP tool result (with the total count)
     mcp_output_chars: int = 200  # each call's output in an MCP tool result
-    parallel: int = 1  # requests answered at once (the Agent holds as many sessions)
     vote: int | Literal["auto"] | None = None  # the vote of a request that names none (`serve --vote`)
     seed: int | None = None  # the seed of a request that names none (`serve --seed`)
     greedy: bool = False  # `serve --greedy`: a request without a vote takes the most likely token
