@@ -14,12 +14,12 @@ from importlib import import_module
 from typing import Any
 
 
-def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:  # Any: lazy
     """The `__getattr__` of `package`: `exports[name]` is the module that defines `name`, imported
     on first use and kept in the package's namespace, so later lookups cost nothing."""
     namespace = sys.modules[package].__dict__
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> Any:  # Any: lazy
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

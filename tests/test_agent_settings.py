@@ -30,13 +30,12 @@ ABOVE_THE_RUNTIME = ("api", "commands", "bench", "serve", "evaluation", "cluster
 # of what was written, not settings): the figures after issue 63, so that they only go down.
 # Before it (the same count at commit a90cb75): speculate 8, n_ctx 7, prompt_file 5, n_threads 6,
 # parallel 13 files. Left beside api/agent_settings.py: the bench command's own click parameters
-# (commands/bench.py: --ctx, --speculate, --parallel); and where the name is another thing's:
-# `parallel` is also the serve queue's concurrency (serve/queue.py, service.py), the scorer's
-# threads (evaluation/scoring.py, commands/evaluate.py), the Agent's attribute `ask_many` reads
-# (api/many.py) and the bench's --parallel (bench/config.py; None: auto); `n_threads` is also the
-# quantizer's, the imatrix's and the fidelity sessions' (bench/variants.py,
-# evaluation/task_imatrix.py, bench/tasks.py FidelityTask).
-MOST_FILES = {"speculate": 2, "n_ctx": 2, "prompt_file": 1, "n_threads": 4, "parallel": 8}
+# (commands/bench.py: --ctx, --speculate, --parallel) and the bench's --parallel, None: auto per
+# variant (bench/config.py); `n_threads` is also the quantizer's and the imatrix step's
+# (bench/variants.py, evaluation/task_imatrix.py). serve reads the Agent's `parallel` (its pool),
+# api/many.py the plan's sessions, and the scorer's and the fidelity sessions' threads are named
+# `threads` (evaluate's `--parallel` keeps its name).
+MOST_FILES = {"speculate": 2, "n_ctx": 2, "prompt_file": 1, "n_threads": 3, "parallel": 3}
 
 
 def _records(tree: ast.Module) -> set[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from edge_sql.agent.how import answer_notes
 from edge_sql.agent.result import CallRecord, EpisodeResult
@@ -56,7 +55,11 @@ def call_line(call: CallRecord, width: int = CALL_LINE_WIDTH) -> str:
 
 
 def table_text(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, max_rows: int = TABLE_ROWS, cell_width: int = CELL_WIDTH
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    max_rows: int = TABLE_ROWS,
+    cell_width: int = CELL_WIDTH,
 ) -> str:
     """Rows as an aligned text table with a header rule; at most `max_rows` rows."""
     if not columns:

@@ -57,7 +57,7 @@ def read_vote(text: str) -> VoteSetting:
 
 def option(
     key: str, read: Callable[[str], object], *, param: str | None = None, invert: bool = False
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A field's metadata: the option that sets it (`key`, its name in the files and in
     `EDGE_SQL_<KEY>`), how an environment string reads (`read`), the click parameter's name when
     it is not the key's (`param`), and `invert` for a `--no-...` flag."""
@@ -119,7 +119,7 @@ def make_settings(**values: object) -> AgentSettings:
     return AgentSettings(**values)  # type: ignore[arg-type]
 
 
-def settings_from_json(data: Mapping[str, Any]) -> AgentSettings:
+def settings_from_json(data: Mapping[str, Any]) -> AgentSettings:  # Any: asdict
     """Settings from their `dataclasses.asdict` (a bench task's JSON): the budget a Budget again."""
     from edge_sql.agent.budget import Budget
 
@@ -127,7 +127,7 @@ def settings_from_json(data: Mapping[str, Any]) -> AgentSettings:
     return make_settings(**{**data, "budget": Budget(**budget) if isinstance(budget, dict) else budget})
 
 
-def setting_options() -> dict[str, dataclasses.Field[Any]]:
+def setting_options() -> dict[str, dataclasses.Field[Any]]:  # Any: dataclasses
     """The fields an option sets, by the option's key (`threads` -> the `n_threads` field)."""
     return {f.metadata["option"]: f for f in dataclasses.fields(AgentSettings) if "option" in f.metadata}
 

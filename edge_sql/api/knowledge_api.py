@@ -24,12 +24,12 @@ class AgentKnowledge(Knowledge):
         assert isinstance(knowledge, AgentKnowledge)  # Knowledge.open makes a `cls`
         return knowledge
 
-    def export_json(self, db: Db) -> dict[str, Any]:
+    def export_json(self, db: Db) -> dict[str, Any]:  # Any: records
         """`db`'s notes and verified answers as one JSON-ready dict (`transfer.export_json`)."""
         with opened(db) as database:
             return transfer.export_json(self, database)
 
-    def import_json(self, db: Db, data: Any, *, replace: bool = False) -> transfer.Imported:
+    def import_json(self, db: Db, data: Any, *, replace: bool = False) -> transfer.Imported:  # Any: json.loads
         """Store an export's notes and answers for `db`, all or nothing (`transfer.import_json`)."""
         with opened(db) as database:
             return transfer.import_json(self, database, data, replace=replace)

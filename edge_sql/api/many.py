@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
 from edge_sql.agent.events import EpisodeEvent
 from edge_sql.agent.given import FollowUp
@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     from edge_sql.agent.budget import Budget
     from edge_sql.agent.prompt import PromptTemplate
     from edge_sql.api.asks import Watch
+    from edge_sql.api.plan import SessionPlan
     from edge_sql.api.session_pool import SessionPool
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class AskOptions(TypedDict, total=False):
@@ -54,17 +56,17 @@ class AskMany:
 
     prompt: PromptTemplate
     budget: Budget
-    parallel: int
+    plan: SessionPlan  # its `sessions` answer at once (the `parallel` setting, or a vote's K if more)
     greedy: bool
     seed: int | None
     _executor: ThreadPoolExecutor | None
 
     if TYPE_CHECKING:  # the Agent's, which these calls go through
 
-        def ask(self, *args: Any, **kwargs: Any) -> EpisodeResult: ...
-        def stop_when(self, *args: Any, **kwargs: Any) -> StopWhen: ...
-        def vote_k(self, *args: Any, **kwargs: Any) -> int | None: ...
-        def _answer(self, *args: Any, **kwargs: Any) -> EpisodeResult: ...
+        def ask(self, *args: Any, **kwargs: Any) -> EpisodeResult: ...  # Any: mixin
+        def stop_when(self, *args: Any, **kwargs: Any) -> StopWhen: ...  # Any: mixin
+        def vote_k(self, *args: Any, **kwargs: Any) -> int | None: ...  # Any: mixin
+        def _answer(self, *args: Any, **kwargs: Any) -> EpisodeResult: ...  # Any: mixin
         def _open_pool(self) -> SessionPool: ...
 
     async def ask_async(
@@ -102,7 +104,7 @@ class AskMany:
         )
         return await self._awaited(stop, functools.partial(call, should_stop=stop))
 
-    async def run_async(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def run_async(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Any blocking call (the knowledge calls that touch the disk: `agent.knowledge.add_note`,
         ...) on the Agent's thread, awaited."""
         return await self._awaited(None, functools.partial(call, *args, **kwargs))
@@ -256,4 +258,4 @@ class AskMany:
                 in_turn=in_turn,
             )
 
-        return drive(items, answer, workers=self.parallel, should_stop=should_stop, watch=watch, skip=skip)
+        return drive(items, answer, workers=self.plan.sessions, should_stop=should_stop, watch=watch, skip=skip)

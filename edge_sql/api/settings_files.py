@@ -42,7 +42,7 @@ def env_name(key: str) -> str:
     return f"{ENV_PREFIX}_{key.upper().replace('-', '_')}"
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:  # Any: toml
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -105,7 +105,7 @@ def chosen_profile() -> str | None:
     return choices[-1][0] if choices else None
 
 
-def _check_keys(table: dict[str, Any], where: str, known_keys: Collection[str]) -> None:
+def _check_keys(table: dict[str, Any], where: str, known_keys: Collection[str]) -> None:  # Any: toml
     """SettingsError naming `where` for a key that is no option of run or serve."""
     unknown = sorted(set(map(_key, table)) - set(known_keys))
     if unknown:
@@ -121,7 +121,7 @@ def known_profiles() -> list[str]:
     return sorted(names)
 
 
-def profiles_of(where: str, data: dict[str, Any]) -> dict[str, Any]:
+def profiles_of(where: str, data: dict[str, Any]) -> dict[str, Any]:  # Any: toml
     """A file's `[profile.NAME]` tables by name; `profile = "NAME"` chooses one instead (no
     tables); anything else is a SettingsError."""
     profiles = data.get(PROFILE_TABLE, {})

@@ -23,7 +23,7 @@ class ResultCache:
 
     def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
-        self._results: dict[tuple[Path, str], frozenset[tuple[Any, ...]] | None] = {}
+        self._results: dict[tuple[Path, str], frozenset[tuple[Any, ...]] | None] = {}  # Any: sqlite3
         # One open database (one SQL worker process) per file, not one per statement.
         self._dbs: dict[Path, ReadOnlyDatabase] = {}
 

@@ -88,7 +88,7 @@ def fidelity_task(
         results_path=str(results.path),
         keys=keys,
         seed=config.seed,
-        n_threads=config.episodes.n_threads,
+        threads=config.episodes.n_threads,
         max_tokens=config.fidelity_tokens,
         chunk=config.fidelity_chunk,
         reference_name=reference.name,

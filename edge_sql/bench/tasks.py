@@ -43,7 +43,7 @@ class FidelityTask:
     results_path: str
     keys: list[tuple[str, str]]  # (mode, question id) of the reference's episodes
     seed: int
-    n_threads: int | None
+    threads: int | None  # the two sessions' llama.cpp threads (the episodes' `n_threads`, or a node's CPUs)
     max_tokens: int
     chunk: int
     reference_name: str = "BF16"

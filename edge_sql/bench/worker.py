@@ -50,8 +50,8 @@ def run_fidelity(task: FidelityTask) -> None:
         for r in log.records("episode")
         if r["variant"] == task.reference_name and r.get("tokens") and (r["mode"], str(r["question_id"])) in wanted
     }
-    reference = Session(task.reference_path, n_ctx=256, n_batch=task.chunk, n_threads=task.n_threads)
-    variant = Session(task.model_path, n_ctx=256, n_batch=task.chunk, n_threads=task.n_threads)
+    reference = Session(task.reference_path, n_ctx=256, n_batch=task.chunk, n_threads=task.threads)
+    variant = Session(task.model_path, n_ctx=256, n_batch=task.chunk, n_threads=task.threads)
     for mode, question_id in tqdm(sorted(transcripts), desc=f"{task.variant} fidelity", unit="tr", file=sys.stderr):
         started = time.perf_counter()
         tokens, positions = transcripts[(mode, question_id)]
@@ -65,7 +65,7 @@ def run_fidelity(task: FidelityTask) -> None:
 def main(argv: list[str]) -> int:
     task = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     kind = task.pop("kind")
-    runners: dict[str, tuple[Callable[[Any], None], type]] = {
+    runners: dict[str, tuple[Callable[[Any], None], type]] = {  # Any: tasks
         "episodes": (run_episodes, EpisodeTask),
         "fidelity": (run_fidelity, FidelityTask),
     }

@@ -56,7 +56,7 @@ def compare_chunk(
                 **{
                     **task,
                     "results_path": str(log.path),
-                    "n_threads": assigned_cpus(),
+                    "threads": assigned_cpus(),
                     "model_path": paths[task["variant"]],
                     "reference_path": paths[task["reference_name"]],
                 }

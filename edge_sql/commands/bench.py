@@ -19,7 +19,7 @@ class ParallelCount(click.ParamType):
 
     name = "auto|N"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:  # Any: click
         if value is None or isinstance(value, int):
             return value
         if str(value).strip().lower() == "auto":

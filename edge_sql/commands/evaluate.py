@@ -57,6 +57,7 @@ from edge_sql.evaluation.scoring import DEFAULT_TIMEOUT_S, evaluate
 )
 @click.option(
     "--parallel",
+    "score_threads",  # the scorer's threads, not the agent's `parallel` setting
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
@@ -72,7 +73,7 @@ def command(
     timeout_s: float,
     json_out: Path | None,
     ray_address: str | None,
-    parallel: int = 1,
+    score_threads: int = 1,
 ) -> None:
     """Score predicted SQL by execution accuracy, with BIRD's rules.
 
@@ -83,7 +84,7 @@ def command(
 
     Example: edge-sql eval --dataset bundled --predictions pred.json --json report.json
     """
-    if ray_address is not None and parallel > 1:
+    if ray_address is not None and score_threads > 1:
         raise click.UsageError(
             "--parallel scores on this machine; with --ray each database is a Ray task "
             "and the cluster runs them side by side"
@@ -108,7 +109,7 @@ def command(
             timeout_s=timeout_s,
             dataset=str(dataset),
             show_progress=True,
-            parallel=parallel,
+            threads=score_threads,
         )
     click.echo(report.format_table())
     if json_out is not None:

@@ -71,7 +71,7 @@ def budget_options(command: Callable) -> Callable:
     usage error naming --budget)."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, budget_items: tuple[str, ...], **kwargs: Any) -> Any:
+    def wrapper(*args: Any, budget_items: tuple[str, ...], **kwargs: Any) -> Any:  # Any: click
         from edge_sql.agent.budget import parse_budget_items
 
         items = [
@@ -186,7 +186,7 @@ def agent_settings_from_options(command: Callable) -> Callable:
     argument (`budget_options`): `serve` bounds its rows first."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:  # Any: click
         from edge_sql.api.agent_settings import from_parameters, make_settings, setting_options
 
         values = from_parameters(kwargs)

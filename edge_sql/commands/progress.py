@@ -114,7 +114,7 @@ class _EchoOff:
     """The terminal on stdin stops echoing keys until `restore` (POSIX; elsewhere nothing
     changes): typed text would land inside the status line and be erased with it."""
 
-    def __init__(self, fd: int, saved: list[Any]) -> None:
+    def __init__(self, fd: int, saved: list[Any]) -> None:  # Any: termios
         self.fd, self.saved = fd, saved
 
     @classmethod

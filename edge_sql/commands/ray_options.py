@@ -16,13 +16,13 @@ RAY_HELP = (
 )
 
 
-def ray_address_option(func: Callable[..., Any]) -> Callable[..., Any]:
+def ray_address_option(func: Callable[..., Any]) -> Callable[..., Any]:  # Any: click
     return click.option(
         "--ray", "ray_address", is_flag=False, flag_value=AUTO, default=None, metavar="[ADDRESS|local]", help=RAY_HELP
     )(func)
 
 
-def ray_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def ray_options(func: Callable[..., Any]) -> Callable[..., Any]:  # Any: click
     """--ray and --ray-workers (Ray actors per variant, each with --threads CPUs)."""
     func = click.option(
         "--ray-workers",

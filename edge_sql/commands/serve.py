@@ -300,7 +300,6 @@ def _serve(options: ServeOptions) -> None:
         max_body_bytes=o.max_body,
         max_question_chars=o.max_question,
         max_rows=o.max_rows,
-        parallel=parallel,
         vote=asked.vote,
         seed=asked.seed,
         greedy=asked.greedy,

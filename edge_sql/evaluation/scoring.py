@@ -93,7 +93,7 @@ def evaluate(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     dataset: str | None = None,
     show_progress: bool = False,
-    parallel: int = 1,
+    threads: int = 1,
 ) -> EvalReport:
     """Score a predictions mapping (question id -> SQL) on every question.
 
@@ -101,12 +101,13 @@ def evaluate(
     repeated question's plain id (see `datasets.base_id`) covers each repeat. All databases are
     checked first, so a missing one stops the run with its name before any scoring.
 
-    `parallel` > 1 scores that many questions at once, each thread on connections of its own
-    (each `ReadOnlyDatabase` runs its SQL in a worker process of its own, so a slow gold query
-    no longer holds up the rest); the report is the same, in the questions' order.
+    `threads` > 1 (`eval --parallel`) scores that many questions at once, each thread on
+    connections of its own (each `ReadOnlyDatabase` runs its SQL in a worker process of its own,
+    so a slow gold query no longer holds up the rest); the report is the same, in the questions'
+    order.
     """
-    if parallel < 1:
-        raise ValueError(f"parallel must be at least 1, got {parallel}")
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
     require_databases(questions)
     local = threading.local()
     opened: list[dict[Path, ReadOnlyDatabase]] = []  # each thread's open databases
@@ -130,7 +131,7 @@ def evaluate(
             gold_sql=question.gold_sql,
         )
 
-    pool = ThreadPoolExecutor(parallel, thread_name_prefix="edge-sql-score") if parallel > 1 else None
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="edge-sql-score") if threads > 1 else None
     done = False
     try:
         scored = map(score, questions) if pool is None else pool.map(score, questions)

@@ -29,7 +29,7 @@ class Ledger(Protocol):
     """What history and undo need of the store (`Knowledge` is one): a read, a write transaction.
     A protocol, so that store.py imports this module and not the reverse."""
 
-    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]: ...
+    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]: ...  # Any: sqlite3
 
     def writing(self) -> AbstractContextManager[sqlite3.Connection]: ...
 
@@ -106,7 +106,7 @@ class Change:
             did = f"{self.label(self.old_id)} is back"
         return f"undid change #{self.id} ({self.action} {self.kind.replace('verified', 'verified answer')}): {did}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
             "at": self.at,
@@ -144,7 +144,7 @@ class Stored:
             return f"replaced v{self.replaced.id} ({one_line(self.replaced.sql)}) by verified v{answer.id}: {pair}"
         return f"kept as verified (v{answer.id}): {pair}"
 
-    def reply_json(self) -> dict[str, Any]:
+    def reply_json(self) -> dict[str, object]:
         """The answer stored, what happened, what it replaced and the line: HTTP's and MCP's reply."""
         return {
             "verified": self.answer.to_json(),
@@ -154,14 +154,14 @@ class Stored:
         }
 
 
-def answer_of(row: dict[str, Any]) -> VerifiedAnswer:
+def answer_of(row: dict[str, Any]) -> VerifiedAnswer:  # Any: sqlite3
     """A verified answer from its whole row (`old_row`)."""
     return VerifiedAnswer(
         row["id"], row["question"], row["evidence"], row["sql"], row["verified_at"], follows=row["follows"]
     )
 
 
-def old_row(conn: sqlite3.Connection, kind: Kind, row_id: int) -> dict[str, Any] | None:
+def old_row(conn: sqlite3.Connection, kind: Kind, row_id: int) -> dict[str, Any] | None:  # Any: sqlite3
     """A verified answer's or note's whole row, to keep beside its change (None: no such row)."""
     table, columns = ("verified", VERIFIED_COLUMNS) if kind == "verified" else ("notes", NOTE_COLUMNS)
     row = conn.execute(f"SELECT {', '.join(columns)} FROM {table} WHERE id = ?", (row_id,)).fetchone()
@@ -176,7 +176,7 @@ def record(
     kind: Kind,
     *,
     question: str | None,
-    old: dict[str, Any] | None = None,
+    old: dict[str, Any] | None = None,  # Any: sqlite3
     new_id: int | None = None,
     new_text: str | None = None,
 ) -> None:

@@ -130,7 +130,7 @@ class KnowledgeFile:
     @contextmanager
     def removing(
         self, db: Db, kind: changes.Kind, row_id: int, missing: str, surface: changes.Surface
-    ) -> Iterator[tuple[sqlite3.Connection, dict[str, Any]]]:
+    ) -> Iterator[tuple[sqlite3.Connection, dict[str, Any]]]:  # Any: sqlite3
         """One removal of a note or verified answer of `db`, in one write transaction: yields the
         connection and the old row (the caller deletes it), then records it in the history.
         KnowledgeError(`missing`, its `{db}` the database's name) when `db` has no such row."""
@@ -143,7 +143,7 @@ class KnowledgeFile:
             yield conn, old
             changes.record(conn, seen, surface, "removed", kind, question=old["question"], old=old)
 
-    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:  # Any: sqlite3
         """The rows of one read (for the store's own modules: changes.py, transfer.py)."""
         with self._lock:
             return self.connection().execute(sql, params).fetchall()

@@ -30,7 +30,7 @@ FORMAT = "edge-sql-knowledge"
 VERSION = 1
 
 
-def export_json(kb: Knowledge, db: ReadOnlyDatabase) -> dict[str, Any]:
+def export_json(kb: Knowledge, db: ReadOnlyDatabase) -> dict[str, Any]:  # Any: records
     """`db`'s notes and verified answers as one JSON-ready dict."""
     seen = Seen.of(db)
     return {
@@ -68,7 +68,7 @@ class Imported:
             parts.append(f"replaced {pairs}")
         return f"imported from {source}: " + "; ".join(p for p in parts if p)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "notes_added": self.notes_added,
             "notes_skipped": self.notes_skipped,
@@ -78,7 +78,13 @@ class Imported:
         }
 
 
-def import_json(kb: Knowledge, db: ReadOnlyDatabase, data: Any, *, replace: bool = False) -> Imported:
+def import_json(
+    kb: Knowledge,
+    db: ReadOnlyDatabase,
+    data: Any,  # Any: json.loads
+    *,
+    replace: bool = False,
+) -> Imported:
     """Store the notes and verified answers of an export in `db`'s knowledge. A note already there
     with the same text and an answer already there with the same SQL are skipped (their ids kept),
     so importing a file twice adds nothing. An answer with other SQL for a question that has one
@@ -126,7 +132,9 @@ def import_json(kb: Knowledge, db: ReadOnlyDatabase, data: Any, *, replace: bool
 
 
 def _validated(
-    kb: Knowledge, db: ReadOnlyDatabase, data: Any
+    kb: Knowledge,
+    db: ReadOnlyDatabase,
+    data: Any,  # Any: json.loads
 ) -> tuple[list[tuple[str, str | None, str]], list[VerifiedAnswer]]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise KnowledgeError(f'not an edge-sql knowledge file (no "format": "{FORMAT}")')
@@ -174,7 +182,7 @@ def _validated(
     return notes, answers
 
 
-def _text(item: Any, key: str, where: str, *, optional: bool = False) -> Any:
+def _text(item: Any, key: str, where: str, *, optional: bool = False) -> Any:  # Any: json.loads
     if not isinstance(item, dict):
         raise KnowledgeError(f"knowledge file: {where} must be an object")
     value = item.get(key)
@@ -185,7 +193,7 @@ def _text(item: Any, key: str, where: str, *, optional: bool = False) -> Any:
     return value
 
 
-def read_file(path: Path) -> Any:
+def read_file(path: Path) -> Any:  # Any: json.loads
     """A knowledge file's JSON; KnowledgeError (one line) for a missing or unreadable file."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))

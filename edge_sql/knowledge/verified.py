@@ -148,7 +148,14 @@ class VerifiedCalls(KnowledgeFile):
         with opened(db) as database:
             return self._verified(Seen.of(database), "identity = ? OR path = ?", ())
 
-    def _verified(self, seen: Seen, where: str, params: tuple[Any, ...], *, marks: bool = True) -> list[VerifiedAnswer]:
+    def _verified(
+        self,
+        seen: Seen,
+        where: str,
+        params: tuple[Any, ...],  # Any: sqlite3
+        *,
+        marks: bool = True,
+    ) -> list[VerifiedAnswer]:
         """The answers that match; `stale` says why one no longer fits: a table it names is gone,
         or (with `marks`) its SQL was last found not to hold (`mark_stale`)."""
         rows = self.rows(

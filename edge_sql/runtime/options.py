@@ -9,7 +9,7 @@ heavy (no llama.cpp), so the CLI can offer the modes without loading it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, TypedDict, get_args
+from typing import Literal, TypedDict, get_args
 
 from edge_sql.errors import EdgeSqlError
 
@@ -81,7 +81,7 @@ class SessionOptions:
             raise ValueError("n_threads must be >= 1")
         return self if self.speculate != "off" else replace(self, draft_max=0)
 
-    def state_fields(self) -> dict[str, Any]:
+    def state_fields(self) -> dict[str, object]:
         """The settings a saved context state depends on (what `prefix_key` hashes)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("state", True)}
 

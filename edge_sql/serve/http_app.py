@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -167,7 +166,7 @@ async def ask(service: Service, request: Request) -> Response:
 # ---- Server-sent events ----------------------------------------------------------------------
 
 
-def sse(event: str, data: Any) -> bytes:
+def sse(event: str, data: object) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
@@ -197,7 +196,7 @@ async def job_events(job: Job) -> AsyncIterator[bytes]:
                 yield sse(data[0], {**data[1], **elapsed})
 
 
-def event_data(event: EpisodeEvent) -> tuple[str, dict[str, Any]] | None:
+def event_data(event: EpisodeEvent) -> tuple[str, dict[str, object]] | None:
     """An episode event's SSE name and fields (None: `Answered`, which the `answer` event follows)."""
     match event:
         case RoundStarted(round=index):

@@ -10,7 +10,7 @@ its episode stopped at the next token.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, TypeVarTuple
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -34,6 +34,7 @@ from edge_sql.serve.service import Service
 from edge_sql.serve.tokens import check_teacher
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 INSTRUCTIONS = (
     "Ask questions in plain language about the SQLite databases this server was started with. "
     "Call list_databases for their names and tables, then ask(question, database). Each answer "
@@ -45,7 +46,7 @@ INSTRUCTIONS = (
 
 class CallOutput(BaseModel):
     tool: str
-    args: dict[str, Any]
+    args: dict[str, Any]  # Any: schema
     ok: bool
     output: str = Field(description="What the tool returned to the model (shortened)")
 
@@ -58,7 +59,7 @@ class RoundOutput(BaseModel):
 class AskOutput(BaseModel):
     sql: str | None = Field(description="The answer query (null when there is none)")
     columns: list[str]
-    rows: list[list[Any]] = Field(description="The first rows of the answer")
+    rows: list[list[Any]] = Field(description="The first rows of the answer")  # Any: schema
     row_count: int = Field(description="Rows the answer returned (up to the server's row limit)")
     more_rows: bool = Field(description="True when the query had more rows than row_count")
     forced: bool = Field(description="The answer came from the forced final turn (tool rounds used up)")
@@ -67,7 +68,7 @@ class AskOutput(BaseModel):
     error: str | None
     rounds: list[RoundOutput]
     wall_s: float = Field(description="Seconds the episode took (without the wait in the queue)")
-    checks: dict[str, Any] | None = Field(
+    checks: dict[str, Any] | None = Field(  # Any: schema
         default=None,
         description=(
             "The answer checked: confidence (checked, unchecked, doubtful) with its reasons, each table, "
@@ -78,7 +79,7 @@ class AskOutput(BaseModel):
     doubt: Doubt = Field(
         description="How sure the answer is and how it came about: confidence, reasons, forced, fallback, vote"
     )
-    given: dict[str, Any] | None = Field(
+    given: dict[str, Any] | None = Field(  # Any: schema
         default=None,
         description=(
             "What the model was given besides the question: notes, similar verified answers (examples), the "
@@ -86,7 +87,7 @@ class AskOutput(BaseModel):
         ),
     )
     given_text: list[str] = Field(default_factory=list, description="The same in words")
-    chart: dict[str, Any] | None = Field(
+    chart: dict[str, Any] | None = Field(  # Any: schema
         default=None,
         description=(
             "A Vega-Lite spec of the whole result, chosen by written rules (a time with numbers: a line; a "
@@ -109,7 +110,7 @@ class _Arguments(ArgModelBase):
 
     model_config = ConfigDict(extra="allow")
 
-    def model_dump_one_level(self) -> dict[str, Any]:
+    def model_dump_one_level(self) -> dict[str, Any]:  # Any: schema
         return {"arguments": dict(self.model_extra or {})}
 
 
@@ -117,7 +118,7 @@ def build_mcp(service: Service) -> MCPServer:
     """An MCPServer exposing `service`: run it over stdio or mount its streamable HTTP app."""
     limits = service.limits
 
-    async def ask(arguments: dict[str, Any], ctx: Context) -> Annotated[CallToolResult, AskOutput]:
+    async def ask(arguments: dict[str, Any], ctx: Context) -> Annotated[CallToolResult, AskOutput]:  # Any: schema
         """Answer a question about one of the server's databases with a SQL query and its rows.
 
         `database` is a name from list_databases; `evidence` is an optional hint (e.g. what a
@@ -146,7 +147,9 @@ def build_mcp(service: Service) -> MCPServer:
         """The databases this server can answer questions about, with their tables."""
         return DatabasesOutput(databases=[DatabaseOutput(**entry) for entry in service.list_databases()])
 
-    async def add_note(ctx: Context, database: str, text: str, question: str | None = None) -> dict[str, Any]:
+    async def add_note(
+        ctx: Context, database: str, text: str, question: str | None = None
+    ) -> dict[str, Any]:  # Any: schema
         """Teach the model a fact about a database, given with every question from now on (e.g.
         'amounts are in cents'); with `question`, only with questions that have those words.
         Stored in edge-sql's own knowledge database, never in the user's database."""
@@ -154,12 +157,12 @@ def build_mcp(service: Service) -> MCPServer:
         note = await _knowledge(service.add_note, NoteRequest(database=database, text=text, question=question), "MCP")
         return {"note": note.to_json(), "message": f"added note {note.id}: {note.text}"}
 
-    async def list_notes(database: str) -> dict[str, Any]:
+    async def list_notes(database: str) -> dict[str, Any]:  # Any: schema
         """A database's notes and verified answers (stale ones flagged: a table they name is gone,
         or the answer's SQL no longer holds)."""
         return dict(await _knowledge(service.knowledge_of, database))
 
-    async def remove_note(ctx: Context, database: str, note_id: int) -> dict[str, Any]:
+    async def remove_note(ctx: Context, database: str, note_id: int) -> dict[str, Any]:  # Any: schema
         """Delete one note of a database (its id from list_notes; the history keeps it)."""
         _may_teach(ctx)
         note = await _knowledge(service.remove_note, database, note_id, "MCP")
@@ -173,7 +176,7 @@ def build_mcp(service: Service) -> MCPServer:
         evidence: str | None = None,
         follows: str | None = None,
         replace: bool = False,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any]:  # Any: schema
         """Mark an answer right, as a person confirmed it: `sql` (the answer's SQL, or its fix)
         answers `question`. The same question is then answered at once from it, and similar ones
         are given it as an example. Only call this for what the user confirmed. `follows`: the
@@ -186,12 +189,12 @@ def build_mcp(service: Service) -> MCPServer:
         )
         return (await _knowledge(service.verify, confirmed, "MCP")).reply_json()
 
-    async def history(database: str) -> dict[str, Any]:
+    async def history(database: str) -> dict[str, Any]:  # Any: schema
         """What teaching changed in a database's notes and verified answers, oldest first: when,
         from which surface, the old and the new SQL or text. `undo` takes a change's id."""
         return dict(await _knowledge(service.history, database))
 
-    async def undo(ctx: Context, database: str, change: int) -> dict[str, Any]:
+    async def undo(ctx: Context, database: str, change: int) -> dict[str, Any]:  # Any: schema
         """Undo one change from `history` (only when the user asks): an added note or answer is
         removed, a replaced or removed one comes back."""
         _may_teach(ctx)
@@ -221,7 +224,7 @@ def build_mcp(service: Service) -> MCPServer:
     )
 
 
-async def _knowledge(call: Callable[..., T], *args: Any) -> T:
+async def _knowledge(call: Callable[[*Ts], T], *args: *Ts) -> T:
     """A knowledge call of the service (SQLite, off the event loop); its refusal is a tool error."""
     try:
         return await anyio.to_thread.run_sync(call, *args)

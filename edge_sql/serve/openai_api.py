@@ -22,7 +22,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -52,7 +52,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: str
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[dict[str, Any]] | None = None  # Any: schema
 
 
 class ChatRequest(BaseModel):
@@ -71,7 +71,7 @@ def openai_error(status: int, message: str, *, param: str | None = None, code: s
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
 
 
-def error_body(exc: EdgeSqlError | None) -> tuple[int, dict[str, Any]]:
+def error_body(exc: EdgeSqlError | None) -> tuple[int, dict[str, object]]:
     status, _ = http_status(exc)
     param, code = ("model", "model_not_found") if isinstance(exc, UnknownDatabase) else (None, None)
     kind = "invalid_request_error" if status < 500 else "server_error"
@@ -106,7 +106,7 @@ def ask_request(chat: ChatRequest) -> AskRequest:
     users = [i for i, message in enumerate(chat.messages) if message.role == "user"]
     if not users:
         raise BadRequest("messages has no user message: the last one is the question")
-    arguments: dict[str, Any] = {"question": message_text(chat.messages[users[-1]]), "database": database}
+    arguments: dict[str, object] = {"question": message_text(chat.messages[users[-1]]), "database": database}
     if chat.seed is not None:
         arguments["seed"] = chat.seed
     follow_up = previous_answer(chat.messages[: users[-1]])
@@ -167,7 +167,7 @@ class Reply:
         self.model = model
         self.created = int(time.time())
 
-    def completion(self, result: EpisodeResult) -> dict[str, Any]:
+    def completion(self, result: EpisodeResult) -> dict[str, object]:
         message = {"role": "assistant", "content": answer_markdown(result), "reasoning_content": reasoning(result)}
         return {
             "id": self.id,
@@ -179,7 +179,7 @@ class Reply:
             "edge_sql": edge_sql_field(result),
         }
 
-    def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    def chunk(self, delta: dict[str, object], finish: str | None = None, **extra: object) -> bytes:
         data = {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -238,7 +238,7 @@ def reasoning(result: EpisodeResult) -> str:
     return "".join(round_reasoning(r) for r in result.rounds) + forced
 
 
-def edge_sql_field(result: EpisodeResult) -> dict[str, Any]:
+def edge_sql_field(result: EpisodeResult) -> dict[str, object]:
     """The reply's own field (the completion's, or the last chunk's): the answer's SQL and its
     doubt (agent/doubt.py), for clients that read more than the text."""
     return {
@@ -249,7 +249,7 @@ def edge_sql_field(result: EpisodeResult) -> dict[str, Any]:
     }
 
 
-def usage(result: EpisodeResult) -> dict[str, Any]:
+def usage(result: EpisodeResult) -> dict[str, object]:
     timings = result.stats.measured.timings
     cached = timings.restored_tokens
     prompt = timings.prompt_tokens + cached
@@ -285,8 +285,8 @@ def fence(sql: str) -> str:
     return f"{ticks}sql\n{sql.strip()}\n{ticks}"
 
 
-def markdown_table(columns: list[str], rows: list[list[Any]]) -> str:
-    def cell(value: Any) -> str:
+def markdown_table(columns: list[str], rows: Sequence[Sequence[object]]) -> str:
+    def cell(value: object) -> str:
         if value is None:
             return "NULL"
         # a BLOB cell stays hex (the JSON's datasette form would read as a dict here)

@@ -8,9 +8,10 @@ line that names the field, so both interfaces answer the same mistake with the s
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from edge_sql.errors import BadRequest
 
@@ -77,7 +78,7 @@ class AskRequest(BaseModel):
         return _parsed(cls, body)
 
     @classmethod
-    def from_arguments(cls, arguments: dict[str, Any]) -> AskRequest:
+    def from_arguments(cls, arguments: dict[str, object]) -> AskRequest:
         """MCP tool arguments (already parsed JSON); BadRequest with the first mistake otherwise."""
         try:
             return cls.model_validate(arguments)
@@ -161,7 +162,7 @@ def _parsed(model: type[M], body: bytes) -> M:
 def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
     """One line for the most telling error: not JSON, not an object, unknown, missing, then wrong."""
     errors = exc.errors()
-    by_type: dict[str, list[Any]] = {}
+    by_type: dict[str, list[ErrorDetails]] = {}
     for error in errors:
         by_type.setdefault(error["type"], []).append(error)
     if "json_invalid" in by_type:

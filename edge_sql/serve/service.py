@@ -1,5 +1,5 @@
 """What both interfaces share: the named databases, the limits, one `Agent` behind one queue
-(answering `Limits.parallel` requests at once).
+(answering the Agent's `settings.parallel` requests at once: its pool, `api/session_pool.py`).
 
 The operator names every database at start (`--db NAME=PATH`, or `--db PATH`: named by its
 file's stem); clients refer to them by name only. A request's shape is `AskRequest`'s to check; its limits (known name, question and
@@ -44,7 +44,6 @@ class Limits:
     max_rows: int = 200  # rows of the answer returned over HTTP (Budget.max_result_rows)
     mcp_rows: int = 20  # rows shown in an MCP tool result (with the total count)
     mcp_output_chars: int = 200  # each call's output in an MCP tool result
-    parallel: int = 1  # requests answered at once (the Agent holds as many sessions)
     vote: int | Literal["auto"] | None = None  # the vote of a request that names none (`serve --vote`)
     seed: int | None = None  # the seed of a request that names none (`serve --seed`)
     greedy: bool = False  # `serve --greedy`: a request without a vote takes the most likely token
@@ -233,7 +232,7 @@ class Service:
         self.log(f"note {note.id} added ({request.database}, {surface})")
         return note
 
-    def knowledge_of(self, database: str) -> dict[str, Any]:
+    def knowledge_of(self, database: str) -> dict[str, object]:
         """The named database's notes and verified answers (stale ones flagged), and a schema change."""
         with ReadOnlyDatabase(self.database_path(database)) as db:
             kb = self.agent.knowledge
@@ -276,7 +275,7 @@ class Service:
         self.log(f"verified answer v{answer.answer.id} {answer.action} ({request.database}, {surface})")
         return answer
 
-    def history(self, database: str) -> dict[str, Any]:
+    def history(self, database: str) -> dict[str, object]:
         """What teaching changed in the named database's notes and verified answers, oldest first."""
         with ReadOnlyDatabase(self.database_path(database)) as db:
             changes = self.agent.knowledge.history(db)
@@ -289,11 +288,11 @@ class Service:
         self.log(f"change #{change_id} undone ({database}, {surface})")
         return change
 
-    def list_databases(self) -> list[dict[str, Any]]:
+    def list_databases(self) -> list[dict[str, Any]]:  # Any: schema
         """Names and tables, never paths: clients do not need to know where files live."""
         return [{"name": e.name, "tables": list(e.tables)} for e in self.databases.values()]
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, object]:
         info = self.agent.info
         return {
             "status": "ok",

@@ -54,12 +54,12 @@ class BearerTokens:
         await self.app(scope, receive, send)
 
 
-def may_teach(scope: Mapping[str, Any] | None) -> bool:
+def may_teach(scope: Mapping[str, Any] | None) -> bool:  # Any: asgi
     """Whether a request may teach: unmarked (MCP over stdio, an app built without tokens) may."""
     return scope is None or bool(scope.get(TEACHER, True))
 
 
-def check_teacher(scope: Mapping[str, Any] | None) -> None:
+def check_teacher(scope: Mapping[str, Any] | None) -> None:  # Any: asgi
     """TeachingRefused (HTTP 403) for a request without the teach token, where one is set."""
     if not may_teach(scope):
         raise TeachingRefused(REFUSED)

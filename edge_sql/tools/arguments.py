@@ -49,7 +49,7 @@ def checked_args(spec: ToolSpec, args: Any, *, strict: bool = False) -> dict[str
     return checked
 
 
-def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any, strict: bool) -> Any:
+def _checked_value(spec: ToolSpec, arg: ToolArg, value: Any, strict: bool) -> Any:  # Any: JSON
     if arg.type == "string":
         if not isinstance(value, str):
             raise ToolCallError(f"{spec.name}: {arg.name} must be a string")

@@ -108,7 +108,7 @@ def tensor_array(t: GGMLTensor, scratch: dict[str, np.ndarray], dtype: type = np
     """The data of `t` as a 4-D array (ne3, ne2, ne1, ne0), copied from device memory if needed."""
     ne, nb = [int(v) for v in t.ne], [int(v) for v in t.nb]
     extent = sum((n - 1) * b for n, b in zip(ne, nb)) + np.dtype(dtype).itemsize
-    base: Any  # the tensor's bytes: a ctypes array over host memory, or a numpy copy of device memory
+    base: Any  # Any: ctypes (the tensor's bytes: a ctypes array over host memory, or a numpy copy of device memory
     if libggml.ggml_backend_buffer_is_host(t.buffer):
         base = (ctypes.c_char * extent).from_address(t.data)
     else:
