@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from edge_sql.agent.result import EpisodeResult
 from edge_sql.errors import KnowledgeError, VerifiedExists
 from edge_sql.knowledge import FollowUp, Knowledge, schema_identity
-from edge_sql.knowledge.answers import answer_at_once, brief
+from edge_sql.knowledge.answers import at_once, brief
 from edge_sql.knowledge.evidence import ITEM_TOKEN_BOUND
 from edge_sql.knowledge.identity import normalise_question
 from edge_sql.knowledge.transfer import export_json, import_json
@@ -114,10 +115,10 @@ def test_sql_fixes_that_write_or_fail_are_refused(kb, chinook_db, sql, message):
 def test_a_repeated_question_is_answered_at_once_from_its_verified_sql(kb, chinook_db):
     with ReadOnlyDatabase(chinook_db) as db:
         stored = kb.verify(db, "How many albums are there?", "SELECT COUNT(*) FROM Album")
-        result = answer_at_once(kb, db, "  how many ALBUMS are there ")
-        assert answer_at_once(kb, db, "How many artists are there?") is None
+        result = at_once(kb, db, "  how many ALBUMS are there ")
+        assert at_once(kb, db, "How many artists are there?") is None
     assert normalise_question("How many albums are there?") == "how many albums are there"
-    assert result is not None
+    assert isinstance(result, EpisodeResult)
     assert (result.stop, result.sql, result.rows, result.columns) == (
         "verified",
         "SELECT COUNT(*) FROM Album",
@@ -184,7 +185,7 @@ def test_a_changed_schema_is_said_and_notes_of_a_dropped_table_are_flagged(tmp_p
         notes = kb.notes(db)
         composed = brief(kb, db, "How many coupons were refunded?")
         answers = kb.verified(db)
-        assert answer_at_once(kb, db, "How many coupons?") is None  # a stale answer is not reused
+        assert at_once(kb, db, "How many coupons?") is None  # a stale answer is not reused
     assert change == (
         "the schema of shop.sqlite changed since some of its notes were written (dropped: coupons; added: "
         "refunds); notes that name a dropped table are flagged and no longer given"
@@ -252,11 +253,11 @@ def test_a_follow_ups_verified_answer_is_reused_only_after_the_same_question(kb,
     by_year = "SELECT CustomerId, strftime('%Y', InvoiceDate), SUM(Total) FROM Invoice GROUP BY 1, 2"
     with ReadOnlyDatabase(chinook_db) as db:
         stored = kb.verify(db, "And by year?", by_year, follows=before.question)
-        after_it = answer_at_once(kb, db, "and by year", follow_up=FollowUp("what is the REVENUE per customer", "x"))
-        alone = answer_at_once(kb, db, "and by year")
-        after_other = answer_at_once(kb, db, "and by year", follow_up=other)
+        after_it = at_once(kb, db, "and by year", follow_up=FollowUp("what is the REVENUE per customer", "x"))
+        alone = at_once(kb, db, "and by year")
+        after_other = at_once(kb, db, "and by year", follow_up=other)
         examples = kb.similar(db, "revenue by year")
-    assert after_it is not None and after_it.given is not None and after_it.given.verified == stored
+    assert isinstance(after_it, EpisodeResult) and after_it.given is not None and after_it.given.verified == stored
     assert stored.follows == before.question
     assert alone is None and after_other is None and examples == []
 

@@ -10,7 +10,7 @@
 2. Time per retrieval with 10,000 verified answers stored (all on Chinook: the worst case, every
    one a candidate), in a knowledge file on disk: `Knowledge.similar` and the whole `brief` (notes
    + examples + schema check) an ask runs, for 500 questions.
-3. A repeated question answered from its verified answer: in process (`answer_at_once`, the
+3. A repeated question answered from its verified answer: in process (`at_once`, the
    database and knowledge open, as in a REPL or server), cold in process (opening both first), and
    `edge-sql run --question` end to end in a new process with a model path that does not exist
    (it answers, so no model was loaded).
@@ -41,11 +41,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edge_sql.agent.result import EpisodeResult
 from edge_sql.bench.knowledge_modes import gold_knowledge, others
 from edge_sql.bench.machine import cpu_model
 from edge_sql.evaluation.datasets import load_bundled
 from edge_sql.knowledge import FollowUp, Knowledge, Note, VerifiedAnswer
-from edge_sql.knowledge.answers import answer_at_once, brief
+from edge_sql.knowledge.answers import at_once, brief
 from edge_sql.knowledge.evidence import EVIDENCE_TOKEN_BOUND, HINT_SEPARATOR, compose
 from edge_sql.knowledge.identity import tables_named
 from edge_sql.knowledge.retrieval import name_words, similar
@@ -188,13 +189,13 @@ def timings(questions: list[dict[str, Any]], home: Path) -> dict[str, Any]:
             out[name] = _ms(wall, cpu)
         out["examples_found"] = statistics.fmean(len(kb.similar(db, q)) for q in asked[:100])
         kb.verify(db, "How many albums are there?", "SELECT COUNT(*) FROM Album")
-        result = answer_at_once(kb, db, "how many ALBUMS are there")
-        assert result is not None and result.rows == [[347]]
-        out["repeated_warm"] = _timed(lambda: answer_at_once(kb, db, "how many ALBUMS are there"), 50)
+        result = at_once(kb, db, "how many ALBUMS are there")
+        assert isinstance(result, EpisodeResult) and result.rows == [[347]]
+        out["repeated_warm"] = _timed(lambda: at_once(kb, db, "how many ALBUMS are there"), 50)
 
     def cold() -> None:
         with ReadOnlyDatabase(CHINOOK) as db, Knowledge.open(home) as kb:
-            assert answer_at_once(kb, db, "How many albums are there?") is not None
+            assert isinstance(at_once(kb, db, "How many albums are there?"), EpisodeResult)
 
     out["repeated_cold_in_process"] = _timed(cold, 5)
     spent = []

@@ -1,7 +1,7 @@
 """Teach it your database: notes and verified answers per database, kept beside the model.
 
 `Knowledge` is edge-sql's own SQLite file in the model store (never the user's database);
-`answers.brief` composes what it knows into BIRD's evidence channel, `answers.answer_at_once`
+`answers.brief` composes what it knows into BIRD's evidence channel, `answers.at_once`
 answers a question asked before from its verified SQL. See docs/knowledge.md.
 """
 

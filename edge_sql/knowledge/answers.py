@@ -1,7 +1,7 @@
 """What the knowledge does for one question: answer it at once from a verified answer, or brief
 the model (the user's evidence plus notes, similar verified answers and the follow-up pair).
 
-Both need no model: `answer_at_once` runs the stored SQL afresh on the database, so a repeated
+Both need no model: `at_once` runs the stored SQL afresh on the database, so a repeated
 question is answered without loading one (benchmarks/retrieval/bench_knowledge.py times it).
 """
 
@@ -95,21 +95,6 @@ def at_once(
 def _stale(kb: Knowledge, db: ReadOnlyDatabase, verified: VerifiedAnswer, why: str) -> Stale:
     kb.mark_stale(db, verified.id, f"no longer holds: {why}")
     return Stale(verified, why)
-
-
-def answer_at_once(
-    kb: Knowledge,
-    db: ReadOnlyDatabase,
-    question: str,
-    evidence: str | None = None,
-    *,
-    follow_up: FollowUp | None = None,
-    max_rows: int = 1000,
-    prompt_version: str = "",
-) -> EpisodeResult | None:
-    """`at_once`'s answer, None for a stale one as for none (a fresh episode answers)."""
-    found = at_once(kb, db, question, evidence, follow_up=follow_up, max_rows=max_rows, prompt_version=prompt_version)
-    return found if isinstance(found, EpisodeResult) else None
 
 
 def brief(
