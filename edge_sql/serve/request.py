@@ -8,7 +8,7 @@ line that names the field, so both interfaces answer the same mistake with the s
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
@@ -17,22 +17,32 @@ from edge_sql.errors import BadRequest
 
 SEED_LIMIT = 2**32
 VOTE_MAX = 16  # episodes of one vote (`Settings.parallel_max`: the most that run at once)
-M = TypeVar("M", bound=BaseModel)
 
 
-class FollowUpRequest(BaseModel):
-    """The answer a question follows: the previous question and its SQL."""
+class Request(BaseModel):
+    """What every request model shares: no unknown fields, no coercion, frozen; read from an HTTP
+    body with the first mistake as one BadRequest line."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        """An HTTP body; BadRequest with the first mistake otherwise."""
+        try:
+            return cls.model_validate_json(body)
+        except ValidationError as exc:
+            raise BadRequest(_first_mistake(exc, cls)) from None
+
+
+class FollowUpRequest(Request):
+    """The answer a question follows: the previous question and its SQL."""
 
     question: str = Field(description="The previous question")
     sql: str = Field(description="Its answer's SQL")
 
 
-class AskRequest(BaseModel):
+class AskRequest(Request):
     """A question about a database the operator named (by name, never by path)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     question: str = Field(description="The question, in plain language")
     database: str = Field(description="A name from list_databases (GET /v1/databases)")
@@ -73,11 +83,6 @@ class AskRequest(BaseModel):
         return self
 
     @classmethod
-    def from_json(cls, body: bytes) -> AskRequest:
-        """An HTTP body; BadRequest with the first mistake otherwise."""
-        return _parsed(cls, body)
-
-    @classmethod
     def from_arguments(cls, arguments: dict[str, object]) -> AskRequest:
         """MCP tool arguments (already parsed JSON); BadRequest with the first mistake otherwise."""
         try:
@@ -86,10 +91,8 @@ class AskRequest(BaseModel):
             raise BadRequest(_first_mistake(exc, cls)) from None
 
 
-class NoteRequest(BaseModel):
+class NoteRequest(Request):
     """A note about a database for the model (`POST /v1/notes`, MCP `add_note`)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     database: str = Field(description="A name from list_databases (GET /v1/databases)")
     text: str = Field(description="What the model should know, e.g. 'amounts are in cents'")
@@ -97,15 +100,9 @@ class NoteRequest(BaseModel):
         None, description="Words the note is tied to: given only to questions that have them (none: always given)"
     )
 
-    @classmethod
-    def from_json(cls, body: bytes) -> NoteRequest:
-        return _parsed(cls, body)
 
-
-class VerifyRequest(BaseModel):
+class VerifyRequest(Request):
     """A person confirms an answer: this SQL answers this question (`POST /v1/verify`, MCP `verify`)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     database: str = Field(description="A name from list_databases (GET /v1/databases)")
     question: str = Field(description="The question the SQL answers")
@@ -120,43 +117,19 @@ class VerifyRequest(BaseModel):
         "confirmed it; without it such a request is refused, naming the stored SQL)",
     )
 
-    @classmethod
-    def from_json(cls, body: bytes) -> VerifyRequest:
-        return _parsed(cls, body)
 
-
-class UndoRequest(BaseModel):
+class UndoRequest(Request):
     """Undo one change of a database's notes and verified answers (`POST /v1/notes/undo`, MCP `undo`)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     database: str = Field(description="A name from list_databases (GET /v1/databases)")
     change: int = Field(description="The change's id, from GET /v1/notes/history (MCP: history)")
 
-    @classmethod
-    def from_json(cls, body: bytes) -> UndoRequest:
-        return _parsed(cls, body)
 
-
-class QueryRequest(BaseModel):
+class QueryRequest(Request):
     """SQL of the client's own (the web page's edited SQL) for a database the operator named."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     database: str = Field(description="A name from GET /v1/databases")
     sql: str = Field(description="One SELECT, WITH or VALUES statement, or a PRAGMA that only reads")
-
-    @classmethod
-    def from_json(cls, body: bytes) -> QueryRequest:
-        """An HTTP body; BadRequest with the first mistake otherwise."""
-        return _parsed(cls, body)
-
-
-def _parsed(model: type[M], body: bytes) -> M:
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise BadRequest(_first_mistake(exc, model)) from None
 
 
 def _first_mistake(exc: ValidationError, model: type[BaseModel]) -> str:
