@@ -309,8 +309,8 @@ def _serve(options: ServeOptions) -> None:
     listener = bind(o.host, o.port) if o.http else None
     try:
         _log(f"loading {asked.model or 'the default model'} ...")
-        # --queue-size bounds the service's queue (`limits`), which lets `parallel` calls at a time
-        # reach the Agent: its own pool keeps its default bound, as before
+        # serve's requests wait in the Agent's queue, each entering with --queue-size as its bound
+        # (`limits`, serve/queue.py); the pool's own bound, for other callers, stays the default
         with Agent(settings=asked.with_(max_waiting=DEFAULT_MAX_WAITING), log=_log) as agent:
             line = agent.plan.choose_vote(asked.vote).line  # "auto": the plan's K, opened beside --parallel's
             if line is not None:
