@@ -23,9 +23,9 @@ from edge_sql.errors import EdgeSqlError
 from edge_sql.store.home import store_root
 from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
-from edge_sql.tools.schema_words import identifier_words, schema_vocabulary, split_words
+from edge_sql.tools.schema_words import PLURAL_ENDINGS, identifier_words, schema_vocabulary, split_words
 
-INDEX_VERSION = 7  # bump when what is stored changes: old files are then never read
+INDEX_VERSION = 8  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
 VALUE_ROWS = 3  # rows read per table for its stored values ("a few")
 MAX_VALUE_CHARS = 40  # longer text is prose, not a name a question would use
@@ -71,6 +71,7 @@ class IndexOptions:
     split: bool = True  # glued names split against the schema's words (`workorder`: work order)
     keys: bool = True  # links by key names no foreign key declares (`cust_no` -> customers(number))
     same_shape: bool = True  # copies only of the same columns, or nearly, both ways (False: half of the copy's)
+    table_columns: bool = True  # links by a column named as a table (`course_offering.semester` -> semester)
 
 
 DEFAULT_OPTIONS = IndexOptions()
@@ -109,13 +110,15 @@ def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True, key_names: bool = True) -> SchemaFacts:
+def read_facts(
+    db: ReadOnlyDatabase, *, with_values: bool = True, key_names: bool = True, table_columns: bool = True
+) -> SchemaFacts:
     """Columns, links and a few text values of every table, read through the read-only worker.
     Raises `SchemaIndexError` when the schema cannot be read in time."""
     entries = [(kind, name) for kind, name, _ in db.schema_entries()]
     try:
         rows = db.execute(
-            "SELECT m.name, p.name, p.pk FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+            "SELECT m.name, p.name, p.pk, p.type FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
             "WHERE m.type IN ('table', 'view') ORDER BY m.rowid, p.cid",
             max_rows=None,
             time_limit_s=READ_TIME_LIMIT_S,
@@ -130,8 +133,10 @@ def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True, key_names: boo
         raise SchemaIndexError(f"the schema could not be read for ranking ({exc})") from None
     columns: dict[str, list[str]] = {}
     keys: dict[str, list[str]] = {}
-    for table, column, pk in rows:
+    affinities: dict[tuple[str, str], str] = {}
+    for table, column, pk, declared in rows:
         columns.setdefault(table, []).append(column)
+        affinities[(table, column)] = type_affinity(declared)
         if pk:
             keys.setdefault(table, []).append(column)
     progress = _Progress(db, len(entries)) if with_values and len(entries) >= PROGRESS_FROM_TABLES else None
@@ -144,6 +149,7 @@ def read_facts(db: ReadOnlyDatabase, *, with_values: bool = True, key_names: boo
     known = {n.lower() for _, n in entries}
     declared = [(a, b) for a, b in link_rows if a != b and str(b).lower() in known]
     named = _named_links(columns, keys) + (_prefixed_links(columns, keys) if key_names else [])
+    named += _table_named_links(columns, keys, affinities) if table_columns else []
     return SchemaFacts(tuple(tables), tuple(declared + named))
 
 
@@ -187,6 +193,46 @@ def _prefixed_links(columns: dict[str, list[str]], keys: dict[str, list[str]]) -
             if matches:
                 found.append((table, min(matches, key=lambda m: (len(m[0]), m[0]))[1]))
     return found
+
+
+def _table_named_links(
+    columns: dict[str, list[str]], keys: dict[str, list[str]], affinities: dict[tuple[str, str], str]
+) -> list[tuple[str, str]]:
+    """Links by a column named as a table with a one-column key of the column's type:
+    `course_offering.semester INTEGER` -> `semester(semester_id INTEGER)`, `orders.customer` ->
+    `customers(id)` (the table's name, or it less a plural ending). A `status TEXT` column holds
+    a status, not `status(statusId INTEGER)`'s key: no link. Generic names (`id`, `name`, `code`)
+    link nothing."""
+    targets: dict[str, str] = {}
+    for table, key in sorted(keys.items(), key=lambda item: len(item[0])):
+        if len(key) == 1:
+            name = table.lower()
+            for form in (name, *(name[: -len(e)] for e in PLURAL_ENDINGS if name.endswith(e))):
+                targets.setdefault(form, table)
+    found = []
+    for table, names in columns.items():
+        for name in names:
+            other = targets.get(name.lower())
+            if other is None or other == table or name.lower() in GENERIC_KEYS:
+                continue
+            if affinities.get((table, name)) == affinities.get((other, keys[other][0])):
+                found.append((table, other))
+    return found
+
+
+def type_affinity(declared: str | None) -> str:
+    """SQLite's column affinity of a declared type (its rules, in their order): what a value
+    stored in the column becomes, so what it can be compared with."""
+    kind = (declared or "").upper()
+    if "INT" in kind:
+        return "INTEGER"
+    if any(word in kind for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if "BLOB" in kind or not kind:
+        return "BLOB"
+    if any(word in kind for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
 
 
 def _stored_values(db: ReadOnlyDatabase, table: str) -> tuple[str, ...]:
@@ -357,7 +403,11 @@ def index_for(
     path = index_path(db, options)
     if not path.exists():
         try:
-            write_index(read_facts(db, with_values=with_values, key_names=options.keys), path, options)
+            write_index(
+                read_facts(db, with_values=with_values, key_names=options.keys, table_columns=options.table_columns),
+                path,
+                options,
+            )
         except (OSError, sqlite3.Error) as exc:
             raise SchemaIndexError(f"the schema index {path} could not be written ({exc})") from None
     return open_index(path)

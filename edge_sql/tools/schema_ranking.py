@@ -36,6 +36,7 @@ SUGGESTIONS = 5
 PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by their first letters
 COVER_TOP = 2  # per question word, the tables whose own name matches it best ...
 COVER_SHARE = 0.85  # ... rank at least this share of the best score: above the neighbours (0.8)
+REACH_HOPS = 4  # unmatched tables this many links from a matched one are listed first, nearest first
 # Columns are named for what a question asks even where tables are not: `name`, `total`.
 COLUMN_STOP_WORDS = STOP_WORDS - {"name", "names", "number", "total", "average"}
 _NUMBER = re.compile(r"[0-9]+")
@@ -62,9 +63,17 @@ class Ranking:
     real_tokens: bool = True  # the share counted with the model's tokenizer where one is given
     cover: bool = True  # each question word's best name match ranks above the neighbours
     joined: bool = True  # two question words joined where the schema spells them glued ("high schoolers")
+    table_columns: bool = True  # links by a column named as a table (`course_offering.semester` -> semester)
+    reach: bool = True  # unmatched tables near the matched ones (by links) before the rest
 
     def index_options(self) -> IndexOptions:
-        return IndexOptions(stem=self.stem, split=self.split, keys=self.keys, same_shape=self.same_shape)
+        return IndexOptions(
+            stem=self.stem,
+            split=self.split,
+            keys=self.keys,
+            same_shape=self.same_shape,
+            table_columns=self.table_columns,
+        )
 
 
 ALL_PARTS = Ranking()
@@ -134,7 +143,30 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
     ranked = [
         RankedTable(b[0], b[1], scores[i], b[3], via.get(i, ""), b[5], b[6]) for i in matched for b in (blanks[i - 1],)
     ]
+    if ranking.reach and links:
+        near = _reach(links, scores)
+        ranked += [blanks[i - 1]._replace(via="near") for i in sorted(near, key=lambda i: (-near[i], i))]
+        return ranked + [blank for i, blank in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0 and i not in near]
     return ranked + [blank for i, blank in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0]  # ids run 1..n
+
+
+def _reach(links: dict[int, list[int]], scores: dict[int, float]) -> dict[int, float]:
+    """Unmatched tables within `REACH_HOPS` links of a matched one, each with the best of its
+    matched tables' scores times `NEIGHBOUR_SHARE` per link: where the matched tables leave room,
+    the tables a join would pass through (`semester` of "courses in Fall 2000", three links from
+    `course`) fill it instead of tables in schema order."""
+    near: dict[int, float] = {}
+    frontier = {i: s for i, s in scores.items() if s > 0.0}
+    for _ in range(REACH_HOPS):
+        reached: dict[int, float] = {}
+        for i, score in frontier.items():
+            for other in links.get(i, ()):
+                share = NEIGHBOUR_SHARE * score
+                if scores.get(other, 0.0) <= 0.0 and share > near.get(other, 0.0) and share > reached.get(other, 0.0):
+                    reached[other] = share
+        near.update(reached)
+        frontier = reached
+    return near
 
 
 def _root(rows: list[tuple], roots: dict[int, int], i: int) -> str:
@@ -300,15 +332,21 @@ def column_scores(columns: Sequence[str], text: str, *, prefixes: bool = False) 
     return scores
 
 
-def rank_columns(columns: Sequence[str], text: str) -> list[int]:
+def rank_columns(columns: Sequence[str], text: str, *, plain_first: bool = True) -> list[int]:
     """Positions of `columns`, most related to `text` first (`column_scores`), then those that
-    share only a word's beginning with it; the rest keep their order."""
+    share only a word's beginning with it; the rest keep their order, those named without a
+    number first (`plain_first`): a wide table's numbered columns are its repeats (`amount_2019_q2`,
+    `reading_17`, `q_412`), each one of many alike, while its plain ones (`department`, `title`)
+    are what a question filters and groups by."""
     scores = column_scores(columns, text)
     near = column_scores(columns, text, prefixes=True)
     matched = sorted(scores, key=lambda i: (-scores[i], i))
     matched += sorted((i for i in near if i not in scores), key=lambda i: (-near[i], i))
     seen = set(matched)
-    return matched + [i for i in range(len(columns)) if i not in seen]
+    rest = [i for i in range(len(columns)) if i not in seen]
+    if plain_first:
+        rest.sort(key=lambda i: _NUMBER.search(columns[i]) is not None)  # stable: each part keeps its order
+    return matched + rest
 
 
 def alike_key(name: str, signature: str) -> tuple[str, str]:
