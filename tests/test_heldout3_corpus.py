@@ -18,6 +18,7 @@ TABLES = {
     "mimic_iii": 17,
     "eicu": 10,
     "stackexchange": 29,
+    "fiben": 152,
 }
 QUESTIONS = {
     "cordis_temporary": 40,
@@ -26,21 +27,23 @@ QUESTIONS = {
     "mimic_iii": 40,
     "eicu": 40,
     "stackexchange": 40,
+    "fiben": 40,
 }
 
 
 def test_heldout3_counts_and_its_own_seed() -> None:
     databases, questions, unrelated = load_corpus("heldout3")
     assert {db: len(tables) for db, tables in databases.items()} == TABLES
-    assert sum(TABLES.values()) == 118
+    assert sum(TABLES.values()) == 270
     assert Counter(q["db_id"] for q in questions) == QUESTIONS
-    assert len(questions) == 195
+    assert len(questions) == 235
     assert Counter(q["source"] for q in questions) == {
         "sciencebenchmark-cordis": 40,
         "sciencebenchmark-oncomx": 33,
         "valuenet-hack_zurich": 2,
         "ehrsql": 80,
         "sede": 40,
+        "fiben": 40,
     }
     assert len(unrelated) == 75  # BIRD mini-dev's tables, as for heldout2
     assert "heldout3" in CORPORA and SEEDS == {"heldout3": 63}
@@ -57,7 +60,7 @@ def test_every_gold_table_is_in_its_database(tmp_path: Path) -> None:
         if not gold or not gold <= names:
             missing.append((q["db_id"], q["question"], sorted(gold - names)))
     assert missing == []
-    assert sizes == {1: 89, 2: 58, 3: 29, 4: 17, 7: 2}  # joins too, not one-table questions only
+    assert sizes == {1: 89, 2: 79, 3: 30, 4: 27, 5: 4, 6: 2, 7: 3, 8: 1}  # joins too, not one-table questions only
     for db_id, tables in databases.items():  # each writes as the benchmark writes it
         path = write_database(tables, tmp_path / f"{db_id}.sqlite")
         assert path.stat().st_size > 0

@@ -1,8 +1,8 @@
 """Derive benchmarks/data/heldout3/heldout.json: a third held-out corpus, read by nobody with the
 ranker, for the report after issue 62's third pass froze its rules (heldout2 became a tuning corpus).
 
-Three public sources, only schemas (Spider's `tables.json` layout, as published), questions and
-gold SQL, six real databases none of the tuning corpora holds:
+Four public sources, only schemas (Spider's `tables.json` layout), questions and gold SQL, seven
+real databases none of the tuning corpora holds:
 
 - ScienceBenchmark's databases as ValueNet publishes them (github.com/brunnurs/valuenet, Apache
   2.0): CORDIS (`data/cordis/original/tables.json`, questions from `dev.json` then `train.json`),
@@ -13,6 +13,8 @@ gold SQL, six real databases none of the tuning corpora holds:
 - SEDE (github.com/hirupert/sede, Apache 2.0): the Stack Exchange schema
   (`stackexchange_schema/tables_so.json`), `data/sede/val.jsonl` (its title is the question);
   gold SQL in T-SQL.
+- FIBEN (github.com/IBM/fiben-benchmark, Apache 2.0): the financial data mart's DDL (`FIBEN.sql`:
+  CREATE TABLE statements, foreign keys as ALTER TABLE ones), `FIBEN_Queries.json`; PostgreSQL.
 
 Per database, in file order: one question per gold SQL shape (the SQL with its literals blanked,
 so paraphrases and template instances count once), at most `CAP`. A question is kept only when
@@ -20,7 +22,7 @@ the benchmark's own parse of its SQL (SQLite dialect, `gold_tables`) names the s
 parse in its own dialect, all of them in its database; where only the SQL turned into SQLite by
 sqlglot gives them, that SQL is kept instead (T-SQL's `TOP`, `[names]`); else it is dropped.
 
-    python -m benchmarks.retrieval.derive_heldout3 VALUENET_GIT_DIR EHRSQL_GIT_DIR SEDE_GIT_DIR
+    python -m benchmarks.retrieval.derive_heldout3 VALUENET_GIT_DIR EHRSQL_GIT_DIR SEDE_GIT_DIR FIBEN_GIT_DIR
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ import sqlglot
 from sqlglot import exp
 
 from benchmarks.retrieval.bird_schemas import _tables, create_statement
-from benchmarks.retrieval.derive_heldout2 import git_show
+from benchmarks.retrieval.derive_heldout2 import entry_from_ddl, git_show
 from benchmarks.retrieval.derive_spider import KEEP
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "heldout3" / "heldout.json"
 CAP = 40  # questions per database at most, so that no schema dominates
+FOREIGN = re.compile(r"ALTER TABLE (\w+) ADD CONSTRAINT \w+ (FOREIGN KEY \(\w+\) REFERENCES \w+ \(\w+\))")
 LITERAL = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\b\d+(?:\.\d+)?\b")
 
 
@@ -138,6 +141,23 @@ def sede(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
     return [entry], pick(entry, asked, "tsql", "sede", dropped)
 
 
+def fiben(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
+    """The DDL's foreign keys (ALTER TABLE, which SQLite lacks) moved into their CREATE TABLE."""
+    ddl = git_show(git_dir, "FIBEN.sql")
+    keys: dict[str, list[str]] = {}
+    for table, key in FOREIGN.findall(ddl):
+        keys.setdefault(table.upper(), []).append(key)
+    statements = []
+    for line in ddl.splitlines():
+        if line.startswith("CREATE TABLE"):
+            table = line.split()[2].upper()
+            body = line.rstrip().rstrip(";").rstrip()[:-1]  # its closing parenthesis dropped
+            statements.append(", ".join([body, *keys.get(table, [])]) + ")")
+    entry = entry_from_ddl("fiben", statements)
+    asked = [(q["question"], q["SQL"]) for q in json.loads(git_show(git_dir, "FIBEN_Queries.json"))]
+    return [entry], pick(entry, asked, "postgres", "fiben", dropped)
+
+
 def check(databases: list[dict]) -> None:
     """Every database creates in SQLite as the benchmark writes it: names unique, none reserved."""
     for entry in databases:
@@ -154,6 +174,7 @@ def main() -> None:
     logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its notes on T-SQL it parses as a command
     dropped: Counter = Counter()
     parts = [science(sys.argv[1], dropped), ehrsql(sys.argv[2], dropped), sede(sys.argv[3], dropped)]
+    parts.append(fiben(sys.argv[4], dropped))
     databases = [d for found, _ in parts for d in found]
     questions = [q for _, asked in parts for q in asked]
     check(databases)
@@ -161,11 +182,12 @@ def main() -> None:
         "source": (
             "ScienceBenchmark (Zhang et al., VLDB 2024) CORDIS and OncoMX, and hack_zurich, as published by ValueNet: "
             "https://github.com/brunnurs/valuenet ; EHRSQL (Lee et al., NeurIPS 2022) MIMIC-III and eICU: "
-            "https://github.com/glee4810/EHRSQL ; SEDE (Hazoom et al., NLP4Prog 2021): https://github.com/hirupert/sede"
+            "https://github.com/glee4810/EHRSQL ; SEDE (Hazoom et al., NLP4Prog 2021): https://github.com/hirupert/sede ; "
+            "FIBEN (Sen et al., PVLDB 2020): https://github.com/IBM/fiben-benchmark"
         ),
         "licence": (
             "ValueNet repository: Apache 2.0; EHRSQL: CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/); "
-            "SEDE repository: Apache 2.0; derived: schemas, questions and gold SQL only"
+            "SEDE and FIBEN repositories: Apache 2.0; derived: schemas, questions and gold SQL only"
         ),
         "databases": databases,
         "questions": questions,
