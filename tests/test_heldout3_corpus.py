@@ -19,6 +19,10 @@ TABLES = {
     "eicu": 10,
     "stackexchange": 29,
     "fiben": 152,
+    "broker": 4,
+    "car_dealership": 7,
+    "derm_treatment": 8,
+    "ewallet": 9,
 }
 QUESTIONS = {
     "cordis_temporary": 40,
@@ -28,15 +32,19 @@ QUESTIONS = {
     "eicu": 40,
     "stackexchange": 40,
     "fiben": 40,
+    "broker": 31,
+    "car_dealership": 31,
+    "derm_treatment": 31,
+    "ewallet": 30,
 }
 
 
 def test_heldout3_counts_and_its_own_seed() -> None:
     databases, questions, unrelated = load_corpus("heldout3")
     assert {db: len(tables) for db, tables in databases.items()} == TABLES
-    assert sum(TABLES.values()) == 270
+    assert sum(TABLES.values()) == 298
     assert Counter(q["db_id"] for q in questions) == QUESTIONS
-    assert len(questions) == 235
+    assert len(questions) == 358
     assert Counter(q["source"] for q in questions) == {
         "sciencebenchmark-cordis": 40,
         "sciencebenchmark-oncomx": 33,
@@ -44,6 +52,7 @@ def test_heldout3_counts_and_its_own_seed() -> None:
         "ehrsql": 80,
         "sede": 40,
         "fiben": 40,
+        "defog": 123,
     }
     assert len(unrelated) == 75  # BIRD mini-dev's tables, as for heldout2
     assert "heldout3" in CORPORA and SEEDS == {"heldout3": 63}
@@ -60,7 +69,7 @@ def test_every_gold_table_is_in_its_database(tmp_path: Path) -> None:
         if not gold or not gold <= names:
             missing.append((q["db_id"], q["question"], sorted(gold - names)))
     assert missing == []
-    assert sizes == {1: 89, 2: 79, 3: 30, 4: 27, 5: 4, 6: 2, 7: 3, 8: 1}  # joins too, not one-table questions only
+    assert sizes == {1: 121, 2: 156, 3: 43, 4: 28, 5: 4, 6: 2, 7: 3, 8: 1}  # joins too, not one-table questions only
     for db_id, tables in databases.items():  # each writes as the benchmark writes it
         path = write_database(tables, tmp_path / f"{db_id}.sqlite")
         assert path.stat().st_size > 0

@@ -1,7 +1,7 @@
 """Derive benchmarks/data/heldout3/heldout.json: a third held-out corpus, read by nobody with the
 ranker, for the report after issue 62's third pass froze its rules (heldout2 became a tuning corpus).
 
-Four public sources, only schemas (Spider's `tables.json` layout), questions and gold SQL, seven
+Five public sources, only schemas (Spider's `tables.json` layout), questions and gold SQL, eleven
 real databases none of the tuning corpora holds:
 
 - ScienceBenchmark's databases as ValueNet publishes them (github.com/brunnurs/valuenet, Apache
@@ -15,6 +15,9 @@ real databases none of the tuning corpora holds:
   gold SQL in T-SQL.
 - FIBEN (github.com/IBM/fiben-benchmark, Apache 2.0): the financial data mart's DDL (`FIBEN.sql`:
   CREATE TABLE statements, foreign keys as ALTER TABLE ones), `FIBEN_Queries.json`; PostgreSQL.
+- Defog's own four databases (github.com/defog-ai/defog-data and defog-ai/sql-eval, Apache 2.0):
+  broker, car_dealership, derm_treatment, ewallet (`defog_data/DB/DB.sql`, PostgreSQL DDL turned
+  into SQLite by sqlglot, `consumer_div.` dropped), questions from sql-eval's `data/*_sqlite.csv`.
 
 Per database, in file order: one question per gold SQL shape (the SQL with its literals blanked,
 so paraphrases and template instances count once), at most `CAP`. A question is kept only when
@@ -22,7 +25,7 @@ the benchmark's own parse of its SQL (SQLite dialect, `gold_tables`) names the s
 parse in its own dialect, all of them in its database; where only the SQL turned into SQLite by
 sqlglot gives them, that SQL is kept instead (T-SQL's `TOP`, `[names]`); else it is dropped.
 
-    python -m benchmarks.retrieval.derive_heldout3 VALUENET_GIT_DIR EHRSQL_GIT_DIR SEDE_GIT_DIR FIBEN_GIT_DIR
+    python -m benchmarks.retrieval.derive_heldout3 VALUENET EHRSQL SEDE FIBEN DEFOG_DATA SQL_EVAL  # their git dirs
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from benchmarks.retrieval.derive_heldout2 import entry_from_ddl, git_show
 from benchmarks.retrieval.derive_spider import KEEP
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "heldout3" / "heldout.json"
+DEFOG = ("broker", "car_dealership", "derm_treatment", "ewallet")
 CAP = 40  # questions per database at most, so that no schema dominates
 FOREIGN = re.compile(r"ALTER TABLE (\w+) ADD CONSTRAINT \w+ (FOREIGN KEY \(\w+\) REFERENCES \w+ \(\w+\))")
 LITERAL = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\b\d+(?:\.\d+)?\b")
@@ -158,6 +162,26 @@ def fiben(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
     return [entry], pick(entry, asked, "postgres", "fiben", dropped)
 
 
+def defog(data_dir: str, eval_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
+    """Defog's own databases (the other sql-eval ones are Spider's, Advising or ATIS)."""
+    databases, questions = [], []
+    rows = []
+    for name in ("questions_gen", "instruct_basic", "instruct_advanced"):
+        rows += list(csv.DictReader(io.StringIO(git_show(eval_dir, f"data/{name}_sqlite.csv"))))
+    for db in DEFOG:
+        statements = []
+        for tree in sqlglot.parse(git_show(data_dir, f"defog_data/{db}/{db}.sql"), read="postgres"):
+            if isinstance(tree, exp.Create) and tree.kind == "TABLE":
+                for table in tree.find_all(exp.Table):  # `consumer_div.users`: SQLite has no such schema
+                    table.set("db", None)
+                statements.append(tree.sql(dialect="sqlite"))
+        entry = entry_from_ddl(db, statements)
+        databases.append(entry)
+        asked = [(r["question"], r["query"]) for r in rows if r["db_name"] == db]
+        questions += pick(entry, asked, "sqlite", "defog", dropped)
+    return databases, questions
+
+
 def check(databases: list[dict]) -> None:
     """Every database creates in SQLite as the benchmark writes it: names unique, none reserved."""
     for entry in databases:
@@ -174,7 +198,7 @@ def main() -> None:
     logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its notes on T-SQL it parses as a command
     dropped: Counter = Counter()
     parts = [science(sys.argv[1], dropped), ehrsql(sys.argv[2], dropped), sede(sys.argv[3], dropped)]
-    parts.append(fiben(sys.argv[4], dropped))
+    parts += [fiben(sys.argv[4], dropped), defog(sys.argv[5], sys.argv[6], dropped)]
     databases = [d for found, _ in parts for d in found]
     questions = [q for _, asked in parts for q in asked]
     check(databases)
@@ -183,11 +207,12 @@ def main() -> None:
             "ScienceBenchmark (Zhang et al., VLDB 2024) CORDIS and OncoMX, and hack_zurich, as published by ValueNet: "
             "https://github.com/brunnurs/valuenet ; EHRSQL (Lee et al., NeurIPS 2022) MIMIC-III and eICU: "
             "https://github.com/glee4810/EHRSQL ; SEDE (Hazoom et al., NLP4Prog 2021): https://github.com/hirupert/sede ; "
-            "FIBEN (Sen et al., PVLDB 2020): https://github.com/IBM/fiben-benchmark"
+            "FIBEN (Sen et al., PVLDB 2020): https://github.com/IBM/fiben-benchmark ; Defog's broker, car_dealership, "
+            "derm_treatment, ewallet: https://github.com/defog-ai/defog-data , https://github.com/defog-ai/sql-eval"
         ),
         "licence": (
             "ValueNet repository: Apache 2.0; EHRSQL: CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/); "
-            "SEDE and FIBEN repositories: Apache 2.0; derived: schemas, questions and gold SQL only"
+            "SEDE, FIBEN, defog-data and sql-eval repositories: Apache 2.0; derived: schemas, questions and gold SQL only"
         ),
         "databases": databases,
         "questions": questions,
