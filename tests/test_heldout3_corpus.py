@@ -4,12 +4,14 @@ its own database: a held-out figure on it can only miss for the ranking's sake. 
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 
 from benchmarks.retrieval.bench_schema_recall import gold_tables
-from benchmarks.retrieval.bird_schemas import write_database
-from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, load_corpus
+from benchmarks.retrieval.bird_schemas import merged_schema, write_database
+from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, load_corpus, mixed_distractors
 
 TABLES = {
     "cordis_temporary": 19,
@@ -58,7 +60,7 @@ def test_heldout3_counts_and_its_own_seed() -> None:
     assert "heldout3" in CORPORA and SEEDS == {"heldout3": 63}
 
 
-def test_every_gold_table_is_in_its_database(tmp_path: Path) -> None:
+def test_every_gold_table_is_in_its_database() -> None:
     databases, questions, _ = load_corpus("heldout3")
     missing = []
     sizes: Counter[int] = Counter()
@@ -70,6 +72,17 @@ def test_every_gold_table_is_in_its_database(tmp_path: Path) -> None:
             missing.append((q["db_id"], q["question"], sorted(gold - names)))
     assert missing == []
     assert sizes == {1: 121, 2: 156, 3: 43, 4: 28, 5: 4, 6: 2, 7: 3, 8: 1}  # joins too, not one-table questions only
-    for db_id, tables in databases.items():  # each writes as the benchmark writes it
-        path = write_database(tables, tmp_path / f"{db_id}.sqlite")
-        assert path.stat().st_size > 0
+
+
+def test_each_database_merges_and_writes_at_1000_tables(tmp_path: Path) -> None:
+    """The benchmark's set-up, not its ranking: each question's database merged with the other
+    ten, BIRD's tables and the seed-63 distractors writes to SQLite (heldout2's first run crashed
+    here on a reserved `sqlite_` name), every table name unique."""
+    databases, _, unrelated = load_corpus("heldout3")
+    real = sum(len(tables) for tables in databases.values()) + len(unrelated)
+    extra = unrelated + mixed_distractors(databases, 1000 - real, SEEDS["heldout3"])
+    for db_id in databases:
+        merged = merged_schema(databases, db_id, extra)
+        assert len(merged) == 1000 and len({t.name.lower() for t in merged}) == 1000
+        with closing(sqlite3.connect(write_database(merged, tmp_path / f"{db_id}.sqlite"))) as conn:
+            assert conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone() == (1000,)
