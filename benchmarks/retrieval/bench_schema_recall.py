@@ -31,7 +31,7 @@ from sqlglot import exp
 
 from benchmarks.model.checkpoint_tokenizer import build_tokenizer
 from benchmarks.retrieval.bird_schemas import GENERIC_COLUMNS, merged_schema, write_database
-from benchmarks.retrieval.schema_corpora import load_corpus, mixed_distractors
+from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, load_corpus, mixed_distractors
 from edge_sql.tools import ReadOnlyDatabase
 from edge_sql.tools.schema_index import index_for, index_path
 from edge_sql.tools.schema_ranking import Ranking, rank_tables
@@ -92,9 +92,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--corpus",
-        choices=("bird", "spider", "heldout2"),
+        choices=CORPORA,
         default="bird",
-        help="bird, spider: tuned on; heldout2: held out",
+        help="bird, spider, heldout2: tuned on; heldout3: held out (its own distractor seed)",
     )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")
@@ -119,7 +119,7 @@ def main() -> None:
     figures: dict = {"corpus": args.corpus, "questions": len(questions), "cpu": _cpu(), "sizes": {}}
     figures["splitter"] = args.splitter
     for size in args.sizes:
-        extra = unrelated + mixed_distractors(databases, size - real_count)
+        extra = unrelated + mixed_distractors(databases, size - real_count, SEEDS.get(args.corpus, 62))
         paths = {}
         for db_id in sorted({q["db_id"] for q in questions}):
             paths[db_id] = write_database(merged_schema(databases, db_id, extra), work / f"{db_id}-{size}.sqlite")

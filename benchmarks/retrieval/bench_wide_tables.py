@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from benchmarks.retrieval.bench_schema_recall import _cpu, _share, real_token_counter
 from benchmarks.retrieval.bird_schemas import Table, write_database
-from benchmarks.retrieval.schema_corpora import WIDE_KINDS, load_corpus, wide_table
+from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, WIDE_KINDS, load_corpus, wide_table
 from edge_sql.tools import ReadOnlyDatabase, Toolbox
 
 WIDTHS = (500, 2000)  # SQLite allows at most 2,000 columns a table
@@ -48,7 +48,7 @@ def gold_columns(sql: str, tables: dict[str, Table]) -> dict[str, set[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", choices=("bird", "spider", "heldout2"), default="bird")
+    parser.add_argument("--corpus", choices=CORPORA, default="bird")
     parser.add_argument("--kinds", nargs="+", default=list(WIDE_KINDS), choices=WIDE_KINDS)
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")
@@ -59,6 +59,7 @@ def main() -> None:
     os.environ["EDGE_SQL_HOME"] = str(work / "home")
     count = real_token_counter(work)
     databases, questions, _ = load_corpus(args.corpus)
+    seed = SEEDS.get(args.corpus, 62)
     questions = questions[: args.limit] if args.limit else questions
     figures: dict = {"corpus": args.corpus, "questions": len(questions), "cpu": _cpu(), "results": {}}
     for kind in args.kinds:
@@ -70,7 +71,7 @@ def main() -> None:
                 for name, columns in gold_columns(q["SQL"], tables).items():
                     key = (q["db_id"], name)
                     if key not in made:
-                        made[key] = _wide_db(work, tables[name], width, kind, databases, q["db_id"], len(made))
+                        made[key] = _wide_db(work, tables[name], width, kind, databases, q["db_id"], len(made), seed)
                     text = q["question"] + "\n" + (q.get("evidence") or "")
                     with ReadOnlyDatabase(made[key]) as db:
                         toolbox = Toolbox(db, question=text, count_tokens=None if args.estimate else count)
@@ -101,9 +102,9 @@ def _named(head: str, column: str) -> bool:
     return any(f"{sep}{form} " in head for sep in ("(", ", ") for form in (column, f'"{column}"', f"`{column}`"))
 
 
-def _wide_db(work: Path, table: Table, width: int, kind: str, databases: dict, db_id: str, n: int) -> Path:
+def _wide_db(work: Path, table: Table, width: int, kind: str, databases: dict, db_id: str, n: int, seed: int) -> Path:
     """The question's real database (no rows) with `table` made wide."""
-    columns = tuple(wide_table(table, width, kind, databases))
+    columns = tuple(wide_table(table, width, kind, databases, seed))
     wide = Table(table.name, columns, table.primary_key, table.foreign_keys)
     tables = [wide if t.name == table.name else t for t in databases[db_id]]
     return write_database(tables, work / f"wide-{kind}-{width}-{n}.sqlite")
