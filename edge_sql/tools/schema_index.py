@@ -34,6 +34,7 @@ PROGRESS_EVERY = 1000
 GENERIC_KEYS = frozenset({"id", "rowid", "key", "code", "name", "uuid", "pk"})
 # Last words of a column that refers to another table's key: `cust_no` -> customers(number).
 KEY_WORDS = frozenset({"id", "no", "num", "nr", "number", "code", "key", "ref"})
+MAX_NAMED_BY = 8  # a table named by columns of more tables than this is a common word, not a join
 MIN_KEY_PREFIX = 3  # `cust` of `cust_no` names customers; `c` names nothing
 COPY_DIFFERENCE = 0.2  # a copy differs from its table in at most one column or this share of them
 READ_TIME_LIMIT_S = 10.0  # the schema query's limit: a schema that cannot be read in time is not ranked
@@ -202,22 +203,23 @@ def _table_named_links(
     `course_offering.semester INTEGER` -> `semester(semester_id INTEGER)`, `orders.customer` ->
     `customers(id)` (the table's name, or it less a plural ending). A `status TEXT` column holds
     a status, not `status(statusId INTEGER)`'s key: no link. Generic names (`id`, `name`, `code`)
-    link nothing."""
+    link nothing, nor does a table so named in more than `MAX_NAMED_BY` tables (a `country`
+    column in hundreds of tables is a word they share, and `country`'s neighbours would be all)."""
     targets: dict[str, str] = {}
     for table, key in sorted(keys.items(), key=lambda item: len(item[0])):
         if len(key) == 1:
             name = table.lower()
             for form in (name, *(name[: -len(e)] for e in PLURAL_ENDINGS if name.endswith(e))):
                 targets.setdefault(form, table)
-    found = []
+    found: dict[str, list[str]] = {}
     for table, names in columns.items():
         for name in names:
             other = targets.get(name.lower())
             if other is None or other == table or name.lower() in GENERIC_KEYS:
                 continue
             if affinities.get((table, name)) == affinities.get((other, keys[other][0])):
-                found.append((table, other))
-    return found
+                found.setdefault(other, []).append(table)
+    return [(table, other) for other, tables in found.items() if len(tables) <= MAX_NAMED_BY for table in tables]
 
 
 def type_affinity(declared: str | None) -> str:

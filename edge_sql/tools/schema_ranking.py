@@ -37,6 +37,7 @@ PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by
 COVER_TOP = 2  # per question word, the tables whose own name matches it best ...
 COVER_SHARE = 0.85  # ... rank at least this share of the best score: above the neighbours (0.8)
 REACH_HOPS = 4  # unmatched tables this many links from a matched one are listed first, nearest first
+REACH_SOURCES = 100  # ... from the best matched tables: beyond them the share is full anyway, and time grows
 # Columns are named for what a question asks even where tables are not: `name`, `total`.
 COLUMN_STOP_WORDS = STOP_WORDS - {"name", "names", "number", "total", "average"}
 _NUMBER = re.compile(r"[0-9]+")
@@ -144,19 +145,19 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
         RankedTable(b[0], b[1], scores[i], b[3], via.get(i, ""), b[5], b[6]) for i in matched for b in (blanks[i - 1],)
     ]
     if ranking.reach and links:
-        near = _reach(links, scores)
+        near = _reach(links, scores, matched[:REACH_SOURCES])
         ranked += [blanks[i - 1]._replace(via="near") for i in sorted(near, key=lambda i: (-near[i], i))]
         return ranked + [blank for i, blank in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0 and i not in near]
     return ranked + [blank for i, blank in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0]  # ids run 1..n
 
 
-def _reach(links: dict[int, list[int]], scores: dict[int, float]) -> dict[int, float]:
-    """Unmatched tables within `REACH_HOPS` links of a matched one, each with the best of its
-    matched tables' scores times `NEIGHBOUR_SHARE` per link: where the matched tables leave room,
+def _reach(links: dict[int, list[int]], scores: dict[int, float], sources: list[int]) -> dict[int, float]:
+    """Unmatched tables within `REACH_HOPS` links of the `sources` (the best matched tables), each
+    with the best of their scores times `NEIGHBOUR_SHARE` per link: where the matched tables leave room,
     the tables a join would pass through (`semester` of "courses in Fall 2000", three links from
     `course`) fill it instead of tables in schema order."""
     near: dict[int, float] = {}
-    frontier = {i: s for i, s in scores.items() if s > 0.0}
+    frontier = {i: scores[i] for i in sources}
     for _ in range(REACH_HOPS):
         reached: dict[int, float] = {}
         for i, score in frontier.items():
