@@ -37,7 +37,8 @@ PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by
 COVER_TOP = 2  # per question word, the tables whose own name matches it best ...
 COVER_SHARE = 0.85  # ... rank at least this share of the best score: above the neighbours (0.8)
 REACH_HOPS = 4  # unmatched tables this many links from a matched one are listed first, nearest first
-REACH_SOURCES = 100  # ... from the best matched tables: beyond them the share is full anyway, and time grows
+REACH_SOURCES = 100  # ... from the best matched tables (and the best reached at each link)
+REACH_LIMIT = 600  # ... until this many are reached: more than a share shows (about 200 names)
 # Columns are named for what a question asks even where tables are not: `name`, `total`.
 COLUMN_STOP_WORDS = STOP_WORDS - {"name", "names", "number", "total", "average"}
 _NUMBER = re.compile(r"[0-9]+")
@@ -166,7 +167,9 @@ def _reach(links: dict[int, list[int]], scores: dict[int, float], sources: list[
                 if scores.get(other, 0.0) <= 0.0 and share > near.get(other, 0.0) and share > reached.get(other, 0.0):
                     reached[other] = share
         near.update(reached)
-        frontier = reached
+        if len(near) >= REACH_LIMIT:  # more than a share can show: a dense schema's links reach thousands
+            break
+        frontier = dict(sorted(reached.items(), key=lambda item: (-item[1], item[0]))[:REACH_SOURCES])
     return near
 
 
