@@ -14,6 +14,7 @@ Tuned on BIRD mini-dev with the first two kinds; Spider and the `periods` kind a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -27,7 +28,7 @@ from sqlglot import exp
 from benchmarks.retrieval.bench_schema_recall import _cpu, _share, real_token_counter
 from benchmarks.retrieval.bird_schemas import Table, write_database
 from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, WIDE_KINDS, load_corpus, wide_table
-from edge_sql.tools import ReadOnlyDatabase, Toolbox
+from edge_sql.tools import ReadOnlyDatabase, Toolbox, schema_view
 
 WIDTHS = (500, 2000)  # SQLite allows at most 2,000 columns a table
 
@@ -53,15 +54,28 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")
     parser.add_argument("--estimate", action="store_true", help="fill the share with the estimate, not real tokens")
+    parser.add_argument(
+        "--numbered-in-order",
+        action="store_true",
+        help="unmatched columns in table order, numbered ones among them (before issue 62's third pass)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.numbered_in_order:
+        schema_view.rank_columns = functools.partial(schema_view.rank_columns, plain_first=False)
     work = Path(tempfile.mkdtemp(prefix="wide-tables-"))
     os.environ["EDGE_SQL_HOME"] = str(work / "home")
     count = real_token_counter(work)
     databases, questions, _ = load_corpus(args.corpus)
     seed = SEEDS.get(args.corpus, 62)
     questions = questions[: args.limit] if args.limit else questions
-    figures: dict = {"corpus": args.corpus, "questions": len(questions), "cpu": _cpu(), "results": {}}
+    figures: dict = {
+        "numbered_in_order": args.numbered_in_order,
+        "corpus": args.corpus,
+        "questions": len(questions),
+        "cpu": _cpu(),
+        "results": {},
+    }
     for kind in args.kinds:
         for width in args.widths:
             hits, tokens, times, misses, made = 0, [], [], [], {}
