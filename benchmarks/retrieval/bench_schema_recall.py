@@ -131,7 +131,7 @@ def main() -> None:
     figures: dict = {"corpus": args.corpus, "questions": len(questions), "cpu": _cpu(), "sizes": {}}
     figures["splitter"] = args.splitter
     for size in args.sizes:
-        extra = unrelated + mixed_distractors(databases, size - real_count, SEEDS.get(args.corpus, 62))
+        extra = unrelated + mixed_distractors(databases, size - real_count, SEEDS[args.corpus])
         paths = {}
         for db_id in sorted({q["db_id"] for q in questions}):
             paths[db_id] = write_database(merged_schema(databases, db_id, extra), work / f"{db_id}-{size}.sqlite")

@@ -67,7 +67,7 @@ def main() -> None:
     os.environ["EDGE_SQL_HOME"] = str(work / "home")
     count = real_token_counter(work)
     databases, questions, _ = load_corpus(args.corpus)
-    seed = SEEDS.get(args.corpus, 62)
+    seed = SEEDS[args.corpus]
     questions = questions[: args.limit] if args.limit else questions
     figures: dict = {
         "numbered_in_order": args.numbered_in_order,

@@ -112,7 +112,7 @@ def _file_stamp(path: Path) -> tuple[int, int, int] | None:
 
 
 def read_facts(
-    db: ReadOnlyDatabase, *, with_values: bool = True, key_names: bool = True, table_columns: bool = True
+    db: ReadOnlyDatabase, options: IndexOptions = DEFAULT_OPTIONS, *, with_values: bool = True
 ) -> SchemaFacts:
     """Columns, links and a few text values of every table, read through the read-only worker.
     Raises `SchemaIndexError` when the schema cannot be read in time."""
@@ -149,8 +149,8 @@ def read_facts(
             progress.step(i + 1)
     known = {n.lower() for _, n in entries}
     declared = [(a, b) for a, b in link_rows if a != b and str(b).lower() in known]
-    named = _named_links(columns, keys) + (_prefixed_links(columns, keys) if key_names else [])
-    named += _table_named_links(columns, keys, affinities) if table_columns else []
+    named = _named_links(columns, keys) + (_prefixed_links(columns, keys) if options.keys else [])
+    named += _table_named_links(columns, keys, affinities) if options.table_columns else []
     return SchemaFacts(tuple(tables), tuple(declared + named))
 
 
@@ -405,11 +405,7 @@ def index_for(
     path = index_path(db, options)
     if not path.exists():
         try:
-            write_index(
-                read_facts(db, with_values=with_values, key_names=options.keys, table_columns=options.table_columns),
-                path,
-                options,
-            )
+            write_index(read_facts(db, options, with_values=with_values), path, options)
         except (OSError, sqlite3.Error) as exc:
             raise SchemaIndexError(f"the schema index {path} could not be written ({exc})") from None
     return open_index(path)

@@ -145,11 +145,9 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
     ranked = [
         RankedTable(b[0], b[1], scores[i], b[3], via.get(i, ""), b[5], b[6]) for i in matched for b in (blanks[i - 1],)
     ]
-    if ranking.reach and links:
-        near = _reach(links, scores, matched[:REACH_SOURCES])
-        ranked += [blanks[i - 1]._replace(via="near") for i in sorted(near, key=lambda i: (-near[i], i))]
-        return ranked + [blank for i, blank in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0 and i not in near]
-    return ranked + [blank for i, blank in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0]  # ids run 1..n
+    near = _reach(links, scores, matched[:REACH_SOURCES]) if ranking.reach else {}
+    ranked += [blanks[i - 1]._replace(via="near") for i in sorted(near, key=lambda i: (-near[i], i))]
+    return ranked + [b for i, b in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0 and i not in near]  # ids 1..n
 
 
 def _reach(links: dict[int, list[int]], scores: dict[int, float], sources: list[int]) -> dict[int, float]:
@@ -162,8 +160,8 @@ def _reach(links: dict[int, list[int]], scores: dict[int, float], sources: list[
     for _ in range(REACH_HOPS):
         reached: dict[int, float] = {}
         for i, score in frontier.items():
+            share = NEIGHBOUR_SHARE * score
             for other in links.get(i, ()):
-                share = NEIGHBOUR_SHARE * score
                 if scores.get(other, 0.0) <= 0.0 and share > near.get(other, 0.0) and share > reached.get(other, 0.0):
                     reached[other] = share
         near.update(reached)
