@@ -83,6 +83,7 @@ def test_bundled_and_bird_databases_are_shown_as_trained(tmp_path: Path) -> None
     paths = [DATA_DIR / "chinook" / "chinook.sqlite", DATA_DIR / "northwind" / "northwind.sqlite"]
     paths += [write_database(tables, tmp_path / f"{name}.sqlite") for name, tables in databases.items()]
     assert len(paths) == 13
+    before = indexed()  # the store is the pytest process's: another test may have indexed its own schema
     for path in paths:
         with ReadOnlyDatabase(path) as db:
             toolbox = Toolbox(db, question="How many rows are in the biggest table of each kind?")
@@ -90,13 +91,19 @@ def test_bundled_and_bird_databases_are_shown_as_trained(tmp_path: Path) -> None
             for table in db.table_names() + db.view_names():
                 described = toolbox.call("describe_table", {"table_name": table}).output
                 assert described == one_line_ddl(db.create_statement(table))
-    assert not (index_path_root()).exists()  # nothing was indexed for schemas that fit
+    assert indexed() == before  # nothing was indexed for schemas that fit
 
 
 def index_path_root() -> Path:
     from edge_sql.store.home import store_root
 
     return store_root() / "schema-index"
+
+
+def indexed() -> set[Path]:
+    """Every index file in the store."""
+    root = index_path_root()
+    return set(root.iterdir()) if root.exists() else set()
 
 
 def test_a_telling_table_with_an_unhelpful_name_is_listed_first(tmp_path: Path, qwen_tokens, capfd) -> None:
