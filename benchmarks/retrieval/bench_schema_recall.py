@@ -39,7 +39,8 @@ from edge_sql.tools.schema_view import SchemaView
 
 SIZES = (1000, 5000)
 BASELINE_TOP = 150
-PASS3_OFF = {"table_columns": False, "reach": False}  # issue 62's third pass, switched off
+PASS4_OFF = {"spread": False, "english": False, "counts_only": False}  # issue 62's fourth pass, switched off
+PASS3_OFF = {"table_columns": False, "reach": False, **PASS4_OFF}  # the third pass and later, switched off
 
 
 def issue_55_rules() -> Ranking:
@@ -59,8 +60,11 @@ def ranking_steps() -> list[tuple[str, Ranking, bool]]:
         ("+ undeclared key names (issue 62's first pass)", Ranking(cover=False, joined=False, **PASS3_OFF), True),
         ("+ neighbouring question words joined where the schema glues them", Ranking(cover=False, **PASS3_OFF), True),
         ("+ each question word's best name matches above the neighbours (second pass)", Ranking(**PASS3_OFF), True),
-        ("+ columns named as tables link to them", Ranking(reach=False), True),
-        ("+ unmatched tables near the matched ones listed first (default)", Ranking(), True),
+        ("+ columns named as tables link to them", Ranking(reach=False, **PASS4_OFF), True),
+        ("+ unmatched tables near the matched ones listed first (third pass)", Ranking(**PASS4_OFF), True),
+        ("+ a hub raises its best-linked neighbours, not hundreds", Ranking(english=False, counts_only=False), True),
+        ("+ glued names split by English word frequency", Ranking(counts_only=False), True),
+        ("+ folded lines count their members, name only one that raised the line (default)", Ranking(), True),
         ("default, question only (no evidence)", Ranking(), False),
     ]
 

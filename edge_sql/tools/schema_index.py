@@ -25,7 +25,7 @@ from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
 from edge_sql.tools.schema_words import PLURAL_ENDINGS, identifier_words, schema_vocabulary, split_words
 
-INDEX_VERSION = 8  # bump when what is stored changes: old files are then never read
+INDEX_VERSION = 9  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
 VALUE_ROWS = 3  # rows read per table for its stored values ("a few")
 MAX_VALUE_CHARS = 40  # longer text is prose, not a name a question would use
@@ -73,6 +73,7 @@ class IndexOptions:
     keys: bool = True  # links by key names no foreign key declares (`cust_no` -> customers(number))
     same_shape: bool = True  # copies only of the same columns, or nearly, both ways (False: half of the copy's)
     table_columns: bool = True  # links by a column named as a table (`course_offering.semester` -> semester)
+    english: bool = True  # glued names the schema's words leave whole split by English word frequency
 
 
 DEFAULT_OPTIONS = IndexOptions()
@@ -325,7 +326,7 @@ def _fill(conn: sqlite3.Connection, facts: SchemaFacts, options: IndexOptions) -
         ],
     )
     vocabulary = schema_vocabulary([t.name for t in facts.tables] + [c for t in facts.tables for c in t.columns])
-    words = (lambda name: split_words(name, vocabulary)) if options.split else identifier_words
+    words = (lambda name: split_words(name, vocabulary, english=options.english)) if options.split else identifier_words
     conn.executemany(
         "INSERT INTO words(rowid, name, columns, vals) VALUES (?, ?, ?, ?)",
         [

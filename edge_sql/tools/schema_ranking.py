@@ -31,6 +31,7 @@ WEIGHTS = (4.0, 1.0, 0.5)  # bm25 weights of the name, columns and stored values
 NEIGHBOUR_SEEDS = 10  # the best hits whose foreign-key neighbours are raised
 NEIGHBOUR_HOPS = 2  # a join through a bridge table (client -> disp -> account) is two links away
 NEIGHBOUR_SHARE = 0.8  # a neighbour ranks as if it scored this share of its seed
+NEIGHBOUR_LIMIT = 32  # a seed raises at most this many neighbours, the best-linked first (`spread`)
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
 PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by their first letters
@@ -67,6 +68,9 @@ class Ranking:
     joined: bool = True  # two question words joined where the schema spells them glued ("high schoolers")
     table_columns: bool = True  # links by a column named as a table (`course_offering.semester` -> semester)
     reach: bool = True  # unmatched tables near the matched ones (by links) before the rest
+    spread: bool = True  # a hub seed raises its `NEIGHBOUR_LIMIT` best-linked neighbours, not hundreds
+    english: bool = True  # glued names the schema's words leave whole split by English word frequency
+    counts_only: bool = True  # a folded line counts its members; names one only where it raised the line
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
@@ -75,6 +79,7 @@ class Ranking:
             keys=self.keys,
             same_shape=self.same_shape,
             table_columns=self.table_columns,
+            english=self.english,
         )
 
 
@@ -137,7 +142,7 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
         originals = [i for i in scores if i not in copy_of and i not in variant_of]
         seeds = sorted(originals, key=lambda i: (-scores[i], i))[:NEIGHBOUR_SEEDS]
         for seed in seeds:
-            for other in links.get(seed, ()):
+            for other in _raised(links, seed, copy_of, variant_of) if ranking.spread else links.get(seed, ()):
                 raised = NEIGHBOUR_SHARE * scores[seed]
                 if raised > scores.get(other, 0.0):
                     scores[other], via[other] = raised, "link"
@@ -148,6 +153,16 @@ def rank_tables(conn: sqlite3.Connection, text: str, ranking: Ranking = ALL_PART
     near = _reach(links, scores, matched[:REACH_SOURCES]) if ranking.reach else {}
     ranked += [blanks[i - 1]._replace(via="near") for i in sorted(near, key=lambda i: (-near[i], i))]
     return ranked + [b for i, b in enumerate(blanks, 1) if scores.get(i, 0.0) <= 0.0 and i not in near]  # ids 1..n
+
+
+def _raised(links: dict[int, list[int]], seed: int, copy_of: dict[int, int], variant_of: dict[int, int]) -> list[int]:
+    """The seed's neighbours it raises: at most `NEIGHBOUR_LIMIT`, those with the most links
+    first, copies and variants left out (their table's line shows them). A hub (`patients`,
+    `customers`) is linked to hundreds of tables in a big schema, archive copies and link
+    tables among them; raised all at one score, they filled the share in schema order and
+    hid the next seed's neighbours (eICU's `lab` behind MIMIC's `PATIENTS`)."""
+    others = [o for o in links.get(seed, ()) if o not in copy_of and o not in variant_of]
+    return sorted(others, key=lambda o: (-len(links.get(o, ())), o))[:NEIGHBOUR_LIMIT]
 
 
 def _reach(links: dict[int, list[int]], scores: dict[int, float], sources: list[int]) -> dict[int, float]:

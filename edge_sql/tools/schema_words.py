@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import cache
 
 _MIXED = re.compile(r"[A-Za-z0-9]+")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
@@ -64,10 +65,30 @@ def _plural_of(part: str, vocabulary: frozenset[str]) -> bool:
     return any(part.endswith(e) and part[: -len(e)] in vocabulary for e in PLURAL_ENDINGS)
 
 
-def split_words(name: str, vocabulary: frozenset[str]) -> list[str]:
-    """`identifier_words(name)` and, after each glued word, its parts (`split_glued`)."""
+def split_words(name: str, vocabulary: frozenset[str], *, english: bool = False) -> list[str]:
+    """`identifier_words(name)` and, after each glued word, its parts (`split_glued`); with
+    `english`, a long glued word the schema's words do not split is split by English word
+    frequency instead (`english_parts`)."""
     words: list[str] = []
     for word in identifier_words(name):
         words.append(word)
-        words += split_glued(word, vocabulary)
+        parts = split_glued(word, vocabulary)
+        words += parts or (english_parts(word) if english else [])
     return words
+
+
+ENGLISH_MIN_LETTERS = 8  # shorter glued words are mostly abbreviations (`custno`), which English splits wrong
+
+
+@cache
+def english_parts(word: str) -> list[str]:
+    """`haslasttradedvalue` -> ["last", "traded", "value"]: a glued name split by English word
+    frequency (wordninja, Wikipedia unigrams), for schemas that glue every name and spell no part
+    apart anywhere (`LISTEDSECURITY.HASLASTTRADEDVALUE`), where `split_glued` finds no vocabulary;
+    parts shorter than `MIN_PART` ("of", "is") are left out; [] for a word it leaves whole."""
+    if len(word) < ENGLISH_MIN_LETTERS or not word.isalpha():
+        return []
+    import wordninja  # 0.1 s to load its word list: only when an index is built
+
+    parts = [p for p in wordninja.split(word) if len(p) >= MIN_PART]
+    return parts if len(parts) > 1 or (parts and len(parts[0]) < len(word) - MIN_PART) else []

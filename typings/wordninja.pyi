@@ -1,0 +1,3 @@
+"""The one function of wordninja 2.0 that edge-sql calls (the package ships no types)."""
+
+def split(s: str) -> list[str]: ...
