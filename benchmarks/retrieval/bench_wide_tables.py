@@ -30,7 +30,12 @@ from benchmarks.retrieval.bird_schemas import Table, write_database
 from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, WIDE_KINDS, load_corpus, wide_table
 from edge_sql.tools import ReadOnlyDatabase, Toolbox, schema_view
 
-WIDTHS = (500, 2000)  # SQLite allows at most 2,000 columns a table
+WIDTHS = (500, 2000)
+COLUMN_ORDERS = {  # rank_columns' flags as each pass of issue 62 left them
+    "pass2": {"plain_first": False, "repeats_last": False, "short_first": False},
+    "pass3": {"repeats_last": False, "short_first": False},
+    "default": {},
+}  # SQLite allows at most 2,000 columns a table
 
 
 def gold_columns(sql: str, tables: dict[str, Table]) -> dict[str, set[str]]:
@@ -55,14 +60,14 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")
     parser.add_argument("--estimate", action="store_true", help="fill the share with the estimate, not real tokens")
     parser.add_argument(
-        "--numbered-in-order",
-        action="store_true",
-        help="unmatched columns in table order, numbered ones among them (before issue 62's third pass)",
+        "--order",
+        choices=sorted(COLUMN_ORDERS),
+        default="default",
+        help="the column order of an earlier pass: pass2 (unmatched columns in table order), pass3 (plain ones first)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if args.numbered_in_order:
-        schema_view.rank_columns = functools.partial(schema_view.rank_columns, plain_first=False)
+    schema_view.rank_columns = functools.partial(schema_view.rank_columns, **COLUMN_ORDERS[args.order])
     work = Path(tempfile.mkdtemp(prefix="wide-tables-"))
     os.environ["EDGE_SQL_HOME"] = str(work / "home")
     count = real_token_counter(work)
@@ -70,7 +75,7 @@ def main() -> None:
     seed = SEEDS[args.corpus]
     questions = questions[: args.limit] if args.limit else questions
     figures: dict = {
-        "numbered_in_order": args.numbered_in_order,
+        "order": args.order,
         "corpus": args.corpus,
         "questions": len(questions),
         "cpu": _cpu(),

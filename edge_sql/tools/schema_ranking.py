@@ -34,6 +34,7 @@ NEIGHBOUR_SHARE = 0.8  # a neighbour ranks as if it scored this share of its see
 NEIGHBOUR_LIMIT = 32  # a seed raises at most this many neighbours, the best-linked first (`spread`)
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
+FAMILY_SHOWN = 2  # matched repeats of one name (`cost_2019_q1`, `cost_2020_q3`) kept with the matched columns
 PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by their first letters
 COVER_TOP = 2  # per question word, the tables whose own name matches it best ...
 COVER_SHARE = 0.85  # ... rank at least this share of the best score: above the neighbours (0.8)
@@ -349,21 +350,49 @@ def column_scores(columns: Sequence[str], text: str, *, prefixes: bool = False) 
     return scores
 
 
-def rank_columns(columns: Sequence[str], text: str, *, plain_first: bool = True) -> list[int]:
+def rank_columns(
+    columns: Sequence[str], text: str, *, plain_first: bool = True, repeats_last: bool = True, short_first: bool = True
+) -> list[int]:
     """Positions of `columns`, most related to `text` first (`column_scores`), then those that
     share only a word's beginning with it; the rest keep their order, those named without a
     number first (`plain_first`): a wide table's numbered columns are its repeats (`amount_2019_q2`,
     `reading_17`, `q_412`), each one of many alike, while its plain ones (`department`, `title`)
-    are what a question filters and groups by."""
+    are what a question filters and groups by. `repeats_last`: of a family of matched repeats
+    (names alike once their numbers are masked) only the best `FAMILY_SHOWN` stay with the
+    matched columns, the others follow the plain ones (a question's "cost" matched all 300 of
+    `cost_2019_q1` ... `cost_2024_q4` and pushed the table's other columns out of the share).
+    `short_first`: plain columns of fewer words first (`title` before `projects_title`: a
+    denormalised table's columns carried from other tables are named with the table they came from)."""
     scores = column_scores(columns, text)
     near = column_scores(columns, text, prefixes=True)
     matched = sorted(scores, key=lambda i: (-scores[i], i))
     matched += sorted((i for i in near if i not in scores), key=lambda i: (-near[i], i))
+    repeats = _extra_repeats(columns, matched) if repeats_last else set()
     seen = set(matched)
     rest = [i for i in range(len(columns)) if i not in seen]
+    if short_first:
+        rest.sort(key=lambda i: len(identifier_words(columns[i])))  # stable: table order among equals
     if plain_first:
-        rest.sort(key=lambda i: _NUMBER.search(columns[i]) is not None)  # stable: each part keeps its order
-    return matched + rest
+        rest.sort(key=lambda i: _NUMBER.search(columns[i]) is not None)
+    head = [i for i in matched if i not in repeats]
+    if not repeats:
+        return head + rest
+    plain = [i for i in rest if _NUMBER.search(columns[i]) is None]
+    numbered = [i for i in rest if _NUMBER.search(columns[i]) is not None]
+    return head + plain + [i for i in matched if i in repeats] + numbered
+
+
+def _extra_repeats(columns: Sequence[str], matched: list[int]) -> set[int]:
+    """The matched numbered columns beyond the best `FAMILY_SHOWN` of their family."""
+    per_family: dict[str, int] = {}
+    extra: set[int] = set()
+    for i in matched:
+        family = _NUMBER.sub("#", columns[i].lower())
+        if family != columns[i].lower():
+            per_family[family] = per_family.get(family, 0) + 1
+            if per_family[family] > FAMILY_SHOWN:
+                extra.add(i)
+    return extra
 
 
 def alike_key(name: str, signature: str) -> tuple[str, str]:

@@ -1,6 +1,7 @@
 """Issue 62's fourth pass: a hub's hundreds of neighbours no longer bury another matched table's
-neighbours, and a schema that glues every name (`LISTEDSECURITY.HASLASTTRADEDVALUE`) is split
-into English words.
+neighbours, a schema that glues every name (`LISTEDSECURITY.HASLASTTRADEDVALUE`) is split into
+English words, a folded line counts its members, and a wide table's matched repeats and
+long carried-over names give way to its own columns.
 
 Real SQLite files and the real index in the test's store."""
 
@@ -10,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from edge_sql.tools import ReadOnlyDatabase
-from edge_sql.tools.schema_ranking import NEIGHBOUR_LIMIT, Ranking
+from edge_sql.tools.schema_ranking import FAMILY_SHOWN, NEIGHBOUR_LIMIT, Ranking, rank_columns
 from edge_sql.tools.schema_view import SchemaView
 from edge_sql.tools.schema_words import english_parts, split_words
 from test_big_schemas import WORD_TABLES, make_db
@@ -117,3 +118,31 @@ def test_a_folded_line_counts_its_members_and_names_only_one_that_raised_it(tmp_
     assert vip.text.splitlines()[0] == "customers (+10 copies: customers_2024_vip, ...)"  # it raised the line
     assert "customers_2024_vip" in vip.named() and "customers_2024_vip" not in plain.named()
     assert named.text.splitlines()[0].startswith("customers (+10 copies: customers_20")  # as before
+
+
+def test_a_wide_table_s_matched_repeats_give_way_to_its_own_columns() -> None:
+    """ "cost" matches `cost` and its 100 repeats; `title`, which the question filters by value,
+    is unmatched: it follows the best `FAMILY_SHOWN` repeats, not all of them."""
+    repeats = [f"cost_{2000 + i // 4}_q{i % 4 + 1}" for i in range(100)]
+    columns = ["id", *repeats[:50], "cost", "department", *repeats[50:], "title"]
+    order = [columns[i] for i in rank_columns(columns, "total cost per department of the project Theseus")]
+    assert set(order[:2]) == {"cost", "department"}
+    assert all(name.startswith("cost_") for name in order[2 : 2 + FAMILY_SHOWN])
+    assert order[2 + FAMILY_SHOWN : 4 + FAMILY_SHOWN] == ["id", "title"]  # the plain rest, before the other repeats
+    before = [columns[i] for i in rank_columns(columns, "total cost per department", repeats_last=False)]
+    assert before.index("title") > 100
+    dated = [columns[i] for i in rank_columns(columns, "cost in 2019 per department")]
+    assert all(name.startswith("cost_2019_q") for name in dated[1 : 1 + FAMILY_SHOWN])  # a year picks its repeats
+
+
+def test_plain_columns_of_fewer_words_come_first() -> None:
+    """A denormalised table carries other tables' columns under their table's name."""
+    columns = ["projects_title_name", "id", "customers_city", "title", "acronym"]
+    assert [columns[i] for i in rank_columns(columns, "Which one?")] == [
+        "id",
+        "title",
+        "acronym",
+        "customers_city",
+        "projects_title_name",
+    ]
+    assert rank_columns(columns, "Which one?", short_first=False) == list(range(len(columns)))
