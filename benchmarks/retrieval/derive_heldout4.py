@@ -98,7 +98,10 @@ def spider2(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
             entry = spider2_schema(git_dir, engine, db)
             databases.append(entry)
             asked = [
-                (item["question"], git_show(git_dir, f"spider2-lite/evaluation_suite/gold/sql/{item['instance_id']}.sql"))
+                (
+                    item["question"],
+                    git_show(git_dir, f"spider2-lite/evaluation_suite/gold/sql/{item['instance_id']}.sql"),
+                )
                 for item in items
                 if item["db"] == db and item["instance_id"] in gold and not item["instance_id"].startswith("local")
             ]
@@ -110,10 +113,7 @@ def beaver(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
     """BEAVER's `db#sep#table` entries as CREATE TABLE statements, each database's in file order."""
     statements: dict[str, list[str]] = {}
     for entry in json.loads(git_show(git_dir, "dev_tables.json")).values():
-        parts = [
-            f"{quoted(c)} {column_type(t)}"
-            for c, t in zip(entry["column_names_original"], entry["column_types"])
-        ]
+        parts = [f"{quoted(c)} {column_type(t)}" for c, t in zip(entry["column_names_original"], entry["column_types"])]
         if entry.get("primary_key"):
             parts.append(f"PRIMARY KEY ({', '.join(quoted(c) for c in entry['primary_key'])})")
         for key in entry.get("foreign_key") or []:
