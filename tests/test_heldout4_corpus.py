@@ -1,0 +1,117 @@
+"""heldout4 (benchmarks/data/heldout4/) loads as the schema benchmarks read it, with the counts its
+README states, and every question's gold tables (parsed as bench_schema_recall parses them) are in
+its own database: a held-out figure on it can only miss for the ranking's sake. Nothing here ranks."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+
+from benchmarks.retrieval.bench_schema_recall import gold_tables
+from benchmarks.retrieval.bird_schemas import merged_schema, write_database
+from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, load_corpus, mixed_distractors
+
+TABLES = {
+    "austin": 10,
+    "census_bureau_international": 8,
+    "cms_data": 52,
+    "covid19_symptom_search": 6,
+    "ecommerce": 15,
+    "ncaa_basketball": 10,
+    "new_york_plus": 43,
+    "pancancer_atlas_2": 21,
+    "san_francisco_plus": 19,
+    "the_met": 3,
+    "ETHEREUM_BLOCKCHAIN": 7,
+    "GEO_OPENSTREETMAP": 10,
+    "GITHUB_REPOS": 6,
+    "IDC": 16,
+    "PATENTS": 3,
+    "THELOOK_ECOMMERCE": 7,
+    "csail_stata_nova": 109,
+    "csail_stata_glance": 20,
+    "csail_stata_neutron": 175,
+    "csail_stata_cinder": 25,
+    "keystone": 37,
+    "dw": 97,
+    "ASIS_20161108_HerpInv_Database": 34,
+    "ATBI": 26,
+    "NTSB": 38,
+    "NYSED_SRC2022": 27,
+}
+QUESTIONS = {
+    "austin": 4,
+    "census_bureau_international": 3,
+    "cms_data": 5,
+    "covid19_symptom_search": 2,
+    "ecommerce": 2,
+    "ncaa_basketball": 2,
+    "new_york_plus": 4,
+    "pancancer_atlas_2": 1,
+    "san_francisco_plus": 4,
+    "the_met": 3,
+    "ETHEREUM_BLOCKCHAIN": 2,
+    "GEO_OPENSTREETMAP": 3,
+    "GITHUB_REPOS": 7,
+    "IDC": 7,
+    "PATENTS": 9,
+    "THELOOK_ECOMMERCE": 5,
+    "csail_stata_nova": 29,
+    "csail_stata_glance": 5,
+    "csail_stata_neutron": 23,
+    "csail_stata_cinder": 2,
+    "keystone": 8,
+    "dw": 40,
+    "ASIS_20161108_HerpInv_Database": 40,
+    "ATBI": 40,
+    "NTSB": 40,
+    "NYSED_SRC2022": 40,
+}
+
+
+def test_heldout4_counts_and_its_own_seed() -> None:
+    databases, questions, unrelated = load_corpus("heldout4")
+    assert {db: len(tables) for db, tables in databases.items()} == TABLES
+    assert sum(TABLES.values()) == 824
+    assert Counter(q["db_id"] for q in questions) == QUESTIONS
+    assert len(questions) == 330
+    assert Counter(q["source"] for q in questions) == {
+        "spider2-lite-bigquery": 30,
+        "spider2-lite-snowflake": 33,
+        "beaver": 107,
+        "snails": 160,
+    }
+    assert len(unrelated) == 75  # BIRD mini-dev's tables, as for heldout2 and heldout3
+    assert "heldout4" in CORPORA
+    assert SEEDS == {"bird": 62, "spider": 62, "heldout2": 62, "heldout3": 63, "heldout4": 64}
+
+
+def test_every_gold_table_is_in_its_database() -> None:
+    databases, questions, _ = load_corpus("heldout4")
+    missing = []
+    sizes: Counter[int] = Counter()
+    for q in questions:
+        gold = gold_tables(q["SQL"])
+        sizes[len(gold)] += 1
+        names = {t.name.lower() for t in databases[q["db_id"]]}
+        if not gold or not gold <= names:
+            missing.append((q["db_id"], q["question"], sorted(gold - names)))
+    assert missing == []
+    assert sizes == {1: 127, 2: 82, 3: 50, 4: 36, 5: 14, 6: 5, 7: 3, 8: 1, 9: 2, 10: 7, 11: 1, 12: 2}
+
+
+def test_each_database_merges_and_writes_at_1000_tables(tmp_path: Path) -> None:
+    """The benchmark's set-up, not its ranking: each question's database merged with the other
+    25, BIRD's tables and the seed-64 distractors writes to SQLite, every table name unique (the
+    corpus's 824 real tables and BIRD's 75 leave 101 generated ones at 1,000)."""
+    databases, _, unrelated = load_corpus("heldout4")
+    real = sum(len(tables) for tables in databases.values()) + len(unrelated)
+    assert real == 899
+    extra = unrelated + mixed_distractors(databases, 1000 - real, SEEDS["heldout4"])
+    for db_id in databases:
+        merged = merged_schema(databases, db_id, extra)
+        assert len(merged) == 1000 and len({t.name.lower() for t in merged}) == 1000
+        with closing(sqlite3.connect(write_database(merged, tmp_path / f"{db_id}.sqlite"))) as conn:
+            assert conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone() == (1000,)
