@@ -194,6 +194,23 @@ def check(databases: list[dict]) -> None:
         conn.close()
 
 
+def write_corpus(out: Path, derived: dict, dropped: Counter) -> None:
+    """Write a derived corpus (Spider's `tables.json` layout plus `questions`) and print its counts."""
+    databases, questions = derived["databases"], derived["questions"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(derived, separators=(",", ":"), ensure_ascii=False) + "\n")
+    tables = sum(len(d["table_names_original"]) for d in databases)
+    per_db = Counter(q["db_id"] for q in questions)
+    print(
+        f"{out}: {len(databases)} databases, {tables} tables, {len(questions)} questions, {out.stat().st_size:,} bytes"
+    )
+    for entry in databases:
+        db = entry["db_id"]
+        print(
+            f"  {db}: {len(entry['table_names_original'])} tables, {per_db[db]} questions, {dropped[db]} dropped, {dropped[db + ' turned']} in SQLite form"
+        )
+
+
 def main() -> None:
     logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its notes on T-SQL it parses as a command
     dropped: Counter = Counter()
@@ -217,18 +234,7 @@ def main() -> None:
         "databases": databases,
         "questions": questions,
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(derived, separators=(",", ":"), ensure_ascii=False) + "\n")
-    tables = sum(len(d["table_names_original"]) for d in databases)
-    per_db = Counter(q["db_id"] for q in questions)
-    print(
-        f"{OUT}: {len(databases)} databases, {tables} tables, {len(questions)} questions, {OUT.stat().st_size:,} bytes"
-    )
-    for entry in databases:
-        db = entry["db_id"]
-        print(
-            f"  {db}: {len(entry['table_names_original'])} tables, {per_db[db]} questions, {dropped[db]} dropped, {dropped[db + ' turned']} in SQLite form"
-        )
+    write_corpus(OUT, derived, dropped)
 
 
 if __name__ == "__main__":

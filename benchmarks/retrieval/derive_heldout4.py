@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.retrieval.derive_heldout2 import entry_from_ddl, git_show
-from benchmarks.retrieval.derive_heldout3 import check, pick
+from benchmarks.retrieval.derive_heldout3 import check, pick, write_corpus
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "heldout4" / "heldout.json"
 DATABASES_DIR = "spider2-lite/resource/databases"
@@ -187,18 +187,7 @@ def main() -> None:
         "databases": databases,
         "questions": questions,
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(derived, separators=(",", ":"), ensure_ascii=False) + "\n")
-    tables = sum(len(d["table_names_original"]) for d in databases)
-    per_db = Counter(q["db_id"] for q in questions)
-    print(
-        f"{OUT}: {len(databases)} databases, {tables} tables, {len(questions)} questions, {OUT.stat().st_size:,} bytes"
-    )
-    for entry in databases:
-        db = entry["db_id"]
-        print(
-            f"  {db}: {len(entry['table_names_original'])} tables, {per_db[db]} questions, {dropped[db]} dropped, {dropped[db + ' turned']} in SQLite form"
-        )
+    write_corpus(OUT, derived, dropped)
 
 
 if __name__ == "__main__":

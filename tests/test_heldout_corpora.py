@@ -1,0 +1,166 @@
+"""The held-out corpora (benchmarks/data/heldout3/, heldout4/) load as the schema benchmarks read
+them, with the counts their READMEs state, and every question's gold tables (parsed as
+bench_schema_recall parses them) are in its own database: a held-out figure on them can only
+miss for the ranking's sake. Nothing here ranks."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from benchmarks.retrieval.bench_schema_recall import gold_tables
+from benchmarks.retrieval.bird_schemas import merged_schema, write_database
+from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, load_corpus, mixed_distractors
+
+CORPUS = {
+    "heldout3": {
+        "tables": {
+            "cordis_temporary": 19,
+            "oncomx_v1_0_25_small": 25,
+            "hack_zurich": 18,
+            "mimic_iii": 17,
+            "eicu": 10,
+            "stackexchange": 29,
+            "fiben": 152,
+            "broker": 4,
+            "car_dealership": 7,
+            "derm_treatment": 8,
+            "ewallet": 9,
+        },
+        "questions": {
+            "cordis_temporary": 40,
+            "oncomx_v1_0_25_small": 33,
+            "hack_zurich": 2,
+            "mimic_iii": 40,
+            "eicu": 40,
+            "stackexchange": 40,
+            "fiben": 40,
+            "broker": 31,
+            "car_dealership": 31,
+            "derm_treatment": 31,
+            "ewallet": 30,
+        },
+        "sources": {
+            "sciencebenchmark-cordis": 40,
+            "sciencebenchmark-oncomx": 33,
+            "valuenet-hack_zurich": 2,
+            "ehrsql": 80,
+            "sede": 40,
+            "fiben": 40,
+            "defog": 123,
+        },
+        "gold_sizes": {1: 121, 2: 156, 3: 43, 4: 28, 5: 4, 6: 2, 7: 3, 8: 1},  # joins, not one-table questions only
+    },
+    "heldout4": {
+        "tables": {
+            "austin": 10,
+            "census_bureau_international": 8,
+            "cms_data": 52,
+            "covid19_symptom_search": 6,
+            "ecommerce": 15,
+            "ncaa_basketball": 10,
+            "new_york_plus": 43,
+            "pancancer_atlas_2": 21,
+            "san_francisco_plus": 19,
+            "the_met": 3,
+            "ETHEREUM_BLOCKCHAIN": 7,
+            "GEO_OPENSTREETMAP": 10,
+            "GITHUB_REPOS": 6,
+            "IDC": 16,
+            "PATENTS": 3,
+            "THELOOK_ECOMMERCE": 7,
+            "csail_stata_nova": 109,
+            "csail_stata_glance": 20,
+            "csail_stata_neutron": 175,
+            "csail_stata_cinder": 25,
+            "keystone": 37,
+            "dw": 97,
+            "ASIS_20161108_HerpInv_Database": 34,
+            "ATBI": 26,
+            "NTSB": 38,
+            "NYSED_SRC2022": 27,
+        },
+        "questions": {
+            "austin": 4,
+            "census_bureau_international": 3,
+            "cms_data": 5,
+            "covid19_symptom_search": 2,
+            "ecommerce": 2,
+            "ncaa_basketball": 2,
+            "new_york_plus": 4,
+            "pancancer_atlas_2": 1,
+            "san_francisco_plus": 4,
+            "the_met": 3,
+            "ETHEREUM_BLOCKCHAIN": 2,
+            "GEO_OPENSTREETMAP": 3,
+            "GITHUB_REPOS": 7,
+            "IDC": 7,
+            "PATENTS": 9,
+            "THELOOK_ECOMMERCE": 5,
+            "csail_stata_nova": 29,
+            "csail_stata_glance": 5,
+            "csail_stata_neutron": 23,
+            "csail_stata_cinder": 2,
+            "keystone": 8,
+            "dw": 40,
+            "ASIS_20161108_HerpInv_Database": 40,
+            "ATBI": 40,
+            "NTSB": 40,
+            "NYSED_SRC2022": 40,
+        },
+        "sources": {"spider2-lite-bigquery": 30, "spider2-lite-snowflake": 33, "beaver": 107, "snails": 160},
+        "gold_sizes": {1: 127, 2: 82, 3: 50, 4: 36, 5: 14, 6: 5, 7: 3, 8: 1, 9: 2, 10: 7, 11: 1, 12: 2},
+    },
+}
+TOTALS = {"heldout3": (298, 358), "heldout4": (824, 330)}  # tables, questions (the READMEs' figures)
+
+
+def test_each_corpus_has_its_own_seed() -> None:
+    assert SEEDS == {"bird": 62, "spider": 62, "heldout2": 62, "heldout3": 63, "heldout4": 64}
+    assert set(CORPUS) < set(CORPORA)
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPUS))
+def test_counts(corpus: str) -> None:
+    databases, questions, unrelated = load_corpus(corpus)
+    spec = CORPUS[corpus]
+    assert {db: len(tables) for db, tables in databases.items()} == spec["tables"]
+    assert (sum(spec["tables"].values()), len(questions)) == TOTALS[corpus]
+    assert Counter(q["db_id"] for q in questions) == spec["questions"]
+    assert Counter(q["source"] for q in questions) == spec["sources"]
+    assert len(unrelated) == 75  # BIRD mini-dev's tables, as for heldout2
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPUS))
+def test_every_gold_table_is_in_its_database(corpus: str) -> None:
+    databases, questions, _ = load_corpus(corpus)
+    missing = []
+    sizes: Counter[int] = Counter()
+    for q in questions:
+        gold = gold_tables(q["SQL"])
+        sizes[len(gold)] += 1
+        names = {t.name.lower() for t in databases[q["db_id"]]}
+        if not gold or not gold <= names:
+            missing.append((q["db_id"], q["question"], sorted(gold - names)))
+    assert missing == []
+    assert sizes == CORPUS[corpus]["gold_sizes"]
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPUS))
+def test_each_database_merges_and_writes_at_1000_tables(corpus: str, tmp_path: Path) -> None:
+    """The benchmark's set-up, not its ranking: each question's database merged with the other
+    ones, BIRD's tables and the corpus's own distractors writes to SQLite (heldout2's first run
+    crashed here on a reserved `sqlite_` name), every table name unique (heldout4's 824 real
+    tables and BIRD's 75 leave 101 generated ones at 1,000)."""
+    databases, _, unrelated = load_corpus(corpus)
+    real = sum(len(tables) for tables in databases.values()) + len(unrelated)
+    extra = unrelated + mixed_distractors(databases, 1000 - real, SEEDS[corpus])
+    for db_id in databases:
+        merged = merged_schema(databases, db_id, extra)
+        assert len(merged) == 1000 and len({t.name.lower() for t in merged}) == 1000
+        with closing(sqlite3.connect(write_database(merged, tmp_path / f"{db_id}.sqlite"))) as conn:
+            assert conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone() == (1000,)
