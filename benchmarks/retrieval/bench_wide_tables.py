@@ -30,12 +30,12 @@ from benchmarks.retrieval.bird_schemas import Table, write_database
 from benchmarks.retrieval.schema_corpora import CORPORA, SEEDS, WIDE_KINDS, load_corpus, wide_table
 from edge_sql.tools import ReadOnlyDatabase, Toolbox, schema_view
 
-WIDTHS = (500, 2000)
+WIDTHS = (500, 2000)  # SQLite allows at most 2,000 columns a table
 COLUMN_ORDERS = {  # rank_columns' flags as each pass of issue 62 left them
     "pass2": {"plain_first": False, "repeats_last": False, "short_first": False},
     "pass3": {"repeats_last": False, "short_first": False},
     "default": {},
-}  # SQLite allows at most 2,000 columns a table
+}
 
 
 def gold_columns(sql: str, tables: dict[str, Table]) -> dict[str, set[str]]:
