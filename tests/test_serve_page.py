@@ -480,9 +480,10 @@ def test_the_answer_comes_into_view(server, page, width, height):
         open_page(page, server)
         ask(page, "Which customers spent the most?")
         wait_for(page, lambda d: element(d, "status").text in ("Answered.", "Stopped."), 30)
-        wide = page.execute_script(
-            f"return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > {width} + 1)"
-            ".map(e => `${e.tagName}#${e.id}.${e.className} ${e.getBoundingClientRect().right}`)"
+        wide = page.execute_script(  # boxes past the window, or whose words stick out of them
+            f"return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > {width} + 1"
+            " || (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX === 'visible'))"
+            ".map(e => `${e.tagName}#${e.id}.${e.className} ${e.scrollWidth}/${e.clientWidth}`)"
         )
         assert page.execute_script("return innerHeight") == height, wide  # nothing wider than the window
         assert page.execute_script("return scrollY") > 0  # the page moved, the rounds stay above
@@ -492,6 +493,55 @@ def test_the_answer_comes_into_view(server, page, width, height):
         )
         # at the window's top; or lower, with the page scrolled to its end or the whole answer in the window
         assert -2 <= top < height and (top < 40 or at_end or bottom <= height), (top, bottom, at_end)
+    finally:
+        page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+# every element the page writes a server's, a model's or a database's words into
+FILLED_TEXT = (
+    "server-line",
+    "tables",
+    "following-text",
+    "notes-status",
+    "status",
+    "forced",
+    "answer-note",
+    "checks-line",
+    "copy-status",
+    "teach-status",
+    "query-error",
+    "row-count",
+    "truncated-note",
+    "chart-caption",
+    "chart-status",
+    "stats",
+    "token-message",
+    "teach-login-status",
+)
+
+
+def test_a_long_word_never_widens_a_phone_page(server, page):
+    """A word longer than the window (an error quoting a random model's answer) breaks inside its
+    element: a page wider than a phone is zoomed out for good, and the answer comes into view small."""
+    page.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
+    )
+    try:
+        open_page(page, server)
+        widths = page.execute_script(
+            "const word = 'Bug'.repeat(40) + '\u0442\u0430\u043b\u0438'.repeat(40); const widths = {};"
+            "for (const id of arguments[0]) {"
+            "  let node = document.getElementById(id);"
+            "  node.textContent = 'Error: the final answer was not SQL: ' + word;"
+            "  for (; node && node !== document.body; node = node.parentElement) node.hidden = false;"
+            "  widths[id] = document.documentElement.scrollWidth;"
+            "  document.getElementById(id).textContent = '';"
+            "}"
+            "return widths",
+            list(FILLED_TEXT),
+        )
+        assert {id: width for id, width in widths.items() if width > 390} == {}
+        assert page.execute_script("return innerHeight") == 844
     finally:
         page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
