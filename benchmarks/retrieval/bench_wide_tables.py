@@ -32,8 +32,9 @@ from edge_sql.tools import ReadOnlyDatabase, Toolbox, schema_view
 
 WIDTHS = (500, 2000)  # SQLite allows at most 2,000 columns a table
 COLUMN_ORDERS = {  # rank_columns' flags as each pass of issue 62 left them
-    "pass2": {"plain_first": False, "repeats_last": False, "short_first": False},
-    "pass3": {"repeats_last": False, "short_first": False},
+    "pass2": {"plain_first": False, "repeats_last": False, "short_first": False, "families": False},
+    "pass3": {"repeats_last": False, "short_first": False, "families": False},
+    "pass4": {"families": False},
     "default": {},
 }
 
@@ -63,7 +64,7 @@ def main() -> None:
         "--order",
         choices=sorted(COLUMN_ORDERS),
         default="default",
-        help="the column order of an earlier pass: pass2 (unmatched columns in table order), pass3 (plain ones first)",
+        help="the column order of an earlier pass: pass2 (unmatched columns in table order), pass3 (plain ones first), pass4 (any numbered name a repeat)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

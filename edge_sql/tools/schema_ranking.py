@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -34,6 +35,7 @@ NEIGHBOUR_SHARE = 0.8  # a neighbour ranks as if it scored this share of its see
 NEIGHBOUR_LIMIT = 32  # a seed raises at most this many neighbours, the best-linked first (`spread`)
 MAX_TERMS = 64  # a long question's terms beyond this add time, not recall
 SUGGESTIONS = 5
+REPEATS = 3  # columns named alike once numbers are masked are a table's repeats from this many on
 FAMILY_SHOWN = 2  # matched repeats of one name (`cost_2019_q1`, `cost_2020_q3`) kept with the matched columns
 PREFIX_LETTERS = 5  # a too-wide table's columns also meet a question's words by their first letters
 COVER_TOP = 2  # per question word, the tables whose own name matches it best ...
@@ -72,6 +74,7 @@ class Ranking:
     spread: bool = True  # a hub seed raises its `NEIGHBOUR_LIMIT` best-linked neighbours, not hundreds
     english: bool = True  # glued names the schema's words leave whole split by English word frequency
     counts_only: bool = True  # a folded line counts its members; names one only where it raised the line
+    few_named: bool = True  # ... and names one the question matched where it has `FEW_MEMBERS` or fewer
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
@@ -351,7 +354,13 @@ def column_scores(columns: Sequence[str], text: str, *, prefixes: bool = False) 
 
 
 def rank_columns(
-    columns: Sequence[str], text: str, *, plain_first: bool = True, repeats_last: bool = True, short_first: bool = True
+    columns: Sequence[str],
+    text: str,
+    *,
+    plain_first: bool = True,
+    repeats_last: bool = True,
+    short_first: bool = True,
+    families: bool = True,
 ) -> list[int]:
     """Positions of `columns`, most related to `text` first (`column_scores`), then those that
     share only a word's beginning with it; the rest keep their order, those named without a
@@ -362,24 +371,33 @@ def rank_columns(
     matched columns, the others follow the plain ones (a question's "cost" matched all 300 of
     `cost_2019_q1` ... `cost_2024_q4` and pushed the table's other columns out of the share).
     `short_first`: plain columns of fewer words first (`title` before `projects_title`: a
-    denormalised table's columns carried from other tables are named with the table they came from)."""
+    denormalised table's columns carried from other tables are named with the table they came from).
+    `families`: a column counts as numbered only where at least `REPEATS` of the table's columns
+    are named alike once numbers are masked: `access_ip_v4` and `md5` are plain names."""
     scores = column_scores(columns, text)
     near = column_scores(columns, text, prefixes=True)
     matched = sorted(scores, key=lambda i: (-scores[i], i))
     matched += sorted((i for i in near if i not in scores), key=lambda i: (-near[i], i))
     repeats = _extra_repeats(columns, matched) if repeats_last else set()
     seen = set(matched)
+    numbered = _repeated(columns) if families else [_NUMBER.search(c) is not None for c in columns]
     rest = [i for i in range(len(columns)) if i not in seen]
-    if short_first:
-        rest.sort(key=lambda i: len(identifier_words(columns[i])))  # stable: table order among equals
+    if short_first:  # stable: table order among equals, and numbered ones in table order
+        rest.sort(key=lambda i: 0 if numbered[i] and families else len(identifier_words(columns[i])))
     if plain_first:
-        rest.sort(key=lambda i: _NUMBER.search(columns[i]) is not None)
+        rest.sort(key=lambda i: numbered[i])
     head = [i for i in matched if i not in repeats]
     if not repeats:
         return head + rest
-    plain = [i for i in rest if _NUMBER.search(columns[i]) is None]
-    numbered = [i for i in rest if _NUMBER.search(columns[i]) is not None]
-    return head + plain + [i for i in matched if i in repeats] + numbered
+    plain = [i for i in rest if not numbered[i]]
+    return head + plain + [i for i in matched if i in repeats] + [i for i in rest if numbered[i]]
+
+
+def _repeated(columns: Sequence[str]) -> list[bool]:
+    """Per column, whether it is one of at least `REPEATS` named alike once numbers are masked."""
+    family = [_NUMBER.sub("#", c.lower()) for c in columns]
+    sizes = Counter(family)
+    return [sizes[f] >= REPEATS and f != c.lower() for f, c in zip(family, columns, strict=True)]
 
 
 def _extra_repeats(columns: Sequence[str], matched: list[int]) -> set[int]:
