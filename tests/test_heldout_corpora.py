@@ -1,4 +1,4 @@
-"""The held-out corpora (benchmarks/data/heldout3/, heldout4/) load as the schema benchmarks read
+"""The held-out corpora (benchmarks/data/heldout3/, heldout4/, heldout5/) load as the schema benchmarks read
 them, with the counts their READMEs state, and every question's gold tables (parsed as
 bench_schema_recall parses them) are in its own database: a held-out figure on them can only
 miss for the ranking's sake. Nothing here ranks."""
@@ -115,12 +115,92 @@ CORPUS = {
         "sources": {"spider2-lite-bigquery": 30, "spider2-lite-snowflake": 33, "beaver": 107, "snails": 160},
         "gold_sizes": {1: 127, 2: 82, 3: 50, 4: 36, 5: 14, 6: 5, 7: 3, 8: 1, 9: 2, 10: 7, 11: 1, 12: 2},
     },
+    "heldout5": {
+        "tables": {
+            "CYMBAL_INVESTMENTS": 1,
+            "bbc": 1,
+            "chicago": 2,
+            "covid19_nyt": 4,
+            "covid19_open_data": 1,
+            "dimensions_ai_covid19": 6,
+            "eclipse_megamovie": 7,
+            "london": 2,
+            "nppes": 20,
+            "open_targets_genetics_1": 13,
+            "openaq": 33,
+            "usa_names": 2,
+            "CENSUS_GALAXY__AIML_MODEL_DATA_ENRICHMENT_SAMPLE": 8,
+            "DEATH": 28,
+            "DEPS_DEV_V1": 10,
+            "FINANCE__ECONOMICS": 50,
+            "GLOBAL_WEATHER__CLIMATE_DATA_FOR_BI": 3,
+            "GOOGLE_TRENDS": 4,
+            "HUMAN_GENOME_VARIANTS": 8,
+            "META_KAGGLE": 29,
+            "PATENTSVIEW": 59,
+            "BRAZE_USER_EVENT_DEMO_DATASET": 62,
+            "CratersWildlifeObservations": 13,
+            "KlamathInvasiveSpecies": 18,
+            "PacificIslandLandbirds": 21,
+            "SBODemoUS-Banking": 28,
+            "SBODemoUS-Business_Partners": 17,
+            "SBODemoUS-Finance": 29,
+            "SBODemoUS-General": 33,
+            "SBODemoUS-Human_Resources": 23,
+            "SBODemoUS-Inventory_and_Production": 24,
+            "SBODemoUS-Reports": 22,
+            "SBODemoUS-Sales_Opportunities": 15,
+            "SBODemoUS-Service": 18,
+        },
+        "questions": {
+            "CYMBAL_INVESTMENTS": 2,
+            "bbc": 1,
+            "chicago": 5,
+            "covid19_nyt": 1,
+            "covid19_open_data": 1,
+            "dimensions_ai_covid19": 1,
+            "eclipse_megamovie": 1,
+            "london": 2,
+            "nppes": 1,
+            "open_targets_genetics_1": 1,
+            "openaq": 1,
+            "usa_names": 1,
+            "CENSUS_GALAXY__AIML_MODEL_DATA_ENRICHMENT_SAMPLE": 1,
+            "DEATH": 1,
+            "DEPS_DEV_V1": 1,
+            "FINANCE__ECONOMICS": 2,
+            "GLOBAL_WEATHER__CLIMATE_DATA_FOR_BI": 1,
+            "GOOGLE_TRENDS": 1,
+            "HUMAN_GENOME_VARIANTS": 1,
+            "META_KAGGLE": 1,
+            "PATENTSVIEW": 3,
+            "BRAZE_USER_EVENT_DEMO_DATASET": 1,
+            "CratersWildlifeObservations": 40,
+            "KlamathInvasiveSpecies": 40,
+            "PacificIslandLandbirds": 40,
+            "SBODemoUS-Banking": 8,
+            "SBODemoUS-Business_Partners": 7,
+            "SBODemoUS-Finance": 6,
+            "SBODemoUS-General": 8,
+            "SBODemoUS-Human_Resources": 20,
+            "SBODemoUS-Inventory_and_Production": 8,
+            "SBODemoUS-Reports": 10,
+            "SBODemoUS-Sales_Opportunities": 10,
+            "SBODemoUS-Service": 9,
+        },
+        "sources": {"spider2-lite-bigquery": 18, "spider2-lite-snowflake": 13, "snails": 206},
+        "gold_sizes": {1: 138, 2: 68, 3: 18, 4: 10, 5: 1, 8: 1, 10: 1},
+    },
 }
-TOTALS = {"heldout3": (298, 358), "heldout4": (824, 330)}  # tables, questions (the READMEs' figures)
+TOTALS = {
+    "heldout3": (298, 358),
+    "heldout4": (824, 330),
+    "heldout5": (614, 237),
+}  # tables, questions (the READMEs' figures)
 
 
 def test_each_corpus_has_its_own_seed() -> None:
-    assert SEEDS == {"bird": 62, "spider": 62, "heldout2": 62, "heldout3": 63, "heldout4": 64}
+    assert SEEDS == {"bird": 62, "spider": 62, "heldout2": 62, "heldout3": 63, "heldout4": 64, "heldout5": 65}
     assert set(CORPUS) < set(CORPORA)
 
 
@@ -155,7 +235,7 @@ def test_each_database_merges_and_writes_at_1000_tables(corpus: str, tmp_path: P
     """The benchmark's set-up, not its ranking: each question's database merged with the other
     ones, BIRD's tables and the corpus's own distractors writes to SQLite (heldout2's first run
     crashed here on a reserved `sqlite_` name), every table name unique (heldout4's 824 real
-    tables and BIRD's 75 leave 101 generated ones at 1,000)."""
+    tables and BIRD's 75 leave 101 generated ones at 1,000; heldout5's 614, 311)."""
     databases, _, unrelated = load_corpus(corpus)
     real = sum(len(tables) for tables in databases.values()) + len(unrelated)
     extra = unrelated + mixed_distractors(databases, 1000 - real, SEEDS[corpus])

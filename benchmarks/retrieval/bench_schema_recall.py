@@ -113,7 +113,7 @@ def main() -> None:
         "--corpus",
         choices=CORPORA,
         default="bird",
-        help="bird, spider, heldout2, heldout3: tuned on; heldout4: held out (its own distractor seed)",
+        help="bird, spider, heldout2, heldout3, heldout4: tuned on; heldout5: held out (its own distractor seed)",
     )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only (0: all)")

@@ -96,11 +96,14 @@ def spider2_schema(git_dir: str, engine: str, db: str) -> dict:
     return entry_from_ddl(db, statements)
 
 
-def spider2(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
+def spider2(
+    git_dir: str, dropped: Counter, chosen: dict[str, tuple[str, ...]] = SPIDER2
+) -> tuple[list[dict], list[dict]]:
+    """The `chosen` databases per engine (heldout5 picks others) and their questions with gold SQL."""
     gold = {Path(p).stem for p in git_files(git_dir, "spider2-lite/evaluation_suite/gold/sql") if p.endswith(".sql")}
     items = [json.loads(line) for line in git_show(git_dir, "spider2-lite/spider2-lite.jsonl").splitlines()]
     databases, questions = [], []
-    for engine, names in SPIDER2.items():
+    for engine, names in chosen.items():
         for db in names:
             entry = spider2_schema(git_dir, engine, db)
             databases.append(entry)
@@ -141,12 +144,13 @@ def beaver(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
     return databases, questions
 
 
-def snails(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
-    """Each database's schema as the union of the six-table schemas its questions come with (its
-    tables and their columns in first-seen order; the example values left out), native names."""
+def snails(git_dir: str, dropped: Counter, chosen: tuple[str, ...] = SNAILS) -> tuple[list[dict], list[dict]]:
+    """Each `chosen` database's schema as the union of the six-table schemas its questions come
+    with (its tables and their columns in first-seen order; the example values left out), native
+    names; a space in a database's name (`SBODemoUS-Human Resources`) becomes `_`."""
     items = json.loads(git_show(git_dir, SNAILS_FILE))
     databases, questions = [], []
-    for db in SNAILS:
+    for db in chosen:
         asked = [item for item in items if item["db_id"] == db]
         tables: dict[str, dict[str, str]] = {}
         keys: dict[str, list[str]] = {}
@@ -163,7 +167,7 @@ def snails(git_dir: str, dropped: Counter) -> tuple[list[dict], list[dict]]:
             parts = [f"{quoted(c)} {kind}" for c, kind in columns.items()]
             parts += [f"PRIMARY KEY ({', '.join(keys[name])})"] if name in keys else []
             statements.append(f"CREATE TABLE {quoted(name)} ({', '.join(parts)})")
-        entry = entry_from_ddl(db, statements)
+        entry = entry_from_ddl(db.replace(" ", "_"), statements)
         databases.append(entry)
         questions += pick(entry, [(q["question"], q["sql"]) for q in asked], "tsql", "snails", dropped)
     return databases, questions
