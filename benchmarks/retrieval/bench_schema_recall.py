@@ -39,8 +39,7 @@ from edge_sql.tools.schema_view import SchemaView
 
 SIZES = (1000, 5000)
 BASELINE_TOP = 150
-PASS5_OFF = {"counts_only": False, "few_named": False}  # the fourth pass's last part and the fifth, switched off
-PASS4_OFF = {"spread": False, "english": False, **PASS5_OFF}  # issue 62's fourth pass and later, switched off
+PASS4_OFF = {"spread": False, "english": False, "counts_only": False}  # issue 62's fourth pass, switched off
 PASS3_OFF = {"table_columns": False, "reach": False, **PASS4_OFF}  # the third pass and later, switched off
 
 
@@ -63,14 +62,9 @@ def ranking_steps() -> list[tuple[str, Ranking, bool]]:
         ("+ each question word's best name matches above the neighbours (second pass)", Ranking(**PASS3_OFF), True),
         ("+ columns named as tables link to them", Ranking(reach=False, **PASS4_OFF), True),
         ("+ unmatched tables near the matched ones listed first (third pass)", Ranking(**PASS4_OFF), True),
-        ("+ a hub raises its best-linked neighbours, not hundreds", Ranking(english=False, **PASS5_OFF), True),
-        ("+ glued names split by English word frequency", Ranking(**PASS5_OFF), True),
-        (
-            "+ folded lines count their members, name only one that raised the line (fourth pass)",
-            Ranking(few_named=False),
-            True,
-        ),
-        ("+ a folded line of few members names the one matched (default)", Ranking(), True),
+        ("+ a hub raises its best-linked neighbours, not hundreds", Ranking(english=False, counts_only=False), True),
+        ("+ glued names split by English word frequency", Ranking(counts_only=False), True),
+        ("+ folded lines count their members, name only one that raised the line (default)", Ranking(), True),
         ("default, question only (no evidence)", Ranking(), False),
     ]
 

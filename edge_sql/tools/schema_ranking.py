@@ -74,7 +74,6 @@ class Ranking:
     spread: bool = True  # a hub seed raises its `NEIGHBOUR_LIMIT` best-linked neighbours, not hundreds
     english: bool = True  # glued names the schema's words leave whole split by English word frequency
     counts_only: bool = True  # a folded line counts its members; names one only where it raised the line
-    few_named: bool = True  # ... and names one the question matched where it has `FEW_MEMBERS` or fewer
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(

@@ -50,8 +50,6 @@ LIST_SHARE_TOKENS = 1500
 DESCRIBE_SHARE_TOKENS = 2500
 _LETTERS = re.compile(r"[^\W\d_]+")
 MIN_ALIKE = 3  # fewer look-alikes than this are listed one by one
-NAMED_LINES = 30  # ... on the first this many lines only
-FEW_MEMBERS = 3  # a folded line of this many members or fewer names the one the question matched
 NAMED_MEMBERS = 1  # a folded line raised by its members names the best-ranked of each kind
 TokenCounter = Callable[[str], int]  # the model's own count of a text's tokens
 
@@ -315,7 +313,7 @@ def _ranked_listing(
         if key[1] == "copies":
             table = next((m for m in members if m.name.lower() == key[0]), table)
         others = [m for m in members if m is not table]  # in ranked order, the best first
-        line = _line(table) + (f" ({_members(others, key, members, table, ranking, len(lines))})" if others else "")
+        line = _line(table) + (f" ({_members(others, key, members, table, ranking)})" if others else "")
         cost = count(line) + (gap if lines else 0)
         if used + cost > room:
             break
@@ -362,12 +360,7 @@ def _groups(
 
 
 def _members(
-    others: list[RankedTable],
-    key: tuple[str, str],
-    members: list[RankedTable],
-    table: RankedTable,
-    ranking: Ranking,
-    line_number: int,
+    others: list[RankedTable], key: tuple[str, str], members: list[RankedTable], table: RankedTable, ranking: Ranking
 ) -> str:
     """`+3 copies; +20 look-alikes (other columns)`: how many of each kind (copies have the
     table's columns, or nearly; look-alikes other ones). Where the line ranks where it does
@@ -375,16 +368,11 @@ def _members(
     is named, the best-ranked of each kind: `hr_employees (+1 copy; +20 look-alikes (other
     columns): hr_employees_2023_q1, ...)`. Naming every line's members cost a third of the share
     at 5,000 tables (heldout3: 75.7% of questions had every gold table listed, 83.2% without);
-    with `counts_only` off, every line names its best-ranked members, as before. `few_named`: one
-    of the first `NAMED_LINES` lines, of at most `FEW_MEMBERS` members, names the one the question
-    matched too (`ACADEMIC_TERMS (+1 copy: ACADEMIC_TERMS_ALL)`: a count alone hid the table a
-    question asked about, as the model cannot guess a copy's name); on every line, the names cost
-    the share 2.1 points of heldout4 at 5,000 tables."""
+    with `counts_only` off, every line names its best-ranked members, as before."""
     if not ranking.counts_only:
         matched = {m.name for m in others}
     else:
-        few = ranking.few_named and len(others) <= FEW_MEMBERS and line_number < NAMED_LINES
-        matched = {m.name for m in others if m.via == "words"} if table.via == "copy" or few else set()
+        matched = {m.name for m in others if m.via == "words"} if table.via == "copy" else set()
     if key[1] == "copies":
         copies = [m.name for m in others if not m.look_alike_of]
         variants = [m.name for m in others if m.look_alike_of]
