@@ -1,5 +1,6 @@
-"""Issue 62's fifth pass: a wide table's column is a repeat only as one of a family
-(`access_ip_v4` is a plain name, `reading_avg_17` one of many)."""
+"""Issue 62's fifth pass: a wide table's numbered column is a repeat only as one of a family or
+numbered from 10 on (`access_ip_v4` and `sub_region_1` are plain names, `reading_avg_17` and
+`cost_2019` repeats)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,11 @@ def test_a_numbered_name_is_a_repeat_only_in_a_family() -> None:
     assert before == ["id", "name", "hostname", *repeats, "access_ip_v4", "access_ip_v6"]
     two = ["id", "reading_avg_1", "reading_avg_2", "name"]  # too few alike to be repeats: plain, by words
     assert [two[i] for i in rank_columns(two, "Which one?")] == ["id", "name", "reading_avg_1", "reading_avg_2"]
+    indexed = ["amount_archive_17", "id", "sub_region_1", "population_2019", "name"]  # from 10 on: repeats
+    assert [indexed[i] for i in rank_columns(indexed, "Which one?")] == [
+        "id",
+        "name",
+        "sub_region_1",
+        "amount_archive_17",
+        "population_2019",
+    ]

@@ -371,8 +371,8 @@ def rank_columns(
     `cost_2019_q1` ... `cost_2024_q4` and pushed the table's other columns out of the share).
     `short_first`: plain columns of fewer words first (`title` before `projects_title`: a
     denormalised table's columns carried from other tables are named with the table they came from).
-    `families`: a column counts as numbered only where at least `REPEATS` of the table's columns
-    are named alike once numbers are masked: `access_ip_v4` and `md5` are plain names."""
+    `families`: a column with a number counts as numbered only where it is a repeat (`_repeated`):
+    `access_ip_v4` and `md5` are plain names."""
     scores = column_scores(columns, text)
     near = column_scores(columns, text, prefixes=True)
     matched = sorted(scores, key=lambda i: (-scores[i], i))
@@ -393,10 +393,15 @@ def rank_columns(
 
 
 def _repeated(columns: Sequence[str]) -> list[bool]:
-    """Per column, whether it is one of at least `REPEATS` named alike once numbers are masked."""
+    """Per column, whether it is a repeat: one of at least `REPEATS` named alike once numbers are
+    masked, or numbered from 10 on (`amount_archive_17`, `cost_2019`); a single digit in a name of
+    a small family is part of the name (`access_ip_v4`, `address_line_2`)."""
     family = [_NUMBER.sub("#", c.lower()) for c in columns]
     sizes = Counter(family)
-    return [sizes[f] >= REPEATS and f != c.lower() for f, c in zip(family, columns, strict=True)]
+    return [
+        f != c.lower() and (sizes[f] >= REPEATS or any(len(n) > 1 for n in _NUMBER.findall(c)))
+        for f, c in zip(family, columns, strict=True)
+    ]
 
 
 def _extra_repeats(columns: Sequence[str], matched: list[int]) -> set[int]:

@@ -82,7 +82,7 @@ ENGLISH_MIN_LETTERS = 8  # shorter glued words are mostly abbreviations (`custno
 
 @cache
 def english_parts(word: str) -> list[str]:
-    """`haslasttradedvalue` -> ["last", "traded", "value"]: a glued name split by English word
+    """`haslasttradedvalue` -> ["has", "last", "traded", "value"]: a glued name split by English word
     frequency (wordninja, Wikipedia unigrams), for schemas that glue every name and spell no part
     apart anywhere (`LISTEDSECURITY.HASLASTTRADEDVALUE`), where `split_glued` finds no vocabulary;
     parts shorter than `MIN_PART` ("of", "is") are left out; [] for a word it leaves whole."""
