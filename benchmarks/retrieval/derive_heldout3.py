@@ -194,9 +194,12 @@ def check(databases: list[dict]) -> None:
         conn.close()
 
 
-def write_corpus(out: Path, derived: dict, dropped: Counter) -> None:
-    """Write a derived corpus (Spider's `tables.json` layout plus `questions`) and print its counts."""
-    databases, questions = derived["databases"], derived["questions"]
+def write_corpus(
+    out: Path, source: str, licence: str, databases: list[dict], questions: list[dict], dropped: Counter
+) -> None:
+    """Write a derived corpus (its sources and licences, then Spider's `tables.json` layout plus
+    `questions`) and print its counts."""
+    derived = {"source": source, "licence": licence, "databases": databases, "questions": questions}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(derived, separators=(",", ":"), ensure_ascii=False) + "\n")
     tables = sum(len(d["table_names_original"]) for d in databases)
@@ -219,22 +222,18 @@ def main() -> None:
     databases = [d for found, _ in parts for d in found]
     questions = [q for _, asked in parts for q in asked]
     check(databases)
-    derived = {
-        "source": (
-            "ScienceBenchmark (Zhang et al., VLDB 2024) CORDIS and OncoMX, and hack_zurich, as published by ValueNet: "
-            "https://github.com/brunnurs/valuenet ; EHRSQL (Lee et al., NeurIPS 2022) MIMIC-III and eICU: "
-            "https://github.com/glee4810/EHRSQL ; SEDE (Hazoom et al., NLP4Prog 2021): https://github.com/hirupert/sede ; "
-            "FIBEN (Sen et al., PVLDB 2020): https://github.com/IBM/fiben-benchmark ; Defog's broker, car_dealership, "
-            "derm_treatment, ewallet: https://github.com/defog-ai/defog-data , https://github.com/defog-ai/sql-eval"
-        ),
-        "licence": (
-            "ValueNet repository: Apache 2.0; EHRSQL: CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/); "
-            "SEDE, FIBEN, defog-data and sql-eval repositories: Apache 2.0; derived: schemas, questions and gold SQL only"
-        ),
-        "databases": databases,
-        "questions": questions,
-    }
-    write_corpus(OUT, derived, dropped)
+    source = (
+        "ScienceBenchmark (Zhang et al., VLDB 2024) CORDIS and OncoMX, and hack_zurich, as published by ValueNet: "
+        "https://github.com/brunnurs/valuenet ; EHRSQL (Lee et al., NeurIPS 2022) MIMIC-III and eICU: "
+        "https://github.com/glee4810/EHRSQL ; SEDE (Hazoom et al., NLP4Prog 2021): https://github.com/hirupert/sede ; "
+        "FIBEN (Sen et al., PVLDB 2020): https://github.com/IBM/fiben-benchmark ; Defog's broker, car_dealership, "
+        "derm_treatment, ewallet: https://github.com/defog-ai/defog-data , https://github.com/defog-ai/sql-eval"
+    )
+    licence = (
+        "ValueNet repository: Apache 2.0; EHRSQL: CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/); "
+        "SEDE, FIBEN, defog-data and sql-eval repositories: Apache 2.0; derived: schemas, questions and gold SQL only"
+    )
+    write_corpus(OUT, source, licence, databases, questions, dropped)
 
 
 if __name__ == "__main__":

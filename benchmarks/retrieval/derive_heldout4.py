@@ -180,18 +180,14 @@ def main() -> None:
     databases = [d for found, _ in parts for d in found]
     questions = [q for _, asked in parts for q in asked]
     check(databases)
-    derived = {
-        "source": (
-            "Spider 2.0-lite (Lei et al., ICLR 2025) BigQuery and Snowflake databases and questions with published gold SQL: "
-            "https://github.com/xlang-ai/Spider2 ; BEAVER (Chen et al., 2024) dw and OpenStack databases: "
-            "https://github.com/peterbaile/beaver ; SNAILS (Luoma and Kumar, SIGMOD 2025) ASIS, ATBI, NTSB and NYSED "
-            "databases: https://github.com/KyleLuoma/SNAILS"
-        ),
-        "licence": "Spider 2.0: MIT; BEAVER: MIT; SNAILS: Apache 2.0; derived: schemas, questions and gold SQL only",
-        "databases": databases,
-        "questions": questions,
-    }
-    write_corpus(OUT, derived, dropped)
+    source = (
+        "Spider 2.0-lite (Lei et al., ICLR 2025) BigQuery and Snowflake databases and questions with published gold SQL: "
+        "https://github.com/xlang-ai/Spider2 ; BEAVER (Chen et al., 2024) dw and OpenStack databases: "
+        "https://github.com/peterbaile/beaver ; SNAILS (Luoma and Kumar, SIGMOD 2025) ASIS, ATBI, NTSB and NYSED "
+        "databases: https://github.com/KyleLuoma/SNAILS"
+    )
+    licence = "Spider 2.0: MIT; BEAVER: MIT; SNAILS: Apache 2.0; derived: schemas, questions and gold SQL only"
+    write_corpus(OUT, source, licence, databases, questions, dropped)
 
 
 if __name__ == "__main__":

@@ -112,18 +112,14 @@ def main() -> None:
         [d["db_id"] for found, _ in parts for d in found if d["db_id"] not in asked],
     )
     check(databases)
-    derived = {
-        "source": (
-            "Spider 2.0-lite (Lei et al., ICLR 2025) BigQuery and Snowflake databases and questions with published gold SQL "
-            "that heldout4 left: https://github.com/xlang-ai/Spider2 ; SNAILS (Luoma and Kumar, SIGMOD 2025) "
-            "CratersWildlifeObservations, KlamathInvasiveSpecies, PacificIslandLandbirds and SBODemoUS's modules: "
-            "https://github.com/KyleLuoma/SNAILS"
-        ),
-        "licence": "Spider 2.0: MIT; SNAILS: Apache 2.0; derived: schemas, questions and gold SQL only",
-        "databases": databases,
-        "questions": questions,
-    }
-    write_corpus(OUT, derived, dropped)
+    source = (
+        "Spider 2.0-lite (Lei et al., ICLR 2025) BigQuery and Snowflake databases and questions with published gold SQL "
+        "that heldout4 left: https://github.com/xlang-ai/Spider2 ; SNAILS (Luoma and Kumar, SIGMOD 2025) "
+        "CratersWildlifeObservations, KlamathInvasiveSpecies, PacificIslandLandbirds and SBODemoUS's modules: "
+        "https://github.com/KyleLuoma/SNAILS"
+    )
+    licence = "Spider 2.0: MIT; SNAILS: Apache 2.0; derived: schemas, questions and gold SQL only"
+    write_corpus(OUT, source, licence, databases, questions, dropped)
 
 
 if __name__ == "__main__":
