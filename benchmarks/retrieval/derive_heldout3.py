@@ -197,8 +197,9 @@ def check(databases: list[dict]) -> None:
 def write_corpus(
     out: Path, source: str, licence: str, databases: list[dict], questions: list[dict], dropped: Counter
 ) -> None:
-    """Write a derived corpus (its sources and licences, then Spider's `tables.json` layout plus
-    `questions`) and print its counts."""
+    """Check a derived corpus (`check`), write it (its sources and licences, then Spider's
+    `tables.json` layout plus `questions`) and print its counts."""
+    check(databases)
     derived = {"source": source, "licence": licence, "databases": databases, "questions": questions}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(derived, separators=(",", ":"), ensure_ascii=False) + "\n")
@@ -221,7 +222,6 @@ def main() -> None:
     parts += [fiben(sys.argv[4], dropped), defog(sys.argv[5], sys.argv[6], dropped)]
     databases = [d for found, _ in parts for d in found]
     questions = [q for _, asked in parts for q in asked]
-    check(databases)
     source = (
         "ScienceBenchmark (Zhang et al., VLDB 2024) CORDIS and OncoMX, and hack_zurich, as published by ValueNet: "
         "https://github.com/brunnurs/valuenet ; EHRSQL (Lee et al., NeurIPS 2022) MIMIC-III and eICU: "

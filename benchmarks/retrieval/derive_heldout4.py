@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.retrieval.derive_heldout2 import entry_from_ddl, git_show
-from benchmarks.retrieval.derive_heldout3 import check, pick, write_corpus
+from benchmarks.retrieval.derive_heldout3 import pick, write_corpus
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "heldout4" / "heldout.json"
 DATABASES_DIR = "spider2-lite/resource/databases"
@@ -179,7 +179,6 @@ def main() -> None:
     parts = [spider2(sys.argv[1], dropped), beaver(sys.argv[2], dropped), snails(sys.argv[3], dropped)]
     databases = [d for found, _ in parts for d in found]
     questions = [q for _, asked in parts for q in asked]
-    check(databases)
     source = (
         "Spider 2.0-lite (Lei et al., ICLR 2025) BigQuery and Snowflake databases and questions with published gold SQL: "
         "https://github.com/xlang-ai/Spider2 ; BEAVER (Chen et al., 2024) dw and OpenStack databases: "
