@@ -396,7 +396,7 @@ def _repeated(columns: Sequence[str]) -> list[bool]:
     """Per column, whether it is a repeat: one of at least `REPEATS` named alike once numbers are
     masked, or numbered from 10 on (`amount_archive_17`, `cost_2019`); a single digit in a name of
     a small family is part of the name (`access_ip_v4`, `address_line_2`)."""
-    family = [_NUMBER.sub("#", c.lower()) for c in columns]
+    family = [numbers_masked(c) for c in columns]
     sizes = Counter(family)
     return [
         f != c.lower() and (sizes[f] >= REPEATS or any(len(n) > 1 for n in _NUMBER.findall(c)))
@@ -409,7 +409,7 @@ def _extra_repeats(columns: Sequence[str], matched: list[int]) -> set[int]:
     per_family: dict[str, int] = {}
     extra: set[int] = set()
     for i in matched:
-        family = _NUMBER.sub("#", columns[i].lower())
+        family = numbers_masked(columns[i])
         if family != columns[i].lower():
             per_family[family] = per_family.get(family, 0) + 1
             if per_family[family] > FAMILY_SHOWN:
@@ -420,4 +420,9 @@ def _extra_repeats(columns: Sequence[str], matched: list[int]) -> set[int]:
 def alike_key(name: str, signature: str) -> tuple[str, str]:
     """Tables that differ only in their numbers and have the same columns (shards, years,
     copies) share this key: they are folded into one line."""
-    return _NUMBER.sub("#", name.lower()), signature
+    return numbers_masked(name), signature
+
+
+def numbers_masked(name: str) -> str:
+    """`Cost_2019_Q1` -> `cost_#_q#`: the name its shards, periods and repeats share."""
+    return _NUMBER.sub("#", name.lower())
