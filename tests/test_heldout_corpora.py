@@ -1,4 +1,4 @@
-"""The held-out corpora (benchmarks/data/heldout3/, heldout4/, heldout5/) load as the schema benchmarks read
+"""The held-out corpora (benchmarks/data/heldout3/ to heldout6/) load as the schema benchmarks read
 them, with the counts their READMEs state, and every question's gold tables (parsed as
 bench_schema_recall parses them) are in its own database: a held-out figure on them can only
 miss for the ranking's sake. Nothing here ranks."""
@@ -192,15 +192,40 @@ CORPUS = {
         "gold_sizes": {1: 138, 2: 68, 3: 18, 4: 10, 5: 1, 8: 1, 10: 1},
     },
 }
+KAGGLEDBQA = {  # heldout6's own databases: tables, questions (its README's table)
+    "WorldSoccerDataBase": (2, 18),
+    "Pesticide": (2, 40),
+    "USWildFires": (1, 30),
+    "GeoNuclearData": (1, 24),
+    "WhatCDHipHop": (2, 33),
+    "TheHistoryofBaseball": (5, 36),
+    "StudentMathScore": (3, 25),
+    "GreaterManchesterCrime": (1, 20),
+}
+CORPUS["heldout6"] = {  # KaggleDBQA's databases, then heldout5's as further real ones without questions
+    "tables": {db: tables for db, (tables, _) in KAGGLEDBQA.items()} | CORPUS["heldout5"]["tables"],
+    "questions": {db: asked for db, (_, asked) in KAGGLEDBQA.items()},
+    "sources": {"kaggledbqa": 226},
+    "gold_sizes": {1: 183, 2: 37, 3: 6},
+}
 TOTALS = {
     "heldout3": (298, 358),
     "heldout4": (824, 330),
     "heldout5": (614, 237),
+    "heldout6": (17 + 614, 226),
 }  # tables, questions (the READMEs' figures)
 
 
 def test_each_corpus_has_its_own_seed() -> None:
-    assert SEEDS == {"bird": 62, "spider": 62, "heldout2": 62, "heldout3": 63, "heldout4": 64, "heldout5": 65}
+    assert SEEDS == {
+        "bird": 62,
+        "spider": 62,
+        "heldout2": 62,
+        "heldout3": 63,
+        "heldout4": 64,
+        "heldout5": 65,
+        "heldout6": 66,
+    }
     assert set(CORPUS) < set(CORPORA)
 
 
@@ -235,7 +260,8 @@ def test_each_database_merges_and_writes_at_1000_tables(corpus: str, tmp_path: P
     """The benchmark's set-up, not its ranking: each question's database merged with the other
     ones, BIRD's tables and the corpus's own distractors writes to SQLite (heldout2's first run
     crashed here on a reserved `sqlite_` name), every table name unique (heldout4's 824 real
-    tables and BIRD's 75 leave 101 generated ones at 1,000; heldout5's 614, 311)."""
+    tables and BIRD's 75 leave 101 generated ones at 1,000; heldout5's 614, 311; heldout6's 17
+    and heldout5's 614, 294)."""
     databases, _, unrelated = load_corpus(corpus)
     real = sum(len(tables) for tables in databases.values()) + len(unrelated)
     extra = unrelated + mixed_distractors(databases, 1000 - real, SEEDS[corpus])
@@ -244,3 +270,24 @@ def test_each_database_merges_and_writes_at_1000_tables(corpus: str, tmp_path: P
         assert len(merged) == 1000 and len({t.name.lower() for t in merged}) == 1000
         with closing(sqlite3.connect(write_database(merged, tmp_path / f"{db_id}.sqlite"))) as conn:
             assert conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone() == (1000,)
+
+
+def test_heldout6_pools_kaggledbqa_with_heldout5() -> None:
+    """heldout6's pool as its README fixed it: KaggleDBQA's 8 databases first, heldout5's 34 as
+    they are in heldout5 (none of their questions), and at 1,000 tables every KaggleDBQA table
+    under its own name and columns (WhatCDHipHop's `tags` keeps its name, heldout5's META_KAGGLE
+    `TAGS` is the one renamed) with generated distractors still among them."""
+    databases, questions, unrelated = load_corpus("heldout6")
+    heldout5, _, _ = load_corpus("heldout5")
+    assert list(databases)[: len(KAGGLEDBQA)] == list(KAGGLEDBQA)
+    assert {db: databases[db] for db in list(databases)[len(KAGGLEDBQA) :]} == heldout5
+    assert {q["db_id"] for q in questions} == set(KAGGLEDBQA)
+    real = sum(len(tables) for tables in databases.values()) + len(unrelated)
+    generated = mixed_distractors(databases, 1000 - real, SEEDS["heldout6"])
+    assert (real, len(generated)) == (17 + 614 + 75, 294)
+    for db_id in KAGGLEDBQA:
+        merged = {t.name: t for t in merged_schema(databases, db_id, unrelated + generated)}
+        assert all(merged[t.name] == t for t in databases[db_id] + unrelated + generated)
+    merged = {t.name: t for t in merged_schema(databases, "WhatCDHipHop", unrelated + generated)}
+    assert [c for c, _ in merged["tags"].columns] == ["index", "id", "tag"]
+    assert merged["META_KAGGLE_TAGS"].columns == next(t for t in heldout5["META_KAGGLE"] if t.name == "TAGS").columns

@@ -86,15 +86,18 @@ def shape(sql: str) -> str:
 
 
 def pick(entry: dict, asked: list[tuple[str, str]], dialect: str, source: str, dropped: Counter) -> list[dict]:
-    """The first `CAP` questions of distinct SQL shapes whose gold tables parse and exist."""
+    """The first `CAP` questions of distinct SQL shapes whose gold tables parse and exist; what
+    is left out counted in `dropped` by why (`db`: gold tables; `db same shape`, `db no question`, `db past cap`)."""
     names = {n.lower() for n in entry["table_names_original"]}
     seen: set[str] = set()
     chosen = []
-    for question, sql in asked:
+    for at, (question, sql) in enumerate(asked):
         if len(chosen) == CAP:
+            dropped[f"{entry['db_id']} past cap"] += len(asked) - at
             break
         question, sql = " ".join(question.split()), sql.strip().rstrip(";").strip()
         if not question or shape(sql) in seen:
+            dropped[f"{entry['db_id']} {'same shape' if question else 'no question'}"] += 1
             continue
         seen.add(shape(sql))
         kept = gold_sql(sql, dialect, names)
@@ -211,7 +214,9 @@ def write_corpus(
     for entry in databases:
         db = entry["db_id"]
         print(
-            f"  {db}: {len(entry['table_names_original'])} tables, {per_db[db]} questions, {dropped[db]} dropped, {dropped[db + ' turned']} in SQLite form"
+            f"  {db}: {len(entry['table_names_original'])} tables, {per_db[db]} questions, {dropped[db]} dropped, "
+            f"{dropped[db + ' turned']} in SQLite form, {dropped[db + ' same shape']} of a shape already taken, "
+            f"{dropped[db + ' no question']} without a question, {dropped[db + ' past cap']} past the cap"
         )
 
 

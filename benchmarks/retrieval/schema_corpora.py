@@ -1,19 +1,21 @@
 """The corpora the big-schema benchmarks read, and the distractors and wide tables built around them.
 
-Six corpora of real schemas with questions and gold SQL: BIRD mini-dev and Spider 1.0
+Seven corpora of real schemas with questions and gold SQL: BIRD mini-dev and Spider 1.0
 (benchmarks/data/spider/; held out in the first pass, tuned on in the second), heldout2
 (benchmarks/data/heldout2/: Spider 2.0-lite's SQLite schemas and Advising, held out in the second
 pass, looked at since), heldout3 (benchmarks/data/heldout3/: ScienceBenchmark's CORDIS and
 OncoMX, hack_zurich, EHRSQL's MIMIC-III and eICU, SEDE's Stack Exchange, FIBEN, four of Defog's;
 held out in the third pass, tuned on in the fourth), heldout4 (benchmarks/data/heldout4/:
 Spider 2.0-lite's BigQuery and Snowflake schemas, BEAVER's data warehouse and OpenStack
-databases, four of SNAILS's; held out in the fourth pass, tuned on in the fifth) and heldout5
+databases, four of SNAILS's; held out in the fourth pass, tuned on in the fifth), heldout5
 (benchmarks/data/heldout5/: the Spider 2.0-lite BigQuery and Snowflake schemas and SNAILS
-databases heldout4 left; held out, its own seed). Distractors come in several kinds, in fixed
-proportions decided before any held-out figure was seen:
-same-shaped archive copies of real tables, yearly and quarterly tables whose columns change from
-year to year, link tables between real tables, and generic enterprise tables in shards (plus,
-always, the corpus's other real databases, and for Spider BIRD's too: unrelated real schemas).
+databases heldout4 left; held out in the fifth pass, tuned on in the sixth) and heldout6
+(benchmarks/data/heldout6/: KaggleDBQA's eight Kaggle databases, pooled with heldout5's as
+further real databases without questions; held out in the sixth pass). Distractors come in
+several kinds, in fixed proportions decided before any held-out figure was seen: same-shaped
+archive copies of real tables, yearly and quarterly tables whose columns change from year to
+year, link tables between real tables, and generic enterprise tables in shards (plus, always,
+the corpus's other real databases, and for Spider BIRD's too: unrelated real schemas).
 Wide tables put a real table's columns among hundreds of others, of three kinds.
 """
 
@@ -39,17 +41,19 @@ HELDOUT2_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout2" / "hel
 HELDOUT3_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout3" / "heldout.json"
 HELDOUT4_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout4" / "heldout.json"
 HELDOUT5_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout5" / "heldout.json"
+HELDOUT6_FILE = Path(__file__).resolve().parents[1] / "data" / "heldout6" / "heldout.json"
 FILES = {
     "spider": SPIDER_FILE,
     "heldout2": HELDOUT2_FILE,
     "heldout3": HELDOUT3_FILE,
     "heldout4": HELDOUT4_FILE,
     "heldout5": HELDOUT5_FILE,
+    "heldout6": HELDOUT6_FILE,
 }
 CORPORA = ("bird", *FILES)
-# The seed of each corpus's generated distractors and wide tables; heldout3's, heldout4's and
-# heldout5's fixed before any of them was read.
-SEEDS = {name: 62 for name in CORPORA} | {"heldout3": 63, "heldout4": 64, "heldout5": 65}
+# The seed of each corpus's generated distractors and wide tables; heldout3's to heldout6's
+# fixed before any of them was read.
+SEEDS = {name: 62 for name in CORPORA} | {"heldout3": 63, "heldout4": 64, "heldout5": 65, "heldout6": 66}
 COPY_SUFFIXES = ("archive", "backup", "old", "bak", "snapshot", "copy", "hist", "prev", "2019", "2020", "v1", "save")
 AUDIT_COLUMNS = ("archived_at", "loaded_at", "batch_id", "snapshot_date")
 LINK_FORMS = ("{a}_{b}", "{a}_in_{b}", "{a}_to_{b}", "{a}_{b}_map", "{a}_has_{b}")
@@ -71,13 +75,22 @@ def load_corpus(name: str) -> tuple[dict[str, list[Table]], list[dict], list[Tab
     (both tuned on in issue 62's second pass), `heldout2` (Spider 2.0-lite's SQLite schemas and
     Advising), `heldout3` (eleven real databases of five other sources: 298 tables, 358
     questions; tuned on in the fourth pass), `heldout4` (26 real databases of three other
-    sources: 824 tables, 330 questions; tuned on in the fifth pass) or `heldout5` (34 real
-    databases, the parts of two of heldout4's sources it left: 614 tables, 237 questions); for
-    each held-out set the split below was fixed before any figure on it was seen."""
+    sources: 824 tables, 330 questions; tuned on in the fifth pass), `heldout5` (34 real
+    databases, the parts of two of heldout4's sources it left: 614 tables, 237 questions; tuned
+    on in the sixth pass) or `heldout6` (KaggleDBQA's 8 databases: 17 tables, 226 questions, with
+    heldout5's 34 databases as further real ones without questions, so that the distractors are
+    built from 631 real tables, not 17); for each held-out set the split below was fixed before
+    any figure on it was seen."""
     if name == "bird":
         databases, questions = load_bird()
         return databases, questions, []
     databases, questions = load_spider(FILES[name])
+    if name == "heldout6":  # the pool its README fixed: heldout5's databases too, their questions left
+        further, _ = load_spider(HELDOUT5_FILE)
+        clash = {db.lower() for db in databases} & {db.lower() for db in further}
+        if clash:
+            raise ValueError(f"heldout6 and heldout5 share database names: {sorted(clash)}")
+        databases |= further
     bird, _ = load_bird()
     unrelated = [Table(f"{db}_{t.name}", t.columns, t.primary_key) for db, tables in bird.items() for t in tables]
     return databases, questions, unrelated
