@@ -186,7 +186,8 @@ class SchemaView:
         joins = {c.lower() for fk in self.db.table_foreign_keys(stored) for c in fk.from_columns} | self._other_keys(
             stored
         )
-        keys = [i for i, row in enumerate(info) if row[5]] + [i for i, n in enumerate(names) if n.lower() in joins]
+        declared = [i for i, row in enumerate(info) if row[5]]
+        keys = (declared or named_key(stored, names)) + [i for i, n in enumerate(names) if n.lower() in joins]
         keys = list(dict.fromkeys(keys))  # the key, then the columns that join (foreign keys, other tables' keys)
         order = keys + [i for i in rank_columns(names, self.question) if i not in keys]
         shown_name = display_identifier(stored)
@@ -230,6 +231,15 @@ class SchemaView:
         if self._index is not None:
             self._index.close()
             self._index = None
+
+
+def named_key(table: str, names: list[str]) -> list[int]:
+    """The columns named as the table's key where it declares none: `id`, `{table}_id`,
+    `{table}id` (`users.Id`, `deathrecords.Id`). Warehouse schemas (BigQuery, Snowflake) declare
+    no keys; a wide one's `Id` was listed among thousands of unmatched columns and cut."""
+    own = {table.lower(), table.lower().removesuffix("s")}
+    forms = {"id"} | {f"{t}{sep}id" for t in own for sep in ("", "_")}
+    return [i for i, name in enumerate(names) if name.lower() in forms]
 
 
 _MEMO: weakref.WeakKeyDictionary[Any, dict[tuple[Any, str], int]] = weakref.WeakKeyDictionary()  # Any: callable
