@@ -23,7 +23,7 @@ from edge_sql.errors import EdgeSqlError
 from edge_sql.store.home import store_root
 from edge_sql.tools.database import ReadOnlyDatabase
 from edge_sql.tools.identifiers import quote_identifier
-from edge_sql.tools.schema_words import PLURAL_ENDINGS, identifier_words, schema_vocabulary, split_words
+from edge_sql.tools.schema_words import identifier_words, name_forms, schema_vocabulary, split_words
 
 INDEX_VERSION = 9  # bump when what is stored changes: old files are then never read
 INDEX_FOLDER = "schema-index"
@@ -209,8 +209,7 @@ def _table_named_links(
     targets: dict[str, str] = {}
     for table, key in sorted(keys.items(), key=lambda item: len(item[0])):
         if len(key) == 1:
-            name = table.lower()
-            for form in (name, *(name[: -len(e)] for e in PLURAL_ENDINGS if name.endswith(e))):
+            for form in name_forms(table):
                 targets.setdefault(form, table)
     found: dict[str, list[str]] = {}
     for table, names in columns.items():

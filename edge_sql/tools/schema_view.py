@@ -32,6 +32,7 @@ from edge_sql.tools.schema_ranking import (
     rank_columns,
     rank_tables,
 )
+from edge_sql.tools.schema_words import name_forms
 
 # The shares of the 12,288-token episode, in tokens as `estimated_tokens` counts them: never
 # under the Qwen3.5 tokenizer's count (every digit is a token there, so `frpm_2019_52` is 11
@@ -237,8 +238,7 @@ def named_key(table: str, names: list[str]) -> list[int]:
     """The columns named as the table's key where it declares none: `id`, `{table}_id`,
     `{table}id` (`users.Id`, `deathrecords.Id`). Warehouse schemas (BigQuery, Snowflake) declare
     no keys; a wide one's `Id` was listed among thousands of unmatched columns and cut."""
-    own = {table.lower(), table.lower().removesuffix("s")}
-    forms = {"id"} | {f"{t}{sep}id" for t in own for sep in ("", "_")}
+    forms = {"id"} | {f"{t}{sep}id" for t in name_forms(table) for sep in ("", "_")}
     return [i for i, name in enumerate(names) if name.lower() in forms]
 
 

@@ -61,6 +61,13 @@ def split_glued(word: str, vocabulary: frozenset[str]) -> list[str]:
     return best or []
 
 
+def name_forms(name: str) -> tuple[str, ...]:
+    """`Customers` -> ("customers", "customer"): a table's name lower-cased, and it less each plural
+    ending it has (`boxes` -> boxe, box), as columns that refer to it name it."""
+    name = name.lower()
+    return (name, *(name[: -len(e)] for e in PLURAL_ENDINGS if name.endswith(e)))
+
+
 def _plural_of(part: str, vocabulary: frozenset[str]) -> bool:
     return any(part.endswith(e) and part[: -len(e)] in vocabulary for e in PLURAL_ENDINGS)
 
